@@ -1,0 +1,46 @@
+# Notee: `make run` starts everything; `make test` runs every test. Both do all set-up themselves.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+NOTEE := $(VENV)/bin/notee
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv cluster-up cluster-down
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+services-up:
+	services/up.sh
+
+services-down:
+	services/down.sh
+
+migrate: venv services-up
+	$(NOTEE) migrate
+
+## The main job: stores, migrations, then the Notee processes of workers/Procfile until Ctrl-C/SIGTERM.
+run: migrate
+	exec workers/run.sh
+
+## Every test except the long fault suite and the soak.
+test: venv services-up
+	$(PY) -m pytest -m "not faults and not soak" $(PYTEST_ARGS)
+
+## Long fault-injection tests (3-node Cassandra cluster, restarts, storms).
+test-faults: venv services-up
+	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+soak: venv services-up
+	$(PY) -m pytest -m soak -s $(PYTEST_ARGS)
+
+## A 3-node local Cassandra cluster on 127.0.0.1-3 (CQL port 9043), to try a real cluster.
+cluster-up:
+	services/cassandra/cluster.sh start
+
+cluster-down:
+	services/cassandra/cluster.sh stop

@@ -1,0 +1,1 @@
+"""Notee: a self-hosted, multi-tenant push-notification platform."""

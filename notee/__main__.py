@@ -1,0 +1,3 @@
+from notee.cli import main
+
+main()

@@ -1,0 +1,40 @@
+"""The API application factory. ``create_app`` connects nothing; the lifespan builds the Runtime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from notee.api import errors
+from notee.api.routes import health
+from notee.runtime import Runtime
+from notee.settings import Settings
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    """Build the app. Pass ``runtime`` to share one (tests); otherwise the lifespan makes and closes one."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = runtime is None
+        app.state.runtime = runtime or Runtime(settings)
+        try:
+            yield
+        finally:
+            if own:
+                app.state.runtime.close()
+
+    app = FastAPI(
+        title="Notee",
+        version="0.1.0",
+        description="Self-hosted multi-tenant push notifications: users, devices, templates, "
+        "topic and cycle subscriptions, publishes fanned out through FCM and APNs.",
+        lifespan=lifespan,
+        responses=errors.COMMON_ERRORS,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(health.router)
+    return app

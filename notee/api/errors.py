@@ -1,0 +1,93 @@
+"""One error format for the whole API, and the one place errors become HTTP responses.
+
+Body: ``{"error": {"code": "<stable machine code>", "message": "<human text>", "details": [...]}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cassandra import DriverException, OperationTimedOut, RequestExecutionException
+from cassandra.cluster import NoHostAvailable
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from notee.errors import NoteeError
+
+log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, Any]] = []
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def error_response(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details or []}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# Responses every route may give, for the OpenAPI document.
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing, unknown or revoked credentials"},
+    422: {"model": ErrorResponse, "description": "Invalid input; nothing was written"},
+    503: {"model": ErrorResponse, "description": "A store is unavailable; retry later"},
+}
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    details = []
+    for err in exc.errors():
+        details.append({
+            "loc": [str(p) for p in err.get("loc", ())],
+            "type": str(err.get("type", "")),
+            "msg": str(err.get("msg", "")),
+        })
+    return details
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(NoteeError)
+    async def _domain(_request: Request, exc: NoteeError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "invalid_input", "request failed validation", _validation_details(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _mysql_down(_request: Request, exc: Exception) -> JSONResponse:
+        log.warning("mysql unavailable: %s", type(exc).__name__)
+        return error_response(503, "store_unavailable", "database unavailable, retry later", headers={"Retry-After": "1"})
+
+    @app.exception_handler(DBAPIError)
+    async def _mysql_error(_request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:
+            return error_response(503, "store_unavailable", "database unavailable, retry later", headers={"Retry-After": "1"})
+        raise exc
+
+    @app.exception_handler(NoHostAvailable)
+    @app.exception_handler(OperationTimedOut)
+    @app.exception_handler(RequestExecutionException)
+    @app.exception_handler(DriverException)
+    async def _cassandra_down(_request: Request, exc: Exception) -> JSONResponse:
+        log.warning("cassandra unavailable: %s", type(exc).__name__)
+        return error_response(503, "store_unavailable", "subscription store unavailable, retry later",
+                              headers={"Retry-After": "1"})

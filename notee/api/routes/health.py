@@ -1,0 +1,47 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy import text
+
+from notee.api.deps import RuntimeDep
+from notee.runtime import Runtime
+
+router = APIRouter(tags=["health"])
+
+
+class Health(BaseModel):
+    status: str
+    mysql: str
+    cassandra: str
+
+
+def _check(runtime: Runtime) -> Health:
+    def probe(fn) -> str:
+        try:
+            fn()
+            return "ok"
+        except Exception as exc:  # reported, not raised: this is the health endpoint
+            return f"down: {type(exc).__name__}"
+
+    def mysql() -> None:
+        with runtime.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def cassandra() -> None:
+        runtime.cql.execute("SELECT release_version FROM system.local", timeout=3)
+
+    m, c = probe(mysql), probe(cassandra)
+    return Health(status="ok" if m == c == "ok" else "degraded", mysql=m, cassandra=c)
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+async def healthz(runtime: RuntimeDep):
+    """Ready when both stores answer; 503 with the failing store otherwise."""
+    health = await asyncio.to_thread(_check, runtime)
+    return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)

@@ -1,0 +1,65 @@
+"""The `notee` command: one entry point per process and tool. Each command builds its Settings here,
+at start-up, then hands off to the module that owns the concern."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import typer
+
+from notee import logs
+from notee.settings import Settings
+
+app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
+log = logging.getLogger("notee")
+
+
+def _settings() -> Settings:
+    settings = Settings()
+    logs.setup(settings.log_level)
+    return settings
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending schema migrations to MySQL and Cassandra (idempotent)."""
+    from notee import migrate as migrations
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        applied = migrations.migrate_mysql(runtime.engine)
+        applied += migrations.migrate_cassandra(runtime.cql, runtime.settings)
+    finally:
+        runtime.close()
+    typer.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+
+
+@app.command()
+def api(host: str | None = None, port: int | None = None) -> None:
+    """Serve the HTTP API (OpenAPI at /docs)."""
+    import uvicorn
+
+    from notee.api.app import create_app
+
+    settings = _settings()
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+def openapi() -> None:
+    """Print the OpenAPI document (no database needed)."""
+    from notee.api.app import create_app
+
+    typer.echo(json.dumps(create_app(Settings()).openapi(), indent=2))
+
+
+def main() -> None:
+    app()

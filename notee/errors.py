@@ -1,0 +1,63 @@
+"""Domain errors: a small hierarchy the API maps to HTTP in one handler (notee/api/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NoteeError(Exception):
+    """Base of every error Notee reports to a caller. ``code`` is machine-readable and stable."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+
+class InvalidInput(NoteeError):
+    status = 422
+    code = "invalid_input"
+
+
+class NotFound(NoteeError):
+    """Also answered for another tenant's objects, so their existence is not revealed."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(NoteeError):
+    status = 409
+    code = "conflict"
+
+
+class Unauthorized(NoteeError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(NoteeError):
+    status = 403
+    code = "forbidden"
+
+
+class PayloadTooLarge(NoteeError):
+    status = 422
+    code = "payload_too_large"
+
+
+class StoreUnavailable(NoteeError):
+    """A store is down or timed out: fail fast with 503 rather than hang or leak a stack trace."""
+
+    status = 503
+    code = "store_unavailable"
+
+
+class ProviderConfigError(NoteeError):
+    """Provider credentials missing or rejected: loud, never retried per device."""
+
+    status = 424
+    code = "provider_config"

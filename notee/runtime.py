@@ -1,0 +1,47 @@
+"""Per-process resources: settings, the MySQL engine, the Cassandra session.
+
+Every Notee process (api, worker, scheduler, CLI commands) builds one ``Runtime`` at start-up and
+closes it at exit; nothing is a module global. Built lazily per store so a command that needs only
+MySQL does not connect to Cassandra.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from cassandra.cluster import Cluster, Session as CqlSession
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from notee.settings import Settings
+from notee.store import cassandra, mysql
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cluster: Cluster | None = None
+
+    @cached_property
+    def engine(self) -> Engine:
+        return mysql.make_engine(self.settings)
+
+    @cached_property
+    def sessions(self) -> sessionmaker[Session]:
+        return mysql.make_sessionmaker(self.engine)
+
+    @cached_property
+    def cql(self) -> CqlSession:
+        self._cluster, session = cassandra.connect(self.settings)
+        return session
+
+    @cached_property
+    def keyspaces(self) -> cassandra.Keyspaces:
+        return cassandra.keyspaces(self.settings)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        if "engine" in self.__dict__:
+            self.engine.dispose()

@@ -1,0 +1,91 @@
+"""Notee's configuration: one pydantic-settings class read from ``NOTEE_*`` environment variables.
+
+Build it with ``Settings()`` at process start-up (the CLI and the app factories do); nothing in
+Notee builds it at import time, so tests and tools can set the environment first.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing import Annotated
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NOTEE_", extra="ignore")
+
+    # --- stores -----------------------------------------------------------------------------
+    mysql_url: SecretStr = Field(
+        SecretStr("mysql+pymysql://notee:notee@127.0.0.1:3306/notee"),
+        description="SQLAlchemy URL of the MySQL 8 / MariaDB >= 10.6 database.",
+    )
+    mysql_pool_size: int = Field(10, ge=1, description="Connections per process in the pool.")
+    mysql_connect_timeout_s: int = Field(
+        3, ge=1, description="Fail fast when MySQL is down: requests answer 503 instead of hanging."
+    )
+    cassandra_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        description="Comma-separated Cassandra contact points.",
+    )
+    cassandra_port: int = Field(9042, description="CQL native transport port.")
+    cassandra_protocol_version: int = Field(5, ge=4, description="CQL native protocol version (Cassandra 4+: 5).")
+    cassandra_local_dc: str = Field("datacenter1", description="Local datacenter for routing.")
+    cassandra_keyspace_notification: str = Field(
+        "notification", description="Keyspace of the subscription tables (seed name)."
+    )
+    cassandra_keyspace_numbering: str = Field(
+        "numbering", description="Keyspace of the counter table (seed name)."
+    )
+    cassandra_replication: str = Field(
+        "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        description="Replication map used when migrations create the keyspaces.",
+    )
+    cassandra_consistency: str = Field(
+        "LOCAL_QUORUM", description="Consistency level of reads and writes (LOCAL_QUORUM, QUORUM, ONE, ...)."
+    )
+    cassandra_request_timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+
+    # --- security ---------------------------------------------------------------------------
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token of the admin API (create services and keys). Unset: admin API off."
+    )
+    credentials_key: SecretStr | None = Field(
+        None,
+        description="Fernet key (urlsafe base64, 32 bytes) encrypting provider credentials at rest. "
+        "Required before credentials can be stored.",
+    )
+
+    # --- api ----------------------------------------------------------------------------------
+    api_host: str = Field("127.0.0.1", description="Address `notee api` binds.")
+    api_port: int = Field(8080, description="Port `notee api` binds.")
+
+    # --- providers ------------------------------------------------------------------------------
+    emulator_url: str | None = Field(
+        None,
+        description="Send every push to this Notee emulator (https://host:port) instead of FCM/APNs.",
+    )
+    emulator_ca_file: str | None = Field(None, description="CA certificate that signed the emulator's TLS cert.")
+    emulator_host: str = Field("127.0.0.1", description="Address `notee emulator` binds.")
+    emulator_port: int = Field(8443, description="Port `notee emulator` binds.")
+    emulator_state_dir: str = Field(".run/emulator", description="Where `notee emulator` keeps its test CA.")
+
+    # --- fan-out --------------------------------------------------------------------------------
+    fanout_fetch_size: int = Field(1000, ge=10, le=30000, description="Recipients read per Cassandra page.")
+    fanout_send_concurrency: int = Field(200, ge=1, description="Pushes in flight per worker.")
+    fanout_lease_s: int = Field(30, ge=5, description="Task lease; a dead worker's task is reclaimed after it.")
+    fanout_max_attempts: int = Field(5, ge=1, description="Sends per device before it is dead-lettered.")
+    retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
+
+    # --- scheduler ------------------------------------------------------------------------------
+    scheduler_grace_minutes: int = Field(
+        10, ge=0, description="Missed minutes younger than this are run late; older ones are skipped."
+    )
+
+    log_level: str = Field("INFO", description="Python logging level.")
+
+    @field_validator("cassandra_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [h.strip() for h in value.split(",") if h.strip()]
+        return value
