@@ -1,0 +1,76 @@
+"""The provider interface: send a batch of messages, get one outcome per message.
+
+Outcomes are values, not exceptions: a batch of 500 with 3 dead tokens returns 497 ``Delivered``
+and 3 ``InvalidToken``. Only configuration/auth problems that make *every* send fail raise
+``notee.errors.ProviderConfigError`` (loud, never retried per device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """One device to push to, as the fan-out read yields it from Cassandra (no MySQL lookup)."""
+
+    device_token: str
+    device_os: str  # "IOS" | "AOS"
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One rendered push for one device."""
+
+    device_token: str
+    device_os: str
+    title: str
+    body: str
+    data: dict[str, str] = field(default_factory=dict)
+    ttl_seconds: int | None = None
+    priority: str = "high"  # "high" | "normal"
+    collapse_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    message_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidToken:
+    """The provider says the token is dead (FCM UNREGISTERED / INVALID_ARGUMENT on the token,
+    APNs 410 / BadDeviceToken): prune the device and its subscriptions."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    """Retryable (429, 5xx, transport error). ``seconds`` is the provider's Retry-After, or None."""
+
+    reason: str
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Permanent for this message (e.g. payload rejected): record it, do not retry."""
+
+    reason: str
+
+
+Outcome = Union[Delivered, InvalidToken, RetryAfter, Failed]
+
+
+class Provider(Protocol):
+    name: str
+
+    async def send(self, messages: Sequence[Message]) -> list[Outcome]:
+        """Send every message; return one outcome per message, in order."""
+        ...
+
+    async def close(self) -> None: ...
