@@ -1,0 +1,122 @@
+"""Wall-clock maths of the cycle scheduler (pure: no I/O, no ``now()``).
+
+A cycle subscription is "these days, at HH:MM local time in this IANA timezone". The scheduler
+ticks once per UTC minute and, for each timezone in use, asks :func:`due_buckets` which local
+(day, hour, minute) buckets fall due at that UTC minute. The rule, which keeps every local minute
+firing exactly once per day whatever the offset does:
+
+* Normally a UTC minute maps to exactly one local minute, and that bucket is due.
+* Spring forward (a gap, e.g. New York 2026-03-08 02:00 -> 03:00): the local minutes inside the
+  gap never exist. They fire once, at the first valid minute after the gap, so the UTC minute that
+  reads 03:00 local makes 02:00 .. 02:59 *and* 03:00 due.
+* Fall back (a repeat, e.g. New York 2026-11-01 02:00 -> 01:00): 01:00 .. 01:59 happen twice.
+  They fire only on their first occurrence (``fold=0``); during the second pass nothing is due.
+
+Python's ``zoneinfo`` gives the offsets (PEP 495 ``fold`` semantics); the IANA database that
+``zoneinfo`` reads (system tzdata, or the ``tzdata`` package) is the source of truth for rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from notee.fanout.targets import CycleTarget
+
+DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.weekday()
+MINUTE = timedelta(minutes=1)
+# Longest forward jump any zone has made (Samoa skipped a whole day in 2011); a wider "gap" means
+# the input is broken, not the zone, so we refuse instead of firing a day of buckets.
+_MAX_GAP = timedelta(hours=25)
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    """The ``ZoneInfo`` for an IANA name; raises ``ValueError`` for an unknown name."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown IANA timezone {name!r}") from exc
+
+
+def is_valid_timezone(name: str) -> bool:
+    try:
+        zone(name)
+    except ValueError:
+        return False
+    return True
+
+
+def floor_minute(moment: datetime) -> datetime:
+    """The UTC minute containing ``moment`` (aware, UTC, seconds zeroed). Naive input means UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
+def minutes(start: datetime, end: datetime) -> Iterator[datetime]:
+    """UTC minutes ``start <= m < end`` (both floored)."""
+    m, end = floor_minute(start), floor_minute(end)
+    while m < end:
+        yield m
+        m += MINUTE
+
+
+def _wall(moment_utc: datetime, tz: ZoneInfo) -> datetime:
+    """Local wall-clock time as a *naive* datetime (naive arithmetic = wall-clock arithmetic)."""
+    return moment_utc.astimezone(tz).replace(tzinfo=None)
+
+
+def _first_occurrence_utc(wall: datetime, tz: ZoneInfo) -> datetime | None:
+    """The UTC instant a local wall time first happens, or None if it never exists (in a gap)."""
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(timezone.utc)
+    if _wall(first, tz) != wall:  # fold=0 of a nonexistent time round-trips to another time
+        return None
+    return first
+
+
+def bucket(wall: datetime, tz_name: str) -> CycleTarget:
+    return CycleTarget(timezone=tz_name, day=DAYS[wall.weekday()], hour=wall.hour, minute=wall.minute)
+
+
+def due_walls(minute_utc: datetime, tz_name: str) -> list[datetime]:
+    """The local wall-clock minutes (naive) due at ``minute_utc`` in ``tz_name``; see module doc."""
+    tz = zone(tz_name)
+    now = floor_minute(minute_utc)
+    wall = _wall(now, tz)
+    if _first_occurrence_utc(wall, tz) != now:
+        return []  # the second pass of a repeated (fall-back) local time: it already fired
+    previous = _wall(now - MINUTE, tz)
+    jump = wall - previous
+    if jump <= MINUTE:
+        return [wall]
+    if jump > _MAX_GAP:
+        raise ValueError(f"{tz_name} jumps {jump} at {now.isoformat()}")
+    # Spring forward: every local minute skipped between `previous` and `wall` fires now, once.
+    due = []
+    skipped = previous + MINUTE
+    while skipped < wall:
+        if _first_occurrence_utc(skipped, tz) is None:
+            due.append(skipped)
+        skipped += MINUTE
+    due.append(wall)
+    return due
+
+
+def due_buckets(minute_utc: datetime, tz_name: str) -> list[CycleTarget]:
+    """The cycle buckets of ``tz_name`` due at the UTC minute ``minute_utc`` (usually one)."""
+    return [bucket(w, tz_name) for w in due_walls(minute_utc, tz_name)]
+
+
+def idempotency_key(notification_key: str, target: CycleTarget, minute_utc: datetime) -> str:
+    """The job key of one (template, bucket, UTC minute): created once, however often it is asked.
+
+    Example: ``cycle:<uuid>:America/New_York:SUN0230:2026-03-08T07:00Z``.
+    """
+    m = floor_minute(minute_utc)
+    return (
+        f"cycle:{notification_key}:{target.timezone}:{target.day}{target.hour:02d}{target.minute:02d}:"
+        f"{m.strftime('%Y-%m-%dT%H:%MZ')}"
+    )
