@@ -54,6 +54,22 @@ def api(host: str | None = None, port: int | None = None) -> None:
 
 
 @app.command()
+def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None) -> None:
+    """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
+    from notee.emulator.server import serve
+
+    settings = _settings()
+    host, port = host or settings.emulator_host, port or settings.emulator_port
+
+    def ready(files) -> None:
+        typer.echo(f"notee emulator on https://{host}:{port}  CA certificate: {files.ca_cert.resolve()}")
+        typer.echo(f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
+                   f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}")
+
+    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready)
+
+
+@app.command()
 def openapi() -> None:
     """Print the OpenAPI document (no database needed)."""
     from notee.api.app import create_app
