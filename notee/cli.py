@@ -70,6 +70,28 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
 
 
 @app.command()
+def worker(lanes: int = typer.Option(2, min=1, help="Tasks this process runs at once.")) -> None:
+    """Run a fan-out worker until SIGTERM/SIGINT (then it stops gracefully)."""
+    from notee.fanout import worker as fanout_worker
+
+    fanout_worker.run(_settings(), lanes=lanes)
+
+
+@app.command()
+def prune(days: int | None = typer.Option(None, help="Override settings.retention_days.")) -> None:
+    """Delete finished publish jobs (and their tasks) older than the retention window."""
+    from notee.fanout.retention import prune_jobs
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        n = prune_jobs(runtime, older_than_days=days)
+    finally:
+        runtime.close()
+    typer.echo(f"pruned {n} job(s)")
+
+
+@app.command()
 def openapi() -> None:
     """Print the OpenAPI document (no database needed)."""
     from notee.api.app import create_app

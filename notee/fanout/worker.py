@@ -1,0 +1,275 @@
+"""``notee worker``: claim fan-out tasks, page recipients out of Cassandra, send, checkpoint.
+
+One asyncio loop per process. ``lanes`` coroutines each loop: claim a task (``SELECT … FOR UPDATE
+SKIP LOCKED`` + lease), then run it:
+
+    reader (thread)  --page-->  bounded queue (2 pages)  -->  sender  -->  checkpoint (MySQL)
+
+* The reader pages one slot at a time with ``fetch_size`` rows; the queue holds at most
+  ``READ_AHEAD`` pages, so memory is bounded by (lanes x (READ_AHEAD + 1)) pages, whatever the
+  topic's size.
+* After a page is sent, the task's checkpoint (slot, paging state after that page, counts) is
+  written, fenced by the lease token. A SIGKILL therefore loses at most the page in flight: the
+  lease expires, another worker claims the task and resumes from the checkpoint, so a device gets
+  at most one duplicate.
+* A lease keeper renews the lease every ``lease_s / 3`` while a page is slow.
+* SIGTERM/SIGINT: stop claiming; each lane finishes (sends and checkpoints) its in-flight page,
+  drops what it read ahead (not checkpointed, so not lost), releases the lease and exits.
+* Per device: no MySQL and no Cassandra query. Per task: one job read (the rendered payload).
+  Per page: one Cassandra page read and one MySQL checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from notee.errors import ProviderConfigError
+from notee.fanout.jobs import cql_statements, decode_target
+from notee.providers.base import Delivered, InvalidToken, Message, Provider, Recipient, RetryAfter
+from notee.runtime import Runtime
+from notee.store import jobs as store
+from notee.store.jobs import Claim, LeaseLost, PageCounts
+
+log = logging.getLogger(__name__)
+
+READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
+IDLE_POLL_S = 0.5  # how often an idle lane asks for work
+ERROR_BACKOFF_S = 2.0  # a task released after an unexpected error is claimable again after this
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What a page's send did, in device counts. ``sent + failed + pruned == len(messages)``;
+    ``retried`` counts extra attempts."""
+
+    sent: int = 0
+    failed: int = 0
+    pruned: int = 0
+    retried: int = 0
+
+
+# (service, messages) -> counts. Retries, pruning and dead-lettering happen inside; it raises
+# ProviderConfigError when the service's credentials are unusable (the job fails loudly).
+SendPage = Callable[[str, Sequence[Message]], Awaitable[SendResult]]
+
+
+def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
+    """Render one page: every recipient of a publish gets the same payload (pure, no I/O)."""
+    title, body, data = payload["title"], payload["body"], payload.get("data") or {}
+    ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
+    return [Message(r.device_token, r.device_os, title, body, data, ttl, priority) for r in page]
+
+
+def provider_sender(provider: Provider, *, max_attempts: int = 5, base_backoff_s: float = 0.5) -> SendPage:
+    """A SendPage over a bare Provider (tests and the log provider): retries RetryAfter outcomes with
+    backoff honouring Retry-After; counts InvalidToken as pruned (the caller prunes nothing here)."""
+
+    async def send(_service: str, messages: Sequence[Message]) -> SendResult:
+        sent = failed = pruned = retried = 0
+        pending = list(messages)
+        for attempt in range(1, max_attempts + 1):
+            outcomes = await provider.send(pending)
+            again: list[Message] = []
+            wait = 0.0
+            for msg, outcome in zip(pending, outcomes):
+                if isinstance(outcome, Delivered):
+                    sent += 1
+                elif isinstance(outcome, InvalidToken):
+                    pruned += 1
+                elif isinstance(outcome, RetryAfter) and attempt < max_attempts:
+                    again.append(msg)
+                    wait = max(wait, outcome.seconds or base_backoff_s * 2 ** (attempt - 1))
+                else:
+                    failed += 1
+            if not again:
+                break
+            retried += len(again)
+            pending = again
+            await asyncio.sleep(min(wait, 30.0))
+        return SendResult(sent, failed, pruned, retried)
+
+    return send
+
+
+class Worker:
+    def __init__(self, runtime: Runtime, send_page: SendPage, *, lanes: int = 2, worker_id: str | None = None,
+                 lease_s: float | None = None, fetch_size: int | None = None) -> None:
+        self.runtime = runtime
+        self.send_page = send_page
+        self.lanes = lanes
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_s = lease_s or runtime.settings.fanout_lease_s
+        self.fetch_size = fetch_size or runtime.settings.fanout_fetch_size
+        self.stop = asyncio.Event()
+        self.tasks_done = 0
+
+    # ------------------------------------------------------------------ claim loop
+    async def run(self, *, until_idle: bool = False) -> None:
+        """Run the lanes until ``stop`` is set (or, with ``until_idle``, until no task is left)."""
+        log.info("worker %s: %d lanes, fetch_size=%d, lease=%ss", self.worker_id, self.lanes, self.fetch_size,
+                 self.lease_s)
+        await asyncio.gather(*(self._lane(i, until_idle) for i in range(self.lanes)))
+        log.info("worker %s: stopped after %d task(s)", self.worker_id, self.tasks_done)
+
+    async def _lane(self, lane: int, until_idle: bool) -> None:
+        while not self.stop.is_set():
+            try:
+                claim = await asyncio.to_thread(store.claim, self.runtime.sessions, owner=self.worker_id,
+                                                lease_s=self.lease_s)
+            except Exception as exc:  # store down: keep the process, try again
+                log.warning("worker %s lane %d: claim failed (%s); retrying", self.worker_id, lane,
+                            type(exc).__name__)
+                claim = None
+            if claim is None:
+                if until_idle:
+                    return
+                await self._sleep(IDLE_POLL_S)
+                continue
+            await self.run_task(claim)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    # ------------------------------------------------------------------ one task
+    async def run_task(self, claim: Claim) -> None:
+        sessions = self.runtime.sessions
+        name = f"{claim.job_id}/{claim.task_no}"
+        lost = asyncio.Event()
+        keeper = asyncio.create_task(self._keep_lease(claim, lost))
+        started = time.monotonic()
+        pages = sent = 0
+        try:
+            job = await asyncio.to_thread(_read_job, sessions, claim.job_id)
+            target = decode_target(job.target_kind, job.target)
+            queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
+            reader = asyncio.create_task(self._read(claim, job.notification_key, target, queue))
+            try:
+                while True:
+                    item = await queue.get()
+                    if isinstance(item, BaseException):
+                        raise item
+                    slot, page, next_state = item
+                    if lost.is_set():
+                        raise LeaseLost(f"lease of {name} lost")
+                    if self.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
+                        await asyncio.to_thread(store.release, sessions, claim)
+                        log.info("task %s released on stop after %d pages", name, pages)
+                        return
+                    result = await self.send_page(job.service, messages_for(page, job.payload)) if page else SendResult()
+                    counts = PageCounts(len(page), result.sent, result.failed, result.pruned, result.retried)
+                    pages += 1
+                    sent += result.sent
+                    last = next_state is None and slot == claim.slot_to
+                    if last:
+                        await asyncio.to_thread(store.complete, sessions, claim, counts=counts)
+                        self.tasks_done += 1
+                        log.info("task %s done: %d pages, %d sent in %.1fs", name, pages, sent,
+                                 time.monotonic() - started)
+                        return
+                    resume_slot, resume_state = (slot, next_state) if next_state is not None else (slot + 1, None)
+                    await asyncio.to_thread(store.checkpoint, sessions, claim, current_slot=resume_slot,
+                                            paging_state=resume_state, counts=counts, lease_s=self.lease_s)
+                    if self.stop.is_set():
+                        await asyncio.to_thread(store.release, sessions, claim)
+                        log.info("task %s released on stop at slot %d after %d pages", name, resume_slot, pages)
+                        return
+            finally:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+        except LeaseLost as exc:
+            log.warning("task %s: %s; another worker owns it now", name, exc)
+        except ProviderConfigError as exc:
+            log.error("task %s failed: provider configuration: %s", name, exc.message)
+            await self._finish_failed(claim, f"provider configuration: {exc.message}")
+        except Exception as exc:
+            log.exception("task %s: unexpected error; releasing it for a retry", name)
+            try:
+                await asyncio.to_thread(store.release, sessions, claim, delay_s=ERROR_BACKOFF_S,
+                                        error=f"{type(exc).__name__}: {exc}")
+            except Exception:  # the lease will expire and the task be reclaimed anyway
+                log.warning("task %s: release failed too; its lease will expire", name)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+    async def _finish_failed(self, claim: Claim, error: str) -> None:
+        try:
+            await asyncio.to_thread(store.complete, self.runtime.sessions, claim, failed=True, error=error)
+        except LeaseLost:
+            pass
+
+    async def _read(self, claim: Claim, key: str, target, queue: asyncio.Queue) -> None:
+        """Producer: page the task's slots from its checkpoint into the bounded queue."""
+        from notee.store.cql import stream_recipients
+
+        statements = await asyncio.to_thread(cql_statements, self.runtime)
+        try:
+            for slot in range(claim.current_slot, claim.slot_to + 1):
+                state = claim.paging_state if slot == claim.current_slot else None
+                pages = stream_recipients(statements, key, target, slot, self.fetch_size, state)
+                while True:
+                    item = await asyncio.to_thread(next, pages, None)
+                    if item is None:
+                        break
+                    page, next_state = item
+                    await queue.put((slot, page, next_state))
+        except Exception as exc:  # handed to the consumer, which releases the task
+            await queue.put(exc)
+
+    async def _keep_lease(self, claim: Claim, lost: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await asyncio.to_thread(store.extend_lease, self.runtime.sessions, claim, lease_s=self.lease_s)
+            except LeaseLost:
+                lost.set()
+                return
+            except Exception as exc:  # transient: the next try or the next checkpoint renews it
+                log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
+
+
+def _read_job(sessions, job_id: str) -> store.JobRow:
+    with sessions() as session:
+        job = store.get_job(session, job_id)
+    if job is None:
+        raise LeaseLost(f"job {job_id} is gone (pruned?)")
+    return job
+
+
+def default_sender(runtime: Runtime) -> tuple[SendPage, Callable[[], Awaitable[None]]]:
+    """The production sender (notee.delivery) and its closer."""
+    from notee import delivery
+
+    return delivery.fanout_sender(runtime)
+
+
+async def _main(runtime: Runtime, lanes: int) -> None:
+    send_page, close = default_sender(runtime)
+    worker = Worker(runtime, send_page, lanes=lanes)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop.set)
+    try:
+        await worker.run()
+    finally:
+        await close()
+
+
+def run(settings, *, lanes: int = 2) -> None:
+    """Entry point of ``notee worker``: runs until SIGTERM/SIGINT, then stops gracefully."""
+    runtime = Runtime(settings)
+    try:
+        asyncio.run(_main(runtime, lanes))
+    finally:
+        runtime.close()

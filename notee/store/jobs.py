@@ -1,0 +1,317 @@
+"""All SQL of the fan-out work queue: publish jobs and their leased slot-range tasks.
+
+Leasing (DATA-RULES.md "Writes"): a worker claims one open task with ``SELECT … FOR UPDATE SKIP
+LOCKED``, stamps it with its own ``lease_token`` and a ``lease_until`` from the database clock, and
+every later write (extend, checkpoint, complete, release) is fenced by that token: if another
+worker reclaimed the task after the lease expired, the stale worker's write matches no row and it
+stops (``LeaseLost``). Functions take the caller's Session and never commit, except the ones whose
+docstring says they run their own transaction from a sessionmaker.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+# A task that failed this many claims (crashes, store errors) is marked failed instead of retried.
+MAX_TASK_ATTEMPTS = 10
+
+
+class LeaseLost(RuntimeError):
+    """The task's lease was taken over (it expired and another worker claimed it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    job_id: str
+    service: str
+    notification_key: str
+    method: str
+    type_: str
+    target_kind: str
+    target: dict[str, Any]
+    idempotency_key: str | None
+    payload: dict[str, Any]
+    state: str
+    task_count: int
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    created: bool = False  # True only on the call that inserted it
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    tasks_done: int
+    targeted: int
+    sent: int
+    failed: int
+    pruned: int
+    retried: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A leased task. ``lease_token`` must accompany every write about it."""
+
+    job_id: str
+    task_no: int
+    slot_from: int
+    slot_to: int
+    current_slot: int
+    paging_state: bytes | None
+    attempts: int
+    lease_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class PageCounts:
+    targeted: int = 0
+    sent: int = 0
+    failed: int = 0
+    pruned: int = 0
+    retried: int = 0
+
+
+_JOB_COLUMNS = (
+    "job_id, service, notification_key, notification_method, notification_type, target_kind, target, "
+    "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at"
+)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _job(row: Any, created: bool = False) -> JobRow:
+    return JobRow(
+        job_id=row.job_id, service=row.service, notification_key=row.notification_key,
+        method=row.notification_method, type_=row.notification_type, target_kind=row.target_kind,
+        target=_json(row.target), idempotency_key=row.idempotency_key, payload=_json(row.payload),
+        state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
+        started_at=row.started_at, finished_at=row.finished_at, created=created,
+    )
+
+
+# --- templates (read once per publish; the workers never read them) -------------------------------
+
+def template_by_key(session: Session, service: str, notification_key: str) -> Any | None:
+    return session.execute(
+        text("SELECT notification_method, notification_type, title, body, data, ttl_seconds, priority,"
+             " notification_key FROM notification_template WHERE notification_key = :k AND service = :s"),
+        {"k": notification_key, "s": service},
+    ).one_or_none()
+
+
+def template_key(session: Session, service: str, method: str, type_: str) -> str | None:
+    return session.execute(
+        text("SELECT notification_key FROM notification_template"
+             " WHERE service = :s AND notification_method = :m AND notification_type = :t"),
+        {"s": service, "m": method, "t": type_},
+    ).scalar_one_or_none()
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+def job_by_idempotency_key(session: Session, service: str, idempotency_key: str) -> JobRow | None:
+    row = session.execute(
+        text(f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE service = :s AND idempotency_key = :k"),
+        {"s": service, "k": idempotency_key},
+    ).one_or_none()
+    return _job(row) if row else None
+
+
+def get_job(session: Session, job_id: str, service: str | None = None) -> JobRow | None:
+    """The job, or None; with ``service``, None also for another tenant's job."""
+    sql = f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE job_id = :j"
+    params: dict[str, Any] = {"j": job_id}
+    if service is not None:
+        sql += " AND service = :s"
+        params["s"] = service
+    row = session.execute(text(sql), params).one_or_none()
+    return _job(row) if row else None
+
+
+def insert_job(session: Session, *, job_id: str, service: str, notification_key: str, method: str, type_: str,
+               target_kind: str, target: dict[str, Any], idempotency_key: str | None,
+               variables: dict[str, Any] | None, overrides: dict[str, Any] | None, payload: dict[str, Any],
+               slot_ranges: list[tuple[int, int]]) -> None:
+    """Insert the job row and one task row per slot range, in the caller's transaction.
+
+    Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
+    session.execute(
+        text("INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
+             " target_kind, target, idempotency_key, variables, overrides, payload, state, task_count, created_at)"
+             " VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, 'queued', :n, UTC_TIMESTAMP(6))"),
+        {"j": job_id, "s": service, "k": notification_key, "m": method, "t": type_, "tk": target_kind,
+         "tg": json.dumps(target), "ik": idempotency_key,
+         "v": json.dumps(variables) if variables is not None else None,
+         "o": json.dumps(overrides) if overrides is not None else None,
+         "p": json.dumps(payload), "n": len(slot_ranges)},
+    )
+    session.execute(
+        text("INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
+             " VALUES (:j, :n, :a, :b, :a, 'queued', UTC_TIMESTAMP(6))"),
+        [{"j": job_id, "n": i, "a": a, "b": b} for i, (a, b) in enumerate(slot_ranges)],
+    )
+
+
+def progress(session: Session, job_id: str) -> Progress:
+    """Roll the tasks' counters up into the job's progress (a job has at most a few hundred tasks)."""
+    row = session.execute(
+        text("SELECT COALESCE(SUM(state IN ('done', 'failed')), 0) AS tasks_done,"
+             " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
+             " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
+             " COALESCE(SUM(retried), 0) AS retried FROM fanout_task WHERE job_id = :j"),
+        {"j": job_id},
+    ).one()
+    return Progress(int(row.tasks_done), int(row.targeted), int(row.sent), int(row.failed), int(row.pruned),
+                    int(row.retried))
+
+
+# --- leasing ------------------------------------------------------------------------------------
+
+def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float) -> Claim | None:
+    """Lease one open task (queued, or running with an expired lease), in its own transaction.
+
+    ``SKIP LOCKED`` lets any number of workers claim concurrently without waiting on each other's
+    row locks; each task row is handed to exactly one of them. A task that has already been
+    claimed ``MAX_TASK_ATTEMPTS`` times is failed instead (a poison task must not loop forever)."""
+    token = secrets.token_hex(16)
+    with sessions.begin() as session:
+        while True:
+            row = session.execute(
+                text("SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
+                     " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
+                     " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED")
+            ).one_or_none()
+            if row is None:
+                return None
+            if row.attempts >= MAX_TASK_ATTEMPTS:
+                _finish_task(session, row.job_id, row.task_no, "failed",
+                             f"gave up after {row.attempts} attempts (worker crashes or store errors)")
+                continue
+            session.execute(
+                text("UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
+                     " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND,"
+                     " attempts = attempts + 1, started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                     " WHERE job_id = :j AND task_no = :n"),
+                {"o": owner[:100], "tok": token, "ms": int(lease_s * 1000), "j": row.job_id, "n": row.task_no},
+            )
+            session.execute(
+                text("UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                     " WHERE job_id = :j AND state = 'queued'"),
+                {"j": row.job_id},
+            )
+            return Claim(row.job_id, row.task_no, row.slot_from, row.slot_to, row.current_slot,
+                         bytes(row.paging_state) if row.paging_state is not None else None,
+                         row.attempts + 1, token)
+
+
+def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -> None:
+    result = session.execute(
+        text(sql + " WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND state = 'running'"),
+        {**params, "j": claim_.job_id, "n": claim_.task_no, "tok": claim_.lease_token},
+    )
+    if result.rowcount != 1:
+        raise LeaseLost(f"task {claim_.job_id}/{claim_.task_no} is no longer leased by this worker")
+
+
+def extend_lease(sessions: sessionmaker[Session], claim_: Claim, *, lease_s: float) -> None:
+    with sessions.begin() as session:
+        _fenced(session, claim_, "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+                {"ms": int(lease_s * 1000)})
+
+
+def checkpoint(sessions: sessionmaker[Session], claim_: Claim, *, current_slot: int, paging_state: bytes | None,
+               counts: PageCounts, lease_s: float) -> None:
+    """Record one finished page: where to resume (slot + paging state) and what it did; renews the lease."""
+    with sessions.begin() as session:
+        _fenced(session, claim_,
+                "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, targeted = targeted + :tg,"
+                " sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr, retried = retried + :re,"
+                " pages = pages + 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+                {"cs": current_slot, "ps": paging_state, "tg": counts.targeted, "se": counts.sent,
+                 "fa": counts.failed, "pr": counts.pruned, "re": counts.retried, "ms": int(lease_s * 1000)})
+
+
+def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 0.0, error: str | None = None) -> None:
+    """Give the task back (graceful stop, or a transient error: retry after ``delay_s``).
+    Progress stays checkpointed; the next claimer resumes from it."""
+    with sessions.begin() as session:
+        _fenced(session, claim_,
+                "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL, error = :e,"
+                " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+                {"e": error[:500] if error else None, "ms": int(delay_s * 1000)})
+
+
+def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCounts = PageCounts(),
+             failed: bool = False, error: str | None = None) -> None:
+    """Finish the task (done, or failed loudly) with the counts of its last page, and, if it was the
+    job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
+    task open (it is re-sent, at most one page), never a done task without its counts."""
+    with sessions.begin() as session:
+        _fenced(session, claim_,
+                "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
+                " pruned = pruned + :pr, retried = retried + :re, pages = pages + :pg",
+                {"tg": counts.targeted, "se": counts.sent, "fa": counts.failed, "pr": counts.pruned,
+                 "re": counts.retried, "pg": 1 if counts.targeted else 0})
+        _finish_task(session, claim_.job_id, claim_.task_no, "failed" if failed else "done", error)
+
+
+def _finish_task(session: Session, job_id: str, task_no: int, state: str, error: str | None) -> None:
+    session.execute(
+        text("UPDATE fanout_task SET state = :st, error = :e, lease_owner = NULL, lease_token = NULL,"
+             " paging_state = NULL, finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND task_no = :n"),
+        {"st": state, "e": error[:500] if error else None, "j": job_id, "n": task_no},
+    )
+    # Lock the job row so two workers finishing the last two tasks at once serialise here and
+    # exactly one of them sees "no open task left" and closes the job.
+    session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
+    row = session.execute(
+        text("SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
+             " MIN(CASE WHEN state = 'failed' THEN error END) AS error_ FROM fanout_task WHERE job_id = :j"),
+        {"j": job_id},
+    ).one()
+    if int(row.open_ or 0) == 0:
+        session.execute(
+            text("UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
+                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6)) WHERE job_id = :j AND state IN ('queued', 'running')"),
+            {"st": "failed" if row.failed_ else "done", "e": row.error_, "j": job_id},
+        )
+
+
+def reclaim_expired(session: Session) -> int:
+    """Put every running task whose lease expired back in the queue (claim also takes them
+    directly; this is for operators and tests). Returns how many."""
+    return session.execute(
+        text("UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL"
+             " WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)")
+    ).rowcount
+
+
+def tasks(session: Session, job_id: str) -> list[Any]:
+    """The job's task rows (operators and tests; never exposed with paging_state)."""
+    return list(session.execute(
+        text("SELECT task_no, slot_from, slot_to, current_slot, state, lease_owner, attempts, targeted, sent,"
+             " failed, pruned, retried, pages, error FROM fanout_task WHERE job_id = :j ORDER BY task_no"),
+        {"j": job_id},
+    ).all())
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000) -> int:
+    """Delete up to ``batch`` finished jobs (tasks cascade) that finished more than ``older_than_days`` ago."""
+    return session.execute(
+        text("DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
+             " AND state IN ('done', 'failed') LIMIT :b"),
+        {"d": older_than_days, "b": batch},
+    ).rowcount
