@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from notee.api import errors
 from notee.api.routes import health
+from notee.api.routes import admin, devices, templates, users
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -37,4 +38,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(health.router)
+    for router in (admin.router, users.router, devices.router, templates.router):
+        app.include_router(router)
     return app

@@ -1,0 +1,173 @@
+"""Request and response models of the registry endpoints (admin, users, devices, templates).
+
+Request models forbid unknown fields and use strict scalar types, so a wrong type is a 422 rather
+than a silent coercion. Their length/pattern constraints document the limits in OpenAPI; the domain
+(``notee.domain.registry.check_*``) checks the same rules again, so the CLI and other callers get them
+too.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from notee.api.errors import ErrorResponse
+from notee.domain.registry import MAX_TTL_SECONDS
+
+Method = Literal["TOPIC", "CYCLE", "SINGLE"]
+Os = Literal["IOS", "AOS"]
+Priority = Literal["high", "normal"]
+
+SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
+TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+TOKEN_PATTERN = r"^[\x21-\x7e]{8,512}$"
+
+_DESCRIPTIONS = {
+    401: "Missing, unknown or revoked credentials",
+    403: "Admin API disabled (NOTEE_ADMIN_TOKEN unset)",
+    404: "Not found (also for another service's objects: their existence is not revealed)",
+    409: "Already exists",
+    422: "Invalid input; nothing was written",
+    424: "Credentials key not configured or credentials unreadable",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the error statuses a route may answer."""
+    return {c: {"model": ErrorResponse, "description": _DESCRIPTIONS[c]} for c in codes}
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+# --- admin ---------------------------------------------------------------------------------------
+
+class ServiceIn(_In):
+    service: StrictStr = Field(pattern=SERVICE_PATTERN, description="Tenant identifier, e.g. SMEEM",
+                               examples=["SMEEM"])
+    display_name: StrictStr = Field(min_length=1, max_length=200)
+    timezone: StrictStr | None = Field(None, max_length=64, description="IANA name; default Asia/Seoul",
+                                       examples=["Asia/Seoul"])
+
+
+class ServiceOut(_Out):
+    service: str
+    display_name: str
+    timezone: str
+    created_at: datetime
+
+
+class ApiKeyIn(_In):
+    label: StrictStr = Field("", max_length=100)
+
+
+class ApiKeyOut(_Out):
+    key_id: str
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyList(BaseModel):
+    items: list[ApiKeyOut]
+
+
+class ApiKeyCreated(ApiKeyOut):
+    api_key: str = Field(description="`nk_<key_id>_<secret>`: shown once, store it now (only its hash is kept)")
+
+
+class FcmCredentialsIn(_In):
+    service_account: dict[str, Any] = Field(description="The Firebase service-account JSON (type, project_id, "
+                                                        "client_email, private_key, ...)")
+
+
+class ApnsCredentialsIn(_In):
+    key_id: StrictStr = Field(pattern=r"^[A-Z0-9]{10}$", description="APNs auth key id")
+    team_id: StrictStr = Field(pattern=r"^[A-Z0-9]{10}$")
+    bundle_id: StrictStr = Field(pattern=r"^[A-Za-z0-9.-]{1,155}$", description="App bundle id (the apns-topic)")
+    private_key: StrictStr = Field(max_length=8192, description="Contents of the .p8 file (PEM, EC P-256)")
+    sandbox: StrictBool = False
+
+
+class CredentialsStatus(BaseModel):
+    """Which providers are configured. Secrets are never returned."""
+
+    fcm: bool
+    apns: bool
+
+
+# --- users and devices -----------------------------------------------------------------------------
+
+class UserIn(_In):
+    name: StrictStr = Field("", max_length=191, description="The user's name in the service")
+
+
+class UserOut(_Out):
+    user_id: str = Field(description="Platform user id (UUID), stable for a service_user_id")
+    service_user_id: str
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeviceIn(_In):
+    token: StrictStr = Field(pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or "
+                                                               "APNs device token)")
+    os: Os
+    region: StrictStr = Field("", pattern=r"^[A-Za-z0-9_-]{0,8}$", examples=["KR"])
+
+
+class DeviceOut(_Out):
+    token: str
+    os: Os
+    region: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeviceList(BaseModel):
+    items: list[DeviceOut]
+
+
+class RotateIn(_In):
+    old_token: StrictStr = Field(pattern=TOKEN_PATTERN)
+    new_token: StrictStr = Field(pattern=TOKEN_PATTERN)
+
+
+class RotateOut(BaseModel):
+    rotated: int = Field(description="Users of this service whose device now holds new_token")
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+class TemplateIn(_In):
+    title: StrictStr = Field(min_length=1, max_length=200)
+    body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    data: dict[StrictStr, StrictStr] | None = Field(None, description="Flat string map sent with the push")
+    ttl_seconds: StrictInt | None = Field(None, ge=0, le=MAX_TTL_SECONDS)
+    priority: Priority = "high"
+
+
+class TemplateOut(_Out):
+    method: Method
+    type: str
+    title: str
+    body: str
+    data: dict[str, str] | None
+    ttl_seconds: int | None
+    priority: Priority
+    notification_key: str = Field(description="UUID created with the template; stable across updates")
+    version: int = Field(description="Cache version; bumped by every write")
+    created_at: datetime
+    updated_at: datetime
+
+
+class TemplateList(BaseModel):
+    items: list[TemplateOut]

@@ -1,0 +1,88 @@
+"""Admin API (admin token): services, their API keys and provider credentials."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from notee.api.auth import AdminDep, BoxDep
+from notee.api.deps import DbDep
+from notee.api.models import (
+    SERVICE_PATTERN,
+    ApiKeyCreated,
+    ApiKeyIn,
+    ApiKeyList,
+    ApiKeyOut,
+    ApnsCredentialsIn,
+    CredentialsStatus,
+    FcmCredentialsIn,
+    ServiceIn,
+    ServiceOut,
+    errors,
+)
+from notee.domain import registry
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
+
+ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
+KeyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")]
+ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns)$")]
+
+
+@router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
+def create_service(body: ServiceIn, db: DbDep):
+    """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
+    return registry.create_service(db, service=body.service, display_name=body.display_name, timezone=body.timezone)
+
+
+@router.get("/services/{service}", response_model=ServiceOut, responses=errors(404))
+def get_service(service: ServicePath, db: DbDep):
+    return registry.get_service(db, service)
+
+
+@router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))
+def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None):
+    """Create an API key. The key is in this response only; Notee keeps its SHA-256."""
+    created = registry.create_api_key(db, service, label=body.label if body else "")
+    return ApiKeyCreated(**ApiKeyOut.model_validate(created.info).model_dump(), api_key=created.api_key)
+
+
+@router.get("/services/{service}/api-keys", response_model=ApiKeyList, responses=errors(404))
+def list_api_keys(service: ServicePath, db: DbDep):
+    """Every key of the service, revoked ones included; never a secret."""
+    return ApiKeyList(items=[ApiKeyOut.model_validate(k) for k in registry.list_api_keys(db, service)])
+
+
+@router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response,
+               responses=errors(404))
+def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep):
+    """Revoke a key; effective on the next request."""
+    registry.revoke_api_key(db, service, key_id)
+
+
+@router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))
+def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep):
+    """Store the Firebase service account (encrypted at rest, never returned)."""
+    registry.set_fcm_credentials(db, box, service, body.service_account)
+    return registry.credentials_status(db, service)
+
+
+@router.put("/services/{service}/credentials/apns", response_model=CredentialsStatus, responses=errors(404, 424))
+def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDep, box: BoxDep):
+    """Store the APNs token-auth key (encrypted at rest, never returned)."""
+    registry.set_apns_credentials(db, box, service, key_id=body.key_id, team_id=body.team_id,
+                                  bundle_id=body.bundle_id, private_key=body.private_key, sandbox=body.sandbox)
+    return registry.credentials_status(db, service)
+
+
+@router.get("/services/{service}/credentials", response_model=CredentialsStatus, responses=errors(404))
+def get_credentials(service: ServicePath, db: DbDep):
+    """Which providers are configured (no secret material)."""
+    return registry.credentials_status(db, service)
+
+
+@router.delete("/services/{service}/credentials/{provider}", status_code=204, response_class=Response,
+               responses=errors(404))
+def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
+    registry.delete_credentials(db, service, provider)

@@ -1,0 +1,44 @@
+"""Service-scoped notification templates keyed by (method, type)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import DbDep, RuntimeDep
+from notee.api.models import TYPE_PATTERN, Method, TemplateIn, TemplateList, TemplateOut, errors
+from notee.domain import registry
+
+router = APIRouter(prefix="/v1/templates", tags=["templates"])
+
+MethodPath = Annotated[Method, Path(description="TOPIC | CYCLE | SINGLE")]
+TypePath = Annotated[str, Path(alias="type", pattern=TYPE_PATTERN, description="Service-defined notification type")]
+
+
+@router.put("/{method}/{type}", response_model=TemplateOut,
+            responses={201: {"model": TemplateOut, "description": "Created"}} | errors(404))
+def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service: ServiceDep, db: DbDep,
+                 runtime: RuntimeDep, response: Response):
+    """Create or update (201 when created). notification_key never changes; the version is bumped."""
+    template = registry.put_template(runtime, db, service, method, type_, title=body.title, body=body.body,
+                                     data=body.data, ttl_seconds=body.ttl_seconds, priority=body.priority)
+    response.status_code = 201 if template.created else 200
+    return template
+
+
+@router.get("", response_model=TemplateList)
+def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    return TemplateList(items=[TemplateOut.model_validate(t) for t in registry.list_templates(runtime, db, service)])
+
+
+@router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
+def get_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    return registry.get_template(runtime, db, service, method, type_)
+
+
+@router.delete("/{method}/{type}", status_code=204, response_class=Response, responses=errors(404))
+def delete_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    """Delete the template and its subscriptions."""
+    registry.delete_template(runtime, db, service, method, type_)

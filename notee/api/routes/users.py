@@ -1,0 +1,37 @@
+"""Service-scoped users: register/update by the service's own id, read and delete by platform id."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Response
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import DbDep, RuntimeDep
+from notee.api.models import UserIn, UserOut, errors
+from notee.domain import registry
+
+router = APIRouter(prefix="/v1/users", tags=["users"])
+
+ServiceUserIdPath = Annotated[str, Path(min_length=1, max_length=191, description="The service's own user id")]
+UserIdPath = Annotated[UUID, Path(description="Platform user id")]
+
+
+@router.put("/{service_user_id}", response_model=UserOut, responses={201: {"model": UserOut, "description": "Created"}})
+def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceDep, db: DbDep, response: Response):
+    """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
+    user = registry.upsert_user(db, service, service_user_id, name=body.name)
+    response.status_code = 201 if user.created else 200
+    return user
+
+
+@router.get("/{user_id}", response_model=UserOut, responses=errors(404))
+def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep):
+    return registry.get_user(db, service, str(user_id))
+
+
+@router.delete("/{user_id}", status_code=204, response_class=Response, responses=errors(404))
+def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    """Delete the user, its devices and its subscriptions."""
+    registry.delete_user(runtime, db, service, str(user_id))

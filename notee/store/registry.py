@@ -1,0 +1,307 @@
+"""Registry SQL: services, API keys, provider credentials, users, devices, templates.
+
+SQLAlchemy Core over the tables of ``schema/mysql/0001_core.sql`` (the DDL lives there; these
+``Table`` objects only describe columns for queries). Every function takes the caller's Session
+and never commits: the domain function that owns the unit of work does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Row,
+    String,
+    Table,
+    and_,
+    delete,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.orm import Session
+
+metadata = MetaData()
+
+service_t = Table(
+    "service", metadata,
+    Column("service", String(32), primary_key=True),
+    Column("display_name", String(200)),
+    Column("timezone", String(64)),
+    Column("created_at", DateTime),
+)
+
+api_key_t = Table(
+    "api_key", metadata,
+    Column("key_id", String(16), primary_key=True),
+    Column("service", String(32)),
+    Column("key_hash", LargeBinary(32)),
+    Column("label", String(100)),
+    Column("created_at", DateTime),
+    Column("revoked_at", DateTime, nullable=True),
+)
+
+credentials_t = Table(
+    "provider_credentials", metadata,
+    Column("service", String(32), primary_key=True),
+    Column("fcm_encrypted", LargeBinary, nullable=True),
+    Column("apns_encrypted", LargeBinary, nullable=True),
+    Column("updated_at", DateTime),
+)
+
+user_t = Table(
+    "user", metadata,
+    Column("service", String(32), primary_key=True),
+    Column("service_user_id", String(191), primary_key=True),
+    Column("service_user_name", String(191)),
+    Column("user_id", String(36)),
+    Column("created_at", DateTime),
+    Column("updated_at", DateTime),
+)
+
+device_t = Table(
+    "device", metadata,
+    Column("service", String(32), primary_key=True),
+    Column("user_id", String(36), primary_key=True),
+    Column("device_token", String(512), primary_key=True),
+    Column("device_os", String(3)),
+    Column("region", String(8)),
+    Column("created_at", DateTime),
+    Column("updated_at", DateTime),
+)
+
+template_t = Table(
+    "notification_template", metadata,
+    Column("service", String(32), primary_key=True),
+    Column("notification_method", String(6), primary_key=True),
+    Column("notification_type", String(64), primary_key=True),
+    Column("title", String(200)),
+    Column("body", String(2000)),
+    Column("data", JSON, nullable=True),
+    Column("ttl_seconds", Integer, nullable=True),
+    Column("priority", String(6)),
+    Column("notification_key", String(36)),
+    Column("created_at", DateTime),
+    Column("updated_at", DateTime),
+)
+
+# --- services ---------------------------------------------------------------------------------
+
+def insert_service(session: Session, *, service: str, display_name: str, timezone: str, now: datetime) -> None:
+    """Raises IntegrityError when the service exists."""
+    session.execute(service_t.insert().values(service=service, display_name=display_name,
+                                              timezone=timezone, created_at=now))
+
+
+def get_service(session: Session, service: str) -> Row | None:
+    return session.execute(select(service_t).where(service_t.c.service == service)).one_or_none()
+
+
+def lock_service(session: Session, service: str) -> bool:
+    """Row-lock the service for the rest of the transaction; False when it does not exist."""
+    found = session.execute(
+        select(service_t.c.service).where(service_t.c.service == service).with_for_update()
+    ).one_or_none()
+    return found is not None
+
+
+# --- api keys ---------------------------------------------------------------------------------
+
+def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str,
+                   now: datetime) -> None:
+    session.execute(api_key_t.insert().values(key_id=key_id, service=service, key_hash=key_hash,
+                                              label=label, created_at=now, revoked_at=None))
+
+
+def get_api_key(session: Session, key_id: str) -> Row | None:
+    return session.execute(
+        select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at)
+        .where(api_key_t.c.key_id == key_id)
+    ).one_or_none()
+
+
+def list_api_keys(session: Session, service: str) -> list[Row]:
+    return list(session.execute(
+        select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
+        .where(api_key_t.c.service == service)
+        .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
+    ))
+
+
+def revoke_api_key(session: Session, *, service: str, key_id: str, now: datetime) -> bool:
+    """Revoke one key of ``service``; True if the key exists (revoking twice is fine)."""
+    found = session.execute(
+        select(api_key_t.c.revoked_at).where(and_(api_key_t.c.key_id == key_id, api_key_t.c.service == service))
+    ).one_or_none()
+    if found is None:
+        return False
+    if found.revoked_at is None:
+        session.execute(update(api_key_t).where(api_key_t.c.key_id == key_id).values(revoked_at=now))
+    return True
+
+
+# --- provider credentials -----------------------------------------------------------------------
+
+def upsert_credential(session: Session, *, service: str, column: str, blob: bytes | None, now: datetime) -> None:
+    """Set (or clear, with None) one provider's encrypted blob; ``column`` is fcm_encrypted|apns_encrypted."""
+    if column not in ("fcm_encrypted", "apns_encrypted"):
+        raise ValueError(column)
+    stmt = mysql_insert(credentials_t).values(service=service, updated_at=now, **{column: blob})
+    stmt = stmt.on_duplicate_key_update({column: stmt.inserted[column], "updated_at": stmt.inserted.updated_at})
+    session.execute(stmt)
+
+
+def get_credentials(session: Session, service: str) -> Row | None:
+    return session.execute(select(credentials_t).where(credentials_t.c.service == service)).one_or_none()
+
+
+# --- users ------------------------------------------------------------------------------------
+
+def upsert_user(session: Session, *, service: str, service_user_id: str, name: str, new_user_id: str,
+                now: datetime) -> Row:
+    """Create or rename the user; the platform user_id is only set on creation. Race-free: two
+    concurrent first calls both end with the one row the database kept."""
+    stmt = mysql_insert(user_t).values(service=service, service_user_id=service_user_id, service_user_name=name,
+                                       user_id=new_user_id, created_at=now, updated_at=now)
+    stmt = stmt.on_duplicate_key_update(service_user_name=stmt.inserted.service_user_name,
+                                        updated_at=stmt.inserted.updated_at)
+    session.execute(stmt)
+    return session.execute(
+        select(user_t).where(and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id))
+    ).one()
+
+
+def get_user(session: Session, service: str, user_id: str, *, for_update: bool = False) -> Row | None:
+    q = select(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
+    if for_update:
+        q = q.with_for_update()
+    return session.execute(q).one_or_none()
+
+
+def delete_user(session: Session, service: str, user_id: str) -> int:
+    """Deletes the user; its devices go with it (ON DELETE CASCADE)."""
+    return session.execute(
+        delete(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
+    ).rowcount
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+def _device_key(service: str, user_id: str, token: str):
+    return and_(device_t.c.service == service, device_t.c.user_id == user_id, device_t.c.device_token == token)
+
+
+def get_device(session: Session, service: str, user_id: str, token: str, *, for_update: bool = False) -> Row | None:
+    q = select(device_t).where(_device_key(service, user_id, token))
+    if for_update:
+        q = q.with_for_update()
+    return session.execute(q).one_or_none()
+
+
+def upsert_device(session: Session, *, service: str, user_id: str, token: str, os: str, region: str,
+                  now: datetime) -> Row:
+    stmt = mysql_insert(device_t).values(service=service, user_id=user_id, device_token=token, device_os=os,
+                                         region=region, created_at=now, updated_at=now)
+    stmt = stmt.on_duplicate_key_update(device_os=stmt.inserted.device_os, region=stmt.inserted.region,
+                                        updated_at=stmt.inserted.updated_at)
+    session.execute(stmt)
+    return session.execute(select(device_t).where(_device_key(service, user_id, token))).one()
+
+
+def list_devices(session: Session, service: str, user_id: str) -> list[Row]:
+    return list(session.execute(
+        select(device_t).where(and_(device_t.c.service == service, device_t.c.user_id == user_id))
+        .order_by(device_t.c.created_at, device_t.c.device_token)
+    ))
+
+
+def delete_device(session: Session, service: str, user_id: str, token: str) -> int:
+    return session.execute(delete(device_t).where(_device_key(service, user_id, token))).rowcount
+
+
+def holders_of_token(session: Session, service: str, token: str, *, for_update: bool = False) -> list[str]:
+    """user_ids of this service holding ``token`` (ix_device_token)."""
+    q = select(device_t.c.user_id).where(and_(device_t.c.service == service, device_t.c.device_token == token))
+    if for_update:
+        q = q.with_for_update()
+    return [r.user_id for r in session.execute(q)]
+
+
+def rotate_token(session: Session, *, service: str, old: str, new: str, now: datetime) -> int:
+    """Replace ``old`` by ``new`` for every user of the service holding it, keeping created_at (the
+    device's place). A user who already holds ``new`` just loses the old row. Returns users rotated."""
+    holders = holders_of_token(session, service, old, for_update=True)
+    if not holders:
+        return 0
+    already = set(holders_of_token(session, service, new, for_update=True))
+    both = [u for u in holders if u in already]
+    if both:
+        session.execute(delete(device_t).where(and_(device_t.c.service == service, device_t.c.device_token == old,
+                                                    device_t.c.user_id.in_(both))))
+    session.execute(
+        update(device_t).where(and_(device_t.c.service == service, device_t.c.device_token == old))
+        .values(device_token=new, updated_at=now)
+    )
+    return len(holders)
+
+
+# --- templates --------------------------------------------------------------------------------
+
+def _template_key(service: str, method: str, type_: str):
+    return and_(template_t.c.service == service, template_t.c.notification_method == method,
+                template_t.c.notification_type == type_)
+
+
+def upsert_template(session: Session, *, service: str, method: str, type_: str, title: str, body: str,
+                    data: dict[str, str] | None, ttl_seconds: int | None, priority: str, new_key: str,
+                    now: datetime) -> Row:
+    """Create or update; notification_key is only written on creation, so it stays stable."""
+    stmt = mysql_insert(template_t).values(
+        service=service, notification_method=method, notification_type=type_, title=title, body=body,
+        data=data, ttl_seconds=ttl_seconds, priority=priority, notification_key=new_key,
+        created_at=now, updated_at=now,
+    )
+    stmt = stmt.on_duplicate_key_update(
+        title=stmt.inserted.title, body=stmt.inserted.body, data=stmt.inserted.data,
+        ttl_seconds=stmt.inserted.ttl_seconds, priority=stmt.inserted.priority, updated_at=stmt.inserted.updated_at,
+    )
+    session.execute(stmt)
+    return session.execute(select(template_t).where(_template_key(service, method, type_))).one()
+
+
+def get_template(session: Session, service: str, method: str, type_: str) -> Row | None:
+    return session.execute(select(template_t).where(_template_key(service, method, type_))).one_or_none()
+
+
+def get_template_by_key(session: Session, notification_key: str) -> Row | None:
+    """For fan-out jobs and the scheduler (uq_template_key)."""
+    return session.execute(
+        select(template_t).where(template_t.c.notification_key == notification_key)
+    ).one_or_none()
+
+
+def list_templates(session: Session, service: str) -> list[Row]:
+    return list(session.execute(
+        select(template_t).where(template_t.c.service == service)
+        .order_by(template_t.c.notification_method, template_t.c.notification_type)
+    ))
+
+
+def delete_template(session: Session, service: str, method: str, type_: str) -> int:
+    return session.execute(delete(template_t).where(_template_key(service, method, type_))).rowcount
+
+
+def count_rows(session: Session, service: str) -> dict[str, Any]:
+    """Rows a service owns per table (tests: "nothing was written")."""
+    out: dict[str, Any] = {}
+    for t in (api_key_t, credentials_t, user_t, device_t, template_t):
+        out[t.name] = session.execute(select(func.count()).select_from(t).where(t.c.service == service)).scalar_one()
+    return out
