@@ -80,6 +80,14 @@ class Settings(BaseSettings):
     scheduler_grace_minutes: int = Field(
         10, ge=0, description="Missed minutes younger than this are run late; older ones are skipped."
     )
+    scheduler_lease_s: int = Field(
+        120, ge=0, description="A minute claimed this long ago and still running is taken over (its owner died)."
+    )
+    scheduler_namespace: str = Field(
+        "default", min_length=1, max_length=64,
+        description="Scheduler replicas sharing a namespace claim each minute once between them.",
+    )
+    scheduler_job_concurrency: int = Field(8, ge=1, le=64, description="Jobs created in parallel per minute.")
 
     log_level: str = Field("INFO", description="Python logging level.")
 
