@@ -1,0 +1,130 @@
+"""Send a batch of pushes for one service: route each device to its provider, retry what is
+retryable (bounded, with backoff honouring Retry-After), prune invalid tokens, dead-letter what
+still fails. Nothing is dropped silently: every message ends delivered, pruned or dead-lettered.
+
+Auth/configuration errors (``ProviderConfigError``) are raised to the caller, never retried per
+device: the job fails loudly with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from notee.logs import token_hint
+from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
+from notee.providers.retry import backoff
+from notee.providers.routing import ProviderSet, load_service_credentials
+from notee.store import deadletter
+
+log = logging.getLogger(__name__)
+_UNSET = object()
+
+
+@dataclass
+class DeliveryResult:
+    delivered: int = 0
+    invalid_tokens: list[str] = field(default_factory=list)  # distinct tokens, pruned when prune=True
+    retried: int = 0  # re-sends after a retryable outcome
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (token, reason), each dead-lettered
+
+    @property
+    def pruned(self) -> int:
+        return len(self.invalid_tokens)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+async def deliver(runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
+                  credentials=_UNSET, job_id: str | None = None, max_attempts: int | None = None,
+                  prune: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
+    """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
+
+    ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
+    not given. ``max_attempts`` defaults to ``settings.fanout_max_attempts``.
+    """
+    result = DeliveryResult()
+    if not messages:
+        return result
+    if credentials is _UNSET:
+        credentials = await asyncio.to_thread(load_service_credentials, runtime, service)
+    bound = max_attempts or runtime.settings.fanout_max_attempts
+    routes = providers.for_service(service, credentials)
+    pending = list(range(len(messages)))
+    invalid: dict[str, str] = {}
+    dead: list[deadletter.DeadLetter] = []
+    attempt = 0
+    while pending:
+        attempt += 1
+        retry: list[int] = []
+        wait: float | None = None
+        batch = [messages[i] for i in pending]
+        for provider, idx in routes.split(batch):
+            outcomes = await provider.send([batch[j] for j in idx])
+            for j, outcome in zip(idx, outcomes):
+                i, m = pending[j], batch[j]
+                if isinstance(outcome, Delivered):
+                    result.delivered += 1
+                elif isinstance(outcome, InvalidToken):
+                    invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
+                elif isinstance(outcome, RetryAfter) and attempt < bound:
+                    retry.append(i)
+                    if outcome.seconds is not None:
+                        wait = max(wait or 0.0, outcome.seconds)
+                else:
+                    reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
+                    if isinstance(outcome, RetryAfter):
+                        reason = f"gave up after {attempt} attempts: {reason}"
+                    result.failed.append((m.device_token, reason))
+                    dead.append(deadletter.DeadLetter(
+                        service=service, job_id=job_id, device_token=m.device_token, device_os=m.device_os,
+                        provider=provider.name, reason=reason, attempts=attempt,
+                        payload={"title": m.title, "body": m.body, "data": dict(m.data)}))
+        if retry:
+            result.retried += len(retry)
+            delay = backoff(attempt, wait)
+            log.info("service=%s: retrying %d message(s) in %.2f s (attempt %d of %d)",
+                     service, len(retry), delay, attempt + 1, bound)
+            await sleep(delay)
+        pending = retry
+
+    result.invalid_tokens = list(invalid)
+    if prune and invalid:
+        await asyncio.to_thread(_prune, runtime, service, invalid)
+    if dead:
+        await asyncio.to_thread(_record, runtime, dead)
+        log.warning("service=%s job=%s: %d message(s) dead-lettered (first: %s)", service, job_id or "-",
+                    len(dead), dead[0].reason)
+    return result
+
+
+def _prune(runtime, service: str, invalid: dict[str, str]) -> None:
+    from notee.domain.subscriptions import prune_token  # issue 4's module; imported lazily
+
+    for token, reason in invalid.items():
+        try:
+            prune_token(runtime, service, token, reason)
+        except Exception:  # a store error must not lose the other prunes; the token comes back next send
+            log.exception("service=%s: pruning token %s failed", service, token_hint(token))
+
+
+def _record(runtime, letters: list[deadletter.DeadLetter]) -> None:
+    with runtime.sessions.begin() as session:
+        deadletter.record(session, letters, now=_utcnow())
+
+
+def prune_dead_letters(runtime, *, now: datetime | None = None) -> int:
+    """Retention of dead letters: delete rows older than ``settings.retention_days``."""
+    cutoff = (now or _utcnow()) - timedelta(days=runtime.settings.retention_days)
+    total = 0
+    while True:
+        with runtime.sessions.begin() as session:
+            n = deadletter.prune(session, older_than=cutoff)
+        total += n
+        if n < 5000:
+            return total

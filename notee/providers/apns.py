@@ -1,0 +1,129 @@
+"""APNs provider: HTTP/2 provider API with token (ES256 JWT) authentication, over Notee's lean
+HTTP/2 client (aioapns, the reference client, is exercised against the same emulator in the tests).
+
+- JWT: ``{"alg":"ES256","kid":key_id}`` / ``{"iss":team_id,"iat":now}``, re-signed every 50 min
+  (Apple: not more often than every 20 min, not less than every 60).
+- Reasons: https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+import jwt
+
+from notee.errors import ProviderConfigError
+from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
+from notee.providers.http2 import Pool, TransportError
+from notee.providers.payload import apns_payload
+from notee.providers.retry import parse_retry_after
+
+log = logging.getLogger(__name__)
+
+PRODUCTION_URL = "https://api.push.apple.com"
+SANDBOX_URL = "https://api.sandbox.push.apple.com"
+JWT_REFRESH_S = 50 * 60
+_INVALID_TOKEN_REASONS = {"BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"}
+_CONFIG_REASONS = {"InvalidProviderToken", "MissingProviderToken", "BadCertificate", "BadCertificateEnvironment",
+                   "BadTopic", "MissingTopic", "TopicDisallowed", "Forbidden"}
+
+
+class ExpiredJwt(Exception):
+    """403 ExpiredProviderToken: re-sign once and resend; a second one is a configuration error."""
+
+
+def classify_apns(status: int, body: bytes, apns_id: bytes | str | None = None,
+                  retry_after: bytes | str | None = None) -> Outcome:
+    if status == 200:
+        return Delivered(apns_id.decode() if isinstance(apns_id, bytes) else (apns_id or ""))
+    try:
+        reason = str(json.loads(body).get("reason", "")) if body else ""
+    except (ValueError, AttributeError):
+        reason = ""
+    if status == 410 or reason in _INVALID_TOKEN_REASONS:
+        return InvalidToken(reason or "Unregistered")
+    if reason == "ExpiredProviderToken":
+        raise ExpiredJwt()
+    if reason in _CONFIG_REASONS or status == 403:
+        raise ProviderConfigError(f"APNs rejected the service's key or topic ({status} {reason})")
+    if status in (429, 500, 503) or status >= 500:
+        return RetryAfter(reason or f"HTTP {status}", parse_retry_after(retry_after))
+    return Failed(f"{status} {reason}".strip())  # 413 PayloadTooLarge, 400 BadPriority, ...
+
+
+class ApnsJwt:
+    """The provider token of one APNs key, re-signed every JWT_REFRESH_S seconds."""
+
+    def __init__(self, private_key: str, key_id: str, team_id: str, *, refresh_s: float = JWT_REFRESH_S,
+                 clock=time.time) -> None:
+        self._key, self._kid, self._team = private_key, key_id, team_id
+        self._refresh_s, self._clock = refresh_s, clock
+        self._value: bytes = b""
+        self._issued = 0.0
+
+    def bearer(self, *, force: bool = False) -> bytes:
+        now = self._clock()
+        if force or not self._value or now - self._issued >= self._refresh_s:
+            try:
+                token = jwt.encode({"iss": self._team, "iat": int(now)}, self._key, algorithm="ES256",
+                                   headers={"kid": self._kid})
+            except (ValueError, TypeError, jwt.PyJWTError) as exc:
+                raise ProviderConfigError("APNs private key is not a usable ES256 (.p8) key") from exc
+            self._value, self._issued = b"bearer " + token.encode(), now
+        return self._value
+
+
+def apns_headers(m: Message, topic: str, bearer: bytes, *, now: float | None = None) -> list[tuple[bytes, bytes]]:
+    headers = [(b"authorization", bearer), (b"apns-topic", topic.encode()), (b"apns-push-type", b"alert"),
+               (b"apns-priority", b"10" if m.priority == "high" else b"5"),
+               (b"apns-id", str(uuid.uuid4()).encode())]
+    if m.ttl_seconds is not None:
+        headers.append((b"apns-expiration", str(int(now if now is not None else time.time()) + m.ttl_seconds).encode()))
+    if m.collapse_key:
+        headers.append((b"apns-collapse-id", m.collapse_key.encode()[:64]))
+    return headers
+
+
+class ApnsProvider:
+    name = "apns"
+
+    def __init__(self, topic: str, token: ApnsJwt, pool: Pool, *, concurrency: int = 200, timeout: float = 30.0) -> None:
+        self.topic = topic
+        self._jwt = token
+        self._pool = pool
+        self._sem = asyncio.Semaphore(concurrency)
+        self._timeout = timeout
+
+    async def _one(self, m: Message, bearer: bytes) -> Outcome | ExpiredJwt:
+        body = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False).encode()
+        async with self._sem:
+            try:
+                r = await self._pool.request(f"/3/device/{m.device_token}", apns_headers(m, self.topic, bearer),
+                                             body, self._timeout)
+            except TransportError as exc:
+                return RetryAfter(f"transport: {exc}"[:200], None)
+        try:
+            return classify_apns(r.status, r.body, r.headers.get(b"apns-id"), r.headers.get(b"retry-after"))
+        except ExpiredJwt as exc:
+            return exc
+
+    async def send(self, messages: Sequence[Message]) -> list[Outcome]:
+        results = list(await asyncio.gather(*(self._one(m, self._jwt.bearer()) for m in messages)))
+        expired = [i for i, r in enumerate(results) if isinstance(r, ExpiredJwt)]
+        if expired:
+            bearer = self._jwt.bearer(force=True)
+            again = await asyncio.gather(*(self._one(messages[i], bearer) for i in expired))
+            if any(isinstance(r, ExpiredJwt) for r in again):
+                raise ProviderConfigError("APNs says the provider token is expired right after re-signing "
+                                          "(check the server clock and the key)")
+            for i, r in zip(expired, again):
+                results[i] = r
+        return results  # type: ignore[return-value]
+
+    async def close(self) -> None:
+        await self._pool.close()

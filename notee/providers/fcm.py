@@ -1,0 +1,185 @@
+"""FCM HTTP v1 provider: one POST per message over Notee's lean HTTP/2 client.
+
+firebase-admin is used for what it does well, credentials (google-auth service-account tokens,
+cached until near expiry) and the reference message model; the transport is ours because the
+SDK's senders cost ~2,400 µs CPU per message (docs/PROVIDERS.md). tests/test_providers_fcm.py
+shows our request bodies equal the SDK's encoding and our classification matches the exception
+the SDK raises for the same emulator response.
+
+Error codes: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from notee.errors import ProviderConfigError
+from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
+from notee.providers.http2 import Pool, TransportError
+from notee.providers.retry import parse_retry_after
+
+log = logging.getLogger(__name__)
+
+FCM_URL = "https://fcm.googleapis.com"
+SCOPES = ["https://www.googleapis.com/auth/firebase.messaging"]
+_FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+
+
+class AuthRejected(Exception):
+    """FCM rejected *our* access token (401 without an FcmError code): refresh once, then fail loudly."""
+
+
+def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
+    """The ``message`` object for one device, as firebase-admin's encoder would build it."""
+    out: dict[str, Any] = {"token": m.device_token, "notification": {"title": m.title, "body": m.body}}
+    if m.data:
+        out["data"] = dict(m.data)
+    android: dict[str, Any] = {"priority": "high" if m.priority == "high" else "normal"}
+    if m.ttl_seconds is not None:
+        android["ttl"] = f"{m.ttl_seconds}s"
+    if m.collapse_key:
+        android["collapse_key"] = m.collapse_key
+    out["android"] = android
+    apns_headers = {"apns-priority": "10" if m.priority == "high" else "5"}
+    if m.ttl_seconds is not None:
+        apns_headers["apns-expiration"] = str(int(now if now is not None else time.time()) + m.ttl_seconds)
+    if m.collapse_key:
+        apns_headers["apns-collapse-id"] = m.collapse_key
+    out["apns"] = {"headers": apns_headers}
+    return out
+
+
+def classify_fcm(status: int, body: bytes, retry_after: bytes | str | None = None) -> Outcome:
+    """One FCM response -> one outcome. Raises AuthRejected (our token) or ProviderConfigError
+    (our project/permissions), which are never per-device problems."""
+    if status == 200:
+        try:
+            return Delivered(json.loads(body).get("name", ""))
+        except ValueError:
+            return Delivered("")
+    try:
+        error = json.loads(body).get("error", {})
+    except (ValueError, AttributeError):
+        error = {}
+    code = next((d.get("errorCode") for d in error.get("details", []) or []
+                 if isinstance(d, dict) and d.get("@type") == _FCM_ERROR_TYPE), None)
+    rpc = error.get("status") or ""
+    message = str(error.get("message", ""))[:200]
+    delay = parse_retry_after(retry_after)
+    if code == "UNREGISTERED":
+        return InvalidToken("UNREGISTERED")
+    if code == "SENDER_ID_MISMATCH":
+        # The token belongs to another Firebase project: it can never work for this service.
+        return InvalidToken("SENDER_ID_MISMATCH")
+    if code == "INVALID_ARGUMENT" or rpc == "INVALID_ARGUMENT" or (code is None and status == 400):
+        # FCM uses INVALID_ARGUMENT both for a malformed token and for a malformed message; only
+        # the former prunes the device.
+        if "registration token" in message.lower():
+            return InvalidToken("INVALID_ARGUMENT")
+        return Failed(f"INVALID_ARGUMENT: {message}")
+    if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") or status in (429, 500, 502, 503, 504):
+        return RetryAfter(code or rpc or f"HTTP {status}", delay)
+    if code in ("THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR"):
+        # The APNs/Web Push credentials uploaded to *Firebase* are wrong: every iOS device of the
+        # project fails, Android still works. Per-device Failed (not retried, not pruned), and the
+        # caller logs it once per batch; raising would abort the Android half of the batch.
+        return Failed(code)
+    if status == 401:
+        raise AuthRejected(message or "UNAUTHENTICATED")
+    if status in (403, 404) and code is None:
+        raise ProviderConfigError(f"FCM refused the service's project or permissions (HTTP {status} {rpc})")
+    return Failed(f"{code or rpc or 'HTTP'} {status}: {message}")
+
+
+class ServiceAccountTokens:
+    """OAuth2 access tokens of one service account, cached until 5 minutes before expiry."""
+
+    def __init__(self, service_account: dict[str, Any]) -> None:
+        from google.oauth2 import service_account as sa
+
+        try:
+            self._creds = sa.Credentials.from_service_account_info(service_account, scopes=SCOPES)
+        except (ValueError, KeyError) as exc:
+            raise ProviderConfigError("FCM service-account JSON is not usable") from exc
+        self._lock = asyncio.Lock()
+
+    async def token(self, *, force: bool = False) -> str:
+        c = self._creds
+        if not force and c.token and c.expiry and (c.expiry.timestamp() - time.time()) > 300:
+            return c.token
+        async with self._lock:
+            if force or not c.token or not c.expiry or (c.expiry.timestamp() - time.time()) <= 300:
+                from google.auth.exceptions import GoogleAuthError
+                from google.auth.transport.requests import Request
+
+                try:
+                    await asyncio.to_thread(c.refresh, Request())
+                except GoogleAuthError as exc:
+                    raise ProviderConfigError("FCM access token could not be obtained for the service account") from exc
+            return c.token
+
+
+class StaticToken:
+    """A fixed bearer token (the emulator accepts any)."""
+
+    def __init__(self, token: str = "notee-emulator") -> None:
+        self._token = token
+
+    async def token(self, *, force: bool = False) -> str:
+        return self._token
+
+
+class FcmProvider:
+    name = "fcm"
+
+    def __init__(self, project_id: str, tokens, pool: Pool, *, concurrency: int = 200, timeout: float = 30.0) -> None:
+        if not project_id:
+            raise ProviderConfigError("FCM credentials have no project_id")
+        self.project_id = project_id
+        self._path = f"/v1/projects/{project_id}/messages:send"
+        self._tokens = tokens
+        self._pool = pool
+        self._sem = asyncio.Semaphore(concurrency)
+        self._timeout = timeout
+
+    async def _one(self, m: Message, bearer: bytes) -> Outcome:
+        body = json.dumps({"message": fcm_message(m)}, separators=(",", ":"), ensure_ascii=False).encode()
+        headers = [(b"authorization", bearer), (b"content-type", b"application/json"),
+                   (b"x-goog-api-format-version", b"2"), (b"x-firebase-client", b"notee")]
+        async with self._sem:
+            try:
+                r = await self._pool.request(self._path, headers, body, self._timeout)
+            except TransportError as exc:
+                return RetryAfter(f"transport: {exc}"[:200], None)
+        return classify_fcm(r.status, r.body, r.headers.get(b"retry-after"))
+
+    async def _safe(self, m: Message, bearer: bytes) -> Outcome | AuthRejected:
+        try:
+            return await self._one(m, bearer)
+        except AuthRejected as exc:
+            return exc
+
+    async def send(self, messages: Sequence[Message]) -> list[Outcome]:
+        bearer = b"Bearer " + (await self._tokens.token()).encode()
+        results = list(await asyncio.gather(*(self._safe(m, bearer) for m in messages)))
+        rejected = [i for i, r in enumerate(results) if isinstance(r, AuthRejected)]
+        if rejected:  # the token may have been revoked early: refresh once and resend only those
+            bearer = b"Bearer " + (await self._tokens.token(force=True)).encode()
+            again = await asyncio.gather(*(self._safe(messages[i], bearer) for i in rejected))
+            if any(isinstance(r, AuthRejected) for r in again):
+                raise ProviderConfigError(f"FCM rejected the credentials of project {self.project_id} (HTTP 401)")
+            for i, r in zip(rejected, again):
+                results[i] = r
+        third_party = sum(1 for r in results if isinstance(r, Failed) and r.reason == "THIRD_PARTY_AUTH_ERROR")
+        if third_party:
+            log.error("FCM project %s: %d message(s) failed with THIRD_PARTY_AUTH_ERROR: the APNs key or "
+                      "Web Push credentials configured in Firebase are invalid", self.project_id, third_party)
+        return results  # type: ignore[return-value]
+
+    async def close(self) -> None:
+        await self._pool.close()

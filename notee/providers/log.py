@@ -1,0 +1,34 @@
+"""The ``log`` provider: a dry run. Records what would be sent and reports it delivered.
+
+The default for a service with no provider credentials (and no emulator configured), so a new
+tenant can try the API end to end before uploading keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+
+from notee.logs import token_hint
+from notee.providers.base import Delivered, Message, Outcome
+
+log = logging.getLogger(__name__)
+
+
+class LogProvider:
+    name = "log"
+
+    def __init__(self, service: str = "", keep: int = 1000) -> None:
+        self.service = service
+        self.sent: deque[Message] = deque(maxlen=keep)  # the latest messages, for inspection
+
+    async def send(self, messages: Sequence[Message]) -> list[Outcome]:
+        self.sent.extend(messages)
+        for m in messages:
+            log.info("dry run (log provider): service=%s os=%s token=%s title=%r",
+                     self.service, m.device_os, token_hint(m.device_token), m.title[:60])
+        return [Delivered("dry-run") for _ in messages]
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,117 @@
+"""Which provider sends which device, per service.
+
+- IOS -> APNs when the service has APNs credentials, otherwise through FCM; AOS -> FCM.
+- FCM without credentials -> the ``log`` provider (dry run), unless ``settings.emulator_url`` is set:
+  then every FCM and APNs send goes to the emulator.
+Providers are built once per (service, credentials) and reused; HTTP/2 connections are pooled per
+origin and shared by all services of the process (the bearer token is per request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any
+
+from notee.providers.base import Message, Provider
+from notee.providers.http2 import Pool, client_ssl_context
+from notee.providers.log import LogProvider
+
+log = logging.getLogger(__name__)
+
+
+def choose(device_os: str, *, has_apns: bool) -> str:
+    """``"apns"`` or ``"fcm"`` for one device (pure)."""
+    return "apns" if device_os == "IOS" and has_apns else "fcm"
+
+
+@dataclass
+class ServiceProviders:
+    fcm: Provider  # FcmProvider, or LogProvider when the service has no FCM credentials
+    apns: Provider | None
+
+    def split(self, messages: Sequence[Message]) -> list[tuple[Provider, list[int]]]:
+        """Group message indexes by the provider that sends them."""
+        groups: dict[str, list[int]] = {}
+        for i, m in enumerate(messages):
+            groups.setdefault(choose(m.device_os, has_apns=self.apns is not None), []).append(i)
+        return [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
+
+
+def _fingerprint(credentials: Any) -> str:
+    if credentials is None:
+        return "none"
+    raw = asdict(credentials) if is_dataclass(credentials) else repr(credentials)
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ProviderSet:
+    """The process's providers. Build inside the event loop that sends; ``close()`` at shutdown."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self._pools: dict[str, Pool] = {}
+        self._services: dict[str, tuple[str, ServiceProviders]] = {}
+        self._ssl = None
+
+    def _pool(self, url: str) -> Pool:
+        if url not in self._pools:
+            if self._ssl is None:
+                self._ssl = client_ssl_context(self.settings.emulator_ca_file if self.settings.emulator_url else None)
+            self._pools[url] = Pool(url, self._ssl, size=1, max_streams=100)
+        return self._pools[url]
+
+    def for_service(self, service: str, credentials: Any) -> ServiceProviders:
+        """Providers of ``service`` given its decrypted credentials (``ProviderCredentials`` or None)."""
+        fp = _fingerprint(credentials)
+        cached = self._services.get(service)
+        if cached and cached[0] == fp:
+            return cached[1]
+        fcm_c = getattr(credentials, "fcm", None)
+        apns_c = getattr(credentials, "apns", None)
+        concurrency = self.settings.fanout_send_concurrency
+        if self.settings.emulator_url:
+            from notee.providers.emulator import emulator_apns, emulator_fcm
+
+            pool = self._pool(self.settings.emulator_url)
+            built = ServiceProviders(
+                fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool, concurrency=concurrency),
+                apns=emulator_apns(apns_c, pool, concurrency=concurrency) if apns_c else None)
+        else:
+            from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
+            from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
+
+            fcm: Provider = LogProvider(service)
+            if fcm_c:
+                fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL),
+                                  concurrency=concurrency)
+            apns = None
+            if apns_c:
+                apns = ApnsProvider(apns_c.bundle_id, ApnsJwt(apns_c.private_key, apns_c.key_id, apns_c.team_id),
+                                    self._pool(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL),
+                                    concurrency=concurrency)
+            built = ServiceProviders(fcm=fcm, apns=apns)
+        self._services[service] = (fp, built)
+        log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name,
+                 built.apns.name if built.apns else "-", " (emulator)" if self.settings.emulator_url else "")
+        return built
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            await pool.close()
+        self._pools.clear()
+        self._services.clear()
+
+
+def load_service_credentials(runtime, service: str):
+    """Decrypted credentials of ``service`` (registry's ``load_credentials``), or None."""
+    from notee.domain.registry import load_credentials
+    from notee.secrets import SecretsBox
+
+    key = runtime.settings.credentials_key
+    box = SecretsBox(key.get_secret_value()) if key is not None else None
+    with runtime.sessions() as session:
+        return load_credentials(session, box, service)
