@@ -19,6 +19,9 @@ from sqlalchemy.engine import make_url
 from notee.runtime import Runtime
 from notee.settings import Settings
 
+# Whole-session log capture and the final scan for credential material (issue 9).
+pytest_plugins = ["tests.security_logscan"]
+
 
 def _test_environment() -> None:
     """Point every NOTEE_* store setting at the test database/keyspaces, for this process and for
