@@ -1,0 +1,269 @@
+"""The cycle scheduler: ``run_minute`` (one UTC minute, clock injected) and the ``notee scheduler``
+process that calls it once a minute (APScheduler cron trigger at second 0).
+
+One minute, in order (docs/SCHEDULER.md):
+
+1. Claim it: insert its ``cycle_tick`` row. A duplicate key means another replica has it: stop.
+2. Read ``cycle_timezone`` (one small partition): the timezones with cycle subscriptions.
+3. For each timezone, :func:`notee.scheduler.clock.due_buckets` says which local (day, hour,
+   minute) buckets are due (one; more right after a spring-forward gap; none during the repeated
+   hour of a fall-back). Read each bucket's ``cycle_due`` partition: the templates with subscribers.
+4. Create one fan-out job per (template, bucket) with the idempotency key
+   ``cycle:{key}:{timezone}:{DAYHHMM}:{utc minute}``: a retried or reclaimed minute finds the job
+   it already made instead of making a second one.
+5. Record the minute done (or late, when it ran after its own minute).
+
+Nothing lives in process memory between minutes: the tick rows are the state, so a restarted or
+additional replica picks up exactly where the others are. After downtime, ``tick`` runs missed
+minutes that are at most ``scheduler_grace_minutes`` old, late, once; older missed minutes are
+recorded as ``skipped`` and never sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from notee.errors import InvalidInput, NotFound
+from notee.fanout.targets import CycleTarget
+from notee.runtime import Runtime
+from notee.scheduler import clock
+from notee.store import ticks
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class MinuteResult:
+    minute_utc: datetime
+    state: str  # done | late | taken (another replica has or had it)
+    buckets: int = 0  # (timezone, local bucket) pairs evaluated
+    jobs_created: int = 0
+    jobs_existing: int = 0  # already made by an earlier attempt at this minute
+    templates_missing: int = 0  # in cycle_due but deleted/changed in MySQL: skipped
+    job_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TickResult:
+    minutes: list[MinuteResult]
+    skipped: int  # older missed minutes recorded as skipped
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Scheduler:
+    """One scheduler replica. Holds only configuration and the process's clients, no schedule state."""
+
+    def __init__(self, runtime: Runtime, *, namespace: str | None = None, owner: str | None = None,
+                 clock_fn: Clock = utcnow, lease_s: int | None = None, grace_minutes: int | None = None) -> None:
+        s = runtime.settings
+        self.runtime = runtime
+        self.namespace = namespace or s.scheduler_namespace
+        self.owner = owner or _owner()
+        self.clock = clock_fn
+        self.lease_s = s.scheduler_lease_s if lease_s is None else lease_s
+        self.grace = timedelta(minutes=s.scheduler_grace_minutes if grace_minutes is None else grace_minutes)
+        self.concurrency = s.scheduler_job_concurrency
+
+    # ------------------------------------------------------------------ one minute
+    def run_minute(self, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
+        """Run one UTC minute if this replica can claim it. ``now`` (default: the clock) only decides
+        whether the minute is recorded as done or late."""
+        minute = clock.floor_minute(minute_utc)
+        now = now or self.clock()
+        with self.runtime.sessions.begin() as session:
+            mine = ticks.claim(session, namespace=self.namespace, minute_utc=minute, owner=self.owner,
+                               lease_s=self.lease_s)
+        if not mine:
+            return MinuteResult(minute, "taken")
+        result = self._create_jobs(minute)
+        result.state = "late" if clock.floor_minute(now) > minute else "done"
+        with self.runtime.sessions.begin() as session:
+            kept = ticks.finish(session, namespace=self.namespace, minute_utc=minute, owner=self.owner,
+                                state=result.state, jobs=result.jobs_created + result.jobs_existing)
+        if not kept:  # our lease expired and another replica took the minute over; its jobs = ours
+            log.warning("minute %s: claim taken over by another scheduler before it finished", _iso(minute))
+        log.log(logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
+                "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) missing",
+                _iso(minute), result.state, result.buckets, result.jobs_created, result.jobs_existing,
+                result.templates_missing)
+        return result
+
+    def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
+        """(bucket, service, notification_key, notification_type) due at a UTC minute: 1 read of
+        cycle_timezone, then one cycle_due partition read per (timezone, due bucket), concurrently."""
+        from notee.store.cql import for_runtime, timezones_in_use
+
+        st = for_runtime(self.runtime)
+        buckets: list[CycleTarget] = []
+        for tz in timezones_in_use(st):
+            try:
+                buckets.extend(clock.due_buckets(minute, tz))
+            except ValueError:  # a zone this host's tz database lacks: loud, but the others still run
+                log.error("minute %s: unknown timezone %r in cycle_timezone; its buckets are not run", _iso(minute), tz)
+        futures = [
+            (b, st.session.execute_async(st.due_select, (b.timezone, b.day, b.hour, b.minute))) for b in buckets
+        ]
+        due = []
+        for b, future in futures:  # every future is awaited; the first error fails the minute
+            for r in future.result():
+                due.append((b, r.service, r.notification_key, r.notification_type))
+        return due
+
+    def _create_jobs(self, minute: datetime) -> MinuteResult:
+        from notee.fanout.jobs import create_job
+
+        due = self.due(minute)
+        result = MinuteResult(minute, "running", buckets=len({b for b, *_ in due}))
+
+        def one(item: tuple[CycleTarget, str, str, str]):
+            bucket, service, key, type_ = item
+            with self.runtime.sessions() as session:
+                try:
+                    return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
+                                      type_=type_, target=bucket,
+                                      idempotency_key=clock.idempotency_key(key, bucket, minute))
+                except (NotFound, InvalidInput) as exc:
+                    # The due index may name a template deleted since (reconcile removes it later) or
+                    # one that no longer renders; it is this template's problem, not the minute's.
+                    log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), key, service, exc)
+                    return None
+
+        if len(due) <= 1:
+            outcomes = [one(item) for item in due]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(due)),
+                                    thread_name_prefix="scheduler-job") as pool:
+                outcomes = list(pool.map(one, due))  # re-raises the first store error: minute stays claimed
+        for job in outcomes:
+            if job is None:
+                result.templates_missing += 1
+            else:
+                result.job_ids.append(job.job_id)
+                if job.created:
+                    result.jobs_created += 1
+                else:
+                    result.jobs_existing += 1
+        return result
+
+    # ------------------------------------------------------------------ a tick: now + catch-up
+    def tick(self, now: datetime | None = None) -> TickResult:
+        """What the cron trigger runs each minute (and once at start-up): the current minute first,
+        then missed minutes within the grace window, late and oldest first; older missed minutes are
+        recorded as skipped. On the hour, prune tick rows past retention."""
+        now = now or self.clock()
+        current = clock.floor_minute(now)
+        results = [self.run_minute(current, now=now)]
+        missed, skipped = self._missed(current)
+        for minute in missed:
+            r = self.run_minute(minute, now=now)
+            if r.state != "taken":
+                results.append(r)
+        if current.minute == 0:
+            self.prune(now)
+        return TickResult(results, skipped)
+
+    def _missed(self, current: datetime) -> tuple[list[datetime], int]:
+        """Minutes before ``current`` still to run (within grace, no finished row), and the count of
+        older missed minutes just recorded as skipped. Steady state: one index range read."""
+        window_start = current - self.grace
+        with self.runtime.sessions.begin() as session:
+            recorded = ticks.states(session, namespace=self.namespace, start=window_start, end=current)
+            start = window_start
+            skipped = 0
+            if window_start.replace(tzinfo=None) not in recorded:
+                older = ticks.last_recorded_before(session, namespace=self.namespace, before=window_start)
+                if older is None:
+                    # Nothing before the window: minutes before this namespace's first-ever tick were
+                    # never scheduled, so they were not missed.
+                    start = min(recorded).replace(tzinfo=timezone.utc) if recorded else current
+                else:
+                    oldest_kept = current - timedelta(days=self.runtime.settings.retention_days)
+                    gap_from = max(older.replace(tzinfo=timezone.utc) + clock.MINUTE, oldest_kept)
+                    gap = list(clock.minutes(gap_from, window_start))
+                    skipped = ticks.record_skipped(session, namespace=self.namespace, minutes=gap, owner=self.owner)
+                    if gap:
+                        log.warning("minutes %s .. %s missed beyond the %s grace window: recorded as skipped, "
+                                    "not sent", _iso(gap[0]), _iso(gap[-1]), self.grace)
+        missed = [m for m in clock.minutes(start, current)
+                  if recorded.get(m.replace(tzinfo=None)) in (None, "running")]
+        return missed, skipped
+
+    def prune(self, now: datetime | None = None) -> int:
+        """Delete tick rows older than settings.retention_days (every namespace), in small batches."""
+        cutoff = ticks.retention_cutoff(now or self.clock(), self.runtime.settings.retention_days)
+        total = 0
+        while True:
+            with self.runtime.sessions.begin() as session:
+                n = ticks.prune_ticks(session, older_than=cutoff)
+            total += n
+            if n < 5000:
+                break
+        if total:
+            log.info("pruned %d tick row(s) before %s", total, _iso(cutoff))
+        return total
+
+
+def run_minute(runtime: Runtime, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
+    """Run one UTC minute with the settings' namespace (see ``Scheduler.run_minute``)."""
+    return Scheduler(runtime).run_minute(minute_utc, now=now)
+
+
+def _iso(minute: datetime) -> str:
+    return minute.strftime("%Y-%m-%dT%H:%MZ")
+
+
+# ---------------------------------------------------------------------- the process
+def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
+    """Run the scheduler until SIGTERM/SIGINT (or ``stop`` is set): tick once now (catching up
+    after downtime), then at second 0 of every minute. Stopping waits for the tick in progress."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    stop = stop or threading.Event()
+    scheduler = Scheduler(runtime)
+
+    def on_signal(signum, _frame):
+        log.info("scheduler: signal %s, stopping after the current tick", signum)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def safe_tick() -> None:
+        try:
+            scheduler.tick()
+        except Exception:  # the minute stays claimed-running; the next tick reclaims it within grace
+            log.exception("scheduler tick failed")
+
+    log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
+    safe_tick()
+    aps = BackgroundScheduler(timezone=timezone.utc)
+    # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
+    # tick's catch-up runs that minute late instead.
+    aps.add_job(safe_tick, CronTrigger(second=0, timezone=timezone.utc), id="tick", max_instances=1,
+                coalesce=True, misfire_grace_time=30)
+    aps.start()
+    try:
+        stop.wait()
+    finally:
+        aps.shutdown(wait=True)
+        log.info("scheduler %s stopped", scheduler.owner)
