@@ -1,0 +1,92 @@
+"""Cycle schedules and topic names: pure validation and the canonical schedule string.
+
+A cycle subscription fires at a local wall-clock time (days of week, hour, minute) in an IANA
+timezone. The canonical string, e.g. ``"MON,WED 22:00 Asia/Seoul"``, is what the per-user index
+stores as ``target`` (docs/SCHEMA.md): equal schedules give equal strings whatever order or case
+the days came in, so "subscribe twice changes nothing" is a string comparison.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import zoneinfo
+from dataclasses import dataclass
+from functools import lru_cache
+
+from notee.errors import InvalidInput
+
+DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # datetime.weekday() order
+TOPIC_MAX = 50  # seed: topic is at most 50 characters
+
+
+@lru_cache(maxsize=1)
+def _zones() -> frozenset[str]:
+    # The tz database names the system knows; "localtime"/"posixrules" style aliases are excluded.
+    return frozenset(zoneinfo.available_timezones())
+
+
+def validate_topic(topic: str) -> str:
+    """Return ``topic`` if it is 1..50 characters with no control characters, else InvalidInput."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise InvalidInput("topic must not be empty", details=[{"field": "topic", "reason": "empty"}])
+    if len(topic) > TOPIC_MAX:
+        raise InvalidInput(f"topic must be at most {TOPIC_MAX} characters",
+                           details=[{"field": "topic", "reason": "too_long", "max": TOPIC_MAX}])
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in topic):
+        raise InvalidInput("topic must not contain control characters",
+                           details=[{"field": "topic", "reason": "control_character"}])
+    return topic
+
+
+def validate_timezone(name: str) -> str:
+    if not isinstance(name, str) or name not in _zones():
+        raise InvalidInput(f"unknown timezone {name!r}", details=[{"field": "timezone", "reason": "unknown"}])
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    days: tuple[str, ...]  # distinct, in MON..SUN order
+    hour: int
+    minute: int
+    timezone: str
+
+    @property
+    def canonical(self) -> str:
+        return f"{','.join(self.days)} {self.hour:02d}:{self.minute:02d} {self.timezone}"
+
+
+def make_schedule(days: list[str], hour: int, minute: int, timezone: str) -> Schedule:
+    """Validate and normalise a schedule; every problem found is listed in the error's details."""
+    problems: list[dict] = []
+    if not isinstance(days, (list, tuple)) or not days:
+        problems.append({"field": "days", "reason": "empty"})
+        norm: tuple[str, ...] = ()
+    else:
+        wanted = set()
+        for d in days:
+            key = d.strip().upper() if isinstance(d, str) else None
+            if key not in DAYS:
+                problems.append({"field": "days", "reason": "unknown_day", "value": str(d)[:16]})
+            else:
+                wanted.add(key)
+        norm = tuple(d for d in DAYS if d in wanted)
+    if isinstance(hour, bool) or not isinstance(hour, int) or not 0 <= hour <= 23:
+        problems.append({"field": "hour", "reason": "out_of_range", "min": 0, "max": 23})
+    if isinstance(minute, bool) or not isinstance(minute, int) or not 0 <= minute <= 59:
+        problems.append({"field": "minute", "reason": "out_of_range", "min": 0, "max": 59})
+    if not isinstance(timezone, str) or timezone not in _zones():
+        problems.append({"field": "timezone", "reason": "unknown"})
+    if problems:
+        raise InvalidInput("invalid schedule", details=problems)
+    return Schedule(norm, hour, minute, timezone)
+
+
+def parse_canonical(text: str) -> Schedule:
+    """Inverse of ``Schedule.canonical`` (used to find a stored schedule's slot rows again)."""
+    try:
+        days, hm, tz = text.split(" ", 2)
+        hour, minute = hm.split(":")
+        return make_schedule(days.split(","), int(hour), int(minute), tz)
+    except (ValueError, InvalidInput) as exc:
+        raise ValueError(f"not a canonical schedule: {text!r}") from exc

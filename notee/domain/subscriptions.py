@@ -1,0 +1,431 @@
+"""Topic and cycle subscriptions: subscribe, unsubscribe, list, bulk, and the device/user/template
+lifecycle hooks the registry and the fan-out engine call.
+
+Model (docs/SCHEMA.md): a subscription belongs to a *user* and is recorded by one per-user index row
+with ``device_token = ''`` (the user-level row; it exists even when the user has no device). It is
+materialised per *device*: each device gets a number from the ``no`` counter, its slot rows
+(``slot = no // 30000``) and an index row pointing at them, written together in one logged batch.
+
+Every request validates everything (both stores are read-only until then), so bad input writes
+nothing. Writes are idempotent per (user, method, type, target, device): a retried request, or two
+requests racing, converge on the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_timezone, validate_topic
+from notee.errors import InvalidInput, NotFound
+from notee.store import cql as cqlstore
+from notee.store import registry as reg
+from notee.store import subscription_sql as subsql
+from notee.store.cql import IndexRow, Statements
+
+log = logging.getLogger(__name__)
+
+BULK_MAX = 1000  # FCM's batch size: one bulk request = one multicast's worth of users
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _st(runtime) -> Statements:
+    return cqlstore.for_runtime(runtime)
+
+
+# ---------------------------------------------------------------------- MySQL lookups (read-only)
+@dataclass(frozen=True, slots=True)
+class _Template:
+    method: str
+    type_: str
+    key: str
+
+
+def _template(session, service: str, method: str, type_: str) -> _Template:
+    row = reg.get_template(session, service, method, type_)
+    if row is None:
+        other = [m for m in ("TOPIC", "CYCLE", "SINGLE") if m != method
+                 and reg.get_template(session, service, m, type_) is not None]
+        if other:
+            raise InvalidInput(f"template {type_!r} is a {other[0]} template, not {method}",
+                               details=[{"field": "type", "reason": "wrong_method", "method": other[0]}])
+        raise NotFound(f"no {method} template {type_!r}")
+    return _Template(method, type_, row.notification_key)
+
+
+def _user_devices(session, service: str, user_id: str) -> list[tuple[str, str]]:
+    if reg.get_user(session, service, user_id) is None:
+        raise NotFound("user not found")
+    return [(d.device_token, d.device_os) for d in reg.list_devices(session, service, user_id)]
+
+
+# ---------------------------------------------------------------------- Cassandra building blocks
+def _schedule_parts(row: IndexRow) -> tuple[str, tuple[str, ...], int, int] | None:
+    if row.method != "CYCLE":
+        return None
+    s = parse_canonical(row.target)
+    return s.timezone, s.days, s.hour, s.minute
+
+
+def _materialise(st: Statements, *, service: str, user_id: str, tpl: _Template, target: str,
+                 schedule: Schedule | None, devices: Sequence[tuple[str, str]], at: int) -> list:
+    """Start the logged batches writing slot rows + index rows for ``devices``; return the futures."""
+    if not devices:
+        return []
+    last = st.allocate_numbers(service, tpl.method, tpl.type_, len(devices))
+    futures = []
+    for i, (token, os_) in enumerate(devices):
+        no = last - len(devices) + 1 + i
+        if schedule is None:
+            futures.append(st.add_topic_device(user_id=user_id, service=service, type_=tpl.type_, topic=target,
+                                               notification_key=tpl.key, no=no, device_token=token,
+                                               device_os=os_, registered_at=at))
+        else:
+            futures.append(st.add_cycle_device(user_id=user_id, service=service, type_=tpl.type_, target=target,
+                                               notification_key=tpl.key, timezone=schedule.timezone,
+                                               days=schedule.days, hour=schedule.hour, minute=schedule.minute,
+                                               no=no, device_token=token, device_os=os_, registered_at=at))
+    return futures
+
+
+def _remove(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow]) -> None:
+    """Delete slot rows and index rows: device rows first, user-level rows last, so a failure halfway
+    leaves the subscription listed and a retry finishes the job."""
+    device_rows = [r for r in rows if not r.is_user_level]
+    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in device_rows)
+    st.run(st.delete_index_row(user_id, service, r) for r in rows if r.is_user_level)
+
+
+def _live_user_level(rows: Sequence[IndexRow], key: str) -> list[IndexRow]:
+    return [r for r in rows if r.is_user_level and r.data.get("key") == key]
+
+
+def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: int) -> bool:
+    """After writing (target, at), am I the one that should count this user? The earliest live
+    subscription of the type does: two racing first subscriptions that both see each other agree on
+    one winner, so `count` is incremented once (docs/SCHEMA.md, "count")."""
+    live = _live_user_level(rows_after, key)
+    if not live:
+        return False
+    first = min(live, key=lambda r: (int(r.data.get("at", 0)), r.target))
+    return first.target == target
+
+
+# ---------------------------------------------------------------------- topic
+def subscribe_topic(runtime, service: str, user_id: str, type_: str, topic: str) -> dict:
+    validate_topic(topic)
+    with runtime.sessions() as s:
+        tpl = _template(s, service, "TOPIC", type_)
+        devices = _user_devices(s, service, user_id)
+    return _subscribe_one_topic(_st(runtime), service, user_id, tpl, topic, devices)
+
+
+def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Template, topic: str,
+                         devices: Sequence[tuple[str, str]], before: list[IndexRow] | None = None) -> dict:
+    if before is None:
+        before = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
+    stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
+    rows = [r for r in before if r.data.get("key") == tpl.key]
+    had_type = bool(_live_user_level(rows, tpl.key))
+    mine = [r for r in rows if r.target == topic]
+    have_devices = {r.device_token for r in mine if not r.is_user_level}
+    already = any(r.is_user_level for r in mine)
+    missing = [(t, o) for t, o in devices if t not in have_devices]
+    if already and not missing:
+        return {"status": "already_subscribed", "devices": len(have_devices)}
+    if stale:
+        _remove(st, service, user_id, stale)
+    at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
+    st.run(_materialise(st, service=service, user_id=user_id, tpl=tpl, target=topic, schedule=None,
+                        devices=missing, at=at))
+    if not already:
+        st.run([st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at)])
+        if not had_type:
+            after = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
+            if _first_of_type(after, tpl.key, topic, at):
+                st.add_count(service, "TOPIC", tpl.type_, +1)
+    return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
+
+
+def unsubscribe_topic(runtime, service: str, user_id: str, type_: str, topic: str) -> bool:
+    validate_topic(topic)
+    with runtime.sessions() as s:
+        tpl = _template(s, service, "TOPIC", type_)
+        if reg.get_user(s, service, user_id) is None:
+            raise NotFound("user not found")
+    return _unsubscribe(_st(runtime), service, user_id, tpl, lambda r: r.target == topic)
+
+
+def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match) -> bool:
+    rows = st.user_type_rows(user_id, service, tpl.method, tpl.type_)
+    gone = [r for r in rows if match(r) or r.data.get("key") != tpl.key]
+    if not gone:
+        return False
+    removed_live = bool(_live_user_level([r for r in gone if match(r)], tpl.key))
+    _remove(st, service, user_id, gone)
+    if removed_live and not _live_user_level(st.user_type_rows(user_id, service, tpl.method, tpl.type_), tpl.key):
+        st.add_count(service, tpl.method, tpl.type_, -1)
+    return removed_live
+
+
+def bulk_subscribe_topic(runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]) -> list[dict]:
+    """Subscribe up to BULK_MAX users; one result per distinct user id, in request order:
+    ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported, not fatal."""
+    validate_topic(topic)
+    if not user_ids:
+        raise InvalidInput("user_ids must not be empty", details=[{"field": "user_ids", "reason": "empty"}])
+    if len(user_ids) > BULK_MAX:
+        raise InvalidInput(f"at most {BULK_MAX} user_ids per request",
+                           details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}])
+    ordered = list(dict.fromkeys(user_ids))
+    with runtime.sessions() as s:
+        tpl = _template(s, service, "TOPIC", type_)
+        found = subsql.existing_users(s, service, ordered)
+        devices = subsql.devices_of_users(s, service, [u for u in ordered if u in found])
+    st = _st(runtime)
+    users = [u for u in ordered if u in found]
+    # Read every user's index rows of this type concurrently, then decide and write per user.
+    reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in users}
+    before = {u: st.index_rows_of(f) for u, f in reads.items()}
+    results: dict[str, dict] = {}
+    todo: list[tuple[str, list[tuple[str, str]]]] = []
+    for u in users:
+        rows = [r for r in before[u] if r.target == topic and r.data.get("key") == tpl.key]
+        have = {r.device_token for r in rows if not r.is_user_level}
+        missing = [(t, o) for t, o in devices.get(u, []) if t not in have]
+        if any(r.is_user_level for r in rows) and not missing:
+            results[u] = {"user_id": u, "status": "already_subscribed"}
+        else:
+            todo.append((u, missing))
+    # One counter increment numbers every device of the request.
+    total = sum(len(m) for _, m in todo)
+    last = st.allocate_numbers(service, "TOPIC", type_, total) if total else 0
+    next_no = last - total + 1
+    at = _now_ms()
+    futures = []
+    for u, missing in todo:
+        for token, os_ in missing:
+            futures.append(st.add_topic_device(user_id=u, service=service, type_=type_, topic=topic,
+                                               notification_key=tpl.key, no=next_no, device_token=token,
+                                               device_os=os_, registered_at=at))
+            next_no += 1
+    st.run(futures)
+    new_users = [u for u, _ in todo if not _live_user_level(
+        [r for r in before[u] if r.target == topic], tpl.key)]
+    st.run(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at) for u in new_users)
+    first_timers = [u for u in new_users if not _live_user_level(before[u], tpl.key)]
+    if first_timers:
+        reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in first_timers}
+        counted = sum(1 for u, f in reads.items() if _first_of_type(st.index_rows_of(f), tpl.key, topic, at))
+        st.add_count(service, "TOPIC", type_, counted)
+    for u, _ in todo:
+        results[u] = {"user_id": u, "status": "subscribed" if u in set(new_users) else "already_subscribed"}
+    return [results.get(u, {"user_id": u, "status": "not_found"}) for u in ordered]
+
+
+# ---------------------------------------------------------------------- cycle
+def subscribe_cycle(runtime, service: str, user_id: str, type_: str, days: list[str], hour: int, minute: int,
+                    timezone: str | None = None) -> dict:
+    """Subscribe (or re-subscribe: the new schedule replaces the previous one of this type).
+
+    Latest wins without a read-modify-write: every schedule is its own index row; after writing ours
+    we re-read the type and delete every schedule that is not the maximum (registered_at, target).
+    Racing re-subscribes all compute the same maximum from what they see, so they converge on one
+    schedule and no slot row is left without its index row."""
+    with runtime.sessions() as s:
+        if timezone is None:
+            svc = reg.get_service(s, service)
+            timezone = svc.timezone if svc is not None else "Asia/Seoul"
+        schedule = make_schedule(days, hour, minute, timezone)
+        tpl = _template(s, service, "CYCLE", type_)
+        devices = _user_devices(s, service, user_id)
+    st = _st(runtime)
+    target = schedule.canonical
+    before = st.user_type_rows(user_id, service, "CYCLE", type_)
+    live = _live_user_level(before, tpl.key)
+    had_type = bool(live)
+    winner = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)) if live else None
+    mine = [r for r in before if r.target == target and r.data.get("key") == tpl.key]
+    have = {r.device_token for r in mine if not r.is_user_level}
+    missing = [(t, o) for t, o in devices if t not in have]
+    losers = [r for r in before if r.target != target or r.data.get("key") != tpl.key]
+    if winner is not None and winner.target == target and not missing and not losers:
+        return {"status": "already_subscribed", "schedule": target, "devices": len(have)}
+    at = max(_now_ms(), int(winner.data.get("at", 0)) + 1 if winner is not None else 0)
+    if winner is not None and winner.target == target:
+        at = int(winner.data["at"])  # same schedule: keep its place
+    st.run(_materialise(st, service=service, user_id=user_id, tpl=tpl, target=target, schedule=schedule,
+                        devices=missing, at=at))
+    st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
+    # The due index is written after the subscription rows (reconcile relies on that order).
+    st.run(st.mark_due(service=service, type_=type_, notification_key=tpl.key, timezone=schedule.timezone,
+                       days=schedule.days, hour=schedule.hour, minute=schedule.minute))
+    after = st.user_type_rows(user_id, service, "CYCLE", type_)
+    _keep_latest_schedule(st, service, user_id, tpl, after)
+    if not had_type and _first_of_type(after, tpl.key, target, at):
+        st.add_count(service, "CYCLE", type_, +1)
+    return {"status": "subscribed", "schedule": target, "devices": len(have) + len(missing)}
+
+
+def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Template,
+                          rows: Sequence[IndexRow]) -> None:
+    live = _live_user_level(rows, tpl.key)
+    if not live:
+        return
+    keep = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)).target
+    losers = [r for r in rows if r.target != keep or r.data.get("key") != tpl.key]
+    if losers:
+        _remove(st, service, user_id, losers)
+
+
+def unsubscribe_cycle(runtime, service: str, user_id: str, type_: str) -> bool:
+    with runtime.sessions() as s:
+        tpl = _template(s, service, "CYCLE", type_)
+        if reg.get_user(s, service, user_id) is None:
+            raise NotFound("user not found")
+    return _unsubscribe(_st(runtime), service, user_id, tpl, lambda r: True)
+
+
+# ---------------------------------------------------------------------- listing
+def list_subscriptions(runtime, service: str, user_id: str) -> list[dict]:
+    """The user's subscriptions from the per-user index (one Cassandra partition). Rows of a deleted
+    template (their key is no longer a template's) are not listed."""
+    with runtime.sessions() as s:
+        if reg.get_user(s, service, user_id) is None:
+            raise NotFound("user not found")
+        live = {t.notification_key for t in reg.list_templates(s, service)}
+    rows = _st(runtime).user_rows(user_id, service)
+    devices: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        if not r.is_user_level:
+            devices[(r.method, r.type_, r.target)] = devices.get((r.method, r.type_, r.target), 0) + 1
+    out = []
+    for r in rows:
+        if not r.is_user_level or r.data.get("key") not in live:
+            continue
+        item = {"method": r.method, "type": r.type_, "registered_at": int(r.data.get("at", 0)),
+                "devices": devices.get((r.method, r.type_, r.target), 0)}
+        if r.method == "TOPIC":
+            item["topic"] = r.target
+        else:
+            sch = parse_canonical(r.target)
+            item["schedule"] = {"days": list(sch.days), "hour": sch.hour, "minute": sch.minute,
+                                "timezone": sch.timezone, "canonical": r.target}
+        out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------------- lifecycle hooks (registry, delivery)
+def on_device_added(runtime, service: str, user_id: str, device_token: str, device_os: str) -> None:
+    """Copy the user's existing subscriptions to a newly registered device (idempotent)."""
+    st = _st(runtime)
+    rows = st.user_rows(user_id, service)
+    if not any(r.is_user_level for r in rows):
+        return
+    with runtime.sessions() as s:
+        live = {t.notification_key for t in reg.list_templates(s, service)}
+    _copy_to_device(st, service, user_id, rows, live, device_token, device_os)
+
+
+def _copy_to_device(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow], live: set[str] | None,
+                    device_token: str, device_os: str) -> None:
+    have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
+    futures = []
+    for r in rows:
+        key = r.data.get("key")
+        if not r.is_user_level or (live is not None and key not in live) or (r.method, r.type_, r.target) in have:
+            continue
+        tpl = _Template(r.method, r.type_, key)
+        schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
+        futures += _materialise(st, service=service, user_id=user_id, tpl=tpl, target=r.target,
+                                schedule=schedule, devices=[(device_token, device_os)], at=int(r.data.get("at", 0)))
+    st.run(futures)
+
+
+def on_device_removed(runtime, service: str, user_id: str, device_token: str) -> None:
+    """Remove one device's slot rows and index rows (all subscriptions of that user)."""
+    st = _st(runtime)
+    rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token and device_token]
+    _remove(st, service, user_id, rows)
+
+
+def on_token_rotated(runtime, service: str, old_token: str, new_token: str) -> None:
+    """Move every subscription row of ``old_token`` to ``new_token`` for every user holding either
+    (works whether the registry has already rewritten MySQL or not)."""
+    with runtime.sessions() as s:
+        users = set(reg.holders_of_token(s, service, old_token)) | set(reg.holders_of_token(s, service, new_token))
+    st = _st(runtime)
+    for user_id in sorted(users):
+        rows = st.user_rows(user_id, service)
+        old_rows = [r for r in rows if r.device_token == old_token]
+        if not old_rows:
+            continue
+        os_ = old_rows[0].data.get("os", "AOS")
+        # Only the subscriptions the old token had: copy them, then drop the old rows.
+        wanted = {(r.method, r.type_, r.target) for r in old_rows}
+        user_level = [r for r in rows if r.is_user_level and (r.method, r.type_, r.target) in wanted]
+        _copy_to_device(st, service, user_id, user_level + [r for r in rows if r.device_token == new_token],
+                        None, new_token, os_)
+        _remove(st, service, user_id, old_rows)
+
+
+def on_user_deleted(runtime, service: str, user_id: str) -> None:
+    """Remove every subscription of the user: slot rows, index rows, and the user from `count`."""
+    st = _st(runtime)
+    rows = st.user_rows(user_id, service)
+    if not rows:
+        return
+    with runtime.sessions() as s:
+        live = {t.notification_key for t in reg.list_templates(s, service)}
+    types = {(r.method, r.type_) for r in rows if r.is_user_level and r.data.get("key") in live}
+    device_rows = [r for r in rows if not r.is_user_level]
+    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in device_rows)
+    st.delete_user_index(user_id, service)
+    for method, type_ in sorted(types):
+        st.add_count(service, method, type_, -1)
+
+
+def on_template_deleted(runtime, service: str, method: str, type_: str, notification_key: str) -> None:
+    """Disable (not delete) the template's subscriptions: nothing can address its notification_key any
+    more (publish and the scheduler resolve templates in MySQL), listing hides rows of a dead key, a new
+    template of the same type gets a new key and fresh subscriptions, and `count` restarts at 0.
+    `notee reconcile` deletes the dead rows later (finding them needs a scan of the index)."""
+    st = _st(runtime)
+    _, count, _ = st.counters(service, method, type_)
+    st.add_count(service, method, type_, -count)
+    log.info("template %s/%s of %s deleted: %d subscriber(s) disabled until reconcile", method, type_, service,
+             count)
+
+
+def prune_token(runtime, service: str, device_token: str, reason: str) -> None:
+    """The provider rejected ``device_token``: delete it from every subscription of every user of the
+    service holding it, then from MySQL. Cassandra first, so a failure leaves MySQL able to find the
+    rows again on the next attempt."""
+    with runtime.sessions() as s:
+        holders = reg.holders_of_token(s, service, device_token)
+    st = _st(runtime)
+    for user_id in holders:
+        rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]
+        _remove(st, service, user_id, rows)
+    with runtime.sessions.begin() as s:
+        for user_id in holders:
+            reg.delete_device(s, service, user_id, device_token)
+    log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders),
+             reason)
+
+
+# Interfaces for the fan-out engine and the scheduler live with the CQL (notee/store/cql.py).
+stream_recipients = cqlstore.stream_recipients
+max_slot = cqlstore.max_slot
+due_templates = cqlstore.due_templates
+timezones_in_use = cqlstore.timezones_in_use
+
+__all__ = ["subscribe_topic", "unsubscribe_topic", "bulk_subscribe_topic", "subscribe_cycle", "unsubscribe_cycle",
+           "list_subscriptions", "on_device_added", "on_device_removed", "on_token_rotated", "on_user_deleted",
+           "on_template_deleted", "prune_token", "stream_recipients", "max_slot", "due_templates",
+           "timezones_in_use", "validate_timezone", "BULK_MAX"]

@@ -1,0 +1,350 @@
+"""All of Notee's CQL, prepared once per process.
+
+``Statements(session, keyspaces)`` prepares every statement when it is built; a process builds it
+once (``for_runtime(runtime)`` caches it on the Runtime) and passes it to the functions that read
+or write Cassandra. Nothing here opens a connection or holds one in a module global.
+
+Tables (schema/cql/0001_subscriptions.cql, decisions in docs/SCHEMA.md):
+  topic_notification / cycle_notification  slot rows, one partition per slot of a (template, topic)
+                                           or (template, tz, day, hour, minute) bucket
+  notification_per_user                    the per-user reverse index
+  cycle_due / cycle_timezone               the scheduler's due index
+  numbering.notification                   counters version / count / no
+
+Execution: counter updates use the ``COUNTER_PROFILE`` (no retry: counters are not idempotent, a
+timed-out increment is never resent; the caller sees the error). Writes of one subscription row
+plus its index row go in one LOGGED batch: the atomicity across the two tables is the point
+(an index row without its slot row, or the reverse, would be an orphan nobody can find).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cassandra.cluster import ResponseFuture, Session
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+
+from notee.fanout.targets import SLOT_SIZE, CycleTarget, TopicTarget
+from notee.providers.base import Recipient
+from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
+
+USER_LEVEL = ""  # device_token of the per-user index row that records the subscription itself
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """One row of notification_per_user. ``device_token == USER_LEVEL`` is the subscription itself
+    (it exists even when the user has no device); other rows point at one device's slot rows."""
+
+    method: str
+    type_: str
+    target: str
+    device_token: str
+    data: dict[str, Any]
+
+    @property
+    def is_user_level(self) -> bool:
+        return self.device_token == USER_LEVEL
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRef:
+    """Where one device's slot rows of one subscription live."""
+
+    notification_key: str
+    slot: int
+    no: int
+
+
+class Statements:
+    def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
+        self.session = session
+        n, c = keyspaces.notification, keyspaces.numbering
+        p = session.prepare
+
+        # --- slot rows -------------------------------------------------------------------------
+        self.topic_insert = p(
+            f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
+            " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        self.topic_delete = p(
+            f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
+            " AND no = ? AND device_token = ?")
+        self.topic_page = p(
+            f"SELECT device_token, device_os, user_id FROM {n}.topic_notification"
+            " WHERE slot = ? AND notification_key = ? AND topic = ?")
+        self.topic_users = p(
+            f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?")
+        self.cycle_insert = p(
+            f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
+            " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self.cycle_delete = p(
+            f"DELETE FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
+            " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?")
+        self.cycle_page = p(
+            f"SELECT device_token, device_os, user_id FROM {n}.cycle_notification WHERE slot = ?"
+            " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?")
+
+        # --- per-user index ----------------------------------------------------------------------
+        self.index_insert = p(
+            f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method, notification_type,"
+            " target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        self.index_delete = p(
+            f"DELETE FROM {n}.notification_per_user WHERE user_id = ? AND service = ? AND notification_method = ?"
+            " AND notification_type = ? AND target = ? AND device_token = ?")
+        self.index_delete_user = p(f"DELETE FROM {n}.notification_per_user WHERE user_id = ? AND service = ?")
+        self.index_user = p(
+            f"SELECT notification_method, notification_type, target, device_token, data"
+            f" FROM {n}.notification_per_user WHERE user_id = ? AND service = ?")
+        self.index_user_type = p(
+            f"SELECT notification_method, notification_type, target, device_token, data"
+            f" FROM {n}.notification_per_user WHERE user_id = ? AND service = ? AND notification_method = ?"
+            " AND notification_type = ?")
+        # Maintenance only (notee reconcile): a full token-range scan, paged.
+        self.index_scan = p(
+            f"SELECT user_id, service, notification_method, notification_type, target, device_token, data"
+            f" FROM {n}.notification_per_user")
+
+        # --- scheduler's due index -----------------------------------------------------------------
+        self.due_insert = p(
+            f"INSERT INTO {n}.cycle_due (timezone, day, hour, minute, notification_key, service,"
+            " notification_type) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        self.due_select = p(
+            f"SELECT service, notification_key, notification_type FROM {n}.cycle_due"
+            " WHERE timezone = ? AND day = ? AND hour = ? AND minute = ?")
+        self.due_scan = p(f"SELECT timezone, day, hour, minute, notification_key FROM {n}.cycle_due")
+        self.due_delete = p(
+            f"DELETE FROM {n}.cycle_due USING TIMESTAMP ? WHERE timezone = ? AND day = ? AND hour = ?"
+            " AND minute = ? AND notification_key = ?")
+        self.tz_insert = p(f"INSERT INTO {n}.cycle_timezone (shard, timezone) VALUES (0, ?)")
+        self.tz_select = p(f"SELECT timezone FROM {n}.cycle_timezone WHERE shard = 0")
+        self.tz_delete = p(f"DELETE FROM {n}.cycle_timezone USING TIMESTAMP ? WHERE shard = 0 AND timezone = ?")
+
+        # --- counters (execute with COUNTER_PROFILE) ---------------------------------------------------
+        key = "WHERE service = ? AND notification_method = ? AND notification_type = ?"
+        self.counter_add_no = p(f"UPDATE {c}.notification SET no = no + ? {key}")
+        self.counter_add_count = p(f"UPDATE {c}.notification SET count = count + ? {key}")
+        self.counter_add_version = p(f"UPDATE {c}.notification SET version = version + ? {key}")
+        self.counter_select = p(f"SELECT version, count, no FROM {c}.notification {key}")
+        self.counter_scan = p(f"SELECT service, notification_method, notification_type, count FROM {c}.notification")
+
+    # ------------------------------------------------------------------ execution helpers
+    def run(self, futures: Iterable[ResponseFuture]) -> None:
+        """Wait for every future; raise the first error after all have finished (none is abandoned)."""
+        first: BaseException | None = None
+        for f in list(futures):
+            try:
+                f.result()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                first = first or exc
+        if first is not None:
+            raise first
+
+    # ------------------------------------------------------------------ counters
+    def allocate_numbers(self, service: str, method: str, type_: str, n: int) -> int:
+        """Add ``n`` to the ``no`` counter, then read it; return the value read (the caller uses
+        ``value - n + 1 .. value``). Concurrent callers may read overlapping values: harmless, because
+        device_token is part of the slot rows' clustering key. Never retried on timeout."""
+        self.session.execute(self.counter_add_no, (n, service, method, type_), execution_profile=COUNTER_PROFILE)
+        row = self.session.execute(self.counter_select, (service, method, type_)).one()
+        return int(row.no or 0)
+
+    def add_count(self, service: str, method: str, type_: str, delta: int) -> None:
+        if delta:
+            self.session.execute(self.counter_add_count, (delta, service, method, type_),
+                                 execution_profile=COUNTER_PROFILE)
+
+    def add_version(self, service: str, method: str, type_: str, delta: int = 1) -> None:
+        self.session.execute(self.counter_add_version, (delta, service, method, type_),
+                             execution_profile=COUNTER_PROFILE)
+
+    def counters(self, service: str, method: str, type_: str) -> tuple[int, int, int]:
+        """(version, count, no); zeros when the row does not exist yet."""
+        row = self.session.execute(self.counter_select, (service, method, type_)).one()
+        if row is None:
+            return 0, 0, 0
+        return int(row.version or 0), int(row.count or 0), int(row.no or 0)
+
+    def scan_counts(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
+        stmt = self.counter_scan.bind(())
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield r.service, r.notification_method, r.notification_type, int(r.count or 0)
+
+    # ------------------------------------------------------------------ per-user index
+    @staticmethod
+    def _index_rows(result) -> list[IndexRow]:
+        return [IndexRow(r.notification_method, r.notification_type, r.target, r.device_token,
+                         json.loads(r.data) if r.data else {}) for r in result]
+
+    def user_rows(self, user_id: str, service: str) -> list[IndexRow]:
+        """Every index row of one user (one partition; a user's subscriptions x devices)."""
+        return self._index_rows(self.session.execute(self.index_user, (user_id, service)))
+
+    def user_type_rows(self, user_id: str, service: str, method: str, type_: str) -> list[IndexRow]:
+        return self._index_rows(self.session.execute(self.index_user_type, (user_id, service, method, type_)))
+
+    def user_type_rows_async(self, user_id: str, service: str, method: str, type_: str) -> ResponseFuture:
+        return self.session.execute_async(self.index_user_type, (user_id, service, method, type_))
+
+    def index_rows_of(self, future: ResponseFuture) -> list[IndexRow]:
+        return self._index_rows(future.result())
+
+    def scan_index(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, IndexRow]]:
+        """(user_id, service, row) over the whole index, in token order: a partition's rows are
+        contiguous. For `notee reconcile` only."""
+        stmt = self.index_scan.bind(())
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield r.user_id, r.service, IndexRow(r.notification_method, r.notification_type, r.target,
+                                                 r.device_token, json.loads(r.data) if r.data else {})
+
+    def write_user_level(self, user_id: str, service: str, method: str, type_: str, target: str,
+                         notification_key: str, registered_at: int) -> ResponseFuture:
+        data = json.dumps({"key": notification_key, "at": registered_at})
+        return self.session.execute_async(self.index_insert,
+                                          (user_id, service, method, type_, target, USER_LEVEL, data))
+
+    def delete_index_row(self, user_id: str, service: str, row: IndexRow) -> ResponseFuture:
+        return self.session.execute_async(
+            self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
+
+    def delete_user_index(self, user_id: str, service: str) -> None:
+        self.session.execute(self.index_delete_user, (user_id, service))
+
+    # ------------------------------------------------------------------ slot rows (+ index row), batched
+    def add_topic_device(self, *, user_id: str, service: str, type_: str, topic: str, notification_key: str,
+                         no: int, device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
+        slot = no // SLOT_SIZE
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.add(self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id,
+                                      registered_at))
+        batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, device_token,
+                                      _device_data(notification_key, slot, no, device_os, registered_at)))
+        return self.session.execute_async(batch)
+
+    def add_cycle_device(self, *, user_id: str, service: str, type_: str, target: str, notification_key: str,
+                         timezone: str, days: Sequence[str], hour: int, minute: int, no: int,
+                         device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
+        slot = no // SLOT_SIZE
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        for day in days:
+            batch.add(self.cycle_insert, (slot, notification_key, timezone, day, hour, minute, no, device_token,
+                                          device_os, user_id, registered_at))
+        batch.add(self.index_insert, (user_id, service, "CYCLE", type_, target, device_token,
+                                      _device_data(notification_key, slot, no, device_os, registered_at)))
+        return self.session.execute_async(batch)
+
+    def remove_device_rows(self, user_id: str, service: str, row: IndexRow,
+                           schedule_parts: tuple[str, Sequence[str], int, int] | None) -> ResponseFuture:
+        """Delete one device's slot rows of one subscription and its index row, in one logged batch.
+        ``schedule_parts`` = (timezone, days, hour, minute) for CYCLE rows, None for TOPIC."""
+        ref = slot_ref(row)
+        batch = BatchStatement(batch_type=BatchType.LOGGED)
+        if ref is not None:
+            if row.method == "TOPIC":
+                batch.add(self.topic_delete, (ref.slot, ref.notification_key, row.target, ref.no, row.device_token))
+            elif schedule_parts is not None:
+                tz, days, hour, minute = schedule_parts
+                for day in days:
+                    batch.add(self.cycle_delete, (ref.slot, ref.notification_key, tz, day, hour, minute, ref.no,
+                                                  row.device_token))
+        batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
+        return self.session.execute_async(batch)
+
+    # ------------------------------------------------------------------ scheduler's due index
+    def mark_due(self, *, service: str, type_: str, notification_key: str, timezone: str, days: Sequence[str],
+                 hour: int, minute: int) -> list[ResponseFuture]:
+        futures = [self.session.execute_async(self.due_insert, (timezone, d, hour, minute, notification_key,
+                                                                service, type_)) for d in days]
+        futures.append(self.session.execute_async(self.tz_insert, (timezone,)))
+        return futures
+
+    def scan_due(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, int, int, str]]:
+        stmt = self.due_scan.bind(())
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield r.timezone, r.day, r.hour, r.minute, r.notification_key
+
+    def delete_due(self, timestamp_us: int, timezone: str, day: str, hour: int, minute: int, key: str) -> None:
+        self.session.execute(self.due_delete, (timestamp_us, timezone, day, hour, minute, key))
+
+    def delete_timezone(self, timestamp_us: int, timezone: str) -> None:
+        self.session.execute(self.tz_delete, (timestamp_us, timezone))
+
+
+def _device_data(notification_key: str, slot: int, no: int, device_os: str, registered_at: int) -> str:
+    return json.dumps({"key": notification_key, "slot": slot, "no": no, "os": device_os, "at": registered_at})
+
+
+def slot_ref(row: IndexRow) -> SlotRef | None:
+    d = row.data
+    if row.is_user_level or "slot" not in d:
+        return None
+    return SlotRef(d["key"], int(d["slot"]), int(d["no"]))
+
+
+_LOCK = threading.Lock()
+
+
+def for_runtime(runtime) -> Statements:
+    """The process's Statements, prepared on first use and kept on the Runtime (not a module global)."""
+    st = runtime.__dict__.get("_cql_statements")
+    if st is None:
+        with _LOCK:
+            st = runtime.__dict__.get("_cql_statements")
+            if st is None:
+                st = Statements(runtime.cql, runtime.keyspaces)
+                runtime.__dict__["_cql_statements"] = st
+    return st
+
+
+# ---------------------------------------------------------------------- interfaces for fan-out / scheduler
+def stream_recipients(cql_statements: Statements, notification_key: str, target: TopicTarget | CycleTarget,
+                      slot: int, fetch_size: int, paging_state: bytes | None = None,
+                      ) -> Iterator[tuple[list[Recipient], bytes | None]]:
+    """Yield the recipients of one slot of (template, topic) or (template, cycle bucket), one page of at
+    most ``fetch_size`` rows at a time, with the paging state *after* that page (None once the slot is
+    exhausted). Resume from a checkpoint by passing the paging state back. Reads Cassandra only and
+    never holds more than one page. A page may be empty (tombstones) while the state is not None."""
+    st = cql_statements
+    if isinstance(target, TopicTarget):
+        stmt = st.topic_page.bind((slot, notification_key, target.topic))
+    else:
+        stmt = st.cycle_page.bind((slot, notification_key, target.timezone, target.day, target.hour,
+                                   target.minute))
+    stmt.fetch_size = fetch_size
+    state = paging_state
+    while True:
+        result = st.session.execute(stmt, paging_state=state)
+        page = [Recipient(r.device_token, r.device_os, r.user_id) for r in result.current_rows]
+        state = result.paging_state
+        yield page, state
+        if state is None:
+            return
+
+
+def max_slot(cql_statements: Statements, service: str, method: str, type_: str) -> int:
+    """The highest slot any subscription of (service, method, type) can be in: ``no // SLOT_SIZE``."""
+    _, _, no = cql_statements.counters(service, method, type_)
+    return no // SLOT_SIZE
+
+
+def due_templates(cql_statements: Statements, timezone: str, day: str, hour: int,
+                  minute: int) -> list[tuple[str, str, str]]:
+    """(service, notification_key, notification_type) of the cycle templates with subscribers at a local
+    bucket. May include a deleted template's key until `notee reconcile`: resolve it in MySQL and skip
+    it when gone."""
+    rows = cql_statements.session.execute(cql_statements.due_select, (timezone, day, hour, minute))
+    return [(r.service, r.notification_key, r.notification_type) for r in rows]
+
+
+def timezones_in_use(cql_statements: Statements) -> list[str]:
+    return [r.timezone for r in cql_statements.session.execute(cql_statements.tz_select)]
+
+
+__all__ = ["Statements", "IndexRow", "SlotRef", "USER_LEVEL", "for_runtime", "slot_ref", "stream_recipients",
+           "max_slot", "due_templates", "timezones_in_use", "PreparedStatement"]

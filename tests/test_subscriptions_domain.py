@@ -1,0 +1,309 @@
+"""Subscriptions at the domain level, against the real MariaDB and Cassandra."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+
+from notee.domain import subscriptions as subs
+from notee.errors import InvalidInput, NotFound
+from notee.fanout.targets import CycleTarget, TopicTarget
+from notee.store import cql as cqlstore
+from notee.store import registry as reg
+from tests import factories as f
+
+_tok = itertools.count()
+
+
+def token(prefix: str = "tok") -> str:
+    return f"{prefix}-{next(_tok):06d}-" + "x" * 20
+
+
+@pytest.fixture()
+def st(runtime):
+    return cqlstore.for_runtime(runtime)
+
+
+@pytest.fixture()
+def svc(runtime, service_id):
+    return f.make_service(runtime, service_id)
+
+
+def recipients(st, key, target, service, method, type_, fetch_size=100):
+    out = []
+    for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
+        for page, _ in cqlstore.stream_recipients(st, key, target, slot, fetch_size):
+            out += page
+    return out
+
+
+def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, svc):
+    key = f.make_template(runtime, svc, "TOPIC", "news")
+    u = f.make_user(runtime, svc)
+    t1, t2 = f.make_device(runtime, svc, u, token(), "AOS"), f.make_device(runtime, svc, u, token(), "IOS")
+
+    assert subs.subscribe_topic(runtime, svc, u, "news", "sports")["status"] == "subscribed"
+    got = recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")
+    assert sorted((r.device_token, r.device_os, r.user_id) for r in got) == sorted([(t1, "AOS", u), (t2, "IOS", u)])
+    version, count, no = st.counters(svc, "TOPIC", "news")
+    assert (count, no) == (1, 2)
+
+    assert subs.subscribe_topic(runtime, svc, u, "news", "sports")["status"] == "already_subscribed"
+    assert st.counters(svc, "TOPIC", "news") == (version, 1, 2)  # no number consumed, count unchanged
+    assert len(recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")) == 2
+    assert subs.list_subscriptions(runtime, svc, u) == [
+        {"method": "TOPIC", "type": "news", "topic": "sports", "devices": 2,
+         "registered_at": subs.list_subscriptions(runtime, svc, u)[0]["registered_at"]}]
+
+
+def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
+    key = f.make_template(runtime, svc, "TOPIC", "news")
+    u1, u2 = f.make_user(runtime, svc), f.make_user(runtime, svc)
+    f.make_device(runtime, svc, u1, token())
+    f.make_device(runtime, svc, u2, token())
+    subs.subscribe_topic(runtime, svc, u1, "news", "a")
+    subs.subscribe_topic(runtime, svc, u1, "news", "b")
+    subs.subscribe_topic(runtime, svc, u2, "news", "a")
+    # count = distinct users with at least one subscription of (service, TOPIC, news)
+    assert st.counters(svc, "TOPIC", "news")[1] == 2
+    assert {s["topic"] for s in subs.list_subscriptions(runtime, svc, u1)} == {"a", "b"}
+
+    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "a") is True
+    assert st.counters(svc, "TOPIC", "news")[1] == 2  # u1 still has "b"
+    assert [r.user_id for r in recipients(st, key, TopicTarget("a"), svc, "TOPIC", "news")] == [u2]
+    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "b") is True
+    assert st.counters(svc, "TOPIC", "news")[1] == 1
+    assert recipients(st, key, TopicTarget("b"), svc, "TOPIC", "news") == []
+    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "b") is False
+    assert subs.list_subscriptions(runtime, svc, u1) == []
+    assert st.user_rows(u1, svc) == []
+    assert st.counters(svc, "TOPIC", "news")[2] == 3  # `no` only grows
+
+
+def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
+    key = f.make_template(runtime, svc, "CYCLE", "remind")
+    u = f.make_user(runtime, svc)
+    t = f.make_device(runtime, svc, u, token())
+    r = subs.subscribe_cycle(runtime, svc, u, "remind", ["WED", "MON"], 22, 0)
+    assert r["schedule"] == "MON,WED 22:00 Asia/Seoul"
+    for day in ("MON", "WED"):
+        assert [x.device_token for x in recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0),
+                                                    svc, "CYCLE", "remind")] == [t]
+        assert (svc, key, "remind") in cqlstore.due_templates(st, "Asia/Seoul", day, 22, 0)
+    assert "Asia/Seoul" in cqlstore.timezones_in_use(st)
+    assert subs.subscribe_cycle(runtime, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
+
+    subs.subscribe_cycle(runtime, svc, u, "remind", ["FRI"], 7, 30, "Europe/Berlin")
+    for day in ("MON", "WED"):
+        assert recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind") == []
+    assert [x.user_id for x in recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30),
+                                          svc, "CYCLE", "remind")] == [u]
+    listed = subs.list_subscriptions(runtime, svc, u)
+    assert [s["schedule"]["canonical"] for s in listed] == ["FRI 07:30 Europe/Berlin"]
+    assert st.counters(svc, "CYCLE", "remind")[1] == 1
+    assert len([r for r in st.user_rows(u, svc)]) == 2  # user-level row + one device row
+
+    assert subs.unsubscribe_cycle(runtime, svc, u, "remind") is True
+    assert recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30), svc, "CYCLE", "remind") == []
+    assert st.user_rows(u, svc) == [] and st.counters(svc, "CYCLE", "remind")[1] == 0
+
+
+def test_cycle_uses_service_timezone(runtime, st, service_id):
+    svc = f.make_service(runtime, service_id, tz="America/New_York")
+    f.make_template(runtime, svc, "CYCLE", "r")
+    u = f.make_user(runtime, svc)
+    assert subs.subscribe_cycle(runtime, svc, u, "r", ["SUN"], 9, 0)["schedule"] == "SUN 09:00 America/New_York"
+
+
+BAD = [
+    ("topic too long", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "news", "x" * 51), InvalidInput),
+    ("topic control char", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "news", "a\x07b"), InvalidInput),
+    ("hour 24", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 24, 0), InvalidInput),
+    ("minute 60", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 60), InvalidInput),
+    ("unknown day", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["FUN"], 0, 0), InvalidInput),
+    ("unknown tz", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
+     InvalidInput),
+    ("topic on cycle template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "remind", "t"), InvalidInput),
+    ("cycle on topic template", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "news", ["MON"], 0, 0),
+     InvalidInput),
+    ("unknown template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "nope", "t"), NotFound),
+    ("unknown user", lambda rt, svc, u: subs.subscribe_topic(rt, svc, "0" * 36, "news", "t"), NotFound),
+    ("bulk too many", lambda rt, svc, u: subs.bulk_subscribe_topic(rt, svc, "news", "t", [u] * 1001), InvalidInput),
+    ("bulk bad topic", lambda rt, svc, u: subs.bulk_subscribe_topic(rt, svc, "news", "x" * 51, [u]), InvalidInput),
+]
+
+
+@pytest.mark.parametrize("name,call,error", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_writes_nothing(runtime, st, svc, name, call, error):
+    f.make_template(runtime, svc, "TOPIC", "news")
+    f.make_template(runtime, svc, "CYCLE", "remind")
+    u = f.make_user(runtime, svc)
+    f.make_device(runtime, svc, u, token())
+    with pytest.raises(error):
+        call(runtime, svc, u)
+    assert st.user_rows(u, svc) == []
+    for method, type_ in (("TOPIC", "news"), ("CYCLE", "remind"), ("TOPIC", "nope")):
+        assert st.counters(svc, method, type_) == (0, 0, 0)
+    with runtime.sessions() as s:
+        assert len(reg.list_devices(s, svc, u)) == 1
+
+
+def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
+    key = f.make_template(runtime, svc, "TOPIC", "big")
+    st.allocate_numbers(svc, "TOPIC", "big", 29_990)  # start the `no` counter near the first slot boundary
+    users = [f.make_user(runtime, svc) for _ in range(25)]
+    tokens = {f.make_device(runtime, svc, u, token("slot")): u for u in users}
+    results = subs.bulk_subscribe_topic(runtime, svc, "big", "all", users)
+    assert {r["status"] for r in results} == {"subscribed"}
+    assert cqlstore.max_slot(st, svc, "TOPIC", "big") == 1
+
+    seen, per_slot = [], {}
+    for slot in (0, 1):
+        pages = list(cqlstore.stream_recipients(st, key, TopicTarget("all"), slot, fetch_size=4))
+        assert all(len(p) <= 4 for p, _ in pages) and pages[-1][1] is None
+        per_slot[slot] = [r.device_token for p, _ in pages for r in p]
+        seen += per_slot[slot]
+    assert sorted(seen) == sorted(tokens) and len(seen) == len(set(seen))
+    assert len(per_slot[0]) == 9 and len(per_slot[1]) == 16  # nos 29991..29999 | 30000..30015
+
+    # Resume from a checkpointed paging state: the rest of the slot, nothing twice.
+    gen = cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
+    first, state = next(gen)
+    rest = [r.device_token for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state)
+            for r in p]
+    assert sorted([r.device_token for r in first] + rest) == sorted(per_slot[1])
+
+
+def test_bulk_reports_per_user(runtime, st, svc):
+    f.make_template(runtime, svc, "TOPIC", "news")
+    users = [f.make_user(runtime, svc) for _ in range(5)]
+    for u in users[:4]:
+        f.make_device(runtime, svc, u, token())
+    subs.subscribe_topic(runtime, svc, users[0], "news", "t")
+    unknown = "f" * 36
+    res = subs.bulk_subscribe_topic(runtime, svc, "news", "t", users + [unknown, users[1]])
+    assert [r["status"] for r in res] == ["already_subscribed", "subscribed", "subscribed", "subscribed",
+                                          "subscribed", "not_found"]
+    assert st.counters(svc, "TOPIC", "news")[1] == 5
+    assert subs.list_subscriptions(runtime, svc, users[4])[0]["devices"] == 0  # no device yet: user-level only
+
+
+def test_device_lifecycle(runtime, st, svc, caplog):
+    tkey = f.make_template(runtime, svc, "TOPIC", "news")
+    ckey = f.make_template(runtime, svc, "CYCLE", "remind")
+    u = f.make_user(runtime, svc)
+    subs.subscribe_topic(runtime, svc, u, "news", "t")
+    subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 8, 0, "UTC")
+    topic = lambda: sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
+    cycle = lambda: sorted(r.device_token for r in recipients(st, ckey, CycleTarget("UTC", "TUE", 8, 0),
+                                                              svc, "CYCLE", "remind"))
+    assert topic() == [] == cycle()
+
+    # a new device gets the user's subscriptions
+    d1 = f.make_device(runtime, svc, u, token("a"), "IOS")
+    subs.on_device_added(runtime, svc, u, d1, "IOS")
+    subs.on_device_added(runtime, svc, u, d1, "IOS")  # idempotent
+    assert topic() == [d1] == cycle()
+    d2 = f.make_device(runtime, svc, u, token("b"))
+    subs.on_device_added(runtime, svc, u, d2, "AOS")
+    assert topic() == sorted([d1, d2]) == cycle()
+
+    # removal
+    subs.on_device_removed(runtime, svc, u, d2)
+    assert topic() == [d1] == cycle()
+
+    # rotation old -> new (registry rewrote MySQL first)
+    new = token("rot")
+    with runtime.sessions.begin() as s:
+        from datetime import datetime
+        reg.rotate_token(s, service=svc, old=d1, new=new, now=datetime.utcnow())
+    subs.on_token_rotated(runtime, svc, d1, new)
+    assert topic() == [new] == cycle()
+    assert [r.device_os for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == ["IOS"]
+
+    # prune: removed from both stores, one log line saying why
+    other = f.make_user(runtime, svc)
+    f.make_device(runtime, svc, other, new, "IOS")  # a token shared by two users
+    subs.subscribe_topic(runtime, svc, other, "news", "t")
+    assert topic() == [new, new]
+    with caplog.at_level(logging.INFO, logger="notee.domain.subscriptions"):
+        subs.prune_token(runtime, svc, new, "Unregistered")
+    lines = [r.getMessage() for r in caplog.records if "pruned" in r.getMessage()]
+    assert len(lines) == 1 and "Unregistered" in lines[0] and new not in lines[0]
+    assert topic() == [] == cycle()
+    with runtime.sessions() as s:
+        assert reg.holders_of_token(s, svc, new) == []
+    assert len(subs.list_subscriptions(runtime, svc, u)) == 2  # the user's subscriptions stay
+
+
+def test_user_deleted_removes_everything(runtime, st, svc):
+    tkey = f.make_template(runtime, svc, "TOPIC", "news")
+    f.make_template(runtime, svc, "CYCLE", "remind")
+    u, keep = f.make_user(runtime, svc), f.make_user(runtime, svc)
+    f.make_device(runtime, svc, u, token())
+    f.make_device(runtime, svc, keep, token())
+    for x in (u, keep):
+        subs.subscribe_topic(runtime, svc, x, "news", "t")
+        subs.subscribe_topic(runtime, svc, x, "news", "t2")
+    subs.subscribe_cycle(runtime, svc, u, "remind", ["MON"], 1, 2, "UTC")
+    subs.on_user_deleted(runtime, svc, u)
+    assert st.user_rows(u, svc) == []
+    assert [r.user_id for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == [keep]
+    assert st.counters(svc, "TOPIC", "news")[1] == 1
+    assert st.counters(svc, "CYCLE", "remind")[1] == 0
+
+
+def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
+    from notee import reconcile
+
+    key = f.make_template(runtime, svc, "TOPIC", "news")
+    u = f.make_user(runtime, svc)
+    f.make_device(runtime, svc, u, token())
+    subs.subscribe_topic(runtime, svc, u, "news", "t")
+    with runtime.sessions.begin() as s:
+        reg.delete_template(s, svc, "TOPIC", "news")
+    subs.on_template_deleted(runtime, svc, "TOPIC", "news", key)
+    assert subs.list_subscriptions(runtime, svc, u) == []
+    assert st.counters(svc, "TOPIC", "news")[1] == 0
+
+    # A new template of the same type starts fresh; the dead rows are cleaned on touch.
+    key2 = f.make_template(runtime, svc, "TOPIC", "news")
+    assert subs.subscribe_topic(runtime, svc, u, "news", "t")["status"] == "subscribed"
+    assert st.counters(svc, "TOPIC", "news")[1] == 1
+    assert recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news") == []
+    assert len(recipients(st, key2, TopicTarget("t"), svc, "TOPIC", "news")) == 1
+
+    # Deleted again, then reconcile deletes the dead rows everywhere.
+    with runtime.sessions.begin() as s:
+        reg.delete_template(s, svc, "TOPIC", "news")
+    subs.on_template_deleted(runtime, svc, "TOPIC", "news", key2)
+    report = reconcile.reconcile(runtime, service=svc)
+    assert report["dead_rows_removed"] == 2
+    assert st.user_rows(u, svc) == []
+    assert recipients(st, key2, TopicTarget("t"), svc, "TOPIC", "news") == []
+
+
+def test_reconcile_fixes_count_drift(runtime, st, svc):
+    from notee import reconcile
+
+    f.make_template(runtime, svc, "TOPIC", "news")
+    ckey = f.make_template(runtime, svc, "CYCLE", "remind")
+    users = [f.make_user(runtime, svc) for _ in range(3)]
+    for u in users:
+        subs.subscribe_topic(runtime, svc, u, "news", "a")
+    subs.subscribe_topic(runtime, svc, users[0], "news", "b")
+    subs.subscribe_cycle(runtime, svc, users[0], "remind", ["SAT"], 3, 4, "Pacific/Auckland")
+    st.add_count(svc, "TOPIC", "news", 7)     # drift, e.g. a timed-out increment that did land
+    st.add_count(svc, "CYCLE", "remind", -1)
+    report = reconcile.reconcile(runtime, service=svc)
+    assert st.counters(svc, "TOPIC", "news")[1] == 3
+    assert st.counters(svc, "CYCLE", "remind")[1] == 1
+    assert report["counts_fixed"] == 2
+    assert (svc, ckey, "remind") in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+
+    # After unsubscribing, reconcile drops the bucket from the due index.
+    subs.unsubscribe_cycle(runtime, svc, users[0], "remind")
+    reconcile.reconcile(runtime, service=svc)
+    assert (svc, ckey, "remind") not in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
