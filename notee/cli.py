@@ -70,11 +70,14 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
 
 
 @app.command()
-def worker(lanes: int = typer.Option(2, min=1, help="Tasks this process runs at once.")) -> None:
+def worker(
+    lanes: int = typer.Option(2, min=1, help="Tasks this process runs at once."),
+    service: list[str] = typer.Option([], help="Only claim these services' jobs (repeatable; default all)."),
+) -> None:
     """Run a fan-out worker until SIGTERM/SIGINT (then it stops gracefully)."""
     from notee.fanout import worker as fanout_worker
 
-    fanout_worker.run(_settings(), lanes=lanes)
+    fanout_worker.run(_settings(), lanes=lanes, services=service or None)
 
 
 @app.command()

@@ -101,13 +101,15 @@ def provider_sender(provider: Provider, *, max_attempts: int = 5, base_backoff_s
 
 class Worker:
     def __init__(self, runtime: Runtime, send_page: SendPage, *, lanes: int = 2, worker_id: str | None = None,
-                 lease_s: float | None = None, fetch_size: int | None = None) -> None:
+                 lease_s: float | None = None, fetch_size: int | None = None,
+                 services: Sequence[str] | None = None) -> None:
         self.runtime = runtime
         self.send_page = send_page
         self.lanes = lanes
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_s = lease_s or runtime.settings.fanout_lease_s
         self.fetch_size = fetch_size or runtime.settings.fanout_fetch_size
+        self.services = list(services) if services else None  # None: every tenant's jobs
         self.stop = asyncio.Event()
         self.tasks_done = 0
 
@@ -123,7 +125,7 @@ class Worker:
         while not self.stop.is_set():
             try:
                 claim = await asyncio.to_thread(store.claim, self.runtime.sessions, owner=self.worker_id,
-                                                lease_s=self.lease_s)
+                                                lease_s=self.lease_s, services=self.services)
             except Exception as exc:  # store down: keep the process, try again
                 log.warning("worker %s lane %d: claim failed (%s); retrying", self.worker_id, lane,
                             type(exc).__name__)
@@ -254,9 +256,9 @@ def default_sender(runtime: Runtime) -> tuple[SendPage, Callable[[], Awaitable[N
     return delivery.fanout_sender(runtime)
 
 
-async def _main(runtime: Runtime, lanes: int) -> None:
+async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
     send_page, close = default_sender(runtime)
-    worker = Worker(runtime, send_page, lanes=lanes)
+    worker = Worker(runtime, send_page, lanes=lanes, services=services)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop.set)
@@ -266,10 +268,10 @@ async def _main(runtime: Runtime, lanes: int) -> None:
         await close()
 
 
-def run(settings, *, lanes: int = 2) -> None:
+def run(settings, *, lanes: int = 2, services: Sequence[str] | None = None) -> None:
     """Entry point of ``notee worker``: runs until SIGTERM/SIGINT, then stops gracefully."""
     runtime = Runtime(settings)
     try:
-        asyncio.run(_main(runtime, lanes))
+        asyncio.run(_main(runtime, lanes, services))
     finally:
         runtime.close()

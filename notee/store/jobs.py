@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
 # A task that failed this many claims (crashes, store errors) is marked failed instead of retried.
@@ -178,20 +179,35 @@ def progress(session: Session, job_id: str) -> Progress:
 
 # --- leasing ------------------------------------------------------------------------------------
 
-def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float) -> Claim | None:
+def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
+          services: Sequence[str] | None = None) -> Claim | None:
     """Lease one open task (queued, or running with an expired lease), in its own transaction.
 
     ``SKIP LOCKED`` lets any number of workers claim concurrently without waiting on each other's
-    row locks; each task row is handed to exactly one of them. A task that has already been
-    claimed ``MAX_TASK_ATTEMPTS`` times is failed instead (a poison task must not loop forever)."""
+    row locks; each task row is handed to exactly one of them. READ COMMITTED: no gap locks, and
+    rows the scan passes over are not kept locked. ``services`` restricts the claim to those
+    tenants' jobs (dedicated workers; tests). A task already claimed ``MAX_TASK_ATTEMPTS`` times is
+    failed instead (a poison task must not loop forever)."""
     token = secrets.token_hex(16)
     with sessions.begin() as session:
+        session.connection(execution_options={"isolation_level": "READ COMMITTED"})
+        scope, params = "", {}
+        if services is not None:
+            job_ids = session.execute(
+                text("SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('queued', 'running')")
+                .bindparams(bindparam("s", expanding=True)),
+                {"s": list(services)},
+            ).scalars().all()
+            if not job_ids:
+                return None
+            scope, params = " AND job_id IN :jobs", {"jobs": list(job_ids)}
         while True:
-            row = session.execute(
-                text("SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
-                     " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
-                     " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED")
-            ).one_or_none()
+            stmt = text("SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
+                        " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
+                        + scope + " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED")
+            if scope:
+                stmt = stmt.bindparams(bindparam("jobs", expanding=True))
+            row = session.execute(stmt, params).one_or_none()
             if row is None:
                 return None
             if row.attempts >= MAX_TASK_ATTEMPTS:

@@ -1,0 +1,54 @@
+"""Helpers for the fan-out tests: seed topic subscribers straight into Cassandra (prepared inserts
+with execute_concurrent, numbered from the real counter) and make TOPIC publish jobs."""
+
+from __future__ import annotations
+
+import time
+
+from cassandra.concurrent import execute_concurrent_with_args
+from sqlalchemy import text
+
+from notee.fanout import jobs
+from notee.fanout.targets import SLOT_SIZE, TopicTarget
+from notee.store.cql import for_runtime
+from tests import factories
+
+
+def seed_topic(runtime, service: str, type_: str, key: str, topic: str, n: int, *, os: str = "AOS",
+               prefix: str | None = None) -> list[str]:
+    """``n`` subscribers of (template key, topic): numbers come from the (service, TOPIC, type) ``no``
+    counter exactly as subscribe allocates them; rows land in slots no // 30000."""
+    st = for_runtime(runtime)
+    top = st.allocate_numbers(service, "TOPIC", type_, n)
+    first = top - n + 1
+    prefix = prefix or f"{service}-{topic}-"
+    tokens = [f"{prefix}{i:07d}" for i in range(n)]
+    now = int(time.time() * 1000)
+    args = [((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now)
+            for i, tok in enumerate(tokens)]
+    for ok, result in execute_concurrent_with_args(runtime.cql, st.topic_insert, args, concurrency=200,
+                                                   raise_on_first_error=False):
+        assert ok, result
+    return tokens
+
+
+def topic_template(runtime, service: str, type_: str = "news", title: str = "Hi {{name}}") -> str:
+    factories.make_service(runtime, service)
+    return factories.make_template(runtime, service, "TOPIC", type_, title=title)
+
+
+def topic_job(runtime, service: str, key: str, topic: str, *, type_: str = "news", idempotency_key=None,
+              variables=None, overrides=None):
+    with runtime.sessions() as session:
+        return jobs.create_job(runtime, session, service=service, notification_key=key, method="TOPIC",
+                               type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
+                               variables=variables if variables is not None else {"name": "there"},
+                               overrides=overrides)
+
+
+def count_rows(runtime, service: str) -> tuple[int, int]:
+    with runtime.engine.connect() as conn:
+        jobs_n = conn.execute(text("SELECT COUNT(*) FROM fanout_job WHERE service = :s"), {"s": service}).scalar()
+        tasks_n = conn.execute(text("SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j USING (job_id)"
+                                    " WHERE j.service = :s"), {"s": service}).scalar()
+    return int(jobs_n), int(tasks_n)
