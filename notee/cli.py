@@ -95,6 +95,19 @@ def prune(days: int | None = typer.Option(None, help="Override settings.retentio
 
 
 @app.command()
+def scheduler() -> None:
+    """Run the cycle scheduler: each minute, one fan-out job per due cycle template (SIGTERM stops it)."""
+    from notee.runtime import Runtime
+    from notee.scheduler.service import serve
+
+    runtime = Runtime(_settings())
+    try:
+        serve(runtime)
+    finally:
+        runtime.close()
+
+
+@app.command()
 def openapi() -> None:
     """Print the OpenAPI document (no database needed)."""
     from notee.api.app import create_app

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from notee.errors import InvalidInput, NotFound
+from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.targets import CycleTarget
 from notee.runtime import Runtime
 from notee.scheduler import clock
@@ -54,7 +54,7 @@ class MinuteResult:
     buckets: int = 0  # (timezone, local bucket) pairs evaluated
     jobs_created: int = 0
     jobs_existing: int = 0  # already made by an earlier attempt at this minute
-    templates_missing: int = 0  # in cycle_due but deleted/changed in MySQL: skipped
+    templates_skipped: int = 0  # in cycle_due but deleted in MySQL, or does not render: skipped
     job_ids: list[str] = field(default_factory=list)
 
 
@@ -101,9 +101,9 @@ class Scheduler:
         if not kept:  # our lease expired and another replica took the minute over; its jobs = ours
             log.warning("minute %s: claim taken over by another scheduler before it finished", _iso(minute))
         log.log(logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
-                "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) missing",
+                "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) skipped",
                 _iso(minute), result.state, result.buckets, result.jobs_created, result.jobs_existing,
-                result.templates_missing)
+                result.templates_skipped)
         return result
 
     def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
@@ -140,7 +140,7 @@ class Scheduler:
                     return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
                                       type_=type_, target=bucket,
                                       idempotency_key=clock.idempotency_key(key, bucket, minute))
-                except (NotFound, InvalidInput) as exc:
+                except (NotFound, InvalidInput, PayloadTooLarge) as exc:
                     # The due index may name a template deleted since (reconcile removes it later) or
                     # one that no longer renders; it is this template's problem, not the minute's.
                     log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), key, service, exc)
@@ -154,7 +154,7 @@ class Scheduler:
                 outcomes = list(pool.map(one, due))  # re-raises the first store error: minute stays claimed
         for job in outcomes:
             if job is None:
-                result.templates_missing += 1
+                result.templates_skipped += 1
             else:
                 result.job_ids.append(job.job_id)
                 if job.created:
