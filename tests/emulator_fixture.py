@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,7 @@ def emulator_process() -> Iterator[Emulator]:
                 raise RuntimeError(f"emulator exited: {proc.stderr.read().decode()[-2000:]}")
             if ca.exists():
                 try:
-                    client = client or httpx.Client(base_url=url, verify=str(ca), timeout=10)
+                    client = client or httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=str(ca)), timeout=10)
                     if client.get("/_emu/stats").status_code == 200:
                         break
                 except httpx.HTTPError:

@@ -1,0 +1,110 @@
+"""The emulator itself: wire formats of PROVIDERS.md, control API, TLS with the generated CA."""
+
+from __future__ import annotations
+
+import json
+import ssl
+
+import httpx
+import pytest
+
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+
+FCM_PATH = "/v1/projects/demo/messages:send"
+
+
+def _fcm(client: httpx.Client, token: str, *, auth: str = "Bearer t"):
+    return client.post(FCM_PATH, json={"message": {"token": token, "notification": {"title": "a"}}},
+                       headers={"authorization": auth})
+
+
+@pytest.fixture()
+def h2(emulator):
+    with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file)) as c:
+        yield c
+
+
+def test_tls_is_verified_against_the_generated_ca(emulator, tmp_path):
+    from notee.emulator.tls import ensure_tls
+
+    other_ca = ensure_tls(tmp_path).ca_cert  # a different test CA must not be trusted
+    with pytest.raises(httpx.ConnectError):
+        httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=str(other_ca))).get("/_emu/stats")
+
+
+def test_fcm_success_body_and_delivery_count(emulator, h2):
+    r = _fcm(h2, "tok-ok")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json; charset=UTF-8"
+    assert r.json()["name"].startswith("projects/demo/messages/0:")
+    assert emulator.deliveries("tok-ok") == {"token": "tok-ok", "fcm": 1, "apns": 0, "attempts": 1}
+
+
+@pytest.mark.parametrize("code,status,rpc", [
+    ("UNREGISTERED", 404, "NOT_FOUND"),
+    ("INVALID_ARGUMENT", 400, "INVALID_ARGUMENT"),
+    ("SENDER_ID_MISMATCH", 403, "PERMISSION_DENIED"),
+    ("QUOTA_EXCEEDED", 429, "RESOURCE_EXHAUSTED"),
+    ("UNAVAILABLE", 503, "UNAVAILABLE"),
+    ("INTERNAL", 500, "INTERNAL"),
+    ("THIRD_PARTY_AUTH_ERROR", 401, "UNAUTHENTICATED"),
+])
+def test_fcm_error_bodies(emulator, h2, code, status, rpc):
+    emulator.fcm_tokens(**{code: ["bad"]})
+    r = _fcm(h2, "bad")
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["code"] == status and err["status"] == rpc
+    assert err["details"] == [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code}]
+    assert emulator.deliveries("bad")["fcm"] == 0
+
+
+def test_fault_injection_n_times_then_success_with_retry_after(emulator, h2):
+    emulator.fault("fcm", 503, match="flaky", times=2, retry_after=1)
+    assert [(_r := _fcm(h2, "flaky")).status_code for _ in range(2)] == [503, 503]
+    assert _r.headers["retry-after"] == "1"
+    assert _fcm(h2, "flaky").status_code == 200
+    assert _fcm(h2, "other").status_code == 200  # the fault matched one token only
+    assert emulator.deliveries("flaky") == {"token": "flaky", "fcm": 1, "apns": 0, "attempts": 3}
+
+
+def test_fcm_requires_a_bearer_and_a_single_target(emulator, h2):
+    assert _fcm(h2, "x", auth="").status_code == 401
+    r = h2.post(FCM_PATH, json={"message": {"token": "a", "topic": "b"}}, headers={"authorization": "Bearer t"})
+    assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
+    r = h2.post(FCM_PATH, content=b"{not json", headers={"authorization": "Bearer t"})
+    assert r.status_code == 400
+
+
+def test_reset_and_stats(emulator, h2):
+    emulator.fcm_tokens(UNREGISTERED=["gone"])
+    _fcm(h2, "gone")
+    _fcm(h2, "ok")
+    stats = emulator.stats()
+    assert stats["counts"]["fcm.recv"] == 2 and stats["counts"]["fcm.ok"] == 1
+    emulator.reset()
+    assert emulator.stats()["counts"] == {}
+    assert _fcm(h2, "gone").status_code == 200
+
+
+def test_control_api_rejects_bad_requests(emulator, h2):
+    assert h2.post("/_emu/fcm/tokens", json={"NOPE": ["x"]}).status_code == 400
+    assert h2.post("/_emu/apns/tokens", json={"nope": ["x"]}).status_code == 400
+    assert h2.post("/_emu/faults", json={"api": "smtp", "status": 500}).status_code == 400
+    assert h2.post("/_emu/faults", json={"api": "fcm"}).status_code == 400
+    assert h2.get("/_emu/unknown").status_code == 404
+
+
+def test_latency_is_added(emulator, h2):
+    emulator.latency(1)
+    assert emulator.stats()["latency_ms"] == 1
+    assert _fcm(h2, "slow").status_code == 200
+
+
+def test_apns_missing_and_malformed_provider_token(emulator, h2):
+    r = h2.post("/3/device/abcd", content=b"{}", headers={"apns-topic": "t", "apns-id": "id-1"})
+    assert r.status_code == 403 and r.json() == {"reason": "MissingProviderToken"}
+    assert r.headers["apns-id"] == "id-1"
+    r = h2.post("/3/device/abcd", content=b"{}", headers={"apns-topic": "t", "authorization": "bearer junk"})
+    assert r.status_code == 403 and r.json() == {"reason": "InvalidProviderToken"}
+    assert json.loads(r.content)  # one JSON document (aioapns parses each DATA frame)
