@@ -108,6 +108,22 @@ def scheduler() -> None:
 
 
 @app.command()
+def reconcile(service: str | None = typer.Option(None, help="Only this service (default: all)."),
+              fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page.")) -> None:
+    """Recompute subscription `count`s from the per-user index, delete rows of deleted templates and
+    stale cycle due buckets (safe to run any time)."""
+    from notee import reconcile as rec
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        report = rec.reconcile(runtime, service=service, fetch_size=fetch_size)
+    finally:
+        runtime.close()
+    typer.echo(json.dumps(report))
+
+
+@app.command()
 def openapi() -> None:
     """Print the OpenAPI document (no database needed)."""
     from notee.api.app import create_app

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import BatchStatement, BatchType
 
 from notee.fanout.targets import SLOT_SIZE, CycleTarget, TopicTarget
 from notee.providers.base import Recipient
@@ -115,7 +115,7 @@ class Statements:
         self.due_select = p(
             f"SELECT service, notification_key, notification_type FROM {n}.cycle_due"
             " WHERE timezone = ? AND day = ? AND hour = ? AND minute = ?")
-        self.due_scan = p(f"SELECT timezone, day, hour, minute, notification_key FROM {n}.cycle_due")
+        self.due_scan = p(f"SELECT timezone, day, hour, minute, notification_key, service FROM {n}.cycle_due")
         self.due_delete = p(
             f"DELETE FROM {n}.cycle_due USING TIMESTAMP ? WHERE timezone = ? AND day = ? AND hour = ?"
             " AND minute = ? AND notification_key = ?")
@@ -263,11 +263,12 @@ class Statements:
         futures.append(self.session.execute_async(self.tz_insert, (timezone,)))
         return futures
 
-    def scan_due(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, int, int, str]]:
+    def scan_due(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, int, int, str, str]]:
+        """(timezone, day, hour, minute, notification_key, service) of every due bucket (reconcile)."""
         stmt = self.due_scan.bind(())
         stmt.fetch_size = fetch_size
         for r in self.session.execute(stmt):
-            yield r.timezone, r.day, r.hour, r.minute, r.notification_key
+            yield r.timezone, r.day, r.hour, r.minute, r.notification_key, r.service
 
     def delete_due(self, timestamp_us: int, timezone: str, day: str, hour: int, minute: int, key: str) -> None:
         self.session.execute(self.due_delete, (timestamp_us, timezone, day, hour, minute, key))
@@ -347,4 +348,4 @@ def timezones_in_use(cql_statements: Statements) -> list[str]:
 
 
 __all__ = ["Statements", "IndexRow", "SlotRef", "USER_LEVEL", "for_runtime", "slot_ref", "stream_recipients",
-           "max_slot", "due_templates", "timezones_in_use", "PreparedStatement"]
+           "max_slot", "due_templates", "timezones_in_use"]

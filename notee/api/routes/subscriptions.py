@@ -1,0 +1,126 @@
+"""Topic and cycle subscriptions of a user, listing, and the bulk topic subscribe.
+
+Thin: parse, one call into notee.domain.subscriptions, respond. Every route is scoped to the calling
+service (API key); another service's users and templates answer 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import RuntimeDep
+from notee.api.models import TYPE_PATTERN, errors
+from notee.domain import subscriptions as subs
+
+router = APIRouter(prefix="/v1", tags=["subscriptions"])
+
+UserIdPath = Annotated[UUID, Path(description="Platform user id")]
+TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The template's notification_type")]
+TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded)")]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CycleIn(_In):
+    days: list[str] = Field(..., min_length=1, max_length=7, description="MON..SUN", examples=[["MON", "WED"]])
+    hour: int = Field(..., description="0-23, local to timezone")
+    minute: int = Field(..., description="0-59, local to timezone")
+    timezone: str | None = Field(None, description="IANA timezone; default: the service's timezone")
+
+
+class BulkIn(_In):
+    user_ids: list[str] = Field(..., min_length=1, max_length=subs.BULK_MAX,
+                                description=f"Platform user ids, at most {subs.BULK_MAX}")
+
+
+class SubscribeOut(BaseModel):
+    status: Literal["subscribed", "already_subscribed"]
+    devices: int = Field(description="Devices of the user that carry this subscription")
+    schedule: str | None = Field(None, description="Canonical schedule (cycle only), e.g. 'MON,WED 22:00 Asia/Seoul'")
+
+
+class ScheduleOut(BaseModel):
+    days: list[str]
+    hour: int
+    minute: int
+    timezone: str
+    canonical: str
+
+
+class SubscriptionOut(BaseModel):
+    method: Literal["TOPIC", "CYCLE"]
+    type: str
+    topic: str | None = None
+    schedule: ScheduleOut | None = None
+    registered_at: int = Field(description="Epoch milliseconds (UTC)")
+    devices: int
+
+
+class SubscriptionList(BaseModel):
+    items: list[SubscriptionOut]
+
+
+class BulkResult(BaseModel):
+    user_id: str
+    status: Literal["subscribed", "already_subscribed", "not_found"]
+
+
+class BulkOut(BaseModel):
+    results: list[BulkResult]
+    subscribed: int
+    already_subscribed: int
+    not_found: int
+
+
+@router.put("/users/{user_id}/subscriptions/topic/{type}/{topic}", response_model=SubscribeOut,
+            responses=errors(404, 422))
+def subscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
+                    runtime: RuntimeDep):
+    """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
+    template. Subscribing twice changes nothing."""
+    return subs.subscribe_topic(runtime, service, str(user_id), type, topic)
+
+
+@router.delete("/users/{user_id}/subscriptions/topic/{type}/{topic}", status_code=204, response_class=Response,
+               responses=errors(404, 422))
+def unsubscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
+                      runtime: RuntimeDep):
+    """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
+    subs.unsubscribe_topic(runtime, service, str(user_id), type, topic)
+
+
+@router.put("/users/{user_id}/subscriptions/cycle/{type}", response_model=SubscribeOut,
+            responses=errors(404, 422))
+def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep):
+    """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
+    replaces the previous one of this type."""
+    return subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour, body.minute,
+                                body.timezone)
+
+
+@router.delete("/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response,
+               responses=errors(404))
+def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep):
+    subs.unsubscribe_cycle(runtime, service, str(user_id), type)
+
+
+@router.get("/users/{user_id}/subscriptions", response_model=SubscriptionList, responses=errors(404))
+def list_subscriptions(user_id: UserIdPath, service: ServiceDep, runtime: RuntimeDep):
+    """The user's subscriptions, from the per-user index."""
+    return SubscriptionList(items=subs.list_subscriptions(runtime, service, str(user_id)))
+
+
+@router.post("/topics/{type}/{topic}/subscribers", response_model=BulkOut, responses=errors(404, 422))
+def bulk_subscribe(type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, runtime: RuntimeDep):
+    """Subscribe up to 1,000 users to a topic; one result per distinct user id (unknown ids are
+    reported as not_found, the others are still subscribed)."""
+    results = subs.bulk_subscribe_topic(runtime, service, type, topic, body.user_ids)
+    tally = {s: sum(1 for r in results if r["status"] == s) for s in ("subscribed", "already_subscribed", "not_found")}
+    return BulkOut(results=results, **tally)
