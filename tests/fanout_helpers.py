@@ -52,3 +52,29 @@ def count_rows(runtime, service: str) -> tuple[int, int]:
         tasks_n = conn.execute(text("SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j USING (job_id)"
                                     " WHERE j.service = :s"), {"s": service}).scalar()
     return int(jobs_n), int(tasks_n)
+
+
+def run_worker_until_idle(runtime, services: list[str], *, lanes: int = 2, fetch_size: int | None = None):
+    """Run an in-process worker with the production sender until the services' tasks are all done."""
+    import asyncio
+
+    from notee.fanout.worker import DeliverySender, Worker
+
+    async def go():
+        sender = DeliverySender(runtime)
+        worker = Worker(runtime, sender, lanes=lanes, services=services, fetch_size=fetch_size)
+        try:
+            await worker.run(until_idle=True)
+        finally:
+            await sender.close()
+        return worker
+
+    return asyncio.run(go())
+
+
+def emulator_runtime():
+    """A Runtime whose settings point at the emulator (the emulator fixture exported its URL/CA)."""
+    from notee.runtime import Runtime
+    from notee.settings import Settings
+
+    return Runtime(Settings())

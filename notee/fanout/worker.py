@@ -56,9 +56,9 @@ class SendResult:
     retried: int = 0
 
 
-# (service, messages) -> counts. Retries, pruning and dead-lettering happen inside; it raises
-# ProviderConfigError when the service's credentials are unusable (the job fails loudly).
-SendPage = Callable[[str, Sequence[Message]], Awaitable[SendResult]]
+# (service, job_id, messages) -> counts. Retries, pruning and dead-lettering happen inside; it
+# raises ProviderConfigError when the service's credentials are unusable (the job fails loudly).
+SendPage = Callable[[str, str, Sequence[Message]], Awaitable[SendResult]]
 
 
 def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
@@ -72,7 +72,7 @@ def provider_sender(provider: Provider, *, max_attempts: int = 5, base_backoff_s
     """A SendPage over a bare Provider (tests and the log provider): retries RetryAfter outcomes with
     backoff honouring Retry-After; counts InvalidToken as pruned (the caller prunes nothing here)."""
 
-    async def send(_service: str, messages: Sequence[Message]) -> SendResult:
+    async def send(_service: str, _job_id: str, messages: Sequence[Message]) -> SendResult:
         sent = failed = pruned = retried = 0
         pending = list(messages)
         for attempt in range(1, max_attempts + 1):
@@ -168,7 +168,7 @@ class Worker:
                         await asyncio.to_thread(store.release, sessions, claim)
                         log.info("task %s released on stop after %d pages", name, pages)
                         return
-                    result = await self.send_page(job.service, messages_for(page, job.payload)) if page else SendResult()
+                    result = await self.send_page(job.service, job.job_id, messages_for(page, job.payload)) if page else SendResult()
                     counts = PageCounts(len(page), result.sent, result.failed, result.pruned, result.retried)
                     pages += 1
                     sent += result.sent
@@ -249,23 +249,53 @@ def _read_job(sessions, job_id: str) -> store.JobRow:
     return job
 
 
-def default_sender(runtime: Runtime) -> tuple[SendPage, Callable[[], Awaitable[None]]]:
-    """The production sender (notee.delivery) and its closer."""
-    from notee import delivery
+class DeliverySender:
+    """The production SendPage: ``notee.delivery.deliver`` (routing, retries, pruning, dead letters).
 
-    return delivery.fanout_sender(runtime)
+    The service's credentials are read from MySQL at most once per ``CREDENTIALS_TTL_S`` per
+    service (not per page, never per device); providers and HTTP/2 pools are built once."""
+
+    CREDENTIALS_TTL_S = 30.0
+
+    def __init__(self, runtime: Runtime) -> None:
+        from notee.providers.routing import ProviderSet
+
+        self.runtime = runtime
+        self.providers = ProviderSet(runtime.settings)
+        self._credentials: dict[str, tuple[float, object]] = {}
+
+    async def _creds(self, service: str):
+        from notee.providers.routing import load_service_credentials
+
+        cached = self._credentials.get(service)
+        if cached is None or time.monotonic() - cached[0] > self.CREDENTIALS_TTL_S:
+            creds = await asyncio.to_thread(load_service_credentials, self.runtime, service)
+            cached = self._credentials[service] = (time.monotonic(), creds)
+        return cached[1]
+
+    async def __call__(self, service: str, job_id: str, messages: Sequence[Message]) -> SendResult:
+        from notee.delivery import deliver
+
+        result = await deliver(self.runtime, self.providers, service, messages,
+                               credentials=await self._creds(service), job_id=job_id)
+        failed = len(result.failed)
+        return SendResult(sent=result.delivered, failed=failed, pruned=len(messages) - result.delivered - failed,
+                          retried=result.retried)
+
+    async def close(self) -> None:
+        await self.providers.close()
 
 
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
-    send_page, close = default_sender(runtime)
-    worker = Worker(runtime, send_page, lanes=lanes, services=services)
+    sender = DeliverySender(runtime)
+    worker = Worker(runtime, sender, lanes=lanes, services=services)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop.set)
     try:
         await worker.run()
     finally:
-        await close()
+        await sender.close()
 
 
 def run(settings, *, lanes: int = 2, services: Sequence[str] | None = None) -> None:

@@ -1,0 +1,90 @@
+"""Topic publish and job progress: ``POST /v1/topics/{type}/{topic}/publish``, ``GET /v1/jobs/{job_id}``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import DbDep, RuntimeDep
+from notee.api.errors import ErrorResponse
+from notee.fanout import jobs
+
+router = APIRouter(prefix="/v1", tags=["publish"])
+
+VarName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+DataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Value = Annotated[str, StringConstraints(max_length=2000)]
+
+
+class PublishRequest(BaseModel):
+    """Everything is optional: with no body the template is sent as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variables: dict[VarName, Value] | None = Field(
+        None, max_length=100, description="Values for the template's {{name}} placeholders in title and body.")
+    data: dict[DataKey, Value] | None = Field(
+        None, max_length=100, description="Key/value data merged over the template's data.")
+    title: str | None = Field(None, min_length=1, max_length=200, description="Replaces the template's title.")
+    body: str | None = Field(None, min_length=1, max_length=2000, description="Replaces the template's body.")
+
+
+class PublishAccepted(BaseModel):
+    job_id: str
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    state: Literal["queued", "running", "done", "failed"]
+    notification_type: str
+    target: dict
+    targeted: int = Field(description="Recipients read so far (final once the job is done).")
+    sent: int
+    failed: int
+    pruned: int = Field(description="Recipients whose token the provider rejected as invalid (removed).")
+    retried: int = Field(description="Extra send attempts after retryable provider answers.")
+    tasks: int
+    tasks_done: int
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+TypePath = Annotated[str, Path(min_length=1, max_length=64, description="The TOPIC template's notification_type.")]
+TopicPath = Annotated[str, Path(min_length=1, max_length=50, description="The topic (at most 50 characters).")]
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=200,
+    description="Repeating a publish with the same key returns the first job instead of sending again.")]
+
+
+@router.post("/topics/{type}/{topic}/publish", status_code=202, response_model=PublishAccepted,
+             responses={404: {"model": ErrorResponse, "description": "No TOPIC template of this type"}})
+def publish(type: TypePath, topic: TopicPath, runtime: RuntimeDep, db: DbDep, service: ServiceDep,
+            request: PublishRequest | None = None, idempotency_key: IdempotencyKey = None) -> PublishAccepted:
+    """Send a TOPIC template to every device subscribed to the topic. Returns at once (202) with the
+    job id; workers fan out in the background. Progress: ``GET /v1/jobs/{job_id}``."""
+    request = request or PublishRequest()
+    overrides = {k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data))
+                 if v is not None}
+    job = jobs.publish_topic(runtime, db, service=service, type_=type, topic=topic, idempotency_key=idempotency_key,
+                             variables=request.variables, overrides=overrides or None)
+    return PublishAccepted(job_id=job.job_id)
+
+
+@router.get("/jobs/{job_id}", response_model=JobStatus,
+            responses={404: {"model": ErrorResponse, "description": "No such job for this service"}})
+def job_status(job_id: Annotated[str, Path(min_length=36, max_length=36)], db: DbDep,
+               service: ServiceDep) -> JobStatus:
+    """A publish job's state and counts; they update while workers run it."""
+    job, progress = jobs.job_status(db, service, job_id)
+    return JobStatus(
+        job_id=job.job_id, state=job.state, notification_type=job.type_, target=job.target,
+        targeted=progress.targeted, sent=progress.sent, failed=progress.failed, pruned=progress.pruned,
+        retried=progress.retried, tasks=job.task_count, tasks_done=progress.tasks_done, error=job.error,
+        created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+    )
