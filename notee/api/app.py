@@ -10,7 +10,6 @@ from fastapi import FastAPI
 from notee.api import errors
 from notee.api.routes import health
 from notee.api.routes import publish
-from notee.api.routes import publish
 from notee.api.routes import admin, devices, templates, users
 from notee.api.routes import subscriptions
 from notee.runtime import Runtime
@@ -41,7 +40,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(health.router)
-    app.include_router(publish.router)
     app.include_router(publish.router)
     for router in (admin.router, users.router, devices.router, templates.router):
         app.include_router(router)
