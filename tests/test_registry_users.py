@@ -1,0 +1,178 @@
+"""Users and devices on the real MariaDB: stable ids, idempotent devices, shared tokens, rotation,
+deletion that leaves nothing personal, and the order of the subscription hooks."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from sqlalchemy import select
+
+from notee.domain import registry
+from notee.store import registry as store
+from tests.api_helpers import new_service, new_user, random_token
+
+
+def _devices(client, headers, user_id):
+    r = client.get(f"/v1/users/{user_id}/devices", headers=headers)
+    assert r.status_code == 200, r.text
+    return {d["token"]: d for d in r.json()["items"]}
+
+
+def test_put_user_twice_returns_the_same_user_id(client, settings, service_id):
+    h = new_service(client, settings, service_id)
+    first = client.put("/v1/users/abc-user-id", json={"name": "daehwan"}, headers=h)
+    second = client.put("/v1/users/abc-user-id", json={"name": "Daehwan K"}, headers=h)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["user_id"] == second.json()["user_id"]
+    got = client.get(f"/v1/users/{first.json()['user_id']}", headers=h).json()
+    assert got["name"] == "Daehwan K" and got["service_user_id"] == "abc-user-id"
+    other = client.put("/v1/users/another", json={}, headers=h).json()
+    assert other["user_id"] != got["user_id"] and other["name"] == ""
+
+
+def test_same_service_user_id_in_two_services_are_two_users(client, settings, service_id):
+    a = new_service(client, settings, service_id)
+    b = new_service(client, settings, service_id + "B")
+    assert new_user(client, a, "same") != new_user(client, b, "same")
+
+
+def test_unknown_user_is_404(client, settings, service_id):
+    h = new_service(client, settings, service_id)
+    missing = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
+    assert client.get(f"/v1/users/{missing}", headers=h).status_code == 404
+    assert client.delete(f"/v1/users/{missing}", headers=h).status_code == 404
+    assert client.get(f"/v1/users/{missing}/devices", headers=h).status_code == 404
+    r = client.post(f"/v1/users/{missing}/devices", json={"token": random_token(), "os": "IOS"}, headers=h)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_devices_register_idempotently_and_update(client, settings, runtime, service_id):
+    h = new_service(client, settings, service_id)
+    user_id = new_user(client, h)
+    token = random_token()
+    body = {"token": token, "os": "AOS", "region": "KR"}
+    first = client.post(f"/v1/users/{user_id}/devices", json=body, headers=h)
+    again = client.post(f"/v1/users/{user_id}/devices", json=body, headers=h)
+    moved = client.post(f"/v1/users/{user_id}/devices", json=body | {"region": "JP"}, headers=h)
+    assert (first.status_code, again.status_code, moved.status_code) == (201, 200, 200)
+    devices = _devices(client, h, user_id)
+    assert list(devices) == [token]
+    assert devices[token]["region"] == "JP" and devices[token]["created_at"] == first.json()["created_at"]
+    with runtime.sessions() as s:
+        assert len(store.list_devices(s, service_id, user_id)) == 1
+
+
+def test_token_shared_by_two_users_and_delete_one(client, settings, service_id):
+    h = new_service(client, settings, service_id)
+    token = "fcm:APA91b/with+slash=" + random_token()
+    a = new_user(client, h, devices=[(token, "AOS")])
+    b = new_user(client, h, devices=[(token, "AOS"), (random_token(), "IOS")])
+    assert token in _devices(client, h, a) and token in _devices(client, h, b)
+    path = urllib.parse.quote(token, safe="")
+    assert client.delete(f"/v1/users/{a}/devices/{path}", headers=h).status_code == 204
+    assert client.delete(f"/v1/users/{a}/devices/{path}", headers=h).status_code == 404
+    assert token not in _devices(client, h, a)
+    assert token in _devices(client, h, b) and len(_devices(client, h, b)) == 2
+
+
+def test_rotation_replaces_the_token_for_every_holder_keeping_its_place(client, settings, service_id):
+    h = new_service(client, settings, service_id)
+    old, new, other = random_token("old"), random_token("new"), random_token()
+    a = new_user(client, h, devices=[(old, "IOS"), (other, "AOS")])
+    b = new_user(client, h, devices=[(old, "IOS")])
+    c = new_user(client, h, devices=[(old, "IOS"), (new, "IOS")])  # already holds the new token
+    before = {u: _devices(client, h, u) for u in (a, b, c)}
+    r = client.post("/v1/devices/rotate", json={"old_token": old, "new_token": new}, headers=h)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"rotated": 3}
+    for u in (a, b):
+        after = _devices(client, h, u)
+        assert old not in after and after[new]["created_at"] == before[u][old]["created_at"]
+        assert after[new]["os"] == "IOS"
+    assert set(_devices(client, h, a)) == {new, other}
+    assert set(_devices(client, h, c)) == {new}
+    # rotating again: the old token is gone
+    again = client.post("/v1/devices/rotate", json={"old_token": old, "new_token": new}, headers=h)
+    assert again.status_code == 404
+
+
+def test_rotation_stays_inside_the_service(client, settings, service_id):
+    a = new_service(client, settings, service_id)
+    b = new_service(client, settings, service_id + "B")
+    token, new = random_token(), random_token()
+    ua = new_user(client, a, devices=[(token, "AOS")])
+    assert client.post("/v1/devices/rotate", json={"old_token": token, "new_token": new}, headers=b).status_code == 404
+    assert set(_devices(client, a, ua)) == {token}
+
+
+def test_delete_user_leaves_nothing_personal(client, settings, runtime, service_id):
+    h = new_service(client, settings, service_id)
+    token = random_token()
+    user_id = new_user(client, h, "personal-id", name="Kim", devices=[(token, "IOS"), (random_token(), "AOS")])
+    keeper = new_user(client, h, devices=[(token, "IOS")])
+    assert client.delete(f"/v1/users/{user_id}", headers=h).status_code == 204
+    assert client.get(f"/v1/users/{user_id}", headers=h).status_code == 404
+    with runtime.sessions() as s:
+        assert s.execute(select(store.user_t).where(store.user_t.c.service_user_id == "personal-id",
+                                                    store.user_t.c.service == service_id)).first() is None
+        assert s.execute(select(store.device_t).where(store.device_t.c.user_id == user_id)).first() is None
+        assert [r.user_id for r in s.execute(select(store.device_t.c.user_id).where(
+            store.device_t.c.device_token == token))] == [keeper]
+    # the same service id registers again as a new user
+    assert new_user(client, h, "personal-id") != user_id
+
+
+class _Recorder:
+    """Stands in for the subscriptions module (issue 4) to check *when* the registry calls it: what
+    MySQL holds, seen from another connection, at the moment of each call."""
+
+    def __init__(self, runtime):
+        self.runtime, self.calls = runtime, []
+
+    def _seen(self, service, user_id, token=None):
+        with self.runtime.sessions() as s:
+            if token is None:
+                return store.get_user(s, service, user_id) is not None
+            return store.get_device(s, service, user_id, token) is not None
+
+    def on_user_deleted(self, runtime, service, user_id):
+        self.calls.append(("user_deleted", self._seen(service, user_id)))
+
+    def on_device_added(self, runtime, service, user_id, token, os):
+        self.calls.append(("device_added", self._seen(service, user_id, token), os))
+
+    def on_device_removed(self, runtime, service, user_id, token):
+        self.calls.append(("device_removed", self._seen(service, user_id, token)))
+
+    def on_token_rotated(self, runtime, service, old, new):
+        with self.runtime.sessions() as s:
+            self.calls.append(("token_rotated", bool(store.holders_of_token(s, service, old))))
+
+    def on_template_deleted(self, runtime, service, method, type_, key):
+        with self.runtime.sessions() as s:
+            self.calls.append(("template_deleted", store.get_template(s, service, method, type_) is not None))
+
+
+def test_subscription_hooks_run_in_store_order(client, settings, runtime, service_id, monkeypatch):
+    """Additions: MySQL committed before Cassandra (the hook sees the row). Removals: Cassandra
+    first (the hook still sees the row), then MySQL."""
+    recorder = _Recorder(runtime)
+    monkeypatch.setattr(registry, "_subscriptions", lambda: recorder)
+    h = new_service(client, settings, service_id)
+    token, new = random_token(), random_token()
+    user_id = new_user(client, h, devices=[(token, "IOS")])
+    client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": "IOS"}, headers=h)  # no change: no hook
+    client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": "AOS"}, headers=h)  # os changed
+    client.post("/v1/devices/rotate", json={"old_token": token, "new_token": new}, headers=h)
+    client.delete(f"/v1/users/{user_id}/devices/{new}", headers=h)
+    client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=h)
+    client.delete("/v1/templates/TOPIC/news", headers=h)
+    client.delete(f"/v1/users/{user_id}", headers=h)
+    assert recorder.calls == [
+        ("device_added", True, "IOS"),
+        ("device_added", True, "AOS"),
+        ("token_rotated", True),
+        ("device_removed", True),
+        ("template_deleted", True),
+        ("user_deleted", True),
+    ]
