@@ -1,0 +1,126 @@
+"""Figures and the results files: ``bench/results/latest.json`` and ``latest.md``.
+
+A figure is either measured::
+
+    {"value": 0.93, "goal": ">= 0.9", "met": true,
+     "numerator": {"name": ..., "value": ..., "unit": ...},
+     "denominator": {"name": ..., "value": ..., "unit": ...},
+     "sizes": {...}, "extra": {...}}
+
+or missing, with the reason (never a default value)::
+
+    {"missing": true, "reason": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import platform
+import socket
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# name -> (comparison, goal value, one-line meaning); the order of the table.
+GOALS: dict[str, tuple[str, float, str]] = {
+    "slot_walk_ratio": (">=", 0.9, "recipient stream rows/s / raw driver paged SELECT rows/s"),
+    "send_cpu_ratio": (">=", 0.8, "Notee sender msgs per CPU-s / bare h2 client req per CPU-s"),
+    "fanout_ratio": (">=", 0.7, "topic publish pushes/s / min(slot walk, bare sender) pushes/s"),
+    "cycle_minute_s": ("<", 60.0, "tick -> last cycle push acknowledged, seconds"),
+    "subscribe_ratio": (">=", 0.5, "API topic subscriptions/s / raw driver same writes/s"),
+    "worker_rss_growth": ("<=", 1.2, "worker RSS at end of publish / after its first page"),
+}
+_OPS = {">=": operator.ge, "<=": operator.le, "<": operator.lt, ">": operator.gt}
+
+
+@dataclass(frozen=True)
+class Measure:
+    name: str
+    value: float
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": _round(self.value), "unit": self.unit}
+
+
+def _round(x: float) -> float:
+    if isinstance(x, int):
+        return x
+    return float(f"{x:.4g}") if abs(x) < 1e6 else round(x)
+
+
+def figure(name: str, numerator: Measure, denominator: Measure, sizes: dict[str, Any], *,
+           value: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A measured figure. ``value`` defaults to numerator / denominator."""
+    op, goal, _ = GOALS[name]
+    if value is None:
+        if denominator.value <= 0:
+            return missing(f"denominator {denominator.name} measured {denominator.value}")
+        value = numerator.value / denominator.value
+    out: dict[str, Any] = {"value": _round(value), "goal": f"{op} {goal:g}", "met": bool(_OPS[op](value, goal)),
+                           "numerator": numerator.as_dict(), "denominator": denominator.as_dict(), "sizes": sizes}
+    if extra:
+        out["extra"] = {k: _round(v) if isinstance(v, float) else v for k, v in extra.items()}
+    return out
+
+
+def missing(reason: str) -> dict[str, Any]:
+    return {"missing": True, "reason": reason}
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"host": socket.gethostname(), "python": platform.python_version(),
+                            "platform": platform.platform(), "cpus": os.cpu_count()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        info["mem_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (OSError, ValueError):
+        pass
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=RESULTS_DIR.parent.parent, timeout=5).stdout.strip()
+    except OSError:
+        pass
+    return info
+
+
+def table(figures: dict[str, dict[str, Any]]) -> str:
+    """The human-readable table (Markdown)."""
+    lines = ["| figure | value | goal | met | numerator | denominator | sizes |",
+             "|---|---|---|---|---|---|---|"]
+    for name in GOALS:
+        f = figures.get(name) or missing("not run")
+        if f.get("missing"):
+            lines.append(f"| {name} | missing | {GOALS[name][0]} {GOALS[name][1]:g} | — | {f['reason']} | | |")
+            continue
+        n, d = f["numerator"], f["denominator"]
+        sizes = ", ".join(f"{k}={v}" for k, v in f["sizes"].items())
+        extra = f.get("extra")
+        if extra:
+            sizes += "; " + ", ".join(f"{k}={v}" for k, v in extra.items())
+        lines.append(f"| {name} | **{f['value']}** | {f['goal']} | {'yes' if f['met'] else 'NO'} | "
+                     f"{n['name']}: {n['value']} {n['unit']} | {d['name']}: {d['value']} {d['unit']} | {sizes} |")
+    return "\n".join(lines)
+
+
+def write(mode: str, figures: dict[str, dict[str, Any]], started: datetime, results_dir: Path = RESULTS_DIR) -> dict:
+    doc = {"mode": mode, "started_utc": started.isoformat(timespec="seconds"),
+           "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "machine": machine(), "figures": {name: figures.get(name) or missing("not run") for name in GOALS}}
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    m = doc["machine"]
+    md = (f"# Notee benchmarks ({mode})\n\n{doc['started_utc']} to {doc['finished_utc']}, "
+          f"{m.get('cpus')} CPUs ({m.get('cpu', '?')}), {m.get('mem_gb', '?')} GB, Python {m['python']}, "
+          f"commit {m.get('commit', '?')}\n\n" + table(doc["figures"]) + "\n")
+    (results_dir / "latest.md").write_text(md)
+    return doc

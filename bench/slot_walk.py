@@ -1,0 +1,70 @@
+"""slot_walk_ratio: Notee's recipient stream (``notee.store.cql.stream_recipients``) against the raw
+driver's paged SELECT of the same partitions, same columns, same fetch size, in the same process.
+
+Runs are interleaved (raw, notee, raw, notee, ...) after one warm-up pass so both see the same cache
+state; each side's figure is its median rows/s over the repetitions (wall clock).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+from bench.report import Measure, figure
+from bench.seed import insert_topic_rows, topic_rows
+from notee.fanout.targets import SLOT_SIZE, TopicTarget
+
+
+def seed(runtime, rows: int) -> tuple[str, str, int]:
+    key, topic = str(uuid.uuid4()), "bench-walk"
+    insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, rows))
+    return key, topic, rows // SLOT_SIZE  # last slot
+
+
+def raw_walk(session, keyspace: str, key: str, topic: str, last_slot: int, fetch_size: int) -> int:
+    stmt = session.prepare(f"SELECT device_token, device_os, user_id FROM {keyspace}.topic_notification"
+                           " WHERE slot = ? AND notification_key = ? AND topic = ?")
+    n = 0
+    for slot in range(last_slot + 1):
+        bound = stmt.bind((slot, key, topic))
+        bound.fetch_size = fetch_size
+        for _row in session.execute(bound):
+            n += 1
+    return n
+
+
+def notee_walk(statements, key: str, topic: str, last_slot: int, fetch_size: int) -> int:
+    from notee.store.cql import stream_recipients
+
+    target = TopicTarget(topic)
+    n = 0
+    for slot in range(last_slot + 1):
+        for page, _state in stream_recipients(statements, key, target, slot, fetch_size):
+            n += len(page)
+    return n
+
+
+def run(runtime, *, rows: int, fetch_size: int | None = None, repeats: int = 3) -> dict[str, Any]:
+    from notee.store.cql import for_runtime
+
+    fetch_size = fetch_size or runtime.settings.fanout_fetch_size
+    key, topic, last_slot = seed(runtime, rows)
+    session, ks = runtime.cql, runtime.keyspaces.notification
+    statements = for_runtime(runtime)
+    raw_walk(session, ks, key, topic, last_slot, fetch_size)  # warm-up
+    raw_rates, notee_rates = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        n_raw = raw_walk(session, ks, key, topic, last_slot, fetch_size)
+        raw_rates.append(n_raw / (time.perf_counter() - t))
+        t = time.perf_counter()
+        n_notee = notee_walk(statements, key, topic, last_slot, fetch_size)
+        notee_rates.append(n_notee / (time.perf_counter() - t))
+        if n_raw != rows or n_notee != rows:
+            raise AssertionError(f"walk read raw={n_raw} notee={n_notee} rows, seeded {rows}")
+    notee_rate, raw_rate = statistics.median(notee_rates), statistics.median(raw_rates)
+    return figure("slot_walk_ratio", Measure("notee stream_recipients", notee_rate, "rows/s"),
+                  Measure("raw driver paged SELECT", raw_rate, "rows/s"),
+                  {"rows": rows, "slots": last_slot + 1, "fetch_size": fetch_size, "repeats": repeats})
