@@ -1,0 +1,67 @@
+"""Helpers for the scheduler tests: CYCLE templates marked due at chosen local buckets (through the
+subscription store's own `mark_due`), a scheduler with a private tick namespace, and the job rows a
+tenant got. Every test makes its own tenant and namespace, so tests share no tick or job rows."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy import text
+
+from notee.fanout.targets import CycleTarget
+from notee.scheduler.service import Scheduler
+from notee.store.cql import for_runtime
+from tests import factories
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=timezone.utc)
+
+
+class DueIndex:
+    """Marks templates due in cycle_due and removes exactly those rows when the test ends, so the
+    shared test keyspace does not accumulate other tests' buckets."""
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        self.rows: list[tuple[CycleTarget, str]] = []
+
+    def template(self, service: str, type_: str, buckets: list[CycleTarget], *, title: str = "Reminder") -> str:
+        key = factories.make_template(self.runtime, service, "CYCLE", type_, title=title, body="Time to practise")
+        self.mark(service, type_, key, buckets)
+        return key
+
+    def mark(self, service: str, type_: str, key: str, buckets: list[CycleTarget]) -> None:
+        st = for_runtime(self.runtime)
+        for b in buckets:
+            st.run(st.mark_due(service=service, type_=type_, notification_key=key, timezone=b.timezone,
+                               days=[b.day], hour=b.hour, minute=b.minute))
+            self.rows.append((b, key))
+
+    def cleanup(self) -> None:
+        st = for_runtime(self.runtime)
+        stamp = int(time.time() * 1_000_000) + 1
+        for b, key in self.rows:
+            st.delete_due(stamp, b.timezone, b.day, b.hour, b.minute, key)
+
+
+def scheduler(runtime, namespace: str | None = None, **kwargs) -> Scheduler:
+    return Scheduler(runtime, namespace=namespace or "test-" + secrets.token_hex(6), **kwargs)
+
+
+def jobs_of(runtime, service: str) -> list[tuple[str, dict, str]]:
+    """(notification_key, target, idempotency_key) of every job of a tenant."""
+    import json
+
+    with runtime.sessions() as s:
+        rows = s.execute(text("SELECT notification_key, target, idempotency_key FROM fanout_job WHERE service = :s"),
+                         {"s": service}).all()
+    return [(k, json.loads(t) if isinstance(t, str) else t, i) for k, t, i in rows]
+
+
+def tick_states(runtime, namespace: str) -> dict[datetime, str]:
+    with runtime.sessions() as s:
+        rows = s.execute(text("SELECT minute_utc, state FROM cycle_tick WHERE namespace = :n"), {"n": namespace}).all()
+    return {m.replace(tzinfo=timezone.utc): st for m, st in rows}
