@@ -128,3 +128,36 @@ def prune_dead_letters(runtime, *, now: datetime | None = None) -> int:
         total += n
         if n < 5000:
             return total
+
+
+# --- single sends ---------------------------------------------------------------------------------
+
+def prepare_single(runtime, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
+                   data: dict[str, str] | None = None) -> list[Message]:
+    """Render the SINGLE template ``type_`` for every device of ``user_id``. Raises NotFound (user or
+    template), InvalidInput (missing variable, bad data) or PayloadTooLarge, before anything is sent."""
+    from notee.domain import registry
+    from notee.providers.payload import check_size, render_all
+
+    extra = registry.check_data(data)
+    with runtime.sessions() as session:
+        registry.get_user(session, service, user_id)
+        template = registry.get_template(runtime, session, service, "SINGLE", type_)
+        devices = registry.list_devices(session, service, user_id)
+    title, body, merged = render_all(template.title, template.body, {**(template.data or {}), **(extra or {})},
+                                     variables)
+    check_size(title, body, merged)
+    return [Message(device_token=d.token, device_os=d.os, title=title, body=body, data=merged,
+                    ttl_seconds=template.ttl_seconds, priority=template.priority) for d in devices]
+
+
+async def send_single(runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
+                      variables: dict[str, str] | None = None, data: dict[str, str] | None = None
+                      ) -> tuple[int, DeliveryResult]:
+    """``POST /v1/users/{user_id}/send``: (devices targeted, result)."""
+    messages = await asyncio.to_thread(prepare_single, runtime, service, user_id, type_, variables=variables,
+                                       data=data)
+    result = await deliver(runtime, providers, service, messages)
+    log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d", service, type_,
+             len(messages), result.delivered, result.pruned, len(result.failed))
+    return len(messages), result

@@ -12,6 +12,7 @@ from notee.api.routes import health
 from notee.api.routes import publish
 from notee.api.routes import admin, devices, templates, users
 from notee.api.routes import subscriptions
+from notee.api.routes import sends
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -26,6 +27,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if getattr(app.state, "providers", None) is not None:  # sends' HTTP/2 pools
+                await app.state.providers.close()
+                app.state.providers = None
             if own:
                 app.state.runtime.close()
 
@@ -44,4 +48,5 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     for router in (admin.router, users.router, devices.router, templates.router):
         app.include_router(router)
     app.include_router(subscriptions.router)
+    app.include_router(sends.router)
     return app

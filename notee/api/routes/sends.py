@@ -1,0 +1,53 @@
+"""Single sends: one SINGLE template to every device of one user, delivered synchronously."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import RuntimeDep
+from notee.api.models import errors
+from notee.delivery import send_single
+from notee.providers.routing import ProviderSet
+
+router = APIRouter(prefix="/v1", tags=["sends"])
+
+
+class SendIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Type of a SINGLE template of this service.")
+    variables: dict[str, Annotated[str, Field(max_length=2000)]] = Field(
+        default_factory=dict, max_length=100, description="Values for the template's {{name}} placeholders.")
+    data: dict[str, str] | None = Field(None, description="Extra data keys, merged over the template's data.")
+
+
+class SendOut(BaseModel):
+    devices: int = Field(description="Devices of the user targeted.")
+    delivered: int
+    pruned: int = Field(description="Devices removed because the provider said their token is invalid.")
+    retried: int = Field(description="Re-sends after retryable provider answers.")
+    failed: int = Field(description="Messages that still failed; recorded as dead letters.")
+
+
+def providers_of(request: Request) -> ProviderSet:
+    """The app's ProviderSet, built on first use inside the serving event loop."""
+    state = request.app.state
+    if getattr(state, "providers", None) is None:
+        state.providers = ProviderSet(state.settings)
+    return state.providers
+
+
+@router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422))
+async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn,
+                       service: ServiceDep, runtime: RuntimeDep, request: Request):
+    """Send a SINGLE template to every device of the user. A missing template variable or a payload
+    over the providers' 4 KB limit answers 422 and nothing is sent."""
+    devices, result = await send_single(runtime, providers_of(request), service, str(user_id), body.type,
+                                        variables=body.variables, data=body.data)
+    return SendOut(devices=devices, delivered=result.delivered, pruned=result.pruned, retried=result.retried,
+                   failed=len(result.failed))
