@@ -1,0 +1,170 @@
+"""fanout_ratio and worker_rss_growth: one topic publish, end to end, through a real ``notee worker``.
+
+The recipients are seeded straight into ``topic_notification`` (and the ``no`` counter set), the
+worker process is started and idle, the emulator's counts are reset; then the clock starts, the
+publish is created with ``notee.fanout.jobs.publish_topic`` (what the publish API calls) and the
+clock stops when the emulator has acknowledged every device. While it runs the worker's resident
+memory is sampled; "after its first page" is the first sample once a task has checkpointed a page.
+
+The ceiling is the smaller of the two bare ceilings of the same run, in pushes/s: the raw driver's
+paged read (slot_walk) and the bare h2 client's wall-clock rate (send_cpu). One worker process (the
+ceilings are one process each; the machine has 2 cores, one of them busy with the emulator).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from bench.report import Measure, figure, missing
+from bench.seed import insert_topic_rows, set_no_counter, topic_rows
+from bench.tenant import make_tenant, make_template
+
+TYPE = "bench_topic"
+
+
+class WorkerProcess:
+    """``notee worker --service S`` as a subprocess; stopped with SIGTERM by its pid."""
+
+    def __init__(self, service: str, lanes: int = 2) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="notee-bench-worker-", suffix=".log")[1])
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "notee", "worker", "--lanes", str(lanes),
+                                      "--service", service], stdout=self._out, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until the worker logged its start line (its Runtime is built lazily on first claim, so give
+        the first claim a moment too)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log.read_text()[-2000:]}")
+            if "lanes" in self.log.read_text(errors="replace"):
+                time.sleep(1.0)
+                return
+            time.sleep(0.1)
+        raise RuntimeError("worker did not start within %.0f s" % timeout)
+
+    def rss(self) -> int:
+        import psutil
+
+        return psutil.Process(self.pid).memory_info().rss
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-1500:]
+
+
+def _pages(runtime, job_id: str) -> int:
+    with runtime.engine.connect() as conn:
+        return int(conn.execute(text("SELECT COALESCE(SUM(pages), 0) FROM fanout_task WHERE job_id = :j"),
+                                {"j": job_id}).scalar())
+
+
+def _job_state(runtime, job_id: str) -> str:
+    with runtime.engine.connect() as conn:
+        return conn.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar()
+
+
+def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect: int, job_of,
+                     timeout: float) -> dict[str, Any]:
+    """Start the clock, call ``start()`` (creates the job(s), returns their ids), then sample until the
+    emulator acknowledged ``expect`` pushes. Returns seconds, RSS samples and job ids."""
+    emulator.reset()
+    t0 = time.perf_counter()
+    job_ids = start()
+    t_created = time.perf_counter()
+    rss_first = None
+    rss_max = 0
+    delivered = 0
+    deadline = t0 + timeout
+    while True:
+        delivered = emulator.delivered()
+        now = time.perf_counter()
+        rss = worker.rss()
+        rss_max = max(rss_max, rss)
+        if rss_first is None and any(_pages(runtime, j) >= 1 for j in job_ids):
+            rss_first = rss
+        if delivered >= expect:
+            break
+        if now > deadline:
+            raise TimeoutError(f"{delivered} of {expect} pushes acknowledged after {timeout:.0f} s; worker log: "
+                               f"{worker.tail()}")
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"worker died: {worker.tail()}")
+        time.sleep(0.05)
+    elapsed = now - t0
+    # The end of the publish: every task checkpointed and the job finished.
+    end = time.monotonic() + 30
+    while time.monotonic() < end and any(_job_state(runtime, j) not in ("done", "failed") for j in job_ids):
+        time.sleep(0.05)
+    rss_end = worker.rss()
+    return {"elapsed_s": elapsed, "create_s": t_created - t0, "delivered": delivered, "rss_first": rss_first,
+            "rss_end": rss_end, "rss_max": max(rss_max, rss_end), "jobs": job_ids,
+            "states": [_job_state(runtime, j) for j in job_ids]}
+
+
+def run(runtime, emulator, *, devices: int, ceilings: dict[str, float], lanes: int = 2,
+        timeout: float = 600.0) -> dict[str, dict[str, Any]]:
+    """Both figures from one publish of ``devices`` recipients."""
+    from notee.fanout.jobs import publish_topic
+
+    tenant = make_tenant(runtime)
+    key = make_template(runtime, tenant.service, "TOPIC", TYPE)
+    topic = "bench-" + uuid.uuid4().hex[:8]
+    insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, devices))
+    set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
+
+    def start() -> list[str]:
+        with runtime.sessions() as session:
+            job = publish_topic(runtime, session, service=tenant.service, type_=TYPE, topic=topic,
+                                idempotency_key=None, variables=None, overrides=None)
+        return [job.job_id]
+
+    worker = WorkerProcess(tenant.service, lanes)
+    try:
+        worker.wait_ready()
+        r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, job_of=None, timeout=timeout)
+    finally:
+        worker.stop()
+    rate = r["delivered"] / r["elapsed_s"]
+    sizes = {"devices": devices, "slots": devices // 30_000 + 1, "worker_processes": 1, "lanes": lanes,
+             "fetch_size": runtime.settings.fanout_fetch_size}
+    out: dict[str, dict[str, Any]] = {}
+    usable = {k: v for k, v in ceilings.items() if v and v > 0}
+    if usable:
+        name, ceiling = min(usable.items(), key=lambda kv: kv[1])
+        out["fanout_ratio"] = figure("fanout_ratio", Measure("publish end to end", rate, "pushes/s"),
+                                     Measure(f"min ceiling ({name})", ceiling, "pushes/s"), sizes,
+                                     extra={"elapsed_s": r["elapsed_s"], "job_create_s": r["create_s"],
+                                            "job_state": r["states"][0],
+                                            **{f"ceiling_{k}": v for k, v in usable.items()}})
+    else:
+        out["fanout_ratio"] = missing(f"publish ran at {rate:.0f} pushes/s but no ceiling was measured in this run")
+    if r["rss_first"]:
+        out["worker_rss_growth"] = figure(
+            "worker_rss_growth", Measure("worker RSS at end", r["rss_end"] / 2**20, "MiB"),
+            Measure("worker RSS after first page", r["rss_first"] / 2**20, "MiB"), sizes,
+            extra={"rss_peak_mib": r["rss_max"] / 2**20})
+    else:
+        out["worker_rss_growth"] = missing("no sample was taken between the first checkpointed page and the end")
+    return out

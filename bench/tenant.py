@@ -1,0 +1,63 @@
+"""A fresh benchmark tenant (service, API key, templates), made through Notee's own domain functions."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy import text
+
+
+@dataclass(frozen=True)
+class Tenant:
+    service: str
+    api_key: str
+
+
+def new_service_id() -> str:
+    return "B" + secrets.token_hex(6).upper()
+
+
+def make_tenant(runtime, service: str | None = None) -> Tenant:
+    from notee.domain import registry
+
+    service = service or new_service_id()
+    with runtime.sessions() as session:
+        registry.create_service(session, service=service, display_name=f"bench {service}")
+        key = registry.create_api_key(session, service, label="bench")
+    return Tenant(service, key.api_key)
+
+
+def make_template(runtime, service: str, method: str, type_: str) -> str:
+    """Create a template (title/body of realistic length); return its notification_key."""
+    from notee.domain import registry
+
+    with runtime.sessions() as session:
+        return registry.put_template(runtime, session, service, method, type_, title="Bench title",
+                                     body="A benchmark push body of realistic length.",
+                                     data={"kind": "bench"}).notification_key
+
+
+def bulk_users(runtime, service: str, n: int, *, devices_per_user: int = 1, os_: str = "AOS") -> list[tuple[str, list[str]]]:
+    """n users with their devices, inserted in bulk with plain SQL (set-up, not measured).
+    Returns [(user_id, [device_token, ...]), ...]."""
+    from bench.seed import fcm_like_token
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    users, user_rows, device_rows = [], [], []
+    for i in range(n):
+        uid = str(uuid.uuid4())
+        toks = [fcm_like_token(i * devices_per_user + d) for d in range(devices_per_user)]
+        users.append((uid, toks))
+        user_rows.append({"s": service, "su": f"u{i}", "u": uid, "now": now})
+        device_rows.extend({"s": service, "u": uid, "t": t, "os": os_, "now": now} for t in toks)
+    with runtime.engine.begin() as conn:
+        for i in range(0, n, 2000):
+            conn.execute(text("INSERT INTO `user` (service, service_user_id, service_user_name, user_id, created_at,"
+                              " updated_at) VALUES (:s, :su, '', :u, :now, :now)"), user_rows[i:i + 2000])
+        for i in range(0, len(device_rows), 2000):
+            conn.execute(text("INSERT INTO device (service, user_id, device_token, device_os, region, created_at,"
+                              " updated_at) VALUES (:s, :u, :t, :os, 'KR', :now, :now)"), device_rows[i:i + 2000])
+    return users
