@@ -18,7 +18,7 @@ TypePath = Annotated[str, Path(alias="type", pattern=TYPE_PATTERN, description="
 
 
 @router.put("/{method}/{type}", response_model=TemplateOut,
-            responses={201: {"model": TemplateOut, "description": "Created"}} | errors(404))
+            responses={201: {"model": TemplateOut, "description": "Created"}})
 def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service: ServiceDep, db: DbDep,
                  runtime: RuntimeDep, response: Response):
     """Create or update (201 when created). notification_key never changes; the version is bumped."""
