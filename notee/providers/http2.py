@@ -24,6 +24,8 @@ import h2.exceptions
 import h2.settings
 
 log = logging.getLogger(__name__)
+# hpack logs every header it encodes at DEBUG, bearer tokens and JWTs included: never let it.
+logging.getLogger("hpack").setLevel(logging.INFO)
 
 
 class TransportError(Exception):

@@ -1,0 +1,284 @@
+"""Delivery end to end against the real MariaDB/Cassandra and the emulator: single sends, routing,
+pruning, retries, dead letters, loud config errors, no secrets in logs; plus the pure helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from notee.errors import InvalidInput, PayloadTooLarge
+from notee.providers import payload
+from notee.providers.base import Delivered, Message
+from notee.providers.retry import backoff, parse_retry_after
+from notee.providers.routing import ProviderSet, choose
+from notee.store import deadletter
+from tests.api_helpers import admin_headers, apns_credentials, new_service, new_template, new_user, random_token
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+
+
+@pytest.fixture()
+def emu_app(client, settings, emulator):
+    """The API app with its providers pointed at the emulator."""
+    providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
+                                                        "emulator_ca_file": emulator.ca_file}))
+    client.app.state.providers = providers
+    yield emulator
+    client.portal.call(providers.close)
+    client.app.state.providers = None
+
+
+@pytest.fixture()
+def tenant(client, settings, service_id):
+    headers = new_service(client, settings, service_id)
+    return service_id, headers
+
+
+def _send(client, headers, user_id, **body):
+    return client.post(f"/v1/users/{user_id}/send", json=body, headers=headers)
+
+
+def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
+    service, headers = tenant
+    tokens = [random_token("a"), random_token("b"), random_token("i")]
+    user = new_user(client, headers, devices=[(tokens[0], "AOS"), (tokens[1], "AOS"), (tokens[2], "IOS")])
+    other = new_user(client, headers, devices=[(random_token("o"), "AOS")])
+    new_template(client, headers, "SINGLE", "welcome", title="Hi {{name}}", body="Order {{ order }} shipped",
+                 data={"order": "{{order}}"})
+
+    r = _send(client, headers, user, type="welcome", variables={"name": "Ann", "order": "42"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"devices": 3, "delivered": 3, "pruned": 0, "retried": 0, "failed": 0}
+    for token in tokens:  # no APNs credentials: the IOS device goes through FCM too
+        assert emu_app.deliveries(token)["fcm"] == 1
+    seen = emu_app.last_request(tokens[0])["body"]
+    assert seen["notification"] == {"title": "Hi Ann", "body": "Order 42 shipped"}
+    assert seen["data"] == {"order": "42"}
+    assert emu_app.stats()["counts"]["fcm.ok"] == 3  # the other user got nothing
+    assert other
+
+
+def test_ios_goes_to_apns_when_the_service_has_apns_credentials(client, settings, tenant, emu_app, caplog):
+    service, headers = tenant
+    creds = apns_credentials()
+    r = client.put(f"/v1/admin/services/{service}/credentials/apns", json=creds, headers=admin_headers(settings))
+    assert r.status_code in (200, 204), r.text
+    ios, aos = random_token("i"), random_token("a")
+    user = new_user(client, headers, devices=[(ios, "IOS"), (aos, "AOS")])
+    new_template(client, headers, "SINGLE", "ping", title="Ping", body="Pong")
+
+    caplog.set_level(logging.DEBUG)
+    r = _send(client, headers, user, type="ping")
+    assert r.json()["delivered"] == 2
+    assert emu_app.deliveries(ios) == {"token": ios, "fcm": 0, "apns": 1, "attempts": 1}
+    assert emu_app.deliveries(aos)["fcm"] == 1
+    # credentials and JWTs never reach logs or responses
+    key_body = creds["private_key"].splitlines()[1]
+    for text_ in (caplog.text, r.text):
+        assert key_body not in text_ and "eyJ" not in text_ and "BEGIN PRIVATE KEY" not in text_
+
+
+def test_missing_variable_is_422_and_nothing_is_sent(client, tenant, emu_app):
+    _, headers = tenant
+    token = random_token()
+    user = new_user(client, headers, devices=[(token, "AOS")])
+    new_template(client, headers, "SINGLE", "hello", title="Hi {{name}}", body="{{greeting}}!")
+    r = _send(client, headers, user, type="hello", variables={"name": "Ann"})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["code"] == "invalid_input" and "greeting" in err["message"]
+    assert emu_app.stats()["counts"] == {}
+
+
+def test_payload_over_4kb_is_422_and_nothing_is_sent(client, tenant, emu_app):
+    _, headers = tenant
+    user = new_user(client, headers, devices=[(random_token(), "AOS")])
+    new_template(client, headers, "SINGLE", "big", title="{{a}}", body="{{b}}{{c}}")
+    r = _send(client, headers, user, type="big", variables={"a": "x" * 1500, "b": "y" * 1500, "c": "z" * 1200})
+    assert r.status_code == 422
+    assert r.json()["error"]["code"] == "payload_too_large"
+    assert emu_app.stats()["counts"] == {}
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"type": "nope"}, 404),  # no such template
+    ({"type": "bad type!"}, 422),
+    ({"type": "x", "variables": {"a": 1}}, 422),
+    ({"type": "x", "extra": 1}, 422),
+    ({}, 422),
+])
+def test_bad_send_requests(client, tenant, emu_app, body, status):
+    _, headers = tenant
+    user = new_user(client, headers, devices=[(random_token(), "AOS")])
+    r = _send(client, headers, user, **body)
+    assert r.status_code == status, r.text
+    assert "error" in r.json()
+    assert emu_app.stats()["counts"] == {}
+
+
+def test_topic_template_cannot_be_single_sent_and_other_tenants_user_is_404(client, settings, tenant, emu_app):
+    service, headers = tenant
+    user = new_user(client, headers, devices=[(random_token(), "AOS")])
+    new_template(client, headers, "TOPIC", "news")
+    assert _send(client, headers, user, type="news").status_code == 404
+    other = new_service(client, settings, service[:-1] + ("X" if service[-1] != "X" else "Y"))
+    new_template(client, other, "SINGLE", "news")
+    assert _send(client, other, user, type="news").status_code == 404
+    assert client.post(f"/v1/users/{user}/send", json={"type": "news"}).status_code == 401
+
+
+def test_invalid_tokens_are_pruned_from_mysql_and_cassandra(client, runtime, tenant, emu_app, caplog):
+    service, headers = tenant
+    dead, alive = random_token("dead"), random_token("live")
+    user = new_user(client, headers, devices=[(dead, "AOS"), (alive, "AOS")])
+    new_template(client, headers, "TOPIC", "news")
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/news/sports", headers=headers).status_code in (200, 201)
+    new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
+    emu_app.fcm_tokens(UNREGISTERED=[dead])
+
+    caplog.set_level(logging.INFO)
+    r = _send(client, headers, user, type="hi")
+    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 1, "retried": 0, "failed": 0}
+    devices = [d["token"] for d in client.get(f"/v1/users/{user}/devices", headers=headers).json()["items"]]
+    assert devices == [alive]
+    rows = runtime.cql.execute(
+        f"SELECT device_token FROM {runtime.keyspaces.notification}.notification_per_user "
+        "WHERE user_id = %s AND service = %s", (user, service))
+    tokens = {row.device_token for row in rows}
+    assert alive in tokens and dead not in tokens
+    assert dead not in caplog.text  # the log line names the token by a short hint only
+
+
+def test_retryables_are_retried_then_delivered(client, tenant, emu_app):
+    _, headers = tenant
+    token = random_token()
+    user = new_user(client, headers, devices=[(token, "AOS")])
+    new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
+    emu_app.fault("fcm", 503, match=token, times=2, retry_after=0)
+    r = _send(client, headers, user, type="hi")
+    assert r.json() == {"devices": 1, "delivered": 1, "pruned": 0, "retried": 2, "failed": 0}
+    assert emu_app.deliveries(token) == {"token": token, "fcm": 1, "apns": 0, "attempts": 3}
+
+
+def test_what_still_fails_is_dead_lettered(client, runtime, tenant, emu_app):
+    service, headers = tenant
+    token, fine = random_token(), random_token()
+    user = new_user(client, headers, devices=[(token, "AOS"), (fine, "AOS")])
+    new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
+    emu_app.fault("fcm", 429, match=token, times=100, retry_after=0)
+    r = _send(client, headers, user, type="hi")
+    bound = runtime.settings.fanout_max_attempts
+    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 0, "retried": bound - 1, "failed": 1}
+    assert emu_app.deliveries(token)["attempts"] == bound
+    with runtime.sessions() as s:
+        [letter] = deadletter.list_for_service(s, service)
+    assert (letter.device_token, letter.provider, letter.attempts) == (token, "fcm", bound)
+    assert "QUOTA_EXCEEDED" in letter.reason and letter.payload["title"] == "Hi"
+
+
+def test_rejected_credentials_fail_loudly(client, tenant, emu_app):
+    _, headers = tenant
+    user = new_user(client, headers, devices=[(random_token(), "AOS"), (random_token(), "AOS")])
+    new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
+    emu_app.reject_bearer("notee-emulator")
+    r = _send(client, headers, user, type="hi")
+    assert r.status_code == 424
+    assert r.json()["error"]["code"] == "provider_config"
+    assert emu_app.stats()["counts"]["fcm.unauthenticated"] == 4  # 2 devices, one refresh: not a retry loop
+
+
+def test_log_provider_is_the_default_without_credentials_or_emulator(runtime, settings, service_id):
+    from notee.delivery import deliver
+
+    async def run():
+        providers = ProviderSet(settings.model_copy(update={"emulator_url": None}))
+        try:
+            routes = providers.for_service(service_id, None)
+            result = await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")],
+                                   credentials=None)
+            return routes, result
+        finally:
+            await providers.close()
+
+    routes, result = asyncio.run(run())
+    assert routes.fcm.name == "log" and routes.apns is None
+    assert result.delivered == 1 and routes.fcm.sent[0].title == "a"
+
+
+def test_dead_letter_retention(runtime, service_id):
+    from tests.factories import make_service
+
+    from notee.delivery import prune_dead_letters
+
+    make_service(runtime, service_id)
+    now = datetime(2030, 1, 15)
+    letter = deadletter.DeadLetter(service_id, None, "tok", "AOS", "fcm", "r", 5, {"title": "t"})
+    with runtime.sessions.begin() as s:
+        deadletter.record(s, [letter], now=now - timedelta(days=runtime.settings.retention_days + 1))
+        deadletter.record(s, [letter], now=now - timedelta(days=1))
+    assert prune_dead_letters(runtime, now=now) >= 1
+    with runtime.sessions() as s:
+        left = s.execute(text("SELECT created_at FROM dead_letter WHERE service = :s"), {"s": service_id}).all()
+    assert [r.created_at for r in left] == [now - timedelta(days=1)]
+
+
+# --- pure helpers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("template,variables,expected", [
+    ("Hi {{name}}", {"name": "Ann"}, "Hi Ann"),
+    ("Hi {{ name }}, {{name}}", {"name": "Ann"}, "Hi Ann, Ann"),
+    ("No vars", {}, "No vars"),
+    ("{{a}}{{b}}", {"a": "1", "b": "{{a}}"}, "1{{a}}"),  # values are not re-rendered
+    ("{ {name} }", {}, "{ {name} }"),
+])
+def test_render(template, variables, expected):
+    assert payload.render(template, variables) == expected
+
+
+def test_render_all_reports_every_missing_variable():
+    with pytest.raises(InvalidInput) as err:
+        payload.render_all("{{a}}", "{{b}} {{a}}", {"k": "{{c}}"}, {})
+    assert [d["loc"][-1] for d in err.value.details] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("body_len,ok", [(100, True), (3900, True), (4100, False)])
+def test_check_size(body_len, ok):
+    if ok:
+        assert payload.check_size("t", "x" * body_len, {}) <= payload.PAYLOAD_LIMIT
+    else:
+        with pytest.raises(PayloadTooLarge):
+            payload.check_size("t", "x" * body_len, {})
+
+
+def test_size_counts_utf8_bytes():
+    assert payload.payload_size("", "한" * 10, {}) - payload.payload_size("", "", {}) == 30
+
+
+@pytest.mark.parametrize("attempt,retry_after,low,high", [
+    (1, None, 0.0, 0.5), (2, None, 0.0, 1.0), (4, None, 0.0, 4.0), (20, None, 0.0, 60.0),
+    (1, 3.0, 3.0, 3.31), (5, 0.0, 0.0, 0.011), (1, 3600.0, 60.0, 60.0),
+])
+def test_backoff_bounds(attempt, retry_after, low, high):
+    rng = random.Random(attempt)
+    for _ in range(50):
+        assert low <= backoff(attempt, retry_after, rng=rng) <= high
+
+
+@pytest.mark.parametrize("value,expected", [(b"5", 5.0), ("0", 0.0), (None, None), (b"-1", None),
+                                            (b"Wed, 21 Oct 2015 07:28:00 GMT", None)])
+def test_parse_retry_after(value, expected):
+    assert parse_retry_after(value) == expected
+
+
+@pytest.mark.parametrize("os_,has_apns,expected", [
+    ("IOS", True, "apns"), ("IOS", False, "fcm"), ("AOS", True, "fcm"), ("AOS", False, "fcm")])
+def test_routing(os_, has_apns, expected):
+    assert choose(os_, has_apns=has_apns) == expected
+
+
+def test_delivered_outcome_default():
+    assert Delivered().message_id == ""
