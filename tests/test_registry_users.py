@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from notee.domain import registry
 from notee.store import registry as store
-from tests.api_helpers import new_service, new_user, random_token
+from tests.api_helpers import new_service, new_template, new_user, random_token
 
 
 def _devices(client, headers, user_id):
@@ -161,8 +161,7 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
     h = new_service(client, settings, service_id)
     token, new = random_token(), random_token()
     user_id = new_user(client, h, devices=[(token, "IOS")])
-    client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": "IOS"}, headers=h)  # no change: no hook
-    client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": "AOS"}, headers=h)  # os changed
+    client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": "AOS"}, headers=h)  # again: hook again
     client.post("/v1/devices/rotate", json={"old_token": token, "new_token": new}, headers=h)
     client.delete(f"/v1/users/{user_id}/devices/{new}", headers=h)
     client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=h)
@@ -176,3 +175,36 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
         ("template_deleted", True),
         ("user_deleted", True),
     ]
+
+
+def test_subscriptions_follow_devices_rotation_and_user_deletion(client, settings, runtime, service_id):
+    """The registry drives the real subscriptions hooks (issue 4): Cassandra follows every change."""
+    from notee.domain import subscriptions
+
+    h = new_service(client, settings, service_id)
+    key = new_template(client, h, "TOPIC", "news")["notification_key"]
+    t1, t2, t3 = random_token("one"), random_token("two"), random_token("three")
+    user_id = new_user(client, h, devices=[(t1, "IOS")])
+    subscriptions.subscribe_topic(runtime, service_id, user_id, "news", "sports")
+    ks = runtime.keyspaces.notification
+
+    def slot_tokens() -> set[str]:
+        rows = runtime.cql.execute(f"SELECT device_token FROM {ks}.topic_notification WHERE slot = 0 AND "
+                                   "notification_key = %s AND topic = %s", (key, "sports"))
+        return {r.device_token for r in rows}
+
+    def index_rows() -> list:
+        return list(runtime.cql.execute(f"SELECT * FROM {ks}.notification_per_user WHERE user_id = %s AND "
+                                        "service = %s", (user_id, service_id)))
+
+    assert slot_tokens() == {t1}
+    client.post(f"/v1/users/{user_id}/devices", json={"token": t2, "os": "AOS"}, headers=h)
+    assert slot_tokens() == {t1, t2}
+    client.post("/v1/devices/rotate", json={"old_token": t1, "new_token": t3}, headers=h)
+    assert slot_tokens() == {t2, t3}
+    assert client.delete(f"/v1/users/{user_id}/devices/{t2}", headers=h).status_code == 204
+    assert slot_tokens() == {t3}
+    assert index_rows()
+    assert client.delete(f"/v1/users/{user_id}", headers=h).status_code == 204
+    assert slot_tokens() == set()
+    assert index_rows() == []

@@ -266,7 +266,9 @@ def _subscriptions() -> ModuleType | None:
     """The subscriptions domain (issue 4), imported lazily; None until it exists (wired when issue 4 lands)."""
     try:
         from notee.domain import subscriptions
-    except ImportError:
+    except ModuleNotFoundError as exc:
+        if exc.name != "notee.domain.subscriptions":
+            raise  # a broken dependency of that module must be loud, not skip the hooks
         return None
     return subscriptions
 
@@ -462,7 +464,7 @@ def delete_user(runtime, session: Session, service: str, user_id: str) -> None:
 
 def add_device(runtime, session: Session, service: str, user_id: str, *, token: str, os: str,
                region: str = "") -> Device:
-    """Register (or update os/region of) a device; copies the user's subscriptions to a new device."""
+    """Register (or update os/region of) a device; copies the user's subscriptions to it."""
     check_token(token)
     check_choice("os", os, OSES)
     check_pattern("region", region, REGION_RE, "up to 8 letters, digits, _ or -")
@@ -473,10 +475,11 @@ def add_device(runtime, session: Session, service: str, user_id: str, *, token: 
     row = store.upsert_device(session, service=service, user_id=user.user_id, token=token, os=os, region=region,
                               now=_now())
     session.commit()
-    if before is None or before.device_os != os:
-        subs = _subscriptions()
-        if subs is not None:
-            subs.on_device_added(runtime, service, user.user_id, token, os)
+    # Every time, not only for a new device: the hook is idempotent (copies only what the device
+    # lacks), so repeating a registration whose Cassandra step failed completes it.
+    subs = _subscriptions()
+    if subs is not None:
+        subs.on_device_added(runtime, service, user.user_id, token, os)
     return _device(row, created=before is None)
 
 
