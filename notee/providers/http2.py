@@ -58,7 +58,21 @@ class Connection:
         self._streams: dict[int, _Stream] = {}
         self._window = asyncio.Event()
         self._slots = asyncio.Semaphore(max_streams)
+        self._flush_pending = False
         self.usable = False
+
+    def _flush_soon(self) -> None:
+        """Coalesce the frames of every request started in this loop tick into one TLS write."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if self._conn is not None and self._writer is not None and not self._writer.is_closing():
+            data = self._conn.data_to_send()
+            if data:
+                self._writer.write(data)
 
     async def connect(self, timeout: float = 10.0) -> None:
         try:
@@ -92,9 +106,7 @@ class Connection:
                 events = conn.receive_data(data)
                 for event in events:
                     self._on_event(event)
-                out = conn.data_to_send()
-                if out:
-                    self._writer.write(out)
+                self._flush_soon()
         except (OSError, ssl.SSLError, h2.exceptions.ProtocolError) as exc:
             error = TransportError(f"connection error: {exc!r}")
         except asyncio.CancelledError:
@@ -165,8 +177,9 @@ class Connection:
                         continue
                     conn.send_data(stream_id, bytes(view[:window]), end_stream=len(view) <= window)
                     view = view[window:]
-                self._writer.write(conn.data_to_send())
-                return await asyncio.wait_for(future, timeout)
+                self._flush_soon()
+                async with asyncio.timeout(timeout):  # cheaper than wait_for: no task per request
+                    return await future
             except asyncio.TimeoutError as exc:
                 self._streams.pop(stream_id, None)
                 try:
