@@ -207,24 +207,28 @@ def bulk_subscribe_topic(runtime, service: str, type_: str, topic: str, user_ids
     last = st.allocate_numbers(service, "TOPIC", type_, total) if total else 0
     next_no = last - total + 1
     at = _now_ms()
-    futures = []
-    for u, missing in todo:
-        for token, os_ in missing:
-            futures.append(st.add_topic_device(user_id=u, service=service, type_=type_, topic=topic,
-                                               notification_key=tpl.key, no=next_no, device_token=token,
-                                               device_os=os_, registered_at=at))
-            next_no += 1
-    st.run(futures)
     new_users = [u for u, _ in todo if not _live_user_level(
         [r for r in before[u] if r.target == topic], tpl.key)]
-    st.run(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at) for u in new_users)
+    fresh = set(new_users)
+    futures = []
+    for u, missing in todo:
+        for i, (token, os_) in enumerate(missing):
+            # A new user's user-level row rides in its last device's batch (written with, never before, it).
+            futures.append(st.add_topic_device(user_id=u, service=service, type_=type_, topic=topic,
+                                               notification_key=tpl.key, no=next_no, device_token=token,
+                                               device_os=os_, registered_at=at,
+                                               with_user_level=u in fresh and i == len(missing) - 1))
+            next_no += 1
+        if u in fresh and not missing:
+            futures.append(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at))
+    st.run(futures)
     first_timers = [u for u in new_users if not _live_user_level(before[u], tpl.key)]
     if first_timers:
         reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in first_timers}
         counted = sum(1 for u, f in reads.items() if _first_of_type(st.index_rows_of(f), tpl.key, topic, at))
         st.add_count(service, "TOPIC", type_, counted)
     for u, _ in todo:
-        results[u] = {"user_id": u, "status": "subscribed" if u in set(new_users) else "already_subscribed"}
+        results[u] = {"user_id": u, "status": "subscribed" if u in fresh else "already_subscribed"}
     return [results.get(u, {"user_id": u, "status": "not_found"}) for u in ordered]
 
 

@@ -217,13 +217,19 @@ class Statements:
 
     # ------------------------------------------------------------------ slot rows (+ index row), batched
     def add_topic_device(self, *, user_id: str, service: str, type_: str, topic: str, notification_key: str,
-                         no: int, device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
+                         no: int, device_token: str, device_os: str, registered_at: int,
+                         with_user_level: bool = False) -> ResponseFuture:
+        """Slot row + device index row (+ the user-level row when ``with_user_level``: same index
+        partition, so it rides in the same batch for free) in one logged batch."""
         slot = no // SLOT_SIZE
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.add(self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id,
                                       registered_at))
         batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, device_token,
                                       _device_data(notification_key, slot, no, device_os, registered_at)))
+        if with_user_level:
+            batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, USER_LEVEL,
+                                          json.dumps({"key": notification_key, "at": registered_at})))
         return self.session.execute_async(batch)
 
     def add_cycle_device(self, *, user_id: str, service: str, type_: str, target: str, notification_key: str,
