@@ -3,6 +3,7 @@ with execute_concurrent, numbered from the real counter) and make TOPIC publish 
 
 from __future__ import annotations
 
+import logging
 import time
 
 from cassandra.concurrent import execute_concurrent_with_args
@@ -78,3 +79,58 @@ def emulator_runtime():
     from notee.settings import Settings
 
     return Runtime(Settings())
+
+
+def per_token_counts(emulator, tokens: list[str], api: str = "fcm", threads: int = 8) -> dict[str, int]:
+    """Deliveries per token as the emulator saw them. Its control API answers one token per request;
+    a few keep-alive HTTP/1.1 clients in threads are the fastest way to ask (~2,000 tokens/s)."""
+    import ssl
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    ctx = ssl.create_default_context(cafile=emulator.ca_file)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not one INFO line per token
+
+    def chunk(part: list[str]) -> list[tuple[str, int]]:
+        with httpx.Client(base_url=emulator.url, verify=ctx, timeout=30) as http:
+            out = []
+            for token in part:
+                r = http.get("/_emu/deliveries", params={"token": token})
+                r.raise_for_status()
+                out.append((token, int(r.json()[api])))
+            return out
+
+    with ThreadPoolExecutor(threads) as pool:
+        parts = pool.map(chunk, [tokens[i::threads] for i in range(threads)])
+        return {token: n for part in parts for token, n in part}
+
+
+def start_worker(service: str, log_path, *, lanes: int = 2, env: dict[str, str] | None = None):
+    """A real `notee worker` process scoped to one test tenant (stdout/stderr to ``log_path``)."""
+    import os
+    import subprocess
+    import sys
+
+    out = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "notee", "worker", "--lanes", str(lanes), "--service", service],
+                            env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+
+
+def job_progress(runtime, job_id: str):
+    from notee.store import jobs as store
+
+    with runtime.sessions() as s:
+        return store.get_job(s, job_id), store.progress(s, job_id)
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` s (a bound, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
