@@ -38,6 +38,13 @@ test-faults: venv services-up
 soak: venv services-up
 	$(PY) -m pytest -m soak -s $(PYTEST_ARGS)
 
+## Benchmarks (docs/BENCHMARKS.md): own database/keyspaces (*_bench) and emulator; bench/results/latest.{json,md}.
+bench: venv services-up
+	$(PY) -m bench.run
+
+bench-quick: venv services-up
+	$(PY) -m bench.run --quick
+
 ## A 3-node local Cassandra cluster on 127.0.0.1-3 (CQL port 9043), to try a real cluster.
 cluster-up:
 	services/cassandra/cluster.sh start

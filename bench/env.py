@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -113,7 +114,8 @@ def emulator(url: str | None = None, ca_file: str | None = None) -> Iterator[Emu
                 raise RuntimeError(f"emulator exited: {proc.stderr.read().decode()[-2000:]}")
             if Path(ca_file).exists():
                 try:
-                    client = client or httpx.Client(base_url=url, verify=ca_file, timeout=10)
+                    client = client or httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=ca_file),
+                                                    timeout=10)
                     if client.get("/_emu/stats").status_code == 200:
                         break
                 except httpx.HTTPError:

@@ -3,18 +3,52 @@ the rows are shaped exactly as Notee's subscribe path writes them (schema/cql/00
 
 from __future__ import annotations
 
-import secrets
+import base64
+import hashlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from cassandra.concurrent import execute_concurrent_with_args
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import BatchStatement, BatchType
 
 from notee.fanout.targets import SLOT_SIZE
 
 
 def fcm_like_token(i: int) -> str:
-    """A 163-character token shaped like an FCM registration token (unique per i)."""
-    return f"b{i:010d}:" + secrets.token_urlsafe(114)[:152]
+    """A 163-character token shaped like an FCM registration token; the same for the same i."""
+    filler = base64.urlsafe_b64encode(hashlib.sha512(str(i).encode()).digest() * 2).decode()
+    return f"b{i:010d}:" + filler[:152]
+
+
+BATCH_ROWS = 100  # rows per single-partition UNLOGGED batch: one mutation server-side, ~10x faster seeding
+
+
+def insert_batched(session, stmt, rows: Iterable[tuple], partition_of, concurrency: int = 32) -> int:
+    """Insert rows as single-partition UNLOGGED batches (rows must arrive grouped by partition)."""
+    count = 0
+    batches: list[BatchStatement] = []
+    current, batch, in_batch = None, None, 0
+
+    def flush_all() -> None:
+        if batches:
+            execute_concurrent(session, [(b, ()) for b in batches], concurrency=concurrency, raise_on_first_error=True)
+            batches.clear()
+
+    for row in rows:
+        part = partition_of(row)
+        if batch is None or part != current or in_batch >= BATCH_ROWS:
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            batches.append(batch)
+            current, in_batch = part, 0
+            if len(batches) >= 200:
+                last = batches.pop()
+                flush_all()
+                batches.append(last)
+        batch.add(stmt, row)
+        in_batch += 1
+        count += 1
+    flush_all()
+    return count
 
 
 def topic_rows(key: str, topic: str, n: int, *, start_no: int = 1, ios_every: int = 0) -> Iterator[tuple]:
@@ -25,16 +59,11 @@ def topic_rows(key: str, topic: str, n: int, *, start_no: int = 1, ios_every: in
         yield (no // SLOT_SIZE, key, topic, no, fcm_like_token(no), os_, str(uuid.uuid4()), 1_700_000_000_000 + i)
 
 
-def insert_topic_rows(session, keyspace: str, rows, concurrency: int = 150) -> int:
+def insert_topic_rows(session, keyspace: str, rows) -> int:
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
         " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-    rows = list(rows)
-    for i in range(0, len(rows), 20_000):
-        results = execute_concurrent_with_args(session, stmt, rows[i:i + 20_000], concurrency=concurrency,
-                                               raise_on_first_error=True)
-        del results
-    return len(rows)
+    return insert_batched(session, stmt, rows, lambda r: r[0:3])
 
 
 def cycle_rows(key: str, timezone: str, day: str, hour: int, minute: int, n: int, *, start_no: int = 1):
@@ -44,15 +73,11 @@ def cycle_rows(key: str, timezone: str, day: str, hour: int, minute: int, n: int
                1_700_000_000_000 + i)
 
 
-def insert_cycle_rows(session, keyspace: str, rows, concurrency: int = 150) -> int:
+def insert_cycle_rows(session, keyspace: str, rows) -> int:
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
         " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-    rows = list(rows)
-    for i in range(0, len(rows), 20_000):
-        execute_concurrent_with_args(session, stmt, rows[i:i + 20_000], concurrency=concurrency,
-                                     raise_on_first_error=True)
-    return len(rows)
+    return insert_batched(session, stmt, rows, lambda r: r[0:6])
 
 
 def set_no_counter(session, keyspace: str, service: str, method: str, type_: str, value: int) -> None:

@@ -18,8 +18,16 @@ from notee.fanout.targets import SLOT_SIZE, TopicTarget
 
 
 def seed(runtime, rows: int) -> tuple[str, str, int]:
-    key, topic = str(uuid.uuid4()), "bench-walk"
-    insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, rows))
+    """The walk's rows, under a key derived from the size: seeded once per bench keyspace, reused
+    by later runs (the rows are deterministic, so a re-seed after an interrupted one overwrites)."""
+    key, topic = str(uuid.uuid5(uuid.NAMESPACE_URL, f"notee-bench-slot-walk-{rows}")), "bench-walk"
+    ks = runtime.keyspaces.notification
+    probe = runtime.cql.prepare(f"SELECT no FROM {ks}.topic_notification WHERE slot = ? AND notification_key = ?"
+                                " AND topic = ? AND no = ?")
+    present = all(runtime.cql.execute(probe, (no // SLOT_SIZE, key, topic, no)).one() is not None
+                  for no in (1, rows // 2, rows))
+    if not present:
+        insert_topic_rows(runtime.cql, ks, topic_rows(key, topic, rows))
     return key, topic, rows // SLOT_SIZE  # last slot
 
 

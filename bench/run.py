@@ -1,0 +1,126 @@
+"""``make bench`` / ``make bench-quick``: run every figure, write bench/results/latest.{json,md}, print
+the table. ``python -m bench.run [--quick] [--only NAME ...]``.
+
+Each figure is measured independently: one that fails or whose Notee side does not exist is reported
+as missing with the reason, and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+from bench import env, report
+from bench.report import missing
+
+SIZES = {
+    "quick": {"walk_rows": 60_000, "walk_repeats": 3, "send_messages": 5_000, "send_repeats": 3,
+              "fanout_devices": 20_000, "cycle_devices": 20_000, "sub_users": 500, "sub_repeats": 2},
+    "full": {"walk_rows": 300_000, "walk_repeats": 3, "send_messages": 20_000, "send_repeats": 3,
+             "fanout_devices": 100_000, "cycle_devices": 100_000, "sub_users": 5_000, "sub_repeats": 2},
+}
+log = logging.getLogger("bench")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ImportError):
+        return f"Notee side not available: {exc}"
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = None) -> dict[str, dict[str, Any]]:
+    figures: dict[str, dict[str, Any]] = {}
+    ceilings: dict[str, float] = {}
+
+    def want(*names: str) -> bool:
+        return only is None or bool(only & set(names))
+
+    def attempt(names: tuple[str, ...], fn) -> None:
+        t = time.perf_counter()
+        log.info("bench: %s ...", "/".join(names))
+        try:
+            fn()
+        except Exception as exc:  # one figure's failure must not hide the others
+            log.error("bench: %s failed:\n%s", "/".join(names), traceback.format_exc())
+            for name in names:
+                figures.setdefault(name, missing(_why(exc)))
+        log.info("bench: %s done in %.1f s", "/".join(names), time.perf_counter() - t)
+
+    if want("slot_walk_ratio", "fanout_ratio"):
+        def walk() -> None:
+            from bench import slot_walk
+
+            fig = slot_walk.run(runtime, rows=sizes["walk_rows"], repeats=sizes["walk_repeats"])
+            figures["slot_walk_ratio"] = fig
+            ceilings["slot_walk_raw"] = fig["denominator"]["value"]
+        attempt(("slot_walk_ratio",), walk)
+
+    if want("send_cpu_ratio", "fanout_ratio"):
+        def send() -> None:
+            from bench import send_cpu
+
+            fig, rates = send_cpu.run(emulator, n=sizes["send_messages"], repeats=sizes["send_repeats"])
+            figures["send_cpu_ratio"] = fig
+            ceilings["bare_send"] = rates["bare_wall_per_s"]
+        attempt(("send_cpu_ratio",), send)
+
+    if want("fanout_ratio", "worker_rss_growth"):
+        def fan() -> None:
+            from bench import fanout
+
+            figures.update(fanout.run(runtime, emulator, devices=sizes["fanout_devices"], ceilings=ceilings))
+        attempt(("fanout_ratio", "worker_rss_growth"), fan)
+
+    if want("cycle_minute_s"):
+        def cyc() -> None:
+            from bench import cycle
+
+            figures["cycle_minute_s"] = cycle.run(runtime, emulator, devices=sizes["cycle_devices"])
+        attempt(("cycle_minute_s",), cyc)
+
+    if want("subscribe_ratio"):
+        def sub() -> None:
+            from bench import subscribe
+
+            figures["subscribe_ratio"] = subscribe.run(runtime, users=sizes["sub_users"],
+                                                       repeats=sizes["sub_repeats"])
+        attempt(("subscribe_ratio",), sub)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    parser.add_argument("--only", nargs="*", choices=list(report.GOALS), help="run only these figures")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("cassandra", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING if noisy != "cassandra" else logging.ERROR)
+    mode = "quick" if args.quick else "full"
+    started = datetime.now(timezone.utc)
+
+    env.use_bench_stores()
+    from notee.runtime import Runtime
+    from notee.settings import Settings
+
+    env.migrate(Settings())
+    with env.emulator() as emulator:
+        runtime = Runtime(Settings())  # built after the emulator exported NOTEE_EMULATOR_URL
+        try:
+            figures = run_all(runtime, emulator, SIZES[mode], set(args.only) if args.only else None)
+        finally:
+            runtime.close()
+    doc = report.write(mode, figures, started)
+    print()
+    print((report.RESULTS_DIR / "latest.md").read_text())
+    print(f"written: {report.RESULTS_DIR / 'latest.json'}")
+    return 0 if all(not f.get("missing") for f in doc["figures"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""subscribe_ratio: topic subscriptions per second through the HTTP API against the raw driver
+performing the same Cassandra writes, at the same concurrency.
+
+* API side: ``notee api`` (uvicorn, one process, its default settings) in a subprocess; ``concurrency``
+  client threads, each with its own keep-alive ``http.client`` connection (a lean client, so the
+  client's CPU takes little from the server on a small machine), each user subscribed once:
+  ``PUT /v1/users/{user_id}/subscriptions/topic/{type}/{topic}``. Latency p50/p99 per request.
+* Raw side: ``concurrency`` threads with the raw driver doing, per user, what a first topic
+  subscription of a one-device user writes: ``no`` counter +1 and its read (the row's number), the
+  logged batch of slot row + index row, the user-level index row and ``count`` +1.
+
+Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
+topic. Sides run raw, API, raw, API; medians are reported.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.env import free_port
+from bench.report import Measure, figure
+from bench.tenant import bulk_users, make_tenant, make_template
+
+TYPE = "bench_sub"
+
+
+class ApiProcess:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.log = Path(tempfile.mkstemp(prefix="notee-bench-api-", suffix=".log")[1])
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port",
+                                      str(self.port)], stdout=self._out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"notee api exited: {self.log.read_text()[-2000:]}")
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                c.request("GET", "/healthz")
+                if c.getresponse().status in (200, 503):
+                    c.close()
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("notee api did not answer within 30 s")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+
+def _split(items: list, parts: int) -> list[list]:
+    return [items[i::parts] for i in range(parts)]
+
+
+def api_side(port: int, api_key: str, users: list[str], topic: str, concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work(chunk: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {"Authorization": f"Bearer {api_key}", "Content-Length": "0"}
+        mine = []
+        for uid in chunk:
+            t = time.perf_counter()
+            conn.request("PUT", f"/v1/users/{uid}/subscriptions/topic/{TYPE}/{topic}", headers=headers)
+            r = conn.getresponse()
+            body = r.read()
+            mine.append(time.perf_counter() - t)
+            if r.status != 200:
+                with lock:
+                    errors.append(f"{r.status} {body[:200]!r}")
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in _split(users, concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise AssertionError(f"{len(errors)} subscribe requests failed, first: {errors[0]}")
+    return {"n": len(users), "wall_s": wall, "latencies": latencies}
+
+
+def raw_side(runtime, service: str, key: str, users: list[tuple[str, str]], topic: str,
+             concurrency: int) -> dict[str, Any]:
+    from cassandra.query import BatchStatement, BatchType
+
+    from notee.store.cassandra import COUNTER_PROFILE
+
+    s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
+    add_no = s.prepare(f"UPDATE {c}.notification SET no = no + ? WHERE service = ? AND notification_method = ?"
+                       " AND notification_type = ?")
+    read_no = s.prepare(f"SELECT no FROM {c}.notification WHERE service = ? AND notification_method = ?"
+                        " AND notification_type = ?")
+    add_count = s.prepare(f"UPDATE {c}.notification SET count = count + ? WHERE service = ?"
+                          " AND notification_method = ? AND notification_type = ?")
+    slot_row = s.prepare(f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
+                         " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+    index_row = s.prepare(f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
+                          " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)")
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def work(chunk: list[tuple[str, str]]) -> None:
+        mine = []
+        for uid, token in chunk:
+            t = time.perf_counter()
+            at = time.time_ns() // 1_000_000
+            s.execute(add_no, (1, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
+            no = int(s.execute(read_no, (service, "TOPIC", TYPE)).one().no)
+            batch = BatchStatement(batch_type=BatchType.LOGGED)
+            batch.add(slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at))
+            batch.add(index_row, (uid, service, "TOPIC", TYPE, topic, token,
+                                  json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at})))
+            s.execute(batch)
+            s.execute(index_row, (uid, service, "TOPIC", TYPE, topic, "", json.dumps({"key": key, "at": at})))
+            s.execute(add_count, (1, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
+            mine.append(time.perf_counter() - t)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(c_,)) for c_ in _split(users, concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"n": len(users), "wall_s": time.perf_counter() - t0, "latencies": latencies}
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict[str, Any]:
+    tenant = make_tenant(runtime)
+    key = make_template(runtime, tenant.service, "TOPIC", TYPE)
+    people = bulk_users(runtime, tenant.service, users * repeats * 2)
+    api = ApiProcess()
+    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "api": []}
+    try:
+        for r in range(repeats):
+            base = r * 2 * users
+            raw_users = [(uid, toks[0]) for uid, toks in people[base:base + users]]
+            api_users = [uid for uid, _ in people[base + users:base + 2 * users]]
+            runs["raw"].append(raw_side(runtime, tenant.service, key, raw_users, f"raw-{r}", concurrency))
+            runs["api"].append(api_side(api.port, tenant.api_key, api_users, f"api-{r}", concurrency))
+    finally:
+        api.stop()
+    api_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["api"])
+    raw_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["raw"])
+    api_lat = [v for x in runs["api"] for v in x["latencies"]]
+    raw_lat = [v for x in runs["raw"] for v in x["latencies"]]
+    return figure("subscribe_ratio", Measure("API PUT topic subscription", api_rate, "subs/s"),
+                  Measure("raw driver same writes", raw_rate, "subs/s"),
+                  {"users": users, "devices_per_user": 1, "concurrency": concurrency, "repeats": repeats},
+                  extra={"api_p50_ms": _pct(api_lat, 50) * 1000, "api_p99_ms": _pct(api_lat, 99) * 1000,
+                         "raw_p50_ms": _pct(raw_lat, 50) * 1000, "raw_p99_ms": _pct(raw_lat, 99) * 1000})

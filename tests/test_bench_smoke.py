@@ -1,0 +1,115 @@
+"""A tiny run of every benchmark (docs/BENCHMARKS.md) against the test stores and the test emulator, so
+the benchmarks cannot rot. These tests check that each figure is *measured* and well formed; they
+assert nothing about speed (performance is measured by ``make bench``, never by timed tests)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import env, report
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+
+
+@pytest.fixture()
+def bench_emulator(emulator):  # noqa: F811
+    with env.emulator(emulator.url, emulator.ca_file) as emu:
+        yield emu
+
+
+def _measured(fig: dict, name: str, *, ratio: bool = True) -> None:
+    assert not fig.get("missing"), fig
+    assert set(fig) >= {"value", "goal", "met", "numerator", "denominator", "sizes"}
+    assert fig["goal"].split()[-1] == f"{report.GOALS[name][1]:g}"
+    for side in ("numerator", "denominator"):
+        assert set(fig[side]) == {"name", "value", "unit"}
+        assert fig[side]["value"] > 0, fig
+    if ratio:
+        assert fig["value"] == pytest.approx(fig["numerator"]["value"] / fig["denominator"]["value"], rel=0.01)
+
+
+def test_slot_walk_smoke(runtime):
+    from bench import slot_walk
+
+    fig = slot_walk.run(runtime, rows=1500, fetch_size=200, repeats=1)
+    _measured(fig, "slot_walk_ratio")
+    assert fig["sizes"] == {"rows": 1500, "slots": 1, "fetch_size": 200, "repeats": 1}
+
+
+def test_send_cpu_smoke(bench_emulator):
+    from bench import send_cpu
+
+    fig, rates = send_cpu.run(bench_emulator, n=300, page=100, repeats=1)
+    _measured(fig, "send_cpu_ratio")
+    assert rates["bare_wall_per_s"] > 0
+    # both sides really reached the emulator: 300 requests each
+    assert bench_emulator.stats()["counts"]["fcm.ok"] == 600
+
+
+def test_fanout_and_worker_rss_smoke(runtime, bench_emulator):
+    from bench import fanout
+
+    out = fanout.run(runtime, bench_emulator, devices=1200, ceilings={"slot_walk_raw": 1000.0, "bare_send": 500.0})
+    _measured(out["fanout_ratio"], "fanout_ratio")
+    assert out["fanout_ratio"]["denominator"] == {"name": "min ceiling (bare_send)", "value": 500.0,
+                                                  "unit": "pushes/s"}
+    assert out["fanout_ratio"]["extra"]["job_state"] == "done"
+    _measured(out["worker_rss_growth"], "worker_rss_growth")
+    assert bench_emulator.delivered() >= 1200
+
+
+def test_fanout_without_ceilings_is_missing(runtime, bench_emulator):
+    from bench import fanout
+
+    out = fanout.run(runtime, bench_emulator, devices=50, ceilings={})
+    assert out["fanout_ratio"]["missing"] is True and "no ceiling" in out["fanout_ratio"]["reason"]
+
+
+def test_cycle_minute_smoke(runtime, bench_emulator):
+    from bench import cycle
+
+    fig = cycle.run(runtime, bench_emulator, devices=800)
+    _measured(fig, "cycle_minute_s", ratio=False)
+    assert fig["value"] == fig["numerator"]["value"]
+    assert fig["denominator"]["value"] >= 800
+    assert fig["extra"]["jobs"] == 1
+
+
+def test_subscribe_smoke(runtime):
+    from bench import subscribe
+
+    fig = subscribe.run(runtime, users=40, concurrency=4, repeats=1)
+    _measured(fig, "subscribe_ratio")
+    assert fig["extra"]["api_p99_ms"] >= fig["extra"]["api_p50_ms"] > 0
+
+
+def test_results_files(tmp_path):
+    from datetime import datetime, timezone
+
+    figs = {"slot_walk_ratio": report.figure("slot_walk_ratio", report.Measure("a", 9.0, "rows/s"),
+                                             report.Measure("b", 10.0, "rows/s"), {"rows": 10}),
+            "send_cpu_ratio": report.missing("Notee side not available: no module")}
+    doc = report.write("quick", figs, datetime.now(timezone.utc), tmp_path)
+    on_disk = json.loads((tmp_path / "latest.json").read_text())
+    assert on_disk["figures"] == doc["figures"]
+    assert list(on_disk["figures"]) == list(report.GOALS)  # every figure present, in table order
+    assert on_disk["figures"]["slot_walk_ratio"]["value"] == 0.9 and on_disk["figures"]["slot_walk_ratio"]["met"]
+    assert on_disk["figures"]["fanout_ratio"] == {"missing": True, "reason": "not run"}
+    md = (tmp_path / "latest.md").read_text()
+    for name in report.GOALS:
+        assert f"| {name} |" in md
+    assert "Notee side not available" in md
+
+
+@pytest.mark.parametrize("name,value,met", [("slot_walk_ratio", 0.9, True), ("slot_walk_ratio", 0.89, False),
+                                            ("cycle_minute_s", 59.9, True), ("cycle_minute_s", 60.0, False),
+                                            ("worker_rss_growth", 1.2, True), ("worker_rss_growth", 1.21, False)])
+def test_goal_comparison(name, value, met):
+    fig = report.figure(name, report.Measure("n", 1.0, "u"), report.Measure("d", 1.0, "u"), {}, value=value)
+    assert fig["met"] is met
+
+
+def test_zero_denominator_is_missing_not_a_value():
+    fig = report.figure("slot_walk_ratio", report.Measure("n", 5.0, "rows/s"), report.Measure("d", 0.0, "rows/s"), {})
+    assert fig["missing"] is True and "value" not in fig
