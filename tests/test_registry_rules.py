@@ -144,3 +144,22 @@ def test_secrets_box():
     assert key not in repr(box)
     with pytest.raises(keys.InvalidToken):
         keys.SecretsBox(Fernet.generate_key().decode()).decrypt(blob)
+
+
+@pytest.mark.parametrize("path, shown", [
+    ("/v1/users/u/devices/fcm:APA91bsecrettoken1234", "/v1/users/u/devices/fcm:AP…(25)"),
+    ("/v1/users/u/devices/a%2Fb-secret-token-000", "/v1/users/u/devices/a%2Fb-…(22)"),
+    ("/v1/users/u/devices/tok/with/slash", "/v1/users/u/devices/tok/wi…(14)"),
+    ("/v1/users/u/devices", "/v1/users/u/devices"),
+    ("/v1/devices/rotate", "/v1/devices/rotate"),
+    ("/v1/templates", "/v1/templates"),
+])
+def test_access_log_never_shows_a_full_token(path, shown):
+    import logging
+
+    from notee.api.routes.devices import TokenPathFilter
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5", "DELETE", path, "1.1", 204), None)
+    assert TokenPathFilter().filter(record)
+    assert record.getMessage() == f'127.0.0.1:5 - "DELETE {shown} HTTP/1.1" 204'

@@ -47,6 +47,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(publish.router)
     for router in (admin.router, users.router, devices.router, templates.router):
         app.include_router(router)
+    devices.install_access_log_filter()
     app.include_router(subscriptions.router)
     app.include_router(sends.router)
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Annotated
 from uuid import UUID
 
@@ -11,6 +13,7 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
 from notee.domain import registry
+from notee.logs import token_hint
 
 router = APIRouter(prefix="/v1", tags=["devices"])
 
@@ -45,3 +48,23 @@ def rotate_token(body: RotateIn, service: ServiceDep, db: DbDep, runtime: Runtim
     keeping the device's registration time and subscriptions."""
     return RotateOut(rotated=registry.rotate_token(runtime, db, service, old_token=body.old_token,
                                                    new_token=body.new_token))
+
+
+_TOKEN_IN_PATH = re.compile(r"(/devices/)(?!rotate(?:[?\s]|$))([^?\s]+)")
+
+
+class TokenPathFilter(logging.Filter):
+    """Shortens the device token in access-log lines (``DELETE /v1/users/{id}/devices/{token}``):
+    a token is personal data and is never logged in full."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, str) and "/devices/" in a for a in record.args):
+            record.args = tuple(_TOKEN_IN_PATH.sub(lambda m: m.group(1) + token_hint(m.group(2)), a)
+                                if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def install_access_log_filter() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, TokenPathFilter) for f in access.filters):
+        access.addFilter(TokenPathFilter())
