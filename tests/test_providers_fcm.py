@@ -222,3 +222,37 @@ def test_classify_fcm(status, body, retry_after, expected):
             classify_fcm(status, body, retry_after)
     else:
         assert classify_fcm(status, body, retry_after) == expected
+
+
+def test_pool_reopens_a_dropped_connection_and_flow_control_handles_large_bodies(emulator):
+    async def run():
+        pool = Pool(emulator.url, client_ssl_context(emulator.ca_file))
+        provider = FcmProvider(PROJECT, StaticToken(), pool)
+        try:
+            first = await provider.send([msg("p1")])
+            await pool._conns[0].close()  # as if the server had sent GOAWAY and closed
+            second = await provider.send([msg("p2"), msg("p3")])
+            # 300 concurrent ~3 KB bodies exceed the 64 KB initial connection window
+            third = await provider.send([msg(f"big{i}", data={"blob": "x" * 3000}) for i in range(300)])
+            return first, second, third
+        finally:
+            await provider.close()
+
+    first, second, third = asyncio.run(run())
+    assert all(isinstance(o, Delivered) for o in first + second + third)
+    assert emulator.stats()["counts"]["fcm.ok"] == 303
+
+
+def test_a_slow_provider_times_out_as_retryable(emulator):
+    emulator.latency(500)
+
+    async def run():
+        provider = FcmProvider(PROJECT, StaticToken(), Pool(emulator.url, client_ssl_context(emulator.ca_file)),
+                               timeout=0.1)
+        try:
+            return await provider.send([msg("slow1"), msg("slow2")])
+        finally:
+            await provider.close()
+
+    outcomes = asyncio.run(run())
+    assert all(isinstance(o, RetryAfter) and "no response" in o.reason for o in outcomes)

@@ -169,7 +169,7 @@ class Connection:
                 while view:
                     window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
                     if window <= 0:
-                        self._writer.write(conn.data_to_send())
+                        self._flush()
                         self._window.clear()
                         await asyncio.wait_for(self._window.wait(), timeout)
                         if not self.usable:
@@ -184,7 +184,7 @@ class Connection:
                 self._streams.pop(stream_id, None)
                 try:
                     conn.reset_stream(stream_id)
-                    self._writer.write(conn.data_to_send())
+                    self._flush()
                 except h2.exceptions.H2Error:
                     pass
                 raise TransportError(f"no response within {timeout} s") from exc
@@ -194,7 +194,7 @@ class Connection:
 
     async def close(self) -> None:
         self.usable = False
-        if self._conn is not None and self._writer is not None:
+        if self._conn is not None and self._writer is not None and not self._writer.is_closing():
             try:
                 self._conn.close_connection()
                 self._writer.write(self._conn.data_to_send())
@@ -206,7 +206,7 @@ class Connection:
                 await self._reader_task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self._writer is not None:
+        if self._writer is not None and not self._writer.is_closing():
             self._writer.close()
             try:
                 await self._writer.wait_closed()
