@@ -51,7 +51,7 @@ def utcnow() -> datetime:
 class MinuteResult:
     minute_utc: datetime
     state: str  # done | late | taken (another replica has or had it)
-    buckets: int = 0  # (timezone, local bucket) pairs evaluated
+    buckets: int = 0  # (timezone, local bucket) pairs with at least one due template
     jobs_created: int = 0
     jobs_existing: int = 0  # already made by an earlier attempt at this minute
     templates_skipped: int = 0  # in cycle_due but deleted in MySQL, or does not render: skipped
@@ -122,7 +122,7 @@ class Scheduler:
             (b, st.session.execute_async(st.due_select, (b.timezone, b.day, b.hour, b.minute))) for b in buckets
         ]
         due = []
-        for b, future in futures:  # every future is awaited; the first error fails the minute
+        for b, future in futures:  # a failed read fails the minute (abandoning the other reads is harmless)
             for r in future.result():
                 due.append((b, r.service, r.notification_key, r.notification_type))
         return due
