@@ -50,6 +50,8 @@ def test_publish_returns_a_job_and_the_idempotency_key_returns_it_again(client, 
 @pytest.mark.parametrize("path, body, headers_extra, status, code", [
     ("/v1/topics/nope/sports/publish", {}, {}, 404, "not_found"),
     ("/v1/topics/news/" + "x" * 51 + "/publish", {}, {}, 422, "invalid_input"),
+    ("/v1/topics/news/a%01b/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
+    ("/v1/topics/bad%20type/sports/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
     ("/v1/topics/news/sports/publish", {"variables": {}}, {}, 422, "invalid_input"),  # {{name}} missing
     ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "extra": 1}, {}, 422, "invalid_input"),
     ("/v1/topics/news/sports/publish", {"variables": {"name": 5}}, {}, 422, "invalid_input"),

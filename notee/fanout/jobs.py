@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from notee.domain.schedule import validate_topic
 from notee.errors import InvalidInput, NotFound
 from notee.fanout.render import render_payload, slot_ranges
 from notee.fanout.targets import CycleTarget, Target, TopicTarget
@@ -114,6 +115,7 @@ def _create(runtime: Runtime, session: Session, *, service: str, notification_ke
 def publish_topic(runtime: Runtime, session: Session, *, service: str, type_: str, topic: str,
                   idempotency_key: str | None, variables: dict | None, overrides: dict | None) -> JobRow:
     """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job``."""
+    validate_topic(topic)
     try:
         template = registry.get_template(session, service, "TOPIC", type_)
         if template is None:

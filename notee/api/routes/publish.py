@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
+from notee.api.models import TYPE_PATTERN
 from notee.fanout import jobs
 
 router = APIRouter(prefix="/v1", tags=["publish"])
@@ -55,8 +56,8 @@ class JobStatus(BaseModel):
     finished_at: datetime | None
 
 
-TypePath = Annotated[str, Path(min_length=1, max_length=64, description="The TOPIC template's notification_type.")]
-TopicPath = Annotated[str, Path(min_length=1, max_length=50, description="The topic (at most 50 characters).")]
+TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The TOPIC template's notification_type.")]
+TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded).")]
 IdempotencyKey = Annotated[str | None, Header(
     alias="Idempotency-Key", min_length=1, max_length=200,
     description="Repeating a publish with the same key returns the first job instead of sending again.")]
