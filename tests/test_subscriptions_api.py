@@ -134,6 +134,8 @@ def test_unknown_user_and_bad_bulk(client, runtime, st, tenant):
     assert st.user_rows(ghost, svc) == []
     too_many = {"user_ids": [str(uuid.uuid4()) for _ in range(1001)]}
     assert client.post("/v1/topics/news/t/subscribers", json=too_many, headers=h).status_code == 422
+    for bad in ([], ["not-a-uuid"], ["é" * 36], None):
+        assert client.post("/v1/topics/news/t/subscribers", json={"user_ids": bad}, headers=h).status_code == 422
     assert client.post("/v1/topics/news/" + "x" * 51 + "/subscribers", json={"user_ids": [ghost]},
                        headers=h).status_code == 422
     assert st.counters(svc, "TOPIC", "news") == (st.counters(svc, "TOPIC", "news")[0], 0, 0)

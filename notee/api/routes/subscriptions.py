@@ -36,8 +36,8 @@ class CycleIn(_In):
 
 
 class BulkIn(_In):
-    user_ids: list[str] = Field(..., min_length=1, max_length=subs.BULK_MAX,
-                                description=f"Platform user ids, at most {subs.BULK_MAX}")
+    user_ids: list[UUID] = Field(..., min_length=1, max_length=subs.BULK_MAX,
+                                 description=f"Platform user ids, at most {subs.BULK_MAX}")
 
 
 class SubscribeOut(BaseModel):
@@ -121,6 +121,6 @@ def list_subscriptions(user_id: UserIdPath, service: ServiceDep, runtime: Runtim
 def bulk_subscribe(type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, runtime: RuntimeDep):
     """Subscribe up to 1,000 users to a topic; one result per distinct user id (unknown ids are
     reported as not_found, the others are still subscribed)."""
-    results = subs.bulk_subscribe_topic(runtime, service, type, topic, body.user_ids)
+    results = subs.bulk_subscribe_topic(runtime, service, type, topic, [str(u) for u in body.user_ids])
     tally = {s: sum(1 for r in results if r["status"] == s) for s in ("subscribed", "already_subscribed", "not_found")}
     return BulkOut(results=results, **tally)
