@@ -100,3 +100,37 @@ def test_scheduler_process_ticks_at_start_and_stops_on_sigterm(runtime):
     assert proc.returncode == 0, out
     assert "stopped" in out
     assert set(tick_states(runtime, namespace).values()) <= {"done", "late"}
+
+
+def test_racing_double_runs_of_a_minute_still_make_one_job(runtime, service_id, due):
+    # Two schedulers that both run the same minutes (separate ledgers, as after a lease takeover):
+    # the job's idempotency key alone keeps it to one job, even when both insert at the same moment.
+    tenant = factories.make_service(runtime, service_id)
+    start = utc(2026, 6, 20, 22, 0)  # SUN 07:00 KST
+    key = due.template(tenant, "race", [CycleTarget(SEOUL, "SUN", 7, m) for m in range(5)])
+    replicas = [scheduler(runtime), scheduler(runtime)]
+    barrier = threading.Barrier(2)
+    results: dict[str, list] = {r.namespace: [] for r in replicas}
+    errors: list[BaseException] = []
+
+    def replica(sched):
+        try:
+            for m in clock.minutes(start, start + timedelta(minutes=5)):
+                barrier.wait(timeout=60)
+                results[sched.namespace].append(sched.run_minute(m, now=m))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=replica, args=(s,)) for s in replicas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    keys = Counter(idem for _, _, idem in jobs_of(runtime, tenant))
+    assert set(keys) == {f"cycle:{key}:{SEOUL}:SUN070{m}:2026-06-20T22:0{m}Z" for m in range(5)}
+    assert set(keys.values()) == {1}
+    for rs in results.values():  # each replica saw every minute's job, made by it or by the other
+        assert [r.state for r in rs] == ["done"] * 5
+        assert [r.jobs_created + r.jobs_existing for r in rs] == [1] * 5

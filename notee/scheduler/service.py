@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from sqlalchemy.exc import IntegrityError
+
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.targets import CycleTarget
 from notee.runtime import Runtime
@@ -133,18 +135,24 @@ class Scheduler:
         due = self.due(minute)
         result = MinuteResult(minute, "running", buckets=len({b for b, *_ in due}))
 
-        def one(item: tuple[CycleTarget, str, str, str]):
-            bucket, service, key, type_ = item
+        def create(bucket: CycleTarget, service: str, key: str, type_: str):
             with self.runtime.sessions() as session:
+                return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
+                                  type_=type_, target=bucket, idempotency_key=clock.idempotency_key(key, bucket, minute))
+
+        def one(item: tuple[CycleTarget, str, str, str]):
+            try:
                 try:
-                    return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
-                                      type_=type_, target=bucket,
-                                      idempotency_key=clock.idempotency_key(key, bucket, minute))
-                except (NotFound, InvalidInput, PayloadTooLarge) as exc:
-                    # The due index may name a template deleted since (reconcile removes it later) or
-                    # one that no longer renders; it is this template's problem, not the minute's.
-                    log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), key, service, exc)
-                    return None
+                    return create(*item)
+                except IntegrityError:
+                    # Another scheduler inserted the same key concurrently (only after a takeover); a
+                    # fresh transaction sees its committed job and returns it.
+                    return create(*item)
+            except (NotFound, InvalidInput, PayloadTooLarge) as exc:
+                # The due index may name a template deleted since (reconcile removes it later) or one
+                # that no longer renders; it is this template's problem, not the minute's.
+                log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), item[2], item[1], exc)
+                return None
 
         if len(due) <= 1:
             outcomes = [one(item) for item in due]
