@@ -1,0 +1,204 @@
+"""Soak (issue 9, item 7): ten minutes of mixed traffic against real Notee processes, with the
+resident memory of every one of them sampled; growth after warm-up must stay under 10 %.
+
+Run by ``make soak`` only (marker ``soak``). Processes: ``notee api``, two ``notee worker``,
+``notee scheduler`` and ``notee emulator`` (its granian worker included), all on a database and
+keyspaces of their own (``notee_soak``, ``notification_soak``/``numbering_soak``) so nothing else's
+data is touched and the scheduler only sees the soak's cycle subscriptions.
+
+Traffic, from client threads: registrations (user + device + topic subscription + a cycle
+subscription due within minutes, so the scheduler fires jobs), device removals, publishes to the
+growing topic every few seconds with job polling. ``NOTEE_SOAK_SECONDS`` shortens it (default 600).
+
+Memory: RSS of each process tree (psutil) every ``SAMPLE_S``. Warm-up is the first fifth of the
+run; growth = (mean of the last minute - mean of the minute after warm-up) / that baseline.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import statistics
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import httpx
+import psutil
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from tests.emulator_fixture import Emulator
+from tests.faults.conftest import free_port, settings_from, subprocess_env, wait_http
+from tests.faults.conftest import processes  # noqa: F401
+from tests.security_logscan import remember_secret
+
+pytestmark = pytest.mark.soak
+
+DURATION_S = float(os.environ.get("NOTEE_SOAK_SECONDS", "600"))
+SAMPLE_S = 5.0
+MAX_GROWTH = 0.10
+DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+
+
+def tree_rss(pid: int) -> int:
+    try:
+        p = psutil.Process(pid)
+        return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+    except psutil.NoSuchProcess:
+        return 0
+
+
+@pytest.fixture()
+def soak_env(settings, migrated):
+    from notee import migrate
+    from notee.runtime import Runtime
+
+    test_url = make_url(settings.mysql_url.get_secret_value())
+    url = test_url.set(database="notee_soak")
+    server = create_engine(test_url)  # the test database exists (URL.set(database=None) keeps the old one)
+    with server.begin() as conn:
+        conn.execute(text("DROP DATABASE IF EXISTS notee_soak"))
+        conn.execute(text("CREATE DATABASE notee_soak CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    server.dispose()
+    env = subprocess_env(NOTEE_MYSQL_URL=url.render_as_string(hide_password=False),
+                         NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION="notification_soak",
+                         NOTEE_CASSANDRA_KEYSPACE_NUMBERING="numbering_soak",
+                         NOTEE_MYSQL_POOL_SIZE="5")
+    soak_settings = settings_from(env)
+    runtime = Runtime(soak_settings)
+    try:
+        migrate.migrate_mysql(runtime.engine)
+        migrate.migrate_cassandra(runtime.cql, soak_settings)
+    finally:
+        runtime.close()
+    return env
+
+
+def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
+    env = dict(soak_env)
+    state = os.path.join(".run", "soak-emulator")
+    emu_port, api_port = free_port(), free_port()
+    emu_proc = processes.start("soak-emulator", ["emulator", "--host", "127.0.0.1", "--port", str(emu_port),
+                                                 "--state-dir", state], env)
+    ca = os.path.abspath(os.path.join(state, "ca.crt"))
+    deadline = time.monotonic() + 30
+    while not os.path.exists(ca):
+        assert time.monotonic() < deadline and emu_proc.alive(), emu_proc.tail()
+        time.sleep(0.2)
+    emu = Emulator(url=f"https://localhost:{emu_port}", ca_file=ca,
+                   http=httpx.Client(base_url=f"https://localhost:{emu_port}", verify=ca, timeout=10))
+    wait_http_emu = time.monotonic() + 30
+    while True:
+        try:
+            emu.stats()
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < wait_http_emu, emu_proc.tail()
+            time.sleep(0.2)
+    env.update(NOTEE_EMULATOR_URL=emu.url, NOTEE_EMULATOR_CA_FILE=ca, SSL_CERT_FILE=ca)
+    api = processes.start("soak-api", ["api", "--port", str(api_port)], env)
+    base = f"http://127.0.0.1:{api_port}"
+    wait_http(f"{base}/healthz", proc=api)
+    service = "SOAK" + secrets.token_hex(3).upper()
+    admin = {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+    with httpx.Client(base_url=base, timeout=15) as http:
+        assert http.post("/v1/admin/services", json={"service": service, "display_name": "soak", "timezone": "UTC"},
+                         headers=admin).status_code == 201
+        r = http.post(f"/v1/admin/services/{service}/api-keys", json={"label": "soak"}, headers=admin)
+        remember_secret(r.json()["api_key"])
+        auth = {"Authorization": f"Bearer {r.json()['api_key']}"}
+        assert http.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "soak"},
+                        headers=auth).status_code in (200, 201)
+        assert http.put("/v1/templates/CYCLE/daily", json={"title": "Daily", "body": "soak"},
+                        headers=auth).status_code in (200, 201)
+    workers = [processes.start(f"soak-worker-{i}", ["worker", "--lanes", "2"], env) for i in range(2)]
+    scheduler = processes.start("soak-scheduler", ["scheduler"], env)
+    watched = {"api": api, "worker-0": workers[0], "worker-1": workers[1], "scheduler": scheduler,
+               "emulator": emu_proc}
+
+    stop = threading.Event()
+    tally: Counter = Counter()
+    lock = threading.Lock()
+
+    def count(what: str, r: httpx.Response | None) -> None:
+        with lock:
+            tally[what] += 1
+            tally[f"{what}.{'err' if r is None else r.status_code}"] += 1
+
+    def registrations(n: int) -> None:
+        rng = random.Random(n)
+        with httpx.Client(base_url=base, timeout=15) as c:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    r = c.put(f"/v1/users/s{n}-{i}", json={"name": f"user {i}"}, headers=auth)
+                    count("user", r)
+                    uid = r.json()["user_id"]
+                    token = f"soak-{n}-{i}-{secrets.token_hex(8)}"
+                    count("device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"},
+                                           headers=auth))
+                    count("subscribe", c.put(f"/v1/users/{uid}/subscriptions/topic/news/all", headers=auth))
+                    due = datetime.now(ZoneInfo("UTC")) + timedelta(minutes=rng.randint(1, 3))
+                    count("cycle", c.put(f"/v1/users/{uid}/subscriptions/cycle/daily", headers=auth,
+                                         json={"days": [DAYS[due.weekday()]], "hour": due.hour,
+                                               "minute": due.minute, "timezone": "UTC"}))
+                    if i % 10 == 0:
+                        count("unregister", c.delete(f"/v1/users/{uid}/devices/{token}", headers=auth))
+                except httpx.HTTPError:
+                    count("client_error", None)
+                time.sleep(0.05)
+
+    def publishes() -> None:
+        with httpx.Client(base_url=base, timeout=15) as c:
+            while not stop.is_set():
+                try:
+                    r = c.post("/v1/topics/news/all/publish", json={"variables": {"name": "soak"}}, headers=auth)
+                    count("publish", r)
+                    if r.status_code == 202:
+                        for _ in range(10):
+                            count("job", c.get(f"/v1/jobs/{r.json()['job_id']}", headers=auth))
+                            time.sleep(0.5)
+                except httpx.HTTPError:
+                    count("client_error", None)
+                stop.wait(3)
+
+    threads = [threading.Thread(target=registrations, args=(n,), daemon=True) for n in range(3)]
+    threads.append(threading.Thread(target=publishes, daemon=True))
+    for t in threads:
+        t.start()
+    samples: dict[str, list[tuple[float, int]]] = {name: [] for name in watched}
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < DURATION_S:
+        now = time.monotonic() - t0
+        for name, proc in watched.items():
+            assert proc.alive(), f"{name} died:\n{proc.tail()}"
+            samples[name].append((now, tree_rss(proc.pid)))
+        time.sleep(SAMPLE_S)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    delivered = emu.stats()
+    emu.http.close()
+
+    warm = DURATION_S / 5
+    window = min(60.0, DURATION_S / 5)
+    report, growths = [], {}
+    for name, points in samples.items():
+        base_mb = statistics.mean(r for t, r in points if warm <= t < warm + window) / 2**20
+        end_mb = statistics.mean(r for t, r in points if t >= DURATION_S - window) / 2**20
+        peak_mb = max(r for _, r in points) / 2**20
+        growths[name] = (end_mb - base_mb) / base_mb
+        report.append(f"  {name:10s} after warm-up {base_mb:7.1f} MB  end {end_mb:7.1f} MB  peak {peak_mb:7.1f} MB  "
+                      f"growth {growths[name] * 100:+5.1f} %")
+    print(f"\nsoak: {DURATION_S:.0f} s, {len(samples['api'])} samples per process; requests "
+          f"{dict(sorted(tally.items()))}; emulator {delivered['counts']}\n" + "\n".join(report))
+    assert all(g < MAX_GROWTH for g in growths.values()), growths
+    assert tally["publish.202"] > 0 and tally["user.201"] + tally["user.200"] > 0
+    errors = {k: v for k, v in tally.items() if k.endswith(".err") or ".5" in k}
+    assert not errors, f"requests failed during the soak (memory was fine): {errors}"
