@@ -33,7 +33,7 @@ test: venv services-up
 
 ## Long fault-injection tests (3-node Cassandra cluster, restarts, storms).
 test-faults: venv services-up
-	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+	$(PY) -m pytest -m faults -s $(PYTEST_ARGS)
 
 soak: venv services-up
 	$(PY) -m pytest -m soak -s $(PYTEST_ARGS)
