@@ -21,8 +21,8 @@ def _publish(client, headers, topic="sports", body=None, key=None, type_="news")
     h = dict(headers)
     if key:
         h["Idempotency-Key"] = key
-    return client.post(f"/v1/topics/{type_}/{topic}/publish", json=body if body is not None else {"variables": {"name": "A"}},
-                       headers=h)
+    body = body if body is not None else {"variables": {"name": "A"}}
+    return client.post(f"/v1/topics/{type_}/{topic}/publish", json=body, headers=h)
 
 
 def test_publish_returns_a_job_and_the_idempotency_key_returns_it_again(client, tenant):
@@ -85,7 +85,8 @@ def test_publish_reaches_every_subscribed_device_and_prunes_dead_tokens(client, 
     service, headers = tenant
     live = [(random_token("a"), "AOS"), (random_token("i"), "IOS"), (random_token("b"), "AOS")]
     dead = random_token("dead")
-    users = [new_user(client, headers, devices=[d]) for d in live] + [new_user(client, headers, devices=[(dead, "AOS")])]
+    users = [new_user(client, headers, devices=[d]) for d in live]
+    users.append(new_user(client, headers, devices=[(dead, "AOS")]))
     for user_id in users:
         r = client.put(f"/v1/users/{user_id}/subscriptions/topic/news/sports", headers=headers)
         assert r.status_code in (200, 201), r.text

@@ -49,20 +49,24 @@ def test_idempotency_key_returns_the_same_job(runtime, service_id):
     assert count_rows(runtime, service_id) == (2, 2)
 
 
-def test_idempotency_race_creates_one_job(runtime, service_id):
+@pytest.mark.parametrize("round_", range(3))
+def test_idempotency_race_creates_one_job(runtime, service_id, round_):
     key = topic_template(runtime, service_id)
-    barrier, results = threading.Barrier(4), []
+    barrier, results, errors = threading.Barrier(4), [], []
 
     def go():
         barrier.wait()
-        results.append(topic_job(runtime, service_id, key, "t", idempotency_key="race").job_id)
+        try:
+            results.append(topic_job(runtime, service_id, key, "t", idempotency_key="race").job_id)
+        except Exception as exc:  # reported below; a thread's exception would otherwise vanish
+            errors.append(exc)
 
     threads = [threading.Thread(target=go) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(set(results)) == 1 and len(results) == 4
+    assert errors == [] and len(results) == 4 and len(set(results)) == 1
     assert count_rows(runtime, service_id) == (1, 1)
 
 

@@ -102,7 +102,7 @@ def _create(runtime: Runtime, session: Session, *, service: str, notification_ke
     except IntegrityError:
         if idempotency_key is None:
             raise
-        existing = store.job_by_idempotency_key(session, service, idempotency_key)
+        existing = store.job_by_idempotency_key(session, service, idempotency_key, latest=True)
         if existing is None:
             raise
         return existing

@@ -168,7 +168,9 @@ class Worker:
                         await asyncio.to_thread(store.release, sessions, claim)
                         log.info("task %s released on stop after %d pages", name, pages)
                         return
-                    result = await self.send_page(job.service, job.job_id, messages_for(page, job.payload)) if page else SendResult()
+                    result = SendResult()
+                    if page:
+                        result = await self.send_page(job.service, job.job_id, messages_for(page, job.payload))
                     counts = PageCounts(len(page), result.sent, result.failed, result.pruned, result.retried)
                     pages += 1
                     sent += result.sent

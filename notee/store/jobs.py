@@ -121,9 +121,13 @@ def template_key(session: Session, service: str, method: str, type_: str) -> str
 
 # --- jobs ---------------------------------------------------------------------------------------
 
-def job_by_idempotency_key(session: Session, service: str, idempotency_key: str) -> JobRow | None:
+def job_by_idempotency_key(session: Session, service: str, idempotency_key: str, *,
+                           latest: bool = False) -> JobRow | None:
+    """``latest``: a locking read, which sees rows committed after this transaction's snapshot (the
+    winner of an idempotency race), not the REPEATABLE READ snapshot."""
     row = session.execute(
-        text(f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE service = :s AND idempotency_key = :k"),
+        text(f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE service = :s AND idempotency_key = :k"
+             + (" LOCK IN SHARE MODE" if latest else "")),
         {"s": service, "k": idempotency_key},
     ).one_or_none()
     return _job(row) if row else None
@@ -242,7 +246,8 @@ def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -
 
 def extend_lease(sessions: sessionmaker[Session], claim_: Claim, *, lease_s: float) -> None:
     with sessions.begin() as session:
-        _fenced(session, claim_, "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+        _fenced(session, claim_,
+                "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
                 {"ms": int(lease_s * 1000)})
 
 
@@ -299,7 +304,8 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
     if int(row.open_ or 0) == 0:
         session.execute(
             text("UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
-                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6)) WHERE job_id = :j AND state IN ('queued', 'running')"),
+                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
             {"st": "failed" if row.failed_ else "done", "e": row.error_, "j": job_id},
         )
 
