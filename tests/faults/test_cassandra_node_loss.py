@@ -65,17 +65,23 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
     fault_cluster.kill(KILLED_NODE)
 
     # Subscribing keeps working while the node is down (QUORUM = 2 of 3 replicas). Until the
-    # coordinators' failure detector convicts the dead node (seconds), a request can time out and
-    # answer 503 + Retry-After; a client that honours it gets through. Count those answers.
-    unavailable: list[float] = []
+    # coordinators' failure detector convicts the dead node (gossip, ~10-20 s), a statement routed to
+    # it waits out its timeout (10 s) and the API answers 503 + Retry-After (or is slower than the
+    # client's patience); a client that retries gets through. Count those answers and when they end.
+    unavailable: list[tuple[float, str]] = []
 
     def call(method: str, url: str, **kw) -> httpx.Response:
         for _ in range(30):
-            r = http.request(method, url, headers=auth, **kw)
+            t = time.monotonic() - t_kill
+            try:
+                r = http.request(method, url, headers=auth, timeout=30, **kw)
+            except httpx.TimeoutException:
+                unavailable.append((round(t, 1), "client timeout"))
+                continue
             if r.status_code != 503:
                 return r
             assert r.json()["error"]["code"] == "store_unavailable"
-            unavailable.append(time.monotonic() - t_kill)
+            unavailable.append((round(t, 1), "503"))
             time.sleep(float(r.headers.get("Retry-After", "1")))
         return r
 
@@ -94,7 +100,7 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
     for user_id in subscribed:
         items = call("GET", f"/v1/users/{user_id}/subscriptions").json()["items"]
         assert [(s["type"], s["topic"], s["devices"]) for s in items] == [("news", "late", 1)]
-    assert all(t < 30 for t in unavailable), f"503s long after the node was lost: {unavailable}"
+    assert all(t < 60 for t, _ in unavailable), f"still unavailable long after the node was lost: {unavailable}"
 
     job, progress = wait_job(runtime, service_id, job_id, timeout=900, workers=workers)
     publish_s = time.monotonic() - t_kill
@@ -105,8 +111,8 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
           f"duplicated={seen.duplicated} (extra deliveries {seen.extra_deliveries}); job sent={progress.sent} "
           f"failed={progress.failed} retried={progress.retried}; node {KILLED_NODE} killed at sent={sent_at_kill}, "
           f"job done {publish_s:.1f} s later; seeding {DEVICES} took {seed_s:.1f} s; 10 users registered and "
-          f"subscribed while the node was down in {subscribe_s:.1f} s with {len(unavailable)} x 503 "
-          f"(at {[round(t, 1) for t in unavailable]} s after the kill)")
+          f"subscribed while the node was down in {subscribe_s:.1f} s with {len(unavailable)} unavailable answers "
+          f"(at {unavailable} s after the kill)")
     assert progress.targeted >= DEVICES
     assert seen.missing == [], f"{len(seen.missing)} devices never reached, e.g. {seen.missing[:5]}"
     assert seen.delivered == DEVICES
