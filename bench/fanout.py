@@ -6,9 +6,12 @@ publish is created with ``notee.fanout.jobs.publish_topic`` (what the publish AP
 clock stops when the emulator has acknowledged every device. While it runs the worker's resident
 memory is sampled; "after its first page" is the first sample once a task has checkpointed a page.
 
-The ceiling is the smaller of the two bare ceilings of the same run, in pushes/s: the raw driver's
-paged read (slot_walk) and the bare h2 client's wall-clock rate (send_cpu). One worker process (the
-ceilings are one process each; the machine has 2 cores, one of them busy with the emulator).
+The ceiling is the smaller of the two bare ceilings, in pushes/s: the raw driver's paged read of the
+publish's own partitions (as in slot_walk) and the bare h2 client's wall-clock rate (as in send_cpu).
+Both are measured right around the publish (raw walk and bare send just before it, bare send again
+just after it; the two sends are averaged), because on a shared machine a ceiling measured minutes
+earlier can be far off. One worker process (the ceilings are one process each; the machine has 2
+cores, one of them busy with the emulator).
 """
 
 from __future__ import annotations
@@ -123,9 +126,23 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
             "states": [_job_state(runtime, j) for j in job_ids]}
 
 
-def run(runtime, emulator, *, devices: int, ceilings: dict[str, float], lanes: int = 2,
-        timeout: float = 600.0) -> dict[str, dict[str, Any]]:
-    """Both figures from one publish of ``devices`` recipients."""
+def bracket_ceilings(runtime, emulator, key: str, topic: str, devices: int, send_n: int) -> dict[str, Any]:
+    """Raw walk of the publish's partitions and a bare send, just before the publish."""
+    from bench import send_cpu, slot_walk
+
+    t = time.perf_counter()
+    n = slot_walk.raw_walk(runtime.cql, runtime.keyspaces.notification, key, topic, devices // 30_000,
+                           runtime.settings.fanout_fetch_size)
+    walk = n / (time.perf_counter() - t)
+    r = send_cpu.in_child(send_cpu.bare_side, emulator.url, emulator.ca_file, send_n)
+    return {"slot_walk_raw": walk, "bare_send_before": r["n"] / r["wall_s"]}
+
+
+def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = None, lanes: int = 2,
+        bare_send_n: int = 3000, timeout: float = 600.0) -> dict[str, dict[str, Any]]:
+    """Both figures from one publish of ``devices`` recipients. ``ceilings`` (pushes/s) replaces the
+    measured bracket (tests); None measures it around the publish."""
+    from bench import send_cpu
     from notee.fanout.jobs import publish_topic
 
     tenant = make_tenant(runtime)
@@ -143,9 +160,19 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float], lanes: i
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
+        bracket = None if ceilings is not None else bracket_ceilings(runtime, emulator, key, topic, devices,
+                                                                     bare_send_n)
         r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, job_of=None, timeout=timeout)
     finally:
         worker.stop()
+    extra_ceilings: dict[str, float] = {}
+    if bracket is not None:
+        after = send_cpu.in_child(send_cpu.bare_side, emulator.url, emulator.ca_file, bare_send_n)
+        bracket["bare_send_after"] = after["n"] / after["wall_s"]
+        ceilings = {"slot_walk_raw": bracket["slot_walk_raw"],
+                    "bare_send": (bracket["bare_send_before"] + bracket["bare_send_after"]) / 2}
+        extra_ceilings = {"bare_send_before": bracket["bare_send_before"],
+                          "bare_send_after": bracket["bare_send_after"]}
     rate = r["delivered"] / r["elapsed_s"]
     sizes = {"devices": devices, "slots": devices // 30_000 + 1, "worker_processes": 1, "lanes": lanes,
              "fetch_size": runtime.settings.fanout_fetch_size}
@@ -157,7 +184,7 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float], lanes: i
                                      Measure(f"min ceiling ({name})", ceiling, "pushes/s"), sizes,
                                      extra={"elapsed_s": r["elapsed_s"], "job_create_s": r["create_s"],
                                             "job_state": r["states"][0],
-                                            **{f"ceiling_{k}": v for k, v in usable.items()}})
+                                            **{f"ceiling_{k}": v for k, v in {**usable, **extra_ceilings}.items()}})
     else:
         out["fanout_ratio"] = missing(f"publish ran at {rate:.0f} pushes/s but no ceiling was measured in this run")
     if r["rss_first"]:
