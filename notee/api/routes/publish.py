@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
+from uuid import UUID
 
 from fastapi import APIRouter, Header, Path
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -79,10 +80,10 @@ def publish(type: TypePath, topic: TopicPath, runtime: RuntimeDep, db: DbDep, se
 
 @router.get("/jobs/{job_id}", response_model=JobStatus,
             responses={404: {"model": ErrorResponse, "description": "No such job for this service"}})
-def job_status(job_id: Annotated[str, Path(min_length=36, max_length=36)], db: DbDep,
+def job_status(job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep,
                service: ServiceDep) -> JobStatus:
     """A publish job's state and counts; they update while workers run it."""
-    job, progress = jobs.job_status(db, service, job_id)
+    job, progress = jobs.job_status(db, service, str(job_id))
     return JobStatus(
         job_id=job.job_id, state=job.state, notification_type=job.type_, target=job.target,
         targeted=progress.targeted, sent=progress.sent, failed=progress.failed, pruned=progress.pruned,
