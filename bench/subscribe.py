@@ -58,6 +58,12 @@ class ApiProcess:
                 raise RuntimeError("notee api did not answer within 30 s")
             time.sleep(0.1)
 
+    def cpu_s(self) -> float:
+        import psutil
+
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -171,7 +177,9 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             raw_users = [(uid, toks[0]) for uid, toks in people[base:base + users]]
             api_users = [uid for uid, _ in people[base + users:base + 2 * users]]
             runs["raw"].append(raw_side(runtime, tenant.service, key, raw_users, f"raw-{r}", concurrency))
+            before = api.cpu_s()
             runs["api"].append(api_side(api.port, tenant.api_key, api_users, f"api-{r}", concurrency))
+            runs["api"][-1]["server_cpu_s"] = api.cpu_s() - before
     finally:
         api.stop()
     api_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["api"])
@@ -182,4 +190,7 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
                   Measure("raw driver same writes", raw_rate, "subs/s"),
                   {"users": users, "devices_per_user": 1, "concurrency": concurrency, "repeats": repeats},
                   extra={"api_p50_ms": _pct(api_lat, 50) * 1000, "api_p99_ms": _pct(api_lat, 99) * 1000,
-                         "raw_p50_ms": _pct(raw_lat, 50) * 1000, "raw_p99_ms": _pct(raw_lat, 99) * 1000})
+                         "raw_p50_ms": _pct(raw_lat, 50) * 1000, "raw_p99_ms": _pct(raw_lat, 99) * 1000,
+                         # CPU of the API process per subscription: one process serves them all
+                         "api_server_cpu_ms_per_sub": statistics.median(
+                             x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000})
