@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from notee import secrets as keys
 from notee.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ProviderConfigError, Unauthorized
-from notee.store import counters
+from notee.store import cql
 from notee.store import registry as store
 
 log = logging.getLogger(__name__)
@@ -544,8 +544,9 @@ def put_template(runtime, session: Session, service: str, method: str, type_: st
     row = store.upsert_template(session, service=service, method=method, type_=type_, title=title, body=body,
                                 data=data, ttl_seconds=ttl_seconds, priority=priority, new_key=new_key, now=_now())
     session.commit()
-    counters.bump_template_version(runtime.cql, runtime.keyspaces, service, method, type_)
-    version = counters.template_version(runtime.cql, runtime.keyspaces, service, method, type_)
+    statements = cql.for_runtime(runtime)
+    statements.add_version(service, method, type_)  # counter: never retried on timeout
+    version = statements.counters(service, method, type_)[0]
     return _template(row, version, created=row.notification_key == new_key)
 
 
@@ -554,18 +555,19 @@ def get_template(runtime, session: Session, service: str, method: str, type_: st
     row = store.get_template(session, service, method, type_)
     if row is None:
         raise NotFound("template not found")
-    return _template(row, counters.template_version(runtime.cql, runtime.keyspaces, service, method, type_))
+    return _template(row, cql.for_runtime(runtime).counters(service, method, type_)[0])
 
 
 def list_templates(runtime, session: Session, service: str) -> list[Template]:
     rows = store.list_templates(session, service)
-    versions = counters.template_versions(runtime.cql, runtime.keyspaces, service) if rows else {}
+    versions = cql.for_runtime(runtime).versions(service) if rows else {}
     return [_template(r, versions.get((r.notification_method, r.notification_type), 0)) for r in rows]
 
 
 def delete_template(runtime, session: Session, service: str, method: str, type_: str) -> None:
-    """Deletes the template and its subscriptions (Cassandra first). The counters stay (``no`` must
-    never go backwards if the template is created again)."""
+    """Deletes the template and disables its subscriptions (Cassandra first: see
+    ``subscriptions.on_template_deleted``). The counters stay (``no`` must never go backwards if the
+    template is created again)."""
     _check_template_id(method, type_)
     row = store.get_template(session, service, method, type_)
     if row is None:

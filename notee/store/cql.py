@@ -130,6 +130,8 @@ class Statements:
         self.counter_add_version = p(f"UPDATE {c}.notification SET version = version + ? {key}")
         self.counter_select = p(f"SELECT version, count, no FROM {c}.notification {key}")
         self.counter_scan = p(f"SELECT service, notification_method, notification_type, count FROM {c}.notification")
+        self.counter_versions = p(
+            f"SELECT notification_method, notification_type, version FROM {c}.notification WHERE service = ?")
 
     # ------------------------------------------------------------------ execution helpers
     def run(self, futures: Iterable[ResponseFuture]) -> None:
@@ -167,6 +169,11 @@ class Statements:
         if row is None:
             return 0, 0, 0
         return int(row.version or 0), int(row.count or 0), int(row.no or 0)
+
+    def versions(self, service: str) -> dict[tuple[str, str], int]:
+        """Every (method, type) -> template cache version of one service: one partition read."""
+        rows = self.session.execute(self.counter_versions, (service,))
+        return {(r.notification_method, r.notification_type): int(r.version or 0) for r in rows}
 
     def scan_counts(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
         stmt = self.counter_scan.bind(())
