@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import time
 
-from cassandra.concurrent import execute_concurrent_with_args
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import BatchStatement, BatchType
 from sqlalchemy import text
 
 from notee.fanout import jobs
@@ -25,10 +26,20 @@ def seed_topic(runtime, service: str, type_: str, key: str, topic: str, n: int, 
     prefix = prefix or f"{service}-{topic}-"
     tokens = [f"{prefix}{i:07d}" for i in range(n)]
     now = int(time.time() * 1000)
-    args = [((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now)
+    rows = [((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now)
             for i, tok in enumerate(tokens)]
-    for ok, result in execute_concurrent_with_args(runtime.cql, st.topic_insert, args, concurrency=200,
-                                                   raise_on_first_error=False):
+    # Single-partition UNLOGGED batches of 100 prepared inserts (one mutation each server-side):
+    # rows arrive in number order, so a batch never spans two slots.
+    batches = []
+    for i in range(0, len(rows), 100):
+        chunk = rows[i:i + 100]
+        for slot in sorted({r[0] for r in chunk}):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for r in chunk:
+                if r[0] == slot:
+                    batch.add(st.topic_insert, r)
+            batches.append((batch, ()))
+    for ok, result in execute_concurrent(runtime.cql, batches, concurrency=32, raise_on_first_error=False):
         assert ok, result
     return tokens
 
