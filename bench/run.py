@@ -19,9 +19,9 @@ from bench import env, report
 from bench.report import missing
 
 SIZES = {
-    "quick": {"walk_rows": 60_000, "walk_repeats": 3, "send_messages": 5_000, "send_repeats": 3,
+    "quick": {"walk_rows": 60_000, "walk_repeats": 5, "send_messages": 5_000, "send_repeats": 3,
               "fanout_devices": 20_000, "cycle_devices": 20_000, "sub_users": 500, "sub_repeats": 2},
-    "full": {"walk_rows": 300_000, "walk_repeats": 3, "send_messages": 10_000, "send_repeats": 3,
+    "full": {"walk_rows": 300_000, "walk_repeats": 5, "send_messages": 10_000, "send_repeats": 3,
              "fanout_devices": 100_000, "cycle_devices": 100_000, "sub_users": 5_000, "sub_repeats": 2},
 }
 log = logging.getLogger("bench")
