@@ -1,6 +1,6 @@
 """Provider storm mid-publish (issue 9, item 3).
 
-While two real ``notee worker`` processes fan out a 20,000-device topic, the emulator answers every
+While two real ``notee worker`` processes fan out a 40,000-device topic (two slot tasks), the emulator answers every
 FCM request with 429 (QUOTA_EXCEEDED) or 503 (UNAVAILABLE) and ``Retry-After: 10`` for 30 seconds.
 Afterwards every device must have been delivered to, nothing dead-lettered or failed, and the
 retries must have honoured Retry-After: no token may have been tried more often than the storm's
@@ -26,7 +26,7 @@ from tests.fanout_helpers import seed_topic, topic_job, topic_template
 
 pytestmark = pytest.mark.faults
 
-DEVICES = 20_000
+DEVICES = 40_000  # two slots, so two tasks (two worker lanes) are in flight when the storm hits
 STORM_S = 30.0
 RETRY_AFTER_S = 10
 CHUNK = 400
