@@ -1,7 +1,8 @@
 """Provider storm mid-publish (issue 9, item 3).
 
-While two real ``notee worker`` processes fan out a 40,000-device topic (two slot tasks), the emulator answers every
-FCM request with 429 (QUOTA_EXCEEDED) or 503 (UNAVAILABLE) and ``Retry-After: 10`` for 30 seconds.
+While two real ``notee worker`` processes fan out a 40,000-device topic (two slot tasks), the
+emulator answers every FCM request with 429 (QUOTA_EXCEEDED) or 503 (UNAVAILABLE) and
+``Retry-After: 10`` for 30 seconds.
 Afterwards every device must have been delivered to, nothing dead-lettered or failed, and the
 retries must have honoured Retry-After: no token may have been tried more often than the storm's
 length allows at one attempt per Retry-After period.
