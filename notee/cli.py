@@ -82,16 +82,20 @@ def worker(
 
 @app.command()
 def prune(days: int | None = typer.Option(None, help="Override settings.retention_days.")) -> None:
-    """Delete finished publish jobs (and their tasks) older than the retention window."""
-    from notee.fanout.retention import prune_jobs
+    """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters. The scheduler
+    also does this every hour."""
+    from notee import retention
     from notee.runtime import Runtime
 
-    runtime = Runtime(_settings())
+    settings = _settings()
+    if days is not None:
+        settings = settings.model_copy(update={"retention_days": days})
+    runtime = Runtime(settings)
     try:
-        n = prune_jobs(runtime, older_than_days=days)
+        counts = retention.prune_all(runtime)
     finally:
         runtime.close()
-    typer.echo(f"pruned {n} job(s)")
+    typer.echo("pruned " + ", ".join(f"{n} {what}" for what, n in counts.items()))
 
 
 @app.command()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
@@ -116,18 +116,6 @@ def _prune(runtime, service: str, invalid: dict[str, str]) -> None:
 def _record(runtime, letters: list[deadletter.DeadLetter]) -> None:
     with runtime.sessions.begin() as session:
         deadletter.record(session, letters, now=_utcnow())
-
-
-def prune_dead_letters(runtime, *, now: datetime | None = None) -> int:
-    """Retention of dead letters: delete rows older than ``settings.retention_days``."""
-    cutoff = (now or _utcnow()) - timedelta(days=runtime.settings.retention_days)
-    total = 0
-    while True:
-        with runtime.sessions.begin() as session:
-            n = deadletter.prune(session, older_than=cutoff)
-        total += n
-        if n < 5000:
-            return total
 
 
 # --- single sends ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from notee.errors import InvalidInput, NotFound
 from notee.fanout import jobs
-from notee.fanout.retention import prune_jobs
+from notee.retention import prune_jobs
 from notee.fanout.targets import TopicTarget
 from notee.store import jobs as store
 from notee.store.cql import for_runtime

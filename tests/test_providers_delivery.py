@@ -212,7 +212,7 @@ def test_log_provider_is_the_default_without_credentials_or_emulator(runtime, se
 def test_dead_letter_retention(runtime, service_id):
     from tests.factories import make_service
 
-    from notee.delivery import prune_dead_letters
+    from notee.retention import prune_dead_letters
 
     make_service(runtime, service_id)
     now = datetime(2030, 1, 15)

@@ -36,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.targets import CycleTarget
+from notee import retention
 from notee.runtime import Runtime
 from notee.scheduler import clock
 from notee.store import ticks
@@ -175,7 +176,7 @@ class Scheduler:
     def tick(self, now: datetime | None = None) -> TickResult:
         """What the cron trigger runs each minute (and once at start-up): the current minute first,
         then missed minutes within the grace window, late and oldest first; older missed minutes are
-        recorded as skipped. On the hour, prune tick rows past retention."""
+        recorded as skipped. On the hour, prune rows past retention (notee/retention.py)."""
         now = now or self.clock()
         current = clock.floor_minute(now)
         results = [self.run_minute(current, now=now)]
@@ -214,19 +215,9 @@ class Scheduler:
                   if recorded.get(m.replace(tzinfo=None)) in (None, "running")]
         return missed, skipped
 
-    def prune(self, now: datetime | None = None) -> int:
-        """Delete tick rows older than settings.retention_days (every namespace), in small batches."""
-        cutoff = ticks.retention_cutoff(now or self.clock(), self.runtime.settings.retention_days)
-        total = 0
-        while True:
-            with self.runtime.sessions.begin() as session:
-                n = ticks.prune_ticks(session, older_than=cutoff)
-            total += n
-            if n < 5000:
-                break
-        if total:
-            log.info("pruned %d tick row(s) before %s", total, _iso(cutoff))
-        return total
+    def prune(self, now: datetime | None = None) -> dict[str, int]:
+        """Retention of every growing table (ticks, finished jobs, dead letters): see notee/retention.py."""
+        return retention.prune_all(self.runtime, now=now or self.clock())
 
 
 def run_minute(runtime: Runtime, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
