@@ -99,12 +99,14 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
     rss_first = None
     rss_max = 0
     delivered = 0
+    samples: list[tuple[int, int]] = []  # (acknowledged so far, worker RSS)
     deadline = t0 + timeout
     while True:
         delivered = emulator.delivered()
         now = time.perf_counter()
         rss = worker.rss()
         rss_max = max(rss_max, rss)
+        samples.append((delivered, rss))
         if rss_first is None and any(_pages(runtime, j) >= 1 for j in job_ids):
             rss_first = rss
         if delivered >= expect:
@@ -123,6 +125,7 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
     rss_end = worker.rss()
     return {"elapsed_s": elapsed, "create_s": t_created - t0, "delivered": delivered, "rss_first": rss_first,
             "rss_end": rss_end, "rss_max": max(rss_max, rss_end), "jobs": job_ids,
+            "rss_by_quarter": [next((r for d, r in samples if d >= q * expect / 4), rss_end) for q in (1, 2, 3, 4)],
             "states": [_job_state(runtime, j) for j in job_ids]}
 
 
@@ -191,7 +194,9 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = 
         out["worker_rss_growth"] = figure(
             "worker_rss_growth", Measure("worker RSS at end", r["rss_end"] / 2**20, "MiB"),
             Measure("worker RSS after first page", r["rss_first"] / 2**20, "MiB"), sizes,
-            extra={"rss_peak_mib": r["rss_max"] / 2**20})
+            extra={"rss_peak_mib": r["rss_max"] / 2**20,
+                   # RSS when 25/50/75/100 % of the devices were acknowledged: flat, a step, or a slope?
+                   "rss_mib_at_quarters": [round(x / 2**20, 1) for x in r["rss_by_quarter"]]})
     else:
         out["worker_rss_growth"] = missing("no sample was taken between the first checkpointed page and the end")
     return out
