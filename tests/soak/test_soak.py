@@ -7,8 +7,9 @@ keyspaces of their own (``notee_soak``, ``notification_soak``/``numbering_soak``
 data is touched and the scheduler only sees the soak's cycle subscriptions.
 
 Traffic, from client threads: registrations (user + device + topic subscription + a cycle
-subscription due within minutes, so the scheduler fires jobs), device removals, publishes to the
-growing topic every few seconds with job polling. ``NOTEE_SOAK_SECONDS`` shortens it (default 600).
+subscription due within minutes, so the scheduler fires jobs) over a fixed pool of users that are
+deleted and registered again, device removals and re-registrations, publishes to the topic every
+few seconds with job polling. The samples are written to ``soak-rss.csv`` in the session log folder. ``NOTEE_SOAK_SECONDS`` shortens it (default 600).
 
 Memory: RSS of each process tree (psutil) every ``SAMPLE_S``. Warm-up is the first fifth of the
 run; growth = (mean of the last minute - mean of the minute after warm-up) / that baseline.
@@ -35,13 +36,14 @@ from sqlalchemy.engine import make_url
 from tests.emulator_fixture import Emulator
 from tests.faults.conftest import free_port, settings_from, subprocess_env, wait_http
 from tests.faults.conftest import processes  # noqa: F401
-from tests.security_logscan import remember_secret
+from tests.security_logscan import log_dir, remember_secret
 
 pytestmark = pytest.mark.soak
 
 DURATION_S = float(os.environ.get("NOTEE_SOAK_SECONDS", "600"))
 SAMPLE_S = 5.0
 MAX_GROWTH = 0.10
+POOL = 300  # users per registration thread (steady-state population: 3 x POOL)
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 
 
@@ -131,16 +133,26 @@ def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
             tally[f"{what}.{'err' if r is None else r.status_code}"] += 1
 
     def registrations(n: int) -> None:
+        """Steady state: a fixed pool of POOL users per thread, each re-registered in turn (delete
+        the previous incarnation, then user + device + subscriptions again, same token). After the
+        pool has filled (during warm-up) the topic's size and every per-token table stay constant,
+        so memory growth measures leaks, not a growing workload."""
         rng = random.Random(n)
         with httpx.Client(base_url=base, timeout=15) as c:
             i = 0
             while not stop.is_set():
+                slot = i % POOL
                 i += 1
                 try:
-                    r = c.put(f"/v1/users/s{n}-{i}", json={"name": f"user {i}"}, headers=auth)
+                    r = c.put(f"/v1/users/s{n}-{slot}", json={"name": f"user {i}"}, headers=auth)
                     count("user", r)
                     uid = r.json()["user_id"]
-                    token = f"soak-{n}-{i}-{secrets.token_hex(8)}"
+                    if i > POOL:
+                        count("delete_user", c.delete(f"/v1/users/{uid}", headers=auth))
+                        r = c.put(f"/v1/users/s{n}-{slot}", json={"name": f"user {i}"}, headers=auth)
+                        count("user", r)
+                        uid = r.json()["user_id"]
+                    token = f"soak-{n}-{slot}-{service}"
                     count("device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"},
                                            headers=auth))
                     count("subscribe", c.put(f"/v1/users/{uid}/subscriptions/topic/news/all", headers=auth))
@@ -150,6 +162,8 @@ def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
                                                "minute": due.minute, "timezone": "UTC"}))
                     if i % 10 == 0:
                         count("unregister", c.delete(f"/v1/users/{uid}/devices/{token}", headers=auth))
+                        count("device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"},
+                                               headers=auth))
                 except httpx.HTTPError:
                     count("client_error", None)
                 time.sleep(0.05)
@@ -185,6 +199,11 @@ def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
         t.join(30)
     delivered = emu.stats()
     emu.http.close()
+
+    with open(log_dir() / "soak-rss.csv", "w") as out:
+        out.write("t_s," + ",".join(samples) + "\n")
+        for k in range(min(len(v) for v in samples.values())):
+            out.write(f"{samples['api'][k][0]:.0f}," + ",".join(str(v[k][1]) for v in samples.values()) + "\n")
 
     warm = DURATION_S / 5
     window = min(60.0, DURATION_S / 5)
