@@ -168,3 +168,13 @@ def test_health_endpoint_reports_both_stores(client):
     r = client.get("/healthz")
     assert r.status_code == 200
     assert r.json() == {"status": "ok", "mysql": "ok", "cassandra": "ok"}
+
+
+def test_readme_documents_every_setting():
+    from pathlib import Path
+
+    from notee.settings import Settings
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    missing = [f"NOTEE_{name.upper()}" for name in Settings.model_fields if f"`NOTEE_{name.upper()}`" not in readme]
+    assert not missing, f"README configuration table lacks {missing}"
