@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Annotated
 
 from cassandra.cluster import Session as CqlSession
 from fastapi import Depends, Request
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from notee.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -21,8 +25,16 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 def get_db(runtime: RuntimeDep) -> Iterator[Session]:
     """One session per request; the route's domain call commits, anything else rolls back."""
-    with runtime.sessions() as session:
+    session = runtime.sessions()
+    try:
         yield session
+    finally:
+        try:
+            session.close()
+        except DBAPIError as exc:
+            # MySQL went away mid-request: the response (503) is already on its way and the pool
+            # discards the dead connection; raising here would make the server drop the connection.
+            log.warning("mysql session close failed after the response: %s", type(exc).__name__)
 
 
 DbDep = Annotated[Session, Depends(get_db)]

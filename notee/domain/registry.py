@@ -471,7 +471,10 @@ def add_device(runtime, session: Session, service: str, user_id: str, *, token: 
     user = store.get_user(session, service, check_user_id(user_id), for_update=True)
     if user is None:
         raise NotFound("user not found")
-    before = store.get_device(session, service, user.user_id, token, for_update=True)
+    # A plain read: the user row lock above already serialises this user's registrations, and a
+    # locking read of a missing device row takes a gap lock that deadlocks concurrent inserts of
+    # other users' devices (seen in the soak). The upsert below is correct either way.
+    before = store.get_device(session, service, user.user_id, token)
     row = store.upsert_device(session, service=service, user_id=user.user_id, token=token, os=os, region=region,
                               now=_now())
     session.commit()
