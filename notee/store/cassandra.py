@@ -13,6 +13,7 @@ from cassandra import ConsistencyLevel
 from cassandra import metadata as cassandra_metadata
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, RetryPolicy, TokenAwarePolicy
+from cassandra.query import tuple_factory
 
 from notee.settings import Settings
 
@@ -20,6 +21,9 @@ from notee.settings import Settings
 # resend a timed-out write, and counters are not idempotent (DATA-RULES.md). ``FallthroughRetryPolicy``
 # never retries; the caller decides.
 COUNTER_PROFILE = "counter"
+# Named execution profile for the fan-out's page reads: rows come back as plain tuples, which the
+# read turns into ``Recipient``s without building a namedtuple per row first.
+PAGE_PROFILE = "pages"
 
 
 class NotTokenAware(RuntimeError):
@@ -67,6 +71,12 @@ def make_cluster(settings: Settings) -> Cluster:
             retry_policy=_NoRetryPolicy(),
             consistency_level=consistency,
             request_timeout=settings.cassandra_request_timeout_s,
+        ),
+        PAGE_PROFILE: ExecutionProfile(
+            load_balancing_policy=_routing(settings),
+            consistency_level=consistency,
+            request_timeout=settings.cassandra_request_timeout_s,
+            row_factory=tuple_factory,
         ),
     }
     return Cluster(

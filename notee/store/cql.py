@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from notee.fanout.targets import SLOT_SIZE, CycleTarget, TopicTarget
 from notee.providers.base import Recipient
-from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
+from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces
 
 USER_LEVEL = ""  # device_token of the per-user index row that records the subscription itself
 
@@ -333,8 +333,8 @@ def stream_recipients(cql_statements: Statements, notification_key: str, target:
     stmt.fetch_size = fetch_size
     state = paging_state
     while True:
-        result = st.session.execute(stmt, paging_state=state)
-        page = [Recipient(r.device_token, r.device_os, r.user_id) for r in result.current_rows]
+        result = st.session.execute(stmt, paging_state=state, execution_profile=PAGE_PROFILE)
+        page = list(map(Recipient._make, result.current_rows))  # columns in Recipient's field order
         state = result.paging_state
         yield page, state
         if state is None:
