@@ -32,13 +32,19 @@ def seed(runtime, rows: int) -> tuple[str, str, int]:
 
 
 def raw_walk(session, keyspace: str, key: str, topic: str, last_slot: int, fetch_size: int) -> int:
+    """The leanest driver read: prepared statement, plain tuple rows (no namedtuple class per row),
+    the driver's own paging, each row touched once."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+    from cassandra.query import tuple_factory
+
     stmt = session.prepare(f"SELECT device_token, device_os, user_id FROM {keyspace}.topic_notification"
                            " WHERE slot = ? AND notification_key = ? AND topic = ?")
+    profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
     n = 0
     for slot in range(last_slot + 1):
         bound = stmt.bind((slot, key, topic))
         bound.fetch_size = fetch_size
-        for _row in session.execute(bound):
+        for _row in session.execute(bound, execution_profile=profile):
             n += 1
     return n
 
