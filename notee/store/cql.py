@@ -331,14 +331,14 @@ def stream_recipients(cql_statements: Statements, notification_key: str, target:
         stmt = st.cycle_page.bind((slot, notification_key, target.timezone, target.day, target.hour,
                                    target.minute))
     stmt.fetch_size = fetch_size
-    state = paging_state
+    result = st.session.execute(stmt, paging_state=paging_state, execution_profile=PAGE_PROFILE)
     while True:
-        result = st.session.execute(stmt, paging_state=state, execution_profile=PAGE_PROFILE)
         page = list(map(Recipient._make, result.current_rows))  # columns in Recipient's field order
         state = result.paging_state
         yield page, state
         if state is None:
             return
+        result.fetch_next_page()  # the same query, next page: no new plan or bind per page
 
 
 def max_slot(cql_statements: Statements, service: str, method: str, type_: str) -> int:
