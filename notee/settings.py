@@ -19,7 +19,10 @@ class Settings(BaseSettings):
         SecretStr("mysql+pymysql://notee:notee@127.0.0.1:3306/notee"),
         description="SQLAlchemy URL of the MySQL 8 / MariaDB >= 10.6 database.",
     )
-    mysql_pool_size: int = Field(10, ge=1, description="Connections per process in the pool.")
+    mysql_pool_size: int = Field(
+        20, ge=1, description="Connections kept per process (as many again may overflow); the API serves "
+        "up to 40 requests at once on its thread pool."
+    )
     mysql_connect_timeout_s: int = Field(
         3, ge=1, description="Fail fast when MySQL is down: requests answer 503 instead of hanging."
     )

@@ -35,7 +35,12 @@ def require_admin(request: Request, creds: Annotated[Credentials, Security(_admi
 
 def require_service(db: DbDep, creds: Annotated[Credentials, Security(_key_scheme)]) -> str:
     """The calling service's id (one indexed lookup on the request's own Session)."""
-    return registry.authenticate(db, creds.credentials if creds is not None else None)
+    service = registry.authenticate(db, creds.credentials if creds is not None else None)
+    # End the read-only transaction so its connection goes back to the pool while the route works:
+    # routes whose domain code opens its own short sessions (subscriptions) then need one
+    # connection per request, not two (docs/BENCHMARKS.md, subscribe).
+    db.rollback()
+    return service
 
 
 def get_secrets_box(request: Request) -> keys.SecretsBox | None:
