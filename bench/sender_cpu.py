@@ -43,7 +43,7 @@ def notee_fcm(url: str, ca: str, n: int) -> float:
     from notee.providers.http2 import Pool, client_ssl_context
 
     async def run() -> float:
-        p = FcmProvider("bench", StaticToken("x" * 257), Pool(url, client_ssl_context(ca)), concurrency=IN_FLIGHT)
+        p = FcmProvider("bench", StaticToken("x" * 257), Pool(url, client_ssl_context(ca), max_streams=IN_FLIGHT))
         await p.send(_messages(200, "AOS"))
         msgs = _messages(n, "AOS")
         t = time.process_time()
@@ -63,7 +63,7 @@ def notee_apns(url: str, ca: str, n: int) -> float:
 
     async def run() -> float:
         p = ApnsProvider("com.example.bench", ApnsJwt(_p8(), "KEYID12345", "TEAMID1234"),
-                         Pool(url, client_ssl_context(ca)), concurrency=IN_FLIGHT)
+                         Pool(url, client_ssl_context(ca), max_streams=IN_FLIGHT))
         await p.send(_messages(200, "IOS"))
         msgs = _messages(n, "IOS")
         t = time.process_time()

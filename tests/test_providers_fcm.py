@@ -256,3 +256,37 @@ def test_a_slow_provider_times_out_as_retryable(emulator):
 
     outcomes = asyncio.run(run())
     assert all(isinstance(o, RetryAfter) and "no response" in o.reason for o in outcomes)
+
+
+def test_spliced_page_bodies_equal_the_full_encoding():
+    from notee.providers.fcm import _BodyCache, _encode
+
+    data = {"k": "v", "quote": 'he said "hi"'}
+    page = [Message(t, "AOS", "Héllo \"you\"", "line1\nline2", data, 3600, "normal", "c1")
+            for t in ("tok-1", 'tok"2', "tok-ü3", "x" * 300)]
+    other = [Message("tok-9", "AOS", "Other", "Body"), Message("tok-10", "AOS", "Other", "Body", {"a": "b"})]
+    cache = _BodyCache()
+    for m in page + other + page[:1]:
+        assert cache.body(m) == _encode(m)
+
+
+def test_a_batch_larger_than_the_stream_limit_and_a_dropped_connection(emulator):
+    async def run():
+        pool = Pool(emulator.url, client_ssl_context(emulator.ca_file), max_streams=10)
+        provider = FcmProvider(PROJECT, StaticToken(), pool)
+        try:
+            many = await provider.send([msg(f"many{i}") for i in range(250)])  # 25 rounds of 10 streams
+            conn = pool._conns[0]
+            pending = asyncio.ensure_future(provider.send([msg(f"cut{i}") for i in range(200)]))
+            await asyncio.sleep(0)  # let the batch open its first streams
+            await conn.close()  # the connection drops under it
+            cut = await pending
+            return many, cut
+        finally:
+            await provider.close()
+
+    many, cut = asyncio.run(run())
+    assert all(isinstance(o, Delivered) for o in many)
+    # every message of the cut batch has an outcome: delivered, or retryable (never lost, never hung)
+    assert len(cut) == 200 and all(isinstance(o, (Delivered, RetryAfter)) for o in cut)
+    assert any(isinstance(o, RetryAfter) for o in cut)

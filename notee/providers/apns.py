@@ -92,32 +92,40 @@ def apns_headers(m: Message, topic: str, bearer: bytes, *, now: float | None = N
 class ApnsProvider:
     name = "apns"
 
-    def __init__(self, topic: str, token: ApnsJwt, pool: Pool, *, concurrency: int = 200, timeout: float = 30.0) -> None:
+    def __init__(self, topic: str, token: ApnsJwt, pool: Pool, *, timeout: float = 30.0) -> None:
         self.topic = topic
         self._jwt = token
         self._pool = pool
-        self._sem = asyncio.Semaphore(concurrency)
         self._timeout = timeout
 
-    async def _one(self, m: Message, bearer: bytes) -> Outcome | ExpiredJwt:
-        body = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False).encode()
-        async with self._sem:
+    async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | ExpiredJwt]:
+        now = time.time()
+        bodies: dict[tuple, bytes] = {}  # a fan-out page shares one payload: encode it once
+        items = []
+        for m in messages:
+            key = (m.title, m.body, tuple(m.data.items()) if m.data else ())
+            body = bodies.get(key)
+            if body is None:
+                body = bodies[key] = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"),
+                                                ensure_ascii=False).encode()
+            items.append((f"/3/device/{m.device_token}".encode(), apns_headers(m, self.topic, bearer, now=now), body))
+        out: list[Outcome | ExpiredJwt] = []
+        for r in await self._pool.request_batch(items, self._timeout):
+            if isinstance(r, TransportError):
+                out.append(RetryAfter(f"transport: {r}"[:200], None))
+                continue
             try:
-                r = await self._pool.request(f"/3/device/{m.device_token}", apns_headers(m, self.topic, bearer),
-                                             body, self._timeout)
-            except TransportError as exc:
-                return RetryAfter(f"transport: {exc}"[:200], None)
-        try:
-            return classify_apns(r.status, r.body, r.headers.get(b"apns-id"), r.headers.get(b"retry-after"))
-        except ExpiredJwt as exc:
-            return exc
+                out.append(classify_apns(r.status, r.body, r.headers.get(b"apns-id"), r.headers.get(b"retry-after")))
+            except ExpiredJwt as exc:
+                out.append(exc)
+        return out
 
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
-        results = list(await asyncio.gather(*(self._one(m, self._jwt.bearer()) for m in messages)))
+        results = await self._send(messages, self._jwt.bearer())
         expired = [i for i, r in enumerate(results) if isinstance(r, ExpiredJwt)]
         if expired:
             bearer = self._jwt.bearer(force=True)
-            again = await asyncio.gather(*(self._one(messages[i], bearer) for i in expired))
+            again = await self._send([messages[i] for i in expired], bearer)
             if any(isinstance(r, ExpiredJwt) for r in again):
                 raise ProviderConfigError("APNs says the provider token is expired right after re-signing "
                                           "(check the server clock and the key)")

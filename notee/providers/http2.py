@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import h2.config
@@ -41,9 +43,23 @@ class Response:
 
 @dataclass(slots=True)
 class _Stream:
-    future: asyncio.Future
+    done: Callable[[Response | TransportError], None]  # called once, with the response or the error
     headers: list = field(default_factory=list)
     body: bytearray = field(default_factory=bytearray)
+
+
+def _future_done(future: asyncio.Future) -> Callable[[Response | TransportError], None]:
+    def done(result: Response | TransportError) -> None:
+        if not future.done():
+            if isinstance(result, TransportError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+    return done
+
+
+# One request of a batch: (path, headers, body).
+Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
 
 
 class Connection:
@@ -59,6 +75,7 @@ class Connection:
         self._window = asyncio.Event()
         self._slots = asyncio.Semaphore(max_streams)
         self._flush_pending = False
+        self._pumps: set[Callable[[], None]] = set()  # batches waiting for a free stream or window
         self.usable = False
 
     def _flush_soon(self) -> None:
@@ -106,6 +123,8 @@ class Connection:
                 events = conn.receive_data(data)
                 for event in events:
                     self._on_event(event)
+                for pump in list(self._pumps):  # streams ended or window grew: open more
+                    pump()
                 self._flush_soon()
         except (OSError, ssl.SSLError, h2.exceptions.ProtocolError) as exc:
             error = TransportError(f"connection error: {exc!r}")
@@ -113,10 +132,11 @@ class Connection:
             error = TransportError("connection closed")
         finally:
             self.usable = False
-            for stream in self._streams.values():
-                if not stream.future.done():
-                    stream.future.set_exception(error)
-            self._streams.clear()
+            streams, self._streams = list(self._streams.values()), {}
+            for stream in streams:
+                stream.done(error)
+            for pump in list(self._pumps):  # fails what the batches had not opened yet
+                pump()
             self._window.set()
 
     def _on_event(self, event) -> None:
@@ -131,13 +151,13 @@ class Connection:
                 stream.body += event.data
         elif isinstance(event, h2.events.StreamEnded):
             stream = self._streams.pop(event.stream_id, None)
-            if stream and not stream.future.done():
+            if stream:
                 headers = dict(stream.headers)
-                stream.future.set_result(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
+                stream.done(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
         elif isinstance(event, h2.events.StreamReset):
             stream = self._streams.pop(event.stream_id, None)
-            if stream and not stream.future.done():
-                stream.future.set_exception(TransportError(f"stream reset (error {event.error_code})"))
+            if stream:
+                stream.done(TransportError(f"stream reset (error {event.error_code})"))
         elif isinstance(event, h2.events.WindowUpdated):
             self._window.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -145,9 +165,7 @@ class Connection:
             self.usable = False
             last = event.last_stream_id if event.last_stream_id is not None else 0
             for stream_id in [s for s in self._streams if s > last]:
-                stream = self._streams.pop(stream_id)
-                if not stream.future.done():
-                    stream.future.set_exception(TransportError(f"GOAWAY (error {event.error_code})"))
+                self._streams.pop(stream_id).done(TransportError(f"GOAWAY (error {event.error_code})"))
 
     async def request(self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
                       timeout: float = 30.0) -> Response:
@@ -163,7 +181,7 @@ class Connection:
                 self.usable = False
                 raise TransportError(f"cannot open a stream: {exc!r}") from exc
             future = asyncio.get_running_loop().create_future()
-            self._streams[stream_id] = _Stream(future)
+            self._streams[stream_id] = _Stream(_future_done(future))
             try:
                 view = memoryview(body)
                 while view:
@@ -191,6 +209,101 @@ class Connection:
             except h2.exceptions.H2Error as exc:
                 self._streams.pop(stream_id, None)
                 raise TransportError(f"HTTP/2 error: {exc!r}") from exc
+
+    async def request_batch(self, method: bytes, items: Sequence[Item], timeout: float = 30.0,
+                            ) -> list[Response | TransportError]:
+        """Send every (path, headers, body) of ``items`` on this connection and return one response or
+        TransportError per item, in order.
+
+        Why not ``request`` per item: the push senders' hot path. Here the next stream is opened from
+        the callback that completes the previous one, so a batch costs one future in all instead of a
+        task, a semaphore turn, a future and a timeout per message (docs/BENCHMARKS.md, send path).
+        At most ``max_streams`` streams are open on the connection, whoever opened them; a body waits
+        for flow-control window. Items that get no response while the batch makes no progress for
+        ``timeout`` seconds fail with TransportError (retryable), as do items never opened because
+        the connection closed."""
+        n = len(items)
+        results: list[Response | TransportError | None] = [None] * n
+        if n == 0:
+            return []
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+        conn = self._conn
+        authority = self._sni.encode()
+        mine: dict[int, int] = {}  # stream id -> item index, for the timeout
+        nxt, left = 0, n
+        last_progress = time.monotonic()
+
+        def complete(i: int, result: Response | TransportError) -> None:
+            nonlocal left, last_progress
+            if results[i] is None:
+                results[i] = result
+                left -= 1
+                last_progress = time.monotonic()
+                if left == 0 and not finished.done():
+                    finished.set_result(None)
+
+        def on_done(i: int) -> Callable[[Response | TransportError], None]:
+            return lambda result: complete(i, result)
+
+        def pump() -> None:
+            nonlocal nxt
+            while nxt < n:
+                if not self.usable:
+                    complete(nxt, TransportError("connection closed before the request was sent"))
+                    nxt += 1
+                    continue
+                if len(self._streams) >= self._max_streams:
+                    return
+                path, headers, body = items[nxt]
+                try:
+                    if len(body) > min(conn.outbound_flow_control_window, conn.remote_settings.initial_window_size):
+                        return  # wait for WINDOW_UPDATE; the reader pumps again
+                    stream_id = conn.get_next_available_stream_id()
+                    conn.send_headers(stream_id, [(b":method", method), (b":scheme", b"https"), (b":path", path),
+                                                  (b":authority", authority), *headers], end_stream=not body)
+                    frame = conn.max_outbound_frame_size
+                    for start in range(0, len(body), frame):
+                        conn.send_data(stream_id, body[start:start + frame], end_stream=start + frame >= len(body))
+                except h2.exceptions.H2Error as exc:
+                    self.usable = False
+                    complete(nxt, TransportError(f"cannot open a stream: {exc!r}"))
+                    nxt += 1
+                    continue
+                self._streams[stream_id] = _Stream(on_done(nxt))
+                mine[stream_id] = nxt
+                nxt += 1
+            self._pumps.discard(pump)
+
+        def watchdog() -> None:
+            if finished.done():
+                return
+            idle = time.monotonic() - last_progress
+            if idle < timeout:
+                timer[0] = loop.call_later(timeout - idle, watchdog)
+                return
+            for stream_id, i in list(mine.items()):
+                if results[i] is None and self._streams.pop(stream_id, None) is not None:
+                    try:
+                        conn.reset_stream(stream_id)
+                    except h2.exceptions.H2Error:
+                        pass
+                    complete(i, TransportError(f"no response within {timeout} s"))
+            for i in range(nxt, n):
+                complete(i, TransportError(f"no stream available within {timeout} s"))
+            self._pumps.discard(pump)
+            self._flush_soon()
+
+        self._pumps.add(pump)
+        pump()
+        self._flush_soon()
+        timer = [loop.call_later(timeout, watchdog)]
+        try:
+            await finished
+        finally:
+            timer[0].cancel()
+            self._pumps.discard(pump)
+        return results  # type: ignore[return-value]
 
     async def close(self) -> None:
         self.usable = False
@@ -249,6 +362,29 @@ class Pool:
                       timeout: float = 30.0) -> Response:
         conn = await self._get()
         return await conn.request(b"POST", path.encode(), headers, body, timeout)
+
+    async def request_batch(self, items: Sequence[Item], timeout: float = 30.0) -> list[Response | TransportError]:
+        """POST every item, spread over the pool's connections (see ``Connection.request_batch``)."""
+        k = len(self._conns)
+        if k == 1 or len(items) < 2:
+            try:
+                conn = await self._get()
+            except TransportError as exc:
+                return [exc] * len(items)
+            return await conn.request_batch(b"POST", items, timeout)
+
+        async def part(j: int) -> list[Response | TransportError]:
+            try:
+                conn = await self._get()
+            except TransportError as exc:
+                return [exc] * len(items[j::k])
+            return await conn.request_batch(b"POST", items[j::k], timeout)
+
+        parts = await asyncio.gather(*(part(j) for j in range(k)))
+        results: list[Response | TransportError] = [None] * len(items)  # type: ignore[list-item]
+        for j, part_results in enumerate(parts):
+            results[j::k] = part_results
+        return results
 
     async def close(self) -> None:
         for conn in self._conns:

@@ -61,7 +61,10 @@ class ProviderSet:
         if url not in self._pools:
             if self._ssl is None:
                 self._ssl = client_ssl_context(self.settings.emulator_ca_file if self.settings.emulator_url else None)
-            self._pools[url] = Pool(url, self._ssl, size=1, max_streams=100)
+            # settings.fanout_send_concurrency requests in flight per origin, at most 100 streams per
+            # HTTP/2 connection (the common server limit): 200 -> 2 connections of 100.
+            concurrency = self.settings.fanout_send_concurrency
+            self._pools[url] = Pool(url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100))
         return self._pools[url]
 
     def for_service(self, service: str, credentials: Any) -> ServiceProviders:
@@ -72,27 +75,24 @@ class ProviderSet:
             return cached[1]
         fcm_c = getattr(credentials, "fcm", None)
         apns_c = getattr(credentials, "apns", None)
-        concurrency = self.settings.fanout_send_concurrency
         if self.settings.emulator_url:
             from notee.providers.emulator import emulator_apns, emulator_fcm
 
             pool = self._pool(self.settings.emulator_url)
             built = ServiceProviders(
-                fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool, concurrency=concurrency),
-                apns=emulator_apns(apns_c, pool, concurrency=concurrency) if apns_c else None)
+                fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool),
+                apns=emulator_apns(apns_c, pool) if apns_c else None)
         else:
             from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
             from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
 
             fcm: Provider = LogProvider(service)
             if fcm_c:
-                fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL),
-                                  concurrency=concurrency)
+                fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
             apns = None
             if apns_c:
                 apns = ApnsProvider(apns_c.bundle_id, ApnsJwt(apns_c.private_key, apns_c.key_id, apns_c.team_id),
-                                    self._pool(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL),
-                                    concurrency=concurrency)
+                                    self._pool(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL))
             built = ServiceProviders(fcm=fcm, apns=apns)
         self._services[service] = (fp, built)
         log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name,
