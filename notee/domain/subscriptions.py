@@ -278,7 +278,10 @@ def subscribe_cycle(runtime, service: str, user_id: str, type_: str, days: list[
 
 def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Template,
                           rows: Sequence[IndexRow]) -> None:
-    live = _live_user_level(rows, tpl.key)
+    # The latest schedule is chosen among *all* rows of the template, device rows included: a racing
+    # request writes its device rows before its user-level row, and judging by user-level rows only
+    # would delete the device rows of the schedule that wins a moment later.
+    live = [r for r in rows if r.data.get("key") == tpl.key]
     if not live:
         return
     keep = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)).target
