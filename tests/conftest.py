@@ -54,7 +54,7 @@ def migrated(settings: Settings) -> None:
     from notee import migrate
 
     url = make_url(settings.mysql_url.get_secret_value())
-    server = create_engine(url.set(database=None))
+    server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
     with server.begin() as conn:
         conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     server.dispose()
