@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from notee.fanout.targets import SLOT_SIZE, CycleTarget, TopicTarget
 from notee.providers.base import Recipient
@@ -133,6 +133,12 @@ class Statements:
         self.counter_versions = p(
             f"SELECT notification_method, notification_type, version FROM {c}.notification WHERE service = ?")
 
+        # Everything but a counter increment can be resent safely: marking it idempotent lets the
+        # driver retry it on another replica when a node dies mid-request (RELIABILITY.md, node loss).
+        for name, stmt in vars(self).items():
+            if isinstance(stmt, PreparedStatement) and not name.startswith("counter_add"):
+                stmt.is_idempotent = True
+
     # ------------------------------------------------------------------ execution helpers
     def run(self, futures: Iterable[ResponseFuture]) -> None:
         """Wait for every future; raise the first error after all have finished (none is abandoned)."""
@@ -230,6 +236,7 @@ class Statements:
         partition, so it rides in the same batch for free) in one logged batch."""
         slot = no // SLOT_SIZE
         batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.is_idempotent = True  # inserts/deletes of fixed rows only
         batch.add(self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id,
                                       registered_at))
         batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, device_token,
@@ -244,6 +251,7 @@ class Statements:
                          device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
         slot = no // SLOT_SIZE
         batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.is_idempotent = True  # inserts/deletes of fixed rows only
         for day in days:
             batch.add(self.cycle_insert, (slot, notification_key, timezone, day, hour, minute, no, device_token,
                                           device_os, user_id, registered_at))
@@ -257,6 +265,7 @@ class Statements:
         ``schedule_parts`` = (timezone, days, hour, minute) for CYCLE rows, None for TOPIC."""
         ref = slot_ref(row)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
+        batch.is_idempotent = True  # inserts/deletes of fixed rows only
         if ref is not None:
             if row.method == "TOPIC":
                 batch.add(self.topic_delete, (ref.slot, ref.notification_key, row.target, ref.no, row.device_token))
