@@ -49,23 +49,9 @@ def use_bench_stores() -> None:
 
 def migrate(settings) -> None:
     """Create the (bench) database if needed and apply every migration to both stores."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
     from notee import migrate as migrations
-    from notee.runtime import Runtime
 
-    url = make_url(settings.mysql_url.get_secret_value())
-    server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps it in SQLAlchemy 2.1
-    with server.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-    server.dispose()
-    runtime = Runtime(settings)
-    try:
-        migrations.migrate_mysql(runtime.engine)
-        migrations.migrate_cassandra(runtime.cql, settings)
-    finally:
-        runtime.close()
+    migrations.migrate_all(settings)
 
 
 def free_port() -> int:

@@ -25,14 +25,8 @@ def _settings() -> Settings:
 def migrate() -> None:
     """Apply pending schema migrations to MySQL and Cassandra (idempotent)."""
     from notee import migrate as migrations
-    from notee.runtime import Runtime
 
-    runtime = Runtime(_settings())
-    try:
-        applied = migrations.migrate_mysql(runtime.engine)
-        applied += migrations.migrate_cassandra(runtime.cql, runtime.settings)
-    finally:
-        runtime.close()
+    applied = migrations.migrate_all(_settings())
     typer.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
 
 

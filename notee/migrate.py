@@ -22,7 +22,8 @@ from pathlib import Path
 from string import Template
 
 from cassandra.cluster import Session as CqlSession
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
 
 from notee.settings import Settings
 from notee.store.cassandra import keyspaces
@@ -131,3 +132,28 @@ def migrate_cassandra(session: CqlSession, settings: Settings, folder: Path = SC
         log.info("cassandra: applied %s", m.name)
         done.append(m.name)
     return done
+
+
+def ensure_mysql_database(settings: Settings) -> None:
+    """Create the configured MySQL database if it does not exist yet (the account needs the CREATE
+    privilege for that; on an existing database nothing is asked of it)."""
+    url = make_url(settings.mysql_url.get_secret_value())
+    server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
+    try:
+        with server.begin() as conn:
+            conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` "
+                              "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    finally:
+        server.dispose()
+
+
+def migrate_all(settings: Settings) -> list[str]:
+    """``notee migrate``: create the database if needed, then apply what is pending in both stores."""
+    from notee.runtime import Runtime
+
+    ensure_mysql_database(settings)
+    runtime = Runtime(settings)
+    try:
+        return migrate_mysql(runtime.engine) + migrate_cassandra(runtime.cql, settings)
+    finally:
+        runtime.close()

@@ -13,7 +13,6 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from notee.runtime import Runtime
@@ -53,17 +52,7 @@ def settings() -> Settings:
 def migrated(settings: Settings) -> None:
     from notee import migrate
 
-    url = make_url(settings.mysql_url.get_secret_value())
-    server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
-    with server.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-    server.dispose()
-    runtime = Runtime(settings)
-    try:
-        migrate.migrate_mysql(runtime.engine)
-        migrate.migrate_cassandra(runtime.cql, settings)
-    finally:
-        runtime.close()
+    migrate.migrate_all(settings)
 
 
 @pytest.fixture(scope="session")
