@@ -8,11 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from notee.api import errors
-from notee.api.routes import health
-from notee.api.routes import publish
-from notee.api.routes import admin, devices, templates, users
-from notee.api.routes import subscriptions
-from notee.api.routes import sends
+from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -43,11 +39,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    app.include_router(health.router)
-    app.include_router(publish.router)
-    for router in (admin.router, users.router, devices.router, templates.router):
-        app.include_router(router)
-    devices.install_access_log_filter()
-    app.include_router(subscriptions.router)
-    app.include_router(sends.router)
+    for module in (health, admin, users, devices, templates, subscriptions, publish, sends):
+        app.include_router(module.router)
+    devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     return app
