@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from notee.errors import ProviderConfigError
 from notee.fanout.jobs import cql_statements, decode_target
-from notee.providers.base import Delivered, InvalidToken, Message, Provider, Recipient, RetryAfter
+from notee.providers.base import Message, Recipient
 from notee.runtime import Runtime
 from notee.store import jobs as store
 from notee.store.jobs import Claim, LeaseLost, PageCounts
@@ -66,37 +66,6 @@ def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
     title, body, data = payload["title"], payload["body"], payload.get("data") or {}
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
     return [Message(r.device_token, r.device_os, title, body, data, ttl, priority) for r in page]
-
-
-def provider_sender(provider: Provider, *, max_attempts: int = 5, base_backoff_s: float = 0.5) -> SendPage:
-    """A SendPage over a bare Provider (tests and the log provider): retries RetryAfter outcomes with
-    backoff honouring Retry-After; counts InvalidToken as pruned (the caller prunes nothing here)."""
-
-    async def send(_service: str, _job_id: str, messages: Sequence[Message]) -> SendResult:
-        sent = failed = pruned = retried = 0
-        pending = list(messages)
-        for attempt in range(1, max_attempts + 1):
-            outcomes = await provider.send(pending)
-            again: list[Message] = []
-            wait = 0.0
-            for msg, outcome in zip(pending, outcomes):
-                if isinstance(outcome, Delivered):
-                    sent += 1
-                elif isinstance(outcome, InvalidToken):
-                    pruned += 1
-                elif isinstance(outcome, RetryAfter) and attempt < max_attempts:
-                    again.append(msg)
-                    wait = max(wait, outcome.seconds or base_backoff_s * 2 ** (attempt - 1))
-                else:
-                    failed += 1
-            if not again:
-                break
-            retried += len(again)
-            pending = again
-            await asyncio.sleep(min(wait, 30.0))
-        return SendResult(sent, failed, pruned, retried)
-
-    return send
 
 
 class Worker:
