@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -182,7 +183,8 @@ def census(emu: Emulator, tokens: list[str], concurrency: int = 32) -> Census:
     async def run() -> dict[str, dict]:
         out: dict[str, dict] = {}
         sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=emu.url, verify=emu.ca_file, http2=True, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=emu.url, verify=ssl.create_default_context(cafile=emu.ca_file), http2=True,
+                                     timeout=30) as client:
             async def one(tok: str) -> None:
                 async with sem:
                     r = await client.get("/_emu/deliveries", params={"token": tok})

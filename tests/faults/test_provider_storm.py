@@ -15,6 +15,7 @@ token (not one of the publish's devices).
 from __future__ import annotations
 
 import math
+import ssl
 import threading
 import time
 
@@ -67,7 +68,8 @@ class Storm:
 
     def _drain(self) -> None:
         body = {"message": {"token": "storm-drain-token", "notification": {"title": "x"}}}
-        with httpx.Client(base_url=self.emu.url, verify=self.emu.ca_file, timeout=10) as client:
+        with httpx.Client(base_url=self.emu.url, verify=ssl.create_default_context(cafile=self.emu.ca_file),
+                          timeout=10) as client:
             while self.remaining() > 0:
                 for _ in range(50):
                     client.post("/v1/projects/drain/messages:send", json=body,
