@@ -9,19 +9,10 @@ migrates them, so benchmark data never mixes with the tests' or ``make run``'s. 
 from __future__ import annotations
 
 import os
-import socket
-import ssl
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import httpx
+from notee.emulator.control import EmulatorControl, attach, free_port, local_emulator  # noqa: F401 (free_port: bench scripts)
 
 SUFFIX = "_bench"
 
@@ -54,71 +45,18 @@ def migrate(settings) -> None:
     migrations.migrate_all(settings)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Emulator:
-    url: str
-    ca_file: str
-    pid: int
-    http: httpx.Client
-
-    def reset(self) -> None:
-        self.http.post("/_emu/reset").raise_for_status()
-
-    def stats(self) -> dict[str, Any]:
-        return self.http.get("/_emu/stats").json()
-
-    def delivered(self) -> int:
-        return sum(self.stats().get("delivered", {}).values())
-
-    def env(self) -> dict[str, str]:
-        return {"SSL_CERT_FILE": self.ca_file, "REQUESTS_CA_BUNDLE": self.ca_file, "NO_PROXY": "127.0.0.1,localhost",
-                "NOTEE_EMULATOR_URL": self.url, "NOTEE_EMULATOR_CA_FILE": self.ca_file}
-
-
 @contextmanager
-def emulator(url: str | None = None, ca_file: str | None = None) -> Iterator[Emulator]:
+def emulator(url: str | None = None, ca_file: str | None = None) -> Iterator[EmulatorControl]:
     """Start ``notee emulator`` (or attach to a running one when ``url`` and ``ca_file`` are given) and
     export its environment for this process and its children."""
-    proc = None
-    if url is None:
-        state_dir = Path(tempfile.mkdtemp(prefix="notee-bench-emu-"))
-        port = free_port()
-        url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
-        proc = subprocess.Popen([sys.executable, "-m", "notee", "emulator", "--host", "127.0.0.1", "--port", str(port),
-                                 "--state-dir", str(state_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    client = None
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"emulator exited: {proc.stderr.read().decode()[-2000:]}")
-            if Path(ca_file).exists():
-                try:
-                    client = client or httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=ca_file),
-                                                    timeout=10)
-                    if client.get("/_emu/stats").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("emulator did not answer within 30 s")
-            time.sleep(0.1)
-        emu = Emulator(url, ca_file, proc.pid if proc else 0, client)
+    if url is not None and ca_file is not None:
+        emu = attach(url, ca_file)
+        try:
+            os.environ.update(emu.env())
+            yield emu
+        finally:
+            emu.http.close()
+        return
+    with local_emulator() as emu:
         os.environ.update(emu.env())
         yield emu
-    finally:
-        if client is not None:
-            client.close()
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()

@@ -15,7 +15,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -30,18 +29,13 @@ from sqlalchemy import create_engine, text
 
 from notee.runtime import Runtime
 from notee.settings import Settings
+from notee.emulator.control import free_port
 from tests.emulator_fixture import Emulator, emulator, emulator_process  # noqa: F401
 from tests.security_logscan import log_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "services" / "cassandra" / "cluster.sh"
 CLUSTER_SIZE = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- Notee processes ------------------------------------------------------------------------------

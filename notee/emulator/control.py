@@ -1,0 +1,132 @@
+"""Drive a Notee emulator from Python: its ``/_emu`` control API, and a local one started on a free
+port (tests, benchmarks, a developer's script against a staging emulator).
+
+    with local_emulator() as emu:          # or attach("https://host:8443", "ca.crt")
+        os.environ.update(emu.env())       # point Notee (and its children) at it
+        emu.fcm_tokens(UNREGISTERED=["t1"])
+        emu.fault("fcm", 503, code="UNAVAILABLE", retry_after=1, times=3)
+        ...
+        emu.deliveries("t2"), emu.stats()
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class EmulatorControl:
+    url: str
+    ca_file: str
+    http: httpx.Client
+    pid: int = 0  # of the process, when this module started it
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        self.http.post(f"/_emu/{path}", json=body).raise_for_status()
+
+    def env(self) -> dict[str, str]:
+        """Environment that points Notee and the SDKs' HTTP clients at this emulator."""
+        return {"SSL_CERT_FILE": self.ca_file, "REQUESTS_CA_BUNDLE": self.ca_file, "NO_PROXY": "127.0.0.1,localhost",
+                "NOTEE_EMULATOR_URL": self.url, "NOTEE_EMULATOR_CA_FILE": self.ca_file}
+
+    def reset(self) -> None:
+        self._post("reset", {})
+
+    def fcm_tokens(self, **by_code: list[str]) -> None:
+        """e.g. ``fcm_tokens(UNREGISTERED=["t1"], INVALID_ARGUMENT=["t2"])``."""
+        self._post("fcm/tokens", by_code)
+
+    def apns_tokens(self, **by_kind: list[str]) -> None:
+        """kinds: unregistered (410), invalid (400 BadDeviceToken), not_for_topic, expired."""
+        self._post("apns/tokens", by_kind)
+
+    def fault(self, api: str, status: int, *, match: str = "*", times: int = 1, code: str | None = None,
+              retry_after: str | int | None = None) -> None:
+        body: dict[str, Any] = {"api": api, "status": status, "match": match, "times": times}
+        if code:
+            body["code"] = code
+        if retry_after is not None:
+            body["retry_after"] = str(retry_after)
+        self._post("faults", body)
+
+    def latency(self, ms: float) -> None:
+        self._post("latency", {"ms": ms})
+
+    def reject_bearer(self, *bearers: str) -> None:
+        self._post("auth/reject", {"bearers": list(bearers)})
+
+    def deliveries(self, token: str) -> dict[str, int]:
+        return self.http.get("/_emu/deliveries", params={"token": token}).json()
+
+    def last_request(self, token: str) -> dict[str, Any] | None:
+        r = self.http.get("/_emu/requests/last", params={"token": token})
+        return r.json() if r.status_code == 200 else None
+
+    def stats(self) -> dict[str, Any]:
+        return self.http.get("/_emu/stats").json()
+
+    def delivered(self) -> int:
+        return sum(self.stats().get("delivered", {}).values())
+
+
+def _client(url: str, ca_file: str) -> httpx.Client:
+    return httpx.Client(base_url=url, verify=ssl.create_default_context(cafile=ca_file), timeout=10)
+
+
+def attach(url: str, ca_file: str) -> EmulatorControl:
+    """Control an emulator that is already running."""
+    return EmulatorControl(url, ca_file, _client(url, ca_file))
+
+
+@contextmanager
+def local_emulator(timeout_s: float = 30) -> Iterator[EmulatorControl]:
+    """Start ``notee emulator`` on a free loopback port with a fresh test CA; stop it on exit."""
+    state_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))
+    port = free_port()
+    url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
+    proc = subprocess.Popen([sys.executable, "-m", "notee", "emulator", "--host", "127.0.0.1", "--port", str(port),
+                             "--state-dir", str(state_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"emulator exited: {proc.stderr.read().decode()[-2000:]}")
+            if Path(ca_file).exists():
+                try:
+                    client = client or _client(url, ca_file)
+                    if client.get("/_emu/stats").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"emulator did not answer within {timeout_s} s")
+            time.sleep(0.1)
+        yield EmulatorControl(url, ca_file, client, proc.pid)
+    finally:
+        if client is not None:
+            client.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
