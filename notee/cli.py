@@ -44,6 +44,10 @@ def api(host: str | None = None, port: int | None = None) -> None:
         port=port or settings.api_port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=10,
+        # h11 is the implementation with a header-size limit (httptools buffers any size).
+        http="h11",
+        h11_max_incomplete_event_size=settings.api_max_header_bytes,
+        limit_concurrency=settings.api_max_connections,
     )
 
 

@@ -61,6 +61,20 @@ class Settings(BaseSettings):
     # --- api ----------------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `notee api` binds.")
     api_port: int = Field(8080, description="Port `notee api` binds.")
+    api_max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest request body; a larger one answers 413 before it is read."
+    )
+    api_max_json_depth: int = Field(32, ge=4, description="Deepest JSON nesting of a request body (422 beyond).")
+    api_max_url_bytes: int = Field(8192, ge=256, description="Longest path + query string (414 beyond).")
+    api_max_header_bytes: int = Field(
+        16384, ge=1024, description="Largest request line + headers; the HTTP server refuses a larger one (400)."
+    )
+    api_max_concurrency: int = Field(
+        100, ge=1, description="Requests in progress per `notee api` process; more answer 503 `overloaded`."
+    )
+    api_max_connections: int = Field(
+        1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
+    )
 
     # --- providers ------------------------------------------------------------------------------
     emulator_url: str | None = Field(

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from notee.api import errors
+from notee.api.edge import EdgeGuard
 from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -39,6 +40,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
+    app.add_middleware(EdgeGuard)  # limits and credentials before any body is read
     for module in (health, admin, users, devices, templates, subscriptions, publish, sends):
         app.include_router(module.router)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log

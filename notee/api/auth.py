@@ -1,6 +1,8 @@
 """Who is calling: the admin token, or a service's API key.
 
-Both come as ``Authorization: Bearer ...``. Missing or wrong credentials answer 401 (never a hint
+Both come as ``Authorization: Bearer ...`` and are checked by the edge middleware
+(``notee.api.edge``) before the body is read; the dependencies here hand its result to the routes
+(and declare the security schemes in OpenAPI). Missing or wrong credentials answer 401 (never a hint
 about which part was wrong); the admin API answers 403 to everyone while ``NOTEE_ADMIN_TOKEN`` is
 unset. Service keys are refused by the admin routes (they do not match the admin token).
 """
@@ -13,9 +15,11 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from notee import secrets as keys
-from notee.api.deps import DbDep
+from notee.api.deps import RuntimeDep
 from notee.domain import registry
 from notee.errors import Forbidden, Unauthorized
+from notee.runtime import Runtime
+from notee.settings import Settings
 
 _admin_scheme = HTTPBearer(auto_error=False, scheme_name="AdminToken",
                            description="NOTEE_ADMIN_TOKEN of the deployment")
@@ -25,22 +29,32 @@ _key_scheme = HTTPBearer(auto_error=False, scheme_name="ApiKey",
 Credentials = HTTPAuthorizationCredentials | None
 
 
-def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:
-    expected = request.app.state.settings.admin_token
+def check_admin(settings: Settings, token: str | None) -> None:
+    expected = settings.admin_token
     if expected is None or not expected.get_secret_value():
         raise Forbidden("admin API is disabled (NOTEE_ADMIN_TOKEN is not set)")
-    if creds is None or not keys.tokens_equal(creds.credentials, expected.get_secret_value()):
+    if token is None or not keys.tokens_equal(token, expected.get_secret_value()):
         raise Unauthorized("missing or invalid admin token")
 
 
-def require_service(db: DbDep, creds: Annotated[Credentials, Security(_key_scheme)]) -> str:
-    """The calling service's id (one indexed lookup on the request's own Session)."""
-    service = registry.authenticate(db, creds.credentials if creds is not None else None)
-    # End the read-only transaction so its connection goes back to the pool while the route works:
-    # routes whose domain code opens its own short sessions (subscriptions) then need one
-    # connection per request, not two (docs/BENCHMARKS.md, subscribe).
-    db.rollback()
-    return service
+def authenticate_service(runtime: Runtime, token: str | None) -> str:
+    """The calling service's id: one indexed lookup on its own short session, so the connection is
+    back in the pool before the route runs (routes whose domain code opens its own sessions then
+    need one connection per request, not two: docs/BENCHMARKS.md, subscribe)."""
+    with runtime.sessions() as session:
+        return registry.authenticate(session, token)
+
+
+def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:
+    check_admin(request.app.state.settings, creds.credentials if creds is not None else None)
+
+
+def require_service(request: Request, runtime: RuntimeDep, creds: Annotated[Credentials, Security(_key_scheme)]) -> str:
+    """The service the edge middleware authenticated (looked up here only if it did not run)."""
+    service = getattr(request.state, "service", None)
+    if isinstance(service, str):
+        return service
+    return authenticate_service(runtime, creds.credentials if creds is not None else None)
 
 
 def get_secrets_box(request: Request) -> keys.SecretsBox | None:

@@ -57,11 +57,25 @@ def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     return details
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(NoteeError)
-    async def _domain(_request: Request, exc: NoteeError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+_STORE_DOWN = {"Retry-After": "1"}
 
+
+def known_error_response(exc: Exception) -> JSONResponse | None:
+    """The answer for a domain error or a store outage, or None for anything else (a bug: 500).
+    Shared by the exception handlers and the edge middleware, which runs outside them."""
+    if isinstance(exc, NoteeError):
+        return error_response(exc.status, exc.code, exc.message, exc.details)
+    if isinstance(exc, (OperationalError, PoolTimeout)) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+        log.warning("mysql unavailable: %s", type(exc).__name__)
+        return error_response(503, "store_unavailable", "database unavailable, retry later", headers=_STORE_DOWN)
+    if isinstance(exc, (NoHostAvailable, OperationTimedOut, RequestExecutionException, DriverException)):
+        log.warning("cassandra unavailable: %s", type(exc).__name__)
+        return error_response(503, "store_unavailable", "subscription store unavailable, retry later",
+                              headers=_STORE_DOWN)
+    return None
+
+
+def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(422, "invalid_input", "request failed validation", _validation_details(exc))
@@ -74,23 +88,16 @@ def install(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(NoteeError)
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
-    async def _mysql_down(_request: Request, exc: Exception) -> JSONResponse:
-        log.warning("mysql unavailable: %s", type(exc).__name__)
-        return error_response(503, "store_unavailable", "database unavailable, retry later", headers={"Retry-After": "1"})
-
-    @app.exception_handler(DBAPIError)
-    async def _mysql_error(_request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return error_response(503, "store_unavailable", "database unavailable, retry later", headers={"Retry-After": "1"})
-        raise exc
-
     @app.exception_handler(NoHostAvailable)
     @app.exception_handler(OperationTimedOut)
     @app.exception_handler(RequestExecutionException)
     @app.exception_handler(DriverException)
-    async def _cassandra_down(_request: Request, exc: Exception) -> JSONResponse:
-        log.warning("cassandra unavailable: %s", type(exc).__name__)
-        return error_response(503, "store_unavailable", "subscription store unavailable, retry later",
-                              headers={"Retry-After": "1"})
+    @app.exception_handler(DBAPIError)
+    async def _known(_request: Request, exc: Exception) -> JSONResponse:
+        response = known_error_response(exc)
+        if response is None:
+            raise exc
+        return response

@@ -1,0 +1,210 @@
+"""The API's edge: limits and credentials, checked before anything reads or parses a request body.
+
+A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP request:
+
+1. the URL (path + query) is at most ``api_max_url_bytes`` (414), the headers at most
+   ``api_max_header_bytes`` (431; h11 also stops buffering a longer head), and the URL percent-decodes to valid UTF-8
+   (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
+   same user or topic);
+2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
+3. a declared ``Content-Length`` over ``api_max_body_bytes`` answers 413 at once;
+4. credentials are checked from the headers alone — the admin token for ``/v1/admin``, an API key
+   for the rest of ``/v1`` (one indexed MySQL lookup) — so a caller without them never gets a byte
+   of its body read (401/403);
+5. the body is read into memory up to the limit (a chunked body is cut off there: 413) and its JSON
+   nesting depth is checked (422) before FastAPI parses it; the route then receives it from memory.
+
+Early answers carry ``Connection: close`` so the server drops an unread body instead of draining it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from anyio import to_thread
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from notee.api.auth import authenticate_service, check_admin
+from notee.api.errors import error_response, known_error_response
+from notee.settings import Settings
+
+ADMIN_PREFIX = "/v1/admin"
+TENANT_PREFIX = "/v1/"
+# A JSON string (with escapes) or one bracket: strings are skipped whole so brackets inside them do not count.
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    max_body_bytes: int
+    max_json_depth: int
+    max_url_bytes: int
+    max_header_bytes: int
+    max_concurrency: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> EdgeLimits:
+        return cls(settings.api_max_body_bytes, settings.api_max_json_depth, settings.api_max_url_bytes,
+                   settings.api_max_header_bytes, settings.api_max_concurrency)
+
+
+def json_too_deep(body: bytes, limit: int) -> bool:
+    """True when arrays/objects nest deeper than ``limit`` (outside strings). Cheap for ordinary
+    bodies: only a body with more brackets than the limit is scanned."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _JSON_TOKEN.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
+def path_is_utf8(scope: Scope) -> bool:
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+        unquote_to_bytes(scope.get("query_string", b"")).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def bearer_token(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+def _header(scope: Scope, wanted: bytes) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == wanted:
+            return bytes(value)
+    return None
+
+
+class EdgeGuard:
+    """See the module docstring. Reads its settings and runtime from the Starlette app's state."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        settings: Settings = state.settings
+        limits = EdgeLimits.of(settings)
+        if len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") > limits.max_url_bytes:
+            await self._reject(scope, receive, send, 414, "uri_too_long",
+                               f"the URL is longer than {limits.max_url_bytes} bytes")
+            return
+        if sum(len(n) + len(v) + 4 for n, v in scope["headers"]) > limits.max_header_bytes:
+            # h11 bounds what it buffers of an incomplete head; a head that arrived whole is measured here.
+            await self._reject(scope, receive, send, 431, "headers_too_large",
+                               f"the request headers are larger than {limits.max_header_bytes} bytes")
+            return
+        if not path_is_utf8(scope):
+            await self._reject(scope, receive, send, 422, "invalid_input", "request failed validation",
+                               [{"loc": ["path"], "type": "utf8", "msg": "the URL must percent-decode to valid UTF-8"}])
+            return
+        if self.in_flight >= limits.max_concurrency:
+            await self._reject(scope, receive, send, 503, "overloaded", "too many requests in progress, retry later",
+                               headers={"Retry-After": "1"})
+            return
+        self.in_flight += 1
+        try:
+            await self._guarded(scope, receive, send, settings, limits, state)
+        finally:
+            self.in_flight -= 1
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits,
+                       state: Any) -> None:
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limits.max_body_bytes:
+            await self._reject(scope, receive, send, 413, "request_too_large",
+                               f"the request body is larger than {limits.max_body_bytes} bytes")
+            return
+        path: str = scope["path"]
+        try:
+            if path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
+                check_admin(settings, bearer_token(scope))
+            elif path.startswith(TENANT_PREFIX):
+                service = await to_thread.run_sync(authenticate_service, state.runtime, bearer_token(scope))
+                scope.setdefault("state", {})["service"] = service
+        except Exception as exc:
+            response = known_error_response(exc)
+            if response is None:
+                raise
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
+        has_body = (declared is not None and declared.strip() != b"0") or _header(scope, b"transfer-encoding") is not None
+        if not has_body:
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await _read_body(receive, limits.max_body_bytes)
+        except _BodyTooLarge:
+            await self._reject(scope, receive, send, 413, "request_too_large",
+                               f"the request body is larger than {limits.max_body_bytes} bytes")
+            return
+        if json_too_deep(body, limits.max_json_depth):
+            await self._reject(scope, receive, send, 422, "invalid_input", "request failed validation",
+                               [{"loc": ["body"], "type": "json_depth",
+                                 "msg": f"JSON nesting deeper than {limits.max_json_depth}"}])
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    @staticmethod
+    async def _reject(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
+                      details: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None) -> None:
+        response = error_response(status, code, message, details, headers=(headers or {}) | {"Connection": "close"})
+        await response(scope, receive, send)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body already read, as one message; after it, the server's own messages (disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
