@@ -128,6 +128,7 @@ def prepare_single(runtime, service: str, user_id: str, type_: str, *, variables
     from notee.providers.payload import check_size, render_all
 
     extra = registry.check_data(data)
+    registry.check_send_inputs(variables, None)
     with runtime.sessions() as session:
         registry.get_user(session, service, user_id)
         template = registry.get_template(runtime, session, service, "SINGLE", type_)

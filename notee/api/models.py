@@ -9,12 +9,12 @@ too.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from notee.api.errors import ErrorResponse
-from notee.domain.registry import MAX_TTL_SECONDS
+from notee.domain.registry import MAX_TTL_SECONDS, control_free
 
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
 Os = Literal["IOS", "AOS"]
@@ -23,6 +23,24 @@ Priority = Literal["high", "normal"]
 SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 TOKEN_PATTERN = r"^[\x21-\x7e]{8,512}$"
+
+
+
+def _one_line(value: str) -> str:
+    if not control_free(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _multi_line(value: str) -> str:
+    if not control_free(value, newlines=True):
+        raise ValueError("must not contain control characters other than \\n")
+    return value
+
+
+# Text fields of per-send input follow the templates' rule (notee.domain.registry.check_text).
+OneLineText = Annotated[StrictStr, AfterValidator(_one_line)]
+MultiLineText = Annotated[StrictStr, AfterValidator(_multi_line)]
 
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked credentials",

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -28,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from notee import secrets as keys
+from notee.domain import schedule
 from notee.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, ProviderConfigError, Unauthorized
 from notee.store import cql
 from notee.store import registry as store
@@ -79,6 +79,27 @@ def check_text(field_: str, value: Any, *, max_len: int, min_len: int = 0, newli
     return value
 
 
+def control_free(value: str, *, newlines: bool = False) -> bool:
+    """The control-character rule of every text field (``newlines`` allows ``\\n`` only)."""
+    return not (_CONTROL_BUT_NEWLINE_RE if newlines else _CONTROL_RE).search(value)
+
+
+def check_send_inputs(variables: Any, overrides: Any) -> None:
+    """Template variables and per-send overrides (title, body, data) follow the templates' text rule:
+    no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values)."""
+    for name, value in (variables or {}).items():
+        check_text("variables", name, min_len=1, max_len=64)
+        check_text("variables", value, max_len=2000, newlines=True)
+    overrides = overrides or {}
+    if overrides.get("title") is not None:
+        check_text("title", overrides["title"], min_len=1, max_len=200)
+    if overrides.get("body") is not None:
+        check_text("body", overrides["body"], min_len=1, max_len=2000, newlines=True)
+    for key, value in (overrides.get("data") or {}).items():
+        check_text("data", key, min_len=1, max_len=128)
+        check_text("data", value, max_len=2000, newlines=True)
+
+
 def check_pattern(field_: str, value: Any, pattern: re.Pattern[str], what: str) -> str:
     if not isinstance(value, str) or not pattern.match(value):
         raise _bad(field_, f"must be {what}", "pattern")
@@ -98,10 +119,8 @@ def check_service_id(value: Any) -> str:
 def check_timezone(value: Any) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= 64 or _CONTROL_RE.search(value) or ".." in value:
         raise _bad("timezone", "must be an IANA timezone name", "timezone")
-    try:
-        ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise _bad("timezone", "must be an IANA timezone name", "timezone") from None
+    if not schedule.is_portable_timezone(value):
+        raise _bad("timezone", "must be an IANA timezone name", "timezone")
     return value
 
 
@@ -492,6 +511,7 @@ def list_devices(session: Session, service: str, user_id: str) -> list[Device]:
 
 
 def remove_device(runtime, session: Session, service: str, user_id: str, token: str) -> None:
+    check_token(token)  # a non-ASCII token would reach MySQL's ascii column and fail there (503)
     user = get_user(session, service, user_id)
     if not isinstance(token, str) or store.get_device(session, service, user.user_id, token) is None:
         raise NotFound("device not found")

@@ -19,10 +19,20 @@ DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # datetime.weekday() o
 TOPIC_MAX = 50  # seed: topic is at most 50 characters
 
 
+# Names in the tz database that mean nothing portable: the host's own zone ("localtime"), the
+# placeholder zone ("Factory"), the POSIX default rules file, and the posix/ and right/ copies.
+_NOT_PORTABLE = frozenset({"localtime", "Factory", "posixrules", "posix", "right"})
+
+
 @lru_cache(maxsize=1)
 def _zones() -> frozenset[str]:
-    # The tz database names the system knows; "localtime"/"posixrules" style aliases are excluded.
-    return frozenset(zoneinfo.available_timezones())
+    return frozenset(z for z in zoneinfo.available_timezones()
+                     if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/")))
+
+
+def is_portable_timezone(name: object) -> bool:
+    """An IANA zone name that means the same on every host (the one timezone rule)."""
+    return isinstance(name, str) and name in _zones()
 
 
 def validate_topic(topic: str) -> str:
@@ -39,7 +49,7 @@ def validate_topic(topic: str) -> str:
 
 
 def validate_timezone(name: str) -> str:
-    if not isinstance(name, str) or name not in _zones():
+    if not is_portable_timezone(name):
         raise InvalidInput(f"unknown timezone {name!r}", details=[{"field": "timezone", "reason": "unknown"}])
     return name
 
@@ -75,7 +85,7 @@ def make_schedule(days: list[str], hour: int, minute: int, timezone: str) -> Sch
         problems.append({"field": "hour", "reason": "out_of_range", "min": 0, "max": 23})
     if isinstance(minute, bool) or not isinstance(minute, int) or not 0 <= minute <= 59:
         problems.append({"field": "minute", "reason": "out_of_range", "min": 0, "max": 59})
-    if not isinstance(timezone, str) or timezone not in _zones():
+    if not is_portable_timezone(timezone):
         problems.append({"field": "timezone", "reason": "unknown"})
     if problems:
         raise InvalidInput("invalid schedule", details=problems)

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from notee.domain.registry import check_send_inputs
 from notee.domain.schedule import validate_topic
 from notee.errors import InvalidInput, NotFound
 from notee.fanout.render import render_payload, slot_ranges
@@ -116,6 +117,7 @@ def publish_topic(runtime: Runtime, session: Session, *, service: str, type_: st
                   idempotency_key: str | None, variables: dict | None, overrides: dict | None) -> JobRow:
     """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job``."""
     validate_topic(topic)
+    check_send_inputs(variables, overrides)
     try:
         template = registry.get_template(session, service, "TOPIC", type_)
         if template is None:

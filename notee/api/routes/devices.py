@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
+from notee.api.models import TOKEN_PATTERN, DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
 from notee.domain import registry
 from notee.logs import token_hint
 
@@ -37,7 +37,7 @@ def list_devices(user_id: UserIdPath, service: ServiceDep, db: DbDep):
 
 @router.delete("/users/{user_id}/devices/{token:path}", status_code=204, response_class=Response,
                responses=errors(404))
-def delete_device(user_id: UserIdPath, token: str, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+def delete_device(user_id: UserIdPath, token: Annotated[str, Path(pattern=TOKEN_PATTERN)], service: ServiceDep, db: DbDep, runtime: RuntimeDep):
     """Remove a device and its subscription rows. The token is URL-encoded in the path."""
     registry.remove_device(runtime, db, service, str(user_id), token)
 

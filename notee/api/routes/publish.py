@@ -7,19 +7,19 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Path
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
-from notee.api.models import TYPE_PATTERN
+from notee.api.models import TYPE_PATTERN, MultiLineText, OneLineText
 from notee.fanout import jobs
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
-VarName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-DataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-Value = Annotated[str, StringConstraints(max_length=2000)]
+VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+DataKey = Annotated[OneLineText, StringConstraints(min_length=1, max_length=128)]
+Value = Annotated[MultiLineText, StringConstraints(max_length=2000)]
 
 
 class PublishRequest(BaseModel):
@@ -31,8 +31,9 @@ class PublishRequest(BaseModel):
         None, max_length=100, description="Values for the template's {{name}} placeholders in title and body.")
     data: dict[DataKey, Value] | None = Field(
         None, max_length=100, description="Key/value data merged over the template's data.")
-    title: str | None = Field(None, min_length=1, max_length=200, description="Replaces the template's title.")
-    body: str | None = Field(None, min_length=1, max_length=2000, description="Replaces the template's body.")
+    title: OneLineText | None = Field(None, min_length=1, max_length=200, description="Replaces the template's title.")
+    body: MultiLineText | None = Field(None, min_length=1, max_length=2000,
+                                       description="Replaces the template's body (may contain \\n).")
 
 
 class PublishAccepted(BaseModel):

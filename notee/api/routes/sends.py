@@ -6,11 +6,11 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
-from notee.api.models import errors
+from notee.api.models import TYPE_PATTERN, MultiLineText, OneLineText, errors
 from notee.delivery import send_single
 from notee.providers.routing import ProviderSet
 
@@ -20,10 +20,12 @@ router = APIRouter(prefix="/v1", tags=["sends"])
 class SendIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Type of a SINGLE template of this service.")
-    variables: dict[str, Annotated[str, Field(max_length=2000)]] = Field(
+    type: StrictStr = Field(pattern=TYPE_PATTERN, description="Type of a SINGLE template of this service.")
+    variables: dict[Annotated[OneLineText, Field(min_length=1, max_length=64)],
+                    Annotated[MultiLineText, Field(max_length=2000)]] = Field(
         default_factory=dict, max_length=100, description="Values for the template's {{name}} placeholders.")
-    data: dict[str, str] | None = Field(None, description="Extra data keys, merged over the template's data.")
+    data: dict[OneLineText, MultiLineText] | None = Field(
+        None, description="Extra data keys, merged over the template's data (the template data rules apply).")
 
 
 class SendOut(BaseModel):

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
@@ -29,10 +29,10 @@ class _In(BaseModel):
 
 
 class CycleIn(_In):
-    days: list[str] = Field(..., min_length=1, max_length=7, description="MON..SUN", examples=[["MON", "WED"]])
-    hour: int = Field(..., description="0-23, local to timezone")
-    minute: int = Field(..., description="0-59, local to timezone")
-    timezone: str | None = Field(None, description="IANA timezone; default: the service's timezone")
+    days: list[StrictStr] = Field(..., min_length=1, max_length=7, description="MON..SUN", examples=[["MON", "WED"]])
+    hour: StrictInt = Field(..., description="0-23, local to timezone")
+    minute: StrictInt = Field(..., description="0-59, local to timezone")
+    timezone: StrictStr | None = Field(None, max_length=64, description="IANA timezone; default: the service's timezone")
 
 
 class BulkIn(_In):
