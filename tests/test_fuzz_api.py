@@ -97,3 +97,71 @@ def test_fuzz_every_operation(case, app, fuzz_auth):
         routed_404 = response.status_code == 404 and response.json()["error"]["message"] == "Not Found"
         assert response.status_code in (400, 401, 403, 422) or routed_404, \
             (kind, case.method, case.formatted_path, response.text)
+
+
+# --- oversized and deeply nested bodies (issue 15, item 8) -------------------------------------------
+# Every operation that takes a body gets one over NOTEE_API_MAX_BODY_BYTES (declared, and chunked) and
+# one nested far deeper than NOTEE_API_MAX_JSON_DEPTH, with valid credentials, on real objects: the
+# answer is 413 / 422 in the error format and the stores hold exactly what they held before.
+
+def _body_operations() -> list[tuple[str, str]]:
+    doc = schema.raw_schema
+    return [(method.upper(), path) for path, ops in doc["paths"].items() for method, op in ops.items()
+            if isinstance(op, dict) and "requestBody" in op]
+
+
+@pytest.fixture(scope="module")
+def edge_target(client, settings):
+    """A service with a user, a device and one template of each method, and the path values naming them."""
+    service = "FUZZE" + __import__("secrets").token_hex(4).upper()
+    headers = new_service(client, settings, service)
+    token = random_token("edge")
+    user = new_user(client, headers, "edge-user", devices=[(token, "AOS")])
+    for method in ("TOPIC", "CYCLE", "SINGLE"):
+        new_template(client, headers, method, "news")
+    values = {"service": service, "user_id": user, "service_user_id": "edge-user", "type": "news", "topic": "t",
+              "method": "TOPIC", "token": token, "key_id": "0123456789abcdef", "provider": "fcm"}
+    return service, headers, admin_headers(settings), values
+
+
+def _call(client, method: str, path: str, target, content):
+    service, headers, admin, values = target
+    url = path.format(**values)
+    auth = admin if path.startswith("/v1/admin") else headers
+    return client.request(method, url, content=content, headers=auth | {"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("operation", _body_operations(), ids=" ".join)
+def test_oversized_bodies_are_413_and_write_nothing(client, runtime, settings, edge_target, operation):
+    from tests.store_snapshot import service_snapshot
+
+    method, path = operation
+    limit = settings.api_max_body_bytes
+    declared = b'{"pad": "' + b"x" * limit + b'"}'
+
+    def chunked():
+        yield b'{"pad": "'
+        for _ in range(limit // 65536 + 2):
+            yield b"x" * 65536
+        yield b'"}'
+
+    for content in (declared, chunked()):
+        before = service_snapshot(runtime, edge_target[0])
+        r = _call(client, method, path, edge_target, content)
+        assert r.status_code == 413, (method, path, r.text)
+        assert r.json()["error"]["code"] == "request_too_large"
+        assert service_snapshot(runtime, edge_target[0]) == before, (method, path)
+
+
+@pytest.mark.parametrize("operation", _body_operations(), ids=" ".join)
+def test_deeply_nested_bodies_are_422_and_write_nothing(client, runtime, settings, edge_target, operation):
+    from tests.store_snapshot import service_snapshot
+
+    method, path = operation
+    depth = 50_000  # far past the limit, and past Python's recursion limit
+    for deep in (b'{"x": ' + b"[" * depth + b"]" * depth + b"}", b'{"x": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"):
+        before = service_snapshot(runtime, edge_target[0])
+        r = _call(client, method, path, edge_target, deep)
+        assert r.status_code == 422, (method, path, r.text)
+        assert r.json()["error"]["details"][0]["type"] == "json_depth"
+        assert service_snapshot(runtime, edge_target[0]) == before, (method, path)
