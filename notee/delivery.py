@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from notee.errors import ProviderUnavailable
 from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.retry import backoff
@@ -56,51 +57,70 @@ async def deliver(runtime, providers: ProviderSet, service: str, messages: Seque
     bound = max_attempts or runtime.settings.fanout_max_attempts
     routes = providers.for_service(service, credentials)
     pending = list(range(len(messages)))
+    attempts = [0] * len(messages)  # provider answers per message; connection problems do not count
     invalid: dict[str, str] = {}
     dead: list[deadletter.DeadLetter] = []
-    attempt = 0
+    rounds = outage_rounds = 0
     while pending:
-        attempt += 1
+        rounds += 1
         retry: list[int] = []
         wait: float | None = None
+        answered = False
         batch = [messages[i] for i in pending]
         for provider, idx in routes.split(batch):
             outcomes = await provider.send([batch[j] for j in idx])
             for j, outcome in zip(idx, outcomes):
                 i, m = pending[j], batch[j]
+                if isinstance(outcome, RetryAfter) and outcome.transport:
+                    retry.append(i)  # the provider never answered about this device
+                    continue
+                answered = True
+                attempts[i] += 1
                 if isinstance(outcome, Delivered):
                     result.delivered += 1
                 elif isinstance(outcome, InvalidToken):
                     invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
-                elif isinstance(outcome, RetryAfter) and attempt < bound:
+                elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
                     retry.append(i)
                     if outcome.seconds is not None:
                         wait = max(wait or 0.0, outcome.seconds)
                 else:
                     reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
                     if isinstance(outcome, RetryAfter):
-                        reason = f"gave up after {attempt} attempts: {reason}"
+                        reason = f"gave up after {attempts[i]} attempts: {reason}"
                     result.failed.append((m.device_token, reason))
                     dead.append(deadletter.DeadLetter(
                         service=service, job_id=job_id, device_token=m.device_token, device_os=m.device_os,
-                        provider=provider.name, reason=reason, attempts=attempt,
+                        provider=provider.name, reason=reason, attempts=attempts[i],
                         payload={"title": m.title, "body": m.body, "data": dict(m.data)}))
+        outage_rounds = 0 if answered else outage_rounds + 1
+        if retry and outage_rounds >= bound:
+            # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
+            # what was learned, and hand the work back (the task is retried later, the API says 503).
+            await _keep(runtime, service, job_id, invalid if prune else {}, dead)
+            raise ProviderUnavailable(f"push provider unreachable for service {service}: {len(retry)} message(s) "
+                                      f"not sent after {rounds} rounds")
         if retry:
             result.retried += len(retry)
-            delay = backoff(attempt, wait)
-            log.info("service=%s: retrying %d message(s) in %.2f s (attempt %d of %d)",
-                     service, len(retry), delay, attempt + 1, bound)
+            delay = backoff(rounds, wait)
+            log.info("service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay, rounds + 1)
             await sleep(delay)
         pending = retry
 
     result.invalid_tokens = list(invalid)
-    if prune and invalid:
+    await _keep(runtime, service, job_id, invalid if prune else {}, dead)
+    return result
+
+
+async def _keep(runtime, service: str, job_id: str | None, invalid: dict[str, str],
+                dead: list[deadletter.DeadLetter]) -> None:
+    """Prune the invalid tokens and record the dead letters of one delivery."""
+    if invalid:
         await asyncio.to_thread(_prune, runtime, service, invalid)
     if dead:
         await asyncio.to_thread(_record, runtime, dead)
         log.warning("service=%s job=%s: %d message(s) dead-lettered (first: %s)", service, job_id or "-",
                     len(dead), dead[0].reason)
-    return result
 
 
 def _prune(runtime, service: str, invalid: dict[str, str]) -> None:

@@ -61,3 +61,11 @@ class ProviderConfigError(NoteeError):
 
     status = 424
     code = "provider_config"
+
+
+class ProviderUnavailable(NoteeError):
+    """FCM/APNs could not be reached at all (connections failing, not an answer about a device):
+    the work is retried later, never counted as the devices' failure."""
+
+    status = 503
+    code = "provider_unavailable"

@@ -191,6 +191,36 @@ def test_rejected_credentials_fail_loudly(client, tenant, emu_app):
     assert emu_app.stats()["counts"]["fcm.unauthenticated"] == 4  # 2 devices, one refresh: not a retry loop
 
 
+def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, service_id, emulator):
+    """Connections failing (nothing listens) are retried without using the devices' attempts, then
+    the delivery raises ProviderUnavailable (the fan-out task is released for later, the API says
+    503): no device is dead-lettered or pruned, and nothing is reported as sent."""
+    from notee.delivery import deliver
+    from notee.emulator.control import free_port
+    from notee.errors import ProviderUnavailable
+
+    slept: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def run() -> None:
+        providers = ProviderSet(settings.model_copy(update={"emulator_url": f"https://localhost:{free_port()}",
+                                                            "emulator_ca_file": emulator.ca_file}))
+        try:
+            await deliver(runtime, providers, service_id, [Message(random_token(), "AOS", "a", "b")] * 3,
+                          credentials=None, job_id=None, sleep=no_wait)
+        finally:
+            await providers.close()
+
+    with pytest.raises(ProviderUnavailable) as err:
+        asyncio.run(run())
+    assert err.value.status == 503
+    assert len(slept) == runtime.settings.fanout_max_attempts - 1  # backed off between the rounds
+    with runtime.sessions() as s:
+        assert deadletter.list_for_service(s, service_id) == []
+
+
 def test_log_provider_is_the_default_without_credentials_or_emulator(runtime, settings, service_id):
     from notee.delivery import deliver
 

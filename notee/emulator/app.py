@@ -37,6 +37,7 @@ FCM_PAYLOAD_LIMIT = 4096
 JWT_MAX_AGE_S = 3600
 _JSON = [(b"content-type", b"application/json; charset=UTF-8")]
 _LAST_REQUESTS_MAX = 10_000
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 @dataclass
@@ -91,22 +92,23 @@ async def app(scope, receive, send) -> None:
         body += event.get("body", b"")
         if not event.get("more_body"):
             break
-    path: str = scope["path"]
-    state = STATE
-    if path.startswith("/3/device/"):
-        if state.latency_s:
-            await asyncio.sleep(state.latency_s)
-        status, headers, out = apns(state, scope, path[10:], body)
-    elif path.startswith("/v1/projects/") and path.endswith("/messages:send"):
-        if state.latency_s:
-            await asyncio.sleep(state.latency_s)
-        status, headers, out = fcm(state, scope, path[13:-14], body)
-    elif path.startswith("/_emu/"):
-        status, headers, out = control(state, scope["method"], path[6:], scope.get("query_string", b""), body)
-    else:
-        status, headers, out = 404, _JSON, b'{"reason":"BadPath"}'
+    if STATE.latency_s and not scope["path"].startswith("/_emu/"):
+        await asyncio.sleep(STATE.latency_s)
+    status, headers, out = handle(STATE, scope, body)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": out})
+
+
+def handle(state: State, scope: dict[str, Any], body: bytes) -> Response:
+    """Answer one request (granian's ASGI app and the emulator's own HTTP/2 server both call this)."""
+    path: str = scope["path"]
+    if path.startswith("/3/device/"):
+        return apns(state, scope, path[10:], body)
+    if path.startswith("/v1/projects/") and path.endswith("/messages:send"):
+        return fcm(state, scope, path[13:-14], body)
+    if path.startswith("/_emu/"):
+        return control(state, scope["method"], path[6:], scope.get("query_string", b""), body)
+    return 404, _JSON, b'{"reason":"BadPath"}'
 
 
 # --- FCM HTTP v1 ------------------------------------------------------------------------------

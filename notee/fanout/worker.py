@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from notee.errors import ProviderConfigError
+from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.fanout.jobs import cql_statements, decode_target
 from notee.providers.base import Message, Recipient
 from notee.runtime import Runtime
@@ -166,7 +166,10 @@ class Worker:
             log.error("task %s failed: provider configuration: %s", name, exc.message)
             await self._finish_failed(claim, f"provider configuration: {exc.message}")
         except Exception as exc:
-            log.exception("task %s: unexpected error; releasing it for a retry", name)
+            if isinstance(exc, ProviderUnavailable):  # an outage delays the task, never fails it
+                log.warning("task %s: %s; releasing it for a retry", name, exc.message)
+            else:
+                log.exception("task %s: unexpected error; releasing it for a retry", name)
             try:
                 await asyncio.to_thread(store.release, sessions, claim, delay_s=ERROR_BACKOFF_S,
                                         error=f"{type(exc).__name__}: {exc}")

@@ -112,7 +112,7 @@ class ApnsProvider:
         out: list[Outcome | ExpiredJwt] = []
         for r in await self._pool.request_batch(items, self._timeout):
             if isinstance(r, TransportError):
-                out.append(RetryAfter(f"transport: {r}"[:200], None))
+                out.append(RetryAfter(f"transport: {r}"[:200], None, transport=True))
                 continue
             try:
                 out.append(classify_apns(r.status, r.body, r.headers.get(b"apns-id"), r.headers.get(b"retry-after")))

@@ -53,10 +53,13 @@ class InvalidToken:
 
 @dataclass(frozen=True, slots=True)
 class RetryAfter:
-    """Retryable (429, 5xx, transport error). ``seconds`` is the provider's Retry-After, or None."""
+    """Retryable (429, 5xx, transport error). ``seconds`` is the provider's Retry-After, or None.
+    ``transport``: no answer from the provider at all (connection problem); that is never counted
+    against the device (notee.delivery)."""
 
     reason: str
     seconds: float | None = None
+    transport: bool = False
 
 
 @dataclass(frozen=True, slots=True)

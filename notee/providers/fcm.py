@@ -183,7 +183,7 @@ class FcmProvider:
         out: list[Outcome | AuthRejected] = []
         for r in responses:
             if isinstance(r, TransportError):
-                out.append(RetryAfter(f"transport: {r}"[:200], None))
+                out.append(RetryAfter(f"transport: {r}"[:200], None, transport=True))
                 continue
             try:
                 out.append(classify_fcm(r.status, r.body, r.headers.get(b"retry-after")))

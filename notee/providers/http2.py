@@ -18,12 +18,14 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+from hyperframe.frame import GoAwayFrame
 
 log = logging.getLogger(__name__)
 # hpack logs every header it encodes at DEBUG, bearer tokens and JWTs included: never let it.
@@ -31,7 +33,15 @@ logging.getLogger("hpack").setLevel(logging.INFO)
 
 
 class TransportError(Exception):
-    """The request may not have reached the server (connect failure, reset, GOAWAY, timeout)."""
+    """The request got no response (connect failure, reset, GOAWAY, timeout).
+
+    ``unprocessed``: the server certainly did not act on it (never sent, above a GOAWAY's
+    last_stream_id, or refused with REFUSED_STREAM), so it is safe to send again at once on another
+    connection (RFC 9113 §8.7)."""
+
+    def __init__(self, message: str, *, unprocessed: bool = False) -> None:
+        super().__init__(message)
+        self.unprocessed = unprocessed
 
 
 @dataclass(slots=True)
@@ -44,39 +54,57 @@ class Response:
 @dataclass(slots=True)
 class _Stream:
     done: Callable[[Response | TransportError], None]  # called once, with the response or the error
-    headers: list = field(default_factory=list)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytearray = field(default_factory=bytearray)
-
-
-def _future_done(future: asyncio.Future) -> Callable[[Response | TransportError], None]:
-    def done(result: Response | TransportError) -> None:
-        if not future.done():
-            if isinstance(result, TransportError):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-    return done
 
 
 # One request of a batch: (path, headers, body).
 Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
+_REFUSED_STREAM = 0x7
+
+
+def _answers_after_goaway(conn: h2.connection.H2Connection) -> None:
+    """h2 closes its connection state machine on receiving GOAWAY, and then rejects the responses
+    the server still sends for the streams at or below last_stream_id (RFC 9113 §6.8 lets them
+    finish). Keep the state open after a GOAWAY; ``Connection`` opens no stream after one."""
+    table = conn._frame_dispatch_table
+    receive_goaway = table[GoAwayFrame]
+
+    def receive(frame: GoAwayFrame) -> Any:
+        state = conn.state_machine.state
+        out = receive_goaway(frame)
+        if state == h2.connection.ConnectionState.CLIENT_OPEN:
+            conn.state_machine.state = state
+        return out
+
+    table[GoAwayFrame] = receive
 
 
 class Connection:
+    """One HTTP/2 connection that obeys its peer: no stream before the server's first SETTINGS,
+    never more open streams than the server's current SETTINGS_MAX_CONCURRENT_STREAMS (or our own
+    ``max_streams``, whichever is lower), request bodies only as far as the flow-control windows
+    allow, and on GOAWAY no new stream while the streams at or below last_stream_id finish."""
+
     def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                  max_streams: int = 100) -> None:
         self.host, self.port = host, port
         self._ssl, self._sni = ssl_context, server_hostname or host
         self._max_streams = max_streams
+        self._limit = 0  # streams we may have open: min(max_streams, the peer's current limit)
         self._conn: h2.connection.H2Connection | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
+        self._reader_task: asyncio.Task[None] | None = None
         self._streams: dict[int, _Stream] = {}
-        self._window = asyncio.Event()
-        self._slots = asyncio.Semaphore(max_streams)
+        self._unsent: dict[int, memoryview] = {}  # stream id -> body bytes still waiting for window
+        self._settled: asyncio.Future[None] | None = None  # the server's first SETTINGS arrived
         self._flush_pending = False
         self._pumps: set[Callable[[], None]] = set()  # batches waiting for a free stream or window
         self.usable = False
+
+    @property
+    def stream_limit(self) -> int:
+        return self._limit
 
     def _flush_soon(self) -> None:
         """Coalesce the frames of every request started in this loop tick into one TLS write."""
@@ -92,16 +120,19 @@ class Connection:
                 self._writer.write(data)
 
     async def connect(self, timeout: float = 10.0) -> None:
+        """Open the connection and wait for the server's first SETTINGS (its stream limit and
+        windows): a stream opened before them could exceed a limit we have not read yet."""
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-            raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}") from exc
+            raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
         config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
                                            normalize_outbound_headers=False, validate_inbound_headers=False)
         conn = h2.connection.H2Connection(config=config)
         encode = conn.encoder.encode
-        conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)  # see module doc
+        conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)  # type: ignore[method-assign]
+        _answers_after_goaway(conn)
         conn.local_settings = h2.settings.Settings(client=True, initial_values={
             h2.settings.SettingCodes.ENABLE_PUSH: 0,
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
@@ -109,12 +140,24 @@ class Connection:
         conn.initiate_connection()
         conn.increment_flow_control_window(1 << 24)
         writer.write(conn.data_to_send())
-        self._conn, self._writer, self.usable = conn, writer, True
+        self._conn, self._writer = conn, writer
+        self._settled = asyncio.get_running_loop().create_future()
         self._reader_task = asyncio.create_task(self._read(reader))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._settled), timeout)
+        except asyncio.TimeoutError as exc:
+            await self.close()
+            raise TransportError(f"{self.host}:{self.port} sent no SETTINGS within {timeout} s",
+                                 unprocessed=True) from exc
+        if not self.usable:
+            await self.close()
+            raise TransportError(f"{self.host}:{self.port} closed the connection before its SETTINGS",
+                                 unprocessed=True)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         conn = self._conn
-        error: BaseException = TransportError("connection closed by the server")
+        assert conn is not None
+        error = TransportError("connection closed by the server")
         try:
             while True:
                 data = await reader.read(65536)
@@ -123,7 +166,9 @@ class Connection:
                 events = conn.receive_data(data)
                 for event in events:
                     self._on_event(event)
-                for pump in list(self._pumps):  # streams ended or window grew: open more
+                if self._unsent:
+                    self._send_unsent()
+                for pump in list(self._pumps):  # streams ended, limit or window grew: open more
                     pump()
                 self._flush_soon()
         except (OSError, ssl.SSLError, h2.exceptions.ProtocolError) as exc:
@@ -132,19 +177,22 @@ class Connection:
             error = TransportError("connection closed")
         finally:
             self.usable = False
+            if self._settled is not None and not self._settled.done():
+                self._settled.set_result(None)
             streams, self._streams = list(self._streams.values()), {}
+            self._unsent.clear()
             for stream in streams:
                 stream.done(error)
-            for pump in list(self._pumps):  # fails what the batches had not opened yet
+            for pump in list(self._pumps):  # hands back what the batches had not opened yet
                 pump()
-            self._window.set()
 
-    def _on_event(self, event) -> None:
+    def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.ResponseReceived):
             stream = self._streams.get(event.stream_id)
             if stream:
-                stream.headers = event.headers
+                stream.headers = event.headers  # type: ignore[assignment]
         elif isinstance(event, h2.events.DataReceived):
+            assert self._conn is not None
             self._conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             stream = self._streams.get(event.stream_id)
             if stream:
@@ -152,76 +200,61 @@ class Connection:
         elif isinstance(event, h2.events.StreamEnded):
             stream = self._streams.pop(event.stream_id, None)
             if stream:
+                self._unsent.pop(event.stream_id, None)
                 headers = dict(stream.headers)
                 stream.done(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
         elif isinstance(event, h2.events.StreamReset):
             stream = self._streams.pop(event.stream_id, None)
+            self._unsent.pop(event.stream_id, None)
             if stream:
-                stream.done(TransportError(f"stream reset (error {event.error_code})"))
-        elif isinstance(event, h2.events.WindowUpdated):
-            self._window.set()
+                stream.done(TransportError(f"stream reset (error {event.error_code})",
+                                           unprocessed=event.error_code == _REFUSED_STREAM))
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            assert self._conn is not None
+            self._limit = min(self._max_streams, self._conn.remote_settings.max_concurrent_streams)
+            if self._settled is not None and not self._settled.done():
+                self.usable = True
+                self._settled.set_result(None)
         elif isinstance(event, h2.events.ConnectionTerminated):
-            # GOAWAY: streams above last_stream_id were not processed and are safe to retry.
+            # GOAWAY: no new stream here. Streams above last_stream_id were not processed and are
+            # handed back for another connection; the ones at or below it still get their answers.
             self.usable = False
             last = event.last_stream_id if event.last_stream_id is not None else 0
             for stream_id in [s for s in self._streams if s > last]:
-                self._streams.pop(stream_id).done(TransportError(f"GOAWAY (error {event.error_code})"))
+                self._unsent.pop(stream_id, None)
+                self._streams.pop(stream_id).done(
+                    TransportError(f"GOAWAY (error {event.error_code})", unprocessed=True))
+            if self._settled is not None and not self._settled.done():
+                self._settled.set_result(None)
 
-    async def request(self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
-                      timeout: float = 30.0) -> Response:
-        async with self._slots:
-            if not self.usable:
-                raise TransportError("connection not usable")
-            conn = self._conn
-            try:
-                stream_id = conn.get_next_available_stream_id()
-                conn.send_headers(stream_id, [(b":method", method), (b":scheme", b"https"), (b":path", path),
-                                              (b":authority", self._sni.encode()), *headers], end_stream=not body)
-            except h2.exceptions.H2Error as exc:
-                self.usable = False
-                raise TransportError(f"cannot open a stream: {exc!r}") from exc
-            future = asyncio.get_running_loop().create_future()
-            self._streams[stream_id] = _Stream(_future_done(future))
-            try:
-                view = memoryview(body)
-                while view:
-                    window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-                    if window <= 0:
-                        self._flush()
-                        self._window.clear()
-                        await asyncio.wait_for(self._window.wait(), timeout)
-                        if not self.usable:
-                            raise TransportError("connection closed while sending")
-                        continue
-                    conn.send_data(stream_id, bytes(view[:window]), end_stream=len(view) <= window)
-                    view = view[window:]
-                self._flush_soon()
-                async with asyncio.timeout(timeout):  # cheaper than wait_for: no task per request
-                    return await future
-            except asyncio.TimeoutError as exc:
-                self._streams.pop(stream_id, None)
-                try:
-                    conn.reset_stream(stream_id)
-                    self._flush()
-                except h2.exceptions.H2Error:
-                    pass
-                raise TransportError(f"no response within {timeout} s") from exc
-            except h2.exceptions.H2Error as exc:
-                self._streams.pop(stream_id, None)
-                raise TransportError(f"HTTP/2 error: {exc!r}") from exc
+    def _send_unsent(self) -> None:
+        """Send the rest of bodies that were waiting for flow-control window."""
+        conn = self._conn
+        assert conn is not None
+        for stream_id, view in list(self._unsent.items()):
+            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            while window > 0 and view:
+                chunk, view = view[:window], view[window:]
+                conn.send_data(stream_id, bytes(chunk), end_stream=not view)
+                window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            if view:
+                self._unsent[stream_id] = view
+            else:
+                del self._unsent[stream_id]
 
     async def request_batch(self, method: bytes, items: Sequence[Item], timeout: float = 30.0,
                             ) -> list[Response | TransportError]:
         """Send every (path, headers, body) of ``items`` on this connection and return one response or
         TransportError per item, in order.
 
-        Why not ``request`` per item: the push senders' hot path. Here the next stream is opened from
-        the callback that completes the previous one, so a batch costs one future in all instead of a
-        task, a semaphore turn, a future and a timeout per message (docs/BENCHMARKS.md, send path).
-        At most ``max_streams`` streams are open on the connection, whoever opened them; a body waits
-        for flow-control window. Items that get no response while the batch makes no progress for
-        ``timeout`` seconds fail with TransportError (retryable), as do items never opened because
-        the connection closed."""
+        The push senders' hot path: the next stream is opened from the callback that completes the
+        previous one, so a batch costs one future in all instead of a task, a future and a timeout
+        per message (docs/BENCHMARKS.md, send path). At most ``stream_limit`` streams are open on
+        the connection, whoever opened them; the limit follows the server's SETTINGS, so waiting for
+        a free stream is normal, not a failure. A body larger than the flow-control window is sent
+        as WINDOW_UPDATEs arrive. Items that get no response while the batch makes no progress for
+        ``timeout`` seconds fail with TransportError; items never opened because the connection
+        closed or went away fail with ``TransportError(unprocessed=True)`` (``Pool`` resends them)."""
         n = len(items)
         results: list[Response | TransportError | None] = [None] * n
         if n == 0:
@@ -229,6 +262,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         finished = loop.create_future()
         conn = self._conn
+        assert conn is not None
         authority = self._sni.encode()
         mine: dict[int, int] = {}  # stream id -> item index, for the timeout
         nxt, left = 0, n
@@ -248,29 +282,33 @@ class Connection:
 
         def pump() -> None:
             nonlocal nxt
+            streams = self._streams
             while nxt < n:
                 if not self.usable:
-                    complete(nxt, TransportError("connection closed before the request was sent"))
+                    complete(nxt, TransportError("connection closed before the request was sent", unprocessed=True))
                     nxt += 1
                     continue
-                if len(self._streams) >= self._max_streams:
-                    return
+                if len(streams) >= self._limit or self._unsent:
+                    return  # the reader pumps again when a stream ends or the window grows
                 path, headers, body = items[nxt]
                 try:
-                    if len(body) > min(conn.outbound_flow_control_window, conn.remote_settings.initial_window_size):
-                        return  # wait for WINDOW_UPDATE; the reader pumps again
                     stream_id = conn.get_next_available_stream_id()
                     conn.send_headers(stream_id, [(b":method", method), (b":scheme", b"https"), (b":path", path),
                                                   (b":authority", authority), *headers], end_stream=not body)
-                    frame = conn.max_outbound_frame_size
-                    for start in range(0, len(body), frame):
-                        conn.send_data(stream_id, body[start:start + frame], end_stream=start + frame >= len(body))
+                    if body:
+                        window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+                        if len(body) <= window:
+                            conn.send_data(stream_id, body, end_stream=True)
+                        else:
+                            self._unsent[stream_id] = memoryview(body)
+                            self._send_unsent()
                 except h2.exceptions.H2Error as exc:
+                    # our own bookkeeping should make this impossible; the server never saw the stream
                     self.usable = False
-                    complete(nxt, TransportError(f"cannot open a stream: {exc!r}"))
+                    complete(nxt, TransportError(f"cannot open a stream: {exc!r}", unprocessed=True))
                     nxt += 1
                     continue
-                self._streams[stream_id] = _Stream(on_done(nxt))
+                streams[stream_id] = _Stream(on_done(nxt))
                 mine[stream_id] = nxt
                 nxt += 1
             self._pumps.discard(pump)
@@ -284,13 +322,14 @@ class Connection:
                 return
             for stream_id, i in list(mine.items()):
                 if results[i] is None and self._streams.pop(stream_id, None) is not None:
+                    self._unsent.pop(stream_id, None)
                     try:
                         conn.reset_stream(stream_id)
                     except h2.exceptions.H2Error:
                         pass
                     complete(i, TransportError(f"no response within {timeout} s"))
             for i in range(nxt, n):
-                complete(i, TransportError(f"no stream available within {timeout} s"))
+                complete(i, TransportError(f"no stream available within {timeout} s", unprocessed=True))
             self._pumps.discard(pump)
             self._flush_soon()
 
@@ -304,6 +343,19 @@ class Connection:
             timer[0].cancel()
             self._pumps.discard(pump)
         return results  # type: ignore[return-value]
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    async def close_when_done(self) -> None:
+        """Close once the reader has ended (the server closes after its GOAWAY'd streams)."""
+        if self._reader_task is not None:
+            try:
+                await asyncio.shield(self._reader_task)
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.close()
 
     async def close(self) -> None:
         self.usable = False
@@ -334,7 +386,7 @@ class Pool:
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
-        if parts.scheme != "https":
+        if parts.scheme != "https" or not parts.hostname:
             raise ValueError("HTTP/2 push transport needs an https:// URL")
         self.host, self.port = parts.hostname, parts.port or 443
         self._ssl = ssl_context
@@ -342,6 +394,8 @@ class Pool:
         self._locks = [asyncio.Lock() for _ in range(size)]
         self._max_streams = max_streams
         self._next = 0
+        self._retired: set[Connection] = set()
+        self.connections_opened = 0
 
     async def _get(self) -> Connection:
         i = self._next = (self._next + 1) % len(self._conns)
@@ -352,42 +406,55 @@ class Pool:
             conn = self._conns[i]
             if conn is None or not conn.usable:
                 if conn is not None:
-                    await conn.close()
+                    self._retire(conn)
                 conn = Connection(self.host, self.port, self._ssl, max_streams=self._max_streams)
+                self._conns[i] = None
                 await conn.connect()
+                self.connections_opened += 1
                 self._conns[i] = conn
             return conn
 
-    async def request(self, path: str, headers: list[tuple[bytes, bytes]], body: bytes,
-                      timeout: float = 30.0) -> Response:
-        conn = await self._get()
-        return await conn.request(b"POST", path.encode(), headers, body, timeout)
+    def _retire(self, conn: Connection) -> None:
+        """Close a connection that is no longer usable. After a GOAWAY it still answers the streams
+        at or below last_stream_id: close it only once the server has finished with it."""
+        self._retired.add(conn)
+        task = asyncio.ensure_future(conn.close() if not conn.open_streams else conn.close_when_done())
+        task.add_done_callback(lambda _: self._retired.discard(conn))
+
+    async def _batch(self, items: Sequence[Item], timeout: float) -> list[Response | TransportError]:
+        try:
+            conn = await self._get()
+        except TransportError as exc:
+            return [exc] * len(items)
+        return await conn.request_batch(b"POST", items, timeout)
 
     async def request_batch(self, items: Sequence[Item], timeout: float = 30.0) -> list[Response | TransportError]:
-        """POST every item, spread over the pool's connections (see ``Connection.request_batch``)."""
+        """POST every item, spread over the pool's connections (see ``Connection.request_batch``).
+        Items the server certainly did not process are resent on a new connection."""
+        results = await self._spread(items, timeout)
+        while True:  # every round answers at least one item, or the loop ends
+            again = [i for i, r in enumerate(results) if isinstance(r, TransportError) and r.unprocessed]
+            if not again:
+                break
+            retried = await self._spread([items[i] for i in again], timeout)
+            for i, r in zip(again, retried):
+                results[i] = r
+            if all(isinstance(r, TransportError) for r in retried):
+                break  # nothing got through: the origin is unreachable, let the caller back off
+        return results
+
+    async def _spread(self, items: Sequence[Item], timeout: float) -> list[Response | TransportError]:
         k = len(self._conns)
         if k == 1 or len(items) < 2:
-            try:
-                conn = await self._get()
-            except TransportError as exc:
-                return [exc] * len(items)
-            return await conn.request_batch(b"POST", items, timeout)
-
-        async def part(j: int) -> list[Response | TransportError]:
-            try:
-                conn = await self._get()
-            except TransportError as exc:
-                return [exc] * len(items[j::k])
-            return await conn.request_batch(b"POST", items[j::k], timeout)
-
-        parts = await asyncio.gather(*(part(j) for j in range(k)))
+            return await self._batch(items, timeout)
+        parts = await asyncio.gather(*(self._batch(items[j::k], timeout) for j in range(k)))
         results: list[Response | TransportError] = [None] * len(items)  # type: ignore[list-item]
         for j, part_results in enumerate(parts):
             results[j::k] = part_results
         return results
 
     async def close(self) -> None:
-        for conn in self._conns:
+        for conn in [*self._retired, *self._conns]:
             if conn is not None:
                 await conn.close()
         self._conns = [None] * len(self._conns)

@@ -1,0 +1,244 @@
+"""The emulator's own HTTP/2 server (``h2`` on asyncio), for what APNs does at the connection level
+and granian cannot: granian advertises one fixed SETTINGS_MAX_CONCURRENT_STREAMS for every
+connection and sends GOAWAY only when it shuts down.
+
+What this server does, per connection (``PeerRules``, changed at run time through ``/_emu/realistic``):
+- advertises ``first_streams`` (APNs: 1) in its first SETTINGS and, once a request on the
+  connection has passed the provider-token check, ``max_streams`` (APNs: 1000) in a new SETTINGS;
+- lowering ``max_streams`` sends a new SETTINGS on every open connection;
+- a client that opens more streams than the limit it has acknowledged (or, before its first ACK,
+  than the first SETTINGS) gets GOAWAY PROTOCOL_ERROR and the connection is closed, as h2 does;
+- ``goaway_after`` requests on one connection, or ``goaway()`` on demand, send GOAWAY with
+  ``last_stream_id`` = the last stream it will answer: streams at or below it are answered, streams
+  above it are ignored (the client must resend them on a new connection), then the connection closes.
+
+Requests are answered by the same functions as granian's ASGI app (``notee.emulator.app.handle``),
+on the same ``State``, because this server runs in the ASGI worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from hyperframe.frame import GoAwayFrame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PeerRules:
+    first_streams: int = 1  # advertised until a request with a valid provider token
+    max_streams: int = 1000  # advertised after it
+    goaway_after: int = 0  # requests per connection before GOAWAY; 0 = never
+    answer_delay_s: float = 0.0  # hold each answer this long (keeps streams open, like a slow server)
+
+
+@dataclass
+class PeerStats:
+    connections: int = 0
+    goaways: int = 0
+    protocol_errors: int = 0
+    ignored_after_goaway: int = 0
+    max_open: int = 0  # most streams a client had open at once on one connection
+    live: set[_PeerConnection] = field(default_factory=set)
+
+
+def _valid_for_limit(status: int, body: bytes) -> bool:
+    """A response that shows the request carried a valid provider token (APNs lifts the one-stream
+    limit only then)."""
+    return not (status == 403 and (b"ProviderToken" in body or b"Certificate" in body))
+
+
+class _PeerConnection(asyncio.Protocol):
+    def __init__(self, server: PeerServer) -> None:
+        self.server = server
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None,
+                                           validate_inbound_headers=False, validate_outbound_headers=False,
+                                           normalize_outbound_headers=False)
+        self.conn = h2.connection.H2Connection(config=config)
+        self.transport: asyncio.Transport | None = None
+        self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
+        self.answered = 0
+        self.valid_seen = False
+        self.goaway_last: int | None = None  # set once GOAWAY is sent
+        self.highest_answered = 0
+        self.answering = 0
+
+    # -- asyncio ------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.stats.connections += 1
+        self.server.stats.live.add(self)
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.server.rules.first_streams,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        self.conn.initiate_connection()
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.stats.live.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:  # e.g. TooManyStreamsError
+            self.server.stats.protocol_errors += 1
+            log.info("emulator h2: closing a connection on a protocol error: %s", exc)
+            try:
+                self.conn.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
+                self._flush()
+            finally:
+                self._close()
+            return
+        open_now = self.conn.open_inbound_streams
+        if open_now > self.server.stats.max_open:
+            self.server.stats.max_open = open_now
+        delay = self.server.rules.answer_delay_s
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                self.requests[event.stream_id] = (list(event.headers), bytearray())
+            elif isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                request = self.requests.get(event.stream_id)
+                if request is not None:
+                    request[1].extend(event.data)
+            elif isinstance(event, h2.events.StreamEnded):
+                if delay:
+                    asyncio.get_running_loop().call_later(delay, self._answer_later, event.stream_id)
+                else:
+                    self._answer(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                self.requests.pop(event.stream_id, None)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self._close()
+                return
+        self._flush()
+        self._maybe_finish_goaway()
+
+    # -- requests -----------------------------------------------------------------------------------
+    def _answer_later(self, stream_id: int) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self._answer(stream_id)
+        self._flush()
+        self._maybe_finish_goaway()
+
+    def _answer(self, stream_id: int) -> None:
+        request = self.requests.pop(stream_id, None)
+        if request is None:
+            return
+        if self.goaway_last is not None and stream_id > self.goaway_last:
+            self.server.stats.ignored_after_goaway += 1  # the client must resend it elsewhere
+            return
+        headers, body = request
+        self.answering = stream_id
+        pseudo = {k: v for k, v in headers if k.startswith(b":")}
+        path = pseudo.get(b":path", b"/").decode()
+        path, _, query = path.partition("?")
+        scope = {"type": "http", "method": pseudo.get(b":method", b"GET").decode(), "path": path,
+                 "query_string": query.encode(), "headers": [(k, v) for k, v in headers if not k.startswith(b":")]}
+        status, out_headers, out = self.server.handle(scope, bytes(body))
+        self.conn.send_headers(stream_id, [(b":status", str(status).encode()), *out_headers], end_stream=not out)
+        if out:
+            self.conn.send_data(stream_id, out, end_stream=True)  # responses are far below the window
+        self.answered += 1
+        self.highest_answered = max(self.highest_answered, stream_id)
+        rules = self.server.rules
+        if not self.valid_seen and path.startswith("/3/device/") and _valid_for_limit(status, out):
+            self.valid_seen = True
+            self.set_limit(rules.max_streams)
+        if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
+            self.goaway(stream_id)
+
+    def set_limit(self, limit: int) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limit})
+        self._flush()
+
+    def goaway(self, last_stream_id: int | None = None) -> None:
+        """GOAWAY(NO_ERROR): answer streams up to ``last_stream_id`` (default: every stream already
+        started), ignore the ones above, close once the answered ones are out."""
+        if self.goaway_last is not None or self.transport is None or self.transport.is_closing():
+            return
+        if last_stream_id is None:  # every stream started so far, including one being answered now
+            last_stream_id = max([self.highest_answered, self.answering, *self.requests])
+        self.goaway_last = last_stream_id
+        self.server.stats.goaways += 1
+        self._flush()
+        # written as a frame, not through h2's close_connection(), so the streams at or below
+        # last_stream_id can still be answered on this connection
+        self.transport.write(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0).serialize())
+        asyncio.get_running_loop().call_soon(self._maybe_finish_goaway)  # after the answer in progress
+
+    def _maybe_finish_goaway(self) -> None:
+        if self.goaway_last is None or self.transport is None or self.transport.is_closing():
+            return
+        if not any(sid <= self.goaway_last for sid in self.requests):
+            self.server.stats.ignored_after_goaway += len(self.requests)  # all above last_stream_id
+            self.requests.clear()
+            self._close()
+
+    def _flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        self.server.stats.live.discard(self)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class PeerServer:
+    """One listening socket; ``handle(scope, body) -> (status, headers, body)`` answers requests."""
+
+    def __init__(self, handle: Any, rules: PeerRules | None = None) -> None:
+        self.handle = handle
+        self.rules = rules or PeerRules()
+        self.stats = PeerStats()
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _PeerConnection(self), host, port, ssl=ssl_context)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def lower_limit(self, limit: int) -> None:
+        """New ``max_streams`` for every connection from now on, sent at once to the open ones that
+        are past their first valid request."""
+        self.rules.max_streams = limit
+        for peer in list(self.stats.live):
+            if peer.valid_seen:
+                peer.set_limit(limit)
+
+    def goaway_all(self) -> int:
+        peers = list(self.stats.live)
+        for peer in peers:
+            peer.goaway()
+        return len(peers)
+
+    async def close(self) -> None:
+        for peer in list(self.stats.live):
+            peer._close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["h2"])  # aioapns offers no ALPN and still gets HTTP/2
+    return ctx
