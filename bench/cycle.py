@@ -28,7 +28,7 @@ TZ = "Asia/Seoul"
 
 def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900.0) -> dict[str, Any]:
     from notee.scheduler import clock
-    from notee.scheduler.service import Scheduler
+    from notee.scheduler.runner import Scheduler
     from notee.store.cql import for_runtime
 
     st = for_runtime(runtime)

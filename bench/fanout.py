@@ -155,7 +155,7 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = 
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
 
     def start() -> list[str]:
-        with runtime.sessions() as session:
+        with runtime.sessions.begin() as session:  # the caller owns the commit
             job = publish_topic(runtime, session, service=tenant.service, type_=TYPE, topic=topic,
                                 idempotency_key=None, variables=None, overrides=None)
         return [job.job_id]

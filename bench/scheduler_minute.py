@@ -68,7 +68,7 @@ def seed(runtime, service: str, templates: int, per_template: int, keys: list[st
 def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
     from sqlalchemy import text
 
-    from notee.fanout.targets import slot_of
+    from notee.vocabulary import slot_of
     from notee.store.cql import for_runtime
 
     st = for_runtime(runtime)
@@ -85,7 +85,7 @@ def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
 
 
 def measure(runtime, templates: int, per_template: int, reps: int) -> dict:
-    from notee.scheduler.service import Scheduler
+    from notee.scheduler.runner import Scheduler
 
     service = make_tenant(runtime).service
     sched = Scheduler(runtime, namespace="bench-" + secrets.token_hex(4))
@@ -109,7 +109,7 @@ def measure(runtime, templates: int, per_template: int, reps: int) -> dict:
 
 
 def empty_minute(runtime, reps: int) -> dict:
-    from notee.scheduler.service import Scheduler
+    from notee.scheduler.runner import Scheduler
     from notee.store.cql import for_runtime, timezones_in_use
 
     sched = Scheduler(runtime, namespace="bench-" + secrets.token_hex(4))

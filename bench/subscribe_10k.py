@@ -27,7 +27,7 @@ from bench import env
 
 
 def _seed_users(runtime, service: str, n: int) -> list[str]:
-    from notee.store import registry as reg
+    from notee.store import registry_sql as reg
 
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     ids = [str(uuid.uuid4()) for _ in range(n)]

@@ -100,7 +100,7 @@ def prune(days: int | None = typer.Option(None, help="Override settings.retentio
 def scheduler() -> None:
     """Run the cycle scheduler: each minute, one fan-out job per due cycle template (SIGTERM stops it)."""
     from notee.runtime import Runtime
-    from notee.scheduler.service import serve
+    from notee.scheduler.runner import serve
 
     runtime = Runtime(_settings())
     try:

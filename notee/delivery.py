@@ -4,22 +4,35 @@ still fails. Nothing is dropped silently: every message ends delivered, pruned o
 
 Auth/configuration errors (``ProviderConfigError``) are raised to the caller, never retried per
 device: the job fails loudly with a clear message.
+
+This module is the caller the providers need: it loads a service's credentials (through
+``notee.domain.credentials``) and hands them to ``ProviderSet``; the providers themselves never
+read the registry. ``DeliverySender`` is what a process keeps: the fan-out worker sends its pages
+through it, the API its single sends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from notee.domain import registry
+from notee.domain.credentials import load_service_credentials
+from notee.domain.rules import check_data, check_send_inputs
+from notee.domain.subscriptions import prune_token
 from notee.errors import ProviderUnavailable
 from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
+from notee.providers.payload import check_size, render_all
 from notee.providers.retry import backoff
-from notee.providers.routing import ProviderSet, load_service_credentials
+from notee.providers.routing import ProviderSet
+from notee.runtime import Runtime
 from notee.store import deadletter
+from notee.vocabulary import PageCounts, ProviderCredentials
 
 log = logging.getLogger(__name__)
 _UNSET = object()
@@ -41,9 +54,9 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-async def deliver(runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
-                  credentials=_UNSET, job_id: str | None = None, max_attempts: int | None = None,
-                  prune: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
+async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
+                  credentials: ProviderCredentials | None | object = _UNSET, job_id: str | None = None,
+                  max_attempts: int | None = None, prune: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
     ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
@@ -112,7 +125,7 @@ async def deliver(runtime, providers: ProviderSet, service: str, messages: Seque
     return result
 
 
-async def _keep(runtime, service: str, job_id: str | None, invalid: dict[str, str],
+async def _keep(runtime: Runtime, service: str, job_id: str | None, invalid: dict[str, str],
                 dead: list[deadletter.DeadLetter]) -> None:
     """Prune the invalid tokens and record the dead letters of one delivery."""
     if invalid:
@@ -123,9 +136,7 @@ async def _keep(runtime, service: str, job_id: str | None, invalid: dict[str, st
                     len(dead), dead[0].reason)
 
 
-def _prune(runtime, service: str, invalid: dict[str, str]) -> None:
-    from notee.domain.subscriptions import prune_token  # issue 4's module; imported lazily
-
+def _prune(runtime: Runtime, service: str, invalid: dict[str, str]) -> None:
     for token, reason in invalid.items():
         try:
             prune_token(runtime, service, token, reason)
@@ -133,22 +144,19 @@ def _prune(runtime, service: str, invalid: dict[str, str]) -> None:
             log.exception("service=%s: pruning token %s failed", service, token_hint(token))
 
 
-def _record(runtime, letters: list[deadletter.DeadLetter]) -> None:
+def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
     with runtime.sessions.begin() as session:
         deadletter.record(session, letters, now=_utcnow())
 
 
 # --- single sends ---------------------------------------------------------------------------------
 
-def prepare_single(runtime, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
+def prepare_single(runtime: Runtime, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
                    data: dict[str, str] | None = None) -> list[Message]:
     """Render the SINGLE template ``type_`` for every device of ``user_id``. Raises NotFound (user or
     template), InvalidInput (missing variable, bad data) or PayloadTooLarge, before anything is sent."""
-    from notee.domain import registry
-    from notee.providers.payload import check_size, render_all
-
-    extra = registry.check_data(data)
-    registry.check_send_inputs(variables, None)
+    extra = check_data(data)
+    check_send_inputs(variables, None)
     with runtime.sessions() as session:
         registry.get_user(session, service, user_id)
         template = registry.get_template(runtime, session, service, "SINGLE", type_)
@@ -160,7 +168,7 @@ def prepare_single(runtime, service: str, user_id: str, type_: str, *, variables
                     ttl_seconds=template.ttl_seconds, priority=template.priority) for d in devices]
 
 
-async def send_single(runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
+async def send_single(runtime: Runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
                       variables: dict[str, str] | None = None, data: dict[str, str] | None = None
                       ) -> tuple[int, DeliveryResult]:
     """``POST /v1/users/{user_id}/send``: (devices targeted, result)."""
@@ -170,3 +178,44 @@ async def send_single(runtime, providers: ProviderSet, service: str, user_id: st
     log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d", service, type_,
              len(messages), result.delivered, result.pruned, len(result.failed))
     return len(messages), result
+
+
+class DeliverySender:
+    """A process's sending side: one ``ProviderSet`` (providers and HTTP/2 pools, built once) and the
+    services' credentials. Build it inside the event loop that sends; ``close()`` at shutdown.
+
+    For fan-out pages (``send_page``) a service's credentials are read from MySQL at most once per
+    ``CREDENTIALS_TTL_S`` (not per page, never per device); a single send reads them afresh."""
+
+    CREDENTIALS_TTL_S = 30.0
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.providers = ProviderSet(runtime.settings)
+        self._credentials: dict[str, tuple[float, ProviderCredentials | None]] = {}
+
+    async def _creds(self, service: str) -> ProviderCredentials | None:
+        cached = self._credentials.get(service)
+        if cached is None or time.monotonic() - cached[0] > self.CREDENTIALS_TTL_S:
+            creds = await asyncio.to_thread(load_service_credentials, self.runtime, service)
+            cached = self._credentials[service] = (time.monotonic(), creds)
+        return cached[1]
+
+    async def send_page(self, service: str, job_id: str, messages: Sequence[Message]) -> PageCounts:
+        """One fan-out page: retries, pruning and dead letters inside; the counts of what happened."""
+        result = await deliver(self.runtime, self.providers, service, messages,
+                               credentials=await self._creds(service), job_id=job_id)
+        failed = len(result.failed)
+        return PageCounts(targeted=len(messages), sent=result.delivered, failed=failed,
+                          pruned=len(messages) - result.delivered - failed, retried=result.retried)
+
+    __call__ = send_page  # a DeliverySender is the worker's SendPage
+
+    async def send_single(self, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
+                          data: dict[str, str] | None = None) -> tuple[int, DeliveryResult]:
+        """``POST /v1/users/{user_id}/send`` (see ``send_single``)."""
+        return await send_single(self.runtime, self.providers, service, user_id, type_, variables=variables,
+                                 data=data)
+
+    async def close(self) -> None:
+        await self.providers.close()

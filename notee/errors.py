@@ -49,13 +49,6 @@ class PayloadTooLarge(NoteeError):
     code = "payload_too_large"
 
 
-class StoreUnavailable(NoteeError):
-    """A store is down or timed out: fail fast with 503 rather than hang or leak a stack trace."""
-
-    status = 503
-    code = "store_unavailable"
-
-
 class ProviderConfigError(NoteeError):
     """Provider credentials missing or rejected: loud, never retried per device."""
 

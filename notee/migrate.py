@@ -25,6 +25,7 @@ from cassandra.cluster import Session as CqlSession
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store.cassandra import keyspaces
 
@@ -149,8 +150,6 @@ def ensure_mysql_database(settings: Settings) -> None:
 
 def migrate_all(settings: Settings) -> list[str]:
     """``notee migrate``: create the database if needed, then apply what is pending in both stores."""
-    from notee.runtime import Runtime
-
     ensure_mysql_database(settings)
     runtime = Runtime(settings)
     try:

@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Iterator
 
 from notee.domain.schedule import parse_canonical
-from notee.domain.subscriptions import _remove
+from notee.domain.subscriptions import remove_rows
 from notee.store import cql as cqlstore
-from notee.store import registry as reg
+from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
 
@@ -73,7 +73,7 @@ def reconcile(runtime, service: str | None = None, fetch_size: int = 1000) -> di
             continue
         dead_rows = [r for r in rows if not is_live(r.data.get("key"))]
         if dead_rows:
-            _remove(st, svc, user_id, dead_rows)
+            remove_rows(st, svc, user_id, dead_rows)
             dead += len(dead_rows)
         types = set()
         for r in rows:

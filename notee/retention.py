@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy.orm import Session
 
 from notee.runtime import Runtime
-from notee.store import deadletter, jobs, ticks
+from notee.store import deadletter, job_queue, ticks
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _drain(runtime: Runtime, delete_batch: Callable[[Session], int]) -> int:
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
     """Finished jobs (done/failed) older than the window; unfinished jobs are never pruned."""
     days = runtime.settings.retention_days if older_than_days is None else older_than_days
-    return _drain(runtime, lambda s: jobs.prune_finished(s, older_than_days=days, batch=BATCH))
+    return _drain(runtime, lambda s: job_queue.prune_finished(s, older_than_days=days, batch=BATCH))
 
 
 def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:

@@ -94,7 +94,7 @@ def snapshot(runtime, service: str) -> dict[str, list]:
     that a rejected request wrote nothing."""
     from sqlalchemy import select
 
-    from notee.store import registry as store
+    from notee.store import registry_sql as store
 
     out: dict[str, list] = {}
     with runtime.sessions() as s:

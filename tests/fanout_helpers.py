@@ -11,7 +11,7 @@ from cassandra.query import BatchStatement, BatchType
 from sqlalchemy import text
 
 from notee.fanout import jobs
-from notee.fanout.targets import SLOT_SIZE, TopicTarget
+from notee.vocabulary import SLOT_SIZE, TopicTarget
 from notee.store.cql import for_runtime
 from tests import factories
 
@@ -51,7 +51,7 @@ def topic_template(runtime, service: str, type_: str = "news", title: str = "Hi 
 
 def topic_job(runtime, service: str, key: str, topic: str, *, type_: str = "news", idempotency_key=None,
               variables=None, overrides=None):
-    with runtime.sessions() as session:
+    with runtime.sessions.begin() as session:  # the caller owns the commit
         return jobs.create_job(runtime, session, service=service, notification_key=key, method="TOPIC",
                                type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
                                variables=variables if variables is not None else {"name": "there"},
@@ -70,7 +70,8 @@ def run_worker_until_idle(runtime, services: list[str], *, lanes: int = 2, fetch
     """Run an in-process worker with the production sender until the services' tasks are all done."""
     import asyncio
 
-    from notee.fanout.worker import DeliverySender, Worker
+    from notee.delivery import DeliverySender
+    from notee.fanout.worker import Worker
 
     async def go():
         sender = DeliverySender(runtime)
@@ -129,7 +130,7 @@ def start_worker(service: str, log_path, *, lanes: int = 2, env: dict[str, str] 
 
 
 def job_progress(runtime, job_id: str):
-    from notee.store import jobs as store
+    from notee.store import job_queue as store
 
     with runtime.sessions() as s:
         return store.get_job(s, job_id), store.progress(s, job_id)

@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 from sqlalchemy import text
 
-from notee.fanout.targets import CycleTarget
-from notee.scheduler.service import Scheduler
+from notee.vocabulary import CycleTarget
+from notee.scheduler.runner import Scheduler
 from notee.store.cql import for_runtime
 from tests import factories
 

@@ -16,7 +16,7 @@ import pytest
 from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
                                   topic_template, wait_for)
-from notee.store import jobs as store
+from notee.store import job_queue as store
 
 N = 3000
 FETCH = 100

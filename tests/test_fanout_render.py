@@ -7,7 +7,7 @@ import pytest
 from notee.errors import InvalidInput, PayloadTooLarge
 from notee.fanout.render import MAX_PAYLOAD_BYTES, render_payload, render_text, slot_ranges
 from notee.fanout.worker import messages_for
-from notee.providers.base import Recipient
+from notee.vocabulary import Recipient
 
 TEMPLATE = {"title": "Hi {{name}}", "body": "You have {{ n }} new", "data": {"a": "1"}, "ttl_seconds": 60,
             "priority": "normal"}

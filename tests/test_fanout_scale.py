@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
                                   topic_template, wait_for)
-from notee.store import jobs as store
+from notee.store import job_queue as store
 
 N = 70_000
 

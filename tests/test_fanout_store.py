@@ -11,10 +11,11 @@ from sqlalchemy import text
 from notee.errors import InvalidInput, NotFound
 from notee.fanout import jobs
 from notee.retention import prune_jobs
-from notee.fanout.targets import TopicTarget
-from notee.store import jobs as store
+from notee.vocabulary import TopicTarget
+from notee.store import job_queue as store
 from notee.store.cql import for_runtime
-from notee.store.jobs import LeaseLost, PageCounts
+from notee.store.job_queue import LeaseLost
+from notee.vocabulary import PageCounts
 from tests.fanout_helpers import count_rows, topic_job, topic_template
 
 

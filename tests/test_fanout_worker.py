@@ -9,8 +9,8 @@ import time
 from sqlalchemy import event
 
 from notee.fanout.worker import Worker
-from notee.store import jobs as store
-from notee.store.jobs import PageCounts
+from notee.store import job_queue as store
+from notee.vocabulary import PageCounts
 from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 from tests.fanout_helpers import (emulator_runtime, job_progress, per_token_counts, run_worker_until_idle,
                                   seed_topic, topic_job, topic_template)
@@ -56,7 +56,7 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     rt = emulator_runtime()
     try:
         async def first_page_then_stop():
-            from notee.fanout.worker import DeliverySender
+            from notee.delivery import DeliverySender
 
             sender = DeliverySender(rt)
             worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=60)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from notee.delivery import DeliverySender
 from notee.errors import InvalidInput, PayloadTooLarge
 from notee.providers import payload
 from notee.providers.base import Delivered, Message
@@ -24,12 +25,13 @@ from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 @pytest.fixture()
 def emu_app(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
-    providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
-                                                        "emulator_ca_file": emulator.ca_file}))
-    client.app.state.providers = providers
+    sender = DeliverySender(client.app.state.runtime)
+    sender.providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
+                                                               "emulator_ca_file": emulator.ca_file}))
+    client.app.state.sender = sender
     yield emulator
-    client.portal.call(providers.close)
-    client.app.state.providers = None
+    client.portal.call(sender.close)
+    client.app.state.sender = None
 
 
 @pytest.fixture()

@@ -8,12 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from notee import secrets as keys
+from notee import crypto
 from notee.api.app import create_app
-from notee.domain import registry
+from notee.domain import credentials
 from notee.errors import ProviderConfigError
 from notee.settings import Settings
-from notee.store import registry as store
+from notee.store import registry_sql as store
 from tests.api_helpers import admin_headers, apns_credentials, bearer, fcm_service_account, new_api_key, new_service
 
 
@@ -56,7 +56,7 @@ def test_api_key_lifecycle_and_immediate_revocation(client, settings, runtime, s
     # only the SHA-256 of the secret is stored
     with runtime.sessions() as s:
         stored = s.execute(select(store.api_key_t.c.key_hash).where(store.api_key_t.c.key_id == second["key_id"])).one()
-    assert stored.key_hash == keys.hash_secret(second["api_key"].split("_", 2)[2])
+    assert stored.key_hash == crypto.hash_secret(second["api_key"].split("_", 2)[2])
 
     r = client.delete(f"/v1/admin/services/{service_id}/api-keys/{second['key_id']}", headers=admin_headers(settings))
     assert r.status_code == 204
@@ -126,7 +126,7 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
         row = store.get_credentials(s, service_id)
         for bit in secret_bits:
             assert bit.encode() not in row.fcm_encrypted and bit.encode() not in row.apns_encrypted
-        loaded = registry.load_credentials(s, keys.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
+        loaded = credentials.load_credentials(s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
     assert loaded.fcm.service_account == fcm and loaded.fcm.project_id == "notee-test"
     assert (loaded.apns.key_id, loaded.apns.team_id, loaded.apns.bundle_id, loaded.apns.sandbox) == \
         (apns["key_id"], apns["team_id"], apns["bundle_id"], True)
@@ -139,21 +139,21 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
     assert client.get(base, headers=admin).json() == {"fcm": True, "apns": False}
     assert client.delete(f"{base}/apns", headers=admin).status_code == 404
     with runtime.sessions() as s:
-        loaded = registry.load_credentials(s, keys.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
+        loaded = credentials.load_credentials(s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
     assert loaded.apns is None and loaded.fcm is not None
 
 
 def test_load_credentials_none_and_wrong_key(client, settings, runtime, service_id):
     new_service(client, settings, service_id)
-    box = keys.SecretsBox(settings.credentials_key.get_secret_value())
+    box = crypto.SecretsBox(settings.credentials_key.get_secret_value())
     with runtime.sessions() as s:
-        assert registry.load_credentials(s, box, service_id) is None
+        assert credentials.load_credentials(s, box, service_id) is None
     client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
                headers=admin_headers(settings))
     from cryptography.fernet import Fernet
 
     with runtime.sessions() as s, pytest.raises(ProviderConfigError):
-        registry.load_credentials(s, keys.SecretsBox(Fernet.generate_key().decode()), service_id)
+        credentials.load_credentials(s, crypto.SecretsBox(Fernet.generate_key().decode()), service_id)
 
 
 def test_api_key_never_logged(client, settings, service_id, caplog):

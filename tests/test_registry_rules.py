@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken
 
-from notee import secrets as keys
-from notee.domain import registry as reg
+from notee import crypto
+from notee.domain import rules as reg
 from notee.errors import InvalidInput
 
 
@@ -111,14 +111,14 @@ def test_template_size(title, body, data, size):
 
 
 def test_api_key_round_trip():
-    new = keys.generate_api_key()
+    new = crypto.generate_api_key()
     assert new.api_key.startswith("nk_") and len(new.key_id) == 16
     assert new.secret not in repr(new)
-    assert keys.parse_api_key(new.api_key) == (new.key_id, new.secret)
-    assert keys.secret_matches(new.secret, new.key_hash)
-    assert not keys.secret_matches(new.secret + "x", new.key_hash)
-    assert not keys.secret_matches(new.secret, None)
-    assert new.key_hash == keys.hash_secret(new.secret) and len(new.key_hash) == 32
+    assert crypto.parse_api_key(new.api_key) == (new.key_id, new.secret)
+    assert crypto.secret_matches(new.secret, new.key_hash)
+    assert not crypto.secret_matches(new.secret + "x", new.key_hash)
+    assert not crypto.secret_matches(new.secret, None)
+    assert new.key_hash == crypto.hash_secret(new.secret) and len(new.key_hash) == 32
 
 
 @pytest.mark.parametrize("raw", [
@@ -126,24 +126,24 @@ def test_api_key_round_trip():
     "xx_0123456789abcdef_" + "a" * 43, "nk_0123456789abcde_" + "a" * 43, "nk_0123456789abcdef_a b" + "a" * 40,
 ])
 def test_malformed_api_keys(raw):
-    assert keys.parse_api_key(raw) is None
+    assert crypto.parse_api_key(raw) is None
 
 
 def test_tokens_equal():
-    assert keys.tokens_equal("abc", "abc")
-    assert not keys.tokens_equal("abc", "abd")
-    assert not keys.tokens_equal("", "abc")
+    assert crypto.tokens_equal("abc", "abc")
+    assert not crypto.tokens_equal("abc", "abd")
+    assert not crypto.tokens_equal("", "abc")
 
 
 def test_secrets_box():
     key = Fernet.generate_key().decode()
-    box = keys.SecretsBox(key)
+    box = crypto.SecretsBox(key)
     blob = box.encrypt(b"private")
     assert b"private" not in blob
     assert box.decrypt(blob) == b"private"
     assert key not in repr(box)
-    with pytest.raises(keys.InvalidToken):
-        keys.SecretsBox(Fernet.generate_key().decode()).decrypt(blob)
+    with pytest.raises(InvalidToken):
+        crypto.SecretsBox(Fernet.generate_key().decode()).decrypt(blob)
 
 
 @pytest.mark.parametrize("path, shown", [

@@ -4,7 +4,7 @@ version bumps, list/get/delete."""
 from __future__ import annotations
 
 from notee.store import cql
-from notee.store import registry as store
+from notee.store import registry_sql as store
 from tests.api_helpers import new_service, new_template
 
 

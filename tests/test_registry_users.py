@@ -8,7 +8,7 @@ import urllib.parse
 from sqlalchemy import select
 
 from notee.domain import registry
-from notee.store import registry as store
+from notee.store import registry_sql as store
 from tests.api_helpers import new_service, new_template, new_user, random_token
 
 
@@ -123,7 +123,7 @@ def test_delete_user_leaves_nothing_personal(client, settings, runtime, service_
 
 
 class _Recorder:
-    """Stands in for the subscriptions module (issue 4) to check *when* the registry calls it: what
+    """Stands in for the subscriptions module to check *when* the registry calls it: what
     MySQL holds, seen from another connection, at the moment of each call."""
 
     def __init__(self, runtime):
@@ -157,7 +157,7 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
     """Additions: MySQL committed before Cassandra (the hook sees the row). Removals: Cassandra
     first (the hook still sees the row), then MySQL."""
     recorder = _Recorder(runtime)
-    monkeypatch.setattr(registry, "_subscriptions", lambda: recorder)
+    monkeypatch.setattr(registry, "subscriptions", recorder)
     h = new_service(client, settings, service_id)
     token, new = random_token(), random_token()
     user_id = new_user(client, h, devices=[(token, "IOS")])
@@ -178,7 +178,7 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
 
 
 def test_subscriptions_follow_devices_rotation_and_user_deletion(client, settings, runtime, service_id):
-    """The registry drives the real subscriptions hooks (issue 4): Cassandra follows every change."""
+    """The registry drives the real subscriptions hooks: Cassandra follows every change."""
     from notee.domain import subscriptions
 
     h = new_service(client, settings, service_id)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from notee.fanout.targets import CycleTarget
+from notee.vocabulary import CycleTarget
 from notee.scheduler import clock
 from notee.store import ticks
 from tests import factories

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from notee.fanout.targets import CycleTarget
+from notee.vocabulary import CycleTarget
 from notee.scheduler import clock
 from tests import factories
 from tests.scheduler_helpers import DueIndex, jobs_of, scheduler, tick_states, utc

@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from notee import secrets as keys
+from notee import crypto
 from tests import security_logscan as scan
 
-_KEY = keys.NewApiKey(key_id="0123456789abcdef", secret="A" * 43).api_key
+_KEY = crypto.NewApiKey(key_id="0123456789abcdef", secret="A" * 43).api_key
 _JWT = ("eyJhbGciOiJFUzI1NiIsImtpZCI6IkFCQzEyMzQ1NjcifQ."
         "eyJpc3MiOiJURUFNMTIzNDU2IiwiaWF0IjoxNzAwMDAwMDAwfQ."
         "MEUCIQDx3vTqT5gmWv9YQn3pLZ6v1yQh0hP8a7lN2wWc1M9aXQ")
@@ -42,13 +42,13 @@ def test_known_secret_found_literally() -> None:
 
 
 def test_generated_keys_are_remembered() -> None:
-    new = keys.generate_api_key()
+    new = crypto.generate_api_key()
     assert new.api_key in scan._KNOWN and new.secret in scan._KNOWN
 
 
 def test_session_logs_reach_the_file() -> None:
     """The root handler is installed: a record logged now is in the file the final scan reads."""
-    marker = "logscan-marker-" + keys.generate_api_key().key_id
+    marker = "logscan-marker-" + crypto.generate_api_key().key_id
     logging.getLogger("notee.test").info("%s", marker)
     for handler in logging.getLogger().handlers:
         handler.flush()

@@ -11,9 +11,9 @@ from urllib.parse import quote
 import pytest
 
 from notee import reconcile
-from notee.fanout.targets import CycleTarget, TopicTarget
+from notee.vocabulary import CycleTarget, TopicTarget
 from notee.store import cql as cqlstore
-from notee.store import registry as reg
+from notee.store import registry_sql as reg
 from tests import factories as f
 from tests.api_helpers import new_service, new_template, new_user, random_token
 

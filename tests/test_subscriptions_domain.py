@@ -9,9 +9,9 @@ import pytest
 
 from notee.domain import subscriptions as subs
 from notee.errors import InvalidInput, NotFound
-from notee.fanout.targets import CycleTarget, TopicTarget
+from notee.vocabulary import CycleTarget, TopicTarget
 from notee.store import cql as cqlstore
-from notee.store import registry as reg
+from notee.store import registry_sql as reg
 from tests import factories as f
 
 _tok = itertools.count()

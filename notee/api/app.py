@@ -24,9 +24,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         try:
             yield
         finally:
-            if getattr(app.state, "providers", None) is not None:  # sends' HTTP/2 pools
-                await app.state.providers.close()
-                app.state.providers = None
+            if getattr(app.state, "sender", None) is not None:  # single sends' HTTP/2 pools
+                await app.state.sender.close()
+                app.state.sender = None
             if own:
                 app.state.runtime.close()
 

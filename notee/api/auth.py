@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from notee import secrets as keys
+from notee import crypto
 from notee.api.deps import RuntimeDep
 from notee.domain import registry
 from notee.errors import Forbidden, Unauthorized
@@ -33,7 +33,7 @@ def check_admin(settings: Settings, token: str | None) -> None:
     expected = settings.admin_token
     if expected is None or not expected.get_secret_value():
         raise Forbidden("admin API is disabled (NOTEE_ADMIN_TOKEN is not set)")
-    if token is None or not keys.tokens_equal(token, expected.get_secret_value()):
+    if token is None or not crypto.tokens_equal(token, expected.get_secret_value()):
         raise Unauthorized("missing or invalid admin token")
 
 
@@ -57,11 +57,11 @@ def require_service(request: Request, runtime: RuntimeDep, creds: Annotated[Cred
     return authenticate_service(runtime, creds.credentials if creds is not None else None)
 
 
-def get_secrets_box(request: Request) -> keys.SecretsBox | None:
+def get_secrets_box(request: Request) -> crypto.SecretsBox | None:
     key = request.app.state.settings.credentials_key
-    return keys.SecretsBox(key.get_secret_value()) if key is not None else None
+    return crypto.SecretsBox(key.get_secret_value()) if key is not None else None
 
 
 AdminDep = Depends(require_admin)
 ServiceDep = Annotated[str, Depends(require_service)]
-BoxDep = Annotated[keys.SecretsBox | None, Depends(get_secrets_box)]
+BoxDep = Annotated[crypto.SecretsBox | None, Depends(get_secrets_box)]

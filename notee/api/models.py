@@ -2,28 +2,29 @@
 
 Request models forbid unknown fields and use strict scalar types, so a wrong type is a 422 rather
 than a silent coercion. Their length/pattern constraints document the limits in OpenAPI; the domain
-(``notee.domain.registry.check_*``) checks the same rules again, so the CLI and other callers get them
+(``notee.domain.rules.check_*``) checks the same rules again, so the CLI and other callers get them
 too.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from notee.api.errors import ErrorResponse
-from notee.domain.registry import MAX_TTL_SECONDS, control_free
-
-Method = Literal["TOPIC", "CYCLE", "SINGLE"]
-Os = Literal["IOS", "AOS"]
-Priority = Literal["high", "normal"]
-
-SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
-TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-TOKEN_PATTERN = r"^[\x21-\x7e]{8,512}$"
-
+from notee.domain.rules import (
+    APNS_ID_PATTERN,
+    BUNDLE_PATTERN,
+    MAX_PEM_LEN,
+    MAX_TTL_SECONDS,
+    REGION_PATTERN,
+    SERVICE_PATTERN,
+    TOKEN_PATTERN,
+    control_free,
+)
+from notee.vocabulary import Method, Os, Priority
 
 
 def _one_line(value: str) -> str:
@@ -38,7 +39,7 @@ def _multi_line(value: str) -> str:
     return value
 
 
-# Text fields of per-send input follow the templates' rule (notee.domain.registry.check_text).
+# Text fields of per-send input follow the templates' rule (notee.domain.rules.check_text).
 OneLineText = Annotated[StrictStr, AfterValidator(_one_line)]
 MultiLineText = Annotated[StrictStr, AfterValidator(_multi_line)]
 
@@ -107,10 +108,10 @@ class FcmCredentialsIn(_In):
 
 
 class ApnsCredentialsIn(_In):
-    key_id: StrictStr = Field(pattern=r"^[A-Z0-9]{10}$", description="APNs auth key id")
-    team_id: StrictStr = Field(pattern=r"^[A-Z0-9]{10}$")
-    bundle_id: StrictStr = Field(pattern=r"^[A-Za-z0-9.-]{1,155}$", description="App bundle id (the apns-topic)")
-    private_key: StrictStr = Field(max_length=8192, description="Contents of the .p8 file (PEM, EC P-256)")
+    key_id: StrictStr = Field(pattern=APNS_ID_PATTERN, description="APNs auth key id")
+    team_id: StrictStr = Field(pattern=APNS_ID_PATTERN)
+    bundle_id: StrictStr = Field(pattern=BUNDLE_PATTERN, description="App bundle id (the apns-topic)")
+    private_key: StrictStr = Field(max_length=MAX_PEM_LEN, description="Contents of the .p8 file (PEM, EC P-256)")
     sandbox: StrictBool = False
 
 
@@ -139,7 +140,7 @@ class DeviceIn(_In):
     token: StrictStr = Field(pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or "
                                                                "APNs device token)")
     os: Os
-    region: StrictStr = Field("", pattern=r"^[A-Za-z0-9_-]{0,8}$", examples=["KR"])
+    region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
 
 
 class DeviceOut(_Out):

@@ -9,30 +9,13 @@ the days came in, so "subscribe twice changes nothing" is a string comparison.
 from __future__ import annotations
 
 import unicodedata
-import zoneinfo
 from dataclasses import dataclass
-from functools import lru_cache
 
+from notee.domain.rules import is_portable_timezone
 from notee.errors import InvalidInput
+from notee.vocabulary import DAYS
 
-DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # datetime.weekday() order
 TOPIC_MAX = 50  # seed: topic is at most 50 characters
-
-
-# Names in the tz database that mean nothing portable: the host's own zone ("localtime"), the
-# placeholder zone ("Factory"), the POSIX default rules file, and the posix/ and right/ copies.
-_NOT_PORTABLE = frozenset({"localtime", "Factory", "posixrules", "posix", "right"})
-
-
-@lru_cache(maxsize=1)
-def _zones() -> frozenset[str]:
-    return frozenset(z for z in zoneinfo.available_timezones()
-                     if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/")))
-
-
-def is_portable_timezone(name: object) -> bool:
-    """An IANA zone name that means the same on every host (the one timezone rule)."""
-    return isinstance(name, str) and name in _zones()
 
 
 def validate_topic(topic: str) -> str:

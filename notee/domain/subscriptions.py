@@ -18,12 +18,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_timezone, validate_topic
+from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
 from notee.errors import InvalidInput, NotFound
 from notee.store import cql as cqlstore
-from notee.store import registry as reg
+from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
+from notee.vocabulary import METHODS
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class _Template:
 def _template(session, service: str, method: str, type_: str) -> _Template:
     row = reg.get_template(session, service, method, type_)
     if row is None:
-        other = [m for m in ("TOPIC", "CYCLE", "SINGLE") if m != method
+        other = [m for m in METHODS if m != method
                  and reg.get_template(session, service, m, type_) is not None]
         if other:
             raise InvalidInput(f"template {type_!r} is a {other[0]} template, not {method}",
@@ -93,7 +94,7 @@ def _materialise(st: Statements, *, service: str, user_id: str, tpl: _Template, 
     return futures
 
 
-def _remove(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow]) -> None:
+def remove_rows(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow]) -> None:
     """Delete slot rows and index rows: device rows first, user-level rows last, so a failure halfway
     leaves the subscription listed and a retry finishes the job."""
     device_rows = [r for r in rows if not r.is_user_level]
@@ -139,7 +140,7 @@ def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Templ
     if already and not missing:
         return {"status": "already_subscribed", "devices": len(have_devices)}
     if stale:
-        _remove(st, service, user_id, stale)
+        remove_rows(st, service, user_id, stale)
     at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
     st.run(_materialise(st, service=service, user_id=user_id, tpl=tpl, target=topic, schedule=None,
                         devices=missing, at=at))
@@ -167,7 +168,7 @@ def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, mat
     if not gone:
         return False
     removed_live = bool(_live_user_level([r for r in gone if match(r)], tpl.key))
-    _remove(st, service, user_id, gone)
+    remove_rows(st, service, user_id, gone)
     if removed_live and not _live_user_level(st.user_type_rows(user_id, service, tpl.method, tpl.type_), tpl.key):
         st.add_count(service, tpl.method, tpl.type_, -1)
     return removed_live
@@ -287,7 +288,7 @@ def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Temp
     keep = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)).target
     losers = [r for r in rows if r.target != keep or r.data.get("key") != tpl.key]
     if losers:
-        _remove(st, service, user_id, losers)
+        remove_rows(st, service, user_id, losers)
 
 
 def unsubscribe_cycle(runtime, service: str, user_id: str, type_: str) -> bool:
@@ -358,7 +359,7 @@ def on_device_removed(runtime, service: str, user_id: str, device_token: str) ->
     """Remove one device's slot rows and index rows (all subscriptions of that user)."""
     st = _st(runtime)
     rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token and device_token]
-    _remove(st, service, user_id, rows)
+    remove_rows(st, service, user_id, rows)
 
 
 def on_token_rotated(runtime, service: str, old_token: str, new_token: str) -> None:
@@ -378,7 +379,7 @@ def on_token_rotated(runtime, service: str, old_token: str, new_token: str) -> N
         user_level = [r for r in rows if r.is_user_level and (r.method, r.type_, r.target) in wanted]
         _copy_to_device(st, service, user_id, user_level + [r for r in rows if r.device_token == new_token],
                         None, new_token, os_)
-        _remove(st, service, user_id, old_rows)
+        remove_rows(st, service, user_id, old_rows)
 
 
 def on_user_deleted(runtime, service: str, user_id: str) -> None:
@@ -418,21 +419,10 @@ def prune_token(runtime, service: str, device_token: str, reason: str) -> None:
     st = _st(runtime)
     for user_id in holders:
         rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]
-        _remove(st, service, user_id, rows)
+        remove_rows(st, service, user_id, rows)
     with runtime.sessions.begin() as s:
         for user_id in holders:
             reg.delete_device(s, service, user_id, device_token)
     log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders),
              reason)
 
-
-# Interfaces for the fan-out engine and the scheduler live with the CQL (notee/store/cql.py).
-stream_recipients = cqlstore.stream_recipients
-max_slot = cqlstore.max_slot
-due_templates = cqlstore.due_templates
-timezones_in_use = cqlstore.timezones_in_use
-
-__all__ = ["subscribe_topic", "unsubscribe_topic", "bulk_subscribe_topic", "subscribe_cycle", "unsubscribe_cycle",
-           "list_subscriptions", "on_device_added", "on_device_removed", "on_token_rotated", "on_user_deleted",
-           "on_template_deleted", "prune_token", "stream_recipients", "max_slot", "due_templates",
-           "timezones_in_use", "validate_timezone", "BULK_MAX"]

@@ -18,6 +18,7 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 # errorCode -> (HTTP status, google.rpc status, message); messages as FCM sends them.
 FCM_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -297,6 +298,4 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
 
 
 def _query(raw: bytes) -> dict[str, str]:
-    from urllib.parse import parse_qsl
-
     return dict(parse_qsl(raw.decode()))

@@ -8,6 +8,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces
+
 from notee.emulator.tls import TlsFiles, ensure_tls
 
 log = logging.getLogger(__name__)
@@ -15,9 +18,6 @@ log = logging.getLogger(__name__)
 
 def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None) -> None:
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
-
     files: TlsFiles = ensure_tls(state_dir, [host])
     if on_ready:
         on_ready(files)

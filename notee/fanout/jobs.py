@@ -3,27 +3,32 @@
 Called by the publish API (``publish_topic``) and the scheduler (``create_job``). The job stores the
 rendered payload, so workers never read the template and a template edited after the publish does
 not change what that publish sends.
+
+Unit of work (docs/ARCHITECTURE.md): these functions write in the caller's session and never
+commit; the caller commits (or rolls back) the job together with whatever else it did.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee.domain.registry import check_send_inputs
+from notee.domain.rules import check_send_inputs
 from notee.domain.schedule import validate_topic
 from notee.errors import InvalidInput, NotFound
 from notee.fanout.render import render_payload, slot_ranges
-from notee.fanout.targets import CycleTarget, Target, TopicTarget
 from notee.runtime import Runtime
-from notee.store import jobs as store
-from notee.store import registry
-from notee.store.jobs import JobRow, Progress
+from notee.store import job_queue as store
+from notee.store import registry_sql
+from notee.store.cql import for_runtime, max_slot
+from notee.store.job_queue import JobRow
+from notee.vocabulary import Progress, Target, TopicTarget, encode_target
+
 
 log = logging.getLogger(__name__)
 
@@ -31,58 +36,19 @@ log = logging.getLogger(__name__)
 # 334 tasks, which any number of workers share.
 SLOTS_PER_TASK = 1
 
-def cql_statements(runtime: Runtime):
-    """The subscription store's prepared statements (prepared once per process, kept on the Runtime)."""
-    from notee.store.cql import for_runtime
 
-    return for_runtime(runtime)
-
-
-def encode_target(target: Target) -> tuple[str, dict[str, Any]]:
-    if isinstance(target, TopicTarget):
-        return "TOPIC", {"topic": target.topic}
-    if isinstance(target, CycleTarget):
-        return "CYCLE", asdict(target)
-    raise TypeError(f"not a fan-out target: {target!r}")
-
-
-def decode_target(kind: str, value: dict[str, Any]) -> Target:
-    if kind == "TOPIC":
-        return TopicTarget(value["topic"])
-    return CycleTarget(value["timezone"], value["day"], int(value["hour"]), int(value["minute"]))
-
-
-def create_job(runtime: Runtime, session: Session, *, service: str, notification_key: str, method: str, type_: str,
-               target: Target, idempotency_key: str | None, variables: dict | None = None,
-               overrides: dict | None = None) -> JobRow:
-    """Create the job and its tasks in one MySQL transaction; with an idempotency key already used
-    by this service, return that job instead (``JobRow.created`` is False then).
-
-    Transactions: if the caller already has a transaction open on ``session`` (e.g. the scheduler
-    claiming its minute), the job joins it and the caller commits; otherwise this call commits.
-    Raises NotFound (no such template for the service) and InvalidInput/PayloadTooLarge (rendering).
-    """
-    own_transaction = not session.in_transaction()
-    try:
-        job = _create(runtime, session, service=service, notification_key=notification_key, method=method,
-                      type_=type_, target=target, idempotency_key=idempotency_key, variables=variables,
-                      overrides=overrides)
-        if own_transaction:
-            session.commit()
-        return job
-    except BaseException:
-        if own_transaction:
-            session.rollback()
-        raise
-
-
-def _create(runtime: Runtime, session: Session, *, service: str, notification_key: str, method: str, type_: str,
-            target: Target, idempotency_key: str | None, variables: dict | None, overrides: dict | None) -> JobRow:
+def create_job(runtime: Runtime, session: Session, *, service: str, notification_key: str, method: str,
+               type_: str, target: Target, idempotency_key: str | None, variables: dict[str, Any] | None = None,
+               overrides: dict[str, Any] | None = None) -> JobRow:
+    """Write the job and its tasks in the caller's transaction (the caller commits); with an
+    idempotency key already used by this service, return that job instead (``JobRow.created`` is
+    False then). Raises NotFound (no such template for the service) and InvalidInput/PayloadTooLarge
+    (rendering)."""
     if idempotency_key is not None:
         existing = store.job_by_idempotency_key(session, service, idempotency_key)
         if existing is not None:
             return existing
-    template = registry.get_template_by_key(session, notification_key)
+    template = registry_sql.get_template_by_key(session, notification_key)
     if template is None or template.service != service:
         raise NotFound("no such notification template")
     if (template.notification_method, template.notification_type) != (method, type_):
@@ -90,9 +56,7 @@ def _create(runtime: Runtime, session: Session, *, service: str, notification_ke
     kind, target_json = encode_target(target)
     payload = render_payload(template._mapping, variables, overrides)
     # Read the numbering counter before writing: the job walks every slot that exists now.
-    from notee.store.cql import max_slot
-
-    top = max_slot(cql_statements(runtime), service, method, type_)
+    top = max_slot(for_runtime(runtime), service, method, type_)
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
@@ -114,22 +78,18 @@ def _create(runtime: Runtime, session: Session, *, service: str, notification_ke
 
 
 def publish_topic(runtime: Runtime, session: Session, *, service: str, type_: str, topic: str,
-                  idempotency_key: str | None, variables: dict | None, overrides: dict | None) -> JobRow:
-    """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job``."""
+                  idempotency_key: str | None, variables: dict[str, Any] | None,
+                  overrides: dict[str, Any] | None) -> JobRow:
+    """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job`` (in
+    the caller's transaction: the caller commits)."""
     validate_topic(topic)
     check_send_inputs(variables, overrides)
-    try:
-        template = registry.get_template(session, service, "TOPIC", type_)
-        if template is None:
-            raise NotFound(f"no TOPIC template of type {type_!r}")
-        job = create_job(runtime, session, service=service, notification_key=template.notification_key,
-                         method="TOPIC", type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
-                         variables=variables, overrides=overrides)  # joins this transaction
-        session.commit()
-        return job
-    except BaseException:
-        session.rollback()
-        raise
+    template = registry_sql.get_template(session, service, "TOPIC", type_)
+    if template is None:
+        raise NotFound(f"no TOPIC template of type {type_!r}")
+    return create_job(runtime, session, service=service, notification_key=template.notification_key,
+                      method="TOPIC", type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
+                      variables=variables, overrides=overrides)
 
 
 def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:

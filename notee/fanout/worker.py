@@ -29,14 +29,18 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from notee.delivery import DeliverySender
 from notee.errors import ProviderConfigError, ProviderUnavailable
-from notee.fanout.jobs import cql_statements, decode_target
-from notee.providers.base import Message, Recipient
+from notee.providers.base import Message
 from notee.runtime import Runtime
-from notee.store import jobs as store
-from notee.store.jobs import Claim, LeaseLost, PageCounts
+from notee.settings import Settings
+from notee.store import job_queue as store
+from notee.store.cql import for_runtime, stream_recipients
+from notee.store.job_queue import Claim, JobGone, LeaseLost
+from notee.vocabulary import PageCounts, Recipient, Target, decode_target
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +49,10 @@ IDLE_POLL_S = 0.5  # how often an idle lane asks for work
 ERROR_BACKOFF_S = 2.0  # a task released after an unexpected error is claimable again after this
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """What a page's send did, in device counts. ``sent + failed + pruned == len(messages)``;
-    ``retried`` counts extra attempts."""
-
-    sent: int = 0
-    failed: int = 0
-    pruned: int = 0
-    retried: int = 0
-
-
-# (service, job_id, messages) -> counts. Retries, pruning and dead-lettering happen inside; it
-# raises ProviderConfigError when the service's credentials are unusable (the job fails loudly).
-SendPage = Callable[[str, str, Sequence[Message]], Awaitable[SendResult]]
+# (service, job_id, messages) -> counts (``targeted == len(messages)``). Retries, pruning and
+# dead-lettering happen inside; it raises ProviderConfigError when the service's credentials are
+# unusable (the job fails loudly). Production: ``notee.delivery.DeliverySender``.
+SendPage = Callable[[str, str, Sequence[Message]], Awaitable[PageCounts]]
 
 
 def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
@@ -137,12 +131,11 @@ class Worker:
                         await asyncio.to_thread(store.release, sessions, claim)
                         log.info("task %s released on stop after %d pages", name, pages)
                         return
-                    result = SendResult()
+                    counts = PageCounts()
                     if page:
-                        result = await self.send_page(job.service, job.job_id, messages_for(page, job.payload))
-                    counts = PageCounts(len(page), result.sent, result.failed, result.pruned, result.retried)
+                        counts = await self.send_page(job.service, job.job_id, messages_for(page, job.payload))
                     pages += 1
-                    sent += result.sent
+                    sent += counts.sent
                     last = next_state is None and slot == claim.slot_to
                     if last:
                         await asyncio.to_thread(store.complete, sessions, claim, counts=counts)
@@ -162,6 +155,8 @@ class Worker:
                 await asyncio.gather(reader, return_exceptions=True)
         except LeaseLost as exc:
             log.warning("task %s: %s; another worker owns it now", name, exc)
+        except JobGone as exc:  # nothing left to send: its tasks went with the job row
+            log.warning("task %s: %s", name, exc)
         except ProviderConfigError as exc:
             log.error("task %s failed: provider configuration: %s", name, exc.message)
             await self._finish_failed(claim, f"provider configuration: {exc.message}")
@@ -185,11 +180,9 @@ class Worker:
         except LeaseLost:
             pass
 
-    async def _read(self, claim: Claim, key: str, target, queue: asyncio.Queue) -> None:
+    async def _read(self, claim: Claim, key: str, target: Target, queue: asyncio.Queue) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
-        from notee.store.cql import stream_recipients
-
-        statements = await asyncio.to_thread(cql_statements, self.runtime)
+        statements = await asyncio.to_thread(for_runtime, self.runtime)
         try:
             for slot in range(claim.current_slot, claim.slot_to + 1):
                 state = claim.paging_state if slot == claim.current_slot else None
@@ -215,49 +208,12 @@ class Worker:
                 log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
 
 
-def _read_job(sessions, job_id: str) -> store.JobRow:
+def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
     with sessions() as session:
         job = store.get_job(session, job_id)
     if job is None:
-        raise LeaseLost(f"job {job_id} is gone (pruned?)")
+        raise JobGone(f"job {job_id} is gone (pruned?)")
     return job
-
-
-class DeliverySender:
-    """The production SendPage: ``notee.delivery.deliver`` (routing, retries, pruning, dead letters).
-
-    The service's credentials are read from MySQL at most once per ``CREDENTIALS_TTL_S`` per
-    service (not per page, never per device); providers and HTTP/2 pools are built once."""
-
-    CREDENTIALS_TTL_S = 30.0
-
-    def __init__(self, runtime: Runtime) -> None:
-        from notee.providers.routing import ProviderSet
-
-        self.runtime = runtime
-        self.providers = ProviderSet(runtime.settings)
-        self._credentials: dict[str, tuple[float, object]] = {}
-
-    async def _creds(self, service: str):
-        from notee.providers.routing import load_service_credentials
-
-        cached = self._credentials.get(service)
-        if cached is None or time.monotonic() - cached[0] > self.CREDENTIALS_TTL_S:
-            creds = await asyncio.to_thread(load_service_credentials, self.runtime, service)
-            cached = self._credentials[service] = (time.monotonic(), creds)
-        return cached[1]
-
-    async def __call__(self, service: str, job_id: str, messages: Sequence[Message]) -> SendResult:
-        from notee.delivery import deliver
-
-        result = await deliver(self.runtime, self.providers, service, messages,
-                               credentials=await self._creds(service), job_id=job_id)
-        failed = len(result.failed)
-        return SendResult(sent=result.delivered, failed=failed, pruned=len(messages) - result.delivered - failed,
-                          retried=result.retried)
-
-    async def close(self) -> None:
-        await self.providers.close()
 
 
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
@@ -272,7 +228,7 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
         await sender.close()
 
 
-def run(settings, *, lanes: int = 2, services: Sequence[str] | None = None) -> None:
+def run(settings: Settings, *, lanes: int = 2, services: Sequence[str] | None = None) -> None:
     """Entry point of ``notee worker``: runs until SIGTERM/SIGINT, then stops gracefully."""
     runtime = Runtime(settings)
     try:

@@ -9,19 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, Union
-
-
-class Recipient(NamedTuple):
-    """One device to push to, as the fan-out read yields it from Cassandra (no MySQL lookup).
-
-    A NamedTuple, not a dataclass: the fan-out read builds one per row straight from the driver's
-    tuple rows (``Recipient._make``), ~0.3 µs against ~0.9 µs for a frozen dataclass
-    (docs/BENCHMARKS.md, slot walk)."""
-
-    device_token: str
-    device_os: str  # "IOS" | "AOS"
-    user_id: str
+from typing import Protocol, Union
 
 
 @dataclass(frozen=True, slots=True)

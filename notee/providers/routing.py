@@ -13,12 +13,16 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, is_dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
 
+from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
 from notee.providers.base import Message, Provider
+from notee.providers.emulator import emulator_apns, emulator_fcm
+from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
 from notee.providers.http2 import Pool, client_ssl_context
 from notee.providers.log import LogProvider
+from notee.settings import Settings
+from notee.vocabulary import ProviderCredentials
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +45,16 @@ class ServiceProviders:
         return [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
 
 
-def _fingerprint(credentials: Any) -> str:
+def _fingerprint(credentials: ProviderCredentials | None) -> str:
     if credentials is None:
         return "none"
-    raw = asdict(credentials) if is_dataclass(credentials) else repr(credentials)
-    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(asdict(credentials), sort_keys=True, default=str).encode()).hexdigest()
 
 
 class ProviderSet:
     """The process's providers. Build inside the event loop that sends; ``close()`` at shutdown."""
 
-    def __init__(self, settings) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._pools: dict[str, Pool] = {}
         self._services: dict[str, tuple[str, ServiceProviders]] = {}
@@ -67,25 +70,21 @@ class ProviderSet:
             self._pools[url] = Pool(url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100))
         return self._pools[url]
 
-    def for_service(self, service: str, credentials: Any) -> ServiceProviders:
-        """Providers of ``service`` given its decrypted credentials (``ProviderCredentials`` or None)."""
+    def for_service(self, service: str, credentials: ProviderCredentials | None) -> ServiceProviders:
+        """Providers of ``service`` given its decrypted credentials, which the caller loaded (the
+        providers never read the registry): None means none are configured."""
         fp = _fingerprint(credentials)
         cached = self._services.get(service)
         if cached and cached[0] == fp:
             return cached[1]
-        fcm_c = getattr(credentials, "fcm", None)
-        apns_c = getattr(credentials, "apns", None)
+        fcm_c = credentials.fcm if credentials is not None else None
+        apns_c = credentials.apns if credentials is not None else None
         if self.settings.emulator_url:
-            from notee.providers.emulator import emulator_apns, emulator_fcm
-
             pool = self._pool(self.settings.emulator_url)
             built = ServiceProviders(
                 fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool),
                 apns=emulator_apns(apns_c, pool) if apns_c else None)
         else:
-            from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
-            from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
-
             fcm: Provider = LogProvider(service)
             if fcm_c:
                 fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
@@ -105,13 +104,3 @@ class ProviderSet:
         self._pools.clear()
         self._services.clear()
 
-
-def load_service_credentials(runtime, service: str):
-    """Decrypted credentials of ``service`` (registry's ``load_credentials``), or None."""
-    from notee.domain.registry import load_credentials
-    from notee.secrets import SecretsBox
-
-    key = runtime.settings.credentials_key
-    box = SecretsBox(key.get_secret_value()) if key is not None else None
-    with runtime.sessions() as session:
-        return load_credentials(session, box, service)

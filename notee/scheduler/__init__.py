@@ -3,5 +3,5 @@ and create one fan-out job per cycle template with subscribers due at that local
 
 - ``clock``   pure wall-clock maths: which local buckets are due at a UTC minute (DST rules).
 - ``ticks``   the ``cycle_tick`` table: claim a minute exactly once, record its outcome, prune.
-- ``service`` ``run_minute`` (the injectable-clock core) and the APScheduler process.
+- ``runner``  ``run_minute`` (the injectable-clock core) and the APScheduler process.
 """

@@ -23,9 +23,7 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from notee.fanout.targets import CycleTarget
-
-DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.weekday()
+from notee.vocabulary import DAYS, CycleTarget
 MINUTE = timedelta(minutes=1)
 # Longest forward jump any zone has made (Samoa skipped a whole day in 2011); a wider "gap" means
 # the input is broken, not the zone, so we refuse instead of firing a day of buckets.
@@ -39,14 +37,6 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ValueError(f"unknown IANA timezone {name!r}") from exc
-
-
-def is_valid_timezone(name: str) -> bool:
-    try:
-        zone(name)
-    except ValueError:
-        return False
-    return True
 
 
 def floor_minute(moment: datetime) -> datetime:

@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from cassandra import ConsistencyLevel
 from cassandra import metadata as cassandra_metadata
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.policies import DCAwareRoundRobinPolicy, RetryPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
 from cassandra.query import tuple_factory
 
 from notee.settings import Settings
 
 # Named execution profile for counter updates: same routing, but the default retry policy could
-# resend a timed-out write, and counters are not idempotent (DATA-RULES.md). ``FallthroughRetryPolicy``
-# never retries; the caller decides.
+# resend a timed-out write, and counters are not idempotent (DATA-RULES.md). The driver's
+# ``FallthroughRetryPolicy`` never retries (it answers RETHROW to read/write timeouts, unavailable
+# and request errors alike: tests/test_cassandra_profiles.py);
+# the caller decides.
 COUNTER_PROFILE = "counter"
 # Named execution profile for the fan-out's page reads: rows come back as plain tuples, which the
 # read turns into ``Recipient``s without building a namedtuple per row first.
@@ -28,20 +30,6 @@ PAGE_PROFILE = "pages"
 
 class NotTokenAware(RuntimeError):
     """The driver is not routing by token (missing murmur3 extension or wrong policy)."""
-
-
-class _NoRetryPolicy(RetryPolicy):
-    def on_read_timeout(self, *args, **kwargs):
-        return self.RETHROW, None
-
-    def on_write_timeout(self, *args, **kwargs):
-        return self.RETHROW, None
-
-    def on_unavailable(self, *args, **kwargs):
-        return self.RETHROW, None
-
-    def on_request_error(self, *args, **kwargs):
-        return self.RETHROW, None
 
 
 @dataclass(frozen=True)
@@ -68,7 +56,7 @@ def make_cluster(settings: Settings) -> Cluster:
         ),
         COUNTER_PROFILE: ExecutionProfile(
             load_balancing_policy=_routing(settings),
-            retry_policy=_NoRetryPolicy(),
+            retry_policy=FallthroughRetryPolicy(),
             consistency_level=consistency,
             request_timeout=settings.cassandra_request_timeout_s,
         ),

@@ -28,9 +28,8 @@ from typing import Any
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from notee.fanout.targets import SLOT_SIZE, CycleTarget, TopicTarget
-from notee.providers.base import Recipient
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces
+from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
 
 USER_LEVEL = ""  # device_token of the per-user index row that records the subscription itself
 
@@ -234,7 +233,7 @@ class Statements:
                          with_user_level: bool = False) -> ResponseFuture:
         """Slot row + device index row (+ the user-level row when ``with_user_level``: same index
         partition, so it rides in the same batch for free) in one logged batch."""
-        slot = no // SLOT_SIZE
+        slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
         batch.add(self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id,
@@ -249,7 +248,7 @@ class Statements:
     def add_cycle_device(self, *, user_id: str, service: str, type_: str, target: str, notification_key: str,
                          timezone: str, days: Sequence[str], hour: int, minute: int, no: int,
                          device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
-        slot = no // SLOT_SIZE
+        slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
         for day in days:
@@ -284,6 +283,16 @@ class Statements:
                                                                 service, type_)) for d in days]
         futures.append(self.session.execute_async(self.tz_insert, (timezone,)))
         return futures
+
+    def due_templates_async(self, bucket: CycleTarget) -> ResponseFuture:
+        """Start reading one bucket's ``cycle_due`` partition; ``due_rows_of`` turns it into rows.
+        The scheduler starts the reads of every due bucket of a minute before waiting for any."""
+        return self.session.execute_async(self.due_select, (bucket.timezone, bucket.day, bucket.hour, bucket.minute))
+
+    @staticmethod
+    def due_rows_of(future: ResponseFuture) -> list[tuple[str, str, str]]:
+        """(service, notification_key, notification_type) rows of a ``due_templates_async`` read."""
+        return [(r.service, r.notification_key, r.notification_type) for r in future.result()]
 
     def scan_due(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, int, int, str, str]]:
         """(timezone, day, hour, minute, notification_key, service) of every due bucket (reconcile)."""
@@ -351,9 +360,9 @@ def stream_recipients(cql_statements: Statements, notification_key: str, target:
 
 
 def max_slot(cql_statements: Statements, service: str, method: str, type_: str) -> int:
-    """The highest slot any subscription of (service, method, type) can be in: ``no // SLOT_SIZE``."""
+    """The highest slot any subscription of (service, method, type) can be in: ``slot_of(no)``."""
     _, _, no = cql_statements.counters(service, method, type_)
-    return no // SLOT_SIZE
+    return slot_of(no)
 
 
 def due_templates(cql_statements: Statements, timezone: str, day: str, hour: int,
@@ -361,13 +370,9 @@ def due_templates(cql_statements: Statements, timezone: str, day: str, hour: int
     """(service, notification_key, notification_type) of the cycle templates with subscribers at a local
     bucket. May include a deleted template's key until `notee reconcile`: resolve it in MySQL and skip
     it when gone."""
-    rows = cql_statements.session.execute(cql_statements.due_select, (timezone, day, hour, minute))
-    return [(r.service, r.notification_key, r.notification_type) for r in rows]
+    return cql_statements.due_rows_of(cql_statements.due_templates_async(CycleTarget(timezone, day, hour, minute)))
 
 
 def timezones_in_use(cql_statements: Statements) -> list[str]:
     return [r.timezone for r in cql_statements.session.execute(cql_statements.tz_select)]
 
-
-__all__ = ["Statements", "IndexRow", "SlotRef", "USER_LEVEL", "for_runtime", "slot_ref", "stream_recipients",
-           "max_slot", "due_templates", "timezones_in_use"]

@@ -1,6 +1,6 @@
-"""The few MySQL reads the subscription domain needs beyond notee/store/registry.py: bulk lookups
+"""The few MySQL reads the subscription domain needs beyond notee/store/registry_sql.py: bulk lookups
 for the 1,000-user subscribe, and every live template key for `notee reconcile`. SQLAlchemy Core over
-registry.py's Table objects; the caller owns the Session."""
+registry_sql.py's Table objects; the caller owns the Session."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from notee.store.registry import device_t, template_t, user_t
+from notee.store.registry_sql import device_t, template_t, user_t
 
 
 def existing_users(session: Session, service: str, user_ids: Sequence[str]) -> set[str]:

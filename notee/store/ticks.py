@@ -121,19 +121,6 @@ def record_skipped(session: Session, *, namespace: str, minutes: Iterable[dateti
     return session.execute(stmt, rows).rowcount
 
 
-def minutes_recorded(session: Session, *, namespace: str, start: datetime, end: datetime) -> set[datetime]:
-    """The minutes ``start <= m < end`` that have a row (any state), as naive UTC datetimes."""
-    return set(
-        session.scalars(
-            select(cycle_tick.c.minute_utc).where(
-                cycle_tick.c.namespace == namespace,
-                cycle_tick.c.minute_utc >= _naive(start),
-                cycle_tick.c.minute_utc < _naive(end),
-            )
-        )
-    )
-
-
 def last_recorded_before(session: Session, *, namespace: str, before: datetime) -> datetime | None:
     """The latest minute with a row strictly before ``before`` (one index probe), naive UTC."""
     return session.scalar(

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Path, Response
 from notee.api.auth import AdminDep, BoxDep
 from notee.api.deps import DbDep
 from notee.api.models import (
-    SERVICE_PATTERN,
     ApiKeyCreated,
     ApiKeyIn,
     ApiKeyList,
@@ -21,7 +20,8 @@ from notee.api.models import (
     ServiceOut,
     errors,
 )
-from notee.domain import registry
+from notee.domain import credentials, registry
+from notee.domain.rules import SERVICE_PATTERN
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
 
@@ -64,25 +64,25 @@ def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep):
 @router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))
 def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep):
     """Store the Firebase service account (encrypted at rest, never returned)."""
-    registry.set_fcm_credentials(db, box, service, body.service_account)
-    return registry.credentials_status(db, service)
+    credentials.set_fcm_credentials(db, box, service, body.service_account)
+    return credentials.credentials_status(db, service)
 
 
 @router.put("/services/{service}/credentials/apns", response_model=CredentialsStatus, responses=errors(404, 424))
 def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDep, box: BoxDep):
     """Store the APNs token-auth key (encrypted at rest, never returned)."""
-    registry.set_apns_credentials(db, box, service, key_id=body.key_id, team_id=body.team_id,
+    credentials.set_apns_credentials(db, box, service, key_id=body.key_id, team_id=body.team_id,
                                   bundle_id=body.bundle_id, private_key=body.private_key, sandbox=body.sandbox)
-    return registry.credentials_status(db, service)
+    return credentials.credentials_status(db, service)
 
 
 @router.get("/services/{service}/credentials", response_model=CredentialsStatus, responses=errors(404))
 def get_credentials(service: ServicePath, db: DbDep):
     """Which providers are configured (no secret material)."""
-    return registry.credentials_status(db, service)
+    return credentials.credentials_status(db, service)
 
 
 @router.delete("/services/{service}/credentials/{provider}", status_code=204, response_class=Response,
                responses=errors(404))
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
-    registry.delete_credentials(db, service, provider)
+    credentials.delete_credentials(db, service, provider)

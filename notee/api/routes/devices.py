@@ -11,8 +11,9 @@ from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import TOKEN_PATTERN, DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
+from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
 from notee.domain import registry
+from notee.domain.rules import TOKEN_PATTERN
 from notee.logs import token_hint
 
 router = APIRouter(prefix="/v1", tags=["devices"])

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
-from notee.api.models import TYPE_PATTERN, MultiLineText, OneLineText
+from notee.api.models import MultiLineText, OneLineText
+from notee.domain.rules import TYPE_PATTERN
 from notee.fanout import jobs
 
 router = APIRouter(prefix="/v1", tags=["publish"])
@@ -76,6 +77,7 @@ def publish(type: TypePath, topic: TopicPath, runtime: RuntimeDep, db: DbDep, se
                  if v is not None}
     job = jobs.publish_topic(runtime, db, service=service, type_=type, topic=topic, idempotency_key=idempotency_key,
                              variables=request.variables, overrides=overrides or None)
+    db.commit()  # the route owns the unit of work; on an error the request's session rolls back
     return PublishAccepted(job_id=job.job_id)
 
 

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from notee.api.auth import ServiceDep
-from notee.api.deps import RuntimeDep
-from notee.api.models import TYPE_PATTERN, MultiLineText, OneLineText, errors
-from notee.delivery import send_single
-from notee.providers.routing import ProviderSet
+from notee.api.models import MultiLineText, OneLineText, errors
+from notee.delivery import DeliverySender
+from notee.domain.rules import TYPE_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 
@@ -36,20 +35,21 @@ class SendOut(BaseModel):
     failed: int = Field(description="Messages that still failed; recorded as dead letters.")
 
 
-def providers_of(request: Request) -> ProviderSet:
-    """The app's ProviderSet, built on first use inside the serving event loop."""
+def sender_of(request: Request) -> DeliverySender:
+    """The app's DeliverySender (providers, HTTP/2 pools), built on first use inside the serving
+    event loop; the lifespan closes it."""
     state = request.app.state
-    if getattr(state, "providers", None) is None:
-        state.providers = ProviderSet(state.settings)
-    return state.providers
+    if getattr(state, "sender", None) is None:
+        state.sender = DeliverySender(state.runtime)
+    return state.sender
 
 
 @router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422))
 async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn,
-                       service: ServiceDep, runtime: RuntimeDep, request: Request):
+                       service: ServiceDep, request: Request):
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
     over the providers' 4 KB limit answers 422 and nothing is sent."""
-    devices, result = await send_single(runtime, providers_of(request), service, str(user_id), body.type,
-                                        variables=body.variables, data=body.data)
+    devices, result = await sender_of(request).send_single(service, str(user_id), body.type,
+                                                           variables=body.variables, data=body.data)
     return SendOut(devices=devices, delivered=result.delivered, pruned=result.pruned, retried=result.retried,
                    failed=len(result.failed))

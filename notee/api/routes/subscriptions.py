@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
-from notee.api.models import TYPE_PATTERN, errors
+from notee.api.models import errors
 from notee.domain import subscriptions as subs
+from notee.domain.rules import TYPE_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import TYPE_PATTERN, Method, TemplateIn, TemplateList, TemplateOut, errors
+from notee.api.models import Method, TemplateIn, TemplateList, TemplateOut, errors
 from notee.domain import registry
+from notee.domain.rules import TYPE_PATTERN
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 

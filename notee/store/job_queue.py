@@ -20,12 +20,18 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.vocabulary import PageCounts, Progress
+
 # A task that failed this many claims (crashes, store errors) is marked failed instead of retried.
 MAX_TASK_ATTEMPTS = 10
 
 
 class LeaseLost(RuntimeError):
     """The task's lease was taken over (it expired and another worker claimed it)."""
+
+
+class JobGone(LookupError):
+    """The job of a claimed task no longer exists (pruned by retention, or deleted by an operator)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +55,6 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
-    tasks_done: int
-    targeted: int
-    sent: int
-    failed: int
-    pruned: int
-    retried: int
-
-
-@dataclass(frozen=True, slots=True)
 class Claim:
     """A leased task. ``lease_token`` must accompany every write about it."""
 
@@ -70,15 +66,6 @@ class Claim:
     paging_state: bytes | None
     attempts: int
     lease_token: str
-
-
-@dataclass(frozen=True, slots=True)
-class PageCounts:
-    targeted: int = 0
-    sent: int = 0
-    failed: int = 0
-    pruned: int = 0
-    retried: int = 0
 
 
 _JOB_COLUMNS = (
@@ -99,24 +86,6 @@ def _job(row: Any, created: bool = False) -> JobRow:
         state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
         started_at=row.started_at, finished_at=row.finished_at, created=created,
     )
-
-
-# --- templates (read once per publish; the workers never read them) -------------------------------
-
-def template_by_key(session: Session, service: str, notification_key: str) -> Any | None:
-    return session.execute(
-        text("SELECT notification_method, notification_type, title, body, data, ttl_seconds, priority,"
-             " notification_key FROM notification_template WHERE notification_key = :k AND service = :s"),
-        {"k": notification_key, "s": service},
-    ).one_or_none()
-
-
-def template_key(session: Session, service: str, method: str, type_: str) -> str | None:
-    return session.execute(
-        text("SELECT notification_key FROM notification_template"
-             " WHERE service = :s AND notification_method = :m AND notification_type = :t"),
-        {"s": service, "m": method, "t": type_},
-    ).scalar_one_or_none()
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -177,8 +146,8 @@ def progress(session: Session, job_id: str) -> Progress:
              " COALESCE(SUM(retried), 0) AS retried FROM fanout_task WHERE job_id = :j"),
         {"j": job_id},
     ).one()
-    return Progress(int(row.tasks_done), int(row.targeted), int(row.sent), int(row.failed), int(row.pruned),
-                    int(row.retried))
+    return Progress(targeted=int(row.targeted), sent=int(row.sent), failed=int(row.failed),
+                    pruned=int(row.pruned), retried=int(row.retried), tasks_done=int(row.tasks_done))
 
 
 # --- leasing ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import re
 import secrets as _random
 from dataclasses import dataclass
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet
 
 API_KEY_PREFIX = "nk_"
 _KEY_ID_LEN = 16
@@ -84,15 +84,3 @@ class SecretsBox:
         """Raises ``cryptography.fernet.InvalidToken`` when the key does not match."""
         return self._fernet.decrypt(bytes(token))
 
-
-__all__ = [
-    "API_KEY_PREFIX",
-    "InvalidToken",
-    "NewApiKey",
-    "SecretsBox",
-    "generate_api_key",
-    "hash_secret",
-    "parse_api_key",
-    "secret_matches",
-    "tokens_equal",
-]

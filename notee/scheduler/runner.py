@@ -34,12 +34,18 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.exc import IntegrityError
 
-from notee.errors import InvalidInput, NotFound, PayloadTooLarge
-from notee.fanout.targets import CycleTarget
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
 from notee import retention
+from notee.errors import InvalidInput, NotFound, PayloadTooLarge
+from notee.fanout.jobs import create_job
 from notee.runtime import Runtime
 from notee.scheduler import clock
 from notee.store import ticks
+from notee.store.cql import for_runtime, timezones_in_use
+from notee.store.job_queue import JobRow
+from notee.vocabulary import CycleTarget
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +118,6 @@ class Scheduler:
     def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
         """(bucket, service, notification_key, notification_type) due at a UTC minute: 1 read of
         cycle_timezone, then one cycle_due partition read per (timezone, due bucket), concurrently."""
-        from notee.store.cql import for_runtime, timezones_in_use
-
         st = for_runtime(self.runtime)
         buckets: list[CycleTarget] = []
         for tz in timezones_in_use(st):
@@ -121,27 +125,23 @@ class Scheduler:
                 buckets.extend(clock.due_buckets(minute, tz))
             except ValueError:  # a zone this host's tz database lacks: loud, but the others still run
                 log.error("minute %s: unknown timezone %r in cycle_timezone; its buckets are not run", _iso(minute), tz)
-        futures = [
-            (b, st.session.execute_async(st.due_select, (b.timezone, b.day, b.hour, b.minute))) for b in buckets
-        ]
+        futures = [(b, st.due_templates_async(b)) for b in buckets]  # every read in flight before any wait
         due = []
         for b, future in futures:  # a failed read fails the minute (abandoning the other reads is harmless)
-            for r in future.result():
-                due.append((b, r.service, r.notification_key, r.notification_type))
+            for service, key, type_ in st.due_rows_of(future):
+                due.append((b, service, key, type_))
         return due
 
     def _create_jobs(self, minute: datetime) -> MinuteResult:
-        from notee.fanout.jobs import create_job
-
         due = self.due(minute)
         result = MinuteResult(minute, "running", buckets=len({b for b, *_ in due}))
 
-        def create(bucket: CycleTarget, service: str, key: str, type_: str):
-            with self.runtime.sessions() as session:
+        def create(bucket: CycleTarget, service: str, key: str, type_: str) -> JobRow:
+            with self.runtime.sessions.begin() as session:  # this minute's job: its own unit of work
                 return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
                                   type_=type_, target=bucket, idempotency_key=clock.idempotency_key(key, bucket, minute))
 
-        def one(item: tuple[CycleTarget, str, str, str]):
+        def one(item: tuple[CycleTarget, str, str, str]) -> JobRow | None:
             try:
                 try:
                     return create(*item)
@@ -233,13 +233,10 @@ def _iso(minute: datetime) -> str:
 def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
     """Run the scheduler until SIGTERM/SIGINT (or ``stop`` is set): tick once now (catching up
     after downtime), then at second 0 of every minute. Stopping waits for the tick in progress."""
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.cron import CronTrigger
-
     stop = stop or threading.Event()
     scheduler = Scheduler(runtime)
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: object) -> None:
         log.info("scheduler: signal %s, stopping after the current tick", signum)
         stop.set()
 

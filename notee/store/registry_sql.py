@@ -105,14 +105,6 @@ def get_service(session: Session, service: str) -> Row | None:
     return session.execute(select(service_t).where(service_t.c.service == service)).one_or_none()
 
 
-def lock_service(session: Session, service: str) -> bool:
-    """Row-lock the service for the rest of the transaction; False when it does not exist."""
-    found = session.execute(
-        select(service_t.c.service).where(service_t.c.service == service).with_for_update()
-    ).one_or_none()
-    return found is not None
-
-
 # --- api keys ---------------------------------------------------------------------------------
 
 def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str,

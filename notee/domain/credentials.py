@@ -1,0 +1,104 @@
+"""Provider credentials of a service: stored Fernet-encrypted (admin), decrypted for delivery.
+
+Secrets are never returned or logged: the admin API sees only which providers are configured, and
+the decrypted ``ProviderCredentials`` live in memory only (their repr hides every key).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from cryptography.fernet import InvalidToken
+from sqlalchemy.orm import Session
+
+from notee.crypto import SecretsBox
+from notee.domain.registry import get_service, utcnow
+from notee.domain.rules import APNS_ID_RE, BUNDLE_RE, bad, check_choice, check_fcm_service_account, check_pattern, check_pem
+from notee.errors import NotFound, ProviderConfigError
+from notee.runtime import Runtime
+from notee.store import registry_sql as store
+from notee.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
+
+log = logging.getLogger(__name__)
+
+_COLUMNS = {"fcm": "fcm_encrypted", "apns": "apns_encrypted"}
+
+
+def _require_box(box: SecretsBox | None) -> SecretsBox:
+    if box is None:
+        raise ProviderConfigError("NOTEE_CREDENTIALS_KEY is not set: credentials cannot be stored or read")
+    return box
+
+
+def set_fcm_credentials(session: Session, box: SecretsBox | None, service: str,
+                        service_account: dict[str, Any]) -> None:
+    check_fcm_service_account(service_account)
+    box = _require_box(box)
+    get_service(session, service)
+    blob = box.encrypt(json.dumps({"service_account": service_account}).encode())
+    store.upsert_credential(session, service=service, column="fcm_encrypted", blob=blob, now=utcnow())
+    session.commit()
+    log.info("provider credentials set: service=%s provider=fcm", service)
+
+
+def set_apns_credentials(session: Session, box: SecretsBox | None, service: str, *, key_id: str,
+                         team_id: str, bundle_id: str, private_key: str, sandbox: bool) -> None:
+    check_pattern("key_id", key_id, APNS_ID_RE, "the 10-character APNs key id")
+    check_pattern("team_id", team_id, APNS_ID_RE, "the 10-character Apple team id")
+    check_pattern("bundle_id", bundle_id, BUNDLE_RE, "an app bundle id")
+    check_pem("private_key", private_key, ec_only=True)
+    if not isinstance(sandbox, bool):
+        raise bad("sandbox", "must be a boolean", "bool_type")
+    box = _require_box(box)
+    get_service(session, service)
+    blob = box.encrypt(json.dumps({"key_id": key_id, "team_id": team_id, "bundle_id": bundle_id,
+                                   "private_key": private_key, "sandbox": sandbox}).encode())
+    store.upsert_credential(session, service=service, column="apns_encrypted", blob=blob, now=utcnow())
+    session.commit()
+    log.info("provider credentials set: service=%s provider=apns", service)
+
+
+def credentials_status(session: Session, service: str) -> dict[str, bool]:
+    """Which providers are configured; never any secret."""
+    get_service(session, service)
+    row = store.get_credentials(session, service)
+    return {"fcm": bool(row is not None and row.fcm_encrypted), "apns": bool(row is not None and row.apns_encrypted)}
+
+
+def delete_credentials(session: Session, service: str, provider: str) -> None:
+    check_choice("provider", provider, tuple(_COLUMNS))
+    if not credentials_status(session, service)[provider]:
+        raise NotFound(f"no {provider} credentials configured")
+    store.upsert_credential(session, service=service, column=_COLUMNS[provider], blob=None, now=utcnow())
+    session.commit()
+    log.info("provider credentials deleted: service=%s provider=%s", service, provider)
+
+
+def load_credentials(session: Session, secrets_box: SecretsBox | None, service: str) -> ProviderCredentials | None:
+    """Decrypted credentials of ``service`` for the delivery side (in memory only), or None when
+    none are configured. ProviderConfigError when they cannot be decrypted (wrong key)."""
+    row = store.get_credentials(session, service)
+    if row is None or not (row.fcm_encrypted or row.apns_encrypted):
+        return None
+    box = _require_box(secrets_box)
+    try:
+        fcm = json.loads(box.decrypt(row.fcm_encrypted)) if row.fcm_encrypted else None
+        apns = json.loads(box.decrypt(row.apns_encrypted)) if row.apns_encrypted else None
+    except InvalidToken:
+        raise ProviderConfigError(f"credentials of {service} cannot be decrypted with NOTEE_CREDENTIALS_KEY") from None
+    return ProviderCredentials(
+        fcm=FcmCredentials(fcm["service_account"]) if fcm else None,
+        apns=ApnsCredentials(**apns) if apns else None,
+    )
+
+
+def load_service_credentials(runtime: Runtime, service: str) -> ProviderCredentials | None:
+    """``load_credentials`` in a short session of its own, with the box built from settings: what the
+    delivery side calls (at most once per page, never per device) before handing the credentials to
+    the providers."""
+    key = runtime.settings.credentials_key
+    box = SecretsBox(key.get_secret_value()) if key is not None else None
+    with runtime.sessions() as session:
+        return load_credentials(session, box, service)

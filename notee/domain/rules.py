@@ -1,0 +1,191 @@
+"""The registry's input rules, pure: one home for every pattern, limit and check.
+
+The domain calls the ``check_*`` functions (so the CLI and every other caller get them); the API's
+request models (``notee/api/models.py``) use the same ``*_PATTERN`` strings and limits for their
+OpenAPI constraints, so the two can never disagree. A failed check raises ``InvalidInput`` with one
+detail ``{"loc": [field], "type": ..., "msg": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+import zoneinfo
+from functools import lru_cache
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from notee.errors import InvalidInput
+
+SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
+TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+TOKEN_PATTERN = r"^[\x21-\x7e]{8,512}$"  # printable ASCII, no space
+REGION_PATTERN = r"^[A-Za-z0-9_-]{0,8}$"
+APNS_ID_PATTERN = r"^[A-Z0-9]{10}$"  # Apple key id and team id: 10 characters
+BUNDLE_PATTERN = r"^[A-Za-z0-9.-]{1,155}$"
+SERVICE_RE = re.compile(SERVICE_PATTERN)
+TYPE_RE = re.compile(TYPE_PATTERN)
+TOKEN_RE = re.compile(TOKEN_PATTERN)
+REGION_RE = re.compile(REGION_PATTERN)
+APNS_ID_RE = re.compile(APNS_ID_PATTERN)
+BUNDLE_RE = re.compile(BUNDLE_PATTERN)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE_RE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+DEFAULT_TIMEZONE = "Asia/Seoul"
+MAX_TTL_SECONDS = 2_419_200  # 28 days: FCM's maximum android.ttl (APNs has no shorter cap)
+MAX_DATA_KEYS = 32
+MAX_DATA_KEY_LEN = 64
+MAX_DATA_VALUE_LEN = 1024
+# FCM and APNs both cap a payload at 4096 bytes; a template whose static parts already exceed
+# 3584 bytes leaves no room for the provider envelope and rendered placeholders.
+MAX_TEMPLATE_BYTES = 3584
+MAX_CREDENTIALS_JSON = 32_768
+MAX_PEM_LEN = 8192
+
+
+# Names in the tz database that mean nothing portable: the host's own zone ("localtime"), the
+# placeholder zone ("Factory"), the POSIX default rules file, and the posix/ and right/ copies.
+_NOT_PORTABLE = frozenset({"localtime", "Factory", "posixrules", "posix", "right"})
+
+
+@lru_cache(maxsize=1)
+def _zones() -> frozenset[str]:
+    return frozenset(z for z in zoneinfo.available_timezones()
+                     if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/")))
+
+
+def is_portable_timezone(name: object) -> bool:
+    """The one timezone rule: an IANA zone name that means the same on every host (a service's
+    default timezone and every cycle schedule use it)."""
+    return isinstance(name, str) and name in _zones()
+
+
+def bad(field_: str, msg: str, type_: str = "value_error") -> InvalidInput:
+    return InvalidInput(f"{field_}: {msg}", details=[{"loc": [field_], "type": type_, "msg": msg}])
+
+
+def check_text(field_: str, value: Any, *, max_len: int, min_len: int = 0, newlines: bool = False) -> str:
+    """A user-facing string: bounded, valid Unicode (no lone surrogates), no control characters
+    (``newlines`` allows ``\\n`` only, for notification bodies)."""
+    if not isinstance(value, str):
+        raise bad(field_, "must be a string", "string_type")
+    if not min_len <= len(value) <= max_len:
+        raise bad(field_, f"length must be {min_len}..{max_len}", "string_length")
+    if (_CONTROL_BUT_NEWLINE_RE if newlines else _CONTROL_RE).search(value):
+        raise bad(field_, "must not contain control characters", "control_characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(field_, "must be valid Unicode", "unicode") from None
+    return value
+
+
+def control_free(value: str, *, newlines: bool = False) -> bool:
+    """The control-character rule of every text field (``newlines`` allows ``\\n`` only)."""
+    return not (_CONTROL_BUT_NEWLINE_RE if newlines else _CONTROL_RE).search(value)
+
+
+def check_send_inputs(variables: Any, overrides: Any) -> None:
+    """Template variables and per-send overrides (title, body, data) follow the templates' text rule:
+    no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values)."""
+    for name, value in (variables or {}).items():
+        check_text("variables", name, min_len=1, max_len=64)
+        check_text("variables", value, max_len=2000, newlines=True)
+    overrides = overrides or {}
+    if overrides.get("title") is not None:
+        check_text("title", overrides["title"], min_len=1, max_len=200)
+    if overrides.get("body") is not None:
+        check_text("body", overrides["body"], min_len=1, max_len=2000, newlines=True)
+    for key, value in (overrides.get("data") or {}).items():
+        check_text("data", key, min_len=1, max_len=128)
+        check_text("data", value, max_len=2000, newlines=True)
+
+
+def check_pattern(field_: str, value: Any, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise bad(field_, f"must be {what}", "pattern")
+    return value
+
+
+def check_choice(field_: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise bad(field_, f"must be one of {', '.join(choices)}", "enum")
+    return value
+
+
+def check_service_id(value: Any) -> str:
+    return check_pattern("service", value, SERVICE_RE, "an upper-case identifier like SMEEM (2..32 of A-Z, 0-9, _)")
+
+
+def check_timezone(value: Any) -> str:
+    if not is_portable_timezone(value):
+        raise bad("timezone", "must be an IANA timezone name", "timezone")
+    return value
+
+
+def check_token(value: Any, field_: str = "token") -> str:
+    return check_pattern(field_, value, TOKEN_RE, "8..512 printable ASCII characters without spaces")
+
+
+def check_user_id(value: Any) -> str:
+    """A platform user id is a UUID; returned in its canonical lower-case form."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise bad("user_id", "must be a UUID", "uuid") from None
+
+
+def check_data(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad("data", "must be an object of string values", "dict_type")
+    if len(value) > MAX_DATA_KEYS:
+        raise bad("data", f"at most {MAX_DATA_KEYS} keys")
+    for k, v in value.items():
+        check_text("data", k, min_len=1, max_len=MAX_DATA_KEY_LEN)
+        if not isinstance(v, str):
+            raise bad("data", "values must be strings (a flat object)", "string_type")
+        check_text("data", v, max_len=MAX_DATA_VALUE_LEN, newlines=True)
+    return dict(value)
+
+
+def check_ttl(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TTL_SECONDS:
+        raise bad("ttl_seconds", f"must be an integer 0..{MAX_TTL_SECONDS}", "int_range")
+    return value
+
+
+def template_size(title: str, body: str, data: dict[str, str] | None) -> int:
+    """Bytes the static parts of a template put into a push payload."""
+    return len(title.encode()) + len(body.encode()) + (len(json.dumps(data, ensure_ascii=False).encode()) if data else 0)
+
+
+def check_pem(field_: str, pem: Any, *, ec_only: bool) -> str:
+    check_text(field_, pem, min_len=1, max_len=MAX_PEM_LEN, newlines=True)
+    try:
+        key = load_pem_private_key(pem.encode("ascii"), password=None)
+    except (ValueError, TypeError, UnicodeEncodeError):
+        raise bad(field_, "must be an unencrypted PEM private key", "pem") from None
+    if ec_only and not isinstance(key, EllipticCurvePrivateKey):
+        raise bad(field_, "must be the EC (P-256) key of an APNs .p8 file", "pem")
+    return pem
+
+
+def check_fcm_service_account(sa: Any) -> dict[str, Any]:
+    if not isinstance(sa, dict):
+        raise bad("service_account", "must be the service-account JSON object", "dict_type")
+    if len(json.dumps(sa)) > MAX_CREDENTIALS_JSON:
+        raise bad("service_account", f"must be at most {MAX_CREDENTIALS_JSON} bytes")
+    if sa.get("type") != "service_account":
+        raise bad("service_account", 'must have "type": "service_account"')
+    for name in ("project_id", "client_email"):
+        check_text(f"service_account.{name}", sa.get(name), min_len=1, max_len=320)
+    check_pem("service_account.private_key", sa.get("private_key"), ec_only=False)
+    return sa
