@@ -10,6 +10,7 @@ class NoteeError(Exception):
 
     status = 400
     code = "bad_request"
+    headers: dict[str, str] | None = None  # extra response headers (Retry-After)
 
     def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
@@ -47,6 +48,18 @@ class Forbidden(NoteeError):
 class PayloadTooLarge(NoteeError):
     status = 422
     code = "payload_too_large"
+
+
+class RateLimited(NoteeError):
+    """The service's rate limit of this class of requests is used up; retry after ``retry_after`` s."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+        self.headers = {"Retry-After": str(retry_after)}
 
 
 class ProviderConfigError(NoteeError):

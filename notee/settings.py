@@ -76,6 +76,17 @@ class Settings(BaseSettings):
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
 
+    # --- per-tenant rate limits (defaults; the admin API sets them per service) -------------------
+    rate_limits_enabled: bool = Field(True, description="Check per-tenant rate limits (one MySQL UPDATE per request).")
+    rate_limit_publish_rate: float = Field(50.0, gt=0, description="Topic publishes per second per service.")
+    rate_limit_publish_burst: int = Field(200, ge=1, description="Topic publishes allowed at once after a quiet spell.")
+    rate_limit_send_rate: float = Field(200.0, gt=0, description="Single sends per second per service.")
+    rate_limit_send_burst: int = Field(1000, ge=1, description="Single sends allowed at once.")
+    rate_limit_write_rate: float = Field(1000.0, gt=0, description="Subscription and other tenant writes per second.")
+    rate_limit_write_burst: int = Field(5000, ge=1, description="Tenant writes allowed at once.")
+    rate_limit_read_rate: float = Field(2000.0, gt=0, description="Tenant reads (GET) per second per service.")
+    rate_limit_read_burst: int = Field(10000, ge=1, description="Tenant reads allowed at once.")
+
     # --- providers ------------------------------------------------------------------------------
     emulator_url: str | None = Field(
         None,

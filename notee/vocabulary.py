@@ -25,6 +25,10 @@ METHODS: tuple[Method, ...] = get_args(Method)
 OSES: tuple[Os, ...] = get_args(Os)
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.weekday()
+# Per-tenant rate-limit classes (notee.domain.ratelimit): topic publishes, single sends, tenant
+# writes (subscriptions and the rest), tenant reads.
+RateClass = Literal["publish", "send", "write", "read"]
+RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
 
 
 # --- targets --------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from notee.runtime import Runtime
 
-NOT_DATA = {"rate_limit"}  # request accounting, changed by every request by design
+NOT_DATA = {"rate_bucket"}  # request accounting, changed by every request by design
 
 
 def service_snapshot(runtime: Runtime, service: str) -> dict[str, Any]:

@@ -120,7 +120,8 @@ def edge_target(client, settings):
     for method in ("TOPIC", "CYCLE", "SINGLE"):
         new_template(client, headers, method, "news")
     values = {"service": service, "user_id": user, "service_user_id": "edge-user", "type": "news", "topic": "t",
-              "method": "TOPIC", "token": token, "key_id": "0123456789abcdef", "provider": "fcm"}
+              "method": "TOPIC", "token": token, "key_id": "0123456789abcdef", "provider": "fcm",
+              "rate_class": "read"}
     return service, headers, admin_headers(settings), values
 
 

@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from notee import crypto
 from notee.api.deps import RuntimeDep
-from notee.domain import registry
+from notee.domain import ratelimit, registry
 from notee.errors import Forbidden, Unauthorized
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -37,12 +37,20 @@ def check_admin(settings: Settings, token: str | None) -> None:
         raise Unauthorized("missing or invalid admin token")
 
 
-def authenticate_service(runtime: Runtime, token: str | None) -> str:
+def authenticate_service(runtime: Runtime, settings: Settings, token: str | None,
+                         rate_class: str | None = None) -> str:
     """The calling service's id: one indexed lookup on its own short session, so the connection is
     back in the pool before the route runs (routes whose domain code opens its own sessions then
-    need one connection per request, not two: docs/BENCHMARKS.md, subscribe)."""
+    need one connection per request, not two: docs/BENCHMARKS.md, subscribe). With ``rate_class``,
+    one token of the service's bucket is taken on the same connection (RateLimited: 429)."""
     with runtime.sessions() as session:
-        return registry.authenticate(session, token)
+        service = registry.authenticate(session, token)
+        if rate_class is not None and settings.rate_limits_enabled:
+            try:
+                ratelimit.admit(session, settings, service, rate_class)
+            finally:
+                session.commit()
+        return service
 
 
 def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:
@@ -54,7 +62,7 @@ def require_service(request: Request, runtime: RuntimeDep, creds: Annotated[Cred
     service = getattr(request.state, "service", None)
     if isinstance(service, str):
         return service
-    return authenticate_service(runtime, creds.credentials if creds is not None else None)
+    return authenticate_service(runtime, request.app.state.settings, creds.credentials if creds is not None else None)
 
 
 def get_secrets_box(request: Request) -> crypto.SecretsBox | None:

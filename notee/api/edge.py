@@ -3,14 +3,15 @@
 A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP request:
 
 1. the URL (path + query) is at most ``api_max_url_bytes`` (414), the headers at most
-   ``api_max_header_bytes`` (431; h11 also stops buffering a longer head), and the URL percent-decodes to valid UTF-8
-   (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
+   ``api_max_header_bytes`` (431; h11 also stops buffering a longer head), and the URL
+   percent-decodes to valid UTF-8 (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
    same user or topic);
 2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
 3. a declared ``Content-Length`` over ``api_max_body_bytes`` answers 413 at once;
 4. credentials are checked from the headers alone — the admin token for ``/v1/admin``, an API key
    for the rest of ``/v1`` (one indexed MySQL lookup) — so a caller without them never gets a byte
-   of its body read (401/403);
+   of its body read (401/403); on the same connection one token of the service's rate limit for the
+   request's class is taken (429 with Retry-After; ``notee.domain.ratelimit``);
 5. the body is read into memory up to the limit (a chunked body is cut off there: 413) and its JSON
    nesting depth is checked (422) before FastAPI parses it; the route then receives it from memory.
 
@@ -70,6 +71,24 @@ def json_too_deep(body: bytes, limit: int) -> bool:
         elif token in (b"]", b"}"):
             depth -= 1
     return False
+
+
+_PUBLISH = re.compile(r"^/v1/topics/[^/]+/[^/]+/publish$")
+_SEND = re.compile(r"^/v1/users/[^/]+/send$")
+
+
+def rate_class(method: str, path: str) -> str | None:
+    """The rate-limit class of a tenant request (notee.domain.ratelimit.CLASSES); None for the
+    admin API and anything outside /v1."""
+    if not path.startswith(TENANT_PREFIX) or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
+        return None
+    if method in ("GET", "HEAD"):
+        return "read"
+    if method == "POST" and _PUBLISH.match(path):
+        return "publish"
+    if method == "POST" and _SEND.match(path):
+        return "send"
+    return "write"
 
 
 def path_is_utf8(scope: Scope) -> bool:
@@ -146,7 +165,8 @@ class EdgeGuard:
             if path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
                 check_admin(settings, bearer_token(scope))
             elif path.startswith(TENANT_PREFIX):
-                service = await to_thread.run_sync(authenticate_service, state.runtime, bearer_token(scope))
+                service = await to_thread.run_sync(authenticate_service, state.runtime, settings, bearer_token(scope),
+                                                   rate_class(scope["method"], path))
                 scope.setdefault("state", {})["service"] = service
         except Exception as exc:
             response = known_error_response(exc)

@@ -41,7 +41,10 @@ def error_response(status: int, code: str, message: str, details: list[dict[str,
 # Responses every route may give, for the OpenAPI document.
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing, unknown or revoked credentials"},
+    413: {"model": ErrorResponse, "description": "Request body over NOTEE_API_MAX_BODY_BYTES"},
     422: {"model": ErrorResponse, "description": "Invalid input; nothing was written"},
+    429: {"model": ErrorResponse, "description": "The service's rate limit of this class of requests is used up "
+                                                 "(tenant routes; Retry-After says when to retry)"},
     503: {"model": ErrorResponse, "description": "A store is unavailable; retry later"},
 }
 
@@ -64,7 +67,7 @@ def known_error_response(exc: Exception) -> JSONResponse | None:
     """The answer for a domain error or a store outage, or None for anything else (a bug: 500).
     Shared by the exception handlers and the edge middleware, which runs outside them."""
     if isinstance(exc, NoteeError):
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        return error_response(exc.status, exc.code, exc.message, exc.details, headers=exc.headers)
     if isinstance(exc, (OperationalError, PoolTimeout)) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
         log.warning("mysql unavailable: %s", type(exc).__name__)
         return error_response(503, "store_unavailable", "database unavailable, retry later", headers=_STORE_DOWN)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from notee.api.errors import ErrorResponse
 from notee.domain.rules import (
@@ -24,7 +24,7 @@ from notee.domain.rules import (
     TOKEN_PATTERN,
     control_free,
 )
-from notee.vocabulary import Method, Os, Priority
+from notee.vocabulary import Method, Os, Priority, RateClass
 
 
 def _one_line(value: str) -> str:
@@ -48,6 +48,7 @@ _DESCRIPTIONS = {
     403: "Admin API disabled (NOTEE_ADMIN_TOKEN unset)",
     404: "Not found (also for another service's objects: their existence is not revealed)",
     409: "Already exists",
+    429: "Rate limit of this class of requests used up; retry after Retry-After seconds",
     422: "Invalid input; nothing was written",
     424: "Credentials key not configured or credentials unreadable",
 }
@@ -113,6 +114,23 @@ class ApnsCredentialsIn(_In):
     bundle_id: StrictStr = Field(pattern=BUNDLE_PATTERN, description="App bundle id (the apns-topic)")
     private_key: StrictStr = Field(max_length=MAX_PEM_LEN, description="Contents of the .p8 file (PEM, EC P-256)")
     sandbox: StrictBool = False
+
+
+class RateLimitIn(_In):
+    rate: StrictFloat = Field(gt=0, le=1_000_000, description="Requests per second (tokens added per second)")
+    burst: StrictInt = Field(ge=1, le=10_000_000, description="Requests allowed at once after a quiet spell "
+                                                              "(the bucket's size)")
+
+
+class RateLimitOut(BaseModel):
+    rate_class: RateClass = Field(serialization_alias="class")
+    rate: float
+    burst: int
+    custom: bool = Field(description="Set for this service by an admin (false: the deployment default)")
+
+
+class RateLimitList(BaseModel):
+    items: list[RateLimitOut]
 
 
 class CredentialsStatus(BaseModel):

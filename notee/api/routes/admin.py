@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from notee.api.auth import AdminDep, BoxDep
 from notee.api.deps import DbDep
@@ -16,11 +16,14 @@ from notee.api.models import (
     ApnsCredentialsIn,
     CredentialsStatus,
     FcmCredentialsIn,
+    RateLimitIn,
+    RateLimitList,
+    RateLimitOut,
     ServiceIn,
     ServiceOut,
     errors,
 )
-from notee.domain import credentials, registry
+from notee.domain import credentials, ratelimit, registry
 from notee.domain.rules import SERVICE_PATTERN
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
@@ -28,6 +31,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], 
 ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
 KeyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")]
 ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns)$")]
+RateClassPath = Annotated[str, Path(pattern=r"^(publish|send|write|read)$",
+                                    description="publish | send | write | read")]
 
 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
@@ -86,3 +91,34 @@ def get_credentials(service: ServicePath, db: DbDep):
                responses=errors(404))
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
     credentials.delete_credentials(db, service, provider)
+
+
+def _limit_out(klass: str, limit: ratelimit.Limit) -> RateLimitOut:
+    return RateLimitOut(rate_class=klass, rate=limit.rate, burst=int(limit.burst), custom=limit.custom)
+
+
+@router.get("/services/{service}/rate-limits", response_model=RateLimitList, responses=errors(404))
+def get_rate_limits(service: ServicePath, db: DbDep, request: Request):
+    """The service's limit of each class: the admin's, or the deployment default."""
+    registry.get_service(db, service)
+    limits = ratelimit.get_limits(db, request.app.state.settings, service)
+    return RateLimitList(items=[_limit_out(k, v) for k, v in limits.items()])
+
+
+@router.put("/services/{service}/rate-limits/{rate_class}", response_model=RateLimitOut, responses=errors(404))
+def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep, request: Request):
+    """Set one class's limit for this service; every API process applies it from the next request."""
+    registry.get_service(db, service)
+    limit = ratelimit.set_limit(db, request.app.state.settings, service, rate_class, rate=body.rate,
+                                burst=body.burst)
+    db.commit()
+    return _limit_out(rate_class, limit)
+
+
+@router.delete("/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response,
+               responses=errors(404))
+def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep):
+    """Back to the deployment default (idempotent)."""
+    registry.get_service(db, service)
+    ratelimit.reset_limit(db, service, rate_class)
+    db.commit()

@@ -1,0 +1,94 @@
+"""SQL of the per-tenant rate limits (schema/mysql/0010_rate_limits.sql): the admin's limits in
+``rate_limit`` (InnoDB) and the shared GCRA buckets in ``rate_bucket`` (MEMORY).
+
+``take`` is the hot path: one UPDATE that admits the request and advances the bucket's theoretical
+arrival time, only if the request fits in the burst. Its matched-row count is the verdict
+(SQLAlchemy's MySQL dialects count matched rows), so an admitted request costs one statement. Every
+function takes the caller's session; the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session
+
+# The database clock is the only clock, so API hosts need not agree. SYSDATE, not NOW: NOW is fixed
+# when the statement starts, and a statement that waited for the table lock would judge by a stale time.
+_NOW = "UNIX_TIMESTAMP(SYSDATE(6))"
+_RATE = "COALESCE(l.rate, :rate)"
+_BURST = "COALESCE(l.burst, :burst)"
+# One assignment only: multi-table UPDATEs do not promise an order of assignments.
+_TAKE = text(
+    "UPDATE rate_bucket b LEFT JOIN rate_limit l ON l.service = b.service AND l.class = b.class "
+    f"SET b.tat = GREATEST(b.tat, {_NOW}) + 1 / {_RATE} "
+    f"WHERE b.service = :service AND b.class = :class "
+    f"AND GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} <= {_BURST} / {_RATE} + 1e-6")  # + float slack
+
+_CREATE = text("INSERT IGNORE INTO rate_bucket (service, class, tat) VALUES (:service, :class, 0)")
+
+# Seconds until the next request would fit: when max(tat, now) + 1/rate - now drops to burst/rate.
+_WAIT = text(
+    f"SELECT {_RATE} AS rate, {_BURST} AS burst, "
+    f"GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} - {_BURST} / {_RATE} AS wait "
+    "FROM rate_bucket b LEFT JOIN rate_limit l ON l.service = b.service AND l.class = b.class "
+    "WHERE b.service = :service AND b.class = :class")
+
+_SET = text("INSERT INTO rate_limit (service, class, rate, burst, updated_at) "
+            "VALUES (:service, :class, :rate, :burst, UTC_TIMESTAMP(6)) "
+            "ON DUPLICATE KEY UPDATE rate = VALUES(rate), burst = VALUES(burst), updated_at = VALUES(updated_at)")
+
+_RESET = text("DELETE FROM rate_limit WHERE service = :service AND class = :class")
+
+_ALL = text("SELECT class, rate, burst FROM rate_limit WHERE service = :service")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rate: float
+    burst: float
+    wait_s: float  # until one request fits again
+
+
+def take(session: Session, service: str, klass: str, *, rate: float, burst: float) -> bool | None:
+    """Admit one request: True; refused: False; no bucket yet: None (``rate``/``burst``: the defaults,
+    used where the admin set none)."""
+    result = session.execute(_TAKE, {"service": service, "class": klass, "rate": rate, "burst": burst})
+    assert isinstance(result, CursorResult)
+    if result.rowcount == 1:
+        return True
+    exists = session.execute(text("SELECT 1 FROM rate_bucket WHERE service = :service AND class = :class"),
+                             {"service": service, "class": klass}).first()
+    return False if exists is not None else None
+
+
+def create(session: Session, service: str, klass: str) -> None:
+    """A full bucket (a no-op when another process made it first)."""
+    session.execute(_CREATE, {"service": service, "class": klass})
+
+
+def refusal(session: Session, service: str, klass: str, *, rate: float, burst: float) -> Refusal:
+    row = session.execute(_WAIT, {"service": service, "class": klass, "rate": rate, "burst": burst}).one()
+    return Refusal(float(row.rate), float(row.burst), max(0.0, float(row.wait)))
+
+
+_EMPTY = text("DELETE FROM rate_bucket WHERE service = :service AND class = :class")
+
+
+def set_limit(session: Session, service: str, klass: str, *, rate: float, burst: int) -> None:
+    """Store the admin's limit; the bucket starts over, full (its tat was counted in the old rate)."""
+    session.execute(_SET, {"service": service, "class": klass, "rate": rate, "burst": burst})
+    session.execute(_EMPTY, {"service": service, "class": klass})
+
+
+def reset_limit(session: Session, service: str, klass: str) -> None:
+    session.execute(_RESET, {"service": service, "class": klass})
+    session.execute(_EMPTY, {"service": service, "class": klass})
+
+
+def custom_limits(session: Session, service: str) -> dict[str, tuple[float, int]]:
+    """(rate, burst) of each class the admin set for ``service``."""
+    rows = session.execute(_ALL, {"service": service}).all()
+    return {str(r[0]): (float(r[1]), int(r[2])) for r in rows}

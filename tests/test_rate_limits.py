@@ -1,0 +1,147 @@
+"""Per-tenant rate limits (issue 15, item 2): set by the admin per service and class, 429 with
+Retry-After in the error format, one bucket per (service, class) in MySQL shared by every API process."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+import httpx
+import pytest
+
+from notee.api.edge import rate_class
+from notee.domain import ratelimit
+from notee.errors import RateLimited
+from tests.api_helpers import admin_headers, new_service, new_template
+from tests.api_process import api_process
+from tests.store_snapshot import service_snapshot
+
+
+def _service(client, settings) -> tuple[str, dict[str, str]]:
+    service = "RL" + secrets.token_hex(4).upper()
+    return service, new_service(client, settings, service)
+
+
+def _set(client, settings, service: str, klass: str, rate: float, burst: int) -> httpx.Response:
+    return client.put(f"/v1/admin/services/{service}/rate-limits/{klass}", json={"rate": rate, "burst": burst},
+                      headers=admin_headers(settings))
+
+
+@pytest.mark.parametrize("method,path,klass", [
+    ("POST", "/v1/topics/news/sports/publish", "publish"),
+    ("POST", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/send", "send"),
+    ("PUT", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/topic/news/sports", "write"),
+    ("POST", "/v1/topics/news/sports/subscribers", "write"),
+    ("DELETE", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/cycle/remind", "write"),
+    ("PUT", "/v1/users/someone", "write"),
+    ("PUT", "/v1/templates/TOPIC/news", "write"),
+    ("GET", "/v1/templates", "read"),
+    ("GET", "/v1/jobs/0b5c2f7e-0000-4000-8000-000000000000", "read"),
+    ("PUT", "/v1/admin/services/X/rate-limits/read", None),
+    ("GET", "/healthz", None),
+])
+def test_rate_class_of_each_route(method, path, klass):
+    assert rate_class(method, path) == klass
+
+
+def test_admin_sets_gets_and_resets_limits(client, settings):
+    service, key = _service(client, settings)
+    admin = admin_headers(settings)
+    r = client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin)
+    assert r.status_code == 200
+    items = {i["class"]: i for i in r.json()["items"]}
+    assert set(items) == {"publish", "send", "write", "read"}
+    assert items["publish"] == {"class": "publish", "rate": settings.rate_limit_publish_rate,
+                                "burst": settings.rate_limit_publish_burst, "custom": False}
+    r = _set(client, settings, service, "publish", 2.5, 7)
+    assert r.status_code == 200 and r.json() == {"class": "publish", "rate": 2.5, "burst": 7, "custom": True}
+    items = {i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]}
+    assert items["publish"]["custom"] and not items["read"]["custom"]
+    assert client.delete(f"/v1/admin/services/{service}/rate-limits/publish", headers=admin).status_code == 204
+    items = {i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]}
+    assert items["publish"]["custom"] is False and items["publish"]["rate"] == settings.rate_limit_publish_rate
+    # Only the admin, only known services, classes and sane values.
+    assert client.get(f"/v1/admin/services/{service}/rate-limits", headers=key).status_code == 401
+    assert client.get("/v1/admin/services/NOSUCH_SVC/rate-limits", headers=admin).status_code == 404
+    for klass, body in [("bogus", {"rate": 1, "burst": 1}), ("read", {"rate": 0, "burst": 1}),
+                        ("read", {"rate": 1, "burst": 0}), ("read", {"rate": "5", "burst": 1}),
+                        ("read", {"rate": 1, "burst": 2.5}), ("read", {"rate": 1, "burst": True}),
+                        ("read", {"rate": 1}), ("read", {"rate": 1, "burst": 1, "x": 1})]:
+        r = client.put(f"/v1/admin/services/{service}/rate-limits/{klass}", json=body, headers=admin)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (klass, body, r.text)
+
+
+def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenants_go_on(client, settings):
+    service, key = _service(client, settings)
+    other, other_key = _service(client, settings)
+    assert _set(client, settings, service, "read", 0.01, 3).status_code == 200
+    got = [client.get("/v1/templates", headers=key) for _ in range(5)]
+    assert [r.status_code for r in got] == [200, 200, 200, 429, 429]
+    refused = got[3]
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert set(refused.json()["error"]) == {"code", "message", "details"}
+    assert refused.json()["error"]["details"] == [{"class": "read", "rate": 0.01, "burst": 3}]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 100  # one token at 0.01/s: at most 100 s
+    assert client.put("/v1/users/rl-user", json={}, headers=key).status_code == 201  # write: its own bucket
+    assert client.get("/v1/templates", headers=other_key).status_code == 200  # another tenant: its own
+    assert _set(client, settings, service, "read", 1000, 10).status_code == 200  # raised: back at once
+    assert client.get("/v1/templates", headers=key).status_code == 200
+
+
+def test_a_refused_publish_writes_nothing(client, runtime, settings):
+    service, key = _service(client, settings)
+    new_template(client, key, "TOPIC", "news")
+    assert _set(client, settings, service, "publish", 0.01, 2).status_code == 200
+    for _ in range(2):
+        assert client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key).status_code == 202
+    before = service_snapshot(runtime, service)
+    r = client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key)
+    assert r.status_code == 429 and "Retry-After" in r.headers
+    assert service_snapshot(runtime, service) == before
+
+
+def test_concurrent_takes_never_over_admit(client, runtime, settings):
+    """40 threads race for a bucket of 15 tokens refilling at 0.01/s: 15 admitted, not one more."""
+    service, _ = _service(client, settings)
+    with runtime.sessions.begin() as session:
+        ratelimit.set_limit(session, settings, service, "send", rate=0.01, burst=15)
+    admitted, refused, start = [], [], threading.Barrier(40)
+
+    def one():
+        start.wait()
+        with runtime.sessions() as session:
+            try:
+                ratelimit.admit(session, settings, service, "send")
+                admitted.append(1)
+            except RateLimited:
+                refused.append(1)
+            finally:
+                session.commit()
+
+    threads = [threading.Thread(target=one) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (len(admitted), len(refused)) == (15, 25)
+
+
+def test_two_api_processes_share_one_limit(tmp_path, client, settings):
+    service, key = _service(client, settings)
+    rate, burst = 0.2, 10
+    assert _set(client, settings, service, "read", rate, burst).status_code == 200
+    with api_process(log_path=tmp_path / "a.log") as a, api_process(log_path=tmp_path / "b.log") as b:
+        statuses: dict[str, list[int]] = {"a": [], "b": []}
+        began = time.monotonic()
+        for i in range(30):
+            name, api = ("a", a) if i % 2 == 0 else ("b", b)
+            r = httpx.get(api.url + "/v1/templates", headers=key, timeout=10)
+            assert r.status_code in (200, 429), r.text
+            statuses[name].append(r.status_code)
+        elapsed = time.monotonic() - began
+    admitted = sum(s == 200 for v in statuses.values() for s in v)
+    # The burst, plus whatever the elapsed time refilled; one process alone would admit 10 of its 15.
+    assert burst <= admitted <= burst + int(elapsed * rate) + 1, (admitted, elapsed, statuses)
+    assert 200 in statuses["a"] and 200 in statuses["b"], statuses
+    assert 429 in statuses["a"] and 429 in statuses["b"], statuses
