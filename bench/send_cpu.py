@@ -145,7 +145,9 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------- notee
 async def _notee(n: int, page: int) -> dict[str, Any]:
+    from bench.tenant import bench_service_account
     from notee.delivery import deliver
+    from notee.vocabulary import FcmCredentials, ProviderCredentials
     from notee.providers.routing import ProviderSet
     from notee.runtime import Runtime
     from notee.settings import Settings
@@ -156,10 +158,11 @@ async def _notee(n: int, page: int) -> dict[str, Any]:
     runtime = Runtime(settings)  # lazy: nothing connects unless a token is pruned or dead-lettered
     providers = ProviderSet(settings)
     pages = [_messages(min(page, n - i), i) for i in range(0, n, page)]
+    credentials = ProviderCredentials(fcm=FcmCredentials(bench_service_account()))  # no device goes without
     delivered = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for msgs in pages:
-        result = await deliver(runtime, providers, SERVICE, msgs, credentials=None, job_id=None)
+        result = await deliver(runtime, providers, SERVICE, msgs, credentials=credentials, job_id=None)
         delivered += result.delivered
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     await providers.close()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import text
+
+from notee.crypto import SecretsBox
 
 
 @dataclass(frozen=True)
@@ -21,13 +24,29 @@ def new_service_id() -> str:
 
 
 def make_tenant(runtime, service: str | None = None) -> Tenant:
-    from notee.domain import registry
+    from notee.domain import credentials, registry
 
     service = service or new_service_id()
     with runtime.sessions() as session:
         registry.create_service(session, service=service, display_name=f"bench {service}")
         key = registry.create_api_key(session, service, label="bench")
+        # Sending needs credentials for the devices' platform (the emulator stands in for FCM, not the keys).
+        credentials.set_fcm_credentials(session, SecretsBox(runtime.settings.credentials_key.get_secret_value()),
+                                        service, bench_service_account())
     return Tenant(service, key.api_key)
+
+
+@functools.cache
+def bench_service_account() -> dict[str, str]:
+    """A well-formed Firebase service account with a fresh RSA key (not valid at Google; the emulator takes it)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return {"type": "service_account", "project_id": "notee-bench", "private_key_id": secrets.token_hex(20),
+            "private_key": pem, "client_email": "notee@notee-bench.iam.gserviceaccount.com", "client_id": "1",
+            "token_uri": "https://oauth2.googleapis.com/token"}
 
 
 def make_template(runtime, service: str, method: str, type_: str) -> str:

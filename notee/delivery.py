@@ -2,8 +2,13 @@
 retryable (bounded, with backoff honouring Retry-After), prune invalid tokens, dead-letter what
 still fails. Nothing is dropped silently: every message ends delivered, pruned or dead-lettered.
 
-Auth/configuration errors (``ProviderConfigError``) are raised to the caller, never retried per
-device: the job fails loudly with a clear message.
+- A device of a platform the service has no credentials for is not sent and not pruned: it is
+  dead-lettered with reason ``no_credentials``. A service with no credentials at all (or a single
+  send none of whose devices has a route) raises ``NoCredentials`` before anything is recorded.
+- ``dry_run`` (the service's delivery mode) sends through the log provider only.
+- Auth/configuration errors (``ProviderConfigError``) are never retried per device: the send stops,
+  what was collected before it (deliveries, invalid tokens, dead letters) is still recorded, and
+  ``DeliveryAborted`` carries those counts to the caller, which fails the send or job once.
 
 This module is the caller the providers need: it loads a service's credentials (through
 ``notee.domain.credentials``) and hands them to ``ProviderSet``; the providers themselves never
@@ -22,14 +27,14 @@ from datetime import datetime, timezone
 
 from notee.domain import registry
 from notee.domain.credentials import load_service_credentials
+from notee.domain.render import TemplateContent, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.subscriptions import prune_token
-from notee.errors import ProviderUnavailable
+from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
-from notee.providers.payload import check_size, render_all
 from notee.providers.retry import backoff
-from notee.providers.routing import ProviderSet
+from notee.providers.routing import NO_CREDENTIALS, ProviderSet
 from notee.runtime import Runtime
 from notee.store import deadletter
 from notee.vocabulary import PageCounts, ProviderCredentials
@@ -44,10 +49,33 @@ class DeliveryResult:
     invalid_tokens: list[str] = field(default_factory=list)  # distinct tokens, pruned when prune=True
     retried: int = 0  # re-sends after a retryable outcome
     failed: list[tuple[str, str]] = field(default_factory=list)  # (token, reason), each dead-lettered
+    no_credentials: int = 0  # of ``failed``: devices of a platform the service has no credentials for
+    dry_run: bool = False  # the log provider recorded the messages; nothing was sent
 
     @property
     def pruned(self) -> int:
         return len(self.invalid_tokens)
+
+
+class NoCredentials(ProviderConfigError):
+    """No device of the send can be reached: the service has no credentials for their platforms."""
+
+
+class DeliveryAborted(ProviderConfigError):
+    """A provider configuration error stopped the send part-way. What was collected before it is
+    recorded (pruned tokens, dead letters) and counted in ``partial``."""
+
+    def __init__(self, cause: ProviderConfigError, partial: DeliveryResult) -> None:
+        counts = (f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed "
+                  "before the error")
+        super().__init__(cause.message, details=[*cause.details, {"type": "partial_delivery", "msg": counts}])
+        self.partial = partial
+
+
+def no_credentials_message(service: str) -> str:
+    return (f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
+            f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
+            "set its delivery_mode to dry_run")
 
 
 def _utcnow() -> datetime:
@@ -56,72 +84,100 @@ def _utcnow() -> datetime:
 
 async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
                   credentials: ProviderCredentials | None | object = _UNSET, job_id: str | None = None,
-                  max_attempts: int | None = None, prune: bool = True, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
+                  dry_run: bool = False, entire_send: bool = True,
+                  max_attempts: int | None = None, prune: bool = True,
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
     ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
-    not given. ``max_attempts`` defaults to ``settings.fanout_max_attempts``.
+    not given. ``max_attempts`` defaults to ``settings.fanout_max_attempts``. ``entire_send``: the
+    messages are the whole send (a single send), so "no device has a route" is the send's failure
+    (NoCredentials); a fan-out page passes False (the job's other pages may have routes).
+    Raises NoCredentials (nothing recorded) and DeliveryAborted (provider configuration error).
     """
-    result = DeliveryResult()
+    result = DeliveryResult(dry_run=dry_run)
     if not messages:
         return result
-    if credentials is _UNSET:
-        credentials = await asyncio.to_thread(load_service_credentials, runtime, service)
+    if dry_run:
+        routes = providers.dry_run(service)
+    else:
+        if credentials is _UNSET:
+            credentials = await asyncio.to_thread(load_service_credentials, runtime, service)
+        routes = providers.for_service(service, credentials)
+        if not routes.any:
+            raise NoCredentials(no_credentials_message(service))
     bound = max_attempts or runtime.settings.fanout_max_attempts
-    routes = providers.for_service(service, credentials)
-    pending = list(range(len(messages)))
+    _, unroutable = routes.split(messages)
+    if unroutable and entire_send and len(unroutable) == len(messages):
+        raise NoCredentials(no_credentials_message(service))
     attempts = [0] * len(messages)  # provider answers per message; connection problems do not count
     invalid: dict[str, str] = {}
     dead: list[deadletter.DeadLetter] = []
+
+    def fail(m: Message, provider: str, reason: str, tries: int) -> None:
+        result.failed.append((m.device_token, reason))
+        dead.append(deadletter.DeadLetter(
+            service=service, job_id=job_id, device_token=m.device_token, device_os=m.device_os, provider=provider,
+            reason=reason, attempts=tries, payload={"title": m.title, "body": m.body, "data": dict(m.data)}))
+
+    for i in unroutable:  # never sent, never pruned: the token may be fine once credentials exist
+        fail(messages[i], "none", NO_CREDENTIALS, 0)
+    result.no_credentials = len(unroutable)
+    skip = set(unroutable)
+    pending = [i for i in range(len(messages)) if i not in skip]
     rounds = outage_rounds = 0
-    while pending:
-        rounds += 1
-        retry: list[int] = []
-        wait: float | None = None
-        answered = False
-        batch = [messages[i] for i in pending]
-        for provider, idx in routes.split(batch):
-            outcomes = await provider.send([batch[j] for j in idx])
-            for j, outcome in zip(idx, outcomes):
-                i, m = pending[j], batch[j]
-                if isinstance(outcome, RetryAfter) and outcome.transport:
-                    retry.append(i)  # the provider never answered about this device
-                    continue
-                answered = True
-                attempts[i] += 1
-                if isinstance(outcome, Delivered):
-                    result.delivered += 1
-                elif isinstance(outcome, InvalidToken):
-                    invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
-                elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
-                    retry.append(i)
-                    if outcome.seconds is not None:
-                        wait = max(wait or 0.0, outcome.seconds)
-                else:
-                    reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
-                    if isinstance(outcome, RetryAfter):
-                        reason = f"gave up after {attempts[i]} attempts: {reason}"
-                    result.failed.append((m.device_token, reason))
-                    dead.append(deadletter.DeadLetter(
-                        service=service, job_id=job_id, device_token=m.device_token, device_os=m.device_os,
-                        provider=provider.name, reason=reason, attempts=attempts[i],
-                        payload={"title": m.title, "body": m.body, "data": dict(m.data)}))
-        outage_rounds = 0 if answered else outage_rounds + 1
-        if retry and outage_rounds >= bound:
-            # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
-            # what was learned, and hand the work back (the task is retried later, the API says 503).
-            await _keep(runtime, service, job_id, invalid if prune else {}, dead)
-            raise ProviderUnavailable(f"push provider unreachable for service {service}: {len(retry)} message(s) "
-                                      f"not sent after {rounds} rounds")
-        if retry:
-            result.retried += len(retry)
-            delay = backoff(rounds, wait)
-            log.info("service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay, rounds + 1)
-            await sleep(delay)
-        pending = retry
+    aborted: ProviderConfigError | None = None
+    try:
+        while pending:
+            rounds += 1
+            retry: list[int] = []
+            wait: float | None = None
+            answered = False
+            batch = [messages[i] for i in pending]
+            groups, _ = routes.split(batch)
+            for provider, idx in groups:
+                outcomes = await provider.send([batch[j] for j in idx])
+                for j, outcome in zip(idx, outcomes):
+                    i, m = pending[j], batch[j]
+                    if isinstance(outcome, RetryAfter) and outcome.transport:
+                        retry.append(i)  # the provider never answered about this device
+                        continue
+                    answered = True
+                    attempts[i] += 1
+                    if isinstance(outcome, Delivered):
+                        result.delivered += 1
+                    elif isinstance(outcome, InvalidToken):
+                        invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
+                    elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
+                        retry.append(i)
+                        if outcome.seconds is not None:
+                            wait = max(wait or 0.0, outcome.seconds)
+                    else:
+                        reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
+                        if isinstance(outcome, RetryAfter):
+                            reason = f"gave up after {attempts[i]} attempts: {reason}"
+                        fail(m, provider.name, reason, attempts[i])
+            outage_rounds = 0 if answered else outage_rounds + 1
+            if retry and outage_rounds >= bound:
+                # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
+                # what was learned, and hand the work back (the task is retried later, the API says 503).
+                await _keep(runtime, service, job_id, invalid if prune else {}, dead)
+                raise ProviderUnavailable(f"push provider unreachable for service {service}: {len(retry)} "
+                                          f"message(s) not sent after {rounds} rounds")
+            if retry:
+                result.retried += len(retry)
+                delay = backoff(rounds, wait)
+                log.info("service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay,
+                         rounds + 1)
+                await sleep(delay)
+            pending = retry
+    except ProviderConfigError as exc:  # kept below, then raised: the caller fails the send/job once
+        aborted = exc
 
     result.invalid_tokens = list(invalid)
     await _keep(runtime, service, job_id, invalid if prune else {}, dead)
+    if aborted is not None:
+        raise DeliveryAborted(aborted, result) from aborted
     return result
 
 
@@ -152,32 +208,52 @@ def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
 # --- single sends ---------------------------------------------------------------------------------
 
 def prepare_single(runtime: Runtime, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
-                   data: dict[str, str] | None = None) -> list[Message]:
-    """Render the SINGLE template ``type_`` for every device of ``user_id``. Raises NotFound (user or
-    template), InvalidInput (missing variable, bad data) or PayloadTooLarge, before anything is sent."""
+                   data: dict[str, str] | None = None) -> tuple[list[Message], bool]:
+    """Render the SINGLE template ``type_`` once for every device of ``user_id``: (messages, dry_run).
+    Raises NotFound (user or template), InvalidInput (missing variables, bad data) or
+    PayloadTooLarge, before anything is sent."""
     extra = check_data(data)
     check_send_inputs(variables, None)
     with runtime.sessions() as session:
+        dry_run = registry.get_service(session, service).delivery_mode == "dry_run"
         registry.get_user(session, service, user_id)
         template = registry.get_template(runtime, session, service, "SINGLE", type_)
         devices = registry.list_devices(session, service, user_id)
-    title, body, merged = render_all(template.title, template.body, {**(template.data or {}), **(extra or {})},
-                                     variables)
-    check_size(title, body, merged)
-    return [Message(device_token=d.token, device_os=d.os, title=title, body=body, data=merged,
-                    ttl_seconds=template.ttl_seconds, priority=template.priority) for d in devices]
+    push = render(TemplateContent(template.title, template.body, template.data, template.defaults,
+                                  template.ttl_seconds, template.priority),
+                  variables, {"data": extra} if extra else None)
+    return [Message(device_token=d.token, device_os=d.os, title=push.title, body=push.body, data=push.data,
+                    ttl_seconds=push.ttl_seconds, priority=push.priority) for d in devices], dry_run
 
 
 async def send_single(runtime: Runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
                       variables: dict[str, str] | None = None, data: dict[str, str] | None = None
                       ) -> tuple[int, DeliveryResult]:
     """``POST /v1/users/{user_id}/send``: (devices targeted, result)."""
-    messages = await asyncio.to_thread(prepare_single, runtime, service, user_id, type_, variables=variables,
-                                       data=data)
-    result = await deliver(runtime, providers, service, messages)
-    log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d", service, type_,
-             len(messages), result.delivered, result.pruned, len(result.failed))
+    messages, dry_run = await asyncio.to_thread(prepare_single, runtime, service, user_id, type_,
+                                                variables=variables, data=data)
+    result = await deliver(runtime, providers, service, messages, dry_run=dry_run)
+    log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
+             service, type_, len(messages), result.delivered, result.pruned, len(result.failed),
+             result.no_credentials, " dry run" if dry_run else "")
     return len(messages), result
+
+
+class PageAborted(ProviderConfigError):
+    """A provider configuration error stopped a fan-out page part-way; ``counts`` is what it did before."""
+
+    def __init__(self, message: str, counts: PageCounts) -> None:
+        super().__init__(message)
+        self.counts = counts
+
+
+def _page_counts(result: DeliveryResult, processed: int) -> PageCounts:
+    """The counts of the ``processed`` recipients of a page (all of them, unless an error stopped it)."""
+    # pruned by difference: a token twice in a page is pruned once but counted for each recipient
+    failed = len(result.failed)
+    return PageCounts(targeted=processed, sent=result.delivered, failed=failed,
+                      pruned=processed - result.delivered - failed, retried=result.retried,
+                      no_credentials=result.no_credentials)
 
 
 class DeliverySender:
@@ -201,13 +277,18 @@ class DeliverySender:
             cached = self._credentials[service] = (time.monotonic(), creds)
         return cached[1]
 
-    async def send_page(self, service: str, job_id: str, messages: Sequence[Message]) -> PageCounts:
-        """One fan-out page: retries, pruning and dead letters inside; the counts of what happened."""
-        result = await deliver(self.runtime, self.providers, service, messages,
-                               credentials=await self._creds(service), job_id=job_id)
-        failed = len(result.failed)
-        return PageCounts(targeted=len(messages), sent=result.delivered, failed=failed,
-                          pruned=len(messages) - result.delivered - failed, retried=result.retried)
+    async def send_page(self, service: str, job_id: str, messages: Sequence[Message], dry_run: bool) -> PageCounts:
+        """One fan-out page: retries, pruning and dead letters inside; the counts of what happened.
+        ``dry_run``: the job's delivery mode (the log provider only). Raises NoCredentials (the
+        service has none at all) and PageAborted (a provider configuration error, with the counts
+        of what the page did before it): either fails the whole job."""
+        try:
+            result = await deliver(self.runtime, self.providers, service, messages, job_id=job_id, dry_run=dry_run,
+                                   entire_send=False, credentials=None if dry_run else await self._creds(service))
+        except DeliveryAborted as exc:
+            done = exc.partial
+            raise PageAborted(exc.message, _page_counts(done, done.delivered + len(done.failed) + done.pruned)) from exc
+        return _page_counts(result, len(messages))
 
     __call__ = send_page  # a DeliverySender is the worker's SendPage
 

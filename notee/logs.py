@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from notee.settings import Settings
 
 
 def setup(level: str = "INFO") -> None:
@@ -12,6 +16,14 @@ def setup(level: str = "INFO") -> None:
     )
     # The driver logs every reconnect attempt at WARNING; keep them, but not its chatty INFO.
     logging.getLogger("cassandra").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def announce_emulator(settings: Settings, process: str) -> None:
+    """One WARNING at a process's start when NOTEE_EMULATOR_URL reroutes every push of every service."""
+    if settings.emulator_url:
+        logging.getLogger("notee").warning(
+            "%s: NOTEE_EMULATOR_URL is set: every push of every service goes to the emulator at %s, not to FCM/APNs",
+            process, settings.emulator_url)
 
 
 def token_hint(token: str) -> str:

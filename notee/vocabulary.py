@@ -5,7 +5,7 @@ and the providers can all use it without importing each other (docs/ARCHITECTURE
 
 - what a publish job addresses (``TopicTarget`` / ``CycleTarget``) and how a job row stores it;
 - slot arithmetic (``SLOT_SIZE``, ``slot_of``);
-- the notification methods, device OSes and the days of the week;
+- the notification methods, device OSes, delivery modes and the days of the week;
 - ``Recipient`` (one device, as the fan-out read yields it) and ``PageCounts`` (what sending some
   devices did: the one counts type of a page, a task and a job's progress);
 - the decrypted provider credentials of a service (read by the domain, used by the providers).
@@ -29,6 +29,9 @@ DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.wee
 # writes (subscriptions and the rest), tenant reads.
 RateClass = Literal["publish", "send", "write", "read"]
 RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
+# A service's delivery mode: live sends through its providers; dry_run only records (log provider).
+DeliveryMode = Literal["live", "dry_run"]
+DELIVERY_MODES: tuple[DeliveryMode, ...] = get_args(DeliveryMode)
 
 
 # --- targets --------------------------------------------------------------------------------------
@@ -81,6 +84,15 @@ def slot_of(no: int) -> int:
     return no // SLOT_SIZE
 
 
+def slot_ranges(max_slot: int, slots_per_task: int = 1) -> list[tuple[int, int]]:
+    """Split slots ``0..max_slot`` (inclusive) into task ranges of ``slots_per_task`` slots."""
+    if max_slot < 0:
+        max_slot = 0
+    if slots_per_task < 1:
+        raise ValueError("slots_per_task must be >= 1")
+    return [(a, min(a + slots_per_task - 1, max_slot)) for a in range(0, max_slot + 1, slots_per_task)]
+
+
 # --- recipients and counts ------------------------------------------------------------------------
 
 class Recipient(NamedTuple):
@@ -106,6 +118,7 @@ class PageCounts:
     failed: int = 0
     pruned: int = 0
     retried: int = 0
+    no_credentials: int = 0  # of failed: no credentials for the recipient's platform (not sent, not pruned)
 
 
 @dataclass(frozen=True, slots=True)

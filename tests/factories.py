@@ -16,10 +16,19 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def make_service(runtime, service: str, tz: str = "Asia/Seoul") -> str:
+def make_service(runtime, service: str, tz: str = "Asia/Seoul", *, fcm: bool = False) -> str:
+    """``fcm``: also store FCM credentials (encrypted as the admin API does), which sending needs."""
     with runtime.sessions.begin() as s:
-        s.execute(text("INSERT INTO service VALUES (:s, :name, :tz, :now)"),
+        s.execute(text("INSERT INTO service (service, display_name, timezone, created_at) VALUES (:s, :name, :tz, :now)"),
                   {"s": service, "name": f"Test {service}", "tz": tz, "now": _now()})
+    if fcm:
+        from notee.crypto import SecretsBox
+        from notee.domain.credentials import set_fcm_credentials
+        from tests.api_helpers import shared_service_account
+
+        box = SecretsBox(runtime.settings.credentials_key.get_secret_value())
+        with runtime.sessions() as s:
+            set_fcm_credentials(s, box, service, shared_service_account())
     return service
 
 

@@ -45,7 +45,8 @@ def seed_topic(runtime, service: str, type_: str, key: str, topic: str, n: int, 
 
 
 def topic_template(runtime, service: str, type_: str = "news", title: str = "Hi {{name}}") -> str:
-    factories.make_service(runtime, service)
+    """The service (with FCM credentials, so its jobs can send) and a TOPIC template; its key."""
+    factories.make_service(runtime, service, fcm=True)
     return factories.make_template(runtime, service, "TOPIC", type_, title=title)
 
 

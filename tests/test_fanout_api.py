@@ -12,7 +12,7 @@ from tests.fanout_helpers import count_rows, emulator_runtime, run_worker_until_
 
 @pytest.fixture()
 def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id)
+    headers = new_service(client, settings, service_id, credentials=True)
     new_template(client, headers, "TOPIC", "news", title="Hello {{name}}", body="Body")
     return service_id, headers
 

@@ -61,9 +61,9 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
             sender = DeliverySender(rt)
             worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=60)
 
-            async def send_then_stop(service, job_id, messages):
+            async def send_then_stop(service, job_id, messages, dry_run):
                 worker.stop.set()  # SIGTERM arrives while the first page is being sent
-                return await sender(service, job_id, messages)
+                return await sender(service, job_id, messages, dry_run)
 
             worker.send_page = send_then_stop
             await worker.run()

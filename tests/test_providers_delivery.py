@@ -12,8 +12,6 @@ import pytest
 from sqlalchemy import text
 
 from notee.delivery import DeliverySender
-from notee.errors import InvalidInput, PayloadTooLarge
-from notee.providers import payload
 from notee.providers.base import Delivered, Message
 from notee.providers.retry import backoff, parse_retry_after
 from notee.providers.routing import ProviderSet, choose
@@ -36,7 +34,7 @@ def emu_app(client, settings, emulator):
 
 @pytest.fixture()
 def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id)
+    headers = new_service(client, settings, service_id, credentials=True)
     return service_id, headers
 
 
@@ -54,7 +52,7 @@ def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
 
     r = _send(client, headers, user, type="welcome", variables={"name": "Ann", "order": "42"})
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 3, "delivered": 3, "pruned": 0, "retried": 0, "failed": 0}
+    assert r.json() == {"devices": 3, "delivered": 3, "pruned": 0, "retried": 0, "failed": 0, "dry_run": False}
     for token in tokens:  # no APNs credentials: the IOS device goes through FCM too
         assert emu_app.deliveries(token)["fcm"] == 1
     seen = emu_app.last_request(tokens[0])["body"]
@@ -144,7 +142,7 @@ def test_invalid_tokens_are_pruned_from_mysql_and_cassandra(client, runtime, ten
 
     caplog.set_level(logging.INFO)
     r = _send(client, headers, user, type="hi")
-    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 1, "retried": 0, "failed": 0}
+    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 1, "retried": 0, "failed": 0, "dry_run": False}
     devices = [d["token"] for d in client.get(f"/v1/users/{user}/devices", headers=headers).json()["items"]]
     assert devices == [alive]
     rows = runtime.cql.execute(
@@ -162,7 +160,7 @@ def test_retryables_are_retried_then_delivered(client, tenant, emu_app):
     new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
     emu_app.fault("fcm", 503, match=token, times=2, retry_after=0)
     r = _send(client, headers, user, type="hi")
-    assert r.json() == {"devices": 1, "delivered": 1, "pruned": 0, "retried": 2, "failed": 0}
+    assert r.json() == {"devices": 1, "delivered": 1, "pruned": 0, "retried": 2, "failed": 0, "dry_run": False}
     assert emu_app.deliveries(token) == {"token": token, "fcm": 1, "apns": 0, "attempts": 3}
 
 
@@ -174,7 +172,7 @@ def test_what_still_fails_is_dead_lettered(client, runtime, tenant, emu_app):
     emu_app.fault("fcm", 429, match=token, times=100, retry_after=0)
     r = _send(client, headers, user, type="hi")
     bound = runtime.settings.fanout_max_attempts
-    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 0, "retried": bound - 1, "failed": 1}
+    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 0, "retried": bound - 1, "failed": 1, "dry_run": False}
     assert emu_app.deliveries(token)["attempts"] == bound
     with runtime.sessions() as s:
         [letter] = deadletter.list_for_service(s, service)
@@ -198,7 +196,9 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
     the delivery raises ProviderUnavailable (the fan-out task is released for later, the API says
     503): no device is dead-lettered or pruned, and nothing is reported as sent."""
     from notee.delivery import deliver
+    from notee.vocabulary import FcmCredentials, ProviderCredentials
     from notee.emulator.control import free_port
+    from tests.api_helpers import shared_service_account
     from notee.errors import ProviderUnavailable
 
     slept: list[float] = []
@@ -211,7 +211,8 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
                                                             "emulator_ca_file": emulator.ca_file}))
         try:
             await deliver(runtime, providers, service_id, [Message(random_token(), "AOS", "a", "b")] * 3,
-                          credentials=None, job_id=None, sleep=no_wait)
+                          credentials=ProviderCredentials(fcm=FcmCredentials(shared_service_account())), job_id=None,
+                          sleep=no_wait)
         finally:
             await providers.close()
 
@@ -223,22 +224,24 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
         assert deadletter.list_for_service(s, service_id) == []
 
 
-def test_log_provider_is_the_default_without_credentials_or_emulator(runtime, settings, service_id):
-    from notee.delivery import deliver
+def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, settings, service_id):
+    """Live mode never falls back to the log provider (issue 13): no credentials, no provider."""
+    from notee.delivery import NoCredentials, deliver
 
     async def run():
         providers = ProviderSet(settings.model_copy(update={"emulator_url": None}))
         try:
             routes = providers.for_service(service_id, None)
-            result = await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")],
-                                   credentials=None)
-            return routes, result
+            with pytest.raises(NoCredentials):
+                await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")], credentials=None)
+            dry = await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")], dry_run=True)
+            return routes, dry, providers.dry_run(service_id)
         finally:
             await providers.close()
 
-    routes, result = asyncio.run(run())
-    assert routes.fcm.name == "log" and routes.apns is None
-    assert result.delivered == 1 and routes.fcm.sent[0].title == "a"
+    routes, dry, logger = asyncio.run(run())
+    assert routes.fcm is None and routes.apns is None and not routes.any
+    assert (dry.delivered, dry.dry_run) == (1, True) and logger.apns.sent[0].title == "a"
 
 
 def test_dead_letter_retention(runtime, service_id):
@@ -260,36 +263,6 @@ def test_dead_letter_retention(runtime, service_id):
 
 # --- pure helpers -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("template,variables,expected", [
-    ("Hi {{name}}", {"name": "Ann"}, "Hi Ann"),
-    ("Hi {{ name }}, {{name}}", {"name": "Ann"}, "Hi Ann, Ann"),
-    ("No vars", {}, "No vars"),
-    ("{{a}}{{b}}", {"a": "1", "b": "{{a}}"}, "1{{a}}"),  # values are not re-rendered
-    ("{ {name} }", {}, "{ {name} }"),
-])
-def test_render(template, variables, expected):
-    assert payload.render(template, variables) == expected
-
-
-def test_render_all_reports_every_missing_variable():
-    with pytest.raises(InvalidInput) as err:
-        payload.render_all("{{a}}", "{{b}} {{a}}", {"k": "{{c}}"}, {})
-    assert [d["loc"][-1] for d in err.value.details] == ["a", "b", "c"]
-
-
-@pytest.mark.parametrize("body_len,ok", [(100, True), (3900, True), (4100, False)])
-def test_check_size(body_len, ok):
-    if ok:
-        assert payload.check_size("t", "x" * body_len, {}) <= payload.PAYLOAD_LIMIT
-    else:
-        with pytest.raises(PayloadTooLarge):
-            payload.check_size("t", "x" * body_len, {})
-
-
-def test_size_counts_utf8_bytes():
-    assert payload.payload_size("", "한" * 10, {}) - payload.payload_size("", "", {}) == 30
-
-
 @pytest.mark.parametrize("attempt,retry_after,low,high", [
     (1, None, 0.0, 0.5), (2, None, 0.0, 1.0), (4, None, 0.0, 4.0), (20, None, 0.0, 60.0),
     (1, 3.0, 3.0, 3.31), (5, 0.0, 0.0, 0.011), (1, 3600.0, 60.0, 60.0),
@@ -306,10 +279,11 @@ def test_parse_retry_after(value, expected):
     assert parse_retry_after(value) == expected
 
 
-@pytest.mark.parametrize("os_,has_apns,expected", [
-    ("IOS", True, "apns"), ("IOS", False, "fcm"), ("AOS", True, "fcm"), ("AOS", False, "fcm")])
-def test_routing(os_, has_apns, expected):
-    assert choose(os_, has_apns=has_apns) == expected
+@pytest.mark.parametrize("os_,has_apns,has_fcm,expected", [
+    ("IOS", True, True, "apns"), ("IOS", False, True, "fcm"), ("AOS", True, True, "fcm"), ("AOS", False, True, "fcm"),
+    ("IOS", True, False, "apns"), ("IOS", False, False, None), ("AOS", True, False, None), ("AOS", False, False, None)])
+def test_routing(os_, has_apns, has_fcm, expected):
+    assert choose(os_, has_apns=has_apns, has_fcm=has_fcm) == expected
 
 
 def test_delivered_outcome_default():

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from notee.api import errors
 from notee.api.edge import EdgeGuard
 from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
+from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -20,6 +21,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = runtime is None
+        announce_emulator(settings, "api")
         app.state.runtime = runtime or Runtime(settings)
         try:
             yield

@@ -24,7 +24,11 @@ from notee.domain.rules import (
     TOKEN_PATTERN,
     control_free,
 )
-from notee.vocabulary import Method, Os, Priority, RateClass
+from notee.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
+
+_DELIVERY_MODE = ("live: pushes go to the service's providers (FCM/APNs, or the emulator when NOTEE_EMULATOR_URL "
+                  "is set); dry_run: every push is only recorded by the log provider, nothing is sent, and "
+                  "sends and jobs say dry_run: true")
 
 
 def _one_line(value: str) -> str:
@@ -50,7 +54,8 @@ _DESCRIPTIONS = {
     409: "Already exists",
     429: "Rate limit of this class of requests used up; retry after Retry-After seconds",
     422: "Invalid input; nothing was written",
-    424: "Credentials key not configured or credentials unreadable",
+    424: "Provider configuration: credentials key not set, credentials unreadable or rejected by the provider, "
+         "or none for the platform of any device",
 }
 
 
@@ -75,12 +80,18 @@ class ServiceIn(_In):
     display_name: StrictStr = Field(min_length=1, max_length=200)
     timezone: StrictStr | None = Field(None, max_length=64, description="IANA name; default Asia/Seoul",
                                        examples=["Asia/Seoul"])
+    delivery_mode: DeliveryMode = Field("live", description=_DELIVERY_MODE)
+
+
+class ServiceUpdate(_In):
+    delivery_mode: DeliveryMode = Field(description=_DELIVERY_MODE)
 
 
 class ServiceOut(_Out):
     service: str
     display_name: str
     timezone: str
+    delivery_mode: DeliveryMode = Field(description=_DELIVERY_MODE)
     created_at: datetime
 
 
@@ -188,6 +199,10 @@ class TemplateIn(_In):
     title: StrictStr = Field(min_length=1, max_length=200)
     body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
     data: dict[StrictStr, StrictStr] | None = Field(None, description="Flat string map sent with the push")
+    defaults: dict[StrictStr, StrictStr] | None = Field(
+        None, description="Default values of placeholders ({{name}} or {{user.name}}) in title, body and data "
+        "values, used when a send or publish gives no variable of that name. A CYCLE template needs one for every "
+        "placeholder.", examples=[{"name": "there"}])
     ttl_seconds: StrictInt | None = Field(None, ge=0, le=MAX_TTL_SECONDS)
     priority: Priority = "high"
 
@@ -198,6 +213,7 @@ class TemplateOut(_Out):
     title: str
     body: str
     data: dict[str, str] | None
+    defaults: dict[str, str] | None
     ttl_seconds: int | None
     priority: Priority
     notification_key: str = Field(description="UUID created with the template; stable across updates")

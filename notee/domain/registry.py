@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from notee import crypto
-from notee.domain import subscriptions
+from notee.domain import render, subscriptions
 from notee.domain.rules import (
     DEFAULT_TIMEZONE,
     MAX_TEMPLATE_BYTES,
@@ -45,7 +45,7 @@ from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
 from notee.runtime import Runtime
 from notee.store import cql
 from notee.store import registry_sql as store
-from notee.vocabulary import METHODS, OSES, PRIORITIES
+from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class Service:
     display_name: str
     timezone: str
     created_at: datetime
+    delivery_mode: str = "live"
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Template:
     title: str
     body: str
     data: dict[str, str] | None
+    defaults: dict[str, str] | None
     ttl_seconds: int | None
     priority: str
     notification_key: str
@@ -117,7 +119,7 @@ class Template:
 
 
 def _service(row) -> Service:
-    return Service(row.service, row.display_name, row.timezone, _utc(row.created_at))
+    return Service(row.service, row.display_name, row.timezone, _utc(row.created_at), row.delivery_mode)
 
 
 def _key(row) -> ApiKeyInfo:
@@ -135,18 +137,21 @@ def _device(row, created: bool = False) -> Device:
 
 def _template(row, version: int, created: bool = False) -> Template:
     return Template(row.notification_method, row.notification_type, row.title, row.body, row.data,
-                    row.ttl_seconds, row.priority, row.notification_key, version, _utc(row.created_at),
+                    row.defaults, row.ttl_seconds, row.priority, row.notification_key, version, _utc(row.created_at),
                     _utc(row.updated_at), created)
 
 
 # --- services and API keys (admin) -------------------------------------------------------------
 
-def create_service(session: Session, *, service: str, display_name: str, timezone: str | None = None) -> Service:
+def create_service(session: Session, *, service: str, display_name: str, timezone: str | None = None,
+                   delivery_mode: str = "live") -> Service:
     check_service_id(service)
     check_text("display_name", display_name, min_len=1, max_len=200)
     tz = check_timezone(timezone if timezone is not None else DEFAULT_TIMEZONE)
+    check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
     try:
-        store.insert_service(session, service=service, display_name=display_name, timezone=tz, now=utcnow())
+        store.insert_service(session, service=service, display_name=display_name, timezone=tz, now=utcnow(),
+                             delivery_mode=delivery_mode)
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -160,6 +165,18 @@ def get_service(session: Session, service: str) -> Service:
     if row is None:
         raise NotFound("service not found")
     return _service(row)
+
+
+def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> Service:
+    """``live`` or ``dry_run`` (admin). Jobs already made keep the mode they were made in."""
+    check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
+    if not store.set_delivery_mode(session, service, delivery_mode):
+        session.rollback()
+        raise NotFound("service not found")
+    session.commit()
+    log.warning("service %s: delivery mode set to %s%s", service, delivery_mode,
+                " (pushes are recorded by the log provider, not sent)" if delivery_mode == "dry_run" else "")
+    return get_service(session, service)
 
 
 def create_api_key(session: Session, service: str, *, label: str = "") -> CreatedApiKey:
@@ -292,22 +309,26 @@ def _check_template_id(method: Any, type_: Any) -> None:
 
 def put_template(runtime: Runtime, session: Session, service: str, method: str, type_: str, *, title: str, body: str,
                  data: dict[str, str] | None = None, ttl_seconds: int | None = None,
-                 priority: str = "high") -> Template:
+                 priority: str = "high", defaults: dict[str, str] | None = None) -> Template:
     """Create or update. notification_key is created once and never changes; every write bumps the
-    cache version counter (after the MySQL commit: a counter timeout is reported, not retried)."""
+    cache version counter (after the MySQL commit: a counter timeout is reported, not retried).
+    Placeholders and defaults follow notee/domain/render.py (a CYCLE template needs a default for
+    each placeholder)."""
     _check_template_id(method, type_)
     check_text("title", title, min_len=1, max_len=200)
     check_text("body", body, min_len=1, max_len=2000, newlines=True)
     data = check_data(data)
     ttl_seconds = check_ttl(ttl_seconds)
     check_choice("priority", priority, PRIORITIES)
+    render.check_template(method, render.TemplateContent(title, body, data, defaults, ttl_seconds, priority))
     size = template_size(title, body, data)
     if size > MAX_TEMPLATE_BYTES:
         raise PayloadTooLarge(f"title + body + data take {size} bytes; at most {MAX_TEMPLATE_BYTES}",
                               details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}])
     new_key = str(uuid.uuid4())
     row = store.upsert_template(session, service=service, method=method, type_=type_, title=title, body=body,
-                                data=data, ttl_seconds=ttl_seconds, priority=priority, new_key=new_key, now=utcnow())
+                                data=data, defaults=dict(defaults) if defaults else None, ttl_seconds=ttl_seconds,
+                                priority=priority, new_key=new_key, now=utcnow())
     session.commit()
     statements = cql.for_runtime(runtime)
     statements.add_version(service, method, type_)  # counter: never retried on timeout

@@ -18,16 +18,16 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from notee.domain.render import TemplateContent, render
 from notee.domain.rules import check_send_inputs
 from notee.domain.schedule import validate_topic
 from notee.errors import InvalidInput, NotFound
-from notee.fanout.render import render_payload, slot_ranges
 from notee.runtime import Runtime
 from notee.store import job_queue as store
 from notee.store import registry_sql
 from notee.store.cql import for_runtime, max_slot
 from notee.store.job_queue import JobRow
-from notee.vocabulary import Progress, Target, TopicTarget, encode_target
+from notee.vocabulary import Progress, Target, TopicTarget, encode_target, slot_ranges
 
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,11 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
     if (template.notification_method, template.notification_type) != (method, type_):
         raise InvalidInput("notification_key does not belong to this method and type")
     kind, target_json = encode_target(target)
-    payload = render_payload(template._mapping, variables, overrides)
+    # Rendered once here for every recipient of the job (docs/FANOUT.md); the workers never render.
+    payload = render(TemplateContent(template.title, template.body, template.data, template.defaults,
+                                     template.ttl_seconds, template.priority), variables, overrides).as_job_payload()
+    service_row = registry_sql.get_service(session, service)
+    dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
     # Read the numbering counter before writing: the job walks every slot that exists now.
     top = max_slot(for_runtime(runtime), service, method, type_)
     job_id = str(uuid.uuid4())
@@ -63,7 +67,7 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
             store.insert_job(session, job_id=job_id, service=service, notification_key=notification_key,
                              method=method, type_=type_, target_kind=kind, target=target_json,
                              idempotency_key=idempotency_key, variables=variables, overrides=overrides,
-                             payload=payload, slot_ranges=slot_ranges(top, SLOTS_PER_TASK))
+                             payload=payload, dry_run=dry_run, slot_ranges=slot_ranges(top, SLOTS_PER_TASK))
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -71,7 +75,8 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
         if existing is None:
             raise
         return existing
-    log.info("job %s created: service=%s %s/%s %s slots 0..%d", job_id, service, method, type_, kind, top)
+    log.info("job %s created: service=%s %s/%s %s slots 0..%d%s", job_id, service, method, type_, kind, top,
+             " (dry run)" if dry_run else "")
     job = store.get_job(session, job_id)
     assert job is not None
     return replace(job, created=True)

@@ -32,8 +32,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.delivery import DeliverySender
+from notee.delivery import DeliverySender, PageAborted
 from notee.errors import ProviderConfigError, ProviderUnavailable
+from notee.logs import announce_emulator
 from notee.providers.base import Message
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -49,10 +50,11 @@ IDLE_POLL_S = 0.5  # how often an idle lane asks for work
 ERROR_BACKOFF_S = 2.0  # a task released after an unexpected error is claimable again after this
 
 
-# (service, job_id, messages) -> counts (``targeted == len(messages)``). Retries, pruning and
-# dead-lettering happen inside; it raises ProviderConfigError when the service's credentials are
-# unusable (the job fails loudly). Production: ``notee.delivery.DeliverySender``.
-SendPage = Callable[[str, str, Sequence[Message]], Awaitable[PageCounts]]
+# (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
+# and dead-lettering happen inside; it raises ProviderConfigError (PageAborted: with the counts of
+# what the page did before the error) when the service's credentials are missing or unusable: the
+# whole job fails once. Production: ``notee.delivery.DeliverySender``.
+SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
 
 
 def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
@@ -114,6 +116,7 @@ class Worker:
         keeper = asyncio.create_task(self._keep_lease(claim, lost))
         started = time.monotonic()
         pages = sent = 0
+        aborted = PageCounts()  # what the page a provider configuration error stopped did before it
         try:
             job = await asyncio.to_thread(_read_job, sessions, claim.job_id)
             target = decode_target(job.target_kind, job.target)
@@ -133,7 +136,12 @@ class Worker:
                         return
                     counts = PageCounts()
                     if page:
-                        counts = await self.send_page(job.service, job.job_id, messages_for(page, job.payload))
+                        try:
+                            counts = await self.send_page(job.service, job.job_id, messages_for(page, job.payload),
+                                                          job.dry_run)
+                        except PageAborted as exc:
+                            aborted = exc.counts
+                            raise
                     pages += 1
                     sent += counts.sent
                     last = next_state is None and slot == claim.slot_to
@@ -158,8 +166,9 @@ class Worker:
         except JobGone as exc:  # nothing left to send: its tasks went with the job row
             log.warning("task %s: %s", name, exc)
         except ProviderConfigError as exc:
-            log.error("task %s failed: provider configuration: %s", name, exc.message)
-            await self._finish_failed(claim, f"provider configuration: {exc.message}")
+            # Every page of the job would meet the same error: the whole job fails once, here.
+            log.error("job %s failed: provider configuration: %s", claim.job_id, exc.message)
+            await self._fail_job(claim, f"provider configuration: {exc.message}", aborted)
         except Exception as exc:
             if isinstance(exc, ProviderUnavailable):  # an outage delays the task, never fails it
                 log.warning("task %s: %s; releasing it for a retry", name, exc.message)
@@ -174,10 +183,10 @@ class Worker:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
 
-    async def _finish_failed(self, claim: Claim, error: str) -> None:
+    async def _fail_job(self, claim: Claim, error: str, counts: PageCounts) -> None:
         try:
-            await asyncio.to_thread(store.complete, self.runtime.sessions, claim, failed=True, error=error)
-        except LeaseLost:
+            await asyncio.to_thread(store.fail_job, self.runtime.sessions, claim, error=error, counts=counts)
+        except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass
 
     async def _read(self, claim: Claim, key: str, target: Target, queue: asyncio.Queue) -> None:
@@ -217,6 +226,7 @@ def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
 
 
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
+    announce_emulator(runtime.settings, "worker")
     sender = DeliverySender(runtime)
     worker = Worker(runtime, sender, lanes=lanes, services=services)
     loop = asyncio.get_running_loop()

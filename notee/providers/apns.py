@@ -13,14 +13,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jwt
 
 from notee.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import Pool, TransportError
-from notee.providers.payload import apns_payload
 from notee.providers.retry import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,22 @@ log = logging.getLogger(__name__)
 PRODUCTION_URL = "https://api.push.apple.com"
 SANDBOX_URL = "https://api.sandbox.push.apple.com"
 JWT_REFRESH_S = 50 * 60
+# "The maximum size of a notification payload is 4 KB (4096 bytes)" for a regular remote notification:
+# https://developer.apple.com/documentation/usernotifications/generating-a-remote-notification
+PAYLOAD_LIMIT = 4096
 _INVALID_TOKEN_REASONS = {"BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"}
 _CONFIG_REASONS = {"InvalidProviderToken", "MissingProviderToken", "BadCertificate", "BadCertificateEnvironment",
                    "BadTopic", "MissingTopic", "TopicDisallowed", "Forbidden"}
+
+
+def apns_payload(title: str, body: str, data: Mapping[str, str] | None) -> dict[str, Any]:
+    """The APNs JSON payload: ``aps`` plus custom keys at the top level."""
+    return {"aps": {"alert": {"title": title, "body": body}, "sound": "default"}, **(data or {})}
+
+
+def payload_bytes(title: str, body: str, data: Mapping[str, str] | None) -> int:
+    """Bytes of the payload this sender puts on the wire: APNs' own measure of PAYLOAD_LIMIT."""
+    return len(json.dumps(apns_payload(title, body, data), separators=(",", ":"), ensure_ascii=False).encode())
 
 
 class ExpiredJwt(Exception):

@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from notee.errors import ProviderConfigError
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 FCM_URL = "https://fcm.googleapis.com"
 SCOPES = ["https://www.googleapis.com/auth/firebase.messaging"]
 _FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+# "For both message types, the maximum payload is 4096 bytes" -- the notification and data content,
+# not the token or the platform blocks: https://firebase.google.com/docs/cloud-messaging/concept-options
+PAYLOAD_LIMIT = 4096
 
 
 class AuthRejected(Exception):
@@ -52,6 +55,14 @@ def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
         apns_headers["apns-collapse-id"] = m.collapse_key
     out["apns"] = {"headers": apns_headers}
     return out
+
+
+def payload_bytes(title: str, body: str, data: Mapping[str, str] | None) -> int:
+    """Bytes FCM counts against PAYLOAD_LIMIT: the message's notification and data, as ``fcm_message`` builds them."""
+    content: dict[str, Any] = {"notification": {"title": title, "body": body}}
+    if data:
+        content["data"] = dict(data)
+    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def classify_fcm(status: int, body: bytes, retry_after: bytes | str | None = None) -> Outcome:

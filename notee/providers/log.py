@@ -1,7 +1,9 @@
 """The ``log`` provider: a dry run. Records what would be sent and reports it delivered.
 
-The default for a service with no provider credentials (and no emulator configured), so a new
-tenant can try the API end to end before uploading keys.
+Used only for a send or job of a service an admin put in ``dry_run`` delivery mode (so a new
+tenant can try the API end to end before uploading keys); those sends and jobs say
+``dry_run: true``. A live service without credentials never falls back to it: its devices are
+counted failed with reason ``no_credentials`` (notee/providers/routing.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """Which provider sends which device, per service.
 
 - IOS -> APNs when the service has APNs credentials, otherwise through FCM; AOS -> FCM.
-- FCM without credentials -> the ``log`` provider (dry run), unless ``settings.emulator_url`` is set:
-  then every FCM and APNs send goes to the emulator.
+- A device whose platform has no provider (AOS without FCM credentials; IOS with neither) has no
+  route: delivery counts it failed with reason ``no_credentials`` (never sent, never pruned).
+- ``settings.emulator_url`` changes where the providers connect (the emulator instead of FCM/APNs),
+  not which credentials they need. Every process announces it at start (``notee.logs.announce_emulator``).
+- The ``log`` provider is used only for a send or job in ``dry_run`` delivery mode (an admin's
+  choice per service): it records every push and sends nothing.
 Providers are built once per (service, credentials) and reused; HTTP/2 connections are pooled per
 origin and shared by all services of the process (the bearer token is per request).
 """
@@ -27,22 +31,37 @@ from notee.vocabulary import ProviderCredentials
 log = logging.getLogger(__name__)
 
 
-def choose(device_os: str, *, has_apns: bool) -> str:
-    """``"apns"`` or ``"fcm"`` for one device (pure)."""
-    return "apns" if device_os == "IOS" and has_apns else "fcm"
+NO_CREDENTIALS = "no_credentials"  # the reason of a device no provider of the service can reach
+
+
+def choose(device_os: str, *, has_apns: bool, has_fcm: bool = True) -> str | None:
+    """``"apns"``, ``"fcm"`` or None (no credentials for this platform) for one device (pure)."""
+    if device_os == "IOS" and has_apns:
+        return "apns"
+    return "fcm" if has_fcm else None
 
 
 @dataclass
 class ServiceProviders:
-    fcm: Provider  # FcmProvider, or LogProvider when the service has no FCM credentials
-    apns: Provider | None
+    fcm: Provider | None  # None: the service has no FCM credentials
+    apns: Provider | None  # None: no APNs credentials (iOS devices then go through FCM, if any)
 
-    def split(self, messages: Sequence[Message]) -> list[tuple[Provider, list[int]]]:
-        """Group message indexes by the provider that sends them."""
+    @property
+    def any(self) -> bool:
+        return self.fcm is not None or self.apns is not None
+
+    def split(self, messages: Sequence[Message]) -> tuple[list[tuple[Provider, list[int]]], list[int]]:
+        """Group message indexes by the provider that sends them; and the indexes no provider can send."""
         groups: dict[str, list[int]] = {}
+        unroutable: list[int] = []
         for i, m in enumerate(messages):
-            groups.setdefault(choose(m.device_os, has_apns=self.apns is not None), []).append(i)
-        return [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
+            kind = choose(m.device_os, has_apns=self.apns is not None, has_fcm=self.fcm is not None)
+            if kind is None:
+                unroutable.append(i)
+            else:
+                groups.setdefault(kind, []).append(i)
+        routed = [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
+        return [(p, idx) for p, idx in routed if p is not None], unroutable
 
 
 def _fingerprint(credentials: ProviderCredentials | None) -> str:
@@ -59,6 +78,14 @@ class ProviderSet:
         self._pools: dict[str, Pool] = {}
         self._services: dict[str, tuple[str, ServiceProviders]] = {}
         self._ssl = None
+        self._dry_run: dict[str, ServiceProviders] = {}
+
+    def dry_run(self, service: str) -> ServiceProviders:
+        """The log provider for every platform: a send or job in ``dry_run`` delivery mode."""
+        if service not in self._dry_run:
+            logger = LogProvider(service)
+            self._dry_run[service] = ServiceProviders(fcm=logger, apns=logger)
+        return self._dry_run[service]
 
     def _pool(self, url: str) -> Pool:
         if url not in self._pools:
@@ -81,11 +108,10 @@ class ProviderSet:
         apns_c = credentials.apns if credentials is not None else None
         if self.settings.emulator_url:
             pool = self._pool(self.settings.emulator_url)
-            built = ServiceProviders(
-                fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool),
-                apns=emulator_apns(apns_c, pool) if apns_c else None)
+            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c.project_id, pool) if fcm_c else None,
+                                     apns=emulator_apns(apns_c, pool) if apns_c else None)
         else:
-            fcm: Provider = LogProvider(service)
+            fcm: Provider | None = None
             if fcm_c:
                 fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
             apns = None
@@ -94,7 +120,7 @@ class ProviderSet:
                                     self._pool(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL))
             built = ServiceProviders(fcm=fcm, apns=apns)
         self._services[service] = (fp, built)
-        log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name,
+        log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name if built.fcm else "-",
                  built.apns.name if built.apns else "-", " (emulator)" if self.settings.emulator_url else "")
         return built
 
@@ -103,4 +129,5 @@ class ProviderSet:
             await pool.close()
         self._pools.clear()
         self._services.clear()
+        self._dry_run.clear()
 

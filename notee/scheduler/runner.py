@@ -40,6 +40,7 @@ from apscheduler.triggers.cron import CronTrigger
 from notee import retention
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.jobs import create_job
+from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.scheduler import clock
 from notee.store import ticks
@@ -149,10 +150,15 @@ class Scheduler:
                     # Another scheduler inserted the same key concurrently (only after a takeover); a
                     # fresh transaction sees its committed job and returns it.
                     return create(*item)
-            except (NotFound, InvalidInput, PayloadTooLarge) as exc:
-                # The due index may name a template deleted since (reconcile removes it later) or one
-                # that no longer renders; it is this template's problem, not the minute's.
+            except NotFound as exc:
+                # The due index may name a template deleted since (reconcile removes it later).
                 log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), item[2], item[1], exc)
+                return None
+            except (InvalidInput, PayloadTooLarge) as exc:
+                # Saving refuses a CYCLE template that cannot render (notee/domain/render.py), so only a
+                # template saved before that rule gets here: its subscribers get nothing until it is fixed.
+                log.error("minute %s: CYCLE template %s of %s does not render, nothing sent: %s", _iso(minute),
+                          item[2], item[1], exc)
                 return None
 
         if len(due) <= 1:
@@ -233,6 +239,7 @@ def _iso(minute: datetime) -> str:
 def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
     """Run the scheduler until SIGTERM/SIGINT (or ``stop`` is set): tick once now (catching up
     after downtime), then at second 0 of every minute. Stopping waits for the tick in progress."""
+    announce_emulator(runtime.settings, "scheduler")
     stop = stop or threading.Event()
     scheduler = Scheduler(runtime)
 

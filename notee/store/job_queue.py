@@ -51,6 +51,7 @@ class JobRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    dry_run: bool = False  # made in the service's dry_run delivery mode: the log provider sends it
     created: bool = False  # True only on the call that inserted it
 
 
@@ -70,8 +71,11 @@ class Claim:
 
 _JOB_COLUMNS = (
     "job_id, service, notification_key, notification_method, notification_type, target_kind, target, "
-    "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at"
+    "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at, dry_run"
 )
+# A job whose every recipient had no route ends failed with this error (notee/delivery.py says the same per send).
+NO_CREDENTIALS_ERROR = ("no recipient could be sent: the service has no provider credentials for their platform "
+                        "(Android needs FCM; iOS needs APNs or FCM)")
 
 
 def _json(value: Any) -> Any:
@@ -84,7 +88,7 @@ def _job(row: Any, created: bool = False) -> JobRow:
         method=row.notification_method, type_=row.notification_type, target_kind=row.target_kind,
         target=_json(row.target), idempotency_key=row.idempotency_key, payload=_json(row.payload),
         state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
-        started_at=row.started_at, finished_at=row.finished_at, created=created,
+        started_at=row.started_at, finished_at=row.finished_at, dry_run=bool(row.dry_run), created=created,
     )
 
 
@@ -116,19 +120,20 @@ def get_job(session: Session, job_id: str, service: str | None = None) -> JobRow
 def insert_job(session: Session, *, job_id: str, service: str, notification_key: str, method: str, type_: str,
                target_kind: str, target: dict[str, Any], idempotency_key: str | None,
                variables: dict[str, Any] | None, overrides: dict[str, Any] | None, payload: dict[str, Any],
-               slot_ranges: list[tuple[int, int]]) -> None:
+               slot_ranges: list[tuple[int, int]], dry_run: bool = False) -> None:
     """Insert the job row and one task row per slot range, in the caller's transaction.
 
     Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
     session.execute(
         text("INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
-             " target_kind, target, idempotency_key, variables, overrides, payload, state, task_count, created_at)"
-             " VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, 'queued', :n, UTC_TIMESTAMP(6))"),
+             " target_kind, target, idempotency_key, variables, overrides, payload, dry_run, state, task_count,"
+             " created_at) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, :dry, 'queued', :n,"
+             " UTC_TIMESTAMP(6))"),
         {"j": job_id, "s": service, "k": notification_key, "m": method, "t": type_, "tk": target_kind,
          "tg": json.dumps(target), "ik": idempotency_key,
          "v": json.dumps(variables) if variables is not None else None,
          "o": json.dumps(overrides) if overrides is not None else None,
-         "p": json.dumps(payload), "n": len(slot_ranges)},
+         "p": json.dumps(payload), "dry": dry_run, "n": len(slot_ranges)},
     )
     session.execute(
         text("INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
@@ -143,11 +148,13 @@ def progress(session: Session, job_id: str) -> Progress:
         text("SELECT COALESCE(SUM(state IN ('done', 'failed')), 0) AS tasks_done,"
              " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
              " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
-             " COALESCE(SUM(retried), 0) AS retried FROM fanout_task WHERE job_id = :j"),
+             " COALESCE(SUM(retried), 0) AS retried, COALESCE(SUM(no_credentials), 0) AS no_credentials"
+             " FROM fanout_task WHERE job_id = :j"),
         {"j": job_id},
     ).one()
     return Progress(targeted=int(row.targeted), sent=int(row.sent), failed=int(row.failed),
-                    pruned=int(row.pruned), retried=int(row.retried), tasks_done=int(row.tasks_done))
+                    pruned=int(row.pruned), retried=int(row.retried), no_credentials=int(row.no_credentials),
+                    tasks_done=int(row.tasks_done))
 
 
 # --- leasing ------------------------------------------------------------------------------------
@@ -227,9 +234,11 @@ def checkpoint(sessions: sessionmaker[Session], claim_: Claim, *, current_slot: 
         _fenced(session, claim_,
                 "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, targeted = targeted + :tg,"
                 " sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr, retried = retried + :re,"
+                " no_credentials = no_credentials + :nc,"
                 " pages = pages + 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
                 {"cs": current_slot, "ps": paging_state, "tg": counts.targeted, "se": counts.sent,
-                 "fa": counts.failed, "pr": counts.pruned, "re": counts.retried, "ms": int(lease_s * 1000)})
+                 "fa": counts.failed, "pr": counts.pruned, "re": counts.retried, "nc": counts.no_credentials,
+                 "ms": int(lease_s * 1000)})
 
 
 def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 0.0, error: str | None = None) -> None:
@@ -248,12 +257,39 @@ def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCoun
     job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
     task open (it is re-sent, at most one page), never a done task without its counts."""
     with sessions.begin() as session:
-        _fenced(session, claim_,
-                "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
-                " pruned = pruned + :pr, retried = retried + :re, pages = pages + :pg",
-                {"tg": counts.targeted, "se": counts.sent, "fa": counts.failed, "pr": counts.pruned,
-                 "re": counts.retried, "pg": 1 if counts.targeted else 0})
+        _add_counts(session, claim_, counts)
         _finish_task(session, claim_.job_id, claim_.task_no, "failed" if failed else "done", error)
+
+
+def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = PageCounts()) -> None:
+    """A provider configuration error: the whole job fails once, in one transaction. The claimed task
+    keeps the counts of what its last page did before the error; every other open task of the job
+    is failed too (a worker holding one loses its lease at its next write and stops); the job
+    carries ``error``."""
+    with sessions.begin() as session:
+        _add_counts(session, claim_, counts)
+        session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
+        session.execute(
+            text("UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
+                 " paging_state = NULL, finished_at = UTC_TIMESTAMP(6)"
+                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
+            {"e": error[:500], "j": claim_.job_id},
+        )
+        session.execute(
+            text("UPDATE fanout_job SET state = 'failed', error = :e, finished_at = UTC_TIMESTAMP(6),"
+                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
+            {"e": error[:500], "j": claim_.job_id},
+        )
+
+
+def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
+    _fenced(session, claim_,
+            "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
+            " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
+            " pages = pages + :pg",
+            {"tg": counts.targeted, "se": counts.sent, "fa": counts.failed, "pr": counts.pruned,
+             "re": counts.retried, "nc": counts.no_credentials, "pg": 1 if counts.targeted else 0})
 
 
 def _finish_task(session: Session, job_id: str, task_no: int, state: str, error: str | None) -> None:
@@ -267,15 +303,19 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
     session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
     row = session.execute(
         text("SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
-             " MIN(CASE WHEN state = 'failed' THEN error END) AS error_ FROM fanout_task WHERE job_id = :j"),
+             " MIN(CASE WHEN state = 'failed' THEN error END) AS error_, SUM(targeted) AS targeted_,"
+             " SUM(no_credentials) AS no_credentials_ FROM fanout_task WHERE job_id = :j"),
         {"j": job_id},
     ).one()
     if int(row.open_ or 0) == 0:
+        failed, error = bool(row.failed_), row.error_
+        if not failed and int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
+            failed, error = True, NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
         session.execute(
             text("UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
                  " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
                  " WHERE job_id = :j AND state IN ('queued', 'running')"),
-            {"st": "failed" if row.failed_ else "done", "e": row.error_, "j": job_id},
+            {"st": "failed" if failed else "done", "e": error, "j": job_id},
         )
 
 

@@ -36,6 +36,7 @@ service_t = Table(
     Column("service", String(32), primary_key=True),
     Column("display_name", String(200)),
     Column("timezone", String(64)),
+    Column("delivery_mode", String(7)),
     Column("created_at", DateTime),
 )
 
@@ -86,6 +87,7 @@ template_t = Table(
     Column("title", String(200)),
     Column("body", String(2000)),
     Column("data", JSON, nullable=True),
+    Column("defaults", JSON, nullable=True),
     Column("ttl_seconds", Integer, nullable=True),
     Column("priority", String(6)),
     Column("notification_key", String(36)),
@@ -95,10 +97,21 @@ template_t = Table(
 
 # --- services ---------------------------------------------------------------------------------
 
-def insert_service(session: Session, *, service: str, display_name: str, timezone: str, now: datetime) -> None:
+def insert_service(session: Session, *, service: str, display_name: str, timezone: str, now: datetime,
+                   delivery_mode: str = "live") -> None:
     """Raises IntegrityError when the service exists."""
     session.execute(service_t.insert().values(service=service, display_name=display_name,
-                                              timezone=timezone, created_at=now))
+                                              timezone=timezone, delivery_mode=delivery_mode, created_at=now))
+
+
+def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> bool:
+    """False when the service does not exist."""
+    found = session.execute(select(service_t.c.service).where(service_t.c.service == service)
+                            .with_for_update()).one_or_none()
+    if found is None:
+        return False
+    session.execute(update(service_t).where(service_t.c.service == service).values(delivery_mode=delivery_mode))
+    return True
 
 
 def get_service(session: Session, service: str) -> Row | None:
@@ -253,16 +266,16 @@ def _template_key(service: str, method: str, type_: str):
 
 
 def upsert_template(session: Session, *, service: str, method: str, type_: str, title: str, body: str,
-                    data: dict[str, str] | None, ttl_seconds: int | None, priority: str, new_key: str,
-                    now: datetime) -> Row:
+                    data: dict[str, str] | None, defaults: dict[str, str] | None, ttl_seconds: int | None,
+                    priority: str, new_key: str, now: datetime) -> Row:
     """Create or update; notification_key is only written on creation, so it stays stable."""
     stmt = mysql_insert(template_t).values(
         service=service, notification_method=method, notification_type=type_, title=title, body=body,
-        data=data, ttl_seconds=ttl_seconds, priority=priority, notification_key=new_key,
+        data=data, defaults=defaults, ttl_seconds=ttl_seconds, priority=priority, notification_key=new_key,
         created_at=now, updated_at=now,
     )
     stmt = stmt.on_duplicate_key_update(
-        title=stmt.inserted.title, body=stmt.inserted.body, data=stmt.inserted.data,
+        title=stmt.inserted.title, body=stmt.inserted.body, data=stmt.inserted.data, defaults=stmt.inserted.defaults,
         ttl_seconds=stmt.inserted.ttl_seconds, priority=stmt.inserted.priority, updated_at=stmt.inserted.updated_at,
     )
     session.execute(stmt)

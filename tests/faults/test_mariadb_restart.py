@@ -25,7 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.api_helpers import admin_headers, bearer
+from tests.api_helpers import admin_headers, bearer, shared_service_account
 from tests.faults.conftest import free_port, subprocess_env, wait_http
 from tests.security_logscan import remember_secret
 
@@ -123,6 +123,9 @@ def test_mariadb_killed_and_restarted_under_load(killable_mariadb, processes, se
         r = http.post("/v1/admin/services", json={"service": service_id, "display_name": "fault"},
                       headers=admin_headers(settings))
         assert r.status_code == 201, r.text
+        r = http.put(f"/v1/admin/services/{service_id}/credentials/fcm",
+                     json={"service_account": shared_service_account()}, headers=admin_headers(settings))
+        assert r.status_code == 200, r.text
         r = http.post(f"/v1/admin/services/{service_id}/api-keys", json={"label": "load"},
                       headers=admin_headers(settings))
         assert r.status_code == 201, r.text

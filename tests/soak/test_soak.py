@@ -33,6 +33,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from tests.api_helpers import shared_service_account
 from tests.emulator_fixture import Emulator
 from tests.faults.conftest import free_port, settings_from, subprocess_env, wait_http
 from tests.faults.conftest import processes  # noqa: F401
@@ -111,6 +112,9 @@ def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
     with httpx.Client(base_url=base, timeout=15) as http:
         assert http.post("/v1/admin/services", json={"service": service, "display_name": "soak", "timezone": "UTC"},
                          headers=admin).status_code == 201
+        # without credentials no device has a route (issue 13): the emulator stands in for FCM, not for the keys
+        assert http.put(f"/v1/admin/services/{service}/credentials/fcm",
+                        json={"service_account": shared_service_account()}, headers=admin).status_code == 200
         r = http.post(f"/v1/admin/services/{service}/api-keys", json={"label": "soak"}, headers=admin)
         remember_secret(r.json()["api_key"])
         auth = {"Authorization": f"Bearer {r.json()['api_key']}"}

@@ -21,6 +21,7 @@ from notee.api.models import (
     RateLimitOut,
     ServiceIn,
     ServiceOut,
+    ServiceUpdate,
     errors,
 )
 from notee.domain import credentials, ratelimit, registry
@@ -38,12 +39,20 @@ RateClassPath = Annotated[str, Path(pattern=r"^(publish|send|write|read)$",
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
 def create_service(body: ServiceIn, db: DbDep):
     """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
-    return registry.create_service(db, service=body.service, display_name=body.display_name, timezone=body.timezone)
+    return registry.create_service(db, service=body.service, display_name=body.display_name, timezone=body.timezone,
+                                   delivery_mode=body.delivery_mode)
 
 
 @router.get("/services/{service}", response_model=ServiceOut, responses=errors(404))
 def get_service(service: ServicePath, db: DbDep):
     return registry.get_service(db, service)
+
+
+@router.patch("/services/{service}", response_model=ServiceOut, responses=errors(404))
+def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep):
+    """Set the delivery mode: ``dry_run`` sends nothing (the log provider records each push), ``live``
+    sends. Jobs already made keep the mode they were made in."""
+    return registry.set_delivery_mode(db, service, body.delivery_mode)
 
 
 @router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))

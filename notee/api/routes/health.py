@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 
 from notee.api.deps import RuntimeDep
@@ -19,9 +19,12 @@ class Health(BaseModel):
     status: str
     mysql: str
     cassandra: str
+    emulator_url: str | None = Field(
+        description="Set when NOTEE_EMULATOR_URL reroutes every push of every service to this emulator instead of "
+        "FCM/APNs; null in production.")
 
 
-def _check(runtime: Runtime) -> Health:
+def _check(runtime: Runtime, emulator_url: str | None) -> Health:
     def probe(fn) -> str:
         try:
             fn()
@@ -37,11 +40,13 @@ def _check(runtime: Runtime) -> Health:
         runtime.cql.execute("SELECT release_version FROM system.local", timeout=3)
 
     m, c = probe(mysql), probe(cassandra)
-    return Health(status="ok" if m == c == "ok" else "degraded", mysql=m, cassandra=c)
+    return Health(status="ok" if m == c == "ok" else "degraded", mysql=m, cassandra=c,
+                  emulator_url=emulator_url)
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
-async def healthz(runtime: RuntimeDep):
-    """Ready when both stores answer; 503 with the failing store otherwise."""
-    health = await asyncio.to_thread(_check, runtime)
+async def healthz(runtime: RuntimeDep, request: Request):
+    """Ready when both stores answer; 503 with the failing store otherwise. ``emulator_url`` says
+    when pushes go to an emulator rather than FCM/APNs."""
+    health = await asyncio.to_thread(_check, runtime, request.app.state.settings.emulator_url)
     return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)

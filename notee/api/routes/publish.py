@@ -13,12 +13,13 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText
+from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.fanout import jobs
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
-VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")]
 DataKey = Annotated[OneLineText, StringConstraints(min_length=1, max_length=128)]
 Value = Annotated[MultiLineText, StringConstraints(max_length=2000)]
 
@@ -29,7 +30,8 @@ class PublishRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     variables: dict[VarName, Value] | None = Field(
-        None, max_length=100, description="Values for the template's {{name}} placeholders in title and body.")
+        None, max_length=100, description="Values for the template's {{name}} placeholders (title, body, data "
+        "values); a placeholder with neither a variable nor a template default is 422, listing every missing name.")
     data: dict[DataKey, Value] | None = Field(
         None, max_length=100, description="Key/value data merged over the template's data.")
     title: OneLineText | None = Field(None, min_length=1, max_length=200, description="Replaces the template's title.")
@@ -44,11 +46,15 @@ class PublishAccepted(BaseModel):
 class JobStatus(BaseModel):
     job_id: str
     state: Literal["queued", "running", "done", "failed"]
+    dry_run: bool = Field(description="The service was in dry_run delivery mode when the job was made: the log "
+                                      "provider recorded every push and nothing was sent.")
     notification_type: str
     target: dict
     targeted: int = Field(description="Recipients read so far (final once the job is done).")
     sent: int
-    failed: int
+    failed: int = Field(description="Recipients not delivered (dead-lettered), no_credentials included.")
+    no_credentials: int = Field(description="Recipients not sent because the service has no credentials for "
+                                            "their platform (not pruned). A job where every recipient is one fails.")
     pruned: int = Field(description="Recipients whose token the provider rejected as invalid (removed).")
     retried: int = Field(description="Extra send attempts after retryable provider answers.")
     tasks: int
@@ -88,8 +94,9 @@ def job_status(job_id: Annotated[UUID, Path(description="The id the publish retu
     """A publish job's state and counts; they update while workers run it."""
     job, progress = jobs.job_status(db, service, str(job_id))
     return JobStatus(
-        job_id=job.job_id, state=job.state, notification_type=job.type_, target=job.target,
-        targeted=progress.targeted, sent=progress.sent, failed=progress.failed, pruned=progress.pruned,
+        job_id=job.job_id, state=job.state, dry_run=job.dry_run, notification_type=job.type_, target=job.target,
+        targeted=progress.targeted, sent=progress.sent, failed=progress.failed,
+        no_credentials=progress.no_credentials, pruned=progress.pruned,
         retried=progress.retried, tasks=job.task_count, tasks_done=progress.tasks_done, error=job.error,
         created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
     )

@@ -6,11 +6,12 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.models import MultiLineText, OneLineText, errors
 from notee.delivery import DeliverySender
+from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["sends"])
@@ -20,9 +21,12 @@ class SendIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: StrictStr = Field(pattern=TYPE_PATTERN, description="Type of a SINGLE template of this service.")
-    variables: dict[Annotated[OneLineText, Field(min_length=1, max_length=64)],
+    variables: dict[Annotated[OneLineText, StringConstraints(min_length=1, max_length=64,
+                                                             pattern=rf"^{render.NAME_PATTERN}$")],
                     Annotated[MultiLineText, Field(max_length=2000)]] = Field(
-        default_factory=dict, max_length=100, description="Values for the template's {{name}} placeholders.")
+        default_factory=dict, max_length=100,
+        description="Values for the template's {{name}} placeholders; the template's defaults fill the rest. Every "
+        "placeholder left unfilled is listed in one 422.")
     data: dict[OneLineText, MultiLineText] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply).")
 
@@ -32,7 +36,10 @@ class SendOut(BaseModel):
     delivered: int
     pruned: int = Field(description="Devices removed because the provider said their token is invalid.")
     retried: int = Field(description="Re-sends after retryable provider answers.")
-    failed: int = Field(description="Messages that still failed; recorded as dead letters.")
+    failed: int = Field(description="Messages that still failed, no_credentials included; recorded as dead "
+                                    "letters.")
+    dry_run: bool = Field(description="The service is in dry_run delivery mode: the log provider recorded the "
+                                      "pushes and nothing was sent.")
 
 
 def sender_of(request: Request) -> DeliverySender:
@@ -44,12 +51,14 @@ def sender_of(request: Request) -> DeliverySender:
     return state.sender
 
 
-@router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422))
+@router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422, 424))
 async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn,
                        service: ServiceDep, request: Request):
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
-    over the providers' 4 KB limit answers 422 and nothing is sent."""
+    over a provider's 4,096-byte limit answers 422 and nothing is sent. A device of a platform the
+    service has no credentials for is counted failed (``no_credentials``); when that is every
+    device, or a provider rejects the service's credentials, the answer is 424."""
     devices, result = await sender_of(request).send_single(service, str(user_id), body.type,
                                                            variables=body.variables, data=body.data)
     return SendOut(devices=devices, delivered=result.delivered, pruned=result.pruned, retried=result.retried,
-                   failed=len(result.failed))
+                   failed=len(result.failed), dry_run=result.dry_run)

@@ -22,9 +22,11 @@ TypePath = Annotated[str, Path(alias="type", pattern=TYPE_PATTERN, description="
             responses={201: {"model": TemplateOut, "description": "Created"}})
 def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service: ServiceDep, db: DbDep,
                  runtime: RuntimeDep, response: Response):
-    """Create or update (201 when created). notification_key never changes; the version is bumped."""
+    """Create or update (201 when created). notification_key never changes; the version is bumped.
+    A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
     template = registry.put_template(runtime, db, service, method, type_, title=body.title, body=body.body,
-                                     data=body.data, ttl_seconds=body.ttl_seconds, priority=body.priority)
+                                     data=body.data, ttl_seconds=body.ttl_seconds, priority=body.priority,
+                                     defaults=body.defaults)
     response.status_code = 201 if template.created else 200
     return template
 

@@ -1,0 +1,185 @@
+"""The one template renderer of SINGLE sends, TOPIC publishes and CYCLE jobs: pure functions, no I/O.
+
+Grammar: ``{{ name }}`` where ``name`` is an identifier or dotted identifiers (``user.name``);
+spaces inside the braces are allowed. Any other ``{{...}}`` in a template is refused when the
+template is saved, so nothing that looks like a placeholder is ever pushed literally.
+
+Filling: request variables first, then the template's ``defaults``. Every placeholder that neither
+fills is reported in one InvalidInput (422). A CYCLE push has no request to fill anything, so a
+CYCLE template is refused unless every placeholder has a default. Values are inserted as they are
+(never re-rendered), and a rendered text that would still carry ``{{...}}`` is refused.
+
+Size: after rendering, each provider's own rule (``notee.providers.fcm.payload_bytes`` and
+``notee.providers.apns.payload_bytes``, both 4,096 bytes); a topic or cycle job may reach either
+platform, so both are checked. Topic and cycle jobs render once per job (``notee.fanout.jobs``),
+single sends once per send (``notee.delivery``), never once per device.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from notee.errors import InvalidInput, PayloadTooLarge
+from notee.providers import apns, fcm
+
+NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
+PLACEHOLDER = re.compile(rf"\{{\{{\s*({NAME_PATTERN})\s*\}}\}}")
+# Anything between double braces, valid or not, and stray braces touching them ("{{{a}}", "{{a}}}").
+_BRACES = re.compile(r"\{\{.*?\}\}", re.S)
+_LEFTOVER = re.compile(r"\{\{|\}\}")
+_TRIPLE = re.compile(r"\{\{\{|\}\}\}")
+MAX_DEFAULTS = 32
+MAX_DEFAULT_LEN = 1024
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateContent:
+    """What a template says, whatever its method: the renderer's input."""
+
+    title: str
+    body: str
+    data: Mapping[str, str] | None
+    defaults: Mapping[str, str] | None
+    ttl_seconds: int | None
+    priority: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """One push's content, identical for every recipient of a send or job."""
+
+    title: str
+    body: str
+    data: dict[str, str]
+    ttl_seconds: int | None
+    priority: str
+
+    def as_job_payload(self) -> dict[str, Any]:
+        """The JSON a fan-out job stores and its workers send."""
+        return {"title": self.title, "body": self.body, "data": self.data, "ttl_seconds": self.ttl_seconds,
+                "priority": self.priority}
+
+
+def placeholders(text: str) -> list[str]:
+    """Names of the valid placeholders in ``text``, first occurrence order, each once."""
+    return list(dict.fromkeys(PLACEHOLDER.findall(text)))
+
+
+def _fields(title: str, body: str, data: Mapping[str, str] | None) -> list[tuple[list[str], str]]:
+    """(location, text) of every field a placeholder may appear in."""
+    return [(["body", "title"], title), (["body", "body"], body),
+            *((["body", "data", key], value) for key, value in (data or {}).items())]
+
+
+def _has_braces(text: str) -> bool:
+    return bool(_LEFTOVER.search(text))
+
+
+def _invalid_braces(text: str) -> str | None:
+    """The first ``{{...}}`` (or stray ``{{``/``}}``) in ``text`` that is not a valid placeholder."""
+    rest = PLACEHOLDER.sub("", text)
+    found = _TRIPLE.search(text) or _BRACES.search(rest) or _LEFTOVER.search(rest)
+    return found.group(0) if found else None
+
+
+def check_template(method: str, template: TemplateContent) -> None:
+    """The rules a template must meet to be saved; every problem is reported in one InvalidInput."""
+    problems: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for loc, text in _fields(template.title, template.body, template.data):
+        bad = _invalid_braces(text)
+        if bad is not None:
+            problems.append({"loc": loc, "type": "invalid_placeholder",
+                             "msg": f"{bad[:40]!r} is not a placeholder; use {{{{name}}}} or {{{{user.name}}}}"})
+        names = placeholders(text)
+        used.update(names)
+        if method == "CYCLE":
+            unfilled = [n for n in names if n not in (template.defaults or {})]
+            if unfilled:
+                problems.append({"loc": loc, "type": "missing_default",
+                                 "msg": f"a CYCLE push has no request to fill {', '.join(unfilled)}: "
+                                        "give each a default"})
+    problems.extend(_check_defaults(template.defaults, used))
+    if problems:
+        raise InvalidInput("template: " + "; ".join(f"{'.'.join(p['loc'][1:])}: {p['msg']}" for p in problems),
+                           details=problems)
+
+
+def _check_defaults(defaults: Mapping[str, Any] | None, used: set[str]) -> list[dict[str, Any]]:
+    if defaults is None:
+        return []
+    if not isinstance(defaults, Mapping):
+        return [{"loc": ["body", "defaults"], "type": "dict_type", "msg": "must be an object of strings"}]
+    problems: list[dict[str, Any]] = []
+    if len(defaults) > MAX_DEFAULTS:
+        problems.append({"loc": ["body", "defaults"], "type": "too_long", "msg": f"at most {MAX_DEFAULTS} names"})
+    for name, value in defaults.items():
+        loc = ["body", "defaults", str(name)]
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            problems.append({"loc": loc, "type": "invalid_name", "msg": "must be a placeholder name like user.name"})
+        elif name not in used:
+            problems.append({"loc": loc, "type": "unused_default", "msg": "the template has no such placeholder"})
+        if not isinstance(value, str) or len(value) > MAX_DEFAULT_LEN or _CONTROL_BUT_NEWLINE.search(value):
+            problems.append({"loc": loc, "type": "value_error",
+                             "msg": f"must be a string of at most {MAX_DEFAULT_LEN} characters, no control characters"})
+        elif _has_braces(value):
+            problems.append({"loc": loc, "type": "invalid_placeholder", "msg": "a default must not contain {{ or }}"})
+    return problems
+
+
+def render(template: TemplateContent, variables: Mapping[str, str] | None = None,
+           overrides: Mapping[str, Any] | None = None) -> Rendered:
+    """The push every recipient gets: overrides (title, body replace; data merges over the
+    template's), then variables and defaults filled into title, body and data values, then the
+    providers' size rules. Raises InvalidInput (every missing variable at once, or a value that
+    would put ``{{``/``}}`` on a device) and PayloadTooLarge."""
+    variables = variables or {}
+    overrides = overrides or {}
+    title: str = overrides["title"] if overrides.get("title") is not None else template.title
+    body: str = overrides["body"] if overrides.get("body") is not None else template.body
+    base: Any = template.data or {}
+    if isinstance(base, (str, bytes)):  # a JSON column read as text
+        base = json.loads(base)
+    data = {str(k): str(v) for k, v in {**base, **(overrides.get("data") or {})}.items()}
+    values = {**(template.defaults or {}), **variables}
+    fields = _fields(title, body, data)
+    missing = list(dict.fromkeys(n for _, text in fields for n in placeholders(text) if n not in values))
+    if missing:
+        raise InvalidInput(f"missing template variable(s): {', '.join(missing)}",
+                           details=[{"loc": ["body", "variables", n], "type": "missing",
+                                     "msg": "required by the template and it has no default"} for n in missing])
+
+    def fill(text: str) -> str:
+        return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+
+    rendered = Rendered(fill(title), fill(body), {k: fill(v) for k, v in data.items()}, template.ttl_seconds,
+                        template.priority or "high")
+    leftovers = [loc for loc, text in _fields(rendered.title, rendered.body, rendered.data)
+                 if _has_braces(text) or _has_braces(loc[-1])]
+    if leftovers:
+        raise InvalidInput("the rendered push would contain '{{' or '}}' (from a variable, an override or an "
+                           "invalid placeholder); nothing was sent",
+                           details=[{"loc": loc, "type": "invalid_placeholder", "msg": "contains {{ or }}"}
+                                    for loc in leftovers])
+    check_size(rendered)
+    return rendered
+
+
+def check_size(rendered: Rendered) -> None:
+    """Each provider's own limit on the rendered content; PayloadTooLarge names every platform over it."""
+    over: list[dict[str, Any]] = []
+    for name, size, limit in (
+        ("fcm", fcm.payload_bytes(rendered.title, rendered.body, rendered.data), fcm.PAYLOAD_LIMIT),
+        ("apns", apns.payload_bytes(rendered.title, rendered.body, rendered.data), apns.PAYLOAD_LIMIT),
+    ):
+        if size > limit:
+            over.append({"loc": ["payload", name], "type": "payload_too_large",
+                         "msg": f"{name.upper()} payload would be {size} bytes; at most {limit}"})
+    if over:
+        raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)
