@@ -51,6 +51,9 @@ ADMIN_ROUTES = [
     ("PUT", "/v1/admin/services/{service}/credentials/apns", {"key_id": "ABC123DEFG"}),
     ("GET", "/v1/admin/services/{service}/credentials", None),
     ("DELETE", "/v1/admin/services/{service}/credentials/{provider}", None),
+    ("GET", "/v1/admin/services/{service}/rate-limits", None),
+    ("PUT", "/v1/admin/services/{service}/rate-limits/{rate_class}", {"rate": 1.0, "burst": 1}),
+    ("DELETE", "/v1/admin/services/{service}/rate-limits/{rate_class}", None),
 ]
 
 
@@ -75,7 +78,7 @@ class Victim:
     def fill(self, text: str, key_id: str = "0123456789abcdef") -> str:
         return text.format(service=self.service, user_id=self.user_id, service_user_id=self.service_user_id,
                            token=urllib.parse.quote(self.token, safe=""), method=self.template["method"],
-                           type=self.template["type"], key_id=key_id, provider="fcm")
+                           type=self.template["type"], key_id=key_id, provider="fcm", rate_class="publish")
 
     def body(self, body):
         if body is None:
