@@ -342,3 +342,27 @@ def test_fcm_credentials_helper_is_valid(client, settings, service_id):
     r = client.put(f"/v1/admin/services/{service_id}/credentials/fcm",
                    json={"service_account": fcm_service_account()}, headers=admin_headers(settings))
     assert r.status_code == 200 and r.json() == {"fcm": True, "apns": False}
+
+
+def test_topic_job_of_a_service_without_any_credentials_fails_once(client, settings, runtime, service_id, emulator,
+                                                                   emu_runtime):
+    """No credentials at all: the first page fails the whole job (both tasks) with a clear error; the
+    emulator receives nothing and no device is pruned or dead-lettered."""
+    from notee.store import job_queue as store
+    from notee.store.cql import for_runtime
+    from tests import factories
+
+    factories.make_service(runtime, service_id)  # no credentials
+    key = factories.make_template(runtime, service_id, "TOPIC", "news", title="Hi")
+    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
+    seed_topic(runtime, service_id, "news", key, "all", 4)
+    job = topic_job(runtime, service_id, key, "all")
+    assert job.task_count == 2
+    run_worker_until_idle(emu_runtime, [service_id], lanes=1)
+    row, progress = job_progress(runtime, job.job_id)
+    assert row.state == "failed" and "no provider credentials" in row.error, row
+    with runtime.sessions() as s:
+        assert [t.state for t in store.tasks(s, job.job_id)] == ["failed", "failed"]
+    assert (progress.sent, progress.pruned) == (0, 0)
+    assert emulator.stats()["counts"] == {}
+    assert _letters(runtime, service_id) == []

@@ -318,3 +318,32 @@ def test_size_counts_utf8_bytes():
 def test_template_data_stored_as_json_text_is_read():
     got = render.render(render.TemplateContent("t", "b", '{"k": "{{v}}"}', {"v": "1"}, 60, "normal"))  # type: ignore[arg-type]
     assert (got.data, got.ttl_seconds, got.priority) == ({"k": "1"}, 60, "normal")
+
+
+def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_runtime, monkeypatch):
+    """Rendering happens when the job is made (once), never in the worker (per page or device)."""
+    import notee.fanout.jobs as fanout_jobs
+
+    service, headers = tenant
+    calls: list[str] = []
+    real = fanout_jobs.render
+
+    def counting(*args, **kwargs):
+        calls.append("render")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fanout_jobs, "render", counting)
+    tokens = [random_token("r") for _ in range(3)]
+    user = new_user(client, headers, devices=[(t, "AOS") for t in tokens])
+    assert client.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "b"},
+                      headers=headers).status_code == 201
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers).status_code in (200, 201)
+    r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "Kim"}}, headers=headers)
+    assert r.status_code == 202, r.text
+    assert calls == ["render"]
+    import notee.delivery as delivery
+
+    monkeypatch.setattr(delivery, "render", counting)  # the only other caller of the renderer
+    run_worker_until_idle(emu_runtime, [service])
+    assert calls == ["render"]
+    assert [_seen(emulator, t)[0] for t in tokens] == ["Hi Kim"] * 3
