@@ -347,3 +347,32 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
     run_worker_until_idle(emu_runtime, [service])
     assert calls == ["render"]
     assert [_seen(emulator, t)[0] for t in tokens] == ["Hi Kim"] * 3
+
+
+def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_client):
+    """A push rendered to exactly APNs' 4,096-byte payload is accepted by the emulator's APNs (which
+    answers 413 PayloadTooLarge above it); one byte more is refused before anything is sent."""
+    from tests.api_helpers import admin_headers, apns_credentials
+
+    service, headers = tenant
+    r = client.put(f"/v1/admin/services/{service}/credentials/apns", json=apns_credentials(),
+                   headers=admin_headers(settings))
+    assert r.status_code == 200, r.text
+    token = random_token("i")
+    user = new_user(client, headers, devices=[(token, "IOS")])
+    assert client.put("/v1/templates/SINGLE/big", json={"title": "{{a}}", "body": "{{b}}{{c}}"},
+                      headers=headers).status_code == 201
+    fill = apns.PAYLOAD_LIMIT - apns.payload_bytes("", "", {})  # a request variable holds at most 2,000
+
+    def parts(n: int) -> dict[str, str]:
+        return {"a": "x" * 2000, "b": "y" * 2000, "c": "z" * (n - 4000)}
+
+    at_limit = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill)},
+                           headers=headers)
+    assert at_limit.status_code == 200 and at_limit.json()["delivered"] == 1, at_limit.text
+    assert emu_client.deliveries(token)["apns"] == 1
+    over = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill + 1)},
+                       headers=headers)
+    assert over.status_code == 422 and over.json()["error"]["code"] == "payload_too_large"
+    assert [d["loc"] for d in over.json()["error"]["details"]] == [["payload", "apns"]]
+    assert emu_client.deliveries(token)["attempts"] == 1  # the refused one never left
