@@ -31,24 +31,24 @@ def migrate() -> None:
 
 
 @app.command()
-def api(host: str | None = None, port: int | None = None) -> None:
-    """Serve the HTTP API (OpenAPI at /docs)."""
-    import uvicorn
+def api(
+    host: str | None = None,
+    port: int | None = None,
+    tls_cert: str | None = typer.Option(None, help="PEM certificate: serve HTTPS (NOTEE_API_TLS_CERT_FILE)."),
+    tls_key: str | None = typer.Option(None, help="PEM private key of --tls-cert (NOTEE_API_TLS_KEY_FILE)."),
+    admin_host: str | None = typer.Option(None, help="Admin listener address (NOTEE_API_ADMIN_HOST)."),
+    admin_port: int | None = typer.Option(None, help="Serve the admin API on its own listener at this port "
+                                                     "(NOTEE_API_ADMIN_PORT)."),
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs); HTTPS with a certificate and key; the admin API on its
+    own listener with --admin-port."""
+    from notee.api.server import serve
 
-    from notee.api.app import create_app
-
-    settings = _settings()
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.api_host,
-        port=port or settings.api_port,
-        log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=10,
-        # h11 is the implementation with a header-size limit (httptools buffers any size).
-        http="h11",
-        h11_max_incomplete_event_size=settings.api_max_header_bytes,
-        limit_concurrency=settings.api_max_connections,
-    )
+    flags = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
+             "api_admin_port": admin_port}
+    settings = Settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
+    logs.setup(settings.log_level)
+    serve(settings, host or settings.api_host, port or settings.api_port)
 
 
 @app.command()

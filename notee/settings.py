@@ -6,7 +6,7 @@ Notee builds it at import time, so tests and tools can set the environment first
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing import Annotated
 
@@ -61,6 +61,15 @@ class Settings(BaseSettings):
     # --- api ----------------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address `notee api` binds.")
     api_port: int = Field(8080, description="Port `notee api` binds.")
+    api_tls_cert_file: str | None = Field(
+        None, description="PEM certificate (chain) `notee api` serves HTTPS with; needs api_tls_key_file."
+    )
+    api_tls_key_file: str | None = Field(None, description="PEM private key of api_tls_cert_file.")
+    api_admin_host: str = Field("127.0.0.1", description="Address of the admin listener (with api_admin_port).")
+    api_admin_port: int | None = Field(
+        None, description="Serve the admin API on its own listener at this port (and not on the tenant one). "
+        "Unset: one listener serves both."
+    )
     api_max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body; a larger one answers 413 before it is read."
     )
@@ -118,6 +127,12 @@ class Settings(BaseSettings):
     scheduler_job_concurrency: int = Field(8, ge=1, le=64, description="Jobs created in parallel per minute.")
 
     log_level: str = Field("INFO", description="Python logging level.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.api_tls_cert_file is None) != (self.api_tls_key_file is None):
+            raise ValueError("NOTEE_API_TLS_CERT_FILE and NOTEE_API_TLS_KEY_FILE must be set together")
+        return self
 
     @field_validator("cassandra_hosts", mode="before")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
 from fastapi import FastAPI
 
@@ -15,8 +16,13 @@ from notee.runtime import Runtime
 from notee.settings import Settings
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
-    """Build the app. Pass ``runtime`` to share one (tests); otherwise the lifespan makes and closes one."""
+Part = Literal["all", "tenant", "admin"]
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = "all") -> FastAPI:
+    """Build the app. Pass ``runtime`` to share one (tests, or two listeners in one process);
+    otherwise the lifespan makes and closes one. ``part``: every route, or only the tenant API, or
+    only the admin API (for separate listeners; /healthz is in each)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -41,9 +47,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         responses=errors.COMMON_ERRORS,
     )
     app.state.settings = settings
+    app.state.serves_admin = part in ("all", "admin")
+    app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)
     app.add_middleware(EdgeGuard)  # limits and credentials before any body is read
-    for module in (health, admin, users, devices, templates, subscriptions, publish, sends):
+    modules = [health]
+    if app.state.serves_admin:
+        modules.append(admin)
+    if app.state.serves_tenant:
+        modules += [users, devices, templates, subscriptions, publish, sends]
+    for module in modules:
         app.include_router(module.router)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     return app

@@ -161,8 +161,14 @@ class EdgeGuard:
                                f"the request body is larger than {limits.max_body_bytes} bytes")
             return
         path: str = scope["path"]
+        is_admin = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
+        if (is_admin and not state.serves_admin) or (path.startswith(TENANT_PREFIX) and not is_admin
+                                                     and not state.serves_tenant):
+            # The other listener's API (NOTEE_API_ADMIN_PORT splits them): absent here, not refused.
+            await self._reject(scope, receive, send, 404, "not_found", "Not Found")
+            return
         try:
-            if path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
+            if is_admin:
                 check_admin(settings, bearer_token(scope))
             elif path.startswith(TENANT_PREFIX):
                 service = await to_thread.run_sync(authenticate_service, state.runtime, settings, bearer_token(scope),

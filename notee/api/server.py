@@ -1,0 +1,67 @@
+"""Serving the API: one listener for everything, or (``api_admin_port`` set) the tenant API and the
+admin API on two listeners of one process sharing one Runtime; HTTPS on both when a certificate and
+key are configured. uvicorn runs h11, the implementation with a header-size limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import uvicorn
+
+from notee.api.app import Part, create_app
+from notee.runtime import Runtime
+from notee.settings import Settings
+
+
+@dataclass(frozen=True)
+class Listener:
+    host: str
+    port: int
+    part: Part
+
+
+def listeners(settings: Settings, host: str, port: int) -> list[Listener]:
+    if settings.api_admin_port is None:
+        return [Listener(host, port, "all")]
+    if (settings.api_admin_host, settings.api_admin_port) == (host, port):
+        raise ValueError("the admin listener needs its own port (NOTEE_API_ADMIN_PORT)")
+    return [Listener(host, port, "tenant"), Listener(settings.api_admin_host, settings.api_admin_port, "admin")]
+
+
+def _config(settings: Settings, runtime: Runtime, listener: Listener) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(settings, runtime=runtime, part=listener.part),
+        host=listener.host,
+        port=listener.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=10,
+        http="h11",  # httptools buffers headers of any size
+        h11_max_incomplete_event_size=settings.api_max_header_bytes,
+        limit_concurrency=settings.api_max_connections,
+        ssl_certfile=settings.api_tls_cert_file,
+        ssl_keyfile=settings.api_tls_key_file,
+    )
+
+
+async def _serve_all(servers: list[uvicorn.Server]) -> None:
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    # Each server installs the SIGTERM/SIGINT handler in turn, so only the last one hears the signal:
+    # when any server stops, the others are told to stop too.
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for server in servers:
+        server.should_exit = True
+    await asyncio.gather(*pending)
+    for task in tasks:
+        task.result()  # a listener that failed (port in use) fails the command
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
+    runtime = Runtime(settings)
+    try:
+        servers = [uvicorn.Server(_config(settings, runtime, lst)) for lst in listeners(settings, host, port)]
+        asyncio.run(_serve_all(servers))
+    finally:
+        runtime.close()
