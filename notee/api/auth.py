@@ -20,6 +20,7 @@ from notee.domain import ratelimit, registry
 from notee.errors import Forbidden, Unauthorized
 from notee.runtime import Runtime
 from notee.settings import Settings
+from notee.vocabulary import RateClass
 
 _admin_scheme = HTTPBearer(auto_error=False, scheme_name="AdminToken",
                            description="NOTEE_ADMIN_TOKEN of the deployment")
@@ -38,7 +39,7 @@ def check_admin(settings: Settings, token: str | None) -> None:
 
 
 def authenticate_service(runtime: Runtime, settings: Settings, token: str | None,
-                         rate_class: str | None = None) -> str:
+                         rate_class: RateClass | None = None) -> str:
     """The calling service's id: one indexed lookup on its own short session, so the connection is
     back in the pool before the route runs (routes whose domain code opens its own sessions then
     need one connection per request, not two: docs/BENCHMARKS.md, subscribe). With ``rate_class``,

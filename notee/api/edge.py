@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from notee.api.auth import authenticate_service, check_admin
 from notee.api.errors import error_response, known_error_response
 from notee.settings import Settings
+from notee.vocabulary import RateClass
 
 ADMIN_PREFIX = "/v1/admin"
 TENANT_PREFIX = "/v1/"
@@ -77,7 +78,7 @@ _PUBLISH = re.compile(r"^/v1/topics/[^/]+/[^/]+/publish$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
 
 
-def rate_class(method: str, path: str) -> str | None:
+def rate_class(method: str, path: str) -> RateClass | None:
     """The rate-limit class of a tenant request (notee.domain.ratelimit.CLASSES); None for the
     admin API and anything outside /v1."""
     if not path.startswith(TENANT_PREFIX) or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):

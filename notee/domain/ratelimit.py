@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from notee.errors import InvalidInput, RateLimited
 from notee.settings import Settings
 from notee.store import ratelimit_sql as store
-from notee.vocabulary import RATE_CLASSES
+from notee.vocabulary import RATE_CLASSES, RateClass
 
 CLASSES = RATE_CLASSES
 MAX_RATE = 1_000_000.0
@@ -31,7 +31,7 @@ class Limit:
     custom: bool  # set by the admin for this service (False: the deployment default)
 
 
-def default_limit(settings: Settings, klass: str) -> Limit:
+def default_limit(settings: Settings, klass: RateClass) -> Limit:
     return Limit(float(getattr(settings, f"rate_limit_{klass}_rate")),
                  float(getattr(settings, f"rate_limit_{klass}_burst")), False)
 
@@ -43,7 +43,7 @@ def _check_class(klass: str) -> str:
     return klass
 
 
-def admit(session: Session, settings: Settings, service: str, klass: str) -> None:
+def admit(session: Session, settings: Settings, service: str, klass: RateClass) -> None:
     """Admit one request of ``service``'s ``klass``, or raise RateLimited (429) with the seconds until
     one fits. An admitted request costs one UPDATE; only a service's first request or a refusal
     costs more."""
@@ -61,9 +61,9 @@ def admit(session: Session, settings: Settings, service: str, klass: str) -> Non
                       details=[{"class": klass, "rate": refused.rate, "burst": int(refused.burst)}])
 
 
-def get_limits(session: Session, settings: Settings, service: str) -> dict[str, Limit]:
+def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
     custom = store.custom_limits(session, service)
-    out = {}
+    out: dict[RateClass, Limit] = {}
     for klass in CLASSES:
         if klass in custom:
             rate, burst = custom[klass]
@@ -73,7 +73,8 @@ def get_limits(session: Session, settings: Settings, service: str) -> dict[str, 
     return out
 
 
-def set_limit(session: Session, settings: Settings, service: str, klass: str, *, rate: float, burst: int) -> Limit:
+def set_limit(session: Session, settings: Settings, service: str, klass: RateClass, *, rate: float,
+              burst: int) -> Limit:
     """Set one class's limit of ``service``; every API process applies it from its next request."""
     _check_class(klass)
     if not 0 < rate <= MAX_RATE:
@@ -84,6 +85,6 @@ def set_limit(session: Session, settings: Settings, service: str, klass: str, *,
     return Limit(rate, float(burst), True)
 
 
-def reset_limit(session: Session, service: str, klass: str) -> None:
+def reset_limit(session: Session, service: str, klass: RateClass) -> None:
     """Back to the deployment default."""
     store.reset_limit(session, service, _check_class(klass))

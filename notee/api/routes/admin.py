@@ -26,14 +26,14 @@ from notee.api.models import (
 )
 from notee.domain import credentials, ratelimit, registry
 from notee.domain.rules import SERVICE_PATTERN
+from notee.vocabulary import RateClass
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
 
 ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
 KeyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")]
 ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns)$")]
-RateClassPath = Annotated[str, Path(pattern=r"^(publish|send|write|read)$",
-                                    description="publish | send | write | read")]
+RateClassPath = Annotated[RateClass, Path(description="publish | send | write | read")]
 
 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
@@ -102,12 +102,12 @@ def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
     credentials.delete_credentials(db, service, provider)
 
 
-def _limit_out(klass: str, limit: ratelimit.Limit) -> RateLimitOut:
+def _limit_out(klass: RateClass, limit: ratelimit.Limit) -> RateLimitOut:
     return RateLimitOut(rate_class=klass, rate=limit.rate, burst=int(limit.burst), custom=limit.custom)
 
 
 @router.get("/services/{service}/rate-limits", response_model=RateLimitList, responses=errors(404))
-def get_rate_limits(service: ServicePath, db: DbDep, request: Request):
+def get_rate_limits(service: ServicePath, db: DbDep, request: Request) -> RateLimitList:
     """The service's limit of each class: the admin's, or the deployment default."""
     registry.get_service(db, service)
     limits = ratelimit.get_limits(db, request.app.state.settings, service)
@@ -115,7 +115,8 @@ def get_rate_limits(service: ServicePath, db: DbDep, request: Request):
 
 
 @router.put("/services/{service}/rate-limits/{rate_class}", response_model=RateLimitOut, responses=errors(404))
-def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep, request: Request):
+def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep,
+                   request: Request) -> RateLimitOut:
     """Set one class's limit for this service; every API process applies it from the next request."""
     registry.get_service(db, service)
     limit = ratelimit.set_limit(db, request.app.state.settings, service, rate_class, rate=body.rate,
@@ -126,7 +127,7 @@ def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLi
 
 @router.delete("/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response,
                responses=errors(404))
-def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep):
+def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep) -> None:
     """Back to the deployment default (idempotent)."""
     registry.get_service(db, service)
     ratelimit.reset_limit(db, service, rate_class)
