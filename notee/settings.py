@@ -6,9 +6,10 @@ Notee builds it at import time, so tests and tools can set the environment first
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing import Annotated
 
 
 class Settings(BaseSettings):

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,22 +68,21 @@ def api_process(*args: str, env_extra: dict[str, str] | None = None, log_path: P
     """`notee api --port <free>` with the test environment (plus ``env_extra``); stopped with SIGTERM."""
     port = free_port()
     env = os.environ | (env_extra or {})
-    out = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", "notee", "api", "--port", str(port), *args], env=env,
-                            stdout=out, stderr=subprocess.STDOUT)
-    api = ApiProcess(proc, port, scheme, admin_port)
-    try:
-        wait_ready(api.url, proc, verify=verify)
-        yield api
-    finally:
-        proc.terminate()
+    with ExitStack() as files:
+        out = files.enter_context(open(log_path, "wb")) if log_path is not None else subprocess.DEVNULL
+        proc = subprocess.Popen([sys.executable, "-m", "notee", "api", "--port", str(port), *args], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        api = ApiProcess(proc, port, scheme, admin_port)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if log_path is not None:
-            out.close()  # type: ignore[union-attr]
+            wait_ready(api.url, proc, verify=verify)
+            yield api
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def upload(port: int, path: str, size: int, *, chunked: bool, headers: dict[str, str] | None = None,

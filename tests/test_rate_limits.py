@@ -74,7 +74,7 @@ def test_admin_sets_gets_and_resets_limits(client, settings):
 
 def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenants_go_on(client, settings):
     service, key = _service(client, settings)
-    other, other_key = _service(client, settings)
+    _, other_key = _service(client, settings)
     assert _set(client, settings, service, "read", 0.01, 3).status_code == 200
     got = [client.get("/v1/templates", headers=key) for _ in range(5)]
     assert [r.status_code for r in got] == [200, 200, 200, 429, 429]

@@ -15,7 +15,6 @@ from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.settings import Settings
 
-
 Part = Literal["all", "tenant", "admin"]
 
 
