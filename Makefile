@@ -8,10 +8,11 @@ STAMP := $(VENV)/.installed
 .PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv cluster-up cluster-down
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q --no-deps -e clients/python  # the SDK (httpx and pydantic are already there)
 	touch $(STAMP)
 
 services-up:

@@ -1,0 +1,263 @@
+"""Every API operation once, as data: method, path, body and how to read the answer. The sync and
+async clients run the same ``Op`` values, so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from pydantic import BaseModel
+
+from notee_client import models as m
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    json: Any = None
+    params: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: May be sent again after a 503 or a dropped connection without doing the work twice. Every
+    #: PUT/GET/DELETE of the API is idempotent; a POST only when it is an upsert or carries an
+    #: Idempotency-Key. A 429 is always retried: the request was refused before any work.
+    repeatable: bool = True
+
+
+def _one(model: type[M]) -> Callable[[Any], M]:
+    return model.model_validate
+
+
+def _items(model: type[M]) -> Callable[[Any], list[M]]:
+    """``{"items": [...]}`` as a list of models."""
+    return lambda body: [model.model_validate(x) for x in body["items"]]
+
+
+def _nothing(body: Any) -> None:
+    """204 answers have no body."""
+    return None
+
+
+def _seg(value: str) -> str:
+    """One path segment: topics and tokens may hold '/', '?', '#' or non-ASCII letters."""
+    return quote(str(value), safe="")
+
+
+def _clean(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+# --- health and admin ------------------------------------------------------------------------------
+
+def health() -> Op[m.Health]:
+    """Liveness of the API and its stores."""
+    return Op("GET", "/healthz", _one(m.Health))
+
+
+def create_service(service: str, display_name: str, timezone: str | None = None) -> Op[m.Service]:
+    """Create a service (tenant). Admin token."""
+    return Op("POST", "/v1/admin/services", _one(m.Service),
+              json=_clean(service=service, display_name=display_name, timezone=timezone), repeatable=False)
+
+
+def get_service(service: str) -> Op[m.Service]:
+    """One service. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}", _one(m.Service))
+
+
+def create_api_key(service: str, label: str = "") -> Op[m.ApiKeyCreated]:
+    """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
+    return Op("POST", f"/v1/admin/services/{_seg(service)}/api-keys", _one(m.ApiKeyCreated), json={"label": label},
+              repeatable=False)
+
+
+def list_api_keys(service: str) -> Op[list[m.ApiKey]]:
+    """A service's API keys (never their secrets). Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/api-keys", _items(m.ApiKey))
+
+
+def revoke_api_key(service: str, key_id: str) -> Op[None]:
+    """Revoke an API key at once. Admin token."""
+    return Op("DELETE", f"/v1/admin/services/{_seg(service)}/api-keys/{_seg(key_id)}", _nothing)
+
+
+def put_fcm_credentials(service: str, service_account: Mapping[str, Any]) -> Op[m.CredentialsStatus]:
+    """Store a service's Firebase service account (encrypted at rest). Admin token."""
+    return Op("PUT", f"/v1/admin/services/{_seg(service)}/credentials/fcm", _one(m.CredentialsStatus),
+              json={"service_account": dict(service_account)})
+
+
+def put_apns_credentials(service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str,
+                         sandbox: bool = False) -> Op[m.CredentialsStatus]:
+    """Store a service's APNs signing key (encrypted at rest). Admin token."""
+    return Op("PUT", f"/v1/admin/services/{_seg(service)}/credentials/apns", _one(m.CredentialsStatus),
+              json={"key_id": key_id, "team_id": team_id, "bundle_id": bundle_id, "private_key": private_key,
+                    "sandbox": sandbox})
+
+
+def get_credentials(service: str) -> Op[m.CredentialsStatus]:
+    """Which providers a service has credentials for. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/credentials", _one(m.CredentialsStatus))
+
+
+def delete_credentials(service: str, provider: str) -> Op[None]:
+    """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
+    return Op("DELETE", f"/v1/admin/services/{_seg(service)}/credentials/{_seg(provider)}", _nothing)
+
+
+# --- users and devices -----------------------------------------------------------------------------
+
+def put_user(service_user_id: str, name: str = "") -> Op[m.User]:
+    """Create or update a user by the service's own id; answers the platform ``user_id``."""
+    return Op("PUT", f"/v1/users/{_seg(service_user_id)}", _one(m.User), json={"name": name})
+
+
+def get_user(user_id: str) -> Op[m.User]:
+    """One user by platform ``user_id``."""
+    return Op("GET", f"/v1/users/{_seg(user_id)}", _one(m.User))
+
+
+def delete_user(user_id: str) -> Op[None]:
+    """Delete a user with their devices, subscriptions and dead letters."""
+    return Op("DELETE", f"/v1/users/{_seg(user_id)}", _nothing)
+
+
+def add_device(user_id: str, token: str, os: str, region: str = "") -> Op[m.Device]:
+    """Register (or refresh) one of the user's devices."""
+    return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
+              json={"token": token, "os": os, "region": region})
+
+
+def list_devices(user_id: str) -> Op[list[m.Device]]:
+    """The user's devices."""
+    return Op("GET", f"/v1/users/{_seg(user_id)}/devices", _items(m.Device))
+
+
+def delete_device(user_id: str, token: str) -> Op[None]:
+    """Remove one of the user's devices."""
+    return Op("DELETE", f"/v1/users/{_seg(user_id)}/devices/{_seg(token)}", _nothing)
+
+
+def rotate_token(old_token: str, new_token: str) -> Op[m.Rotated]:
+    """Replace a push token by its new value everywhere it is registered."""
+    return Op("POST", "/v1/devices/rotate", _one(m.Rotated), json={"old_token": old_token, "new_token": new_token},
+              headers=_REPEATABLE_UPSERT)
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+def put_template(method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None,
+                 ttl_seconds: int | None = None, priority: str | None = None) -> Op[m.Template]:
+    """Create or update the template of ``(method, type)``."""
+    return Op("PUT", f"/v1/templates/{_seg(method)}/{_seg(type)}", _one(m.Template),
+              json=_clean(title=title, body=body, data=dict(data) if data is not None else None,
+                          ttl_seconds=ttl_seconds, priority=priority))
+
+
+def get_template(method: str, type: str) -> Op[m.Template]:
+    """One template."""
+    return Op("GET", f"/v1/templates/{_seg(method)}/{_seg(type)}", _one(m.Template))
+
+
+def delete_template(method: str, type: str) -> Op[None]:
+    """Delete a template; its subscriptions stop receiving."""
+    return Op("DELETE", f"/v1/templates/{_seg(method)}/{_seg(type)}", _nothing)
+
+
+def list_templates() -> Op[list[m.Template]]:
+    """The service's templates."""
+    return Op("GET", "/v1/templates", _items(m.Template))
+
+
+# --- subscriptions ---------------------------------------------------------------------------------
+
+def subscribe_topic(user_id: str, type: str, topic: str) -> Op[m.Subscribed]:
+    """Subscribe all devices of the user to a topic."""
+    return Op("PUT", f"/v1/users/{_seg(user_id)}/subscriptions/topic/{_seg(type)}/{_seg(topic)}", _one(m.Subscribed))
+
+
+def unsubscribe_topic(user_id: str, type: str, topic: str) -> Op[None]:
+    """Unsubscribe the user from a topic."""
+    return Op("DELETE", f"/v1/users/{_seg(user_id)}/subscriptions/topic/{_seg(type)}/{_seg(topic)}", _nothing)
+
+
+def subscribe_cycle(user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int,
+                    timezone: str | None = None) -> Op[m.Subscribed]:
+    """Subscribe the user to the recurring schedule of a CYCLE template."""
+    return Op("PUT", f"/v1/users/{_seg(user_id)}/subscriptions/cycle/{_seg(type)}", _one(m.Subscribed),
+              json=_clean(days=list(days), hour=hour, minute=minute, timezone=timezone))
+
+
+def unsubscribe_cycle(user_id: str, type: str) -> Op[None]:
+    """Remove the user's recurring schedule for a type."""
+    return Op("DELETE", f"/v1/users/{_seg(user_id)}/subscriptions/cycle/{_seg(type)}", _nothing)
+
+
+def list_subscriptions(user_id: str) -> Op[list[m.Subscription]]:
+    """The user's topic and cycle subscriptions."""
+    return Op("GET", f"/v1/users/{_seg(user_id)}/subscriptions", _items(m.Subscription))
+
+
+def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkSubscribed]:
+    """Subscribe up to 1,000 users to a topic in one call."""
+    # Subscribing is an upsert, so repeating the same bulk call is harmless.
+    return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/subscribers", _one(m.BulkSubscribed),
+              json={"user_ids": list(user_ids)})
+
+
+# --- publishing ------------------------------------------------------------------------------------
+
+def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
+                  data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
+                  idempotency_key: str | None = None) -> Op[m.PublishAccepted]:
+    """Publish a TOPIC template to every subscriber of a topic; answers a job id at once."""
+    # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
+    # after a lost answer returns the first job instead of sending twice.
+    key = idempotency_key or f"sdk-{uuid.uuid4()}"
+    return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish", _one(m.PublishAccepted),
+              json=_clean(variables=dict(variables) if variables is not None else None,
+                          data=dict(data) if data is not None else None, title=title, body=body),
+              headers={"Idempotency-Key": key})
+
+
+def get_job(job_id: str) -> Op[m.Job]:
+    """A publish job's state and counts."""
+    return Op("GET", f"/v1/jobs/{_seg(job_id)}", _one(m.Job))
+
+
+def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
+                 data: Mapping[str, str] | None = None) -> Op[m.SendResult]:
+    """Send a SINGLE template to every device of one user, now; answers the counts."""
+    # Not repeatable: a single send has no idempotency key, so a 503 is not retried (429 is: the
+    # request was refused before anything was sent).
+    return Op("POST", f"/v1/users/{_seg(user_id)}/send", _one(m.SendResult),
+              json=_clean(type=type, variables=dict(variables) if variables is not None else None,
+                          data=dict(data) if data is not None else None),
+              repeatable=False)
+
+
+# --- operators -------------------------------------------------------------------------------------
+
+def list_dead_letters(*, limit: int = 100, before_id: int | None = None,
+                      job_id: str | None = None) -> Op[m.DeadLetterPage]:
+    """One page of this service's dead letters, newest first."""
+    return Op("GET", "/v1/dead-letters", _one(m.DeadLetterPage),
+              params=_clean(limit=limit, before_id=before_id, job_id=job_id))
+
+
+def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None = None) -> Op[m.Replayed]:
+    """Send dead letters again (given ids, one job's, or the oldest)."""
+    return Op("POST", "/v1/dead-letters/replay", _one(m.Replayed),
+              json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
+
+
+def requeue_job(job_id: str) -> Op[m.Job]:
+    """Resume a failed job from its checkpoints. Admin token."""
+    return Op("POST", f"/v1/admin/jobs/{_seg(job_id)}/requeue", _one(m.Job), repeatable=False)

@@ -1,0 +1,180 @@
+"""Typed answers of the Notee API.
+
+Fields the server adds later are ignored (``extra="ignore"``), so an older client keeps working
+against a newer server; fields it removes would fail loudly at parse time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Method = Literal["TOPIC", "CYCLE", "SINGLE"]
+Os = Literal["IOS", "AOS"]
+Priority = Literal["high", "normal"]
+JobState = Literal["queued", "running", "done", "failed", "cancelled", "expired", "scheduled"]
+#: States after which a job's counts no longer change.
+FINAL_JOB_STATES = frozenset({"done", "failed", "cancelled", "expired"})
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Health(Model):
+    status: str
+    mysql: str
+    cassandra: str
+
+
+class Service(Model):
+    service: str
+    display_name: str
+    timezone: str
+    created_at: datetime
+
+
+class ApiKey(Model):
+    key_id: str
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKey):
+    api_key: str = Field(description="`nk_<key_id>_<secret>`: shown once")
+
+
+class CredentialsStatus(Model):
+    fcm: bool
+    apns: bool
+
+
+class User(Model):
+    user_id: str
+    service_user_id: str
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class Device(Model):
+    token: str
+    os: Os
+    region: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class Rotated(Model):
+    rotated: int
+
+
+class Template(Model):
+    method: Method
+    type: str
+    title: str
+    body: str
+    data: dict[str, str] | None
+    ttl_seconds: int | None
+    priority: Priority
+    notification_key: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class Subscribed(Model):
+    status: str
+    devices: int
+    schedule: str | None = None
+
+
+class Schedule(Model):
+    days: list[str]
+    hour: int
+    minute: int
+    timezone: str
+    canonical: str
+
+
+class Subscription(Model):
+    method: Method
+    type: str
+    topic: str | None = None
+    schedule: Schedule | None = None
+    registered_at: int
+    devices: int
+
+
+class BulkResult(Model):
+    user_id: str
+    status: str
+
+
+class BulkSubscribed(Model):
+    results: list[BulkResult]
+    subscribed: int
+    already_subscribed: int
+    not_found: int
+
+
+class PublishAccepted(Model):
+    job_id: str
+
+
+class Job(Model):
+    job_id: str
+    state: str
+    notification_type: str
+    target: dict[str, Any]
+    targeted: int
+    sent: int
+    failed: int
+    pruned: int
+    retried: int
+    tasks: int
+    tasks_done: int
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        """True once the job's counts are final (done, failed, cancelled or expired)."""
+        return self.state in FINAL_JOB_STATES
+
+
+class SendResult(Model):
+    devices: int
+    delivered: int
+    pruned: int
+    retried: int
+    failed: int
+
+
+class DeadLetter(Model):
+    id: int
+    job_id: str | None
+    device_token: str
+    device_os: str
+    provider: str
+    reason: str
+    attempts: int
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+class DeadLetterPage(Model):
+    items: list[DeadLetter]
+    next_before_id: int | None
+
+
+class Replayed(Model):
+    replayed: int
+    delivered: int
+    pruned: int
+    failed: int

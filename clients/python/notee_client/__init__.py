@@ -1,0 +1,31 @@
+"""Python client for the Notee push-notification API (sync and async).
+
+    from notee_client import Client
+
+    with Client("http://127.0.0.1:8080", api_key="nk_...") as notee:
+        user = notee.put_user("alice-1", name="Alice")
+        notee.add_device(user.user_id, token="...", os="AOS")
+        job = notee.publish_topic("news", "sports", variables={"team": "Reds"})
+        print(notee.wait(job.job_id, on_progress=lambda j: print(j.sent, "sent")))
+"""
+
+from notee_client import models
+from notee_client._ops import Op
+from notee_client.client import AsyncClient, Client, ProgressCallback
+from notee_client.errors import (
+    BadRequest,
+    Conflict,
+    JobTimeout,
+    NoteeError,
+    NotFound,
+    RateLimited,
+    ServerError,
+    Unauthorized,
+    Unavailable,
+    ValidationFailed,
+)
+
+__all__ = [
+    "AsyncClient", "BadRequest", "Client", "Conflict", "JobTimeout", "NotFound", "NoteeError", "Op",
+    "ProgressCallback", "RateLimited", "ServerError", "Unauthorized", "Unavailable", "ValidationFailed", "models",
+]

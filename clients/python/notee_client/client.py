@@ -1,0 +1,219 @@
+"""The sync and async clients. Both run the operations of ``_ops`` through one retry policy:
+
+- 429 is retried whatever the method (the server refused before doing any work), waiting what its
+  ``Retry-After`` says;
+- 503 and a connection that could not be opened are retried only for repeatable operations (GET,
+  PUT, DELETE, upserts, and publishes, which always carry an Idempotency-Key), so a retry never sends
+  twice;
+- waits are capped by ``max_retry_wait``; after ``max_retries`` the error is raised
+  (``RateLimited``, ``Unavailable`` or httpx's own transport error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+
+from notee_client import _ops
+from notee_client import models as m
+from notee_client._methods import AsyncMethods, SyncMethods
+from notee_client._ops import Op
+from notee_client.errors import JobTimeout, NoteeError, error_for
+
+T = TypeVar("T")
+ProgressCallback = Callable[[m.Job], None]
+
+USER_AGENT = "notee-client-python/0.1.0"
+
+
+class _Policy:
+    """What both clients share: credentials, the request for an operation, the retry decision."""
+
+    def __init__(self, base_url: str | None, api_key: str | None, admin_token: str | None,
+                 max_retries: int, max_retry_wait: float, backoff: float) -> None:
+        base_url = base_url or os.environ.get("NOTEE_URL")
+        if not base_url:
+            raise ValueError("base_url is required (or set NOTEE_URL)")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("NOTEE_API_KEY")
+        self.admin_token = admin_token if admin_token is not None else os.environ.get("NOTEE_ADMIN_TOKEN")
+        self.max_retries = max_retries
+        self.max_retry_wait = max_retry_wait
+        self.backoff = backoff
+
+    def request(self, client: httpx.Client | httpx.AsyncClient, op: Op[Any]) -> httpx.Request:
+        # The admin API takes the admin token; everything else the service's API key.
+        token = self.admin_token if op.path.startswith("/v1/admin/") else self.api_key
+        headers = {"User-Agent": USER_AGENT, **op.headers}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return client.build_request(op.method, self.base_url + op.path, json=op.json, params=op.params,
+                                    headers=headers)
+
+    def result(self, op: Op[T], response: httpx.Response) -> T:
+        if response.status_code >= 400:
+            raise error_for(response.status_code, _json_or_none(response), _retry_after(response))
+        return op.parse(_json_or_none(response) if response.content else None)
+
+    def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``, or None to give up now."""
+        if attempt >= self.max_retries:
+            return None
+        if response is not None:
+            if response.status_code == 429 or (response.status_code == 503 and op.repeatable):
+                after = _retry_after(response)
+                if after is not None:
+                    return min(after, self.max_retry_wait)
+            else:
+                return None
+        elif not op.repeatable:
+            return None
+        # Exponential backoff with full jitter when the server gave no Retry-After.
+        return float(min(self.max_retry_wait, self.backoff * 2**attempt * random.uniform(0.5, 1.0)))
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: treat as absent, the backoff applies
+
+
+class Client(SyncMethods):
+    """Synchronous client. ``Client("https://notee.example", api_key="nk_...")``; with no arguments
+    it reads ``NOTEE_URL``, ``NOTEE_API_KEY`` and ``NOTEE_ADMIN_TOKEN``. Use it as a context manager
+    or call ``close()``."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, admin_token: str | None = None,
+                 timeout: float = 30.0, max_retries: int = 3, max_retry_wait: float = 60.0, backoff: float = 0.5,
+                 verify: Any = True, http_client: httpx.Client | None = None) -> None:
+        self._policy = _Policy(base_url, api_key, admin_token, max_retries, max_retry_wait, backoff)
+        self._http = http_client or httpx.Client(timeout=timeout, verify=verify)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def call(self, op: Op[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = self._http.send(self._policy.request(self._http, op))
+            except httpx.ConnectError:
+                wait = self._policy.delay(op, attempt, None)
+                if wait is None:
+                    raise
+            else:
+                wait = self._policy.delay(op, attempt, response) if response.status_code in (429, 503) else None
+                if wait is None:
+                    return self._policy.result(op, response)
+            time.sleep(wait)
+            attempt += 1
+
+    def wait(self, job_id: str, *, on_progress: ProgressCallback | None = None, poll_interval: float = 1.0,
+             timeout: float | None = None) -> m.Job:
+        """Poll a job until its counts are final; ``on_progress(job)`` is called after every poll.
+        Raises ``JobTimeout`` after ``timeout`` seconds (the job goes on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get_job(job_id)
+            if on_progress is not None:
+                on_progress(job)
+            if job.finished:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
+            time.sleep(poll_interval)
+
+    def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
+        """Every dead letter of the service, newest first, fetched a page at a time."""
+        before: int | None = None
+        while True:
+            page = self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            yield from page.items
+            if page.next_before_id is None:
+                return
+            before = page.next_before_id
+
+
+class AsyncClient(AsyncMethods):
+    """Asynchronous client with the same methods as ``Client``, each a coroutine."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None, admin_token: str | None = None,
+                 timeout: float = 30.0, max_retries: int = 3, max_retry_wait: float = 60.0, backoff: float = 0.5,
+                 verify: Any = True, http_client: httpx.AsyncClient | None = None) -> None:
+        self._policy = _Policy(base_url, api_key, admin_token, max_retries, max_retry_wait, backoff)
+        self._http = http_client or httpx.AsyncClient(timeout=timeout, verify=verify)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, op: Op[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.send(self._policy.request(self._http, op))
+            except httpx.ConnectError:
+                wait = self._policy.delay(op, attempt, None)
+                if wait is None:
+                    raise
+            else:
+                wait = self._policy.delay(op, attempt, response) if response.status_code in (429, 503) else None
+                if wait is None:
+                    return self._policy.result(op, response)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def wait(self, job_id: str, *, on_progress: ProgressCallback | None = None, poll_interval: float = 1.0,
+                   timeout: float | None = None) -> m.Job:
+        """Poll a job until its counts are final; see ``Client.wait``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = await self.get_job(job_id)
+            if on_progress is not None:
+                on_progress(job)
+            if job.finished:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
+            await asyncio.sleep(poll_interval)
+
+    async def iter_dead_letters(self, *, job_id: str | None = None,
+                                page_size: int = 100) -> AsyncIterator[m.DeadLetter]:
+        """Every dead letter of the service, newest first, fetched a page at a time."""
+        before: int | None = None
+        while True:
+            page = await self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            for letter in page.items:
+                yield letter
+            if page.next_before_id is None:
+                return
+            before = page.next_before_id
+
+
+__all__ = ["AsyncClient", "Client", "NoteeError", "ProgressCallback"]

@@ -1,0 +1,220 @@
+"""The Python SDK (clients/python, package ``notee_client``) against a real `notee api` process, a
+real `notee worker` and the emulator: the calls a service backend makes, typed answers, errors in the
+error format, Idempotency-Keys on publishes, ``wait()`` with progress, and the client's own rules
+(its dependencies, its generated methods, one operation per API endpoint)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import secrets
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import httpx
+import pytest
+
+import notee_client
+from notee_client import AsyncClient, Client, models
+from tests.api_helpers import fcm_service_account, random_token
+from tests.api_process import api_process
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+from tests.fanout_helpers import per_token_counts, start_worker
+
+SDK = Path(__file__).resolve().parents[1] / "clients" / "python"
+
+
+@pytest.fixture(scope="module")
+def api(emulator_process, migrated):  # the emulator env must be exported before the API starts
+    with api_process() as proc:
+        yield proc
+
+
+@pytest.fixture()
+def admin(api, settings):
+    with Client(api.url, admin_token=settings.admin_token.get_secret_value(), max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture()
+def tenant(admin, service_id, api):
+    """A new service with FCM credentials and a client holding its API key."""
+    admin.create_service(service_id, f"SDK {service_id}", timezone="Europe/Berlin")
+    key = admin.create_api_key(service_id, label="sdk")
+    admin.put_fcm_credentials(service_id, fcm_service_account())
+    with Client(api.url, api_key=key.api_key) as c:
+        yield service_id, c
+
+
+def test_a_publish_from_the_sdk_reaches_the_device_and_wait_reports_progress(tenant, emulator, tmp_path):
+    service, notee = tenant
+    user = notee.put_user("alice-" + secrets.token_hex(4), name="Alice")
+    assert isinstance(user, models.User) and user.name == "Alice"
+    token = random_token("sdk")
+    device = notee.add_device(user.user_id, token, "AOS", region="DE")
+    assert device.token == token and device.os == "AOS"
+    template = notee.put_template("TOPIC", "news", title="Hi {{team}}", body="Match day")
+    assert template.method == "TOPIC" and template.version >= 1
+    assert notee.subscribe_topic(user.user_id, "news", "world cup #1?").status == "subscribed"
+
+    accepted = notee.publish_topic("news", "world cup #1?", variables={"team": "Reds"})
+    seen: list[models.Job] = []
+    worker = start_worker(service, tmp_path / "worker.log")
+    try:
+        job = notee.wait(accepted.job_id, on_progress=seen.append, poll_interval=0.2, timeout=120)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert job.state == "done", job
+    assert (job.targeted, job.sent, job.failed, job.pruned) == (1, 1, 0, 0)
+    assert seen and seen[-1] == job and all(isinstance(j, models.Job) for j in seen)
+    assert per_token_counts(emulator, [token]) == {token: 1}
+    last = emulator.last_request(token)
+    assert "Hi Reds" in str(last), last
+
+
+def test_every_publish_carries_an_idempotency_key(tenant):
+    _, notee = tenant
+    notee.put_template("TOPIC", "promo", title="Sale", body="Now")
+    first = notee.publish_topic("promo", "all", idempotency_key="order-42")
+    again = notee.publish_topic("promo", "all", idempotency_key="order-42")
+    assert again.job_id == first.job_id  # the caller's key makes a repeat harmless
+    # Without a key the SDK makes a fresh one per call: two calls are two jobs, each retryable.
+    a, b = notee.publish_topic("promo", "all"), notee.publish_topic("promo", "all")
+    assert len({a.job_id, b.job_id, first.job_id}) == 3
+    op = notee_client.Op  # the key is on the operation itself, so every retry of a call reuses it
+    from notee_client import _ops
+
+    publish = _ops.publish_topic("promo", "all")
+    assert isinstance(publish, op) and publish.headers["Idempotency-Key"].startswith("sdk-") and publish.repeatable
+
+
+def test_errors_come_back_typed_with_the_servers_details(tenant, api):
+    _, notee = tenant
+    with pytest.raises(notee_client.NotFound) as missing:
+        notee.get_user("00000000-0000-4000-8000-000000000000")
+    assert missing.value.status == 404 and missing.value.code
+    user = notee.put_user("bob-" + secrets.token_hex(4))
+    with pytest.raises(notee_client.ValidationFailed) as invalid:
+        notee.add_device(user.user_id, "short", "AOS")  # tokens are 8-512 printable characters
+    assert invalid.value.status == 422 and invalid.value.details
+    assert notee.list_devices(user.user_id) == []  # nothing was written
+    with Client(api.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger, \
+            pytest.raises(notee_client.Unauthorized):
+        stranger.list_templates()
+
+
+def test_the_async_client_runs_the_same_operations(tenant, api):
+    service, sync = tenant
+    key = sync._policy.api_key
+
+    async def scenario() -> tuple[list[models.Subscription], list[models.Template], models.Subscribed]:
+        async with AsyncClient(api.url, api_key=key) as notee:
+            user = await notee.put_user("carol-" + secrets.token_hex(4))
+            await notee.add_device(user.user_id, random_token("async"), "IOS")
+            await notee.put_template("CYCLE", "daily", title="Good morning", body="Your summary")
+            subscribed = await notee.subscribe_cycle(user.user_id, "daily", days=["MON", "FRI"], hour=9, minute=30)
+            subs = await notee.list_subscriptions(user.user_id)
+            templates = await notee.list_templates()
+            await notee.unsubscribe_cycle(user.user_id, "daily")
+            assert await notee.list_subscriptions(user.user_id) == []
+            await notee.delete_user(user.user_id)
+            with pytest.raises(notee_client.NotFound):
+                await notee.get_user(user.user_id)
+            return subs, templates, subscribed
+
+    subs, templates, subscribed = asyncio.run(scenario())
+    assert subscribed.schedule and "09:30" in subscribed.schedule and "Europe/Berlin" in subscribed.schedule
+    assert [(s.method, s.type) for s in subs] == [("CYCLE", "daily")]
+    assert subs[0].schedule is not None and subs[0].schedule.days == ["MON", "FRI"]
+    assert [t.type for t in templates] == ["daily"]
+
+
+def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
+    """The retry policy, with a transport that answers as a rate-limited or unavailable server would."""
+    calls: list[httpx.Request] = []
+
+    def answer(status: int, retry_after: str | None):
+        def handler(request: httpx.Request) -> httpx.Response:
+            calls.append(request)
+            if len(calls) == 1:
+                headers = {"Retry-After": retry_after} if retry_after else {}
+                return httpx.Response(status, headers=headers,
+                                      json={"error": {"code": "x", "message": "later", "details": []}})
+            return httpx.Response(200, json={"rotated": 1})
+        return handler
+
+    slept: list[float] = []
+    real_sleep = notee_client.client.time.sleep
+    notee_client.client.time.sleep = slept.append  # type: ignore[assignment]
+    try:
+        with Client("http://notee.invalid", api_key="k", http_client=httpx.Client(
+                transport=httpx.MockTransport(answer(429, "7")))) as c:
+            assert c.rotate_token("aaaaaaaa", "bbbbbbbb").rotated == 1
+        assert slept == [7.0] and len(calls) == 2
+        # A 503 on a single send (no idempotency key) is not retried: it may have been sent.
+        calls.clear()
+        with Client("http://notee.invalid", api_key="k", http_client=httpx.Client(
+                transport=httpx.MockTransport(answer(503, "1")))) as c, pytest.raises(notee_client.Unavailable):
+            c.send_to_user("00000000-0000-4000-8000-000000000000", "otp")
+        assert len(calls) == 1
+        # ... while a 429 is retried for any operation, and the wait is capped.
+        calls.clear()
+        slept.clear()
+        with Client("http://notee.invalid", api_key="k", max_retry_wait=2.0, http_client=httpx.Client(
+                transport=httpx.MockTransport(answer(429, "600")))) as c:
+            c.rotate_token("aaaaaaaa", "bbbbbbbb")
+        assert slept == [2.0]
+    finally:
+        notee_client.client.time.sleep = real_sleep  # type: ignore[assignment]
+
+
+def test_every_api_operation_has_an_sdk_method(app):
+    """The OpenAPI document is the list of endpoints; each has its operation in notee_client._ops."""
+    from notee_client import _ops
+
+    sdk_routes = set()
+    for name in dir(_ops):
+        fn = getattr(_ops, name)
+        if callable(fn) and getattr(fn, "__module__", "") == _ops.__name__ and not name.startswith("_") \
+                and getattr(fn, "__annotations__", {}).get("return", "").startswith("Op["):
+            sdk_routes.add(_route_of(fn))
+    api_routes = {(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item}
+    assert api_routes - sdk_routes == set(), "endpoints without an SDK operation"
+    assert sdk_routes - api_routes == set(), "SDK operations the API does not have"
+
+
+def _route_of(fn) -> tuple[str, str]:
+    """(METHOD, templated path) of an operation, found by calling it with placeholder arguments."""
+    import inspect
+
+    args = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.default is inspect.Parameter.empty:
+            annotation = str(p.annotation)
+            args[p.name] = (["x"] if "Sequence" in annotation else {} if "Mapping" in annotation
+                            else f"{{{p.name}}}")
+    op = fn(**args)
+    path = op.path.replace("%7B", "{").replace("%7D", "}")
+    return op.method, path
+
+
+def test_the_generated_methods_are_current():
+    out = subprocess.run([sys.executable, str(SDK / "tools" / "gen_methods.py"), "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_sdk_depends_on_httpx_and_pydantic_only_and_never_imports_the_server():
+    project = tomllib.loads((SDK / "pyproject.toml").read_text())["project"]
+    assert sorted(d.split(">")[0].split("=")[0].split("<")[0] for d in project["dependencies"]) == ["httpx", "pydantic"]
+    for path in (SDK / "notee_client").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in {"notee_client", "httpx", "pydantic"} or top in sys.stdlib_module_names, \
+                    f"{path.name} imports {name}"
