@@ -171,19 +171,20 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
         notee_client.client.time.sleep = real_sleep  # type: ignore[assignment]
 
 
-def test_every_api_operation_has_an_sdk_method(app):
-    """The OpenAPI document is the list of endpoints; each has its operation in notee_client._ops."""
+def test_every_api_operation_has_an_sdk_method_of_the_same_name(app):
+    """The OpenAPI document is the list of endpoints; each operationId (``publishTopic``) is an SDK
+    operation in snake case (``publish_topic``) sending the same method to the same path."""
+    from notee.api.openapi import snake
     from notee_client import _ops
 
-    sdk_routes = set()
-    for name in dir(_ops):
-        fn = getattr(_ops, name)
-        if callable(fn) and getattr(fn, "__module__", "") == _ops.__name__ and not name.startswith("_") \
-                and getattr(fn, "__annotations__", {}).get("return", "").startswith("Op["):
-            sdk_routes.add(_route_of(fn))
-    api_routes = {(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item}
-    assert api_routes - sdk_routes == set(), "endpoints without an SDK operation"
-    assert sdk_routes - api_routes == set(), "SDK operations the API does not have"
+    api = {snake(op["operationId"]): (method.upper(), path)
+           for path, item in app.openapi()["paths"].items() for method, op in item.items()}
+    sdk = {name: _route_of(getattr(_ops, name)) for name in dir(_ops)
+           if not name.startswith("_") and str(getattr(getattr(_ops, name), "__annotations__", {}).get(
+               "return", "")).startswith("Op[")}
+    assert sorted(set(api) - set(sdk)) == [], "endpoints without an SDK operation"
+    assert sorted(set(sdk) - set(api)) == [], "SDK operations the API does not have"
+    assert {name: sdk[name] for name in api} == api
 
 
 def _route_of(fn) -> tuple[str, str]:
@@ -197,8 +198,7 @@ def _route_of(fn) -> tuple[str, str]:
             args[p.name] = (["x"] if "Sequence" in annotation else {} if "Mapping" in annotation
                             else f"{{{p.name}}}")
     op = fn(**args)
-    path = op.path.replace("%7B", "{").replace("%7D", "}")
-    return op.method, path
+    return op.method, op.path.replace("%7B", "{").replace("%7D", "}")
 
 
 def test_the_generated_methods_are_current():
@@ -218,3 +218,21 @@ def test_the_sdk_depends_on_httpx_and_pydantic_only_and_never_imports_the_server
                 top = name.split(".")[0]
                 assert top in {"notee_client", "httpx", "pydantic"} or top in sys.stdlib_module_names, \
                     f"{path.name} imports {name}"
+
+
+def test_jobs_are_listed_newest_first_with_filters_and_a_cursor(tenant, admin):
+    service, notee = tenant
+    notee.put_template("TOPIC", "alpha", title="A", body="a")
+    notee.put_template("TOPIC", "beta", title="B", body="b")
+    made = [notee.publish_topic("alpha", f"t{i}").job_id for i in range(3)] + [notee.publish_topic("beta", "t").job_id]
+    listed = list(notee.iter_jobs(page_size=2))  # two pages of two
+    assert [j.job_id for j in listed] == made[::-1]
+    first = notee.list_jobs(limit=2)
+    assert len(first.items) == 2 and first.next_cursor is not None
+    assert [j.job_id for j in notee.iter_jobs(type="alpha")] == made[2::-1]
+    assert [j.job_id for j in notee.iter_jobs(state="queued", method="TOPIC")] == made[::-1]
+    assert list(notee.iter_jobs(state="done")) == []
+    with pytest.raises(notee_client.ValidationFailed) as bad:
+        notee.list_jobs(cursor="not-a-cursor")
+    assert bad.value.details and bad.value.details[0]["loc"] == ["query", "cursor"]
+    assert service in [s.service for s in admin.list_services()]

@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from tests.api_helpers import new_service, new_template, new_user, random_token, snapshot
 
 # Routes that act on the caller's own tenant only; each gets its own check below.
-OWN = {"PUT /v1/users/{service_user_id}", "PUT /v1/templates/{method}/{type}", "GET /v1/templates"}
+OWN = {"PUT /v1/users/{service_user_id}", "PUT /v1/templates/{method}/{type}", "GET /v1/templates", "GET /v1/jobs"}
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
 BODIES: dict[str, dict] = {
@@ -170,6 +170,9 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert r.status_code in (200, 201) and r.json()["user_id"] != b_ids["user_id"]
     r = client.get("/v1/templates", headers=a_auth)
     assert r.status_code == 200 and not any(k in r.text for k in b_ids["keys"])
+    r = client.get("/v1/jobs", headers=a_auth)
+    assert r.status_code == 200 and b_ids["job_id"] not in r.text
+    assert b_ids["job_id"] in client.get("/v1/jobs", headers=tenants["b_auth"]).text  # the check can fail
     r = client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=a_auth)
     assert r.status_code in (200, 201) and r.json()["notification_key"] not in b_ids["keys"]
     assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {f"{m} {p}" for m, p in routes}

@@ -8,7 +8,7 @@ from typing import Literal
 
 from fastapi import FastAPI
 
-from notee.api import errors
+from notee.api import errors, openapi
 from notee.api.edge import EdgeGuard
 from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
 from notee.logs import announce_emulator
@@ -44,6 +44,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         "topic and cycle subscriptions, publishes fanned out through FCM and APNs.",
         lifespan=lifespan,
         responses=errors.COMMON_ERRORS,
+        openapi_tags=openapi.TAGS,
+        generate_unique_id_function=openapi.operation_id,
     )
     app.state.settings = settings
     app.state.serves_admin = part in ("all", "admin")

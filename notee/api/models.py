@@ -95,6 +95,10 @@ class ServiceOut(_Out):
     created_at: datetime
 
 
+class ServiceList(BaseModel):
+    items: list[ServiceOut]
+
+
 class ApiKeyIn(_In):
     label: StrictStr = Field("", max_length=100)
 

@@ -160,6 +160,10 @@ def create_service(session: Session, *, service: str, display_name: str, timezon
     return get_service(session, service)
 
 
+def list_services(session: Session) -> list[Service]:
+    return [_service(row) for row in store.list_services(session)]
+
+
 def get_service(session: Session, service: str) -> Service:
     row = store.get_service(session, service)
     if row is None:

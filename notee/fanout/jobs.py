@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -103,3 +104,11 @@ def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Pro
     if job is None:
         raise NotFound("no such job")
     return job, store.progress(session, job_id)
+
+
+def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,
+              type_: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None,
+              before: tuple[datetime, str] | None = None, limit: int = 50) -> list[tuple[JobRow, Progress]]:
+    """A service's jobs (topic publishes and cycle minutes alike), newest first, with progress."""
+    return store.list_jobs(session, service, state=state, method=method, type_=type_, created_from=created_from,
+                           created_to=created_to, before=before, limit=limit)

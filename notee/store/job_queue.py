@@ -346,3 +346,43 @@ def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000)
              " AND state IN ('done', 'failed') LIMIT :b"),
         {"d": older_than_days, "b": batch},
     ).rowcount
+
+
+def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,
+              type_: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None,
+              before: tuple[datetime, str] | None = None, limit: int = 50) -> list[tuple[JobRow, Progress]]:
+    """A service's jobs, newest first, with their progress rolled up in the same query. ``before`` is
+    the (created_at, job_id) of the last job of the previous page (keyset paging: stable while new
+    jobs arrive)."""
+    where = ["j.service = :s"]
+    params: dict[str, Any] = {"s": service, "n": limit}
+    for column, name, value in (("j.state", "st", state), ("j.notification_method", "m", method),
+                                ("j.notification_type", "t", type_)):
+        if value is not None:
+            where.append(f"{column} = :{name}")
+            params[name] = value
+    if created_from is not None:
+        where.append("j.created_at >= :cf")
+        params["cf"] = created_from
+    if created_to is not None:
+        where.append("j.created_at < :ct")
+        params["ct"] = created_to
+    if before is not None:
+        where.append("(j.created_at < :bc OR (j.created_at = :bc AND j.job_id < :bj))")
+        params["bc"], params["bj"] = before
+    columns = ", ".join(f"j.{c.strip()}" for c in _JOB_COLUMNS.split(","))
+    rows = session.execute(
+        text(f"SELECT {columns}, COALESCE(SUM(t.state IN ('done', 'failed')), 0) AS tasks_done,"
+             " COALESCE(SUM(t.targeted), 0) AS targeted, COALESCE(SUM(t.sent), 0) AS sent,"
+             " COALESCE(SUM(t.failed), 0) AS failed, COALESCE(SUM(t.pruned), 0) AS pruned,"
+             " COALESCE(SUM(t.retried), 0) AS retried, COALESCE(SUM(t.no_credentials), 0) AS no_credentials"
+             f" FROM (SELECT * FROM fanout_job j WHERE {' AND '.join(where)}"
+             "       ORDER BY j.created_at DESC, j.job_id DESC LIMIT :n) j"
+             " LEFT JOIN fanout_task t ON t.job_id = j.job_id"
+             " GROUP BY j.job_id ORDER BY j.created_at DESC, j.job_id DESC"),
+        params,
+    ).all()
+    return [(_job(r), Progress(targeted=int(r.targeted), sent=int(r.sent), failed=int(r.failed),
+                               pruned=int(r.pruned), retried=int(r.retried), no_credentials=int(r.no_credentials),
+                               tasks_done=int(r.tasks_done)))
+            for r in rows]

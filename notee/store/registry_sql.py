@@ -118,6 +118,10 @@ def get_service(session: Session, service: str) -> Row | None:
     return session.execute(select(service_t).where(service_t.c.service == service)).one_or_none()
 
 
+def list_services(session: Session) -> list[Row]:
+    return list(session.execute(select(service_t).order_by(service_t.c.service)).all())
+
+
 # --- api keys ---------------------------------------------------------------------------------
 
 def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from notee_client import _ops
@@ -85,6 +86,14 @@ class SyncMethods:
     def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return self.call(_ops.list_devices(user_id))
+
+    def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
+        """One page of the service's jobs (publishes and cycle minutes), newest first."""
+        return self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
+    def list_services(self) -> list[m.Service]:
+        """Every service of the deployment. Admin token."""
+        return self.call(_ops.list_services())
 
     def list_subscriptions(self, user_id: str) -> list[m.Subscription]:
         """The user's topic and cycle subscriptions."""
@@ -224,6 +233,14 @@ class AsyncMethods:
     async def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return await self.call(_ops.list_devices(user_id))
+
+    async def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
+        """One page of the service's jobs (publishes and cycle minutes), newest first."""
+        return await self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
+    async def list_services(self) -> list[m.Service]:
+        """Every service of the deployment. Admin token."""
+        return await self.call(_ops.list_services())
 
     async def list_subscriptions(self, user_id: str) -> list[m.Subscription]:
         """The user's topic and cycle subscriptions."""

@@ -148,6 +148,11 @@ class Job(Model):
         return self.state in FINAL_JOB_STATES
 
 
+class JobPage(Model):
+    items: list[Job]
+    next_cursor: str | None
+
+
 class SendResult(Model):
     devices: int
     delivered: int

@@ -20,6 +20,7 @@ from notee.api.models import (
     RateLimitList,
     RateLimitOut,
     ServiceIn,
+    ServiceList,
     ServiceOut,
     ServiceUpdate,
     errors,
@@ -43,8 +44,15 @@ def create_service(body: ServiceIn, db: DbDep):
                                    delivery_mode=body.delivery_mode)
 
 
+@router.get("/services", response_model=ServiceList)
+def list_services(db: DbDep) -> ServiceList:
+    """Every service (tenant) of this deployment."""
+    return ServiceList(items=[ServiceOut.model_validate(s) for s in registry.list_services(db)])
+
+
 @router.get("/services/{service}", response_model=ServiceOut, responses=errors(404))
 def get_service(service: ServicePath, db: DbDep):
+    """One service: its display name, default time zone and creation time."""
     return registry.get_service(db, service)
 
 
@@ -99,6 +107,7 @@ def get_credentials(service: ServicePath, db: DbDep):
 @router.delete("/services/{service}/credentials/{provider}", status_code=204, response_class=Response,
                responses=errors(404))
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
+    """Remove the service's `fcm` or `apns` credentials."""
     credentials.delete_credentials(db, service, provider)
 
 

@@ -33,6 +33,7 @@ def add_device(user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbD
 
 @router.get("/users/{user_id}/devices", response_model=DeviceList, responses=errors(404))
 def list_devices(user_id: UserIdPath, service: ServiceDep, db: DbDep):
+    """Every device (push token) of the user."""
     return DeviceList(items=[DeviceOut.model_validate(d) for d in registry.list_devices(db, service, str(user_id))])
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import base64
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from fastapi import APIRouter, Header, Path, Query
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
@@ -15,7 +16,10 @@ from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
+from notee.errors import InvalidInput
 from notee.fanout import jobs
+from notee.fanout.jobs import JobRow
+from notee.vocabulary import Progress
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
@@ -43,9 +47,12 @@ class PublishAccepted(BaseModel):
     job_id: str
 
 
+JobState = Literal["queued", "running", "done", "failed"]
+
+
 class JobStatus(BaseModel):
     job_id: str
-    state: Literal["queued", "running", "done", "failed"]
+    state: JobState
     dry_run: bool = Field(description="The service was in dry_run delivery mode when the job was made: the log "
                                       "provider recorded every push and nothing was sent.")
     notification_type: str
@@ -92,7 +99,51 @@ def publish(type: TypePath, topic: TopicPath, runtime: RuntimeDep, db: DbDep, se
 def job_status(job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep,
                service: ServiceDep) -> JobStatus:
     """A publish job's state and counts; they update while workers run it."""
-    job, progress = jobs.job_status(db, service, str(job_id))
+    return _status(*jobs.job_status(db, service, str(job_id)))
+
+
+class JobList(BaseModel):
+    items: list[JobStatus]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end.")
+
+
+def _encode_cursor(job: JobRow) -> str:
+    return base64.urlsafe_b64encode(f"{job.created_at.isoformat()}|{job.job_id}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return datetime.fromisoformat(created), str(UUID(job_id))
+    except (ValueError, UnicodeError) as exc:
+        raise InvalidInput("cursor is not one this API returned", details=[
+            {"loc": ["query", "cursor"], "type": "invalid_cursor", "msg": "use next_cursor of a previous page"}]) from exc
+
+
+@router.get("/jobs", response_model=JobList)
+def list_jobs(db: DbDep, service: ServiceDep,
+              state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+              method: Annotated[Literal["TOPIC", "CYCLE"] | None, Query(
+                  description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes.")] = None,
+              type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
+              created_from: Annotated[AwareDatetime | None, Query(description="Created at or after (RFC 3339).")] = None,
+              created_to: Annotated[AwareDatetime | None, Query(description="Created before (RFC 3339).")] = None,
+              cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
+    """This service's jobs, newest first: topic publishes and cycle minutes, with their counts."""
+    rows = jobs.list_jobs(db, service, state=state, method=method, type_=type, created_from=_utc(created_from),
+                          created_to=_utc(created_to), before=_decode_cursor(cursor) if cursor else None,
+                          limit=limit)
+    items = [_status(job, progress) for job, progress in rows]
+    return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """The stores keep naive UTC times."""
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment is not None else None
+
+
+def _status(job: JobRow, progress: Progress) -> JobStatus:
     return JobStatus(
         job_id=job.job_id, state=job.state, dry_run=job.dry_run, notification_type=job.type_, target=job.target,
         targeted=progress.targeted, sent=progress.sent, failed=progress.failed,

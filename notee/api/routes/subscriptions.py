@@ -109,6 +109,7 @@ def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service:
 @router.delete("/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response,
                responses=errors(404))
 def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep):
+    """Remove the user's recurring schedule for this type (every device)."""
     subs.unsubscribe_cycle(runtime, service, str(user_id), type)
 
 

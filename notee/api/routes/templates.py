@@ -33,11 +33,13 @@ def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service:
 
 @router.get("", response_model=TemplateList)
 def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    """Every template of the service."""
     return TemplateList(items=[TemplateOut.model_validate(t) for t in registry.list_templates(runtime, db, service)])
 
 
 @router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
 def get_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+    """One template by method and type."""
     return registry.get_template(runtime, db, service, method, type_)
 
 

@@ -28,6 +28,7 @@ def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceD
 
 @router.get("/{user_id}", response_model=UserOut, responses=errors(404))
 def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep):
+    """One user by Notee's user_id."""
     return registry.get_user(db, service, str(user_id))
 
 

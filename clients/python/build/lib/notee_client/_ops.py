@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -65,6 +66,11 @@ def create_service(service: str, display_name: str, timezone: str | None = None)
     """Create a service (tenant). Admin token."""
     return Op("POST", "/v1/admin/services", _one(m.Service),
               json=_clean(service=service, display_name=display_name, timezone=timezone), repeatable=False)
+
+
+def list_services() -> Op[list[m.Service]]:
+    """Every service of the deployment. Admin token."""
+    return Op("GET", "/v1/admin/services", _items(m.Service))
 
 
 def get_service(service: str) -> Op[m.Service]:
@@ -147,8 +153,7 @@ def delete_device(user_id: str, token: str) -> Op[None]:
 
 def rotate_token(old_token: str, new_token: str) -> Op[m.Rotated]:
     """Replace a push token by its new value everywhere it is registered."""
-    return Op("POST", "/v1/devices/rotate", _one(m.Rotated), json={"old_token": old_token, "new_token": new_token},
-              headers=_REPEATABLE_UPSERT)
+    return Op("POST", "/v1/devices/rotate", _one(m.Rotated), json={"old_token": old_token, "new_token": new_token})
 
 
 # --- templates -------------------------------------------------------------------------------------
@@ -230,6 +235,16 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None 
 def get_job(job_id: str) -> Op[m.Job]:
     """A publish job's state and counts."""
     return Op("GET", f"/v1/jobs/{_seg(job_id)}", _one(m.Job))
+
+
+def list_jobs(*, state: str | None = None, method: str | None = None, type: str | None = None,
+              created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None,
+              limit: int = 50) -> Op[m.JobPage]:
+    """One page of the service's jobs (publishes and cycle minutes), newest first."""
+    return Op("GET", "/v1/jobs", _one(m.JobPage),
+              params=_clean(state=state, method=method, type=type, cursor=cursor, limit=limit,
+                            created_from=created_from.isoformat() if created_from else None,
+                            created_to=created_to.isoformat() if created_to else None))
 
 
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,

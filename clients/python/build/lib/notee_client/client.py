@@ -75,7 +75,7 @@ class _Policy:
         elif not op.repeatable:
             return None
         # Exponential backoff with full jitter when the server gave no Retry-After.
-        return min(self.max_retry_wait, self.backoff * 2 ** attempt * random.uniform(0.5, 1.0))
+        return float(min(self.max_retry_wait, self.backoff * 2**attempt * random.uniform(0.5, 1.0)))
 
 
 def _json_or_none(response: httpx.Response) -> Any:
@@ -144,6 +144,17 @@ class Client(SyncMethods):
                 raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
             time.sleep(poll_interval)
 
+    def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
+                  page_size: int = 50) -> Iterator[m.Job]:
+        """Every job of the service matching the filters, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.call(_ops.list_jobs(state=state, method=method, type=type, cursor=cursor, limit=page_size))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
         before: int | None = None
@@ -202,6 +213,19 @@ class AsyncClient(AsyncMethods):
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
             await asyncio.sleep(poll_interval)
+
+    async def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
+                        page_size: int = 50) -> AsyncIterator[m.Job]:
+        """Every job of the service matching the filters, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.call(_ops.list_jobs(state=state, method=method, type=type, cursor=cursor,
+                                                  limit=page_size))
+            for job in page.items:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def iter_dead_letters(self, *, job_id: str | None = None,
                                 page_size: int = 100) -> AsyncIterator[m.DeadLetter]:

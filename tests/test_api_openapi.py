@@ -1,0 +1,36 @@
+"""The OpenAPI document as a client generator sees it: a stable, listed operationId for every
+operation, a description for every operation and tag, and no two operations with one id."""
+
+from __future__ import annotations
+
+import re
+
+from notee.api import openapi
+
+
+def _operations(app):
+    return [(method.upper(), path, op) for path, item in app.openapi()["paths"].items()
+            for method, op in item.items()]
+
+
+def test_every_route_has_a_listed_camel_case_operation_id(app):
+    routes = {(method, path) for method, path, _ in _operations(app)}
+    assert routes - set(openapi.OPERATION_IDS) == set(), "add these routes to notee/api/openapi.py OPERATION_IDS"
+    ids = [op["operationId"] for _, _, op in _operations(app)]
+    assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z0-9]*)*", i) for i in ids), ids
+    for method, path, op in _operations(app):
+        assert op["operationId"] == openapi.OPERATION_IDS[(method, path)]
+
+
+def test_every_operation_and_tag_is_described(app):
+    doc = app.openapi()
+    described = {t["name"] for t in doc.get("tags", []) if t.get("description")}
+    for method, path, op in _operations(app):
+        assert op.get("description") or op.get("summary"), f"{method} {path} has no description"
+        assert set(op.get("tags", [])) <= described, f"{method} {path}: tag without a description"
+
+
+def test_listed_ids_that_no_route_has_are_not_kept(app):
+    routes = {(method, path) for method, path, _ in _operations(app)}
+    assert set(openapi.OPERATION_IDS) - routes == set(), "remove these stale entries from OPERATION_IDS"
