@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-from notee import logs
+from notee import cli_http, logs
 from notee.settings import Settings
 
 app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
@@ -21,12 +21,43 @@ def _settings() -> Settings:
     return settings
 
 
+def _store_down(settings: Settings, exc: Exception) -> str | None:
+    """One line naming the store that could not be reached and where, or None when ``exc`` is not
+    a connection problem (then the traceback is the useful answer)."""
+    from cassandra import DriverException
+    from cassandra.cluster import NoHostAvailable
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    if isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+        url = make_url(settings.mysql_url.get_secret_value())
+        reason = " ".join(str(exc.orig).split())
+        return f"MySQL at {url.host}:{url.port or 3306} (database {url.database}) is not reachable: {reason}"
+    if isinstance(exc, (NoHostAvailable, DriverException)):
+        where = ",".join(settings.cassandra_hosts)
+        errors = getattr(exc, "errors", None) or {}
+        reason = " ".join(str(next(iter(errors.values()), exc)).split())
+        return f"Cassandra at {where} port {settings.cassandra_port} is not reachable: {reason}"
+    return None
+
+
 @app.command()
 def migrate() -> None:
     """Apply pending schema migrations to MySQL and Cassandra (idempotent)."""
     from notee import migrate as migrations
 
-    applied = migrations.migrate_all(_settings())
+    settings = _settings()
+    # The driver logs a traceback per failed contact point; a store that is down is reported below,
+    # in one line.
+    logging.getLogger("cassandra.cluster").setLevel(logging.CRITICAL)
+    try:
+        applied = migrations.migrate_all(settings)
+    except Exception as exc:
+        line = _store_down(settings, exc)
+        if line is None:
+            raise
+        typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
 
 
@@ -131,6 +162,9 @@ def openapi() -> None:
     from notee.api.app import create_app
 
     typer.echo(json.dumps(create_app(Settings()).openapi(), indent=2))
+
+
+cli_http.install(app)  # the commands that call a running Notee over HTTP (the SDK)
 
 
 def main() -> None:

@@ -1,0 +1,126 @@
+"""The `notee` CLI as a user runs it: subprocesses against a real `notee api`, a real worker and the
+emulator, configured only by NOTEE_URL and NOTEE_ADMIN_TOKEN / NOTEE_API_KEY. Errors are one line on
+stderr with a non-zero exit, also for `notee migrate` with a store down."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.api_helpers import fcm_service_account, random_token
+from tests.api_process import api_process, free_port
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+from tests.fanout_helpers import per_token_counts, start_worker
+
+
+def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "notee", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def api(emulator_process, migrated):
+    with api_process() as proc:
+        yield proc
+
+
+@pytest.fixture()
+def admin_env(api, settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTEE_API_KEY",)}
+    return env | {"NOTEE_URL": api.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
+
+
+def test_from_a_new_service_to_a_push_with_the_cli_alone(admin_env, service_id, emulator, tmp_path: Path):
+    ok = notee("admin", "service", "create", service_id, "--name", "CLI shop", "--timezone", "Europe/Paris",
+               env=admin_env)
+    assert ok.returncode == 0, ok.stderr
+    listed = [json.loads(line) for line in notee("admin", "service", "list", env=admin_env).stdout.splitlines()]
+    assert service_id in [s["service"] for s in listed]
+    key = notee("admin", "key", "create", service_id, "--label", "cli", env=admin_env)
+    assert key.returncode == 0 and key.stdout.strip().startswith("nk_"), key.stderr
+    account = tmp_path / "sa.json"
+    account.write_text(json.dumps(fcm_service_account()))
+    assert notee("admin", "credentials", "fcm", service_id, "--file", str(account), env=admin_env).returncode == 0
+
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key.stdout.strip()}
+    user_id = notee("user", "put", "cli-user-1", "--name", "Ana", env=env).stdout.strip()
+    token = random_token("cli")
+    assert notee("user", "device", user_id, token, "--os", "AOS", env=env).returncode == 0
+    saved = notee("template", "put", "TOPIC", "news", "--title", "Hi {{team}}", "--body", "Kick-off", env=env)
+    assert saved.returncode == 0 and "TOPIC/news saved" in saved.stdout, saved.stderr
+    sub = notee("subscribe", user_id, "news", "sports", env=env)
+    assert sub.returncode == 0 and sub.stdout.startswith("subscribed: 1 device"), sub.stdout + sub.stderr
+
+    worker = start_worker(service_id, tmp_path / "worker.log")
+    try:
+        published = notee("publish", "news", "sports", "--var", "team=Reds", "--wait", "--timeout", "90", env=env)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert published.returncode == 0, published.stderr
+    job_id = published.stdout.strip()
+    assert published.stderr.strip().splitlines()[-1].startswith("done: sent 1/1 · failed 0 · pruned 0")
+    assert per_token_counts(emulator, [token]) == {token: 1}
+
+    shown = json.loads(notee("jobs", "show", job_id, env=env).stdout)
+    assert (shown["state"], shown["sent"], shown["targeted"]) == ("done", 1, 1)
+    jobs = [json.loads(line) for line in notee("jobs", "list", "--state", "done", env=env).stdout.splitlines()]
+    assert [j["job_id"] for j in jobs] == [job_id]
+
+
+def test_a_recurring_subscription_from_the_cli(admin_env, service_id):
+    notee("admin", "service", "create", service_id, "--name", "Cycle", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    user_id = notee("user", "put", "cy-1", env=env).stdout.strip()
+    notee("user", "device", user_id, random_token("cy"), "--os", "IOS", env=env)
+    notee("template", "put", "CYCLE", "daily", "--title", "Morning", "--body", "Summary", env=env)
+    sub = notee("subscribe", user_id, "daily", "--days", "mon,fri", "--at", "09:30", "--timezone", "Asia/Tokyo",
+                env=env)
+    assert sub.returncode == 0 and "MON,FRI 09:30 Asia/Tokyo" in sub.stdout, sub.stdout + sub.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("template", "put", "BOGUS", "x", "--title", "t", "--body", "b"), "error: 422"),
+    (("jobs", "show", "00000000-0000-4000-8000-000000000000"), "error: 404"),
+    (("subscribe", "00000000-0000-4000-8000-000000000000", "news"), "give a TOPIC, or --days and --at"),
+])
+def test_errors_are_one_line_and_a_non_zero_exit(admin_env, service_id, args, expected):
+    notee("admin", "service", "create", service_id, "--name", "Errors", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    out = notee(*args, env=env)
+    assert out.returncode != 0
+    assert expected in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_wrong_credentials_and_an_unreachable_server_are_one_line(admin_env):
+    wrong = notee("template", "list", env=admin_env | {"NOTEE_API_KEY": "nk_nokey_" + secrets.token_hex(16)})
+    assert wrong.returncode == 1 and wrong.stderr.startswith("error: 401") and wrong.stderr.count("\n") == 1
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    down = notee("template", "list", env=admin_env | {"NOTEE_URL": nowhere, "NOTEE_API_KEY": "nk_x_y"})
+    assert down.returncode == 1 and down.stderr == f"error: cannot reach Notee at {nowhere}: " \
+        f"{down.stderr.split(': ', 2)[2]}" and down.stderr.count("\n") == 1
+    unset = notee("jobs", "list", env={k: v for k, v in admin_env.items() if k != "NOTEE_URL"})
+    assert unset.returncode == 1 and "NOTEE_URL" in unset.stderr and unset.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("store", ["mysql", "cassandra"])
+def test_migrate_with_a_store_down_names_it_in_one_line(store, settings):
+    port = free_port()  # nothing listens there
+    env = dict(os.environ)
+    if store == "mysql":
+        env["NOTEE_MYSQL_URL"] = f"mysql+pymysql://notee:notee@127.0.0.1:{port}/notee_nowhere"
+        expected = f"error: MySQL at 127.0.0.1:{port} (database notee_nowhere) is not reachable: "
+    else:
+        env["NOTEE_CASSANDRA_PORT"] = str(port)
+        expected = f"error: Cassandra at 127.0.0.1 port {port} is not reachable: "
+    out = notee("migrate", env=env)
+    assert out.returncode == 1
+    assert out.stderr.startswith(expected) and out.stderr.count("\n") == 1, out.stderr
