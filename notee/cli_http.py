@@ -35,7 +35,7 @@ jobs_app = typer.Typer(help="Publish jobs: list, show (NOTEE_API_KEY); requeue (
 @contextmanager
 def _client() -> Iterator[Any]:
     """An SDK client from the environment; every error becomes one line and exit code 1."""
-    # Imported here: the SDK is its own distribution (clients/python), needed only by these commands.
+    # deferred: the SDK is its own distribution (clients/python), needed only by these commands.
     try:
         import httpx
         from notee_client import Client, NoteeError

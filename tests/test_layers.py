@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("notee.migrate", 2, "domain"),
     ("notee.api", 3, "api"),
     ("notee.cli", 4, "entry"),
+    ("notee.cli_http", 4, "entry"),
     ("notee.__main__", 4, "entry"),
 ]
 # The API reaches the stores and the transport only through the domain; of the middle layer it
