@@ -35,8 +35,8 @@ jobs_app = typer.Typer(help="Publish jobs: list, show (NOTEE_API_KEY); requeue (
 @contextmanager
 def _client() -> Iterator[Any]:
     """An SDK client from the environment; every error becomes one line and exit code 1."""
-    # deferred: the SDK is its own distribution (clients/python), needed only by these commands.
     try:
+        # deferred: the SDK is its own distribution (clients/python), needed only by these commands.
         import httpx
         from notee_client import Client, NoteeError
     except ImportError:
@@ -238,6 +238,7 @@ def publish(type: str = typer.Argument(..., help="The TOPIC template's notificat
                                        idempotency_key=idempotency_key)
         typer.echo(accepted.job_id)
         if wait:
+            # deferred: the SDK is its own distribution, loaded only by these commands (see _client).
             from notee_client import JobTimeout
 
             bar = _ProgressLine()
