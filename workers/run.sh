@@ -2,16 +2,50 @@
 # Run the Notee processes of workers/Procfile in the foreground (called by `make run` after the
 # stores are up and migrated). For a local run it makes, once, a dev admin token and a credentials
 # key under .run/ unless NOTEE_ADMIN_TOKEN / NOTEE_CREDENTIALS_KEY are already set.
+#
+# Pushes go to the embedded emulator (`notee emulator`, started here) unless NOTEE_EMULATOR_URL
+# points elsewhere or NOTEE_LIVE_DELIVERY=1 is set: then they go to the real FCM and APNs with each
+# service's own credentials. .run/env holds the variables a shell needs to follow the quickstart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .run && chmod 700 .run
+umask 077  # .run/ holds secrets: readable by this user only
+RUN=${NOTEE_RUN_DIR:-.run}
+mkdir -p "$RUN" && chmod 700 "$RUN"
 if [ -z "${NOTEE_ADMIN_TOKEN:-}" ]; then
-  [ -s .run/admin-token ] || .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))' > .run/admin-token
-  export NOTEE_ADMIN_TOKEN=$(cat .run/admin-token)
-  echo "admin token (dev): see .run/admin-token"
+  [ -s "$RUN/admin-token" ] || .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))' > "$RUN/admin-token"
+  export NOTEE_ADMIN_TOKEN=$(cat "$RUN/admin-token")
 fi
 if [ -z "${NOTEE_CREDENTIALS_KEY:-}" ]; then
-  [ -s .run/credentials.key ] || .venv/bin/python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' > .run/credentials.key
-  export NOTEE_CREDENTIALS_KEY=$(cat .run/credentials.key)
+  [ -s "$RUN/credentials.key" ] || .venv/bin/python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' > "$RUN/credentials.key"
+  export NOTEE_CREDENTIALS_KEY=$(cat "$RUN/credentials.key")
 fi
-exec .venv/bin/honcho -f workers/Procfile -d . -e /dev/null start
+procfile=workers/Procfile
+if [ "${NOTEE_LIVE_DELIVERY:-0}" != 1 ] && [ -z "${NOTEE_EMULATOR_URL:-}" ]; then
+  state=${NOTEE_EMULATOR_STATE_DIR:-$RUN/emulator}
+  # The emulator's CA is made before any process starts, so the senders trust it from their first push.
+  .venv/bin/python -c "import sys; from notee.emulator.tls import ensure_tls; ensure_tls(sys.argv[1])" "$state"
+  export NOTEE_EMULATOR_URL="https://${NOTEE_EMULATOR_HOST:-127.0.0.1}:${NOTEE_EMULATOR_PORT:-8443}"
+  export NOTEE_EMULATOR_CA_FILE="$(cd "$state" && pwd)/ca.crt" NOTEE_EMULATOR_STATE_DIR="$state"
+  procfile=workers/Procfile.emulator
+  delivery="every push goes to the embedded emulator at $NOTEE_EMULATOR_URL (NOTEE_LIVE_DELIVERY=1: real FCM/APNs)"
+elif [ -n "${NOTEE_EMULATOR_URL:-}" ]; then
+  delivery="every push goes to the emulator at $NOTEE_EMULATOR_URL"
+else
+  delivery="LIVE: pushes go to FCM and APNs with each service's credentials"
+fi
+api="http://${NOTEE_API_HOST:-127.0.0.1}:${NOTEE_API_PORT:-8080}"
+{
+  echo "export NOTEE_URL=$api"
+  echo "export NOTEE_ADMIN_TOKEN=$NOTEE_ADMIN_TOKEN"
+  [ -z "${NOTEE_EMULATOR_URL:-}" ] || echo "export NOTEE_EMULATOR_URL=$NOTEE_EMULATOR_URL NOTEE_EMULATOR_CA_FILE=${NOTEE_EMULATOR_CA_FILE:-}"
+  echo 'export PATH="'"$PWD"'/.venv/bin:$PATH"'
+} > "$RUN/env"
+cat <<MSG
+Notee is starting: api, worker, scheduler$([ "$procfile" = workers/Procfile ] || echo ", emulator").
+  API           $api   (OpenAPI: $api/docs, health: $api/healthz)
+  admin token   $RUN/admin-token   (every variable a shell needs: source $RUN/env)
+  delivery      $delivery
+  first push    in another shell: source $RUN/env, then README.md "Quickstart", e.g.
+                  notee admin service create DEMO --name Demo && notee admin service list
+MSG
+exec .venv/bin/honcho -f "$procfile" -d . -e /dev/null start
