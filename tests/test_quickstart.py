@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import signal
+import ssl
 import stat
 import subprocess
 import sys
@@ -88,10 +89,10 @@ def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migra
             assert proc.poll() is None, (tmp_path / "run.log").read_text()
             try:
                 healthy = httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=2).status_code == 200
-                ca = str(tmp_path / "run" / "emulator" / "ca.crt")
+                ca = ssl.create_default_context(cafile=str(tmp_path / "run" / "emulator" / "ca.crt"))
                 emulating = httpx.get(f"https://127.0.0.1:{emu_port}/_emu/stats", verify=ca,
                                       timeout=2).status_code == 200
-            except httpx.HTTPError:
+            except (httpx.HTTPError, FileNotFoundError):  # FileNotFoundError: the CA is not written yet
                 time.sleep(0.3)
         assert healthy and emulating, (tmp_path / "run.log").read_text()
         banner = (tmp_path / "run.log").read_text()
