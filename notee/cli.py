@@ -157,11 +157,14 @@ def reconcile(service: str | None = typer.Option(None, help="Only this service (
 
 
 @app.command()
-def openapi() -> None:
+def openapi(markdown: bool = typer.Option(False, "--markdown", help="The API reference in Markdown "
+                                          "(docs/API-REFERENCE.md) instead of the JSON document.")) -> None:
     """Print the OpenAPI document (no database needed)."""
+    from notee.api import openapi as reference
     from notee.api.app import create_app
 
-    typer.echo(json.dumps(create_app(Settings()).openapi(), indent=2))
+    document = create_app(Settings()).openapi()
+    typer.echo(reference.markdown(document) if markdown else json.dumps(document, indent=2), nl=not markdown)
 
 
 cli_http.install(app)  # the commands that call a running Notee over HTTP (the SDK)

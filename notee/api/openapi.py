@@ -10,6 +10,7 @@ that no route is missing here.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fastapi.routing import APIRoute
 
@@ -92,3 +93,64 @@ def operation_id(route: APIRoute) -> str:
 def snake(operation: str) -> str:
     """``publishTopic`` -> ``publish_topic``: the SDK's name for an operation."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """docs/API-REFERENCE.md: every operation and schema of the OpenAPI document, grouped by tag.
+    ``notee openapi --markdown`` prints it; tests/test_api_openapi.py checks the file is current."""
+    out = [f"# {doc['info']['title']} API reference", "",
+           "Generated from the OpenAPI document by `notee openapi --markdown > docs/API-REFERENCE.md`; do not "
+           "edit by hand. The narrative guide is [API.md](API.md); the live document is served at `/docs`.", ""]
+    by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            by_tag.setdefault((op.get("tags") or ["other"])[0], []).append((method.upper(), path, op))
+    described = {t["name"]: t.get("description", "") for t in doc.get("tags", [])}
+    for tag in [t["name"] for t in doc.get("tags", []) if t["name"] in by_tag] + sorted(set(by_tag) - set(described)):
+        out += [f"## {tag}", "", described.get(tag, ""), ""]
+        for method, path, op in by_tag[tag]:
+            out += [f"### `{method} {path}` — `{op['operationId']}`", ""]
+            if op.get("description"):
+                out += [" ".join(op["description"].split()), ""]
+            params = op.get("parameters", [])
+            if params:
+                out += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
+                out += [f"| `{p['name']}` | {p['in']} | {_type(p.get('schema', {}))} | "
+                        f"{'yes' if p.get('required') else 'no'} | {_cell(p.get('description', ''))} |" for p in params]
+                out.append("")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                out += [f"Body: {_type(body)}{'' if op['requestBody'].get('required') else ' (optional)'}", ""]
+            answers = [f"{code} {_type(r.get('content', {}).get('application/json', {}).get('schema', {})) or '—'}"
+                       for code, r in op.get("responses", {}).items()]
+            out += ["Answers: " + ", ".join(answers), ""]
+    out += ["## Schemas", ""]
+    for name, schema in doc.get("components", {}).get("schemas", {}).items():
+        out += [f"### {name}", ""]
+        if schema.get("description"):
+            out += [" ".join(schema["description"].split()), ""]
+        props = schema.get("properties", {})
+        if props:
+            required = set(schema.get("required", []))
+            out += ["| field | type | required | description |", "|---|---|---|---|"]
+            out += [f"| `{field}` | {_type(s)} | {'yes' if field in required else 'no'} | {_cell(s.get('description', ''))} |"
+                    for field, s in props.items()]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})"
+    if "anyOf" in schema:
+        return " or ".join(_type(s) for s in schema["anyOf"])
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    if schema.get("type") == "array":
+        return f"array of {_type(schema.get('items', {}))}"
+    return str(schema.get("type", "")) + (f" ({schema['format']})" if "format" in schema else "")
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
