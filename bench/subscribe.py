@@ -94,7 +94,7 @@ def api_side(port: int, api_key: str, users: list[str], topic: str, concurrency:
             r = conn.getresponse()
             body = r.read()
             mine.append(time.perf_counter() - t)
-            if r.status != 200:
+            if r.status not in (200, 201):
                 with lock:
                     errors.append(f"{r.status} {body[:200]!r}")
         conn.close()

@@ -92,7 +92,7 @@ def main() -> None:
             with ThreadPoolExecutor(args.threads) as pool:
                 codes = list(pool.map(one, users))
             single_s = time.perf_counter() - t0
-        assert codes.count(200) == len(users), {c: codes.count(c) for c in set(codes)}
+        assert codes.count(201) == len(users), {c: codes.count(c) for c in set(codes)}  # each one new
         print(f"users={len(users)} bulk(1000/request)={bulk_s:.1f}s ({len(users) / bulk_s:.0f} users/s) "
               f"single(threads={args.threads})={single_s:.1f}s ({len(users) / single_s:.0f} users/s) "
               f"cpus={os.cpu_count()}")

@@ -43,3 +43,29 @@ def test_docs_api_reference_is_current(app):
 
     current = (Path(__file__).resolve().parents[1] / "docs" / "API-REFERENCE.md").read_text()
     assert current == openapi.markdown(app.openapi()), "docs/API-REFERENCE.md is stale: regenerate it"
+
+
+def test_every_timestamp_is_rfc_3339_with_its_offset(client, settings, service_id):
+    """Every time the API answers (services, keys, users, devices, templates, subscriptions, jobs)
+    carries its offset, so a client never has to guess that Notee means UTC."""
+    import re as _re
+
+    from tests.api_helpers import admin_headers, new_service, new_template, new_user, random_token
+
+    headers = new_service(client, settings, service_id)
+    user = new_user(client, headers, devices=[(random_token("ts"), "AOS")])
+    new_template(client, headers, "TOPIC", "news")
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers).status_code == 201
+    job = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "x"}}, headers=headers).json()
+    answers = [client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)),
+               client.get(f"/v1/admin/services/{service_id}/api-keys", headers=admin_headers(settings)),
+               client.get(f"/v1/users/{user}", headers=headers), client.get(f"/v1/users/{user}/devices", headers=headers),
+               client.get("/v1/templates", headers=headers), client.get(f"/v1/users/{user}/subscriptions", headers=headers),
+               client.get(f"/v1/jobs/{job['job_id']}", headers=headers), client.get("/v1/jobs", headers=headers)]
+    times = []
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        times += _re.findall(r'"(\d{4}-\d\d-\d\dT[^"]+)"', answer.text)
+    assert len(times) >= 11
+    offsetless = [t for t in times if not _re.search(r"(Z|[+-]\d\d:\d\d)$", t)]
+    assert offsetless == []

@@ -86,10 +86,10 @@ def tenants(client, settings, runtime):
     topic_t = new_template(client, b_auth, "TOPIC", "news")
     cycle_t = new_template(client, b_auth, "CYCLE", "daily")
     single_t = new_template(client, b_auth, "SINGLE", "ping")
-    assert client.put(f"/v1/users/{user_id}/subscriptions/topic/news/all", headers=b_auth).status_code == 200
+    assert client.put(f"/v1/users/{user_id}/subscriptions/topic/news/all", headers=b_auth).status_code == 201
     r = client.put(f"/v1/users/{user_id}/subscriptions/cycle/daily", json={"days": ["MON"], "hour": 9, "minute": 0},
                    headers=b_auth)
-    assert r.status_code == 200, r.text
+    assert r.status_code == 201, r.text
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "b"}}, headers=b_auth)
     assert r.status_code == 202, r.text
     b_ids = {"user_id": user_id, "service_user_id": b_suid, "token": token, "topic": "all",

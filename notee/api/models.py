@@ -8,10 +8,20 @@ too.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from notee.api.errors import ErrorResponse
 from notee.domain.rules import (
@@ -68,7 +78,19 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class _Out(BaseModel):
+class Answer(BaseModel):
+    """Base of every response model: each timestamp goes out as RFC 3339 with its offset. The stores
+    keep naive UTC times, which pydantic would otherwise send without one."""
+
+    @model_validator(mode="after")
+    def _times_in_utc(self) -> Self:
+        for name, value in self:
+            if isinstance(value, datetime) and value.tzinfo is None:
+                object.__setattr__(self, name, value.replace(tzinfo=timezone.utc))
+        return self
+
+
+class _Out(Answer):
     model_config = ConfigDict(from_attributes=True)
 
 

@@ -94,7 +94,7 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
         r = call("POST", f"/v1/users/{user_id}/devices", json={"token": token, "os": "AOS", "region": "KR"})
         assert r.status_code in (200, 201), r.text
         r = call("PUT", f"/v1/users/{user_id}/subscriptions/topic/news/late")
-        assert r.status_code == 200, r.text
+        assert r.status_code == 201, r.text
         subscribed.append(user_id)
     subscribe_s = time.monotonic() - t_kill
     for user_id in subscribed:

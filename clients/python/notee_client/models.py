@@ -105,7 +105,7 @@ class Subscription(Model):
     type: str
     topic: str | None = None
     schedule: Schedule | None = None
-    registered_at: int
+    registered_at: datetime
     devices: int
 
 

@@ -13,7 +13,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr, Str
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
-from notee.api.models import MultiLineText, OneLineText
+from notee.api.models import Answer, MultiLineText, OneLineText
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.errors import InvalidInput
@@ -50,7 +50,7 @@ class PublishAccepted(BaseModel):
 JobState = Literal["queued", "running", "done", "failed"]
 
 
-class JobStatus(BaseModel):
+class JobStatus(Answer):
     job_id: str
     state: JobState
     dry_run: bool = Field(description="The service was in dry_run delivery mode when the job was made: the log "

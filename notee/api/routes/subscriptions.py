@@ -6,15 +6,16 @@ service (API key); another service's users and templates answer 404.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
-from notee.api.models import errors
+from notee.api.models import Answer, errors
 from notee.domain import subscriptions as subs
 from notee.domain.rules import TYPE_PATTERN
 
@@ -55,13 +56,19 @@ class ScheduleOut(BaseModel):
     canonical: str
 
 
-class SubscriptionOut(BaseModel):
+class SubscriptionOut(Answer):
     method: Literal["TOPIC", "CYCLE"]
     type: str
     topic: str | None = None
     schedule: ScheduleOut | None = None
-    registered_at: int = Field(description="Epoch milliseconds (UTC)")
+    registered_at: datetime = Field(description="When the subscription was made (RFC 3339)")
     devices: int
+
+    @field_validator("registered_at", mode="before")
+    @classmethod
+    def _from_epoch_ms(cls, value: object) -> object:
+        """The subscription rows keep epoch milliseconds."""
+        return datetime.fromtimestamp(value / 1000, timezone.utc) if isinstance(value, int) else value
 
 
 class SubscriptionList(BaseModel):
@@ -81,12 +88,18 @@ class BulkOut(BaseModel):
 
 
 @router.put("/users/{user_id}/subscriptions/topic/{type}/{topic}", response_model=SubscribeOut,
-            responses=errors(404, 422))
+            responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)})
 def subscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
-                    runtime: RuntimeDep):
+                    runtime: RuntimeDep, response: Response):
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
-    template. Subscribing twice changes nothing."""
-    return subs.subscribe_topic(runtime, service, str(user_id), type, topic)
+    template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
+    return _upserted(response, subs.subscribe_topic(runtime, service, str(user_id), type, topic))
+
+
+def _upserted(response: Response, result: dict[str, Any]) -> dict[str, Any]:
+    """201 for a new subscription, 200 for one that existed, like the other upserts."""
+    response.status_code = 201 if result["status"] == "subscribed" else 200
+    return result
 
 
 @router.delete("/users/{user_id}/subscriptions/topic/{type}/{topic}", status_code=204, response_class=Response,
@@ -98,12 +111,13 @@ def unsubscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, ser
 
 
 @router.put("/users/{user_id}/subscriptions/cycle/{type}", response_model=SubscribeOut,
-            responses=errors(404, 422))
-def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep):
+            responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)})
+def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep,
+                    response: Response):
     """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
-    replaces the previous one of this type."""
-    return subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour, body.minute,
-                                body.timezone)
+    replaces the previous one of this type (201); the same schedule again changes nothing (200)."""
+    return _upserted(response, subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour,
+                                                    body.minute, body.timezone))
 
 
 @router.delete("/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response,
