@@ -69,3 +69,21 @@ def test_every_timestamp_is_rfc_3339_with_its_offset(client, settings, service_i
     assert len(times) >= 11
     offsetless = [t for t in times if not _re.search(r"(Z|[+-]\d\d:\d\d)$", t)]
     assert offsetless == []
+
+
+def test_validation_and_domain_errors_share_one_details_shape(client, settings, service_id):
+    from tests.api_helpers import new_service, new_template, new_user
+
+    headers = new_service(client, settings, service_id)
+    user = new_user(client, headers)
+    new_template(client, headers, "TOPIC", "news")
+    domain = client.put(f"/v1/users/{user}/subscriptions/topic/news/{'x' * 51}", headers=headers)  # checked by the domain
+    validation = client.put(f"/v1/users/{user}/subscriptions/cycle/news", json={"days": ["MON"], "hour": "9",
+                                                                                  "minute": 0}, headers=headers)
+    for answer in (domain, validation):
+        assert answer.status_code == 422, answer.text
+        for detail in answer.json()["error"]["details"]:
+            assert set(detail) <= {"loc", "type", "msg", "ctx"} and {"loc", "type", "msg"} <= set(detail), detail
+            assert all(isinstance(p, str) for p in detail["loc"])
+    assert domain.json()["error"]["details"] == [
+        {"loc": ["topic"], "type": "too_long", "msg": domain.json()["error"]["message"], "ctx": {"max": 50}}]

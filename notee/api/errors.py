@@ -23,10 +23,21 @@ from notee.errors import NoteeError
 log = logging.getLogger(__name__)
 
 
+class ErrorDetail(BaseModel):
+    """One problem: where (``loc``, e.g. ``["body", "variables", "name"]``), what kind (``type``, a
+    stable machine code) and a human ``msg``; ``ctx`` holds the numbers involved (a limit, say).
+    Validation errors and domain errors use this one shape."""
+
+    loc: list[str]
+    type: str
+    msg: str
+    ctx: dict[str, Any] | None = None
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str
-    details: list[dict[str, Any]] = []
+    details: list[ErrorDetail] = []
 
 
 class ErrorResponse(BaseModel):
@@ -35,8 +46,23 @@ class ErrorResponse(BaseModel):
 
 def error_response(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"code": code, "message": message, "details": details or []}}
+    body = {"error": {"code": code, "message": message, "details": [_detail(d, message) for d in details or []]}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _detail(detail: dict[str, Any], message: str) -> dict[str, Any]:
+    """Any detail a domain error gave, in the one ``ErrorDetail`` shape: ``field``/``reason`` become
+    ``loc``/``type``, other keys go to ``ctx``."""
+    out: dict[str, Any] = {
+        "loc": [str(p) for p in detail.get("loc") or ([detail["field"]] if "field" in detail else [])],
+        "type": str(detail.get("type") or detail.get("reason") or "invalid"),
+        "msg": str(detail.get("msg") or message),
+    }
+    ctx = {k: v for k, v in detail.items() if k not in ("loc", "type", "msg", "field", "reason", "ctx")}
+    ctx |= detail.get("ctx") or {}
+    if ctx:
+        out["ctx"] = ctx
+    return out
 
 
 # Responses every route may give, for the OpenAPI document.
