@@ -94,6 +94,15 @@ def service_create(service: str = typer.Argument(..., help="Tenant id, e.g. SHOP
     typer.echo(f"service {created.service} created ({created.timezone})")
 
 
+@service_app.command("update")
+def service_update(service: str, delivery_mode: str = typer.Option(..., help="live, or dry_run (pushes are "
+                                                                   "recorded, never sent).")) -> None:
+    """Change a service's delivery mode."""
+    with _client() as notee:
+        updated = notee.update_service(service, delivery_mode=delivery_mode)
+    typer.echo(f"service {updated.service}: delivery_mode {updated.delivery_mode}")
+
+
 @service_app.command("list")
 def service_list() -> None:
     """Every service, one JSON object a line."""

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         description="Send every push to this Notee emulator (https://host:port) instead of FCM/APNs.",
     )
     emulator_ca_file: str | None = Field(None, description="CA certificate that signed the emulator's TLS cert.")
+    emulator_standin: bool = Field(
+        False,
+        description="With emulator_url: a service without credentials for a platform still sends there, as if it "
+        "had stand-in ones (make run's embedded emulator). Off: the emulator gets only what the service's own "
+        "credentials could send (staging).",
+    )
     emulator_host: str = Field("127.0.0.1", description="Address `notee emulator` binds.")
     emulator_port: int = Field(8443, description="Port `notee emulator` binds.")
     emulator_state_dir: str = Field(".run/emulator", description="Where `notee emulator` keeps its test CA.")

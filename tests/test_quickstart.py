@@ -40,9 +40,12 @@ def test_the_quickstart_is_at_most_15_commands():
     assert len(commands) <= 15, commands
 
 
+STANDIN = {"NOTEE_EMULATOR_STANDIN": "true"}  # what `make run` sets for its embedded emulator
+
+
 @pytest.fixture(scope="module")
 def api(emulator_process, migrated):
-    with api_process() as proc:
+    with api_process(env_extra=STANDIN) as proc:
         yield proc
 
 
@@ -59,7 +62,7 @@ def test_the_readme_quickstart_runs_as_written(api, settings, emulator, tmp_path
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEE_") or k in (
         "NOTEE_MYSQL_URL", "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION", "NOTEE_CASSANDRA_KEYSPACE_NUMBERING")}
-    worker = start_worker(service, tmp_path / "worker.log")  # `make run` runs one for every service
+    worker = start_worker(service, tmp_path / "worker.log", env=STANDIN)  # `make run` runs one for every service
     try:
         out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
@@ -111,3 +114,22 @@ def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migra
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def test_the_stand_in_route_exists_only_when_asked_for(settings):
+    """A service without credentials reaches the emulator only with NOTEE_EMULATOR_STANDIN (make run);
+    otherwise its devices count as no_credentials, as they would in production."""
+    import asyncio
+
+    from notee.providers.routing import ProviderSet
+
+    async def routes(standin: bool) -> bool:
+        providers = ProviderSet(settings.model_copy(update={"emulator_url": "https://127.0.0.1:1",
+                                                            "emulator_standin": standin}))
+        try:
+            return providers.for_service("NOCREDS", None).any
+        finally:
+            await providers.close()
+
+    assert asyncio.run(routes(True)) is True
+    assert asyncio.run(routes(False)) is False

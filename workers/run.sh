@@ -26,6 +26,8 @@ if [ "${NOTEE_LIVE_DELIVERY:-0}" != 1 ] && [ -z "${NOTEE_EMULATOR_URL:-}" ]; the
   .venv/bin/python -c "import sys; from notee.emulator.tls import ensure_tls; ensure_tls(sys.argv[1])" "$state"
   export NOTEE_EMULATOR_URL="https://${NOTEE_EMULATOR_HOST:-127.0.0.1}:${NOTEE_EMULATOR_PORT:-8443}"
   export NOTEE_EMULATOR_CA_FILE="$(cd "$state" && pwd)/ca.crt" NOTEE_EMULATOR_STATE_DIR="$state"
+  # No credentials needed to try Notee: services without them send to the emulator all the same.
+  export NOTEE_EMULATOR_STANDIN=true
   procfile=workers/Procfile.emulator
   delivery="every push goes to the embedded emulator at $NOTEE_EMULATOR_URL (NOTEE_LIVE_DELIVERY=1: real FCM/APNs)"
 elif [ -n "${NOTEE_EMULATOR_URL:-}" ]; then

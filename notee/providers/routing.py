@@ -108,7 +108,11 @@ class ProviderSet:
         apns_c = credentials.apns if credentials is not None else None
         if self.settings.emulator_url:
             pool = self._pool(self.settings.emulator_url)
-            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c.project_id, pool) if fcm_c else None,
+            # A stand-in FCM route for a service without credentials only when the deployment asks for
+            # it (make run's embedded emulator); iOS devices then go through it too, as without APNs keys.
+            standin = self.settings.emulator_standin
+            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool)
+                                     if fcm_c or standin else None,
                                      apns=emulator_apns(apns_c, pool) if apns_c else None)
         else:
             fcm: Provider | None = None

@@ -59,6 +59,10 @@ class SyncMethods:
         """A publish job's state and counts."""
         return self.call(_ops.get_job(job_id))
 
+    def get_rate_limits(self, service: str) -> list[m.RateLimit]:
+        """A service's rate limit per class (publish, send, write, read). Admin token."""
+        return self.call(_ops.get_rate_limits(service))
+
     def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
         return self.call(_ops.get_service(service))
@@ -115,6 +119,10 @@ class SyncMethods:
         """Store a service's Firebase service account (encrypted at rest). Admin token."""
         return self.call(_ops.put_fcm_credentials(service, service_account))
 
+    def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
+        """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
+        return self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
+
     def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``."""
         return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority))
@@ -130,6 +138,10 @@ class SyncMethods:
     def requeue_job(self, job_id: str) -> m.Job:
         """Resume a failed job from its checkpoints. Admin token."""
         return self.call(_ops.requeue_job(job_id))
+
+    def reset_rate_limit(self, service: str, rate_class: str) -> None:
+        """Back to the deployment's default limit for one class. Admin token."""
+        return self.call(_ops.reset_rate_limit(service, rate_class))
 
     def revoke_api_key(self, service: str, key_id: str) -> None:
         """Revoke an API key at once. Admin token."""
@@ -158,6 +170,10 @@ class SyncMethods:
     def unsubscribe_topic(self, user_id: str, type: str, topic: str) -> None:
         """Unsubscribe the user from a topic."""
         return self.call(_ops.unsubscribe_topic(user_id, type, topic))
+
+    def update_service(self, service: str, *, delivery_mode: str) -> m.Service:
+        """Change a service: ``delivery_mode`` ``live`` or ``dry_run`` (pushes recorded, never sent). Admin token."""
+        return self.call(_ops.update_service(service, delivery_mode=delivery_mode))
 
 
 class AsyncMethods:
@@ -205,6 +221,10 @@ class AsyncMethods:
     async def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
         return await self.call(_ops.get_job(job_id))
+
+    async def get_rate_limits(self, service: str) -> list[m.RateLimit]:
+        """A service's rate limit per class (publish, send, write, read). Admin token."""
+        return await self.call(_ops.get_rate_limits(service))
 
     async def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
@@ -262,6 +282,10 @@ class AsyncMethods:
         """Store a service's Firebase service account (encrypted at rest). Admin token."""
         return await self.call(_ops.put_fcm_credentials(service, service_account))
 
+    async def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
+        """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
+        return await self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
+
     async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``."""
         return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority))
@@ -277,6 +301,10 @@ class AsyncMethods:
     async def requeue_job(self, job_id: str) -> m.Job:
         """Resume a failed job from its checkpoints. Admin token."""
         return await self.call(_ops.requeue_job(job_id))
+
+    async def reset_rate_limit(self, service: str, rate_class: str) -> None:
+        """Back to the deployment's default limit for one class. Admin token."""
+        return await self.call(_ops.reset_rate_limit(service, rate_class))
 
     async def revoke_api_key(self, service: str, key_id: str) -> None:
         """Revoke an API key at once. Admin token."""
@@ -305,3 +333,7 @@ class AsyncMethods:
     async def unsubscribe_topic(self, user_id: str, type: str, topic: str) -> None:
         """Unsubscribe the user from a topic."""
         return await self.call(_ops.unsubscribe_topic(user_id, type, topic))
+
+    async def update_service(self, service: str, *, delivery_mode: str) -> m.Service:
+        """Change a service: ``delivery_mode`` ``live`` or ``dry_run`` (pushes recorded, never sent). Admin token."""
+        return await self.call(_ops.update_service(service, delivery_mode=delivery_mode))

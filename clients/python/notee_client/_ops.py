@@ -78,6 +78,27 @@ def get_service(service: str) -> Op[m.Service]:
     return Op("GET", f"/v1/admin/services/{_seg(service)}", _one(m.Service))
 
 
+def update_service(service: str, *, delivery_mode: str) -> Op[m.Service]:
+    """Change a service: ``delivery_mode`` ``live`` or ``dry_run`` (pushes recorded, never sent). Admin token."""
+    return Op("PATCH", f"/v1/admin/services/{_seg(service)}", _one(m.Service), json={"delivery_mode": delivery_mode})
+
+
+def get_rate_limits(service: str) -> Op[list[m.RateLimit]]:
+    """A service's rate limit per class (publish, send, write, read). Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/rate-limits", _items(m.RateLimit))
+
+
+def put_rate_limit(service: str, rate_class: str, *, rate: float, burst: int) -> Op[m.RateLimit]:
+    """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
+    return Op("PUT", f"/v1/admin/services/{_seg(service)}/rate-limits/{_seg(rate_class)}", _one(m.RateLimit),
+              json={"rate": rate, "burst": burst})
+
+
+def reset_rate_limit(service: str, rate_class: str) -> Op[None]:
+    """Back to the deployment's default limit for one class. Admin token."""
+    return Op("DELETE", f"/v1/admin/services/{_seg(service)}/rate-limits/{_seg(rate_class)}", _nothing)
+
+
 def create_api_key(service: str, label: str = "") -> Op[m.ApiKeyCreated]:
     """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
     return Op("POST", f"/v1/admin/services/{_seg(service)}/api-keys", _one(m.ApiKeyCreated), json={"label": label},

@@ -27,12 +27,14 @@ class Health(Model):
     status: str
     mysql: str
     cassandra: str
+    emulator_url: str | None = None  # set when every push goes to an emulator instead of FCM/APNs
 
 
 class Service(Model):
     service: str
     display_name: str
     timezone: str
+    delivery_mode: str = "live"  # "dry_run": pushes are recorded, never sent
     created_at: datetime
 
 
@@ -128,11 +130,13 @@ class PublishAccepted(Model):
 class Job(Model):
     job_id: str
     state: str
+    dry_run: bool = False  # the service was in dry_run mode: nothing was sent
     notification_type: str
     target: dict[str, Any]
     targeted: int
     sent: int
     failed: int
+    no_credentials: int = 0  # devices of a platform the service has no credentials for (counted in failed)
     pruned: int
     retried: int
     tasks: int
@@ -159,6 +163,14 @@ class SendResult(Model):
     pruned: int
     retried: int
     failed: int
+    dry_run: bool = False
+
+
+class RateLimit(Model):
+    rate_class: str = Field(alias="class")
+    rate: float
+    burst: int
+    custom: bool
 
 
 class DeadLetter(Model):
