@@ -42,6 +42,7 @@ SERVICE_ROUTES = [
 
 ADMIN_ROUTES = [
     ("POST", "/v1/admin/services", {"service": "{service}", "display_name": "x"}),
+    ("GET", "/v1/admin/services", None),
     ("GET", "/v1/admin/services/{service}", None),
     ("PATCH", "/v1/admin/services/{service}", {"delivery_mode": "dry_run"}),
     ("POST", "/v1/admin/services/{service}/api-keys", {"label": "x"}),

@@ -236,3 +236,19 @@ def test_jobs_are_listed_newest_first_with_filters_and_a_cursor(tenant, admin):
         notee.list_jobs(cursor="not-a-cursor")
     assert bad.value.details and bad.value.details[0]["loc"] == ["query", "cursor"]
     assert service in [s.service for s in admin.list_services()]
+
+
+def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):
+    from datetime import datetime, timedelta, timezone
+
+    _, notee = tenant
+    notee.put_template("TOPIC", "gamma", title="G", body="g")
+    job = notee.publish_topic("gamma", "t").job_id
+    now = datetime.now(timezone.utc)
+    assert [j.job_id for j in notee.list_jobs(created_from=now - timedelta(minutes=5)).items] == [job]
+    assert notee.list_jobs(created_to=now - timedelta(minutes=5)).items == []
+    assert [j.job_id for j in notee.list_jobs(created_from=(now - timedelta(minutes=5)).astimezone(
+        timezone(timedelta(hours=9)))).items] == [job]  # any offset means the same instant
+    for bad in ("0.5", "2026-11-30T09:00:00", "yesterday"):
+        with pytest.raises(notee_client.ValidationFailed):
+            notee.call(notee_client.Op("GET", "/v1/jobs", lambda b: b, params={"created_from": bad}))

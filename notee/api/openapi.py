@@ -31,9 +31,6 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("PUT", "/v1/admin/services/{service}/credentials/apns"): "putApnsCredentials",
     ("GET", "/v1/admin/services/{service}/credentials"): "getCredentials",
     ("DELETE", "/v1/admin/services/{service}/credentials/{provider}"): "deleteCredentials",
-    ("POST", "/v1/admin/jobs/{job_id}/requeue"): "requeueJob",
-    ("GET", "/v1/admin/services/{service}/dead-letters"): "adminListDeadLetters",
-    ("POST", "/v1/admin/services/{service}/dead-letters/replay"): "adminReplayDeadLetters",
     # users and devices
     ("PUT", "/v1/users/{service_user_id}"): "putUser",
     ("GET", "/v1/users/{user_id}"): "getUser",
@@ -59,9 +56,6 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs"): "listJobs",
     ("GET", "/v1/jobs/{job_id}"): "getJob",
     ("POST", "/v1/users/{user_id}/send"): "sendToUser",
-    # dead letters
-    ("GET", "/v1/dead-letters"): "listDeadLetters",
-    ("POST", "/v1/dead-letters/replay"): "replayDeadLetters",
 }
 
 TAGS: list[dict[str, str]] = [

@@ -83,10 +83,6 @@ class SyncMethods:
         """A service's API keys (never their secrets). Admin token."""
         return self.call(_ops.list_api_keys(service))
 
-    def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
-        """One page of this service's dead letters, newest first."""
-        return self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
-
     def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return self.call(_ops.list_devices(user_id))
@@ -130,14 +126,6 @@ class SyncMethods:
     def put_user(self, service_user_id: str, name: str = "") -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``."""
         return self.call(_ops.put_user(service_user_id, name))
-
-    def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
-        """Send dead letters again (given ids, one job's, or the oldest)."""
-        return self.call(_ops.replay_dead_letters(ids=ids, job_id=job_id))
-
-    def requeue_job(self, job_id: str) -> m.Job:
-        """Resume a failed job from its checkpoints. Admin token."""
-        return self.call(_ops.requeue_job(job_id))
 
     def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""
@@ -246,10 +234,6 @@ class AsyncMethods:
         """A service's API keys (never their secrets). Admin token."""
         return await self.call(_ops.list_api_keys(service))
 
-    async def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
-        """One page of this service's dead letters, newest first."""
-        return await self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
-
     async def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return await self.call(_ops.list_devices(user_id))
@@ -293,14 +277,6 @@ class AsyncMethods:
     async def put_user(self, service_user_id: str, name: str = "") -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``."""
         return await self.call(_ops.put_user(service_user_id, name))
-
-    async def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
-        """Send dead letters again (given ids, one job's, or the oldest)."""
-        return await self.call(_ops.replay_dead_letters(ids=ids, job_id=job_id))
-
-    async def requeue_job(self, job_id: str) -> m.Job:
-        """Resume a failed job from its checkpoints. Admin token."""
-        return await self.call(_ops.requeue_job(job_id))
 
     async def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Path, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
@@ -126,21 +126,34 @@ def list_jobs(db: DbDep, service: ServiceDep,
               method: Annotated[Literal["TOPIC", "CYCLE"] | None, Query(
                   description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes.")] = None,
               type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
-              created_from: Annotated[AwareDatetime | None, Query(description="Created at or after (RFC 3339).")] = None,
-              created_to: Annotated[AwareDatetime | None, Query(description="Created before (RFC 3339).")] = None,
+              created_from: Annotated[str | None, Query(max_length=40, json_schema_extra={"format": "date-time"},
+                                                        description="Created at or after (RFC 3339).")] = None,
+              created_to: Annotated[str | None, Query(max_length=40, json_schema_extra={"format": "date-time"},
+                                                      description="Created before (RFC 3339).")] = None,
               cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
               limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
     """This service's jobs, newest first: topic publishes and cycle minutes, with their counts."""
-    rows = jobs.list_jobs(db, service, state=state, method=method, type_=type, created_from=_utc(created_from),
-                          created_to=_utc(created_to), before=_decode_cursor(cursor) if cursor else None,
+    rows = jobs.list_jobs(db, service, state=state, method=method, type_=type,
+                          created_from=_rfc3339(created_from, "created_from"),
+                          created_to=_rfc3339(created_to, "created_to"), before=_decode_cursor(cursor) if cursor else None,
                           limit=limit)
     items = [_status(job, progress) for job, progress in rows]
     return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
 
 
-def _utc(moment: datetime | None) -> datetime | None:
-    """The stores keep naive UTC times."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment is not None else None
+def _rfc3339(value: str | None, name: str) -> datetime | None:
+    """A query parameter's RFC 3339 time (with its offset), as the naive UTC the stores keep. Strict:
+    a number or a time without an offset is refused, not guessed."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value) if "T" in value.upper() else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InvalidInput(f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z", details=[
+            {"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}])
+    return moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def _status(job: JobRow, progress: Progress) -> JobStatus:
