@@ -24,7 +24,8 @@ def new_service_id() -> str:
 
 
 def make_tenant(runtime, service: str | None = None) -> Tenant:
-    from notee.domain import credentials, registry
+    from notee.domain import credentials, ratelimit, registry
+    from notee.vocabulary import RATE_CLASSES
 
     service = service or new_service_id()
     with runtime.sessions() as session:
@@ -33,6 +34,12 @@ def make_tenant(runtime, service: str | None = None) -> Tenant:
         # Sending needs credentials for the devices' platform (the emulator stands in for FCM, not the keys).
         credentials.set_fcm_credentials(session, SecretsBox(runtime.settings.credentials_key.get_secret_value()),
                                         service, bench_service_account())
+        # A benchmark tenant is configured by its admin to the highest limits: the per-request rate-limit
+        # check still runs (its cost is part of every figure), but it never refuses the load a figure makes.
+        for klass in RATE_CLASSES:
+            ratelimit.set_limit(session, runtime.settings, service, klass, rate=ratelimit.MAX_RATE,
+                                burst=ratelimit.MAX_BURST)
+        session.commit()
     return Tenant(service, key.api_key)
 
 
