@@ -28,7 +28,7 @@ admin_app.add_typer(key_app, name="key")
 admin_app.add_typer(credentials_app, name="credentials")
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
-jobs_app = typer.Typer(help="Publish jobs: list, show (NOTEE_API_KEY); requeue (database access).",
+jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).",
                        no_args_is_help=True)
 
 
@@ -313,6 +313,14 @@ def jobs_show(job_id: str) -> None:
     """One job's state and counts, as JSON."""
     with _client() as notee:
         _print_json(notee.get_job(job_id))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: str) -> None:
+    """Cancel a queued or running job; prints its final state and counts."""
+    with _client() as notee:
+        job = notee.cancel_job(job_id)
+    typer.echo(f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}")
 
 
 def send(user_id: str = typer.Argument(..., help="Notee's user_id."),

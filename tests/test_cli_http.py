@@ -124,3 +124,14 @@ def test_migrate_with_a_store_down_names_it_in_one_line(store, settings):
     out = notee("migrate", env=env)
     assert out.returncode == 1
     assert out.stderr.startswith(expected) and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_a_queued_job_is_cancelled_from_the_cli(admin_env, service_id):
+    notee("admin", "service", "create", service_id, "--name", "Cancel", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    notee("template", "put", "TOPIC", "news", "--title", "t", "--body", "b", env=env)
+    job_id = notee("publish", "news", "nobody", env=env).stdout.strip()  # no worker runs for this service
+    out = notee("jobs", "cancel", job_id, env=env)
+    assert out.returncode == 0 and out.stdout.startswith(f"job {job_id} cancelled"), out.stdout + out.stderr
+    assert json.loads(notee("jobs", "show", job_id, env=env).stdout)["state"] == "cancelled"

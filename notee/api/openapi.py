@@ -55,6 +55,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/topics/{type}/{topic}/publish"): "publishTopic",
     ("GET", "/v1/jobs"): "listJobs",
     ("GET", "/v1/jobs/{job_id}"): "getJob",
+    ("POST", "/v1/jobs/{job_id}/cancel"): "cancelJob",
     ("POST", "/v1/users/{user_id}/send"): "sendToUser",
 }
 

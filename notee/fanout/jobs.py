@@ -106,6 +106,18 @@ def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Pro
     return job, store.progress(session, job_id)
 
 
+def cancel_job(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
+    """Cancel a queued or running job; a finished one is answered as it is (cancelling is idempotent).
+    The caller commits."""
+    if store.get_job(session, job_id, service) is None:
+        raise NotFound("no such job")
+    if store.cancel_job(session, service, job_id):
+        log.info("job %s of %s cancelled", job_id, service)
+    job = store.get_job(session, job_id, service)
+    assert job is not None  # it was there a moment ago, in this transaction
+    return job, store.progress(session, job_id)
+
+
 def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,
               type_: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None,
               before: tuple[datetime, str] | None = None, limit: int = 50) -> list[tuple[JobRow, Progress]]:

@@ -40,7 +40,7 @@ from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store.cql import for_runtime, stream_recipients
-from notee.store.job_queue import Claim, JobGone, LeaseLost
+from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.vocabulary import PageCounts, Recipient, Target, decode_target
 
 log = logging.getLogger(__name__)
@@ -161,6 +161,8 @@ class Worker:
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
+        except JobCancelled:
+            log.info("task %s stopped: its job was cancelled", name)
         except LeaseLost as exc:
             log.warning("task %s: %s; another worker owns it now", name, exc)
         except JobGone as exc:  # nothing left to send: its tasks went with the job row

@@ -30,6 +30,10 @@ class LeaseLost(RuntimeError):
     """The task's lease was taken over (it expired and another worker claimed it)."""
 
 
+class JobCancelled(RuntimeError):
+    """The job was cancelled: its worker stops at this page (whose counts were recorded)."""
+
+
 class JobGone(LookupError):
     """The job of a claimed task no longer exists (pruned by retention, or deleted by an operator)."""
 
@@ -145,7 +149,7 @@ def insert_job(session: Session, *, job_id: str, service: str, notification_key:
 def progress(session: Session, job_id: str) -> Progress:
     """Roll the tasks' counters up into the job's progress (a job has at most a few hundred tasks)."""
     row = session.execute(
-        text("SELECT COALESCE(SUM(state IN ('done', 'failed')), 0) AS tasks_done,"
+        text("SELECT COALESCE(SUM(state NOT IN ('queued', 'running')), 0) AS tasks_done,"
              " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
              " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
              " COALESCE(SUM(retried), 0) AS retried, COALESCE(SUM(no_credentials), 0) AS no_credentials"
@@ -190,6 +194,9 @@ def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
             row = session.execute(stmt, params).one_or_none()
             if row is None:
                 return None
+            if _job_state(session, row.job_id) == "cancelled":  # a dead worker's task of a cancelled job
+                _finish_task(session, row.job_id, row.task_no, "cancelled", None)
+                continue
             if row.attempts >= MAX_TASK_ATTEMPTS:
                 _finish_task(session, row.job_id, row.task_no, "failed",
                              f"gave up after {row.attempts} attempts (worker crashes or store errors)")
@@ -239,6 +246,33 @@ def checkpoint(sessions: sessionmaker[Session], claim_: Claim, *, current_slot: 
                 {"cs": current_slot, "ps": paging_state, "tg": counts.targeted, "se": counts.sent,
                  "fa": counts.failed, "pr": counts.pruned, "re": counts.retried, "nc": counts.no_credentials,
                  "ms": int(lease_s * 1000)})
+        cancelled = _job_state(session, claim_.job_id) == "cancelled"
+        if cancelled:  # the page's counts above are kept; the task ends here
+            _finish_task(session, claim_.job_id, claim_.task_no, "cancelled", None)
+    if cancelled:
+        raise JobCancelled(f"job {claim_.job_id} was cancelled")
+
+
+def _job_state(session: Session, job_id: str) -> str | None:
+    return session.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one_or_none()
+
+
+def cancel_job(session: Session, service: str, job_id: str) -> bool:
+    """Cancel a queued or running job of ``service`` in the caller's transaction: the job is final at
+    once, its queued tasks too; running tasks stop at their worker's next checkpoint. False when the
+    job had already finished (nothing changes)."""
+    changed = session.execute(
+        text("UPDATE fanout_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6)"
+             " WHERE job_id = :j AND service = :s AND state IN ('queued', 'running')"),
+        {"j": job_id, "s": service},
+    ).rowcount
+    if changed:
+        session.execute(
+            text("UPDATE fanout_task SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), lease_owner = NULL,"
+                 " lease_token = NULL, paging_state = NULL WHERE job_id = :j AND state = 'queued'"),
+            {"j": job_id},
+        )
+    return bool(changed)
 
 
 def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 0.0, error: str | None = None) -> None:
@@ -343,7 +377,7 @@ def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000)
     """Delete up to ``batch`` finished jobs (tasks cascade) that finished more than ``older_than_days`` ago."""
     return session.execute(
         text("DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
-             " AND state IN ('done', 'failed') LIMIT :b"),
+             " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b"),
         {"d": older_than_days, "b": batch},
     ).rowcount
 
@@ -372,7 +406,7 @@ def list_jobs(session: Session, service: str, *, state: str | None = None, metho
         params["bc"], params["bj"] = before
     columns = ", ".join(f"j.{c.strip()}" for c in _JOB_COLUMNS.split(","))
     rows = session.execute(
-        text(f"SELECT {columns}, COALESCE(SUM(t.state IN ('done', 'failed')), 0) AS tasks_done,"
+        text(f"SELECT {columns}, COALESCE(SUM(t.state NOT IN ('queued', 'running')), 0) AS tasks_done,"
              " COALESCE(SUM(t.targeted), 0) AS targeted, COALESCE(SUM(t.sent), 0) AS sent,"
              " COALESCE(SUM(t.failed), 0) AS failed, COALESCE(SUM(t.pruned), 0) AS pruned,"
              " COALESCE(SUM(t.retried), 0) AS retried, COALESCE(SUM(t.no_credentials), 0) AS no_credentials"

@@ -27,6 +27,10 @@ class SyncMethods:
         """Subscribe up to 1,000 users to a topic in one call."""
         return self.call(_ops.bulk_subscribe(type, topic, user_ids))
 
+    def cancel_job(self, job_id: str) -> m.Job:
+        """Cancel a queued or running job (workers stop after the page they are sending)."""
+        return self.call(_ops.cancel_job(job_id))
+
     def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
         return self.call(_ops.create_api_key(service, label))
@@ -177,6 +181,10 @@ class AsyncMethods:
     async def bulk_subscribe(self, type: str, topic: str, user_ids: Sequence[str]) -> m.BulkSubscribed:
         """Subscribe up to 1,000 users to a topic in one call."""
         return await self.call(_ops.bulk_subscribe(type, topic, user_ids))
+
+    async def cancel_job(self, job_id: str) -> m.Job:
+        """Cancel a queued or running job (workers stop after the page they are sending)."""
+        return await self.call(_ops.cancel_job(job_id))
 
     async def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""

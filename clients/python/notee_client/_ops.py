@@ -268,6 +268,11 @@ def list_jobs(*, state: str | None = None, method: str | None = None, type: str 
                             created_to=created_to.isoformat() if created_to else None))
 
 
+def cancel_job(job_id: str) -> Op[m.Job]:
+    """Cancel a queued or running job (workers stop after the page they are sending)."""
+    return Op("POST", f"/v1/jobs/{_seg(job_id)}/cancel", _one(m.Job))
+
+
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
                  data: Mapping[str, str] | None = None) -> Op[m.SendResult]:
     """Send a SINGLE template to every device of one user, now; answers the counts."""

@@ -47,7 +47,7 @@ class PublishAccepted(BaseModel):
     job_id: str
 
 
-JobState = Literal["queued", "running", "done", "failed"]
+JobState = Literal["queued", "running", "done", "failed", "expired", "cancelled"]
 
 
 class JobStatus(Answer):
@@ -100,6 +100,17 @@ def job_status(job_id: Annotated[UUID, Path(description="The id the publish retu
                service: ServiceDep) -> JobStatus:
     """A publish job's state and counts; they update while workers run it."""
     return _status(*jobs.job_status(db, service, str(job_id)))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobStatus,
+             responses={404: {"model": ErrorResponse, "description": "No such job for this service"}})
+def cancel_job(job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep,
+               service: ServiceDep) -> JobStatus:
+    """Cancel a queued or running job: it is `cancelled` at once and sends nothing more after the page
+    each worker is sending (whose counts are kept). A finished job is answered as it is."""
+    status = _status(*jobs.cancel_job(db, service, str(job_id)))
+    db.commit()  # the route owns the unit of work
+    return status
 
 
 class JobList(BaseModel):
