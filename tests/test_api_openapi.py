@@ -87,3 +87,20 @@ def test_validation_and_domain_errors_share_one_details_shape(client, settings, 
             assert all(isinstance(p, str) for p in detail["loc"])
     assert domain.json()["error"]["details"] == [
         {"loc": ["topic"], "type": "too_long", "msg": domain.json()["error"]["message"], "ctx": {"max": 50}}]
+
+
+def test_every_schema_has_an_example_valid_for_it(app):
+    """Client generators and the docs pages show the examples; each one must be valid input or output
+    for its own schema (checked with a JSON Schema validator against the document itself)."""
+    import jsonschema_rs
+
+    doc = app.openapi()
+    schemas = doc["components"]["schemas"]
+    assert sorted(name for name, s in schemas.items() if not s.get("examples")) == []
+    assert set(openapi.EXAMPLES) - set(schemas) == set(), "examples of schemas that no longer exist"
+    for name, schema in schemas.items():
+        validator = jsonschema_rs.validator_for({"$ref": f"#/components/schemas/{name}",
+                                                 "components": doc["components"]})
+        for example in schema["examples"]:
+            errors = [e.message for e in validator.iter_errors(example)]
+            assert errors == [], (name, errors)

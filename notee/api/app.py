@@ -60,4 +60,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     for module in modules:
         app.include_router(module.router)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
+    document = app.openapi
+    app.openapi = lambda: openapi.with_examples(document())  # type: ignore[method-assign]
     return app

@@ -153,3 +153,91 @@ def _type(schema: dict[str, Any]) -> str:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# One example per schema of the document, in one place (the models stay about validation). The
+# values tell one story: service SHOP, user Alice with an Android device, a "news" topic publish.
+# tests/test_api_openapi.py checks that every schema has one and that each is valid for its schema.
+_T = "2026-11-30T09:00:00.123456Z"
+_USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
+_JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
+_KEY = "d2f1e0c9-8b7a-4c6d-9e5f-1a2b3c4d5e6f"
+_TOKEN = "fcm-registration-token-of-alices-phone"
+_SERVICE_OUT = {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin", "delivery_mode": "live",
+                "created_at": _T}
+_API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
+_DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "created_at": _T, "updated_at": _T}
+_TEMPLATE = {"method": "TOPIC", "type": "news", "title": "Hi {{name}}", "body": "Something new in {{topic}}",
+             "data": {"screen": "news"}, "defaults": {"topic": "sports"}, "ttl_seconds": 3600, "priority": "high",
+             "notification_key": _KEY, "version": 3, "created_at": _T, "updated_at": _T}
+_SCHEDULE = {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin",
+             "canonical": "MON,FRI 09:30 Europe/Berlin"}
+_JOB_STATUS = {"job_id": _JOB, "state": "running", "dry_run": False, "notification_type": "news",
+               "target": {"topic": "sports"}, "targeted": 12000, "sent": 11950, "failed": 12, "no_credentials": 0,
+               "pruned": 38, "retried": 20, "tasks": 2, "tasks_done": 1, "error": None, "created_at": _T,
+               "started_at": _T, "finished_at": None}
+_RATE = {"class": "publish", "rate": 50.0, "burst": 200, "custom": True}
+_DETAIL = {"loc": ["body", "variables", "name"], "type": "missing", "msg": "required by the template"}
+EXAMPLES: dict[str, Any] = {
+    "ApiKeyCreated": _API_KEY | {"api_key": "nk_k3y1d4b2c5_s3cr3t-shown-once"},
+    "ApiKeyIn": {"label": "backend"},
+    "ApiKeyList": {"items": [_API_KEY]},
+    "ApiKeyOut": _API_KEY,
+    "ApnsCredentialsIn": {"key_id": "ABC123DEFG", "team_id": "TEAM123456", "bundle_id": "com.example.shop",
+                          "private_key": "-----BEGIN PRIVATE KEY-----\\n...\\n-----END PRIVATE KEY-----",
+                          "sandbox": False},
+    "BulkIn": {"user_ids": [_USER]},
+    "BulkOut": {"results": [{"user_id": _USER, "status": "subscribed"}], "subscribed": 1, "already_subscribed": 0,
+                "not_found": 0},
+    "BulkResult": {"user_id": _USER, "status": "subscribed"},
+    "CredentialsStatus": {"fcm": True, "apns": False},
+    "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
+    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE"},
+    "DeviceList": {"items": [_DEVICE]},
+    "DeviceOut": _DEVICE,
+    "ErrorBody": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]},
+    "ErrorDetail": _DETAIL,
+    "ErrorResponse": {"error": {"code": "invalid_input", "message": "missing template variable(s): name",
+                                "details": [_DETAIL]}},
+    "FcmCredentialsIn": {"service_account": {"type": "service_account", "project_id": "shop-app",
+                                             "client_email": "notee@shop-app.iam.gserviceaccount.com",
+                                             "private_key": "-----BEGIN PRIVATE KEY-----\\n...",
+                                             "token_uri": "https://oauth2.googleapis.com/token"}},
+    "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
+    "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
+    "JobStatus": _JOB_STATUS,
+    "PublishAccepted": {"job_id": _JOB},
+    "PublishRequest": {"variables": {"name": "Alice"}, "data": {"article": "42"}},
+    "RateLimitIn": {"rate": 50.0, "burst": 200},
+    "RateLimitList": {"items": [_RATE]},
+    "RateLimitOut": _RATE,
+    "RotateIn": {"old_token": _TOKEN, "new_token": _TOKEN + "-v2"},
+    "RotateOut": {"rotated": 1},
+    "ScheduleOut": _SCHEDULE,
+    "SendIn": {"type": "otp", "variables": {"code": "123456"}},
+    "SendOut": {"devices": 2, "delivered": 2, "pruned": 0, "retried": 0, "failed": 0, "dry_run": False},
+    "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
+    "ServiceList": {"items": [_SERVICE_OUT]},
+    "ServiceOut": _SERVICE_OUT,
+    "ServiceUpdate": {"delivery_mode": "dry_run"},
+    "SubscribeOut": {"status": "subscribed", "devices": 1, "schedule": None},
+    "SubscriptionList": {"items": [{"method": "CYCLE", "type": "digest", "topic": None, "schedule": _SCHEDULE,
+                                    "registered_at": _T, "devices": 1}]},
+    "SubscriptionOut": {"method": "TOPIC", "type": "news", "topic": "sports", "schedule": None, "registered_at": _T,
+                        "devices": 1},
+    "TemplateIn": {"title": "Hi {{name}}", "body": "Something new in {{topic}}", "data": {"screen": "news"},
+                   "defaults": {"topic": "sports"}, "ttl_seconds": 3600, "priority": "high"},
+    "TemplateList": {"items": [_TEMPLATE]},
+    "TemplateOut": _TEMPLATE,
+    "UserIn": {"name": "Alice"},
+    "UserOut": {"user_id": _USER, "service_user_id": "alice-1", "name": "Alice", "created_at": _T, "updated_at": _T},
+}
+
+
+def with_examples(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with ``EXAMPLES`` on its schemas (Swagger UI and ReDoc show them on every
+    operation that uses the schema)."""
+    for name, schema in document.get("components", {}).get("schemas", {}).items():
+        if name in EXAMPLES and "examples" not in schema:
+            schema["examples"] = [EXAMPLES[name]]
+    return document
