@@ -81,7 +81,8 @@ def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenant
     refused = got[3]
     assert refused.json()["error"]["code"] == "rate_limited"
     assert set(refused.json()["error"]) == {"code", "message", "details"}
-    assert refused.json()["error"]["details"] == [{"class": "read", "rate": 0.01, "burst": 3}]
+    detail = refused.json()["error"]["details"][0]
+    assert detail["type"] == "rate_limited" and detail["ctx"] == {"class": "read", "rate": 0.01, "burst": 3}
     assert 1 <= int(refused.headers["Retry-After"]) <= 100  # one token at 0.01/s: at most 100 s
     assert client.put("/v1/users/rl-user", json={}, headers=key).status_code == 201  # write: its own bucket
     assert client.get("/v1/templates", headers=other_key).status_code == 200  # another tenant: its own

@@ -58,7 +58,9 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass) 
     refused = store.refusal(session, service, klass, **args)
     retry_after = max(1, math.ceil(refused.wait_s))
     raise RateLimited(f"rate limit of {klass} requests exceeded, retry after {retry_after}s", retry_after=retry_after,
-                      details=[{"class": klass, "rate": refused.rate, "burst": int(refused.burst)}])
+                      details=[{"loc": [], "type": "rate_limited",
+                                "msg": f"{klass} limit: {refused.rate:g} per second, burst {int(refused.burst)}",
+                                "ctx": {"class": klass, "rate": refused.rate, "burst": int(refused.burst)}}])
 
 
 def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
