@@ -46,8 +46,8 @@ bench: venv services-up
 bench-quick: venv services-up
 	$(PY) -m bench.run --quick
 
-## A 3-node local Cassandra cluster on 127.0.0.1-3 (CQL port 9043), to try a real cluster.
-cluster-up:
+## A 3-node local Cassandra cluster on 127.0.0.1-3 (CQL port 9043), to try a real cluster; returns once the nodes form one ring.
+cluster-up: venv
 	services/cassandra/cluster.sh start
 
 cluster-down:

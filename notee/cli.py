@@ -42,8 +42,13 @@ def _store_down(settings: Settings, exc: Exception) -> str | None:
 
 
 @app.command()
-def migrate() -> None:
-    """Apply pending schema migrations to MySQL and Cassandra (idempotent)."""
+def migrate(
+    status: bool = typer.Option(False, "--status", help="Only list applied and pending files of both stores."),
+    allow_out_of_order: bool = typer.Option(
+        False, "--allow-out-of-order", help="Apply a pending file numbered below the highest applied one."),
+    lock_timeout: int = typer.Option(600, help="Seconds to wait for another running `notee migrate`."),
+) -> None:
+    """Apply pending schema migrations to MySQL and Cassandra (idempotent; one run at a time)."""
     from notee import migrate as migrations
 
     settings = _settings()
@@ -51,7 +56,19 @@ def migrate() -> None:
     # in one line.
     logging.getLogger("cassandra.cluster").setLevel(logging.CRITICAL)
     try:
-        applied = migrations.migrate_all(settings)
+        if status:
+            for st in migrations.status_all(settings):
+                typer.echo(f"{st.store}: {len(st.applied)} applied, {len(st.pending)} pending")
+                for _version, name, applied_at in st.applied:
+                    when = applied_at.strftime("%Y-%m-%dT%H:%M:%SZ") if applied_at else "?"
+                    typer.echo(f"  applied  {name}  ({when})")
+                for name in st.pending:
+                    typer.echo(f"  pending  {name}")
+            return
+        applied = migrations.migrate_all(settings, allow_out_of_order=allow_out_of_order, lock_timeout_s=lock_timeout)
+    except migrations.MigrationError as exc:
+        typer.echo(f"notee migrate: {exc}", err=True)
+        raise typer.Exit(1) from exc
     except Exception as exc:
         line = _store_down(settings, exc)
         if line is None:
@@ -154,6 +171,22 @@ def reconcile(service: str | None = typer.Option(None, help="Only this service (
     finally:
         runtime.close()
     typer.echo(json.dumps(report))
+
+
+@app.command("cassandra-ready")
+def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this many seconds (exit 1).")) -> None:
+    """Wait until every node of NOTEE_CASSANDRA_HOSTS sees all of them UP, NORMAL (joined) and in
+    schema agreement: a multi-node cluster is ready only then, not when each node answers CQL."""
+    from notee.store import ring
+
+    settings = _settings()
+    try:
+        waited = ring.wait_ready(settings.cassandra_hosts, settings.cassandra_port,
+                                 protocol_version=settings.cassandra_protocol_version, timeout_s=timeout)
+    except TimeoutError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"cassandra ring of {len(settings.cassandra_hosts)} node(s) ready after {waited:.1f} s")
 
 
 @app.command()

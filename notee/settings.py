@@ -48,6 +48,10 @@ class Settings(BaseSettings):
         "LOCAL_QUORUM", description="Consistency level of reads and writes (LOCAL_QUORUM, QUORUM, ONE, ...)."
     )
     cassandra_request_timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+    cassandra_schema_agreement_wait_s: float = Field(
+        60.0, gt=0, description="`notee migrate`: how long to wait after each DDL statement for every live node "
+        "to report the same schema version before failing."
+    )
 
     # --- security ---------------------------------------------------------------------------
     admin_token: SecretStr | None = Field(
