@@ -2,9 +2,10 @@
 jobs (their tasks cascade), scheduler tick rows and dead letters are kept ``settings.retention_days``
 and then deleted here.
 
-``prune_all`` runs hourly inside every `notee scheduler` (on the hour) and on demand as
-`notee prune`. Deletes go in small batches so each transaction is short and never blocks workers
-claiming tasks or schedulers claiming minutes.
+``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
+replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
+in small batches (each its own short transaction, at most ``MAX_BATCHES`` per table per run) so they
+never block workers claiming tasks or schedulers claiming minutes.
 """
 
 from __future__ import annotations
@@ -21,17 +22,23 @@ from notee.store import deadletter, job_queue, ticks
 log = logging.getLogger(__name__)
 
 BATCH = 1000
+# At most this many batches per table per run (100,000 rows): a backlog (retention shortened, a long
+# pause) is worked off over several hourly runs instead of one run that never ends.
+MAX_BATCHES = 100
 
 
 def _drain(runtime: Runtime, delete_batch: Callable[[Session], int]) -> int:
-    """Run ``delete_batch`` in its own transaction until it deletes less than a full batch."""
+    """Run ``delete_batch`` in its own transaction until it deletes less than a full batch (or
+    ``MAX_BATCHES`` batches were deleted; the rest waits for the next run)."""
     total = 0
-    while True:
+    for _ in range(MAX_BATCHES):
         with runtime.sessions.begin() as session:
             n = delete_batch(session)
         total += n
         if n < BATCH:
             return total
+    log.info("retention: stopped after %d rows of one table; the next run continues", total)
+    return total
 
 
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:

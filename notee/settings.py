@@ -136,6 +136,10 @@ class Settings(BaseSettings):
         description="Scheduler replicas sharing a namespace claim each minute once between them.",
     )
     scheduler_job_concurrency: int = Field(8, ge=1, le=64, description="Jobs created in parallel per minute.")
+    scheduler_max_clock_skew_s: float = Field(
+        5.0, gt=0, description="Warn when a scheduler host's clock is further than this off the database clock "
+        "(the scheduler follows the database clock)."
+    )
 
     log_level: str = Field("INFO", description="Python logging level.")
 

@@ -189,7 +189,7 @@ def test_retention_prunes_old_tick_rows(runtime):
     now = utc(2026, 6, 20, 0, 0)
     old = [now - timedelta(days=runtime.settings.retention_days, minutes=i) for i in range(1, 4)]
     with runtime.sessions.begin() as s:
-        ticks.record_skipped(s, namespace=sched.namespace, minutes=old, owner="t")
-        ticks.record_skipped(s, namespace=sched.namespace, minutes=[now - timedelta(days=1)], owner="t")
+        ticks.record_skipped(s, namespace=sched.namespace, minutes=old, owner="t", before=now)
+        ticks.record_skipped(s, namespace=sched.namespace, minutes=[now - timedelta(days=1)], owner="t", before=now)
     sched.prune(now)
     assert list(tick_states(runtime, sched.namespace)) == [now - timedelta(days=1)]

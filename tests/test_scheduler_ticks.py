@@ -87,9 +87,16 @@ def test_skipped_minutes_are_recorded_once_and_never_claimed(runtime, ns):
     minutes = [M + timedelta(minutes=i) for i in range(3)]
     assert claim(runtime, ns, "a", minute=minutes[1])
     with runtime.sessions.begin() as s:
-        assert ticks.record_skipped(s, namespace=ns, minutes=minutes, owner="x") == 2
+        assert ticks.record_skipped(s, namespace=ns, minutes=minutes, owner="x", before=M + timedelta(hours=1)) == 2
     assert tick_states(runtime, ns) == {minutes[0]: "skipped", minutes[1]: "running", minutes[2]: "skipped"}
     assert claim(runtime, ns, "b", minute=minutes[0], lease_s=0) is False
+
+
+def test_minutes_at_or_after_now_minus_grace_are_never_recorded_skipped(runtime, ns):
+    minutes = [M + timedelta(minutes=i) for i in range(4)]
+    with runtime.sessions.begin() as s:
+        assert ticks.record_skipped(s, namespace=ns, minutes=minutes, owner="x", before=minutes[2]) == 2
+    assert tick_states(runtime, ns) == {minutes[0]: "skipped", minutes[1]: "skipped"}
 
 
 def test_the_store_refuses_bad_states_and_unaligned_minutes(runtime, ns):

@@ -40,11 +40,12 @@ SLOTS_PER_TASK = 1
 
 def create_job(runtime: Runtime, session: Session, *, service: str, notification_key: str, method: str,
                type_: str, target: Target, idempotency_key: str | None, variables: dict[str, Any] | None = None,
-               overrides: dict[str, Any] | None = None) -> JobRow:
+               overrides: dict[str, Any] | None = None, deadline_in_s: float | None = None) -> JobRow:
     """Write the job and its tasks in the caller's transaction (the caller commits); with an
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
-    False then). Raises NotFound (no such template for the service) and InvalidInput/PayloadTooLarge
-    (rendering)."""
+    False then). ``deadline_in_s``: seconds from now (database clock) after which its unfinished
+    tasks expire instead of sending. Raises NotFound (no such template for the service) and
+    InvalidInput/PayloadTooLarge (rendering)."""
     if idempotency_key is not None:
         existing = store.job_by_idempotency_key(session, service, idempotency_key)
         if existing is not None:
@@ -68,7 +69,8 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
             store.insert_job(session, job_id=job_id, service=service, notification_key=notification_key,
                              method=method, type_=type_, target_kind=kind, target=target_json,
                              idempotency_key=idempotency_key, variables=variables, overrides=overrides,
-                             payload=payload, dry_run=dry_run, slot_ranges=slot_ranges(top, SLOTS_PER_TASK))
+                             payload=payload, dry_run=dry_run, slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
+                             deadline_in_s=deadline_in_s)
     except IntegrityError:
         if idempotency_key is None:
             raise

@@ -17,6 +17,11 @@ Nothing lives in process memory between minutes: the tick rows are the state, so
 additional replica picks up exactly where the others are. After downtime, ``tick`` runs missed
 minutes that are at most ``scheduler_grace_minutes`` old, late, once; older missed minutes are
 recorded as ``skipped`` and never sent.
+
+"Now" is the database server's clock, not the replica's: a replica whose own clock runs fast would
+otherwise run future minutes early and record the minutes in between as skipped. Each cycle job
+carries a deadline (its minute + grace) after which workers expire it instead of sending it late.
+Retention pruning is a separate hourly job, claimed once per hour across replicas.
 """
 
 from __future__ import annotations
@@ -82,15 +87,36 @@ class Scheduler:
     """One scheduler replica. Holds only configuration and the process's clients, no schedule state."""
 
     def __init__(self, runtime: Runtime, *, namespace: str | None = None, owner: str | None = None,
-                 clock_fn: Clock = utcnow, lease_s: int | None = None, grace_minutes: int | None = None) -> None:
+                 clock_fn: Clock | None = None, host_clock: Clock = utcnow, lease_s: int | None = None,
+                 grace_minutes: int | None = None) -> None:
+        """``clock_fn``: where "now" comes from (default: the database server's clock; tests inject a
+        simulated one). ``host_clock``: this replica's own clock, only compared with the database's
+        to warn about skew."""
         s = runtime.settings
         self.runtime = runtime
         self.namespace = namespace or s.scheduler_namespace
         self.owner = owner or _owner()
-        self.clock = clock_fn
+        self.clock: Clock = clock_fn or self.database_now
+        self.host_clock = host_clock
+        self.max_skew = timedelta(seconds=s.scheduler_max_clock_skew_s)
         self.lease_s = s.scheduler_lease_s if lease_s is None else lease_s
         self.grace = timedelta(minutes=s.scheduler_grace_minutes if grace_minutes is None else grace_minutes)
         self.concurrency = s.scheduler_job_concurrency
+
+    def database_now(self) -> datetime:
+        """The database server's UTC clock: the one clock every replica (and every lease) shares."""
+        with self.runtime.sessions() as session:
+            return ticks.database_now(session)
+
+    def check_skew(self, now: datetime) -> timedelta:
+        """How far this host's clock is off ``now`` (the database clock); logged when beyond
+        ``scheduler_max_clock_skew_s``. Harmless for the minutes (they follow the database clock), but
+        a skewed host fires its cron trigger off the minute, so it runs each minute that much late."""
+        skew = self.host_clock() - now
+        if abs(skew) > self.max_skew:
+            log.warning("scheduler %s: this host's clock is %+.1f s off the database clock; minutes follow the "
+                        "database clock, but fix the host's time sync", self.owner, skew.total_seconds())
+        return skew
 
     # ------------------------------------------------------------------ one minute
     def run_minute(self, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
@@ -103,7 +129,7 @@ class Scheduler:
                                lease_s=self.lease_s)
         if not mine:
             return MinuteResult(minute, "taken")
-        result = self._create_jobs(minute)
+        result = self._create_jobs(minute, now)
         result.state = "late" if clock.floor_minute(now) > minute else "done"
         with self.runtime.sessions.begin() as session:
             kept = ticks.finish(session, namespace=self.namespace, minute_utc=minute, owner=self.owner,
@@ -133,14 +159,18 @@ class Scheduler:
                 due.append((b, service, key, type_))
         return due
 
-    def _create_jobs(self, minute: datetime) -> MinuteResult:
+    def _create_jobs(self, minute: datetime, now: datetime) -> MinuteResult:
         due = self.due(minute)
         result = MinuteResult(minute, "running", buckets=len({b for b, *_ in due}))
+        # The job's deadline: its minute + grace. Stored on the database clock as "this many seconds
+        # from now", so it is right whatever clock ``now`` came from.
+        deadline_in_s = (minute + self.grace - now).total_seconds()
 
         def create(bucket: CycleTarget, service: str, key: str, type_: str) -> JobRow:
             with self.runtime.sessions.begin() as session:  # this minute's job: its own unit of work
                 return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
-                                  type_=type_, target=bucket, idempotency_key=clock.idempotency_key(key, bucket, minute))
+                                  type_=type_, target=bucket, idempotency_key=clock.idempotency_key(key, bucket, minute),
+                                  deadline_in_s=deadline_in_s)
 
         def one(item: tuple[CycleTarget, str, str, str]) -> JobRow | None:
             try:
@@ -182,8 +212,10 @@ class Scheduler:
     def tick(self, now: datetime | None = None) -> TickResult:
         """What the cron trigger runs each minute (and once at start-up): the current minute first,
         then missed minutes within the grace window, late and oldest first; older missed minutes are
-        recorded as skipped. On the hour, prune rows past retention (notee/retention.py)."""
-        now = now or self.clock()
+        recorded as skipped. ``now`` defaults to the database clock."""
+        if now is None:
+            now = self.clock()
+            self.check_skew(now)
         current = clock.floor_minute(now)
         results = [self.run_minute(current, now=now)]
         missed, skipped = self._missed(current)
@@ -191,8 +223,6 @@ class Scheduler:
             r = self.run_minute(minute, now=now)
             if r.state != "taken":
                 results.append(r)
-        if current.minute == 0:
-            self.prune(now)
         return TickResult(results, skipped)
 
     def _missed(self, current: datetime) -> tuple[list[datetime], int]:
@@ -213,7 +243,8 @@ class Scheduler:
                     oldest_kept = current - timedelta(days=self.runtime.settings.retention_days)
                     gap_from = max(older.replace(tzinfo=timezone.utc) + clock.MINUTE, oldest_kept)
                     gap = list(clock.minutes(gap_from, window_start))
-                    skipped = ticks.record_skipped(session, namespace=self.namespace, minutes=gap, owner=self.owner)
+                    skipped = ticks.record_skipped(session, namespace=self.namespace, minutes=gap, owner=self.owner,
+                                                   before=window_start)
                     if gap:
                         log.warning("minutes %s .. %s missed beyond the %s grace window: recorded as skipped, "
                                     "not sent", _iso(gap[0]), _iso(gap[-1]), self.grace)
@@ -224,6 +255,28 @@ class Scheduler:
     def prune(self, now: datetime | None = None) -> dict[str, int]:
         """Retention of every growing table (ticks, finished jobs, dead letters): see notee/retention.py."""
         return retention.prune_all(self.runtime, now=now or self.clock())
+
+    def prune_hourly(self, now: datetime | None = None) -> dict[str, int] | None:
+        """The hourly retention run, on one replica: claim this hour's row in the tick ledger (namespace
+        ``<namespace>/retention``, the same insert-once claim as a minute's), prune in bounded batches,
+        record the rows deleted. None: another replica has (or had) this hour."""
+        now = now or self.clock()
+        hour = clock.floor_minute(now).replace(minute=0)
+        space = retention_namespace(self.namespace)
+        with self.runtime.sessions.begin() as session:
+            mine = ticks.claim(session, namespace=space, minute_utc=hour, owner=self.owner, lease_s=self.lease_s)
+        if not mine:
+            return None
+        counts = self.prune(now)
+        with self.runtime.sessions.begin() as session:
+            ticks.finish(session, namespace=space, minute_utc=hour, owner=self.owner, state="done",
+                         jobs=sum(counts.values()))
+        return counts
+
+
+def retention_namespace(namespace: str) -> str:
+    """The tick-ledger namespace of a scheduler namespace's hourly retention claims (64 chars max)."""
+    return namespace[:54] + "/retention"
 
 
 def run_minute(runtime: Runtime, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
@@ -257,6 +310,12 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         except Exception:  # the minute stays claimed-running; the next tick reclaims it within grace
             log.exception("scheduler tick failed")
 
+    def safe_prune() -> None:
+        try:
+            scheduler.prune_hourly()
+        except Exception:  # the hour stays claimed-running; another replica takes it over after the lease
+            log.exception("scheduler retention run failed")
+
     log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
     safe_tick()
     aps = BackgroundScheduler(timezone=timezone.utc)
@@ -264,6 +323,10 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
     # tick's catch-up runs that minute late instead.
     aps.add_job(safe_tick, CronTrigger(second=0, timezone=timezone.utc), id="tick", max_instances=1,
                 coalesce=True, misfire_grace_time=30)
+    # Retention outside the minute tick (its own thread, never delaying a minute), at a quiet second
+    # of minute 7 of each hour; one replica per hour wins the claim, the others return at once.
+    aps.add_job(safe_prune, CronTrigger(minute=7, second=30, timezone=timezone.utc), id="retention",
+                max_instances=1, coalesce=True, misfire_grace_time=600)
     aps.start()
     try:
         stop.wait()

@@ -56,6 +56,7 @@ class JobRow:
     started_at: datetime | None
     finished_at: datetime | None
     dry_run: bool = False  # made in the service's dry_run delivery mode: the log provider sends it
+    deadline: datetime | None = None  # a task not finished by then is expired, not run (cycle jobs)
     created: bool = False  # True only on the call that inserted it
 
 
@@ -75,7 +76,7 @@ class Claim:
 
 _JOB_COLUMNS = (
     "job_id, service, notification_key, notification_method, notification_type, target_kind, target, "
-    "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at, dry_run"
+    "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at, dry_run, deadline"
 )
 # A job whose every recipient had no route ends failed with this error (notee/delivery.py says the same per send).
 NO_CREDENTIALS_ERROR = ("no recipient could be sent: the service has no provider credentials for their platform "
@@ -92,7 +93,8 @@ def _job(row: Any, created: bool = False) -> JobRow:
         method=row.notification_method, type_=row.notification_type, target_kind=row.target_kind,
         target=_json(row.target), idempotency_key=row.idempotency_key, payload=_json(row.payload),
         state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
-        started_at=row.started_at, finished_at=row.finished_at, dry_run=bool(row.dry_run), created=created,
+        started_at=row.started_at, finished_at=row.finished_at, dry_run=bool(row.dry_run), deadline=row.deadline,
+        created=created,
     )
 
 
@@ -124,20 +126,22 @@ def get_job(session: Session, job_id: str, service: str | None = None) -> JobRow
 def insert_job(session: Session, *, job_id: str, service: str, notification_key: str, method: str, type_: str,
                target_kind: str, target: dict[str, Any], idempotency_key: str | None,
                variables: dict[str, Any] | None, overrides: dict[str, Any] | None, payload: dict[str, Any],
-               slot_ranges: list[tuple[int, int]], dry_run: bool = False) -> None:
+               slot_ranges: list[tuple[int, int]], dry_run: bool = False, deadline_in_s: float | None = None) -> None:
     """Insert the job row and one task row per slot range, in the caller's transaction.
+    ``deadline_in_s``: the job's deadline, that many seconds from now on the database clock.
 
     Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
     session.execute(
         text("INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
              " target_kind, target, idempotency_key, variables, overrides, payload, dry_run, state, task_count,"
-             " created_at) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, :dry, 'queued', :n,"
-             " UTC_TIMESTAMP(6))"),
+             " created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, :dry, 'queued', :n,"
+             " UTC_TIMESTAMP(6), CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"),
         {"j": job_id, "s": service, "k": notification_key, "m": method, "t": type_, "tk": target_kind,
          "tg": json.dumps(target), "ik": idempotency_key,
          "v": json.dumps(variables) if variables is not None else None,
          "o": json.dumps(overrides) if overrides is not None else None,
-         "p": json.dumps(payload), "dry": dry_run, "n": len(slot_ranges)},
+         "p": json.dumps(payload), "dry": dry_run, "n": len(slot_ranges),
+         "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000))},
     )
     session.execute(
         text("INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
@@ -200,6 +204,15 @@ def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
             if row.attempts >= MAX_TASK_ATTEMPTS:
                 _finish_task(session, row.job_id, row.task_no, "failed",
                              f"gave up after {row.attempts} attempts (worker crashes or store errors)")
+                continue
+            overdue = session.execute(
+                text("SELECT deadline FROM fanout_job WHERE job_id = :j AND deadline < UTC_TIMESTAMP(6)"),
+                {"j": row.job_id},
+            ).scalar_one_or_none()
+            if overdue is not None:  # e.g. a cycle minute's job claimed after its grace: never send it late
+                _finish_task(session, row.job_id, row.task_no, "expired",
+                             f"not finished by its deadline {overdue:%Y-%m-%dT%H:%M:%SZ}; slots "
+                             f"{row.current_slot}..{row.slot_to} not sent")
                 continue
             session.execute(
                 text("UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
@@ -337,19 +350,25 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
     session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
     row = session.execute(
         text("SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
-             " MIN(CASE WHEN state = 'failed' THEN error END) AS error_, SUM(targeted) AS targeted_,"
+             " SUM(state = 'expired') AS expired_, COUNT(*) AS tasks_,"
+             " MIN(CASE WHEN state IN ('failed', 'expired') THEN error END) AS error_, SUM(targeted) AS targeted_,"
              " SUM(no_credentials) AS no_credentials_ FROM fanout_task WHERE job_id = :j"),
         {"j": job_id},
     ).one()
     if int(row.open_ or 0) == 0:
-        failed, error = bool(row.failed_), row.error_
-        if not failed and int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
-            failed, error = True, NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
+        # failed wins over expired (a loud error); expired says how many tasks were not (fully) sent
+        state, error = "done", row.error_
+        if row.failed_:
+            state = "failed"
+        elif row.expired_:
+            state, error = "expired", f"{int(row.expired_)} of {int(row.tasks_)} task(s) expired: {row.error_}"
+        elif int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
+            state, error = "failed", NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
         session.execute(
             text("UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
-                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                 " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
                  " WHERE job_id = :j AND state IN ('queued', 'running')"),
-            {"st": "failed" if failed else "done", "e": error, "j": job_id},
+            {"st": state, "e": error[:500] if error else None, "j": job_id},
         )
 
 

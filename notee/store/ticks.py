@@ -9,7 +9,7 @@ runs one statement; the caller owns the transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import (
     Column,
@@ -108,12 +108,22 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
     return result.rowcount == 1
 
 
-def record_skipped(session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str) -> int:
-    """Record missed minutes as skipped (never sent). Minutes that already have a row keep it."""
+def database_now(session: Session) -> datetime:
+    """The database server's clock, as an aware UTC datetime (the scheduler's "now")."""
+    value = session.execute(select(_DB_NOW)).scalar_one()
+    return value.replace(tzinfo=timezone.utc)
+
+
+def record_skipped(session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str,
+                   before: datetime) -> int:
+    """Record missed minutes as skipped (never sent). Minutes that already have a row keep it, and
+    minutes at or after ``before`` (the caller's now − grace) are never recorded: those may still
+    run, so marking them would suppress them."""
+    limit = _naive(before)
     rows = [
         {"namespace": namespace, "minute_utc": _naive(m), "state": "skipped", "owner": owner[:100],
          "attempts": 0, "jobs": 0}
-        for m in minutes
+        for m in minutes if _naive(m) < limit
     ]
     if not rows:
         return 0
