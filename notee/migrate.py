@@ -11,7 +11,7 @@ for CQL; one small runner serves both stores the same way (docs/DECISIONS.md).
 A statement ends with ``;`` at the end of a line. CQL files may use ``${notification}``,
 ``${numbering}`` (keyspace names) and ``${replication}`` (the replication map from settings).
 
-Three rules keep every database's history the same (docs/SCHEMA.md, "Migrations"):
+Three rules keep every database's history the same (docs/ARCHITECTURE.md, "Migrations"):
 
 * **In order.** A pending file numbered below the highest applied version is refused (two databases
   would otherwise have applied the same files in different orders); ``--allow-out-of-order`` is the
