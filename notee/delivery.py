@@ -14,6 +14,11 @@ This module is the caller the providers need: it loads a service's credentials (
 ``notee.domain.credentials``) and hands them to ``ProviderSet``; the providers themselves never
 read the registry. ``DeliverySender`` is what a process keeps: the fan-out worker sends its pages
 through it, the API its single sends.
+
+Stopping (SIGTERM): the wait before a retry ends as soon as ``stop`` is set. A worker's page then
+raises ``Stopping`` (nothing recorded: the task is released unadvanced and the next owner re-sends
+the page); a single send (``dead_letter_on_stop``) dead-letters what was waiting, records its
+prunes and dead letters, and answers, within the API's shutdown budget.
 """
 
 from __future__ import annotations
@@ -41,6 +46,23 @@ from notee.vocabulary import PageCounts, ProviderCredentials
 
 log = logging.getLogger(__name__)
 _UNSET = object()
+
+
+class Stopping(Exception):
+    """The process is stopping while messages wait to be retried (``deliver(stop=...)``)."""
+
+
+async def _wait(sleep: Callable[[float], Awaitable[None]], seconds: float, stop: asyncio.Event | None) -> bool:
+    """Wait ``seconds`` before a retry; True if ``stop`` was set meanwhile (the wait ends at once)."""
+    if stop is None:
+        await sleep(seconds)
+        return False
+    if not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), seconds)
+        except TimeoutError:
+            return False
+    return True
 
 
 @dataclass
@@ -86,13 +108,16 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
                   credentials: ProviderCredentials | None | object = _UNSET, job_id: str | None = None,
                   dry_run: bool = False, entire_send: bool = True,
                   max_attempts: int | None = None, prune: bool = True,
-                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> DeliveryResult:
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                  stop: asyncio.Event | None = None, dead_letter_on_stop: bool = False) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
     ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
     not given. ``max_attempts`` defaults to ``settings.fanout_max_attempts``. ``entire_send``: the
     messages are the whole send (a single send), so "no device has a route" is the send's failure
-    (NoCredentials); a fan-out page passes False (the job's other pages may have routes).
+    (NoCredentials); a fan-out page passes False (the job's other pages may have routes). ``stop``:
+    set when the process is stopping; a retry wait then ends at once and either raises ``Stopping``
+    (default) or, with ``dead_letter_on_stop``, dead-letters the messages that were waiting.
     Raises NoCredentials (nothing recorded) and DeliveryAborted (provider configuration error).
     """
     result = DeliveryResult(dry_run=dry_run)
@@ -127,6 +152,7 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
     pending = [i for i in range(len(messages)) if i not in skip]
     rounds = outage_rounds = 0
     aborted: ProviderConfigError | None = None
+    last_reason: dict[int, tuple[str, str]] = {}  # message index -> (provider, reason) of its last retryable answer
     try:
         while pending:
             rounds += 1
@@ -141,6 +167,7 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
                     i, m = pending[j], batch[j]
                     if isinstance(outcome, RetryAfter) and outcome.transport:
                         retry.append(i)  # the provider never answered about this device
+                        last_reason[i] = (provider.name, outcome.reason)
                         continue
                     answered = True
                     attempts[i] += 1
@@ -150,6 +177,7 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
                         invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
                     elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
                         retry.append(i)
+                        last_reason[i] = (provider.name, outcome.reason)
                         if outcome.seconds is not None:
                             wait = max(wait or 0.0, outcome.seconds)
                     else:
@@ -169,7 +197,14 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
                 delay = backoff(rounds, wait)
                 log.info("service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay,
                          rounds + 1)
-                await sleep(delay)
+                if await _wait(sleep, delay, stop):
+                    if not dead_letter_on_stop:
+                        raise Stopping(f"stopping while {len(retry)} message(s) waited to retry")
+                    for i in retry:
+                        provider_name, last = last_reason[i]
+                        fail(messages[i], provider_name,
+                             f"not retried, shutting down after {attempts[i]} attempt(s): {last}", attempts[i])
+                    retry = []
             pending = retry
     except ProviderConfigError as exc:  # kept below, then raised: the caller fails the send/job once
         aborted = exc
@@ -227,12 +262,15 @@ def prepare_single(runtime: Runtime, service: str, user_id: str, type_: str, *, 
 
 
 async def send_single(runtime: Runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
-                      variables: dict[str, str] | None = None, data: dict[str, str] | None = None
-                      ) -> tuple[int, DeliveryResult]:
-    """``POST /v1/users/{user_id}/send``: (devices targeted, result)."""
+                      variables: dict[str, str] | None = None, data: dict[str, str] | None = None,
+                      stop: asyncio.Event | None = None) -> tuple[int, DeliveryResult]:
+    """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API is
+    shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead letters
+    are recorded, and the counts say so."""
     messages, dry_run = await asyncio.to_thread(prepare_single, runtime, service, user_id, type_,
                                                 variables=variables, data=data)
-    result = await deliver(runtime, providers, service, messages, dry_run=dry_run)
+    result = await deliver(runtime, providers, service, messages, dry_run=dry_run, stop=stop,
+                           dead_letter_on_stop=True)
     log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
              service, type_, len(messages), result.delivered, result.pruned, len(result.failed),
              result.no_credentials, " dry run" if dry_run else "")
@@ -265,8 +303,9 @@ class DeliverySender:
 
     CREDENTIALS_TTL_S = 30.0
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, stop: asyncio.Event | None = None) -> None:
         self.runtime = runtime
+        self.stop = stop  # a worker's stop event: a page's retry wait then ends at once (``Stopping``)
         self.providers = ProviderSet(runtime.settings)
         self._credentials: dict[str, tuple[float, ProviderCredentials | None]] = {}
 
@@ -284,7 +323,8 @@ class DeliverySender:
         of what the page did before it): either fails the whole job."""
         try:
             result = await deliver(self.runtime, self.providers, service, messages, job_id=job_id, dry_run=dry_run,
-                                   entire_send=False, credentials=None if dry_run else await self._creds(service))
+                                   entire_send=False, credentials=None if dry_run else await self._creds(service),
+                                   stop=self.stop)
         except DeliveryAborted as exc:
             done = exc.partial
             raise PageAborted(exc.message, _page_counts(done, done.delivered + len(done.failed) + done.pruned)) from exc
@@ -293,10 +333,11 @@ class DeliverySender:
     __call__ = send_page  # a DeliverySender is the worker's SendPage
 
     async def send_single(self, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
-                          data: dict[str, str] | None = None) -> tuple[int, DeliveryResult]:
-        """``POST /v1/users/{user_id}/send`` (see ``send_single``)."""
+                          data: dict[str, str] | None = None,
+                          stop: asyncio.Event | None = None) -> tuple[int, DeliveryResult]:
+        """``POST /v1/users/{user_id}/send`` (see ``send_single``; ``stop``: the API is shutting down)."""
         return await send_single(self.runtime, self.providers, service, user_id, type_, variables=variables,
-                                 data=data)
+                                 data=data, stop=stop)
 
     async def close(self) -> None:
         await self.providers.close()

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     api_max_connections: int = Field(
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
+    api_shutdown_budget_s: int = Field(
+        10, ge=1, description="SIGTERM: in-flight requests get this long to finish (single sends stop waiting to "
+        "retry at once and dead-letter what waited)."
+    )
 
     # --- per-tenant rate limits (defaults; the admin API sets them per service) -------------------
     rate_limits_enabled: bool = Field(True, description="Check per-tenant rate limits (one MySQL UPDATE per request).")
@@ -122,6 +126,10 @@ class Settings(BaseSettings):
     fanout_send_concurrency: int = Field(200, ge=1, description="Pushes in flight per worker.")
     fanout_lease_s: int = Field(30, ge=5, description="Task lease; a dead worker's task is reclaimed after it.")
     fanout_max_attempts: int = Field(5, ge=1, description="Sends per device before it is dead-lettered.")
+    fanout_stop_grace_s: float = Field(
+        20.0, gt=0, description="SIGTERM: a worker's lanes get this long to checkpoint or release their tasks; "
+        "after it they are abandoned (their leases expire and another worker resumes)."
+    )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
 
     # --- scheduler ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
@@ -28,6 +29,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         own = runtime is None
         announce_emulator(settings, "api")
         app.state.runtime = runtime or Runtime(settings)
+        app.state.loop = asyncio.get_running_loop()
+        app.state.stopping = asyncio.Event()  # set by begin_shutdown: in-flight sends stop waiting to retry
         try:
             yield
         finally:
@@ -63,3 +66,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     document = app.openapi
     app.openapi = lambda: openapi.with_examples(document())  # type: ignore[method-assign]
     return app
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """The server got SIGTERM/SIGINT: tell in-flight requests (single sends waiting to retry) to wrap
+    up now, so they answer within the shutdown budget. Safe to call from a signal handler."""
+    loop = getattr(app.state, "loop", None)
+    stopping = getattr(app.state, "stopping", None)
+    if loop is not None and stopping is not None and not loop.is_closed():
+        loop.call_soon_threadsafe(stopping.set)

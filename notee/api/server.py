@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
-from notee.api.app import Part, create_app
+from notee.api.app import Part, begin_shutdown, create_app
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -30,13 +32,27 @@ def listeners(settings: Settings, host: str, port: int) -> list[Listener]:
     return [Listener(host, port, "tenant"), Listener(settings.api_admin_host, settings.api_admin_port, "admin")]
 
 
+class _Server(uvicorn.Server):
+    """A listener that, on SIGTERM/SIGINT, first tells every app of the process to wrap up (single
+    sends waiting to retry stop waiting and answer), then shuts down gracefully within the budget."""
+
+    def __init__(self, config: uvicorn.Config, apps: list[FastAPI]) -> None:
+        super().__init__(config)
+        self.apps = apps  # every listener's app: only the last server to install handlers hears the signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        for app in self.apps:
+            begin_shutdown(app)
+        super().handle_exit(sig, frame)
+
+
 def _config(settings: Settings, runtime: Runtime, listener: Listener) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(settings, runtime=runtime, part=listener.part),
         host=listener.host,
         port=listener.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.api_shutdown_budget_s,  # in-flight requests get this long
         http="h11",  # httptools buffers headers of any size
         h11_max_incomplete_event_size=settings.api_max_header_bytes,
         limit_concurrency=settings.api_max_connections,
@@ -61,7 +77,9 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
     runtime = Runtime(settings)
     try:
-        servers = [uvicorn.Server(_config(settings, runtime, lst)) for lst in listeners(settings, host, port)]
+        configs = [_config(settings, runtime, lst) for lst in listeners(settings, host, port)]
+        apps: list[FastAPI] = [config.app for config in configs]  # type: ignore[misc]
+        servers: list[uvicorn.Server] = [_Server(config, apps) for config in configs]
         asyncio.run(_serve_all(servers))
     finally:
         runtime.close()

@@ -14,7 +14,10 @@ SKIP LOCKED`` + lease), then run it:
   at most one duplicate.
 * A lease keeper renews the lease every ``lease_s / 3`` while a page is slow.
 * SIGTERM/SIGINT: stop claiming; each lane finishes (sends and checkpoints) its in-flight page,
-  drops what it read ahead (not checkpointed, so not lost), releases the lease and exits.
+  drops what it read ahead (not checkpointed, so not lost), releases the lease and exits. A page
+  waiting to retry (Retry-After, backoff) wakes at once and its task is released *without* a
+  checkpoint: the next owner re-sends that page (at most one page of duplicates). Lanes still busy
+  after ``fanout_stop_grace_s`` are abandoned; their leases expire and another worker resumes.
 * Per device: no MySQL and no Cassandra query. Per task: one job read (the rendered payload).
   Per page: one Cassandra page read and one MySQL checkpoint.
 """
@@ -32,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.delivery import DeliverySender, PageAborted
+from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.logs import announce_emulator
 from notee.providers.base import Message
@@ -67,7 +70,7 @@ def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
 class Worker:
     def __init__(self, runtime: Runtime, send_page: SendPage, *, lanes: int = 2, worker_id: str | None = None,
                  lease_s: float | None = None, fetch_size: int | None = None,
-                 services: Sequence[str] | None = None) -> None:
+                 services: Sequence[str] | None = None, stop: asyncio.Event | None = None) -> None:
         self.runtime = runtime
         self.send_page = send_page
         self.lanes = lanes
@@ -75,7 +78,7 @@ class Worker:
         self.lease_s = lease_s or runtime.settings.fanout_lease_s
         self.fetch_size = fetch_size or runtime.settings.fanout_fetch_size
         self.services = list(services) if services else None  # None: every tenant's jobs
-        self.stop = asyncio.Event()
+        self.stop = stop or asyncio.Event()  # shared with the sender, so a retry wait ends on stop too
         self.tasks_done = 0
 
     # ------------------------------------------------------------------ claim loop
@@ -167,6 +170,14 @@ class Worker:
             log.warning("task %s: %s; another worker owns it now", name, exc)
         except JobGone as exc:  # nothing left to send: its tasks went with the job row
             log.warning("task %s: %s", name, exc)
+        except Stopping:
+            # The page was waiting to retry: give the task back at its last checkpoint (nothing of
+            # this page was recorded, so the next owner re-sends it whole).
+            try:
+                await asyncio.to_thread(store.release, sessions, claim)
+                log.info("task %s released on stop while a page waited to retry; checkpoint unchanged", name)
+            except LeaseLost:
+                pass
         except ProviderConfigError as exc:
             # Every page of the job would meet the same error: the whole job fails once, here.
             log.error("job %s failed: provider configuration: %s", claim.job_id, exc.message)
@@ -229,13 +240,31 @@ def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
 
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
     announce_emulator(runtime.settings, "worker")
-    sender = DeliverySender(runtime)
-    worker = Worker(runtime, sender, lanes=lanes, services=services)
+    stop = asyncio.Event()
+    sender = DeliverySender(runtime, stop)
+    worker = Worker(runtime, sender, lanes=lanes, services=services, stop=stop)
+    grace = runtime.settings.fanout_stop_grace_s
     loop = asyncio.get_running_loop()
+    running = asyncio.ensure_future(worker.run())
+
+    def abandon() -> None:
+        if not running.done():
+            log.warning("worker %s: lanes still busy %.0f s after the stop signal; abandoning them (their "
+                        "leases expire and another worker resumes from the last checkpoint)", worker.worker_id, grace)
+            running.cancel()
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            stop.set()
+            loop.call_later(grace, abandon)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, worker.stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
-        await worker.run()
+        await running
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise
     finally:
         await sender.close()
 

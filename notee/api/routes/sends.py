@@ -59,6 +59,7 @@ async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user 
     service has no credentials for is counted failed (``no_credentials``); when that is every
     device, or a provider rejects the service's credentials, the answer is 424."""
     devices, result = await sender_of(request).send_single(service, str(user_id), body.type,
-                                                           variables=body.variables, data=body.data)
+                                                           variables=body.variables, data=body.data,
+                                                           stop=getattr(request.app.state, "stopping", None))
     return SendOut(devices=devices, delivered=result.delivered, pruned=result.pruned, retried=result.retried,
                    failed=len(result.failed), dry_run=result.dry_run)
