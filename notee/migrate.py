@@ -142,7 +142,7 @@ def migrate_mysql(engine: Engine, folder: Path = SCHEMA_DIR / "mysql", *, allow_
     migrations = load(folder)
     with engine.begin() as conn:
         conn.execute(text(_MYSQL_VERSION_TABLE))
-        applied = dict(conn.execute(text("SELECT version, checksum FROM schema_version")).all())
+        applied = {int(v): str(c) for v, c in conn.execute(text("SELECT version, checksum FROM schema_version"))}
     done = []
     for m in _pending(applied, migrations, store="mysql", allow_out_of_order=allow_out_of_order):
         with engine.begin() as conn:  # MySQL DDL commits implicitly; files use IF NOT EXISTS

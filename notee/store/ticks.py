@@ -110,7 +110,7 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
 
 def database_now(session: Session) -> datetime:
     """The database server's clock, as an aware UTC datetime (the scheduler's "now")."""
-    value = session.execute(select(_DB_NOW)).scalar_one()
+    value: datetime = session.execute(select(_DB_NOW)).scalar_one()
     return value.replace(tzinfo=timezone.utc)
 
 
