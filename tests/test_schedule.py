@@ -66,6 +66,12 @@ def test_timezone():
 
 
 def test_parse_canonical_rejects_garbage():
-    for text in ("", "MON", "MON 25:00 UTC", "MON 10:00 Nowhere/X"):
+    for text in ("", "MON", "MON 25:00 UTC", "MON 10:00 ", "XYZ 10:00 UTC"):
         with pytest.raises(ValueError):
             parse_canonical(text)
+
+
+def test_parse_canonical_keeps_a_zone_this_host_does_not_know():
+    """Stored rows must stay readable (and deletable) on a host whose tzdata lacks their zone."""
+    parsed = parse_canonical("MON,FRI 10:05 Nowhere/X")
+    assert (parsed.days, parsed.hour, parsed.minute, parsed.timezone) == (("MON", "FRI"), 10, 5, "Nowhere/X")

@@ -255,6 +255,29 @@ def test_user_deleted_removes_everything(runtime, st, svc):
     assert st.counters(svc, "CYCLE", "remind")[1] == 0
 
 
+def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_deleted(runtime, st, svc, monkeypatch):
+    """Subscribed while the zone was known; then this host's tz database lacks it (older tzdata, a
+    withdrawn zone): listing and deleting the user still work, and the slot rows go (issue 14, item 5)."""
+    from notee.domain import schedule
+
+    key = f.make_template(runtime, svc, "CYCLE", "remind")
+    u = f.make_user(runtime, svc)
+    t = f.make_device(runtime, svc, u, token())
+    subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
+    bucket = CycleTarget("America/Nuuk", "TUE", 6, 45)
+    assert [r.device_token for r in recipients(st, key, bucket, svc, "CYCLE", "remind")] == [t]
+    known = schedule._zones()
+    monkeypatch.setattr(schedule, "_zones", lambda: known - {"America/Nuuk"})
+    assert not schedule.is_portable_timezone("America/Nuuk")
+
+    [listed] = subs.list_subscriptions(runtime, svc, u)
+    assert listed["schedule"]["canonical"] == "TUE 06:45 America/Nuuk"
+    subs.on_user_deleted(runtime, svc, u)
+    assert st.user_rows(u, svc) == []
+    assert recipients(st, key, bucket, svc, "CYCLE", "remind") == []
+    assert st.counters(svc, "CYCLE", "remind")[1] == 0
+
+
 def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     from notee import reconcile
 

@@ -76,10 +76,17 @@ def make_schedule(days: list[str], hour: int, minute: int, timezone: str) -> Sch
 
 
 def parse_canonical(text: str) -> Schedule:
-    """Inverse of ``Schedule.canonical`` (used to find a stored schedule's slot rows again)."""
+    """Inverse of ``Schedule.canonical`` (used to find a stored schedule's slot rows again).
+
+    The zone is not looked up in this host's tz database: it was checked when the schedule was
+    stored, and a host with older tzdata (or a zone withdrawn since) must still list, copy and above
+    all delete those rows."""
     try:
         days, hm, tz = text.split(" ", 2)
         hour, minute = hm.split(":")
-        return make_schedule(days.split(","), int(hour), int(minute), tz)
+        parsed = make_schedule(days.split(","), int(hour), int(minute), "UTC")  # days, hour, minute checked
     except (ValueError, InvalidInput) as exc:
         raise ValueError(f"not a canonical schedule: {text!r}") from exc
+    if not tz or tz != tz.strip() or " " in tz:
+        raise ValueError(f"not a canonical schedule: {text!r}")
+    return Schedule(parsed.days, parsed.hour, parsed.minute, tz)
