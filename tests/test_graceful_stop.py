@@ -27,7 +27,7 @@ from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
                                   topic_template, wait_for)
 from tests.security_logscan import log_dir, remember_secret
-from notee.store import jobs as store
+from notee.store import job_queue as store
 
 REPO = Path(__file__).resolve().parents[1]
 RETRY_AFTER_S = 60  # far longer than any grace below: a worker that slept it out would be caught

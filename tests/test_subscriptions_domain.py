@@ -258,7 +258,7 @@ def test_user_deleted_removes_everything(runtime, st, svc):
 def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_deleted(runtime, st, svc, monkeypatch):
     """Subscribed while the zone was known; then this host's tz database lacks it (older tzdata, a
     withdrawn zone): listing and deleting the user still work, and the slot rows go (issue 14, item 5)."""
-    from notee.domain import schedule
+    from notee.domain import rules
 
     key = f.make_template(runtime, svc, "CYCLE", "remind")
     u = f.make_user(runtime, svc)
@@ -266,9 +266,9 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
     subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
     bucket = CycleTarget("America/Nuuk", "TUE", 6, 45)
     assert [r.device_token for r in recipients(st, key, bucket, svc, "CYCLE", "remind")] == [t]
-    known = schedule._zones()
-    monkeypatch.setattr(schedule, "_zones", lambda: known - {"America/Nuuk"})
-    assert not schedule.is_portable_timezone("America/Nuuk")
+    known = rules._zones()
+    monkeypatch.setattr(rules, "_zones", lambda: known - {"America/Nuuk"})  # this host's tzdata lacks it now
+    assert not rules.is_portable_timezone("America/Nuuk")
 
     [listed] = subs.list_subscriptions(runtime, svc, u)
     assert listed["schedule"]["canonical"] == "TUE 06:45 America/Nuuk"
