@@ -15,8 +15,8 @@ Three rules keep every database's history the same (docs/ARCHITECTURE.md, "Migra
 
 * **In order.** A pending file numbered below the highest applied version is refused (two databases
   would otherwise have applied the same files in different orders); ``--allow-out-of-order`` is the
-  explicit override. ``0003_dead_letter.sql`` landed after 0004/0005 and is the one grandfathered
-  exception, so databases migrated before it keep working.
+  explicit override. ``0003_dead_letter.sql`` (landed after 0004/0005) and ``0007_delivery_truth.sql``
+  (landed after 0010) are the grandfathered exceptions, so databases migrated before them keep working.
 * **One run at a time.** ``migrate_all`` holds a MySQL named lock (``GET_LOCK``) for the whole run,
   both stores included: a second ``notee migrate`` waits for it, then finds nothing pending. The
   Cassandra side is serialised under the same lock rather than by an LWT lock row (one mechanism; a
@@ -76,9 +76,10 @@ class MigrationError(RuntimeError):
     pass
 
 
-# Files that landed numbered below an already landed one, before the in-order rule existed: a
-# database migrated in between applied them late, which is accepted (and only them) without the flag.
-GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3}), "cassandra": frozenset()}
+# Files that landed numbered below an already landed one, before the in-order rule existed (0003
+# after 0004/0005; 0007 after 0010): a database migrated in between applies them late, which is
+# accepted (and only for them) without the flag.
+GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3, 7}), "cassandra": frozenset()}
 
 
 def load(folder: Path) -> list[Migration]:

@@ -111,6 +111,17 @@ def test_a_database_migrated_before_0003_landed_still_migrates(tmp_path, engine)
     assert migrate.migrate_mysql(engine) == []
 
 
+def test_a_database_migrated_before_0007_landed_still_migrates(tmp_path, engine):
+    """0007_delivery_truth.sql landed after 0010: a database that had 0010 applies 0007 without the
+    override; a file numbered below the highest applied that is not grandfathered is still refused."""
+    assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 10])) == [
+        "0001_core.sql", "0003_dead_letter.sql", "0004_fanout_jobs.sql", "0005_cycle_ticks.sql", "0010_rate_limits.sql"]
+    late = {"0008_late_table.sql": "-- retention: test only\nCREATE TABLE IF NOT EXISTS late8 (id INT PRIMARY KEY);\n"}
+    with pytest.raises(migrate.MigrationError, match="0008_late_table.sql numbered below"):
+        migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 7, 10], late))
+    assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 7, 10])) == ["0007_delivery_truth.sql"]
+
+
 def test_status_lists_applied_and_pending_files_of_both_stores(tmp_path, fresh, engine):
     before = _run(["migrate", "--status"], fresh)
     assert before.returncode == 0, before.stdout
