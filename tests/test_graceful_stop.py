@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from notee.emulator.control import free_port
-from tests.api_helpers import admin_headers, bearer, random_token
+from tests.api_helpers import new_service, random_token
 from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
                                   topic_template, wait_for)
@@ -93,13 +93,8 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
     try:
         http = httpx.Client(base_url=base, timeout=30)
         wait_for(lambda: _answers(http), timeout=60, what="the API")
-        r = http.post("/v1/admin/services", json={"service": service_id, "display_name": "stop"},
-                      headers=admin_headers(settings))
-        assert r.status_code == 201, r.text
-        r = http.post(f"/v1/admin/services/{service_id}/api-keys", json={"label": "stop"}, headers=admin_headers(settings))
-        assert r.status_code == 201, r.text
-        remember_secret(r.json()["api_key"])
-        auth = bearer(r.json()["api_key"])
+        auth = new_service(http, settings, service_id, credentials=True)  # FCM credentials: devices have a route
+        remember_secret(auth["Authorization"].removeprefix("Bearer "))
         assert http.put("/v1/templates/SINGLE/alert", json={"title": "Hi", "body": "B"}, headers=auth).status_code in (200, 201)
         user = http.put("/v1/users/u-stop", json={"name": "x"}, headers=auth).json()["user_id"]
         waiting, dead = [random_token("wait") for _ in range(3)], random_token("dead")
@@ -134,7 +129,7 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
     r = answer["r"]
     assert isinstance(r, httpx.Response), r
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 4, "delivered": 0, "pruned": 1, "retried": 3, "failed": 3}
+    assert r.json() == {"devices": 4, "delivered": 0, "pruned": 1, "retried": 3, "failed": 3, "dry_run": False}
     with runtime.sessions() as s:
         letters = s.execute(text("SELECT device_token, reason FROM dead_letter WHERE service = :s"),
                             {"s": service_id}).all()
