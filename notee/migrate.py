@@ -16,7 +16,7 @@ Three rules keep every database's history the same (docs/ARCHITECTURE.md, "Migra
 * **In order.** A pending file numbered below the highest applied version is refused (two databases
   would otherwise have applied the same files in different orders); ``--allow-out-of-order`` is the
   explicit override. ``0003_dead_letter.sql`` (landed after 0004/0005) and ``0007_delivery_truth.sql``
-  (landed after 0010) are the grandfathered exceptions, so databases migrated before them keep working.
+  (landed after 0010) and ``0012_job_deadline.sql`` (landed after 0013) are the grandfathered exceptions, so databases migrated before them keep working.
 * **One run at a time.** ``migrate_all`` holds a MySQL named lock (``GET_LOCK``) for the whole run,
   both stores included: a second ``notee migrate`` waits for it, then finds nothing pending. The
   Cassandra side is serialised under the same lock rather than by an LWT lock row (one mechanism; a
@@ -77,9 +77,9 @@ class MigrationError(RuntimeError):
 
 
 # Files that landed numbered below an already landed one, before the in-order rule existed (0003
-# after 0004/0005; 0007 after 0010): a database migrated in between applies them late, which is
-# accepted (and only for them) without the flag.
-GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3, 7}), "cassandra": frozenset()}
+# after 0004/0005; 0007 after 0010; 0012 after 0013, with the rule): a database migrated in between
+# applies them late, which is accepted (and only for them) without the flag.
+GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3, 7, 12}), "cassandra": frozenset()}
 
 
 def load(folder: Path) -> list[Migration]:
@@ -276,7 +276,7 @@ def migration_lock(engine: Engine, *, timeout_s: int) -> Iterator[None]:
             got = conn.execute(text("SELECT GET_LOCK(:name, :t)"), {"name": name, "t": timeout_s}).scalar()
             if got != 1:
                 raise MigrationError(f"migration lock {name} still held after {timeout_s} s by another `notee migrate`")
-        log.info("holding the migration lock %s", name)
+        log.debug("holding the migration lock %s", name)
         try:
             yield
         finally:
