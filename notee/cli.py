@@ -100,7 +100,11 @@ def api(
 
 
 @app.command()
-def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None) -> None:
+def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None,
+             realistic: bool = typer.Option(False, help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
+                                            "rates, APNs stream limits and GOAWAY on --apns-port."),
+             apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1).")
+             ) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
     from notee.emulator.server import serve
 
@@ -112,7 +116,12 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
         typer.echo(f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
                    f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}")
 
-    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready)
+        if realistic:
+            typer.echo(f"  realistic: APNs on NOTEE_EMULATOR_APNS_URL=https://{host}:{apns_port or port + 1}, "
+                       f"FCM access tokens from https://{host}:{port}/token")
+
+    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic,
+          apns_port=apns_port)
 
 
 @app.command()

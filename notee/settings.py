@@ -117,6 +117,9 @@ class Settings(BaseSettings):
         "had stand-in ones (make run's embedded emulator). Off: the emulator gets only what the service's own "
         "credentials could send (staging).",
     )
+    emulator_apns_url: str | None = Field(
+        None, description="APNs origin of a `notee emulator --realistic` (its own HTTP/2 port); "
+                          "default: NOTEE_EMULATOR_URL.")
     emulator_host: str = Field("127.0.0.1", description="Address `notee emulator` binds.")
     emulator_port: int = Field(8443, description="Port `notee emulator` binds.")
     emulator_state_dir: str = Field(".run/emulator", description="Where `notee emulator` keeps its test CA.")

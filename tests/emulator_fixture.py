@@ -23,7 +23,10 @@ from notee.emulator.control import local_emulator
 
 @pytest.fixture(scope="session")
 def emulator_process() -> Iterator[Emulator]:
-    with local_emulator() as emu:
+    """A realistic emulator (``notee emulator --realistic``): OAuth access tokens, quotas, per-device
+    rates, APNs stream limits and GOAWAY. A test that needs otherwise switches a behaviour off
+    through ``emulator.realistic(...)``; ``reset()`` restores the realistic defaults."""
+    with local_emulator(realistic=True) as emu:
         saved = {k: os.environ.get(k) for k in emu.env()}
         os.environ.update(emu.env())
         yield emu

@@ -13,13 +13,17 @@ from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 FCM_PATH = "/v1/projects/demo/messages:send"
 
 
-def _fcm(client: httpx.Client, token: str, *, auth: str = "Bearer t"):
+BEARER = {"value": ""}  # an access token from the emulator's OAuth endpoint (realistic FCM wants one)
+
+
+def _fcm(client: httpx.Client, token: str, *, auth: str | None = None):
     return client.post(FCM_PATH, json={"message": {"token": token, "notification": {"title": "a"}}},
-                       headers={"authorization": auth})
+                       headers={"authorization": BEARER["value"] if auth is None else auth})
 
 
 @pytest.fixture()
 def h2(emulator):
+    BEARER["value"] = "Bearer " + emulator.access_token()
     with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file)) as c:
         yield c
 
@@ -70,9 +74,9 @@ def test_fault_injection_n_times_then_success_with_retry_after(emulator, h2):
 
 def test_fcm_requires_a_bearer_and_a_single_target(emulator, h2):
     assert _fcm(h2, "x", auth="").status_code == 401
-    r = h2.post(FCM_PATH, json={"message": {"token": "a", "topic": "b"}}, headers={"authorization": "Bearer t"})
+    r = h2.post(FCM_PATH, json={"message": {"token": "a", "topic": "b"}}, headers={"authorization": BEARER["value"]})
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
-    r = h2.post(FCM_PATH, content=b"{not json", headers={"authorization": "Bearer t"})
+    r = h2.post(FCM_PATH, content=b"{not json", headers={"authorization": BEARER["value"]})
     assert r.status_code == 400
 
 

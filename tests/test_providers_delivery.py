@@ -25,6 +25,7 @@ def emu_app(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
+                                                               "emulator_apns_url": emulator.apns_url,
                                                                "emulator_ca_file": emulator.ca_file}))
     client.app.state.sender = sender
     yield emulator
@@ -184,7 +185,7 @@ def test_rejected_credentials_fail_loudly(client, tenant, emu_app):
     _, headers = tenant
     user = new_user(client, headers, devices=[(random_token(), "AOS"), (random_token(), "AOS")])
     new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
-    emu_app.reject_bearer("notee-emulator")
+    emu_app.reject_bearer("*")  # every access token of the project refused
     r = _send(client, headers, user, type="hi")
     assert r.status_code == 424
     assert r.json()["error"]["code"] == "provider_config"
@@ -192,27 +193,28 @@ def test_rejected_credentials_fail_loudly(client, tenant, emu_app):
 
 
 def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, service_id, emulator):
-    """Connections failing (nothing listens) are retried without using the devices' attempts, then
-    the delivery raises ProviderUnavailable (the fan-out task is released for later, the API says
-    503): no device is dead-lettered or pruned, and nothing is reported as sent."""
+    """Connections failing (nothing listens on the APNs port) are retried without using the devices'
+    attempts, then the delivery raises ProviderUnavailable (the fan-out task is released for later,
+    the API says 503): no device is dead-lettered or pruned, and nothing is reported as sent."""
     from notee.delivery import deliver
-    from notee.vocabulary import FcmCredentials, ProviderCredentials
     from notee.emulator.control import free_port
-    from tests.api_helpers import shared_service_account
     from notee.errors import ProviderUnavailable
+    from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
     slept: list[float] = []
 
     async def no_wait(seconds: float) -> None:
         slept.append(seconds)
 
+    creds = ProviderCredentials(apns=ApnsCredentials(**apns_credentials()))
+
     async def run() -> None:
-        providers = ProviderSet(settings.model_copy(update={"emulator_url": f"https://localhost:{free_port()}",
-                                                            "emulator_ca_file": emulator.ca_file}))
+        providers = ProviderSet(settings.model_copy(update={
+            "emulator_url": emulator.url, "emulator_apns_url": f"https://localhost:{free_port()}",
+            "emulator_ca_file": emulator.ca_file}))
         try:
-            await deliver(runtime, providers, service_id, [Message(random_token(), "AOS", "a", "b")] * 3,
-                          credentials=ProviderCredentials(fcm=FcmCredentials(shared_service_account())), job_id=None,
-                          sleep=no_wait)
+            await deliver(runtime, providers, service_id, [Message(random_token(), "IOS", "a", "b")] * 3,
+                          credentials=creds, job_id=None, sleep=no_wait)
         finally:
             await providers.close()
 

@@ -5,39 +5,45 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 import warnings
 
 import pytest
 
 from notee.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
-from notee.providers.fcm import AuthRejected, FcmProvider, StaticToken, classify_fcm, fcm_message
+from notee.providers.fcm import (AuthRejected, FcmProvider, ServiceAccountTokens, StaticToken, classify_fcm,
+                                 fcm_message)
 from notee.providers.http2 import Pool, client_ssl_context
 from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 
 PROJECT = "demo-test"
 
 
+def service_account(emulator) -> dict:
+    """A service account whose token_uri is the emulator's OAuth endpoint, as Notee builds it."""
+    from notee.providers.fcm import emulator_service_account
+
+    return {**emulator_service_account(PROJECT), "token_uri": emulator.url + "/token"}
+
+
+def sa_tokens(emulator, **kw) -> ServiceAccountTokens:
+    return ServiceAccountTokens(service_account(emulator), token_uri=emulator.url + "/token", **kw)
+
+
 @pytest.fixture()
 def sdk(emulator):
-    """firebase-admin pointed at the emulator (docs/PROVIDERS.md recipe); urllib3 retries off so each
-    call maps exactly one emulator response to the exception the SDK raises for it."""
+    """firebase-admin pointed at the emulator (docs/PROVIDERS.md recipe) with a service-account
+    certificate whose access tokens come from the emulator's OAuth endpoint; urllib3 retries off so
+    each call maps exactly one emulator response to the exception the SDK raises for it."""
     import firebase_admin
-    import google.auth.credentials
     import requests
-    from firebase_admin import messaging
-
-    class StaticCredentials(google.auth.credentials.Credentials):
-        def __init__(self):
-            super().__init__()
-            self.token = "sdk-test-token"
-
-        def refresh(self, request):
-            pass
+    from firebase_admin import credentials, messaging
 
     saved = messaging._MessagingService.FCM_URL
     messaging._MessagingService.FCM_URL = emulator.url + "/v1/projects/{0}/messages:send"
-    app = firebase_admin.initialize_app(StaticCredentials(), {"projectId": PROJECT, "httpTimeout": 10},
+    app = firebase_admin.initialize_app(credentials.Certificate(service_account(emulator)),
+                                        {"projectId": PROJECT, "httpTimeout": 10},
                                         name="sdk-" + secrets.token_hex(4))
     try:
         svc = messaging._get_messaging_service(app)
@@ -67,7 +73,7 @@ def sdk_message(m: Message, *, now: float):
 
 def ours_send(emulator, messages, tokens=None):
     async def run():
-        provider = FcmProvider(PROJECT, tokens or StaticToken("ours-token"),
+        provider = FcmProvider(PROJECT, tokens or sa_tokens(emulator),
                                Pool(emulator.url, client_ssl_context(emulator.ca_file)))
         try:
             return await provider.send(messages)
@@ -152,30 +158,123 @@ def test_encoder_matches_the_sdk_encoder_with_ttl():
 
 
 def test_our_rejected_credentials_fail_loudly_once_not_per_device(emulator):
-    emulator.reject_bearer("revoked")
-
-    class Revoked:
-        refreshed = 0
-
-        async def token(self, *, force=False):
-            self.refreshed += force
-            return "revoked"
-
-    tokens = Revoked()
+    emulator.reject_bearer("*")  # every access token of the project refused (account disabled)
+    tokens = sa_tokens(emulator)
     with pytest.raises(ProviderConfigError, match="rejected the credentials"):
         ours_send(emulator, [msg(f"d{i}") for i in range(5)], tokens=tokens)
-    assert tokens.refreshed == 1  # one refresh for the whole batch, then a loud failure
+    assert tokens.fetched == 2  # one refresh for the whole batch, then a loud failure
+    assert emulator.stats()["counts"]["fcm.unauthenticated"] == 10
 
 
 def test_a_refreshed_token_recovers_a_revoked_one(emulator):
-    emulator.reject_bearer("old")
+    async def run():
+        tokens = sa_tokens(emulator)
+        emulator.reject_bearer(await tokens.token())  # revoked before it expired
+        provider = FcmProvider(PROJECT, tokens, Pool(emulator.url, client_ssl_context(emulator.ca_file)))
+        try:
+            return await provider.send([msg("r1"), msg("r2")]), tokens.fetched
+        finally:
+            await provider.close()
 
-    class Rotating:
-        async def token(self, *, force=False):
-            return "new" if force else "old"
-
-    outcomes = ours_send(emulator, [msg("r1"), msg("r2")], tokens=Rotating())
+    outcomes, fetched = asyncio.run(run())
     assert all(isinstance(o, Delivered) for o in outcomes)
+    assert fetched == 2  # refreshed once for the batch, not per message
+
+
+def test_access_token_is_cached_until_shortly_before_expiry(emulator):
+    """firebase-admin's Certificate fetches a token on every get_access_token(); Notee asks once and
+    reuses it for every message until 5 minutes (or a tenth of its lifetime) before it expires."""
+    now = [time.time()]
+
+    async def run():
+        tokens = sa_tokens(emulator, clock=lambda: now[0])
+        provider = FcmProvider(PROJECT, tokens, Pool(emulator.url, client_ssl_context(emulator.ca_file)))
+        try:
+            for _ in range(3):
+                assert all(isinstance(o, Delivered) for o in await provider.send([msg(_tok()) for _ in range(20)]))
+            first = await tokens.token()
+            now[0] += 3600 - 301  # still more than 5 minutes left: the same token
+            assert await tokens.token() == first and tokens.fetched == 1
+            now[0] += 2  # under 5 minutes left: replaced before it expires
+            assert await tokens.token() != first and tokens.fetched == 2
+        finally:
+            await provider.close()
+
+    asyncio.run(run())
+    assert emulator.stats()["counts"]["oauth.token_issued"] == 2
+
+
+def test_an_expired_access_token_gets_401_and_is_refreshed_once(emulator, sdk):
+    """Realistic FCM: a token past its expiry is refused with 401 UNAUTHENTICATED. Notee's clock here
+    believes the token is still fresh (a suspended VM), so only the 401 can tell it; it refreshes once.
+    firebase-admin, the reference client, sees the same 401 for an expired token."""
+    from firebase_admin import exceptions, messaging
+
+    emulator.realistic(fcm_token_lifetime_s=1)
+    frozen = time.time()
+
+    async def run():
+        tokens = sa_tokens(emulator, clock=lambda: frozen)
+        provider = FcmProvider(PROJECT, tokens, Pool(emulator.url, client_ssl_context(emulator.ca_file)))
+        try:
+            await tokens.token()
+            await asyncio.sleep(1.2)  # the emulator's token expires
+            return await provider.send([msg("e1"), msg("e2")]), tokens.fetched
+        finally:
+            await provider.close()
+
+    outcomes, fetched = asyncio.run(run())
+    assert all(isinstance(o, Delivered) for o in outcomes) and fetched == 2
+    assert emulator.stats()["counts"]["fcm.unauthenticated"] == 2
+
+    emulator.realistic(fcm_token_lifetime_s=3600)
+    assert messaging.send(sdk_message(msg("sdk-1"), now=0), app=sdk)
+    emulator.reject_bearer("*")
+    with pytest.raises(exceptions.UnauthenticatedError):
+        messaging.send(sdk_message(msg("sdk-2"), now=0), app=sdk)
+
+
+def test_project_quota_answers_429_with_retry_after(emulator, sdk):
+    from firebase_admin import messaging
+
+    emulator.realistic(fcm_quota_per_minute=5, minute_s=30)
+    outcomes = ours_send(emulator, [msg(_tok()) for _ in range(8)])
+    assert sum(isinstance(o, Delivered) for o in outcomes) == 5
+    limited = [o for o in outcomes if not isinstance(o, Delivered)]
+    assert len(limited) == 3 and all(o.reason == "QUOTA_EXCEEDED" and 0 < o.seconds <= 30 for o in limited)
+    with pytest.raises(messaging.QuotaExceededError) as err:
+        messaging.send(sdk_message(msg(_tok()), now=0), app=sdk)
+    assert 0 < int(err.value.http_response.headers["Retry-After"]) <= 30
+
+
+def test_per_device_rate_limit(emulator, sdk):
+    from firebase_admin import messaging
+
+    emulator.realistic(device_per_minute=2, minute_s=30)
+    busy = _tok()
+    outcomes = ours_send(emulator, [msg(busy) for _ in range(3)] + [msg(_tok())])
+    assert [type(o).__name__ for o in outcomes] == ["Delivered", "Delivered", "RetryAfter", "Delivered"]
+    assert outcomes[2].reason == "QUOTA_EXCEEDED" and outcomes[2].seconds is None
+    with pytest.raises(messaging.QuotaExceededError):
+        messaging.send(sdk_message(msg(busy), now=0), app=sdk)
+
+
+def test_payload_over_4096_bytes_is_refused_with_fcms_error_body(emulator, sdk):
+    from firebase_admin import exceptions, messaging
+
+    big = msg(_tok(), data={"blob": "x" * 4100})
+    [outcome] = ours_send(emulator, [big])
+    assert outcome == Failed("INVALID_ARGUMENT: Request contains an invalid argument.")
+    with pytest.raises(exceptions.InvalidArgumentError) as err:
+        messaging.send(sdk_message(big, now=0), app=sdk)
+    details = err.value.http_response.json()["error"]["details"]
+    assert {"field": "message", "description": "Message is too big"} in details[1]["fieldViolations"]
+    fits = msg(_tok(), data={"blob": "x" * 3900})
+    assert isinstance(ours_send(emulator, [fits])[0], Delivered)
+
+
+def _tok() -> str:
+    return "tok-" + secrets.token_hex(8)
 
 
 def test_transport_failure_is_retryable():
@@ -227,7 +326,7 @@ def test_classify_fcm(status, body, retry_after, expected):
 def test_pool_reopens_a_dropped_connection_and_flow_control_handles_large_bodies(emulator):
     async def run():
         pool = Pool(emulator.url, client_ssl_context(emulator.ca_file))
-        provider = FcmProvider(PROJECT, StaticToken(), pool)
+        provider = FcmProvider(PROJECT, sa_tokens(emulator), pool)
         try:
             first = await provider.send([msg("p1")])
             await pool._conns[0].close()  # as if the server had sent GOAWAY and closed
@@ -247,7 +346,7 @@ def test_a_slow_provider_times_out_as_retryable(emulator):
     emulator.latency(500)
 
     async def run():
-        provider = FcmProvider(PROJECT, StaticToken(), Pool(emulator.url, client_ssl_context(emulator.ca_file)),
+        provider = FcmProvider(PROJECT, sa_tokens(emulator), Pool(emulator.url, client_ssl_context(emulator.ca_file)),
                                timeout=0.1)
         try:
             return await provider.send([msg("slow1"), msg("slow2")])
@@ -273,7 +372,7 @@ def test_spliced_page_bodies_equal_the_full_encoding():
 def test_a_batch_larger_than_the_stream_limit_and_a_dropped_connection(emulator):
     async def run():
         pool = Pool(emulator.url, client_ssl_context(emulator.ca_file), max_streams=10)
-        provider = FcmProvider(PROJECT, StaticToken(), pool)
+        provider = FcmProvider(PROJECT, sa_tokens(emulator), pool)
         try:
             many = await provider.send([msg(f"many{i}") for i in range(250)])  # 25 rounds of 10 streams
             conn = pool._conns[0]

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
+import math
+import os
 import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
+
+from notee.emulator.peer import PeerRules, PeerServer, PeerStats, server_ssl_context
 
 # errorCode -> (HTTP status, google.rpc status, message); messages as FCM sends them.
 FCM_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -52,6 +57,27 @@ class Fault:
 
 
 @dataclass
+class Realism:
+    """How closely the emulator behaves like FCM and APNs (``notee emulator --realistic``; every
+    switch can be changed through ``POST /_emu/realistic``). Off: any bearer is accepted and
+    there are no rate limits, so wire-format tests stay simple."""
+
+    enabled: bool = False
+    fcm_auth: bool = True  # FCM accepts only access tokens issued by POST /token, until they expire
+    fcm_token_lifetime_s: float = 3600.0
+    fcm_quota_per_minute: int = 600_000  # per project (FCM's default quota)
+    device_per_minute: int = 240  # per device token and API (FCM: 240 a minute to one device)
+    minute_s: float = 60.0  # the length of an emulated "minute", to scale the limits for tests
+    apns_token_update_min_s: float = 1200.0  # a connection may change its provider token this often
+
+    def update(self, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if key not in self.__dataclass_fields__:
+                raise KeyError(key)
+            setattr(self, key, type(getattr(self, key))(value))
+
+
+@dataclass
 class State:
     fcm_tokens: dict[str, str] = field(default_factory=dict)  # token -> FCM errorCode
     apns_tokens: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
@@ -64,6 +90,24 @@ class State:
     last: dict[str, dict[str, Any]] = field(default_factory=dict)  # token -> last request seen
     jwt_iat: dict[bytes, int | None] = field(default_factory=dict)
     seq: int = 0
+    realism: Realism = field(default_factory=lambda: Realism(enabled=LAUNCH_REALISTIC))
+    issued: dict[str, float] = field(default_factory=dict)  # FCM access token -> expiry (epoch s)
+    windows: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (minute, count)
+    conn_tokens: dict[Any, tuple[bytes, float]] = field(default_factory=dict)  # connection -> (JWT, since)
+
+    def over_limit(self, key: tuple[str, str], limit: int, now: float) -> float | None:
+        """Count one request against ``limit`` per emulated minute; seconds until the window ends
+        when the limit is exceeded, else None."""
+        minute_s = self.realism.minute_s
+        window = int(now // minute_s)
+        current, count = self.windows.get(key, (window, 0))
+        if current != window:
+            count = 0
+        if count >= limit:
+            self.windows[key] = (window, count)
+            return (window + 1) * minute_s - now
+        self.windows[key] = (window, count + 1)
+        return None
 
     def take_fault(self, api: str, token: str) -> Fault | None:
         for fault in self.faults:
@@ -73,7 +117,9 @@ class State:
         return None
 
 
+LAUNCH_REALISTIC = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
 STATE = State()  # the single worker's state; reset through POST /_emu/reset
+PEER: PeerServer | None = None  # the APNs port's HTTP/2 server, in realistic mode
 
 
 async def app(scope, receive, send) -> None:
@@ -81,6 +127,7 @@ async def app(scope, receive, send) -> None:
         while True:
             event = await receive()
             if event["type"] == "lifespan.startup":
+                await _start_peer()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
@@ -100,6 +147,18 @@ async def app(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": out})
 
 
+async def _start_peer() -> None:
+    """In realistic mode, serve APNs on its own port through the emulator's h2 server (one stream
+    until the first valid request, then a limit; GOAWAY), in this worker's loop and on this STATE."""
+    global PEER
+    port = os.environ.get("NOTEE_EMULATOR_APNS_PORT")
+    if not LAUNCH_REALISTIC or not port:
+        return
+    PEER = PeerServer(lambda scope, body: handle(STATE, scope, body))
+    ssl_context = server_ssl_context(os.environ["NOTEE_EMULATOR_TLS_CERT"], os.environ["NOTEE_EMULATOR_TLS_KEY"])
+    await PEER.start(os.environ.get("NOTEE_EMULATOR_APNS_HOST", "127.0.0.1"), int(port), ssl_context)
+
+
 def handle(state: State, scope: dict[str, Any], body: bytes) -> Response:
     """Answer one request (granian's ASGI app and the emulator's own HTTP/2 server both call this)."""
     path: str = scope["path"]
@@ -109,6 +168,8 @@ def handle(state: State, scope: dict[str, Any], body: bytes) -> Response:
         return fcm(state, scope, path[13:-14], body)
     if path.startswith("/_emu/"):
         return control(state, scope["method"], path[6:], scope.get("query_string", b""), body)
+    if path == "/token" and scope["method"] == "POST":
+        return oauth_token(state, body)
     return 404, _JSON, b'{"reason":"BadPath"}'
 
 
@@ -126,6 +187,43 @@ def fcm_error(code: str, retry_after: str | None = None, *, status: int | None =
     return status or http, headers, json.dumps({"error": error}, indent=2).encode()
 
 
+def _fcm_payload_size(message: dict[str, Any]) -> int:
+    """FCM's 4,096-byte limit counts the message's payload (notification and data), not the token
+    or the request envelope."""
+    payload = {k: message[k] for k in ("notification", "data") if k in message}
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def fcm_too_big() -> Response:
+    """What FCM answers for a payload over 4,096 bytes."""
+    error = {"code": 400, "message": "Request contains an invalid argument.", "status": "INVALID_ARGUMENT",
+             "details": [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
+                          "errorCode": "INVALID_ARGUMENT"},
+                         {"@type": "type.googleapis.com/google.rpc.BadRequest",
+                          "fieldViolations": [{"field": "message", "description": "Message is too big"}]}]}
+    return 400, list(_JSON), json.dumps({"error": error}, indent=2).encode()
+
+
+def oauth_token(state: State, body: bytes) -> Response:
+    """Google's OAuth 2.0 token endpoint as a service account uses it (``token_uri``): a JWT-bearer
+    grant in, an access token that expires after ``fcm_token_lifetime_s`` out. The assertion's
+    signature is not checked (the emulator does not hold the accounts' public keys)."""
+    from urllib.parse import parse_qsl
+
+    form = dict(parse_qsl(body.decode(errors="replace")))
+    if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or _jwt_claims(
+            form.get("assertion", "").encode()) is None:
+        return 400, list(_JSON), json.dumps({"error": "invalid_grant", "error_description": "Invalid JWT."}).encode()
+    token = "ya29.emu-" + uuid.uuid4().hex
+    lifetime = state.realism.fcm_token_lifetime_s
+    if len(state.issued) > 10_000:
+        state.issued = {t: e for t, e in state.issued.items() if e > time.time()}
+    state.issued[token] = time.time() + lifetime
+    state.counts["oauth.token_issued"] += 1
+    return 200, list(_JSON), json.dumps({"access_token": token, "expires_in": int(lifetime),
+                                         "token_type": "Bearer"}).encode()
+
+
 def _bare_error(status: int, rpc: str, message: str):
     return status, _JSON, json.dumps({"error": {"code": status, "message": message, "status": rpc}}, indent=2).encode()
 
@@ -134,7 +232,11 @@ def fcm(state: State, scope, project: str, body: bytes):
     state.counts["fcm.recv"] += 1
     headers = dict(scope["headers"])
     auth = headers.get(b"authorization", b"")
-    if not auth.startswith(b"Bearer ") or auth[7:].decode() in state.rejected_bearers:
+    realism = state.realism
+    now = time.time()
+    bearer = auth[7:].decode()
+    if (not auth.startswith(b"Bearer ") or bearer in state.rejected_bearers or "*" in state.rejected_bearers
+            or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)):
         state.counts["fcm.unauthenticated"] += 1
         return _bare_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. "
                            "Expected OAuth 2 access token, login cookie or other valid authentication credential.")
@@ -146,6 +248,14 @@ def fcm(state: State, scope, project: str, body: bytes):
     if len(targets) != 1 or not isinstance(targets[0], str):
         return _bare_error(400, "INVALID_ARGUMENT", "Request contains an invalid argument.")
     token = targets[0]
+    if realism.enabled:
+        wait = state.over_limit(("fcm-project", project), realism.fcm_quota_per_minute, now)
+        if wait is not None:
+            state.counts["fcm.quota_exceeded"] += 1
+            return fcm_error("QUOTA_EXCEEDED", str(max(1, math.ceil(wait))))
+        if state.over_limit(("fcm-device", token), realism.device_per_minute, now) is not None:
+            state.counts["fcm.device_rate"] += 1
+            return fcm_error("QUOTA_EXCEEDED", message="Device message rate exceeded.")
     state.attempts[token] += 1
     if len(state.last) < _LAST_REQUESTS_MAX or token in state.last:
         state.last[token] = {"api": "fcm", "path": scope["path"], "body": message,
@@ -160,8 +270,8 @@ def fcm(state: State, scope, project: str, body: bytes):
     if code:
         state.counts["fcm.error"] += 1
         return fcm_error(code)
-    if len(body) > FCM_PAYLOAD_LIMIT + 512:  # the 4 KB limit applies to the message, not the envelope
-        return fcm_error("INVALID_ARGUMENT", message="Message is too big", details=True)
+    if _fcm_payload_size(message) > FCM_PAYLOAD_LIMIT:
+        return fcm_too_big()
     state.counts["fcm.ok"] += 1
     state.delivered["fcm"][token] += 1
     state.seq += 1
@@ -170,6 +280,16 @@ def fcm(state: State, scope, project: str, body: bytes):
 
 
 # --- APNs ---------------------------------------------------------------------------------------
+
+def _jwt_claims(raw: bytes) -> dict[str, Any] | None:
+    try:
+        head, claims, _sig = raw.split(b".")
+        json.loads(base64.urlsafe_b64decode(head + b"=" * (-len(head) % 4)))
+        payload = json.loads(base64.urlsafe_b64decode(claims + b"=" * (-len(claims) % 4)))
+        return payload if isinstance(payload, dict) else None
+    except (ValueError, TypeError):
+        return None
+
 
 def _jwt_iat(raw: bytes) -> int | None:
     """``iat`` of an ES256 provider JWT, or None if it is not one. The signature is not checked:
@@ -207,10 +327,25 @@ def apns(state: State, scope, token: str, body: bytes):
     iat = state.jwt_iat[raw]
     if iat is None or raw.decode() in state.rejected_bearers:
         return _apns_out(403, "InvalidProviderToken", apns_id)
-    if time.time() - iat > JWT_MAX_AGE_S:
+    now = time.time()
+    if now - iat > JWT_MAX_AGE_S:
         return _apns_out(403, "ExpiredProviderToken", apns_id)
+    realism = state.realism
+    if realism.enabled:
+        conn = scope.get("client")
+        current = state.conn_tokens.get(conn)
+        if current is None:
+            state.conn_tokens[conn] = (raw, now)
+        elif current[0] != raw:
+            if now - current[1] < realism.apns_token_update_min_s:
+                state.counts["apns.token_updates_refused"] += 1
+                return _apns_out(429, "TooManyProviderTokenUpdates", apns_id)
+            state.conn_tokens[conn] = (raw, now)
     if not headers.get(b"apns-topic"):
         return _apns_out(400, "MissingTopic", apns_id)
+    if realism.enabled and state.over_limit(("apns-device", token), realism.device_per_minute, now) is not None:
+        state.counts["apns.device_rate"] += 1
+        return _apns_out(429, "TooManyRequests", apns_id)
     state.attempts[token] += 1
     if len(state.last) < _LAST_REQUESTS_MAX or token in state.last:
         state.last[token] = {"api": "apns", "path": scope["path"], "body": json.loads(body or b"null"),
@@ -246,7 +381,14 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
     try:
         req = json.loads(body) if body else {}
         if method == "GET" and path == "stats":
+            peer = None
+            if PEER is not None:
+                st = PEER.stats
+                peer = {"connections": st.connections, "goaways": st.goaways, "protocol_errors": st.protocol_errors,
+                        "max_open": st.max_open, "ignored_after_goaway": st.ignored_after_goaway,
+                        "live": len(st.live), "rules": dataclasses.asdict(PEER.rules)}
             return _ok({"counts": dict(state.counts), "faults": [f.__dict__ for f in state.faults],
+                        "realism": dataclasses.asdict(state.realism), "apns_peer": peer,
                         "latency_ms": state.latency_s * 1000,
                         "delivered": {api: sum(c.values()) for api, c in state.delivered.items()}})
         if method == "GET" and path == "deliveries":
@@ -257,8 +399,30 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
             token = _query(query).get("token", "")
             return _ok(state.last.get(token)) if token in state.last else _ok({"error": "no request"}, 404)
         if method == "POST" and path == "reset":
+            issued = STATE.issued  # access tokens stay valid, as a real token outlives a test
             STATE.__init__()  # keep the same object: the app reads it per request
+            STATE.issued = issued
+            if PEER is not None:
+                PEER.rules = PeerRules()
+                PEER.stats = PeerStats(live=PEER.stats.live)  # counters restart; open connections stay
             return _ok()
+        if method == "POST" and path == "realistic":
+            peer_keys = {"apns_first_streams": "first_streams", "apns_max_streams": "max_streams",
+                         "apns_goaway_after": "goaway_after"}
+            state.realism.update({k: v for k, v in req.items() if k not in peer_keys})
+            for key, attr in peer_keys.items():
+                if key in req:
+                    if PEER is None:
+                        return _ok({"error": f"{key} needs `notee emulator --realistic` (its APNs port)"}, 400)
+                    if attr == "max_streams":
+                        PEER.lower_limit(int(req[key]))  # sent at once to the open connections
+                    else:
+                        setattr(PEER.rules, attr, int(req[key]))
+            return _ok({"realism": dataclasses.asdict(state.realism)})
+        if method == "POST" and path == "apns/goaway":
+            if PEER is None:
+                return _ok({"error": "GOAWAY needs `notee emulator --realistic` (its APNs port)"}, 400)
+            return _ok({"connections": PEER.goaway_all()})
         if method == "POST" and path == "fcm/tokens":
             for code, tokens in req.items():
                 if code not in FCM_ERRORS:

@@ -38,14 +38,46 @@ class EmulatorControl:
     ca_file: str
     http: httpx.Client
     pid: int = 0  # of the process, when this module started it
+    apns_url: str | None = None  # the APNs port of a realistic emulator
 
     def _post(self, path: str, body: dict[str, Any]) -> None:
         self.http.post(f"/_emu/{path}", json=body).raise_for_status()
 
     def env(self) -> dict[str, str]:
         """Environment that points Notee and the SDKs' HTTP clients at this emulator."""
-        return {"SSL_CERT_FILE": self.ca_file, "REQUESTS_CA_BUNDLE": self.ca_file, "NO_PROXY": "127.0.0.1,localhost",
-                "NOTEE_EMULATOR_URL": self.url, "NOTEE_EMULATOR_CA_FILE": self.ca_file}
+        env = {"SSL_CERT_FILE": self.ca_file, "REQUESTS_CA_BUNDLE": self.ca_file, "NO_PROXY": "127.0.0.1,localhost",
+               "NOTEE_EMULATOR_URL": self.url, "NOTEE_EMULATOR_CA_FILE": self.ca_file}
+        if self.apns_url:
+            env["NOTEE_EMULATOR_APNS_URL"] = self.apns_url
+        return env
+
+    def realistic(self, **switches: Any) -> dict[str, Any]:
+        """Change how real the emulator is (``notee.emulator.app.Realism`` fields, plus
+        apns_first_streams / apns_max_streams / apns_goaway_after on a realistic emulator)."""
+        r = self.http.post("/_emu/realistic", json=switches)
+        r.raise_for_status()
+        return r.json()
+
+    def access_token(self) -> str:
+        """An FCM access token from the emulator's OAuth endpoint (what a service account's
+        token_uri returns), for a test client that is not a service account."""
+        import base64
+        import json
+
+        def part(obj: dict[str, Any]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+        assertion = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'iss': 'test@emulator', 'iat': int(time.time())})}.x"
+        r = self.http.post("/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                                           "assertion": assertion})
+        r.raise_for_status()
+        return str(r.json()["access_token"])
+
+    def apns_goaway(self) -> int:
+        """GOAWAY on every open APNs connection now; returns how many."""
+        r = self.http.post("/_emu/apns/goaway", json={})
+        r.raise_for_status()
+        return int(r.json()["connections"])
 
     def reset(self) -> None:
         self._post("reset", {})
@@ -97,13 +129,20 @@ def attach(url: str, ca_file: str) -> EmulatorControl:
 
 
 @contextmanager
-def local_emulator(timeout_s: float = 30) -> Iterator[EmulatorControl]:
-    """Start ``notee emulator`` on a free loopback port with a fresh test CA; stop it on exit."""
+def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterator[EmulatorControl]:
+    """Start ``notee emulator`` on a free loopback port with a fresh test CA; stop it on exit.
+    ``realistic``: ``notee emulator --realistic`` with APNs on a second free port."""
     state_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))
     port = free_port()
     url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
-    proc = subprocess.Popen([sys.executable, "-m", "notee", "emulator", "--host", "127.0.0.1", "--port", str(port),
-                             "--state-dir", str(state_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = [sys.executable, "-m", "notee", "emulator", "--host", "127.0.0.1", "--port", str(port),
+            "--state-dir", str(state_dir)]
+    apns_url = None
+    if realistic:
+        apns_port = free_port()
+        apns_url = f"https://localhost:{apns_port}"
+        args += ["--realistic", "--apns-port", str(apns_port)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = None
     try:
         deadline = time.monotonic() + timeout_s
@@ -120,7 +159,7 @@ def local_emulator(timeout_s: float = 30) -> Iterator[EmulatorControl]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"emulator did not answer within {timeout_s} s")
             time.sleep(0.1)
-        yield EmulatorControl(url, ca_file, client, proc.pid)
+        yield EmulatorControl(url, ca_file, client, proc.pid, apns_url)
     finally:
         if client is not None:
             client.close()

@@ -73,11 +73,13 @@ class _PeerConnection(asyncio.Protocol):
         self.goaway_last: int | None = None  # set once GOAWAY is sent
         self.highest_answered = 0
         self.answering = 0
+        self.client: Any = None
 
     # -- asyncio ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # granian's worker loop may be uvloop, whose transports do not subclass asyncio.Transport
+        self.transport = transport  # type: ignore[assignment]
+        self.client = transport.get_extra_info("peername")  # identifies the connection to the handler
         self.server.stats.connections += 1
         self.server.stats.live.add(self)
         self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
@@ -147,7 +149,8 @@ class _PeerConnection(asyncio.Protocol):
         path = pseudo.get(b":path", b"/").decode()
         path, _, query = path.partition("?")
         scope = {"type": "http", "method": pseudo.get(b":method", b"GET").decode(), "path": path,
-                 "query_string": query.encode(), "headers": [(k, v) for k, v in headers if not k.startswith(b":")]}
+                 "query_string": query.encode(), "headers": [(k, v) for k, v in headers if not k.startswith(b":")],
+                 "client": self.client}
         status, out_headers, out = self.server.handle(scope, bytes(body))
         self.conn.send_headers(stream_id, [(b":status", str(status).encode()), *out_headers], end_stream=not out)
         if out:

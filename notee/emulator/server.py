@@ -6,19 +6,34 @@ One port serves HTTP/2 (with or without ALPN: aioapns sends none) and HTTP/1.1 (
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces
+from granian.http import HTTP2Settings
 
 from notee.emulator.tls import TlsFiles, ensure_tls
 
 log = logging.getLogger(__name__)
 
 
-def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None) -> None:
-    """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
+def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None, realistic: bool = False,
+          apns_port: int | None = None) -> None:
+    """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
+
+    ``realistic``: behave like the real services (``notee.emulator.app.Realism``); FCM's port
+    advertises 100 concurrent streams like Google's front ends, and APNs is served on
+    ``apns_port`` by the emulator's own HTTP/2 server (``notee.emulator.peer``: one stream until the
+    first valid request, then 1000; GOAWAY), because granian cannot change a connection's limit or
+    send GOAWAY on demand."""
     files: TlsFiles = ensure_tls(state_dir, [host])
+    if realistic:
+        # read by the ASGI worker (notee.emulator.app) at start-up; granian's worker inherits them
+        os.environ.update({"NOTEE_EMULATOR_REALISTIC": "1", "NOTEE_EMULATOR_APNS_HOST": host,
+                           "NOTEE_EMULATOR_APNS_PORT": str(apns_port or port + 1),
+                           "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
+                           "NOTEE_EMULATOR_TLS_KEY": str(files.server_key)})
     if on_ready:
         on_ready(files)
     Granian(
@@ -32,4 +47,5 @@ def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None) -> None
         ssl_key=files.server_key,
         log_level="warning",
         backpressure=4096,
+        http2_settings=HTTP2Settings(max_concurrent_streams=100) if realistic else None,
     ).serve()

@@ -4,18 +4,26 @@ every service goes there, over the same senders and wire protocol as production,
 
 from __future__ import annotations
 
+from typing import Any
+
 from notee.providers.apns import ApnsJwt, ApnsProvider
-from notee.providers.fcm import FcmProvider, StaticToken
+from notee.providers.fcm import FcmProvider, ServiceAccountTokens, emulator_service_account
 from notee.providers.http2 import Pool
 
 
-def emulator_fcm(service: str, project_id: str | None, pool: Pool) -> FcmProvider:
-    # The emulator accepts any bearer, so no OAuth round trip; the project keeps its real id when
-    # the service has one, so staging logs read like production.
-    return FcmProvider(project_id or f"notee-{service.lower()}", StaticToken(), pool)
+def emulator_fcm(service: str, fcm_credentials: Any, pool: Pool, emulator_url: str) -> FcmProvider:
+    """FCM through the emulator. Access tokens come from the emulator's OAuth endpoint: with the
+    service's own service account when it has one (only its token_uri changes), else with a
+    throwaway account, so the token path (expiry, refresh on 401) is the production one."""
+    token_uri = emulator_url.rstrip("/") + "/token"
+    if fcm_credentials is not None:
+        tokens = ServiceAccountTokens(fcm_credentials.service_account, token_uri=token_uri)
+        return FcmProvider(fcm_credentials.project_id, tokens, pool)
+    # the project keeps a recognisable name, so staging logs read like production
+    project = f"notee-{service.lower()}"
+    return FcmProvider(project, ServiceAccountTokens(emulator_service_account(project), token_uri=token_uri), pool)
 
 
-def emulator_apns(apns_credentials, pool: Pool) -> ApnsProvider:
+def emulator_apns(apns_credentials: Any, token: ApnsJwt, pool: Pool) -> ApnsProvider:
     # The real key signs the JWT, so a broken key fails on staging exactly as it would in production.
-    c = apns_credentials
-    return ApnsProvider(c.bundle_id, ApnsJwt(c.private_key, c.key_id, c.team_id), pool)
+    return ApnsProvider(apns_credentials.bundle_id, token, pool)

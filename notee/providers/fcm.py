@@ -1,7 +1,7 @@
 """FCM HTTP v1 provider: one POST per message over Notee's lean HTTP/2 client.
 
-firebase-admin is used for what it does well, credentials (google-auth service-account tokens,
-cached until near expiry) and the reference message model; the transport is ours because the
+firebase-admin is used for what it does well, credentials (its service-account ``Certificate``
+issues the OAuth access tokens, cached here until near expiry) and the reference message model; the transport is ours because the
 SDK's senders cost ~2,400 µs CPU per message (docs/PROVIDERS.md). tests/test_providers_fcm.py
 shows our request bodies equal the SDK's encoding and our classification matches the exception
 the SDK raises for the same emulator response.
@@ -15,10 +15,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timezone
+from typing import Any, Protocol
 
-from notee.errors import ProviderConfigError
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import Pool, TransportError
 from notee.providers.retry import parse_retry_after
@@ -26,7 +30,6 @@ from notee.providers.retry import parse_retry_after
 log = logging.getLogger(__name__)
 
 FCM_URL = "https://fcm.googleapis.com"
-SCOPES = ["https://www.googleapis.com/auth/firebase.messaging"]
 _FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 # "For both message types, the maximum payload is 4096 bytes" -- the notification and data content,
 # not the token or the platform blocks: https://firebase.google.com/docs/cloud-messaging/concept-options
@@ -136,49 +139,93 @@ def _encode(m: Message) -> bytes:
 
 
 class ServiceAccountTokens:
-    """OAuth2 access tokens of one service account, cached until 5 minutes before expiry."""
+    """OAuth 2.0 access tokens of one service account, through firebase-admin's credentials
+    (``credentials.Certificate(...).get_access_token()``), cached until shortly before they expire
+    (5 minutes, or a tenth of the lifetime for short-lived tokens): one token request per hour per
+    service account, none per message.
 
-    def __init__(self, service_account: dict[str, Any]) -> None:
-        # deferred: google-auth (and requests) add ~0.2 s to every process start; log-only and emulator setups never use it
-        from google.oauth2 import service_account as sa
+    ``token_uri`` overrides the account's token endpoint (the emulator's ``/token``)."""
 
+    def __init__(self, service_account: dict[str, Any], *, token_uri: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        # deferred: firebase-admin's credentials load google-auth and requests (~0.2 s per process start); processes that never send FCM do not need them
+        from firebase_admin import credentials
+
+        info = dict(service_account)
+        if token_uri:
+            info["token_uri"] = token_uri
         try:
-            self._creds = sa.Credentials.from_service_account_info(service_account, scopes=SCOPES)
-        except (ValueError, KeyError) as exc:
+            self._cert = credentials.Certificate(info)
+        except (ValueError, KeyError, TypeError) as exc:
             raise ProviderConfigError("FCM service-account JSON is not usable") from exc
+        self._clock = clock
+        self._token = ""
+        self._refresh_at = 0.0
         self._lock = asyncio.Lock()
+        self.fetched = 0  # token requests made, for tests and logs
 
-    async def token(self, *, force: bool = False) -> str:
-        c = self._creds
-        if not force and c.token and c.expiry and (c.expiry.timestamp() - time.time()) > 300:
-            return c.token
+    async def token(self, *, force: bool = False, stale: str | None = None) -> str:
+        """The current access token. ``force``: FCM refused it (401): fetch a new one, unless
+        another send already replaced ``stale`` meanwhile."""
+        if not force and self._token and self._clock() < self._refresh_at:
+            return self._token
         async with self._lock:
-            if force or not c.token or not c.expiry or (c.expiry.timestamp() - time.time()) <= 300:
-                # deferred: google-auth (and requests) add ~0.2 s to every process start (see __init__)
-                from google.auth.exceptions import GoogleAuthError
-                from google.auth.transport.requests import Request
+            if force and stale is not None and self._token and self._token != stale:
+                return self._token  # refreshed by a concurrent batch already
+            if force or not self._token or self._clock() >= self._refresh_at:
+                await self._fetch()
+            return self._token
 
-                try:
-                    await asyncio.to_thread(c.refresh, Request())
-                except GoogleAuthError as exc:
-                    raise ProviderConfigError("FCM access token could not be obtained for the service account") from exc
-            return c.token
+    async def _fetch(self) -> None:
+        try:
+            info = await asyncio.to_thread(self._cert.get_access_token)
+        except Exception as exc:  # google-auth's errors; firebase-admin does not wrap them
+            if type(exc).__name__ == "TransportError":  # the token endpoint could not be reached
+                raise ProviderUnavailable("the OAuth token endpoint of the FCM service account is unreachable") from exc
+            raise ProviderConfigError("FCM access token could not be obtained for the service account") from exc
+        self.fetched += 1
+        now = self._clock()
+        expiry = info.expiry.replace(tzinfo=timezone.utc).timestamp() if info.expiry else now + 3600
+        lifetime = max(0.0, expiry - now)
+        self._token = info.access_token
+        self._refresh_at = expiry - min(300.0, lifetime / 10)
+
+
+def emulator_service_account(project_id: str) -> dict[str, Any]:
+    """A throwaway service account for a service that has no FCM credentials while every push goes
+    to the emulator: its tokens come from the emulator's token endpoint like a real account's from
+    Google's, so the same token path runs. One RSA key per process."""
+    global _EMULATOR_KEY
+    if _EMULATOR_KEY is None:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _EMULATOR_KEY = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()).decode()
+    return {"type": "service_account", "project_id": project_id, "private_key_id": "notee-emulator",
+            "private_key": _EMULATOR_KEY, "client_email": f"notee-emulator@{project_id}.iam.gserviceaccount.com",
+            "client_id": "0", "token_uri": "https://oauth2.googleapis.com/token"}
+
+
+_EMULATOR_KEY: str | None = None
 
 
 class StaticToken:
-    """A fixed bearer token (the emulator accepts any)."""
+    """A fixed bearer token (a non-realistic emulator accepts any)."""
 
     def __init__(self, token: str = "notee-emulator") -> None:
         self._token = token
 
-    async def token(self, *, force: bool = False) -> str:
+    async def token(self, *, force: bool = False, stale: str | None = None) -> str:
         return self._token
+
+
+class AccessTokens(Protocol):
+    async def token(self, *, force: bool = False, stale: str | None = None) -> str: ...
 
 
 class FcmProvider:
     name = "fcm"
 
-    def __init__(self, project_id: str, tokens, pool: Pool, *, timeout: float = 30.0) -> None:
+    def __init__(self, project_id: str, tokens: AccessTokens, pool: Pool, *, timeout: float = 30.0) -> None:
         if not project_id:
             raise ProviderConfigError("FCM credentials have no project_id")
         self.project_id = project_id
@@ -205,11 +252,11 @@ class FcmProvider:
         return out
 
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
-        bearer = b"Bearer " + (await self._tokens.token()).encode()
-        results = await self._send(messages, bearer)
+        token = await self._tokens.token()
+        results = await self._send(messages, b"Bearer " + token.encode())
         rejected = [i for i, r in enumerate(results) if isinstance(r, AuthRejected)]
-        if rejected:  # the token may have been revoked early: refresh once and resend only those
-            bearer = b"Bearer " + (await self._tokens.token(force=True)).encode()
+        if rejected:  # expired or revoked early: refresh once and resend only those
+            bearer = b"Bearer " + (await self._tokens.token(force=True, stale=token)).encode()
             again = await self._send([messages[i] for i in rejected], bearer)
             if any(isinstance(r, AuthRejected) for r in again):
                 raise ProviderConfigError(f"FCM rejected the credentials of project {self.project_id} (HTTP 401)")

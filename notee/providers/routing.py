@@ -26,7 +26,7 @@ from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
 from notee.providers.http2 import Pool, client_ssl_context
 from notee.providers.log import LogProvider
 from notee.settings import Settings
-from notee.vocabulary import ProviderCredentials
+from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,18 @@ def _fingerprint(credentials: ProviderCredentials | None) -> str:
 
 
 class ProviderSet:
-    """The process's providers. Build inside the event loop that sends; ``close()`` at shutdown."""
+    """The process's providers. Build inside the event loop that sends; ``close()`` at shutdown.
+
+    FCM: one pool per origin, shared by every service (the bearer is per request). APNs: one pool
+    and one provider token per signing key (team_id, key_id): APNs ties a connection to the key of
+    its first token and refuses a connection that changes tokens too often
+    (TooManyProviderTokenUpdates), so services with different keys never share a connection, and
+    services sharing a key share its connections and its JWT."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._pools: dict[str, Pool] = {}
+        self._pools: dict[tuple[str, ...], Pool] = {}
+        self._apns_tokens: dict[tuple[str, str, str], ApnsJwt] = {}
         self._services: dict[str, tuple[str, ServiceProviders]] = {}
         self._ssl = None
         self._dry_run: dict[str, ServiceProviders] = {}
@@ -87,15 +94,27 @@ class ProviderSet:
             self._dry_run[service] = ServiceProviders(fcm=logger, apns=logger)
         return self._dry_run[service]
 
-    def _pool(self, url: str) -> Pool:
-        if url not in self._pools:
+    def _pool(self, url: str, *key: str) -> Pool:
+        """The pool of ``url`` (FCM), or of ``url`` and one APNs signing key."""
+        pool_key = (url, *key)
+        if pool_key not in self._pools:
             if self._ssl is None:
                 self._ssl = client_ssl_context(self.settings.emulator_ca_file if self.settings.emulator_url else None)
             # settings.fanout_send_concurrency requests in flight per origin, at most 100 streams per
-            # HTTP/2 connection (the common server limit): 200 -> 2 connections of 100.
+            # HTTP/2 connection (the common server limit): 200 -> 2 connections of 100. Servers that
+            # advertise less are obeyed (providers/http2.py).
             concurrency = self.settings.fanout_send_concurrency
-            self._pools[url] = Pool(url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100))
-        return self._pools[url]
+            self._pools[pool_key] = Pool(url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100))
+        return self._pools[pool_key]
+
+    def _apns_key(self, url: str, c: ApnsCredentials) -> tuple[ApnsJwt, Pool]:
+        """The provider token and the pool of one APNs signing key."""
+        fingerprint = hashlib.sha256(c.private_key.encode()).hexdigest()[:16]
+        key = (c.team_id, c.key_id, fingerprint)
+        token = self._apns_tokens.get(key)
+        if token is None:
+            token = self._apns_tokens[key] = ApnsJwt(c.private_key, c.key_id, c.team_id)
+        return token, self._pool(url, *key)
 
     def for_service(self, service: str, credentials: ProviderCredentials | None) -> ServiceProviders:
         """Providers of ``service`` given its decrypted credentials, which the caller loaded (the
@@ -107,21 +126,23 @@ class ProviderSet:
         fcm_c = credentials.fcm if credentials is not None else None
         apns_c = credentials.apns if credentials is not None else None
         if self.settings.emulator_url:
-            pool = self._pool(self.settings.emulator_url)
+            url = self.settings.emulator_url
             # A stand-in FCM route for a service without credentials only when the deployment asks for
             # it (make run's embedded emulator); iOS devices then go through it too, as without APNs keys.
             standin = self.settings.emulator_standin
-            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c.project_id if fcm_c else None, pool)
-                                     if fcm_c or standin else None,
-                                     apns=emulator_apns(apns_c, pool) if apns_c else None)
+            apns = None
+            if apns_c:
+                apns = emulator_apns(apns_c, *self._apns_key(self.settings.emulator_apns_url or url, apns_c))
+            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c, self._pool(url), url) if fcm_c or standin
+                                     else None, apns=apns)
         else:
             fcm: Provider | None = None
             if fcm_c:
                 fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
             apns = None
             if apns_c:
-                apns = ApnsProvider(apns_c.bundle_id, ApnsJwt(apns_c.private_key, apns_c.key_id, apns_c.team_id),
-                                    self._pool(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL))
+                apns = ApnsProvider(apns_c.bundle_id,
+                                    *self._apns_key(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL, apns_c))
             built = ServiceProviders(fcm=fcm, apns=apns)
         self._services[service] = (fp, built)
         log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name if built.fcm else "-",
@@ -134,4 +155,5 @@ class ProviderSet:
         self._pools.clear()
         self._services.clear()
         self._dry_run.clear()
+        self._apns_tokens.clear()
 
