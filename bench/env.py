@@ -57,6 +57,6 @@ def emulator(url: str | None = None, ca_file: str | None = None) -> Iterator[Emu
         finally:
             emu.http.close()
         return
-    with local_emulator() as emu:
+    with local_emulator(realistic=True) as emu:  # the emulator behaves like FCM/APNs (issue 13)
         os.environ.update(emu.env())
         yield emu

@@ -66,6 +66,14 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["send_cpu_ratio"] = fig
         attempt(("send_cpu_ratio",), send)
 
+    if want("send_cpu_ratio_apns"):
+        def send_apns() -> None:
+            from bench import send_cpu
+
+            figures["send_cpu_ratio_apns"] = send_cpu.run_apns(emulator, n=sizes["send_messages"],
+                                                               repeats=sizes["send_repeats"])
+        attempt(("send_cpu_ratio_apns",), send_apns)
+
     if want("fanout_ratio", "worker_rss_growth"):
         def fan() -> None:
             from bench import fanout

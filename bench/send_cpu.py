@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import statistics
 import time
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from bench.report import Measure, figure
 
 PROJECT = "notee-bench"
 SERVICE = "BENCH"
-BEARER = "notee-emulator"  # what Notee's emulator wiring sends (providers/fcm.py StaticToken)
+APNS_TOPIC = "com.example.bench"
 IN_FLIGHT = 100  # Notee's pool: one connection, max_streams=100 (providers/routing.py)
 
 
@@ -43,15 +44,37 @@ def _messages(n: int, offset: int = 0):
                     {"kind": "bench", "ref": "12345"}, 3600, "high") for i in range(n)]
 
 
-def _headers() -> list[tuple[bytes, bytes]]:
-    return [(b"authorization", b"Bearer " + BEARER.encode()), (b"content-type", b"application/json"),
+def _apns_messages(n: int, offset: int = 0):
+    from notee.providers.base import Message
+
+    return [Message(f"{offset + i:064x}", "IOS", "Bench title", "A benchmark push body of realistic length.",
+                    {"kind": "bench", "ref": "12345"}, 3600, "high") for i in range(n)]
+
+
+def _apns_credentials():
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from notee.domain.registry import ApnsCredentials, ProviderCredentials
+
+    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return ProviderCredentials(apns=ApnsCredentials("BENCHKEY01", "BENCHTEAM1", APNS_TOPIC, key, True))
+
+
+def _headers(bearer: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", b"Bearer " + bearer.encode()), (b"content-type", b"application/json"),
             (b"x-goog-api-format-version", b"2"), (b"x-firebase-client", b"notee")]
 
 
 # ----------------------------------------------------------------------------------------- bare
 class _BareClient(asyncio.Protocol):
-    def __init__(self, tokens: list[str], body: tuple[bytes, bytes], path: bytes, authority: bytes, in_flight: int,
-                 done: asyncio.Future):
+    """One h2 connection driven by callbacks. Like Notee it opens no stream before the server's
+    first SETTINGS and never more than the server allows (the realistic emulator's APNs port starts
+    at one stream), so it is the leanest *correct* client, not a strawman."""
+
+    def __init__(self, targets: list[str], body: tuple[bytes, bytes], path: tuple[bytes, bytes],
+                 head: list[tuple[bytes, bytes]], in_flight: int, done: asyncio.Future, *, apns_id: bool = False):
         import h2.config
         import h2.connection
 
@@ -60,10 +83,10 @@ class _BareClient(asyncio.Protocol):
         self.conn = h2.connection.H2Connection(config=config)
         encode = self.conn.encoder.encode
         self.conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)
-        self.tokens, self.next, self.in_flight = tokens, 0, in_flight
+        self.targets, self.next, self.in_flight, self.limit = targets, 0, in_flight, 0
         self.prefix, self.suffix = body
-        self.head = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", path), (b":authority", authority),
-                     *_headers()]
+        self.path_prefix, self.path_suffix = path
+        self.head, self.apns_id = head, apns_id
         self.done, self.ok, self.other, self.open = done, 0, 0, 0
         self.status: dict[int, int] = {}
 
@@ -71,17 +94,22 @@ class _BareClient(asyncio.Protocol):
         self.transport = transport
         self.conn.initiate_connection()
         self.conn.increment_flow_control_window(1 << 24)
-        for _ in range(self.in_flight):
-            self._send_one()
         transport.write(self.conn.data_to_send())
 
     def _send_one(self) -> None:
-        if self.next >= len(self.tokens):
-            return
-        body = self.prefix + json.dumps(self.tokens[self.next]).encode() + self.suffix
+        target = self.targets[self.next]
         self.next += 1
+        if self.prefix:  # FCM: the token inside the JSON body
+            body = self.prefix + json.dumps(target).encode() + self.suffix
+            path = self.path_prefix
+        else:  # APNs: the token in the path, one payload for all
+            body = self.suffix
+            path = self.path_prefix + target.encode()
+        head = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", path), *self.head]
+        if self.apns_id:
+            head.append((b"apns-id", str(uuid.uuid4()).encode()))
         sid = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(sid, self.head)
+        self.conn.send_headers(sid, head)
         self.conn.send_data(sid, body, end_stream=True)
         self.open += 1
 
@@ -99,9 +127,12 @@ class _BareClient(asyncio.Protocol):
                     self.ok += 1
                 else:
                     self.other += 1
-                self._send_one()
+            elif isinstance(ev, h2.events.RemoteSettingsChanged):
+                self.limit = min(self.in_flight, self.conn.remote_settings.max_concurrent_streams)
+        while self.open < self.limit and self.next < len(self.targets):
+            self._send_one()
         self.transport.write(self.conn.data_to_send())
-        if self.open == 0 and self.next >= len(self.tokens) and not self.done.done():
+        if self.open == 0 and self.next >= len(self.targets) and not self.done.done():
             self.done.set_result(None)
 
     def connection_lost(self, exc) -> None:
@@ -109,15 +140,32 @@ class _BareClient(asyncio.Protocol):
             self.done.set_exception(ConnectionError(f"connection lost: {exc!r}"))
 
 
-async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
+async def _drive(url: str, ca_file: str, client) -> tuple[float, float, _BareClient]:
     import ssl
     from urllib.parse import urlsplit
-
-    from notee.providers.fcm import fcm_message
 
     parts = urlsplit(url)
     ctx = ssl.create_default_context(cafile=ca_file)
     ctx.set_alpn_protocols(["h2"])
+    loop = asyncio.get_running_loop()
+    wall, cpu = time.perf_counter(), time.process_time()
+    transport, proto = await loop.create_connection(client, parts.hostname, parts.port, ssl=ctx,
+                                                    server_hostname=parts.hostname)
+    await proto.done
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    transport.close()
+    return cpu, wall, proto
+
+
+async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
+    from urllib.parse import urlsplit
+
+    from notee.emulator.control import attach
+    from notee.providers.fcm import fcm_message
+
+    control = attach(url, ca_file)  # a realistic FCM wants an access token from its OAuth endpoint
+    bearer = control.access_token()
+    control.http.close()
     messages = _messages(n)
     tokens = [m.device_token for m in messages]
     mark = "\x00TOKEN\x00"
@@ -131,20 +179,36 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     path = f"/v1/projects/{PROJECT}/messages:send".encode()
-    wall, cpu = time.perf_counter(), time.process_time()
-    transport, proto = await loop.create_connection(
-        lambda: _BareClient(tokens, (prefix, suffix), path, parts.hostname.encode(), IN_FLIGHT, done),
-        parts.hostname, parts.port, ssl=ctx, server_hostname=parts.hostname)
-    await done
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    transport.close()
+    head = [(b":authority", urlsplit(url).hostname.encode()), *_headers(bearer)]
+    cpu, wall, proto = await _drive(url, ca_file, lambda: _BareClient(tokens, (prefix, suffix), (path, b""), head,
+                                                                      IN_FLIGHT, done))
     if proto.ok != n:
         raise AssertionError(f"bare client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")
     return {"n": n, "cpu_s": cpu, "wall_s": wall}
 
 
+async def _bare_apns(url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
+    from urllib.parse import urlsplit
+
+    from notee.providers.payload import apns_payload
+
+    messages = _apns_messages(n)
+    m = messages[0]
+    payload = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False).encode()
+    expiration = str(int(time.time()) + (m.ttl_seconds or 0)).encode()
+    head = [(b":authority", urlsplit(url).hostname.encode()), (b"authorization", bearer.encode()),
+            (b"apns-topic", APNS_TOPIC.encode()), (b"apns-push-type", b"alert"), (b"apns-priority", b"10"),
+            (b"apns-expiration", expiration)]
+    done = asyncio.get_running_loop().create_future()
+    cpu, wall, proto = await _drive(url, ca_file, lambda: _BareClient(
+        [x.device_token for x in messages], (b"", payload), (b"/3/device/", b""), head, IN_FLIGHT, done, apns_id=True))
+    if proto.ok != n:
+        raise AssertionError(f"bare APNs client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")
+    return {"n": n, "cpu_s": cpu, "wall_s": wall}
+
+
 # ----------------------------------------------------------------------------------------- notee
-async def _notee(n: int, page: int) -> dict[str, Any]:
+async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     from bench.tenant import bench_service_account
     from notee.delivery import deliver
     from notee.vocabulary import FcmCredentials, ProviderCredentials
@@ -157,8 +221,13 @@ async def _notee(n: int, page: int) -> dict[str, Any]:
         raise RuntimeError("NOTEE_EMULATOR_URL is not set")
     runtime = Runtime(settings)  # lazy: nothing connects unless a token is pruned or dead-lettered
     providers = ProviderSet(settings)
-    pages = [_messages(min(page, n - i), i) for i in range(0, n, page)]
-    credentials = ProviderCredentials(fcm=FcmCredentials(bench_service_account()))  # no device goes without
+    build = _apns_messages if api == "apns" else _messages
+    # credentials for every device's platform (a device without them would not be sent)
+    credentials = (_apns_credentials() if api == "apns"
+                   else ProviderCredentials(fcm=FcmCredentials(bench_service_account())))
+    pages = [build(min(page, n - i), i) for i in range(0, n, page)]
+    # warm-up outside the measurement: the FCM access token / the APNs JWT and first connection
+    await deliver(runtime, providers, SERVICE, build(1, n), credentials=credentials, job_id=None)
     delivered = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for msgs in pages:
@@ -176,8 +245,12 @@ def bare_side(url: str, ca_file: str, n: int) -> dict[str, Any]:
     return asyncio.run(_bare(url, ca_file, n))
 
 
-def notee_side(n: int, page: int) -> dict[str, Any]:
-    return asyncio.run(_notee(n, page))
+def notee_side(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
+    return asyncio.run(_notee(n, page, api))
+
+
+def bare_apns_side(url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
+    return asyncio.run(_bare_apns(url, ca_file, n, bearer))
 
 
 def in_child(fn, *args):
@@ -193,6 +266,29 @@ def measure(url: str, ca_file: str, *, n: int, page: int, repeats: int) -> dict[
         runs["bare"].append(in_child(bare_side, url, ca_file, n))
         runs["notee"].append(in_child(notee_side, n, page))
     return runs
+
+
+def run_apns(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> dict[str, Any]:
+    """The same ratio for APNs: Notee's deliver() on IOS devices of a service with APNs credentials
+    against a bare client with the same JWT, headers and payload, both on the emulator's APNs port
+    (the realistic one: one stream until the first valid request, then its limit)."""
+    from notee.providers.apns import ApnsJwt
+
+    url = emulator.apns_url or emulator.url
+    c = _apns_credentials().apns
+    bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
+    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "notee": []}
+    for _ in range(repeats):
+        runs["bare"].append(in_child(bare_apns_side, url, emulator.ca_file, n, bearer))
+        runs["notee"].append(in_child(notee_side, n, page, "apns"))
+    bare_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["bare"])
+    notee_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["notee"])
+    return figure("send_cpu_ratio_apns", Measure("notee deliver() APNs", notee_cpu, "msgs/CPU-s"),
+                  Measure("bare h2 APNs client", bare_cpu, "req/CPU-s"),
+                  {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
+                  extra={"notee_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["notee"]),
+                         "bare_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["bare"]),
+                         "notee_us_per_msg": 1e6 / notee_cpu, "bare_us_per_req": 1e6 / bare_cpu})
 
 
 def run(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> tuple[dict[str, Any], dict[str, float]]:

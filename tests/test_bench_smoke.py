@@ -43,8 +43,18 @@ def test_send_cpu_smoke(bench_emulator):
     fig, rates = send_cpu.run(bench_emulator, n=300, page=100, repeats=1)
     _measured(fig, "send_cpu_ratio")
     assert rates["bare_wall_per_s"] > 0
-    # both sides really reached the emulator: 300 requests each
-    assert bench_emulator.stats()["counts"]["fcm.ok"] == 600
+    # both sides really reached the emulator: 300 requests each, plus Notee's one warm-up send
+    assert bench_emulator.stats()["counts"]["fcm.ok"] == 601
+
+
+def test_send_cpu_apns_smoke(bench_emulator):
+    from bench import send_cpu
+
+    assert bench_emulator.apns_url  # the realistic emulator's APNs port
+    fig = send_cpu.run_apns(bench_emulator, n=200, page=100, repeats=1)
+    _measured(fig, "send_cpu_ratio_apns")
+    assert bench_emulator.stats()["counts"]["apns.ok"] == 401
+    assert bench_emulator.stats()["apns_peer"]["protocol_errors"] == 0
 
 
 def test_fanout_and_worker_rss_smoke(runtime, bench_emulator):

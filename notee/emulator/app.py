@@ -386,7 +386,7 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
                 st = PEER.stats
                 peer = {"connections": st.connections, "goaways": st.goaways, "protocol_errors": st.protocol_errors,
                         "max_open": st.max_open, "ignored_after_goaway": st.ignored_after_goaway,
-                        "live": len(st.live), "rules": dataclasses.asdict(PEER.rules)}
+                        "live": len(st.live), "rules": dataclasses.asdict(PEER.rules), "port": PEER.port}
             return _ok({"counts": dict(state.counts), "faults": [f.__dict__ for f in state.faults],
                         "realism": dataclasses.asdict(state.realism), "apns_peer": peer,
                         "latency_ms": state.latency_s * 1000,

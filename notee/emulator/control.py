@@ -124,8 +124,13 @@ def _client(url: str, ca_file: str) -> httpx.Client:
 
 
 def attach(url: str, ca_file: str) -> EmulatorControl:
-    """Control an emulator that is already running."""
-    return EmulatorControl(url, ca_file, _client(url, ca_file))
+    """Control an emulator that is already running (a realistic one tells its APNs port)."""
+    from urllib.parse import urlsplit
+
+    client = _client(url, ca_file)
+    peer = client.get("/_emu/stats").json().get("apns_peer")
+    apns_url = f"https://{urlsplit(url).hostname}:{peer['port']}" if peer else None
+    return EmulatorControl(url, ca_file, client, apns_url=apns_url)
 
 
 @contextmanager

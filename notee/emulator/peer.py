@@ -151,7 +151,11 @@ class _PeerConnection(asyncio.Protocol):
         scope = {"type": "http", "method": pseudo.get(b":method", b"GET").decode(), "path": path,
                  "query_string": query.encode(), "headers": [(k, v) for k, v in headers if not k.startswith(b":")],
                  "client": self.client}
-        status, out_headers, out = self.server.handle(scope, bytes(body))
+        try:
+            status, out_headers, out = self.server.handle(scope, bytes(body))
+        except Exception:  # a handler bug must not take the connection down: 500, as granian does
+            log.exception("emulator h2: handler failed for %s", path)
+            status, out_headers, out = 500, [], b""
         self.conn.send_headers(stream_id, [(b":status", str(status).encode()), *out_headers], end_stream=not out)
         if out:
             self.conn.send_data(stream_id, out, end_stream=True)  # responses are far below the window
@@ -211,12 +215,14 @@ class PeerServer:
         self.handle = handle
         self.rules = rules or PeerRules()
         self.stats = PeerStats()
+        self.port = 0
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _PeerConnection(self), host, port, ssl=ssl_context)
-        return int(self._server.sockets[0].getsockname()[1])
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
 
     def lower_limit(self, limit: int) -> None:
         """New ``max_streams`` for every connection from now on, sent at once to the open ones that
