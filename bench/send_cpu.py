@@ -55,7 +55,7 @@ def _apns_credentials():
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from notee.domain.registry import ApnsCredentials, ProviderCredentials
+    from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
     key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()

@@ -208,8 +208,6 @@ def oauth_token(state: State, body: bytes) -> Response:
     """Google's OAuth 2.0 token endpoint as a service account uses it (``token_uri``): a JWT-bearer
     grant in, an access token that expires after ``fcm_token_lifetime_s`` out. The assertion's
     signature is not checked (the emulator does not hold the accounts' public keys)."""
-    from urllib.parse import parse_qsl
-
     form = dict(parse_qsl(body.decode(errors="replace")))
     if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or _jwt_claims(
             form.get("assertion", "").encode()) is None:

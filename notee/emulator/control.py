@@ -11,6 +11,8 @@ port (tests, benchmarks, a developer's script against a staging emulator).
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import ssl
 import subprocess
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -61,9 +64,6 @@ class EmulatorControl:
     def access_token(self) -> str:
         """An FCM access token from the emulator's OAuth endpoint (what a service account's
         token_uri returns), for a test client that is not a service account."""
-        import base64
-        import json
-
         def part(obj: dict[str, Any]) -> str:
             return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
 
@@ -125,8 +125,6 @@ def _client(url: str, ca_file: str) -> httpx.Client:
 
 def attach(url: str, ca_file: str) -> EmulatorControl:
     """Control an emulator that is already running (a realistic one tells its APNs port)."""
-    from urllib.parse import urlsplit
-
     client = _client(url, ca_file)
     peer = client.get("/_emu/stats").json().get("apns_peer")
     apns_url = f"https://{urlsplit(url).hostname}:{peer['port']}" if peer else None
