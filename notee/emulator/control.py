@@ -159,6 +159,8 @@ def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterato
                         break
                 except httpx.HTTPError:
                     pass
+                except ssl.SSLError:  # the CA file exists but is still being written
+                    client = None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"emulator did not answer within {timeout_s} s")
             time.sleep(0.1)
