@@ -190,7 +190,7 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
 async def _bare_apns(url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
-    from notee.providers.payload import apns_payload
+    from notee.providers.apns import apns_payload
 
     messages = _apns_messages(n)
     m = messages[0]
