@@ -17,7 +17,7 @@ log = logging.getLogger("notee")
 
 def _settings() -> Settings:
     settings = Settings()
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     return settings
 
 
@@ -95,7 +95,7 @@ def api(
     flags = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
              "api_admin_port": admin_port}
     settings = Settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     serve(settings, host or settings.api_host, port or settings.api_port)
 
 

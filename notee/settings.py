@@ -6,7 +6,7 @@ Notee builds it at import time, so tests and tools can set the environment first
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     )
 
     log_level: str = Field("INFO", description="Python logging level.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text, or one JSON object per line (time, level, logger, message, "
+        "request_id, job_id, service; the API's access log with method, path, status, duration_ms).")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -10,6 +10,7 @@ from typing import Literal
 from fastapi import FastAPI
 
 from notee.api import errors, openapi
+from notee.api.access import RequestContext
 from notee.api.edge import EdgeGuard
 from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
 from notee.logs import announce_emulator
@@ -55,6 +56,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)
     app.add_middleware(EdgeGuard)  # limits and credentials before any body is read
+    app.add_middleware(RequestContext)  # outermost: the request id (and JSON access line) covers edge answers too
     modules = [health]
     if app.state.serves_admin:
         modules.append(admin)

@@ -28,6 +28,7 @@ from urllib.parse import unquote_to_bytes
 from anyio import to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from notee import logs
 from notee.api.auth import authenticate_service, check_admin
 from notee.api.errors import error_response, known_error_response
 from notee.settings import Settings
@@ -175,6 +176,7 @@ class EdgeGuard:
                 service = await to_thread.run_sync(authenticate_service, state.runtime, settings, bearer_token(scope),
                                                    rate_class(scope["method"], path))
                 scope.setdefault("state", {})["service"] = service
+                logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
         except Exception as exc:
             response = known_error_response(exc)
             if response is None:

@@ -52,6 +52,9 @@ def _config(settings: Settings, runtime: Runtime, listener: Listener) -> uvicorn
         host=listener.host,
         port=listener.port,
         log_level=settings.log_level.lower(),
+        # JSON logs: uvicorn's lines go through the root handler, and notee.api.access writes the access log.
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+        access_log=settings.log_format != "json",
         timeout_graceful_shutdown=settings.api_shutdown_budget_s,  # in-flight requests get this long
         http="h11",  # httptools buffers headers of any size
         h11_max_incomplete_event_size=settings.api_max_header_bytes,

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee import logs
 from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.logs import announce_emulator
@@ -103,7 +104,8 @@ class Worker:
                     return
                 await self._sleep(IDLE_POLL_S)
                 continue
-            await self.run_task(claim)
+            with logs.task_context(claim.job_id):  # job_id (and service, once read) on the task's log lines
+                await self.run_task(claim)
 
     async def _sleep(self, seconds: float) -> None:
         try:
@@ -122,6 +124,7 @@ class Worker:
         aborted = PageCounts()  # what the page a provider configuration error stopped did before it
         try:
             job = await asyncio.to_thread(_read_job, sessions, claim.job_id)
+            logs.service.set(job.service)
             target = decode_target(job.target_kind, job.target)
             queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
             reader = asyncio.create_task(self._read(claim, job.notification_key, target, queue))

@@ -55,14 +55,17 @@ def rotate_token(body: RotateIn, service: ServiceDep, db: DbDep, runtime: Runtim
 _TOKEN_IN_PATH = re.compile(r"(/devices/)(?!rotate(?:[?\s]|$))([^?\s]+)")
 
 
+def shorten_tokens_in_path(path: str) -> str:
+    return _TOKEN_IN_PATH.sub(lambda m: m.group(1) + token_hint(m.group(2)), path)
+
+
 class TokenPathFilter(logging.Filter):
     """Shortens the device token in access-log lines (``DELETE /v1/users/{id}/devices/{token}``):
     a token is personal data and is never logged in full."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and any(isinstance(a, str) and "/devices/" in a for a in record.args):
-            record.args = tuple(_TOKEN_IN_PATH.sub(lambda m: m.group(1) + token_hint(m.group(2)), a)
-                                if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(shorten_tokens_in_path(a) if isinstance(a, str) else a for a in record.args)
         return True
 
 

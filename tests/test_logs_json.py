@@ -1,0 +1,114 @@
+"""NOTEE_LOG_FORMAT=json (issue 16.2): one JSON object per line from real `notee api` and `notee worker`
+processes, with the request id, job id and service where there is one; the access log included;
+third-party chatter at WARNING."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+
+import httpx
+
+from notee import logs
+from tests.api_helpers import admin_headers
+from tests.api_process import api_process
+from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+from tests.fanout_helpers import job_progress, seed_topic, start_worker, topic_job, topic_template, wait_for
+
+JSON_ENV = {"NOTEE_LOG_FORMAT": "json", "NOTEE_LOG_LEVEL": "INFO"}
+
+
+def _json_lines(path: Path) -> list[dict[str, object]]:
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert lines, "the process logged nothing"
+    parsed = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:  # every line, not just most of them
+            raise AssertionError(f"not a JSON line: {line!r}") from exc
+        assert isinstance(record, dict), line
+        assert {"time", "level", "logger", "message"} <= record.keys(), line
+        assert str(record["time"]).endswith("Z"), line  # RFC 3339, UTC
+        parsed.append(record)
+    return parsed
+
+
+def _new_service(url: str, settings) -> tuple[str, str]:
+    service = "LOG" + __import__("secrets").token_hex(4).upper()
+    r = httpx.post(url + "/v1/admin/services", json={"service": service, "display_name": "logs"},
+                   headers=admin_headers(settings), timeout=30)
+    assert r.status_code == 201, r.text
+    r = httpx.post(url + f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings),
+                   timeout=30)
+    assert r.status_code == 201, r.text
+    return service, r.json()["api_key"]
+
+
+def test_api_process_logs_json_with_request_id_access_line_and_service(tmp_path, settings, migrated):
+    log_path = tmp_path / "api.log"
+    with api_process(env_extra=JSON_ENV, log_path=log_path) as api:
+        r = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "abc-123"}, timeout=10)
+        assert r.status_code == 200 and r.headers["X-Request-ID"] == "abc-123"
+        insane = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "no spaces or {braces}"}, timeout=10)
+        replaced = insane.headers["X-Request-ID"]
+        assert replaced != "no spaces or {braces}" and replaced.isalnum()
+        service, key = _new_service(api.url, settings)
+        authed_r = httpx.get(api.url + "/v1/users/nobody", headers={"Authorization": f"Bearer {key}",
+                                                                    "X-Request-ID": "authed-1"}, timeout=10)
+        assert authed_r.status_code < 500 and authed_r.headers["X-Request-ID"] == "authed-1"
+    records = _json_lines(log_path)
+    access = [rec for rec in records if rec["logger"] == "notee.access"]
+    (health,) = [rec for rec in access if rec.get("request_id") == "abc-123"]
+    assert health["method"] == "GET" and health["path"] == "/healthz" and health["status"] == 200
+    assert isinstance(health["duration_ms"], float) and "service" not in health
+    assert any(rec.get("request_id") == replaced for rec in access)
+    (authed,) = [rec for rec in access if rec.get("request_id") == "authed-1"]
+    assert authed["service"] == service and authed["status"] == authed_r.status_code and authed["path"] == "/v1/users/nobody"
+    assert any(rec["logger"].startswith("uvicorn") for rec in records)  # uvicorn's own lines are JSON too
+    text = log_path.read_text(encoding="utf-8")
+    assert key not in text and settings.admin_token.get_secret_value() not in text
+
+
+def test_third_party_info_chatter_is_held_at_warning() -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        logs.setup("INFO", "json")
+        for name in ("apscheduler.scheduler", "apscheduler.executors.default", "cassandra.cluster", "httpx"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+            assert logging.getLogger(name).isEnabledFor(logging.WARNING), name
+        assert logging.getLogger("notee").isEnabledFor(logging.INFO)
+        assert isinstance(root.handlers[0].formatter, logs.JsonFormatter)
+    finally:
+        root.handlers[:], root.level = saved
+
+
+def test_context_variables_reach_the_json_line() -> None:
+    record = logging.LogRecord("notee.fanout.worker", logging.INFO, __file__, 1, "task %s done", ("j/0",), None)
+    with logs.task_context("job-1", "SVC"):
+        inside = json.loads(logs.JsonFormatter().format(record))
+    outside = json.loads(logs.JsonFormatter().format(record))
+    assert inside["job_id"] == "job-1" and inside["service"] == "SVC" and inside["message"] == "task j/0 done"
+    assert "job_id" not in outside and "service" not in outside
+
+
+def test_worker_process_task_lines_carry_job_id_and_service(runtime, service_id, emulator, tmp_path):
+    key = topic_template(runtime, service_id)
+    seed_topic(runtime, service_id, "news", key, "logs", 5)
+    job = topic_job(runtime, service_id, key, "logs")
+    log_path = tmp_path / "worker.log"
+    worker = start_worker(service_id, log_path, lanes=1, env=JSON_ENV)
+    try:
+        wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=60, what="job done")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    records = _json_lines(log_path)
+    (done,) = [rec for rec in records if str(rec["message"]).startswith(f"task {job.job_id}/") and "done" in
+               str(rec["message"])]
+    assert done["job_id"] == job.job_id and done["service"] == service_id
+    assert all("job_id" not in rec for rec in records if "stopped after" in str(rec["message"]))
