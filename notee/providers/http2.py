@@ -16,7 +16,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +26,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 from hyperframe.frame import GoAwayFrame
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,42 @@ def _answers_after_goaway(conn: h2.connection.H2Connection) -> None:
     table[GoAwayFrame] = receive
 
 
+# What hpack.Encoder.encode accepts (its own annotation).
+_HeaderBlock = (
+    Iterable[hpack.HeaderTuple | tuple[bytes | str, bytes | str] | tuple[bytes | str, bytes | str, bool | None]]
+    | dict[bytes | str, bytes | str]
+)
+
+
+class _PlainEncoder(hpack.Encoder):
+    """HPACK without Huffman coding (see the module doc)."""
+
+    def encode(self, headers: _HeaderBlock, huffman: bool = True) -> bytes:
+        return super().encode(headers, huffman=False)
+
+
+def new_h2_connection() -> h2.connection.H2Connection:
+    """A client-side h2 state machine set up as this module needs it, not yet initiated.
+
+    Three of its steps reach past h2's documented API, which is why h2, hpack and hyperframe are
+    pinned to exact versions (pyproject.toml; tests/test_http2_pins.py fails loudly when they
+    change): the connection's own ``encoder`` (an ``hpack.Encoder``) is replaced by one that never
+    Huffman-codes; its GOAWAY handler in ``_frame_dispatch_table`` is wrapped to keep the state
+    machine open (``_answers_after_goaway``); and ``local_settings`` is replaced before
+    ``initiate_connection`` so that the first SETTINGS frame already carries ours (no second
+    SETTINGS round trip)."""
+    config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
+                                       normalize_outbound_headers=False, validate_inbound_headers=False)
+    conn = h2.connection.H2Connection(config=config)
+    conn.encoder = _PlainEncoder()
+    _answers_after_goaway(conn)
+    conn.local_settings = h2.settings.Settings(client=True, initial_values={
+        h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
+        h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100})
+    return conn
+
+
 class Connection:
     """One HTTP/2 connection that obeys its peer: no stream before the server's first SETTINGS,
     never more open streams than the server's current SETTINGS_MAX_CONCURRENT_STREAMS (or our own
@@ -128,16 +165,7 @@ class Connection:
                 asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
-                                           normalize_outbound_headers=False, validate_inbound_headers=False)
-        conn = h2.connection.H2Connection(config=config)
-        encode = conn.encoder.encode
-        conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)  # type: ignore[method-assign]
-        _answers_after_goaway(conn)
-        conn.local_settings = h2.settings.Settings(client=True, initial_values={
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100})
+        conn = new_h2_connection()
         conn.initiate_connection()
         conn.increment_flow_control_window(1 << 24)
         writer.write(conn.data_to_send())
