@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -20,7 +20,7 @@ from sqlalchemy import text
 from bench.fanout import WorkerProcess, publish_and_wait
 from bench.report import Measure, figure
 from bench.seed import cycle_rows, insert_cycle_rows, set_no_counter
-from bench.tenant import make_tenant, make_template
+from bench.tenant import make_template, make_tenant
 
 TYPE = "bench_cycle"
 TZ = "Asia/Seoul"
@@ -34,7 +34,7 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900
     st = for_runtime(runtime)
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "CYCLE", TYPE)
-    minute = clock.floor_minute(datetime.now(timezone.utc))
+    minute = clock.floor_minute(datetime.now(UTC))
     bucket = clock.due_buckets(minute, TZ)[0]
     insert_cycle_rows(runtime.cql, runtime.keyspaces.notification,
                       cycle_rows(key, TZ, bucket.day, bucket.hour, bucket.minute, devices))

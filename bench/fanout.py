@@ -16,7 +16,6 @@ cores, one of them busy with the emulator).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from sqlalchemy import text
 
 from bench.report import Measure, figure, missing
 from bench.seed import insert_topic_rows, set_no_counter, topic_rows
-from bench.tenant import make_tenant, make_template
+from bench.tenant import make_template, make_tenant
 
 TYPE = "bench_topic"
 
@@ -56,7 +55,7 @@ class WorkerProcess:
                 time.sleep(1.0)
                 return
             time.sleep(0.1)
-        raise RuntimeError("worker did not start within %.0f s" % timeout)
+        raise RuntimeError(f"worker did not start within {timeout:.0f} s")
 
     def rss(self) -> int:
         import psutil

@@ -21,7 +21,7 @@ import platform
 import socket
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ def table(figures: dict[str, dict[str, Any]]) -> str:
 
 def write(mode: str, figures: dict[str, dict[str, Any]], started: datetime, results_dir: Path = RESULTS_DIR) -> dict:
     doc = {"mode": mode, "started_utc": started.isoformat(timespec="seconds"),
-           "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
            "machine": machine(), "figures": {name: figures.get(name) or missing("not run") for name in GOALS}}
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from bench import env, report
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("cassandra", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING if noisy != "cassandra" else logging.ERROR)
     mode = "quick" if args.quick else "full"
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
 
     env.use_bench_stores()
     from notee.runtime import Runtime

@@ -21,15 +21,15 @@ import json
 import secrets
 import statistics
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import env
 from bench.seed import cycle_rows, set_no_counter
-from bench.tenant import make_tenant, make_template
+from bench.tenant import make_template, make_tenant
 
 TZ, DAY, HOUR, MINUTE = "Asia/Seoul", "WED", 4, 44
-FIRST = datetime(2027, 1, 5, 19, 44, tzinfo=timezone.utc)  # WED 04:44 KST
+FIRST = datetime(2027, 1, 5, 19, 44, tzinfo=UTC)  # WED 04:44 KST
 
 
 def insert_rows(runtime, rows: list[tuple], concurrency: int = 64) -> None:
@@ -42,7 +42,7 @@ def insert_rows(runtime, rows: list[tuple], concurrency: int = 64) -> None:
     for attempt in range(10):
         results = execute_concurrent_with_args(runtime.cql, stmt, rows, concurrency=concurrency,
                                                raise_on_first_error=False)
-        rows = [row for row, (ok, _) in zip(rows, results) if not ok]
+        rows = [row for row, (ok, _) in zip(rows, results, strict=False) if not ok]
         if not rows:
             return
         time.sleep(1 + attempt)
@@ -115,7 +115,7 @@ def empty_minute(runtime, reps: int) -> dict:
     sched = Scheduler(runtime, namespace="bench-" + secrets.token_hex(4))
     times = []
     for r in range(reps):
-        minute = datetime(2027, 1, 6, 19, 13, tzinfo=timezone.utc) + timedelta(weeks=r)
+        minute = datetime(2027, 1, 6, 19, 13, tzinfo=UTC) + timedelta(weeks=r)
         start = time.perf_counter()
         result = sched.run_minute(minute, now=minute)
         times.append(time.perf_counter() - start)
@@ -137,7 +137,7 @@ def main() -> None:
     runtime = Runtime(settings)
     try:
         out = {
-            "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
             "empty_minute": empty_minute(runtime, args.reps),
             "one_template": measure(runtime, 1, 100_000, args.reps),
             "many_templates": measure(runtime, 1_000, 100, args.reps),

@@ -36,9 +36,8 @@ IN_FLIGHT = 100  # Notee's pool: one connection, max_streams=100 (providers/rout
 
 
 def _messages(n: int, offset: int = 0):
-    from notee.providers.base import Message
-
     from bench.seed import fcm_like_token
+    from notee.providers.base import Message
 
     return [Message(fcm_like_token(offset + i), "AOS", "Bench title", "A benchmark push body of realistic length.",
                     {"kind": "bench", "ref": "12345"}, 3600, "high") for i in range(n)]

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from bench.env import free_port
 from bench.report import Measure, figure
-from bench.tenant import bulk_users, make_tenant, make_template
+from bench.tenant import bulk_users, make_template, make_tenant
 
 TYPE = "bench_sub"
 

@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 
@@ -29,7 +29,7 @@ from bench import env
 def _seed_users(runtime, service: str, n: int) -> list[str]:
     from notee.store import registry_sql as reg
 
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     ids = [str(uuid.uuid4()) for _ in range(n)]
     with runtime.sessions.begin() as s:
         for i, u in enumerate(ids):

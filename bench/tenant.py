@@ -6,7 +6,7 @@ import functools
 import secrets
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 
@@ -71,7 +71,7 @@ def bulk_users(runtime, service: str, n: int, *, devices_per_user: int = 1, os_:
     Returns [(user_id, [device_token, ...]), ...]."""
     from bench.seed import fcm_like_token
 
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     users, user_rows, device_rows = [], [], []
     for i in range(n):
         uid = str(uuid.uuid4())

@@ -18,8 +18,9 @@ from sqlalchemy.engine import make_url
 from notee.runtime import Runtime
 from notee.settings import Settings
 
-# Whole-session log capture and the final scan for credential material (issue 9).
-pytest_plugins = ["tests.security_logscan"]
+# Whole-session log capture and the final scan for credential material (issue 9); the shared
+# fixtures of tests/support (emulator, processes), available to every test without an import.
+pytest_plugins = ["tests.security_logscan", "tests.support.emulator", "tests.support.processes"]
 
 
 def _test_environment() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import threading
 import time
@@ -17,9 +18,9 @@ import pytest
 
 from notee.api.app import create_app
 from notee.api.edge import json_too_deep
-from tests.api_helpers import admin_headers, new_service
-from tests.api_process import MIB, api_process, upload
+from tests.support.registry import admin_headers, new_service
 
+MIB = 1024 * 1024
 USER_DEVICES = "/v1/users/00000000-0000-0000-0000-000000000000/devices"
 JSON = {"Content-Type": "application/json"}
 
@@ -170,42 +171,42 @@ def test_concurrency_limit_answers_503_in_the_error_format(runtime, settings, te
     _error(body, "overloaded")
 
 
-def test_twenty_concurrent_50mb_uploads_leave_memory_flat_and_health_answering(tmp_path, client, settings):
+def test_twenty_concurrent_50mb_uploads_leave_memory_flat_and_health_answering(processes, client, settings):
     """Issue 15: before the edge guard one unauthenticated 30 MB body took the API from 103 MB to
     887 MB (and two 50 MB bodies to 2,651 MB); now the bodies are refused unread."""
-    with api_process(log_path=tmp_path / "api.log") as api:
-        proc = psutil.Process(api.pid)
-        key = new_service_over_http(api.url, settings)
-        before = proc.memory_info().rss
-        peak, health, stop = [before], [], threading.Event()
+    api = processes.api()
+    proc = psutil.Process(api.pid)
+    key = new_service_over_http(api.url, settings)
+    before = proc.memory_info().rss
+    peak, health, stop = [before], [], threading.Event()
 
-        def watch():
-            while not stop.is_set():
-                peak[0] = max(peak[0], proc.memory_info().rss)
-                try:
-                    health.append(httpx.get(api.url + "/healthz", timeout=10).status_code)
-                except httpx.HTTPError as exc:
-                    health.append(type(exc).__name__)
-                time.sleep(0.05)
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            try:
+                health.append(httpx.get(api.url + "/healthz", timeout=10).status_code)
+            except httpx.HTTPError as exc:
+                health.append(type(exc).__name__)
+            time.sleep(0.05)
 
-        results: list[tuple[str, int]] = []
+    results: list[tuple[str, int]] = []
 
-        def one(i: int):
-            kind = ("content-length, no credentials", "chunked, no credentials", "chunked, valid key")[i % 3]
-            headers = {"Authorization": f"Bearer {key}"} if i % 3 == 2 else {}
-            results.append((kind, upload(api.port, USER_DEVICES, 50 * MIB, chunked=i % 3 != 0, headers=headers)))
+    def one(i: int):
+        kind = ("content-length, no credentials", "chunked, no credentials", "chunked, valid key")[i % 3]
+        headers = {"Authorization": f"Bearer {key}"} if i % 3 == 2 else {}
+        results.append((kind, upload(api.port, USER_DEVICES, 50 * MIB, chunked=i % 3 != 0, headers=headers)))
 
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        time.sleep(0.5)
-        stop.set()
-        watcher.join()
-        after = proc.memory_info().rss
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    time.sleep(0.5)
+    stop.set()
+    watcher.join()
+    after = proc.memory_info().rss
     print(f"\nedge: 20 x 50 MB uploads: API RSS {before / MIB:.0f} MB before, peak {peak[0] / MIB:.0f} MB, "
           f"after {after / MIB:.0f} MB; {len(health)} health checks")
     assert len(results) == 20
@@ -221,27 +222,27 @@ def test_oversized_headers_are_431(asgi, settings):
     _error(body, "headers_too_large")
 
 
-def test_oversized_headers_are_refused_by_the_server_process(tmp_path):
-    with api_process(log_path=tmp_path / "api.log") as api:
-        ok = httpx.get(api.url + "/healthz", headers={"X-Pad": "p" * 1000}, timeout=10)
-        assert ok.status_code == 200
-        with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
-            # Sent in small pieces: the server must stop buffering the head at the limit (h11: 400).
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            try:
-                for _ in range(64):
-                    sock.sendall(b"X-Pad: " + b"p" * 1000 + b"\r\n")
-                    time.sleep(0.01)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            answer = sock.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
-        with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
-            # Arrived whole: measured by the edge guard (431 in the error format).
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 20_000 + b"\r\n\r\n")
-            answer = sock.recv(4096)
-        assert answer.split(b"\r\n")[0] in (b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 431 Request Header Fields Too Large")
-        assert httpx.get(api.url + "/healthz", timeout=10).status_code == 200
+def test_oversized_headers_are_refused_by_the_server_process(processes):
+    api = processes.api()
+    ok = httpx.get(api.url + "/healthz", headers={"X-Pad": "p" * 1000}, timeout=10)
+    assert ok.status_code == 200
+    with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
+        # Sent in small pieces: the server must stop buffering the head at the limit (h11: 400).
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(64):
+                sock.sendall(b"X-Pad: " + b"p" * 1000 + b"\r\n")
+                time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+    with socket.create_connection(("127.0.0.1", api.port), timeout=10) as sock:
+        # Arrived whole: measured by the edge guard (431 in the error format).
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 20_000 + b"\r\n\r\n")
+        answer = sock.recv(4096)
+    assert answer.split(b"\r\n")[0] in (b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 431 Request Header Fields Too Large")
+    assert httpx.get(api.url + "/healthz", timeout=10).status_code == 200
 
 
 def new_service_over_http(url: str, settings) -> str:
@@ -253,3 +254,45 @@ def new_service_over_http(url: str, settings) -> str:
                    timeout=30)
     assert r.status_code == 201, r.text
     return r.json()["api_key"]
+
+
+def upload(port: int, path: str, size: int, *, chunked: bool, headers: dict[str, str] | None = None,
+           chunk: int = 64 * 1024, timeout: float = 120.0) -> int:
+    """POST ``size`` bytes of JSON-looking body, streamed; stop sending as soon as the server answers
+    (a real client does the same). Returns the status code of the answer."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        # A valid JSON document that is costly to parse: one long array of empty objects, "[{},{},...,{}]".
+        size = 4 + 3 * ((size - 4) // 3)
+        head = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Content-Type: application/json"]
+        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        head.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}")
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        filler = b"{}," * (chunk // 3)
+        sent = 0
+        while sent < size:
+            if select.select([sock], [], [], 0)[0]:
+                break  # the server answered before the body was complete
+            if sent == 0:
+                part = b"["
+            elif size - sent == 3:
+                part = b"{}]"
+            else:
+                part = filler[: min(len(filler), size - sent - 3)]
+            try:
+                sock.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n" if chunked else part)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(part)
+        else:
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
+        data = b""
+        while b"\r\n" not in data:
+            got = sock.recv(4096)
+            if not got:
+                raise ConnectionError(f"connection closed without an answer after {sent} bytes")
+            data += got
+        return int(data.split(b" ", 2)[1])
+    finally:
+        sock.close()

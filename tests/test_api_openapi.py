@@ -50,7 +50,7 @@ def test_every_timestamp_is_rfc_3339_with_its_offset(client, settings, service_i
     carries its offset, so a client never has to guess that Notee means UTC."""
     import re as _re
 
-    from tests.api_helpers import admin_headers, new_service, new_template, new_user, random_token
+    from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 
     headers = new_service(client, settings, service_id)
     user = new_user(client, headers, devices=[(random_token("ts"), "AOS")])
@@ -72,7 +72,7 @@ def test_every_timestamp_is_rfc_3339_with_its_offset(client, settings, service_i
 
 
 def test_validation_and_domain_errors_share_one_details_shape(client, settings, service_id):
-    from tests.api_helpers import new_service, new_template, new_user
+    from tests.support.registry import new_service, new_template, new_user
 
     headers = new_service(client, settings, service_id)
     user = new_user(client, headers)

@@ -9,8 +9,8 @@ import pytest
 
 from notee.errors import InvalidInput
 from notee.fanout import jobs
-from tests.api_helpers import admin_headers, new_service, new_template, new_user, random_token
-from tests.store_snapshot import service_snapshot
+from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.stores import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +39,19 @@ CYCLE_BAD = [{"hour": v} for v in (True, "9", 2.0)] + [{"minute": v} for v in (T
 @pytest.mark.parametrize("bad", CYCLE_BAD, ids=repr)
 def test_cycle_schedule_fields_are_strict(client, runtime, tenant, bad):
     service, headers, user, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     body = {"days": ["MON"], "hour": 9, "minute": 0} | bad
     _is_422(client.put(f"/v1/users/{user}/subscriptions/cycle/remind", json=body, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 @pytest.mark.parametrize("tz", ["localtime", "Factory", "posixrules", "posix/Asia/Seoul", "right/UTC", "../UTC"])
 def test_non_portable_time_zones_are_refused(client, runtime, settings, tenant, tz):
     service, headers, user, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     body = {"days": ["MON"], "hour": 9, "minute": 0, "timezone": tz}
     _is_422(client.put(f"/v1/users/{user}/subscriptions/cycle/remind", json=body, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
     other = "TZ" + secrets.token_hex(4).upper()
     _is_422(client.post("/v1/admin/services", json={"service": other, "display_name": "x", "timezone": tz},
                         headers=admin_headers(settings)))
@@ -77,9 +77,9 @@ PUBLISH_BAD = [
 @pytest.mark.parametrize("bad", PUBLISH_BAD, ids=repr)
 def test_publish_overrides_data_and_variables_refuse_control_characters(client, runtime, tenant, bad):
     service, headers, _, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     _is_422(client.post("/v1/topics/news/sports/publish", json=bad, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 def test_publish_allows_newlines_where_a_body_may_hold_them(client, tenant):
@@ -93,9 +93,9 @@ def test_publish_allows_newlines_where_a_body_may_hold_them(client, tenant):
                                  {"variables": {"bad\x00name": "x"}}], ids=repr)
 def test_single_send_refuses_control_characters(client, runtime, tenant, bad):
     service, headers, user, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     _is_422(client.post(f"/v1/users/{user}/send", json={"type": "hello"} | bad, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 def test_the_domain_checks_publish_input_too(runtime, tenant):
@@ -114,23 +114,23 @@ def test_the_domain_checks_publish_input_too(runtime, tenant):
 ])
 def test_invalid_utf8_in_the_path_is_422_not_replaced(client, runtime, tenant, path):
     service, headers, _, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     _is_422(client.put(path, json={"name": "x"}, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 def test_invalid_utf8_in_a_topic_is_422(client, runtime, tenant):
     service, headers, user, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     _is_422(client.put(f"/v1/users/{user}/subscriptions/topic/news/sp%FFrts", headers=headers))
     _is_422(client.post("/v1/topics/news/sp%FFrts/publish", json={}, headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 @pytest.mark.parametrize("token", ["t%C3%A9st-token-123", "%E2%98%83%E2%98%83%E2%98%83%E2%98%83", "short",
                                    "has%20space%20inside"])
 def test_bad_token_in_device_delete_path_is_422_not_503(client, runtime, tenant, token):
     service, headers, user, _ = tenant
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     _is_422(client.delete(f"/v1/users/{user}/devices/{token}", headers=headers))
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before

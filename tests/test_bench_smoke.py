@@ -5,15 +5,15 @@ assert nothing about speed (performance is measured by ``make bench``, never by 
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
 
 from bench import env, report
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 
 
 @pytest.fixture()
-def bench_emulator(emulator):  # noqa: F811
+def bench_emulator(emulator):
     with env.emulator(emulator.url, emulator.ca_file) as emu:
         yield emu
 
@@ -99,12 +99,12 @@ def test_subscribe_smoke(runtime):
 
 
 def test_results_files(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     figs = {"slot_walk_ratio": report.figure("slot_walk_ratio", report.Measure("a", 9.0, "rows/s"),
                                              report.Measure("b", 10.0, "rows/s"), {"rows": 10}),
             "send_cpu_ratio": report.missing("Notee side not available: no module")}
-    doc = report.write("quick", figs, datetime.now(timezone.utc), tmp_path)
+    doc = report.write("quick", figs, datetime.now(UTC), tmp_path)
     on_disk = json.loads((tmp_path / "latest.json").read_text())
     assert on_disk["figures"] == doc["figures"]
     assert list(on_disk["figures"]) == list(report.GOALS)  # every figure present, in table order

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.api_helpers import fcm_service_account, random_token
-from tests.api_process import api_process, free_port
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import per_token_counts, start_worker
+from tests.support.emulator import deliveries_per_token
+from tests.support.processes import Processes, free_port
+from tests.support.registry import fcm_service_account, random_token
 
 
 def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -26,8 +25,8 @@ def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def api(emulator_process, migrated):
-    with api_process() as proc:
-        yield proc
+    with Processes() as procs:
+        yield procs.api()
 
 
 @pytest.fixture()
@@ -36,7 +35,7 @@ def admin_env(api, settings) -> dict[str, str]:
     return env | {"NOTEE_URL": api.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
 
 
-def test_from_a_new_service_to_a_push_with_the_cli_alone(admin_env, service_id, emulator, tmp_path: Path):
+def test_from_a_new_service_to_a_push_with_the_cli_alone(processes, admin_env, service_id, emulator, tmp_path: Path):
     ok = notee("admin", "service", "create", service_id, "--name", "CLI shop", "--timezone", "Europe/Paris",
                env=admin_env)
     assert ok.returncode == 0, ok.stderr
@@ -57,16 +56,15 @@ def test_from_a_new_service_to_a_push_with_the_cli_alone(admin_env, service_id, 
     sub = notee("subscribe", user_id, "news", "sports", env=env)
     assert sub.returncode == 0 and sub.stdout.startswith("subscribed: 1 device"), sub.stdout + sub.stderr
 
-    worker = start_worker(service_id, tmp_path / "worker.log")
+    worker = processes.worker(service_id)
     try:
         published = notee("publish", "news", "sports", "--var", "team=Reds", "--wait", "--timeout", "90", env=env)
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        worker.stop(timeout=30)
     assert published.returncode == 0, published.stderr
     job_id = published.stdout.strip()
     assert published.stderr.strip().splitlines()[-1].startswith("done: sent 1/1 · failed 0 · pruned 0")
-    assert per_token_counts(emulator, [token]) == {token: 1}
+    assert deliveries_per_token(emulator, [token], api="fcm") == {token: 1}
 
     shown = json.loads(notee("jobs", "show", job_id, env=env).stdout)
     assert (shown["state"], shown["sent"], shown["targeted"]) == ("done", 1, 1)

@@ -22,7 +22,8 @@ from sqlalchemy import text
 from notee.errors import ProviderConfigError
 from notee.providers.base import Message
 from notee.store import deadletter
-from tests.api_helpers import (
+from tests.support.fanout import job_progress, run_worker_until_idle, seed_topic, topic_job
+from tests.support.registry import (
     admin_headers,
     apns_credentials,
     fcm_service_account,
@@ -31,8 +32,6 @@ from tests.api_helpers import (
     new_user,
     random_token,
 )
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import job_progress, run_worker_until_idle, seed_topic, topic_job
 
 
 @pytest.fixture()
@@ -52,7 +51,7 @@ def emu_client(client, settings, emulator):
 
 @pytest.fixture(scope="module")
 def emu_runtime(emulator_process):
-    from tests.fanout_helpers import emulator_runtime
+    from tests.support.fanout import emulator_runtime
 
     rt = emulator_runtime()
     yield rt
@@ -230,7 +229,7 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
     the other task is never sent, the emulator saw exactly one rejected request per device of that page."""
     from notee.store import job_queue as store
     from notee.store.cql import for_runtime
-    from tests.fanout_helpers import topic_template
+    from tests.support.fanout import topic_template
 
     key = topic_template(runtime, service_id, "news", title="Hi")
     r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),

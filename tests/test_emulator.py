@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 
 import httpx
 import pytest
-
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 
 FCM_PATH = "/v1/projects/demo/messages:send"
 
@@ -23,9 +22,21 @@ def _fcm(client: httpx.Client, token: str, *, auth: str | None = None):
 
 @pytest.fixture()
 def h2(emulator):
+    """An HTTP/2 client, as FCM and APNs are spoken (ALPN h2 over TLS)."""
     BEARER["value"] = "Bearer " + emulator.access_token()
-    with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file)) as c:
+    with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file),
+                      http2=True) as c:
         yield c
+
+
+def test_the_h2_fixture_speaks_http2_and_http1_still_works(emulator, h2):
+    assert _fcm(h2, "via-h2").http_version == "HTTP/2"
+    # the same port also serves HTTP/1.1 (requests-based SDKs)
+    with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file)) as h1:
+        r = _fcm(h1, "via-h1")
+    assert (r.status_code, r.http_version) == (200, "HTTP/1.1")
+    assert emulator.deliveries_of(["via-h2", "via-h1"]) == {
+        "via-h2": {"fcm": 1, "apns": 0, "attempts": 1}, "via-h1": {"fcm": 1, "apns": 0, "attempts": 1}}
 
 
 def test_tls_is_verified_against_the_generated_ca(emulator, tmp_path):
@@ -100,9 +111,17 @@ def test_control_api_rejects_bad_requests(emulator, h2):
 
 
 def test_latency_is_added(emulator, h2):
-    emulator.latency(1)
-    assert emulator.stats()["latency_ms"] == 1
+    # A lower bound only: the emulator must hold the answer at least this long (a sleep is never
+    # shorter); how much longer a loaded machine takes is not asserted.
+    emulator.latency(400)
+    assert emulator.stats()["latency_ms"] == 400
+    started = time.monotonic()
     assert _fcm(h2, "slow").status_code == 200
+    held = time.monotonic() - started
+    r = h2.post("/3/device/slow", content=b"{}", headers={"apns-topic": "t"})  # APNs is held too
+    assert r.status_code == 403
+    held_apns = time.monotonic() - started - held
+    assert held >= 0.4 and held_apns >= 0.4, (held, held_apns)
 
 
 def test_apns_missing_and_malformed_provider_token(emulator, h2):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api_helpers import new_service, new_template, new_user, random_token
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import count_rows, emulator_runtime, run_worker_until_idle
+from tests.support.fanout import count_rows, emulator_runtime, run_worker_until_idle
+from tests.support.registry import new_service, new_template, new_user, random_token
 
 
 @pytest.fixture()

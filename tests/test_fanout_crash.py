@@ -13,10 +13,10 @@ import signal
 
 import pytest
 
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
-                                  topic_template, wait_for)
 from notee.store import job_queue as store
+from tests.support.emulator import deliveries_per_token
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
+from tests.support.processes import wait_for
 
 N = 3000
 FETCH = 100
@@ -34,30 +34,18 @@ def topic_job_seeded(runtime, service_id, emulator):
     return job, tokens
 
 
-def _stop(proc):
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
-
-
-def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, topic_job_seeded, tmp_path):
+def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, topic_job_seeded, processes):
     job, tokens = topic_job_seeded
-    a = start_worker(service_id, tmp_path / "a.log", lanes=1, env=WORKER_ENV)
-    b = None
-    try:
-        wait_for(lambda: job_progress(runtime, job.job_id)[1].sent >= 3 * FETCH, timeout=60, what="progress")
-        a.send_signal(signal.SIGKILL)
-        a.wait(10)
-        killed_at = job_progress(runtime, job.job_id)[1]
-        assert killed_at.sent < N, "the job finished before the kill; slow the emulator down"
-        b = start_worker(service_id, tmp_path / "b.log", lanes=1, env=WORKER_ENV)
-        wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
-    finally:
-        _stop(a)
-        if b is not None:
-            _stop(b)
-    done, progress = job_progress(runtime, job.job_id)
-    counts = per_token_counts(emulator, tokens)
+    a = processes.worker(service_id, lanes=1, name="crash-a", **WORKER_ENV)
+    wait_for(lambda: job_progress(runtime, job.job_id)[1].sent >= 3 * FETCH, timeout=60, what="progress")
+    a.signal(signal.SIGKILL)
+    a.wait(10)
+    killed_at = job_progress(runtime, job.job_id)[1]
+    assert killed_at.sent < N, "the job finished before the kill; slow the emulator down"
+    processes.worker(service_id, lanes=1, name="crash-b", **WORKER_ENV)
+    wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
+    _done, progress = job_progress(runtime, job.job_id)
+    counts = deliveries_per_token(emulator, tokens)
     assert min(counts.values()) >= 1, "a device was missed"
     assert max(counts.values()) <= 2, "a device got more than one duplicate"
     duplicates = sum(c - 1 for c in counts.values())
@@ -69,26 +57,20 @@ def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, t
 
 
 def test_sigterm_finishes_the_page_releases_the_lease_and_exits(runtime, service_id, emulator, topic_job_seeded,
-                                                                tmp_path):
+                                                                processes):
     job, tokens = topic_job_seeded
-    a = start_worker(service_id, tmp_path / "a.log", lanes=1, env=WORKER_ENV)
-    b = None
-    try:
-        wait_for(lambda: job_progress(runtime, job.job_id)[1].sent >= 2 * FETCH, timeout=60, what="progress")
-        a.send_signal(signal.SIGTERM)
-        assert a.wait(30) == 0
-        with runtime.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
-        assert task.state == "queued" and task.lease_owner is None  # released, claimable at once
-        stopped_at = job_progress(runtime, job.job_id)[1]
-        assert 0 < stopped_at.sent < N
-        assert emulator.stats()["delivered"].get("fcm", 0) == stopped_at.sent  # nothing sent unrecorded
-        b = start_worker(service_id, tmp_path / "b.log", lanes=1, env=WORKER_ENV)
-        wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
-    finally:
-        _stop(a)
-        if b is not None:
-            _stop(b)
-    counts = per_token_counts(emulator, tokens)
+    a = processes.worker(service_id, lanes=1, name="crash-a", **WORKER_ENV)
+    wait_for(lambda: job_progress(runtime, job.job_id)[1].sent >= 2 * FETCH, timeout=60, what="progress")
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0, a.tail()
+    with runtime.sessions() as s:
+        (task,) = store.tasks(s, job.job_id)
+    assert task.state == "queued" and task.lease_owner is None  # released, claimable at once
+    stopped_at = job_progress(runtime, job.job_id)[1]
+    assert 0 < stopped_at.sent < N
+    assert emulator.stats()["delivered"].get("fcm", 0) == stopped_at.sent  # nothing sent unrecorded
+    processes.worker(service_id, lanes=1, name="crash-b", **WORKER_ENV)
+    wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
+    counts = deliveries_per_token(emulator, tokens)
     assert set(counts.values()) == {1}, "graceful stop must neither lose nor duplicate"
     assert job_progress(runtime, job.job_id)[1].sent == N

@@ -7,16 +7,16 @@ import threading
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from notee.errors import InvalidInput, NotFound
 from notee.fanout import jobs
 from notee.retention import prune_jobs
-from notee.vocabulary import TopicTarget
 from notee.store import job_queue as store
 from notee.store.cql import for_runtime
 from notee.store.job_queue import LeaseLost
-from notee.vocabulary import PageCounts
-from tests.fanout_helpers import count_rows, topic_job, topic_template
+from notee.vocabulary import PageCounts, TopicTarget
+from tests.support.fanout import count_rows, topic_job, topic_template
 
 
 def _claim(runtime, service, lease_s=30.0):
@@ -85,7 +85,7 @@ def test_bad_input_writes_nothing(runtime, service_id):
 def test_task_insert_failure_rolls_back_the_job(runtime, service_id, monkeypatch):
     key = topic_template(runtime, service_id)
     monkeypatch.setattr(jobs, "slot_ranges", lambda top, per: [(0, 0), (1, 0)])  # 2nd violates ck_task_slots
-    with pytest.raises(Exception):
+    with pytest.raises(OperationalError, match="ck_task_slots"):  # MariaDB's CHECK failure (4025)
         topic_job(runtime, service_id, key, "t")
     assert count_rows(runtime, service_id) == (0, 0)
 

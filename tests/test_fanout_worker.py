@@ -11,9 +11,15 @@ from sqlalchemy import event
 from notee.fanout.worker import Worker
 from notee.store import job_queue as store
 from notee.vocabulary import PageCounts
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import (emulator_runtime, job_progress, per_token_counts, run_worker_until_idle,
-                                  seed_topic, topic_job, topic_template)
+from tests.support.emulator import deliveries_per_token
+from tests.support.fanout import (
+    emulator_runtime,
+    job_progress,
+    run_worker_until_idle,
+    seed_topic,
+    topic_job,
+    topic_template,
+)
 
 
 def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, service_id, emulator):
@@ -36,7 +42,7 @@ def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, 
     assert len(checkpoints) <= pages
     assert len(mysql_statements) < 12 * pages, f"{len(mysql_statements)} MySQL statements for {n} devices"
     assert len(cql_requests) <= pages + 2, f"{len(cql_requests)} Cassandra requests for {n} devices"
-    assert set(per_token_counts(emulator, tokens).values()) == {1}
+    assert set(deliveries_per_token(emulator, tokens).values()) == {1}
     assert job_progress(runtime, job.job_id)[1].sent == n
 
 
@@ -44,7 +50,6 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
     from notee.fanout import jobs
-
     from notee.store.cql import for_runtime
 
     key = topic_template(runtime, service_id)
@@ -78,7 +83,7 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
         rt.close()
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done" and progress.sent == 300
-    assert set(per_token_counts(emulator, tokens).values()) == {1}
+    assert set(deliveries_per_token(emulator, tokens).values()) == {1}
 
 
 def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):

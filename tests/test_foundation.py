@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from cassandra.policies import TokenAwarePolicy
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from notee import migrate
 from notee.store import cassandra as cstore
@@ -22,7 +23,7 @@ def test_mysql_is_a_real_mariadb_or_mysql(runtime):
 
 
 def test_mysql_round_trip_through_seed_tables(runtime, service_id):
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     user_id = str(uuid.uuid4())
     with runtime.sessions.begin() as s:
         s.execute(text("INSERT INTO service (service, display_name, timezone, created_at) VALUES (:s, 'Test', 'Asia/Seoul', :now)"), {"s": service_id, "now": now})
@@ -41,7 +42,7 @@ def test_mysql_round_trip_through_seed_tables(runtime, service_id):
         ).one()
     assert row.device_os == "IOS"
     # the store itself checks enumerations, not only the API
-    with pytest.raises(Exception), runtime.sessions.begin() as s:
+    with pytest.raises(OperationalError, match="ck_device_os"), runtime.sessions.begin() as s:
         s.execute(
             text("INSERT INTO device VALUES (:s, :u, 'tok-2', 'WIN', 'KR', :now, :now)"),
             {"s": service_id, "u": user_id, "now": now},
@@ -118,7 +119,7 @@ def test_cassandra_session_is_token_aware(runtime):
 
 
 def test_token_awareness_check_fails_without_token_routing(runtime):
-    from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
     cluster = Cluster(

@@ -3,7 +3,9 @@
 types, out-of-range values, missing fields, unicode, control characters), each case sent with valid
 credentials, with none, or with a wrong key. No answer may be a 5xx, and every answer must conform
 to the document: a declared status code, the declared content type and the response schema.
-Malformed input must be rejected with a 4xx.
+Malformed input must be rejected with a 4xx, and a rejected case (any 4xx) must leave the stores as
+they were: the fuzz tenant's MySQL rows and Cassandra rows (``tests.support.stores.snapshot``) and
+the row counts of the admin tables (``totals``) are compared after every rejected case.
 
 The number of cases is bounded (``MAX_EXAMPLES`` per operation and generation mode) so the test
 stays inside ``make test``; the count is printed at the end.
@@ -26,7 +28,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.api_helpers import admin_headers, new_service, new_template, new_user, random_token
+from notee.runtime import Runtime
+from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.stores import Snapshot, changes, snapshot, totals
 
 MAX_EXAMPLES = 20
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
@@ -41,7 +45,32 @@ def fuzz_auth(client, settings):
     headers = new_service(client, settings, service)
     new_user(client, headers, "fuzz-user", devices=[(random_token("fuzz"), "AOS")])
     new_template(client, headers, "TOPIC", "news")
-    return {"service": headers, "admin": admin_headers(settings)}
+    return {"service": headers, "admin": admin_headers(settings), "tenant": service}
+
+
+class StoreWatch:
+    """The stores as the last case left them, for one tenant. ``after(status)`` is called once per
+    case: when the case was rejected (4xx) the stores must not have changed; either way the new
+    state becomes the reference for the next case (an accepted case may write)."""
+
+    def __init__(self, runtime: Runtime, service: str) -> None:
+        self.runtime, self.service = runtime, service
+        self.state = self._take()
+
+    def _take(self) -> tuple[Snapshot, dict[str, int]]:
+        return snapshot(self.runtime, self.service), totals(self.runtime)
+
+    def after(self, status: int, what: str) -> None:
+        before, self.state = self.state, self._take()
+        if 400 <= status < 500:
+            (rows_before, totals_before), (rows_after, totals_after) = before, self.state
+            assert rows_after == rows_before, f"rejected {what} ({status}) changed rows: {changes(rows_before, rows_after)}"
+            assert totals_after == totals_before, f"rejected {what} ({status}) added or removed admin rows"
+
+
+@pytest.fixture(scope="module")
+def store_watch(runtime, fuzz_auth):
+    return StoreWatch(runtime, fuzz_auth["tenant"])
 
 
 def _schema():
@@ -82,12 +111,13 @@ def _auth_for(case, fuzz_auth) -> tuple[str, dict[str, str]]:
 
 
 @schema.parametrize()
-def test_fuzz_every_operation(case, app, fuzz_auth):
+def test_fuzz_every_operation(case, app, fuzz_auth, store_watch):
     kind, headers = _auth_for(case, fuzz_auth)
     if case.headers:
         case.headers.pop("Authorization", None)
     response = case.call(app=app, headers=headers)
     _TALLY[response.status_code] += 1
+    store_watch.after(response.status_code, f"{case.method} {case.formatted_path} with {kind} credentials")
     case.validate_response(response, checks=CHECKS)
     declared = case.method.upper() == case.operation.method.upper()
     if kind != "valid" and declared and case.path != "/healthz":
@@ -126,7 +156,7 @@ def edge_target(client, settings):
 
 
 def _call(client, method: str, path: str, target, content):
-    service, headers, admin, values = target
+    _service, headers, admin, values = target
     url = path.format(**values)
     auth = admin if path.startswith("/v1/admin") else headers
     return client.request(method, url, content=content, headers=auth | {"Content-Type": "application/json"})
@@ -134,8 +164,6 @@ def _call(client, method: str, path: str, target, content):
 
 @pytest.mark.parametrize("operation", _body_operations(), ids=" ".join)
 def test_oversized_bodies_are_413_and_write_nothing(client, runtime, settings, edge_target, operation):
-    from tests.store_snapshot import service_snapshot
-
     method, path = operation
     limit = settings.api_max_body_bytes
     declared = b'{"pad": "' + b"x" * limit + b'"}'
@@ -147,22 +175,20 @@ def test_oversized_bodies_are_413_and_write_nothing(client, runtime, settings, e
         yield b'"}'
 
     for content in (declared, chunked()):
-        before = service_snapshot(runtime, edge_target[0])
+        before = snapshot(runtime, edge_target[0])
         r = _call(client, method, path, edge_target, content)
         assert r.status_code == 413, (method, path, r.text)
         assert r.json()["error"]["code"] == "request_too_large"
-        assert service_snapshot(runtime, edge_target[0]) == before, (method, path)
+        assert snapshot(runtime, edge_target[0]) == before, (method, path)
 
 
 @pytest.mark.parametrize("operation", _body_operations(), ids=" ".join)
 def test_deeply_nested_bodies_are_422_and_write_nothing(client, runtime, settings, edge_target, operation):
-    from tests.store_snapshot import service_snapshot
-
     method, path = operation
     depth = 50_000  # far past the limit, and past Python's recursion limit
     for deep in (b'{"x": ' + b"[" * depth + b"]" * depth + b"}", b'{"x": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"):
-        before = service_snapshot(runtime, edge_target[0])
+        before = snapshot(runtime, edge_target[0])
         r = _call(client, method, path, edge_target, deep)
         assert r.status_code == 422, (method, path, r.text)
         assert r.json()["error"]["details"][0]["type"] == "json_depth"
-        assert service_snapshot(runtime, edge_target[0]) == before, (method, path)
+        assert snapshot(runtime, edge_target[0]) == before, (method, path)

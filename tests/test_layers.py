@@ -124,7 +124,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
         stack.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                found.append("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+                found.append("import cycle: " + " -> ".join([*stack[stack.index(n):], n]))
             elif n not in state:
                 walk(n)
         stack.pop()

@@ -18,7 +18,6 @@ from notee.errors import ProviderConfigError
 from notee.providers.apns import ApnsJwt, ApnsProvider, ExpiredJwt, classify_apns
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.http2 import Pool, client_ssl_context
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 
 TOPIC, KEY_ID, TEAM_ID = "com.example.app", "TESTKEY123", "TEAMID1234"
 

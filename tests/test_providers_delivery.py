@@ -12,12 +12,11 @@ import pytest
 from sqlalchemy import text
 
 from notee.delivery import DeliverySender
-from notee.providers.base import Delivered, Message
+from notee.providers.base import Message
 from notee.providers.retry import backoff, parse_retry_after
 from notee.providers.routing import ProviderSet, choose
 from notee.store import deadletter
-from tests.api_helpers import admin_headers, apns_credentials, new_service, new_template, new_user, random_token
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
+from tests.support.registry import admin_headers, apns_credentials, new_service, new_template, new_user, random_token
 
 
 @pytest.fixture()
@@ -44,7 +43,7 @@ def _send(client, headers, user_id, **body):
 
 
 def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
-    service, headers = tenant
+    _service, headers = tenant
     tokens = [random_token("a"), random_token("b"), random_token("i")]
     user = new_user(client, headers, devices=[(tokens[0], "AOS"), (tokens[1], "AOS"), (tokens[2], "IOS")])
     other = new_user(client, headers, devices=[(random_token("o"), "AOS")])
@@ -247,9 +246,8 @@ def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, sett
 
 
 def test_dead_letter_retention(runtime, service_id):
-    from tests.factories import make_service
-
     from notee.retention import prune_dead_letters
+    from tests.support.registry import make_service
 
     make_service(runtime, service_id)
     now = datetime(2030, 1, 15)
@@ -287,6 +285,3 @@ def test_parse_retry_after(value, expected):
 def test_routing(os_, has_apns, has_fcm, expected):
     assert choose(os_, has_apns=has_apns, has_fcm=has_fcm) == expected
 
-
-def test_delivered_outcome_default():
-    assert Delivered().message_id == ""

@@ -15,7 +15,6 @@ from notee.providers.base import Delivered, Failed, InvalidToken, Message, Retry
 from notee.providers.fcm import (AuthRejected, FcmProvider, ServiceAccountTokens, StaticToken, classify_fcm,
                                  fcm_message)
 from notee.providers.http2 import Pool, client_ssl_context
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
 
 PROJECT = "demo-test"
 
@@ -300,6 +299,9 @@ def _err(status, rpc, message="m", code=None):
 
 @pytest.mark.parametrize("status,body,retry_after,expected", [
     (200, b'{"name":"projects/p/messages/1"}', None, Delivered("projects/p/messages/1")),
+    # A 200 is a delivery even when its body names no message: never retried, so never sent twice.
+    (200, b"{}", None, Delivered("")),
+    (200, b"<html>ok</html>", None, Delivered("")),
     (404, _err(404, "NOT_FOUND", code="UNREGISTERED"), None, InvalidToken("UNREGISTERED")),
     (400, _err(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
                "INVALID_ARGUMENT"), None, InvalidToken("INVALID_ARGUMENT")),

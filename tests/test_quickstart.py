@@ -19,9 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api_process import api_process, free_port
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import per_token_counts, start_worker
+from tests.support.emulator import deliveries_per_token
+from tests.support.processes import Processes, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- quickstart: start", "<!-- quickstart: end -->"
@@ -45,11 +44,11 @@ STANDIN = {"NOTEE_EMULATOR_STANDIN": "true"}  # what `make run` sets for its emb
 
 @pytest.fixture(scope="module")
 def api(emulator_process, migrated):
-    with api_process(env_extra=STANDIN) as proc:
-        yield proc
+    with Processes() as procs:
+        yield procs.api(**STANDIN)
 
 
-def test_the_readme_quickstart_runs_as_written(api, settings, emulator, tmp_path: Path):
+def test_the_readme_quickstart_runs_as_written(processes, api, settings, emulator, tmp_path: Path):
     service = "Q" + secrets.token_hex(5).upper()  # a fresh service per run; the rest is the README's text
     script = quickstart_block().replace("DEMO", service)
     run_dir = tmp_path / ".run"
@@ -62,17 +61,16 @@ def test_the_readme_quickstart_runs_as_written(api, settings, emulator, tmp_path
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEE_") or k in (
         "NOTEE_MYSQL_URL", "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION", "NOTEE_CASSANDRA_KEYSPACE_NUMBERING")}
-    worker = start_worker(service, tmp_path / "worker.log", env=STANDIN)  # `make run` runs one for every service
+    worker = processes.worker(service, **STANDIN)  # `make run` runs one for every service
     try:
         out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        worker.stop(timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
     assert '"state": "done"' in out.stdout and '"sent": 1' in out.stdout, out.stdout
     assert '"title": "Hi Alice"' in out.stdout.replace('":"', '": "'), out.stdout  # the emulator's copy
-    assert per_token_counts(emulator, ["demo-device-token-1"]) == {"demo-device-token-1": 1}
+    assert deliveries_per_token(emulator, ["demo-device-token-1"], api="fcm") == {"demo-device-token-1": 1}
 
 
 def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migrated, tmp_path: Path):

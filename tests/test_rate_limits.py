@@ -13,9 +13,8 @@ import pytest
 from notee.api.edge import rate_class
 from notee.domain import ratelimit
 from notee.errors import RateLimited
-from tests.api_helpers import admin_headers, new_service, new_template
-from tests.api_process import api_process
-from tests.store_snapshot import service_snapshot
+from tests.support.registry import admin_headers, new_service, new_template
+from tests.support.stores import snapshot
 
 
 def _service(client, settings) -> tuple[str, dict[str, str]]:
@@ -96,10 +95,10 @@ def test_a_refused_publish_writes_nothing(client, runtime, settings):
     assert _set(client, settings, service, "publish", 0.01, 2).status_code == 200
     for _ in range(2):
         assert client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key).status_code == 202
-    before = service_snapshot(runtime, service)
+    before = snapshot(runtime, service)
     r = client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key)
     assert r.status_code == 429 and "Retry-After" in r.headers
-    assert service_snapshot(runtime, service) == before
+    assert snapshot(runtime, service) == before
 
 
 def test_concurrent_takes_never_over_admit(client, runtime, settings):
@@ -128,19 +127,19 @@ def test_concurrent_takes_never_over_admit(client, runtime, settings):
     assert (len(admitted), len(refused)) == (15, 25)
 
 
-def test_two_api_processes_share_one_limit(tmp_path, client, settings):
+def test_two_api_processes_share_one_limit(processes, client, settings):
     service, key = _service(client, settings)
     rate, burst = 0.2, 10
     assert _set(client, settings, service, "read", rate, burst).status_code == 200
-    with api_process(log_path=tmp_path / "a.log") as a, api_process(log_path=tmp_path / "b.log") as b:
-        statuses: dict[str, list[int]] = {"a": [], "b": []}
-        began = time.monotonic()
-        for i in range(30):
-            name, api = ("a", a) if i % 2 == 0 else ("b", b)
-            r = httpx.get(api.url + "/v1/templates", headers=key, timeout=10)
-            assert r.status_code in (200, 429), r.text
-            statuses[name].append(r.status_code)
-        elapsed = time.monotonic() - began
+    a, b = processes.api(name="api-a"), processes.api(name="api-b")
+    statuses: dict[str, list[int]] = {"a": [], "b": []}
+    began = time.monotonic()
+    for i in range(30):
+        name, api = ("a", a) if i % 2 == 0 else ("b", b)
+        r = httpx.get(api.url + "/v1/templates", headers=key, timeout=10)
+        assert r.status_code in (200, 429), r.text
+        statuses[name].append(r.status_code)
+    elapsed = time.monotonic() - began
     admitted = sum(s == 200 for v in statuses.values() for s in v)
     # The burst, plus whatever the elapsed time refilled; one process alone would admit 10 of its 15.
     assert burst <= admitted <= burst + int(elapsed * rate) + 1, (admitted, elapsed, statuses)

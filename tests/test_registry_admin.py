@@ -14,7 +14,14 @@ from notee.domain import credentials
 from notee.errors import ProviderConfigError
 from notee.settings import Settings
 from notee.store import registry_sql as store
-from tests.api_helpers import admin_headers, apns_credentials, bearer, fcm_service_account, new_api_key, new_service
+from tests.support.registry import (
+    admin_headers,
+    apns_credentials,
+    bearer,
+    fcm_service_account,
+    new_api_key,
+    new_service,
+)
 
 
 def test_create_and_read_service(client, settings, service_id):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from notee.api.routes import admin, devices, templates, users
-from tests.api_helpers import (
+from tests.support.registry import (
     admin_headers,
     bearer,
     new_api_key,
@@ -21,8 +21,8 @@ from tests.api_helpers import (
     new_template,
     new_user,
     random_token,
-    snapshot,
 )
+from tests.support.stores import snapshot
 
 # (method, path, body, cross-tenant outcome). "404": the victim's object is invisible. "own": the
 # route acts on the caller's own tenant only (creates/lists there), never on the victim's.

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from notee.api.app import create_app
 from notee.settings import Settings
-from tests.api_helpers import bearer
+from tests.support.registry import bearer
 
 REGISTRY_PATHS = {
     "/v1/admin/services", "/v1/admin/services/{service}", "/v1/admin/services/{service}/api-keys",
@@ -31,7 +31,7 @@ def test_notee_openapi_needs_no_database():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert REGISTRY_PATHS <= set(doc["paths"])
+    assert set(doc["paths"]) >= REGISTRY_PATHS
     schemes = doc["components"]["securitySchemes"]
     assert {"AdminToken", "ApiKey"} <= set(schemes)
     for path in REGISTRY_PATHS:

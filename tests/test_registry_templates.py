@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from notee.store import cql
 from notee.store import registry_sql as store
-from tests.api_helpers import new_service, new_template
+from tests.support.registry import new_service, new_template
 
 
 def test_create_update_keeps_key_and_bumps_version(client, settings, runtime, service_id):

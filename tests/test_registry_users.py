@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from notee.domain import registry
 from notee.store import registry_sql as store
-from tests.api_helpers import new_service, new_template, new_user, random_token
+from tests.support.registry import new_service, new_template, new_user, random_token
 
 
 def _devices(client, headers, user_id):

@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.api_helpers import (
+from tests.support.registry import (
     admin_headers,
     apns_credentials,
     fcm_service_account,
@@ -15,8 +15,8 @@ from tests.api_helpers import (
     new_template,
     new_user,
     random_token,
-    snapshot,
 )
+from tests.support.stores import snapshot
 
 U = "{user_id}"
 GOOD_TEMPLATE = {"title": "t", "body": "b"}

@@ -14,9 +14,10 @@ import pytest
 from notee.domain import render
 from notee.errors import InvalidInput, PayloadTooLarge
 from notee.providers import apns, fcm
-from tests.api_helpers import new_service, new_template, new_user, random_token, snapshot
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import run_worker_until_idle
+from tests.support.fanout import run_worker_until_idle
+from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.stores import snapshot
+
 
 def content(title: str = "t", body: str = "b", data: dict[str, str] | None = None,
             defaults: dict[str, str] | None = None) -> render.TemplateContent:
@@ -215,7 +216,7 @@ def emu_client(client, settings, emulator):
 @pytest.fixture(scope="module")
 def emu_runtime(emulator_process):
     """A Runtime whose settings route to the emulator, for the in-process workers."""
-    from tests.fanout_helpers import emulator_runtime
+    from tests.support.fanout import emulator_runtime
 
     rt = emulator_runtime()
     yield rt
@@ -266,7 +267,7 @@ def test_topic_publish_delivers_every_shape_rendered_or_refuses(client, runtime,
 @pytest.mark.parametrize("shape", sorted(s for s in SHAPES if not set(render.placeholders(
     " ".join([SHAPES[s][0], SHAPES[s][1], *(SHAPES[s][2] or {}).values()]))) - set(SHAPES[s][3] or {})))
 def test_cycle_delivers_every_savable_shape_rendered(client, runtime, tenant, emulator, emu_runtime, shape):
-    from tests.scheduler_helpers import jobs_of, scheduler
+    from tests.support.scheduler import jobs_of, scheduler
 
     service, headers = tenant
     token = random_token("c")
@@ -352,7 +353,7 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
 def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_client):
     """A push rendered to exactly APNs' 4,096-byte payload is accepted by the emulator's APNs (which
     answers 413 PayloadTooLarge above it); one byte more is refused before anything is sent."""
-    from tests.api_helpers import admin_headers, apns_credentials
+    from tests.support.registry import admin_headers, apns_credentials
 
     service, headers = tenant
     r = client.put(f"/v1/admin/services/{service}/credentials/apns", json=apns_credentials(),

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from notee.vocabulary import CycleTarget
 from notee.scheduler import clock
 from notee.store import ticks
-from tests import factories
-from tests.scheduler_helpers import DueIndex, jobs_of, scheduler, tick_states, utc
+from notee.vocabulary import CycleTarget
+from tests.support.registry import make_service
+from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
 
 NY = "America/New_York"
 SEOUL = "Asia/Seoul"
@@ -27,7 +27,7 @@ def due(runtime):
 
 @pytest.fixture()
 def tenant(runtime, service_id):
-    return factories.make_service(runtime, service_id)
+    return make_service(runtime, service_id)
 
 
 def run(sched, start, end):

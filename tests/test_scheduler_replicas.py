@@ -3,24 +3,20 @@ the `notee scheduler` process ticks on start-up and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
-from notee.vocabulary import CycleTarget
 from notee.scheduler import clock
-from tests import factories
-from tests.scheduler_helpers import DueIndex, jobs_of, scheduler, tick_states, utc
+from notee.vocabulary import CycleTarget
+from tests.support.processes import subprocess_env, wait_for
+from tests.support.registry import make_service
+from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
 
 SEOUL = "Asia/Seoul"
 
@@ -33,7 +29,7 @@ def due(runtime):
 
 
 def test_two_schedulers_over_a_simulated_hour_make_one_job_per_template_and_minute(runtime, service_id, due):
-    tenant = factories.make_service(runtime, service_id)
+    tenant = make_service(runtime, service_id)
     start = utc(2026, 6, 19, 21, 0)  # SAT 06:00 KST
     every5 = due.template(tenant, "every5", [CycleTarget(SEOUL, "SAT", 6, m) for m in range(0, 60, 5)])
     half = due.template(tenant, "half", [CycleTarget(SEOUL, "SAT", 6, 30)])
@@ -52,7 +48,7 @@ def test_two_schedulers_over_a_simulated_hour_make_one_job_per_template_and_minu
                 for r in sched.tick(now=m + timedelta(seconds=1)).minutes:
                     if r.state != "taken":
                         won[sched.owner] += 1
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
             barrier.abort()
 
@@ -79,33 +75,24 @@ def test_two_schedulers_over_a_simulated_hour_make_one_job_per_template_and_minu
     assert jobs_recorded >= len(expected)  # other tenants' templates due in these buckets count too
 
 
-def test_scheduler_process_ticks_at_start_and_stops_on_sigterm(runtime):
+def test_scheduler_process_ticks_at_start_and_stops_on_sigterm(runtime, processes):
     namespace = "test-proc-" + secrets.token_hex(4)
-    env = {**os.environ, "NOTEE_SCHEDULER_NAMESPACE": namespace}
-    notee = Path(sys.executable).with_name("notee")
-    proc = subprocess.Popen([str(notee), "scheduler"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 90  # a liveness bound for a slow shared machine, not a timing assertion
-        while not tick_states(runtime, namespace) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.stdout.read()
-        assert set(tick_states(runtime, namespace).values()) <= {"running", "done"}
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, out
-    assert "stopped" in out
+    proc = processes.start("scheduler", ["scheduler"], subprocess_env(NOTEE_SCHEDULER_NAMESPACE=namespace))
+    # a liveness bound for a slow shared machine, not a timing assertion
+    wait_for(lambda: tick_states(runtime, namespace) or not proc.alive(), timeout=90, interval=0.5,
+             what="the scheduler's first tick")
+    assert proc.alive(), proc.output()
+    assert set(tick_states(runtime, namespace).values()) <= {"running", "done"}
+    proc.signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, proc.output()
+    assert "stopped" in proc.output()
     assert set(tick_states(runtime, namespace).values()) <= {"done", "late"}
 
 
 def test_racing_double_runs_of_a_minute_still_make_one_job(runtime, service_id, due):
     # Two schedulers that both run the same minutes (separate ledgers, as after a lease takeover):
     # the job's idempotency key alone keeps it to one job, even when both insert at the same moment.
-    tenant = factories.make_service(runtime, service_id)
+    tenant = make_service(runtime, service_id)
     start = utc(2026, 6, 20, 22, 0)  # SUN 07:00 KST
     key = due.template(tenant, "race", [CycleTarget(SEOUL, "SUN", 7, m) for m in range(5)])
     replicas = [scheduler(runtime), scheduler(runtime)]
@@ -118,7 +105,7 @@ def test_racing_double_runs_of_a_minute_still_make_one_job(runtime, service_id, 
             for m in clock.minutes(start, start + timedelta(minutes=5)):
                 barrier.wait(timeout=60)
                 results[sched.namespace].append(sched.run_minute(m, now=m))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
             barrier.abort()
 

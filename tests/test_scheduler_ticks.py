@@ -8,10 +8,11 @@ import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import func, literal_column, update
 from sqlalchemy.exc import DBAPIError
 
 from notee.store import ticks
-from tests.scheduler_helpers import tick_states, utc
+from tests.support.scheduler import tick_states, utc
 
 M = utc(2026, 7, 1, 12, 0)
 
@@ -45,10 +46,18 @@ def test_one_claim_per_minute_and_only_the_owner_finishes(runtime, ns):
 
 def test_an_expired_claim_is_taken_over_once(runtime, ns):
     assert claim(runtime, ns, "dead")
+    # The dead owner claimed an hour ago (database clock); racers use a 10-minute lease, so the dead
+    # claim is expired for all of them and the winner's fresh claim is live for the others.
+    with runtime.sessions.begin() as s:
+        s.execute(update(ticks.cycle_tick)
+                  .where(ticks.cycle_tick.c.namespace == ns)
+                  .values(claimed_at=func.timestampadd(literal_column("HOUR"), -1, func.utc_timestamp(6))))
     winners = []
+    barrier = threading.Barrier(4)
 
     def race(owner):
-        if claim(runtime, ns, owner, lease_s=0):
+        barrier.wait(timeout=30)
+        if claim(runtime, ns, owner, lease_s=600):
             winners.append(owner)
 
     threads = [threading.Thread(target=race, args=(f"r{i}",)) for i in range(4)]
@@ -56,14 +65,12 @@ def test_an_expired_claim_is_taken_over_once(runtime, ns):
         t.start()
     for t in threads:
         t.join()
-    # lease_s=0: each takeover is itself expired at once, so later racers may take it again; but the
-    # row always names exactly one owner, and the dead owner can no longer finish it.
-    assert winners
-    assert finish(runtime, ns, "dead") is False
+    assert len(winners) == 1, winners  # taken over once, by one racer
+    assert finish(runtime, ns, "dead") is False  # the dead owner can no longer finish it
     with runtime.sessions() as s:
         row = ticks.get(s, namespace=ns, minute_utc=M)
-    # (the last *commit* names the owner; the threads append to `winners` after committing, in any order)
-    assert row.owner in winners and row.attempts == 1 + len(winners)
+    assert (row.owner, row.attempts, row.state) == (winners[0], 2, "running")
+    assert finish(runtime, ns, winners[0]) is True
 
 
 def test_concurrent_claims_of_a_fresh_minute_have_one_winner(runtime, ns):

@@ -14,22 +14,21 @@ import tomllib
 from pathlib import Path
 
 import httpx
-import pytest
-
 import notee_client
+import pytest
 from notee_client import AsyncClient, Client, models
-from tests.api_helpers import fcm_service_account, random_token
-from tests.api_process import api_process
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import per_token_counts, start_worker
+
+from tests.support.emulator import deliveries_per_token
+from tests.support.processes import Processes
+from tests.support.registry import fcm_service_account, random_token
 
 SDK = Path(__file__).resolve().parents[1] / "clients" / "python"
 
 
 @pytest.fixture(scope="module")
 def api(emulator_process, migrated):  # the emulator env must be exported before the API starts
-    with api_process() as proc:
-        yield proc
+    with Processes() as procs:
+        yield procs.api()
 
 
 @pytest.fixture()
@@ -48,7 +47,7 @@ def tenant(admin, service_id, api):
         yield service_id, c
 
 
-def test_a_publish_from_the_sdk_reaches_the_device_and_wait_reports_progress(tenant, emulator, tmp_path):
+def test_a_publish_from_the_sdk_reaches_the_device_and_wait_reports_progress(processes, tenant, emulator, tmp_path):
     service, notee = tenant
     user = notee.put_user("alice-" + secrets.token_hex(4), name="Alice")
     assert isinstance(user, models.User) and user.name == "Alice"
@@ -61,16 +60,15 @@ def test_a_publish_from_the_sdk_reaches_the_device_and_wait_reports_progress(ten
 
     accepted = notee.publish_topic("news", "world cup #1?", variables={"team": "Reds"})
     seen: list[models.Job] = []
-    worker = start_worker(service, tmp_path / "worker.log")
+    worker = processes.worker(service)
     try:
         job = notee.wait(accepted.job_id, on_progress=seen.append, poll_interval=0.2, timeout=120)
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        worker.stop(timeout=30)
     assert job.state == "done", job
     assert (job.targeted, job.sent, job.failed, job.pruned) == (1, 1, 0, 0)
     assert seen and seen[-1] == job and all(isinstance(j, models.Job) for j in seen)
-    assert per_token_counts(emulator, [token]) == {token: 1}
+    assert deliveries_per_token(emulator, [token], api="fcm") == {token: 1}
     last = emulator.last_request(token)
     assert "Hi Reds" in str(last), last
 
@@ -174,8 +172,9 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
 def test_every_api_operation_has_an_sdk_method_of_the_same_name(app):
     """The OpenAPI document is the list of endpoints; each operationId (``publishTopic``) is an SDK
     operation in snake case (``publish_topic``) sending the same method to the same path."""
-    from notee.api.openapi import snake
     from notee_client import _ops
+
+    from notee.api.openapi import snake
 
     api = {snake(op["operationId"]): (method.upper(), path)
            for path, item in app.openapi()["paths"].items() for method, op in item.items()}

@@ -15,7 +15,7 @@ import logging
 import pytest
 
 from tests import security_logscan as logscan
-from tests.api_helpers import (
+from tests.support.registry import (
     admin_headers,
     apns_credentials,
     bearer,

@@ -18,7 +18,8 @@ import uuid
 import pytest
 from fastapi.routing import APIRoute
 
-from tests.api_helpers import new_service, new_template, new_user, random_token, snapshot
+from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.stores import snapshot
 
 # Routes that act on the caller's own tenant only; each gets its own check below.
 OWN = {"PUT /v1/users/{service_user_id}", "PUT /v1/templates/{method}/{type}", "GET /v1/templates", "GET /v1/jobs"}

@@ -11,11 +11,10 @@ from urllib.parse import quote
 import pytest
 
 from notee import reconcile
-from notee.vocabulary import CycleTarget, TopicTarget
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from tests import factories as f
-from tests.api_helpers import new_service, new_template, new_user, random_token
+from notee.vocabulary import CycleTarget, TopicTarget
+from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
 
 @pytest.fixture()
@@ -72,8 +71,9 @@ def test_registry_lifecycle_reflected(client, st, tenant):
     news = new_template(client, h, "TOPIC", "news")
     u = new_user(client, h)
     assert client.put(f"/v1/users/{u}/subscriptions/topic/news/t", headers=h).json()["devices"] == 0
-    toks = lambda: sorted(x.device_token for x in recipients(st, news["notification_key"], TopicTarget("t"), svc,
-                                                              "TOPIC", "news"))
+    def toks():
+        return sorted(x.device_token for x in recipients(st, news["notification_key"], TopicTarget("t"), svc,
+                                                                  "TOPIC", "news"))
     a, b, c = random_token("a"), random_token("b"), random_token("c")
     for t in (a, b):
         assert client.post(f"/v1/users/{u}/devices", json={"token": t, "os": "AOS"}, headers=h).status_code in (200, 201)
@@ -142,7 +142,7 @@ def test_unknown_user_and_bad_bulk(client, runtime, st, tenant):
 
 
 def test_tenant_isolation(client, settings, st, tenant):
-    svc_a, ha = tenant
+    _svc_a, ha = tenant
     svc_b = "T" + uuid.uuid4().hex[:12].upper()
     hb = new_service(client, settings, svc_b)
     ua = new_user(client, ha, devices=[(random_token(), "AOS")])
@@ -162,15 +162,15 @@ def test_tenant_isolation(client, settings, st, tenant):
 def test_bulk_1000_users(client, runtime, st, tenant):
     svc, h = tenant
     news = new_template(client, h, "TOPIC", "news")
-    users = [f.make_user(runtime, svc) for _ in range(999)]
+    users = [make_user(runtime, svc) for _ in range(999)]
     for u in users[:500]:
-        f.make_device(runtime, svc, u, random_token("bulk"))
+        make_device(runtime, svc, u, random_token("bulk"))
     ghost = str(uuid.uuid4())
-    r = client.post("/v1/topics/news/big/subscribers", json={"user_ids": users + [ghost]}, headers=h)
+    r = client.post("/v1/topics/news/big/subscribers", json={"user_ids": [*users, ghost]}, headers=h)
     assert r.status_code == 200, r.text
     body = r.json()
     assert (body["subscribed"], body["already_subscribed"], body["not_found"]) == (999, 0, 1)
-    assert [x["user_id"] for x in body["results"]] == users + [ghost]
+    assert [x["user_id"] for x in body["results"]] == [*users, ghost]
     assert len(recipients(st, news["notification_key"], TopicTarget("big"), svc, "TOPIC", "news")) == 500
     assert st.counters(svc, "TOPIC", "news")[1:] == (999, 500)
     again = client.post("/v1/topics/news/big/subscribers", json={"user_ids": users[:10]}, headers=h).json()

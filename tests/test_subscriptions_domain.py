@@ -9,10 +9,10 @@ import pytest
 
 from notee.domain import subscriptions as subs
 from notee.errors import InvalidInput, NotFound
-from notee.vocabulary import CycleTarget, TopicTarget
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from tests import factories as f
+from notee.vocabulary import CycleTarget, TopicTarget
+from tests.support.registry import make_device, make_service, make_template, make_user
 
 _tok = itertools.count()
 
@@ -28,7 +28,7 @@ def st(runtime):
 
 @pytest.fixture()
 def svc(runtime, service_id):
-    return f.make_service(runtime, service_id)
+    return make_service(runtime, service_id)
 
 
 def recipients(st, key, target, service, method, type_, fetch_size=100):
@@ -40,9 +40,9 @@ def recipients(st, key, target, service, method, type_, fetch_size=100):
 
 
 def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, svc):
-    key = f.make_template(runtime, svc, "TOPIC", "news")
-    u = f.make_user(runtime, svc)
-    t1, t2 = f.make_device(runtime, svc, u, token(), "AOS"), f.make_device(runtime, svc, u, token(), "IOS")
+    key = make_template(runtime, svc, "TOPIC", "news")
+    u = make_user(runtime, svc)
+    t1, t2 = make_device(runtime, svc, u, token(), "AOS"), make_device(runtime, svc, u, token(), "IOS")
 
     assert subs.subscribe_topic(runtime, svc, u, "news", "sports")["status"] == "subscribed"
     got = recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")
@@ -59,10 +59,10 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
 
 
 def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
-    key = f.make_template(runtime, svc, "TOPIC", "news")
-    u1, u2 = f.make_user(runtime, svc), f.make_user(runtime, svc)
-    f.make_device(runtime, svc, u1, token())
-    f.make_device(runtime, svc, u2, token())
+    key = make_template(runtime, svc, "TOPIC", "news")
+    u1, u2 = make_user(runtime, svc), make_user(runtime, svc)
+    make_device(runtime, svc, u1, token())
+    make_device(runtime, svc, u2, token())
     subs.subscribe_topic(runtime, svc, u1, "news", "a")
     subs.subscribe_topic(runtime, svc, u1, "news", "b")
     subs.subscribe_topic(runtime, svc, u2, "news", "a")
@@ -83,9 +83,9 @@ def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
 
 
 def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
-    key = f.make_template(runtime, svc, "CYCLE", "remind")
-    u = f.make_user(runtime, svc)
-    t = f.make_device(runtime, svc, u, token())
+    key = make_template(runtime, svc, "CYCLE", "remind")
+    u = make_user(runtime, svc)
+    t = make_device(runtime, svc, u, token())
     r = subs.subscribe_cycle(runtime, svc, u, "remind", ["WED", "MON"], 22, 0)
     assert r["schedule"] == "MON,WED 22:00 Asia/Seoul"
     for day in ("MON", "WED"):
@@ -111,9 +111,9 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
 
 
 def test_cycle_uses_service_timezone(runtime, st, service_id):
-    svc = f.make_service(runtime, service_id, tz="America/New_York")
-    f.make_template(runtime, svc, "CYCLE", "r")
-    u = f.make_user(runtime, svc)
+    svc = make_service(runtime, service_id, tz="America/New_York")
+    make_template(runtime, svc, "CYCLE", "r")
+    u = make_user(runtime, svc)
     assert subs.subscribe_cycle(runtime, svc, u, "r", ["SUN"], 9, 0)["schedule"] == "SUN 09:00 America/New_York"
 
 
@@ -137,10 +137,10 @@ BAD = [
 
 @pytest.mark.parametrize("name,call,error", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_writes_nothing(runtime, st, svc, name, call, error):
-    f.make_template(runtime, svc, "TOPIC", "news")
-    f.make_template(runtime, svc, "CYCLE", "remind")
-    u = f.make_user(runtime, svc)
-    f.make_device(runtime, svc, u, token())
+    make_template(runtime, svc, "TOPIC", "news")
+    make_template(runtime, svc, "CYCLE", "remind")
+    u = make_user(runtime, svc)
+    make_device(runtime, svc, u, token())
     with pytest.raises(error):
         call(runtime, svc, u)
     assert st.user_rows(u, svc) == []
@@ -151,10 +151,10 @@ def test_bad_input_writes_nothing(runtime, st, svc, name, call, error):
 
 
 def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
-    key = f.make_template(runtime, svc, "TOPIC", "big")
+    key = make_template(runtime, svc, "TOPIC", "big")
     st.allocate_numbers(svc, "TOPIC", "big", 29_990)  # start the `no` counter near the first slot boundary
-    users = [f.make_user(runtime, svc) for _ in range(25)]
-    tokens = {f.make_device(runtime, svc, u, token("slot")): u for u in users}
+    users = [make_user(runtime, svc) for _ in range(25)]
+    tokens = {make_device(runtime, svc, u, token("slot")): u for u in users}
     results = subs.bulk_subscribe_topic(runtime, svc, "big", "all", users)
     assert {r["status"] for r in results} == {"subscribed"}
     assert cqlstore.max_slot(st, svc, "TOPIC", "big") == 1
@@ -177,13 +177,13 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
 
 
 def test_bulk_reports_per_user(runtime, st, svc):
-    f.make_template(runtime, svc, "TOPIC", "news")
-    users = [f.make_user(runtime, svc) for _ in range(5)]
+    make_template(runtime, svc, "TOPIC", "news")
+    users = [make_user(runtime, svc) for _ in range(5)]
     for u in users[:4]:
-        f.make_device(runtime, svc, u, token())
+        make_device(runtime, svc, u, token())
     subs.subscribe_topic(runtime, svc, users[0], "news", "t")
     unknown = "f" * 36
-    res = subs.bulk_subscribe_topic(runtime, svc, "news", "t", users + [unknown, users[1]])
+    res = subs.bulk_subscribe_topic(runtime, svc, "news", "t", [*users, unknown, users[1]])
     assert [r["status"] for r in res] == ["already_subscribed", "subscribed", "subscribed", "subscribed",
                                           "subscribed", "not_found"]
     assert st.counters(svc, "TOPIC", "news")[1] == 5
@@ -191,22 +191,24 @@ def test_bulk_reports_per_user(runtime, st, svc):
 
 
 def test_device_lifecycle(runtime, st, svc, caplog):
-    tkey = f.make_template(runtime, svc, "TOPIC", "news")
-    ckey = f.make_template(runtime, svc, "CYCLE", "remind")
-    u = f.make_user(runtime, svc)
+    tkey = make_template(runtime, svc, "TOPIC", "news")
+    ckey = make_template(runtime, svc, "CYCLE", "remind")
+    u = make_user(runtime, svc)
     subs.subscribe_topic(runtime, svc, u, "news", "t")
     subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 8, 0, "UTC")
-    topic = lambda: sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
-    cycle = lambda: sorted(r.device_token for r in recipients(st, ckey, CycleTarget("UTC", "TUE", 8, 0),
-                                                              svc, "CYCLE", "remind"))
+    def topic():
+        return sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
+    def cycle():
+        return sorted(r.device_token for r in recipients(st, ckey, CycleTarget("UTC", "TUE", 8, 0),
+                                                                  svc, "CYCLE", "remind"))
     assert topic() == [] == cycle()
 
     # a new device gets the user's subscriptions
-    d1 = f.make_device(runtime, svc, u, token("a"), "IOS")
+    d1 = make_device(runtime, svc, u, token("a"), "IOS")
     subs.on_device_added(runtime, svc, u, d1, "IOS")
     subs.on_device_added(runtime, svc, u, d1, "IOS")  # idempotent
     assert topic() == [d1] == cycle()
-    d2 = f.make_device(runtime, svc, u, token("b"))
+    d2 = make_device(runtime, svc, u, token("b"))
     subs.on_device_added(runtime, svc, u, d2, "AOS")
     assert topic() == sorted([d1, d2]) == cycle()
 
@@ -224,8 +226,8 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     assert [r.device_os for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == ["IOS"]
 
     # prune: removed from both stores, one log line saying why
-    other = f.make_user(runtime, svc)
-    f.make_device(runtime, svc, other, new, "IOS")  # a token shared by two users
+    other = make_user(runtime, svc)
+    make_device(runtime, svc, other, new, "IOS")  # a token shared by two users
     subs.subscribe_topic(runtime, svc, other, "news", "t")
     assert topic() == [new, new]
     with caplog.at_level(logging.INFO, logger="notee.domain.subscriptions"):
@@ -239,11 +241,11 @@ def test_device_lifecycle(runtime, st, svc, caplog):
 
 
 def test_user_deleted_removes_everything(runtime, st, svc):
-    tkey = f.make_template(runtime, svc, "TOPIC", "news")
-    f.make_template(runtime, svc, "CYCLE", "remind")
-    u, keep = f.make_user(runtime, svc), f.make_user(runtime, svc)
-    f.make_device(runtime, svc, u, token())
-    f.make_device(runtime, svc, keep, token())
+    tkey = make_template(runtime, svc, "TOPIC", "news")
+    make_template(runtime, svc, "CYCLE", "remind")
+    u, keep = make_user(runtime, svc), make_user(runtime, svc)
+    make_device(runtime, svc, u, token())
+    make_device(runtime, svc, keep, token())
     for x in (u, keep):
         subs.subscribe_topic(runtime, svc, x, "news", "t")
         subs.subscribe_topic(runtime, svc, x, "news", "t2")
@@ -281,9 +283,9 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
 def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     from notee import reconcile
 
-    key = f.make_template(runtime, svc, "TOPIC", "news")
-    u = f.make_user(runtime, svc)
-    f.make_device(runtime, svc, u, token())
+    key = make_template(runtime, svc, "TOPIC", "news")
+    u = make_user(runtime, svc)
+    make_device(runtime, svc, u, token())
     subs.subscribe_topic(runtime, svc, u, "news", "t")
     with runtime.sessions.begin() as s:
         reg.delete_template(s, svc, "TOPIC", "news")
@@ -292,7 +294,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     assert st.counters(svc, "TOPIC", "news")[1] == 0
 
     # A new template of the same type starts fresh; the dead rows are cleaned on touch.
-    key2 = f.make_template(runtime, svc, "TOPIC", "news")
+    key2 = make_template(runtime, svc, "TOPIC", "news")
     assert subs.subscribe_topic(runtime, svc, u, "news", "t")["status"] == "subscribed"
     assert st.counters(svc, "TOPIC", "news")[1] == 1
     assert recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news") == []
@@ -311,9 +313,9 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
 def test_reconcile_fixes_count_drift(runtime, st, svc):
     from notee import reconcile
 
-    f.make_template(runtime, svc, "TOPIC", "news")
-    ckey = f.make_template(runtime, svc, "CYCLE", "remind")
-    users = [f.make_user(runtime, svc) for _ in range(3)]
+    make_template(runtime, svc, "TOPIC", "news")
+    ckey = make_template(runtime, svc, "CYCLE", "remind")
+    users = [make_user(runtime, svc) for _ in range(3)]
     for u in users:
         subs.subscribe_topic(runtime, svc, u, "news", "a")
     subs.subscribe_topic(runtime, svc, users[0], "news", "b")

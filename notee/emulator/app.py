@@ -393,6 +393,12 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
             token = _query(query).get("token", "")
             return _ok({"token": token, "fcm": state.delivered["fcm"][token], "apns": state.delivered["apns"][token],
                         "attempts": state.attempts[token]})
+        if method == "POST" and path == "deliveries":  # many tokens at once: {"tokens": [...]}
+            tokens = req["tokens"]
+            if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+                raise TypeError("tokens must be a list of strings")
+            return _ok({"deliveries": [{"token": t, "fcm": state.delivered["fcm"][t], "apns": state.delivered["apns"][t],
+                                        "attempts": state.attempts[t]} for t in tokens]})
         if method == "GET" and path == "requests/last":
             token = _query(query).get("token", "")
             return _ok(state.last.get(token)) if token in state.last else _ok({"error": "no request"}, 404)

@@ -108,6 +108,16 @@ class EmulatorControl:
     def deliveries(self, token: str) -> dict[str, int]:
         return self.http.get("/_emu/deliveries", params={"token": token}).json()
 
+    def deliveries_of(self, tokens: list[str], batch: int = 5000) -> dict[str, dict[str, int]]:
+        """``deliveries`` of many tokens, a batch per request: token -> {"fcm", "apns", "attempts"}."""
+        out: dict[str, dict[str, int]] = {}
+        for i in range(0, len(tokens), batch):
+            r = self.http.post("/_emu/deliveries", json={"tokens": tokens[i:i + batch]})
+            r.raise_for_status()
+            for row in r.json()["deliveries"]:
+                out[row.pop("token")] = row
+        return out
+
     def last_request(self, token: str) -> dict[str, Any] | None:
         r = self.http.get("/_emu/requests/last", params={"token": token})
         return r.json() if r.status_code == 200 else None

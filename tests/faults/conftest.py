@@ -1,6 +1,6 @@
-"""Fixtures of the fault suite (``make test-faults``): a 3-node Cassandra cluster, a second MariaDB
-that may be killed, Notee processes as real subprocesses, and helpers to watch jobs and count what
-the emulator received.
+"""Fixtures of the fault suite (``make test-faults``): a 3-node Cassandra cluster and a second
+MariaDB that may be killed. Notee processes, job watching and delivery counts come from
+``tests/support`` (processes, fanout, emulator).
 
 Nothing here touches the shared servers the rest of the suite uses (MariaDB on 3306, the single
 Cassandra node on 9042): the cluster runs on 127.0.0.1-3:9043 (services/cassandra/cluster.sh) with
@@ -11,197 +11,26 @@ Every subprocess writes its output into the session's log folder, so the final s
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
-import signal
-import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
 from notee.runtime import Runtime
 from notee.settings import Settings
-from notee.emulator.control import free_port
-from tests.emulator_fixture import Emulator, emulator, emulator_process  # noqa: F401
 from tests.security_logscan import log_dir
+from tests.support.processes import settings_from, subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "services" / "cassandra" / "cluster.sh"
 CLUSTER_SIZE = 3
-
-
-# --- Notee processes ------------------------------------------------------------------------------
-
-@dataclass
-class NoteeProcess:
-    """One ``python -m notee <args>`` subprocess; output goes to ``<session log dir>/<name>.log``."""
-
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    proc: subprocess.Popen | None = None
-    log_path: Path | None = None
-
-    def start(self) -> NoteeProcess:
-        self.log_path = log_dir() / f"{self.name}.log"
-        out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "notee", *self.args], env=self.env, cwd=REPO,
-                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        out.close()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            self.proc.send_signal(sig)  # type: ignore[union-attr]
-
-    def stop(self, timeout: float = 30) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def tail(self, n: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-
-@dataclass
-class Processes:
-    """Every subprocess a test started; all are stopped at teardown, by pid."""
-
-    started: list[NoteeProcess] = field(default_factory=list)
-
-    def start(self, name: str, args: list[str], env: dict[str, str]) -> NoteeProcess:
-        p = NoteeProcess(name, args, env).start()
-        self.started.append(p)
-        return p
-
-    def stop_all(self) -> None:
-        for p in reversed(self.started):
-            p.stop(timeout=20)
-
-
-@pytest.fixture()
-def processes() -> Iterator[Processes]:
-    procs = Processes()
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
-
-
-def subprocess_env(**overrides: str) -> dict[str, str]:
-    """The test environment (test database, keyspaces, admin token, emulator) plus overrides."""
-    env = dict(os.environ)
-    env.update({"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1"})
-    env.update(overrides)
-    return env
-
-
-def wait_http(url: str, timeout: float = 60, proc: NoteeProcess | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {timeout} s" + (f"\n{proc.tail()}" if proc else ""))
-
-
-# --- jobs -------------------------------------------------------------------------------------------
-
-def wait_job(runtime: Runtime, service: str, job_id: str, timeout: float, workers: list[NoteeProcess] = ()):
-    """Poll the job until it is done or failed; returns (job, progress). Fails on timeout or when
-    every worker died."""
-    from notee.fanout.jobs import job_status
-
-    deadline = time.monotonic() + timeout
-    while True:
-        with runtime.sessions() as session:
-            job, progress = job_status(session, service, job_id)
-        if job.state in ("done", "failed"):
-            return job, progress
-        if workers and not any(w.alive() for w in workers):
-            raise AssertionError("every worker exited:\n" + "\n".join(w.tail() for w in workers))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} still {job.state} after {timeout} s: {progress}")
-        time.sleep(0.5)
-
-
-# --- emulator census ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Census:
-    """What the emulator saw for a set of tokens."""
-
-    targeted: int
-    delivered: int  # tokens delivered at least once
-    duplicated: int  # tokens delivered more than once
-    extra_deliveries: int  # deliveries beyond the first, summed
-    missing: list[str]
-    max_attempts: int  # most requests any one token got (faulted ones included)
-    attempts: dict[str, int]
-
-
-def census(emu: Emulator, tokens: list[str], concurrency: int = 32) -> Census:
-    """Ask the emulator, token by token, how often each was delivered (HTTP/2, bounded concurrency)."""
-
-    async def run() -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        sem = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(base_url=emu.url, verify=ssl.create_default_context(cafile=emu.ca_file), http2=True,
-                                     timeout=30) as client:
-            async def one(tok: str) -> None:
-                async with sem:
-                    r = await client.get("/_emu/deliveries", params={"token": tok})
-                    r.raise_for_status()
-                    out[tok] = r.json()
-
-            for i in range(0, len(tokens), 2000):
-                await asyncio.gather(*(one(t) for t in tokens[i:i + 2000]))
-        return out
-
-    seen = asyncio.run(run())
-    counts = {t: seen[t]["fcm"] + seen[t]["apns"] for t in tokens}
-    attempts = {t: seen[t]["attempts"] for t in tokens}
-    return Census(
-        targeted=len(tokens),
-        delivered=sum(1 for c in counts.values() if c >= 1),
-        duplicated=sum(1 for c in counts.values() if c > 1),
-        extra_deliveries=sum(c - 1 for c in counts.values() if c > 1),
-        missing=[t for t, c in counts.items() if c == 0],
-        max_attempts=max(attempts.values(), default=0),
-        attempts=attempts,
-    )
 
 
 # --- the 3-node Cassandra cluster -------------------------------------------------------------------------
@@ -251,17 +80,6 @@ def cluster_overrides() -> dict[str, str]:
     }
 
 
-def settings_from(env: dict[str, str]) -> Settings:
-    saved = dict(os.environ)
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        return Settings()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 @pytest.fixture(scope="session")
 def fault_cluster(migrated) -> Iterator[FaultCluster]:
     """Start the 3-node cluster (reused if already running), migrate its keyspaces at RF 3, stop it
@@ -270,14 +88,15 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
     that has not gossiped yet believes it is alone (issue 14, item 9)."""
     from notee import migrate
 
-    log = open(log_dir() / "cassandra-cluster.log", "ab")
+    log_path = log_dir() / "cassandra-cluster.log"
     env = subprocess_env(**cluster_overrides())
     settings = settings_from(env)
     runtime = Runtime(settings)
     try:
         # Inside the try: a start that fails (or a ring that never forms) still stops the nodes it started.
-        subprocess.run([str(CLUSTER_SH), "start", str(CLUSTER_SIZE)], check=True, timeout=900, stdout=log,
-                       stderr=subprocess.STDOUT, env={**os.environ, "CASSANDRA_HEAP": "768M"})
+        with open(log_path, "ab") as log:
+            subprocess.run([str(CLUSTER_SH), "start", str(CLUSTER_SIZE)], check=True, timeout=900, stdout=log,
+                           stderr=subprocess.STDOUT, env={**os.environ, "CASSANDRA_HEAP": "768M"})
         deadline = time.monotonic() + 120
         while len([h for h in runtime.cql.cluster.metadata.all_hosts() if h.is_up]) < CLUSTER_SIZE:
             if time.monotonic() > deadline:
@@ -287,9 +106,9 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
         yield FaultCluster(settings, runtime, env)
     finally:
         runtime.close()
-        subprocess.run([str(CLUSTER_SH), "stop", str(CLUSTER_SIZE)], timeout=300, stdout=log,
-                       stderr=subprocess.STDOUT)
-        log.close()
+        with open(log_path, "ab") as log:
+            subprocess.run([str(CLUSTER_SH), "stop", str(CLUSTER_SIZE)], timeout=300, stdout=log,
+                           stderr=subprocess.STDOUT)
 
 
 # --- a second, killable MariaDB ------------------------------------------------------------------------------
@@ -324,14 +143,13 @@ class KillableMariaDB:
                        check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def start(self) -> None:
-        log = open(log_dir() / "mariadb-fault.log", "ab")
-        self.proc = subprocess.Popen(
-            ["/usr/sbin/mariadbd", "--no-defaults", *self._user(), f"--datadir={self.root / 'data'}",
-             f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--pid-file={self.root / 'mysqld.pid'}", "--innodb-buffer-pool-size=64M", "--skip-log-bin",
-             "--max-connections=300"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
+        with open(log_dir() / "mariadb-fault.log", "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                ["/usr/sbin/mariadbd", "--no-defaults", *self._user(), f"--datadir={self.root / 'data'}",
+                 f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
+                 f"--pid-file={self.root / 'mysqld.pid'}", "--innodb-buffer-pool-size=64M", "--skip-log-bin",
+                 "--max-connections=300"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not self.answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -389,5 +207,3 @@ def killable_mariadb() -> Iterator[KillableMariaDB]:
         db.stop()
 
 
-__all__ = ["Census", "FaultCluster", "KillableMariaDB", "NoteeProcess", "Processes", "census", "emulator",
-           "emulator_process", "free_port", "signal", "subprocess_env", "wait_http", "wait_job"]

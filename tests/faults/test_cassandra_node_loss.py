@@ -15,10 +15,11 @@ import time
 import httpx
 import pytest
 
-from tests.api_helpers import admin_headers, bearer
-from tests.faults.conftest import census, free_port, wait_http, wait_job
-from tests.fanout_helpers import seed_topic, topic_template
 from tests.security_logscan import remember_secret
+from tests.support.emulator import census
+from tests.support.fanout import seed_topic, topic_template, wait_job
+from tests.support.processes import free_port, wait_http
+from tests.support.registry import admin_headers, bearer
 
 pytestmark = pytest.mark.faults
 

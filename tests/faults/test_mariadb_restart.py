@@ -25,9 +25,9 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.api_helpers import admin_headers, bearer, shared_service_account
-from tests.faults.conftest import free_port, subprocess_env, wait_http
 from tests.security_logscan import remember_secret
+from tests.support.processes import free_port, subprocess_env, wait_http
+from tests.support.registry import admin_headers, bearer, shared_service_account
 
 pytestmark = pytest.mark.faults
 

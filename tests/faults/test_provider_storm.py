@@ -23,8 +23,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from tests.faults.conftest import census, subprocess_env, wait_job
-from tests.fanout_helpers import seed_topic, topic_job, topic_template
+from tests.support.emulator import census
+from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job
+from tests.support.processes import subprocess_env
 
 pytestmark = pytest.mark.faults
 

@@ -12,7 +12,10 @@ deleted and registered again, device removals and re-registrations, publishes to
 few seconds with job polling. The samples are written to ``soak-rss.csv`` in the session log folder. ``NOTEE_SOAK_SECONDS`` shortens it (default 600).
 
 Memory: RSS of each process tree (psutil) every ``SAMPLE_S``. Warm-up is the first fifth of the
-run; growth = (mean of the last minute - mean of the minute after warm-up) / that baseline.
+run. Two checks per process: the trend, a least-squares line through every sample after warm-up,
+must rise less than ``MAX_SLOPE_MB_PER_MIN`` (a steady creep of 0.8 MB/min once passed the second
+check alone); and growth = (mean of the last minute - mean of the minute after warm-up) / that
+baseline must stay under ``MAX_GROWTH``.
 """
 
 from __future__ import annotations
@@ -33,19 +36,27 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from tests.api_helpers import shared_service_account
-from tests.emulator_fixture import Emulator
-from tests.faults.conftest import free_port, settings_from, subprocess_env, wait_http
-from tests.faults.conftest import processes  # noqa: F401
 from tests.security_logscan import log_dir, remember_secret
+from tests.support.emulator import Emulator
+from tests.support.processes import free_port, settings_from, subprocess_env, wait_http
+from tests.support.registry import shared_service_account
 
 pytestmark = pytest.mark.soak
 
 DURATION_S = float(os.environ.get("NOTEE_SOAK_SECONDS", "600"))
 SAMPLE_S = 5.0
 MAX_GROWTH = 0.10
+MAX_SLOPE_MB_PER_MIN = 0.2  # 12 MB an hour: a creep that size would be a leak, not noise
 POOL = 300  # users per registration thread (steady-state population: 3 x POOL)
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+
+
+def slope_mb_per_min(points: list[tuple[float, int]], since_s: float) -> float:
+    """Slope of the least-squares line through the (time, RSS) samples taken from ``since_s`` on."""
+    after = [(t / 60, rss / 2**20) for t, rss in points if t >= since_s]
+    if len(after) < 2:
+        raise AssertionError(f"only {len(after)} samples after warm-up: run longer")
+    return statistics.linear_regression([t for t, _ in after], [mb for _, mb in after]).slope
 
 
 def tree_rss(pid: int) -> int:
@@ -82,7 +93,7 @@ def soak_env(settings, migrated):
     return env
 
 
-def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
+def test_soak_memory_is_flat(soak_env, processes, settings):
     env = dict(soak_env)
     state = os.path.join(".run", "soak-emulator")
     emu_port, api_port = free_port(), free_port()
@@ -211,16 +222,19 @@ def test_soak_memory_is_flat(soak_env, processes, settings):  # noqa: F811
 
     warm = DURATION_S / 5
     window = min(60.0, DURATION_S / 5)
-    report, growths = [], {}
+    report, growths, slopes = [], {}, {}
     for name, points in samples.items():
         base_mb = statistics.mean(r for t, r in points if warm <= t < warm + window) / 2**20
         end_mb = statistics.mean(r for t, r in points if t >= DURATION_S - window) / 2**20
         peak_mb = max(r for _, r in points) / 2**20
         growths[name] = (end_mb - base_mb) / base_mb
+        slopes[name] = slope_mb_per_min(points, warm)
         report.append(f"  {name:10s} after warm-up {base_mb:7.1f} MB  end {end_mb:7.1f} MB  peak {peak_mb:7.1f} MB  "
-                      f"growth {growths[name] * 100:+5.1f} %")
+                      f"growth {growths[name] * 100:+5.1f} %  trend {slopes[name]:+6.3f} MB/min")
     print(f"\nsoak: {DURATION_S:.0f} s, {len(samples['api'])} samples per process; requests "
           f"{dict(sorted(tally.items()))}; emulator {delivered['counts']}\n" + "\n".join(report))
+    creeping = {name: round(s, 3) for name, s in slopes.items() if s >= MAX_SLOPE_MB_PER_MIN}
+    assert not creeping, f"RSS trend after warm-up of at least {MAX_SLOPE_MB_PER_MIN} MB/min: {creeping}"
     assert all(g < MAX_GROWTH for g in growths.values()), growths
     assert tally["publish.202"] > 0 and tally["user.201"] + tally["user.200"] > 0
     errors = {k: v for k, v in tally.items() if k.endswith(".err") or ".5" in k}

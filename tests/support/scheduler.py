@@ -1,35 +1,39 @@
-"""Helpers for the scheduler tests: CYCLE templates marked due at chosen local buckets (through the
-subscription store's own `mark_due`), a scheduler with a private tick namespace, and the job rows a
-tenant got. Every test makes its own tenant and namespace, so tests share no tick or job rows."""
+"""Scheduler test helpers: CYCLE templates marked due at chosen local buckets (through the
+subscription store's own ``mark_due``), a scheduler with a private tick namespace, and the job and
+tick rows a tenant or namespace got. Every test makes its own tenant and namespace, so tests share
+no tick or job rows."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import text
 
-from notee.vocabulary import CycleTarget
+from notee.runtime import Runtime
 from notee.scheduler.runner import Scheduler
 from notee.store.cql import for_runtime
-from tests import factories
+from notee.vocabulary import CycleTarget
+from tests.support import registry
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=timezone.utc)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 class DueIndex:
     """Marks templates due in cycle_due and removes exactly those rows when the test ends, so the
     shared test keyspace does not accumulate other tests' buckets."""
 
-    def __init__(self, runtime) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.rows: list[tuple[CycleTarget, str]] = []
 
     def template(self, service: str, type_: str, buckets: list[CycleTarget], *, title: str = "Reminder") -> str:
-        key = factories.make_template(self.runtime, service, "CYCLE", type_, title=title, body="Time to practise")
+        key = registry.make_template(self.runtime, service, "CYCLE", type_, title=title, body="Time to practise")
         self.mark(service, type_, key, buckets)
         return key
 
@@ -47,21 +51,19 @@ class DueIndex:
             st.delete_due(stamp, b.timezone, b.day, b.hour, b.minute, key)
 
 
-def scheduler(runtime, namespace: str | None = None, **kwargs) -> Scheduler:
+def scheduler(runtime: Runtime, namespace: str | None = None, **kwargs: Any) -> Scheduler:
     return Scheduler(runtime, namespace=namespace or "test-" + secrets.token_hex(6), **kwargs)
 
 
-def jobs_of(runtime, service: str) -> list[tuple[str, dict, str]]:
+def jobs_of(runtime: Runtime, service: str) -> list[tuple[str, dict[str, Any], str]]:
     """(notification_key, target, idempotency_key) of every job of a tenant."""
-    import json
-
     with runtime.sessions() as s:
         rows = s.execute(text("SELECT notification_key, target, idempotency_key FROM fanout_job WHERE service = :s"),
                          {"s": service}).all()
     return [(k, json.loads(t) if isinstance(t, str) else t, i) for k, t, i in rows]
 
 
-def tick_states(runtime, namespace: str) -> dict[datetime, str]:
+def tick_states(runtime: Runtime, namespace: str) -> dict[datetime, str]:
     with runtime.sessions() as s:
         rows = s.execute(text("SELECT minute_utc, state FROM cycle_tick WHERE namespace = :n"), {"n": namespace}).all()
-    return {m.replace(tzinfo=timezone.utc): st for m, st in rows}
+    return {m.replace(tzinfo=UTC): st for m, st in rows}

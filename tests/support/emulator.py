@@ -1,0 +1,78 @@
+"""The emulator for tests: fixtures, and the one way to count deliveries per token.
+
+``emulator_process`` (session) starts ``notee emulator`` on a free port with a fresh test CA and
+exports SSL_CERT_FILE / REQUESTS_CA_BUNDLE / NO_PROXY / NOTEE_EMULATOR_URL / NOTEE_EMULATOR_CA_FILE
+(before any client is built); ``emulator`` (per test) resets its state and hands back the control
+client. Registered as a plugin by tests/conftest.py: request the fixture, do not import it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from notee.emulator.control import EmulatorControl as Emulator
+from notee.emulator.control import local_emulator
+
+__all__ = ["Census", "Emulator", "census", "deliveries_per_token", "emulator", "emulator_process"]
+
+
+@pytest.fixture(scope="session")
+def emulator_process() -> Iterator[Emulator]:
+    """A realistic emulator (``notee emulator --realistic``): OAuth access tokens, quotas, per-device
+    rates, APNs stream limits and GOAWAY. A test that needs otherwise switches a behaviour off
+    through ``emulator.realistic(...)``; ``reset()`` restores the realistic defaults."""
+    with local_emulator(realistic=True) as emu:
+        saved = {k: os.environ.get(k) for k in emu.env()}
+        os.environ.update(emu.env())
+        yield emu
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture()
+def emulator(emulator_process: Emulator) -> Emulator:
+    emulator_process.reset()
+    return emulator_process
+
+
+def deliveries_per_token(emu: Emulator, tokens: list[str], api: str | None = None) -> dict[str, int]:
+    """Deliveries per token as the emulator counted them: through ``api`` ("fcm" or "apns"), or
+    through both when None. Faulted attempts are not deliveries (see ``census`` for attempts)."""
+    seen = emu.deliveries_of(tokens)
+    apis = (api,) if api else ("fcm", "apns")
+    return {t: sum(seen[t][a] for a in apis) for t in tokens}
+
+
+@dataclass(frozen=True)
+class Census:
+    """What the emulator saw for a set of tokens."""
+
+    targeted: int
+    delivered: int  # tokens delivered at least once
+    duplicated: int  # tokens delivered more than once
+    extra_deliveries: int  # deliveries beyond the first, summed
+    missing: list[str]
+    max_attempts: int  # most requests any one token got (faulted ones included)
+    attempts: dict[str, int]
+
+
+def census(emu: Emulator, tokens: list[str]) -> Census:
+    seen = emu.deliveries_of(tokens)
+    counts = {t: seen[t]["fcm"] + seen[t]["apns"] for t in tokens}
+    attempts = {t: seen[t]["attempts"] for t in tokens}
+    return Census(
+        targeted=len(tokens),
+        delivered=sum(1 for c in counts.values() if c >= 1),
+        duplicated=sum(1 for c in counts.values() if c > 1),
+        extra_deliveries=sum(c - 1 for c in counts.values() if c > 1),
+        missing=[t for t, c in counts.items() if c == 0],
+        max_attempts=max(attempts.values(), default=0),
+        attempts=attempts,
+    )

@@ -1,0 +1,121 @@
+"""Fan-out test helpers: topic subscribers seeded at scale straight into Cassandra, TOPIC publish
+jobs, in-process workers, and the job's rows and progress."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import BatchStatement, BatchType
+from sqlalchemy import text
+
+from notee.delivery import DeliverySender
+from notee.fanout import jobs
+from notee.fanout.worker import Worker
+from notee.runtime import Runtime
+from notee.settings import Settings
+from notee.store import job_queue as store
+from notee.store.cql import for_runtime
+from notee.vocabulary import SLOT_SIZE, TopicTarget
+from tests.support import registry
+from tests.support.processes import NoteeProcess
+
+
+def seed_topic(runtime: Runtime, service: str, type_: str, key: str, topic: str, n: int, *, os: str = "AOS",
+               prefix: str | None = None) -> list[str]:
+    """``n`` subscribers of (template key, topic): numbers come from the (service, TOPIC, type) ``no``
+    counter exactly as subscribe allocates them; rows land in slots no // 30000."""
+    st = for_runtime(runtime)
+    top = st.allocate_numbers(service, "TOPIC", type_, n)
+    first = top - n + 1
+    prefix = prefix or f"{service}-{topic}-"
+    tokens = [f"{prefix}{i:07d}" for i in range(n)]
+    now = int(time.time() * 1000)
+    rows = [((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now)
+            for i, tok in enumerate(tokens)]
+    # Single-partition UNLOGGED batches of 100 prepared inserts (one mutation each server-side):
+    # rows arrive in number order, so a batch never spans two slots.
+    batches = []
+    for i in range(0, len(rows), 100):
+        chunk = rows[i:i + 100]
+        for slot in sorted({r[0] for r in chunk}):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for r in chunk:
+                if r[0] == slot:
+                    batch.add(st.topic_insert, r)
+            batches.append((batch, ()))
+    for ok, result in execute_concurrent(runtime.cql, batches, concurrency=32, raise_on_first_error=False):
+        assert ok, result
+    return tokens
+
+
+def topic_template(runtime: Runtime, service: str, type_: str = "news", title: str = "Hi {{name}}") -> str:
+    """The service (with FCM credentials, so its jobs can send) and a TOPIC template; its key."""
+    registry.make_service(runtime, service, fcm=True)
+    return registry.make_template(runtime, service, "TOPIC", type_, title=title)
+
+
+def topic_job(runtime: Runtime, service: str, key: str, topic: str, *, type_: str = "news",
+              idempotency_key: str | None = None, variables: dict[str, Any] | None = None,
+              overrides: dict[str, Any] | None = None) -> store.JobRow:
+    with runtime.sessions() as session:
+        return jobs.create_job(runtime, session, service=service, notification_key=key, method="TOPIC",
+                               type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
+                               variables=variables if variables is not None else {"name": "there"},
+                               overrides=overrides)
+
+
+def count_rows(runtime: Runtime, service: str) -> tuple[int, int]:
+    """(jobs, tasks) of a tenant."""
+    with runtime.engine.connect() as conn:
+        jobs_n = conn.execute(text("SELECT COUNT(*) FROM fanout_job WHERE service = :s"), {"s": service}).scalar()
+        tasks_n = conn.execute(text("SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j USING (job_id)"
+                                    " WHERE j.service = :s"), {"s": service}).scalar()
+    return int(jobs_n or 0), int(tasks_n or 0)
+
+
+def run_worker_until_idle(runtime: Runtime, services: list[str], *, lanes: int = 2,
+                          fetch_size: int | None = None) -> Worker:
+    """Run an in-process worker with the production sender until the services' tasks are all done."""
+
+    async def go() -> Worker:
+        sender = DeliverySender(runtime)
+        worker = Worker(runtime, sender, lanes=lanes, services=services, fetch_size=fetch_size)
+        try:
+            await worker.run(until_idle=True)
+        finally:
+            await sender.close()
+        return worker
+
+    return asyncio.run(go())
+
+
+def emulator_runtime() -> Runtime:
+    """A Runtime whose settings point at the emulator (the emulator fixture exported its URL/CA)."""
+    return Runtime(Settings())
+
+
+def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, store.Progress]:
+    with runtime.sessions() as s:
+        job = store.get_job(s, job_id)
+        assert job is not None, f"job {job_id} not found"
+        return job, store.progress(s, job_id)
+
+
+def wait_job(runtime: Runtime, service: str, job_id: str, timeout: float, workers: list[NoteeProcess] | None = None,
+             ) -> tuple[store.JobRow, store.Progress]:
+    """Poll the job until it is done or failed; returns (job, progress). Fails on timeout or when
+    every worker died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with runtime.sessions() as session:
+            job, progress = jobs.job_status(session, service, job_id)
+        if job.state in ("done", "failed"):
+            return job, progress
+        if workers and not any(w.alive() for w in workers):
+            raise AssertionError("every worker exited:\n" + "\n".join(w.tail() for w in workers))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} still {job.state} after {timeout} s: {progress}")
+        time.sleep(0.5)

@@ -1,0 +1,75 @@
+"""Everything the stores hold for one tenant, as a comparable value, to prove that a rejected request
+wrote nothing: ``assert snapshot(runtime, service) == before``."""
+
+from __future__ import annotations
+
+from cassandra.query import PreparedStatement
+from sqlalchemy import text
+
+from notee.runtime import Runtime
+
+NOT_DATA = {"rate_bucket"}  # request accounting, changed by every request by design
+# Tables without a ``service`` column that still hold a tenant's rows, with the query selecting them.
+_BY_JOIN = {
+    "fanout_task": "SELECT t.* FROM fanout_task t JOIN fanout_job j USING (job_id) WHERE j.service = :s",
+}
+
+Snapshot = dict[str, list[str]]
+
+
+def snapshot(runtime: Runtime, service: str) -> Snapshot:
+    """MySQL: every row of every table with a ``service`` column (found from the schema, so a new
+    table is covered) and the tables of ``_BY_JOIN``; request accounting (``NOT_DATA``) excluded.
+    Cassandra: the tenant's numbering counters and the ``notification_per_user`` rows of each of its
+    users. Together these move on every subscription write: a new subscriber row (topic, cycle)
+    takes a number from the counters, and every subscribe/unsubscribe writes or deletes the user's
+    own row, which also carries the cycle schedule that ``cycle_due`` indexes."""
+    out: Snapshot = {}
+    with runtime.engine.connect() as conn:
+        tables = conn.execute(text(
+            "SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+            "AND column_name = 'service' ORDER BY table_name")).scalars().all()
+        queries = {t: f"SELECT * FROM `{t}` WHERE service = :s" for t in tables if t not in NOT_DATA} | _BY_JOIN
+        for table, query in queries.items():
+            out[f"mysql.{table}"] = sorted(repr(tuple(r)) for r in conn.execute(text(query), {"s": service}))
+        users = [str(u) for u in conn.execute(text("SELECT user_id FROM `user` WHERE service = :s"),
+                                              {"s": service}).scalars()]
+    counters, per_user = _cql_statements(runtime)
+    out["cql.counters"] = sorted(repr(tuple(r)) for r in runtime.cql.execute(counters, (service,)))
+    pending = [runtime.cql.execute_async(per_user, (u, service)) for u in users]
+    out["cql.per_user"] = sorted(repr(tuple(r)) for f in pending for r in f.result())
+    return out
+
+
+def totals(runtime: Runtime) -> dict[str, int]:
+    """Row counts of the tables any tenant's admin requests write (services, API keys, credentials):
+    a rejected admin request addressed to some other service must not add rows there either."""
+    with runtime.engine.connect() as conn:
+        return {t: int(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
+                for t in ("service", "api_key", "provider_credentials")}
+
+
+def changes(before: Snapshot, after: Snapshot) -> dict[str, dict[str, list[str]]]:
+    """What differs between two snapshots, per table: rows gone and rows new (empty when equal)."""
+    diff = {}
+    for table in sorted(set(before) | set(after)):
+        old, new = set(before.get(table, [])), set(after.get(table, []))
+        if old != new:
+            diff[table] = {"gone": sorted(old - new), "new": sorted(new - old)}
+    return diff
+
+
+_prepared: dict[int, tuple[PreparedStatement, PreparedStatement]] = {}
+
+
+def _cql_statements(runtime: Runtime) -> tuple[PreparedStatement, PreparedStatement]:
+    """Prepared once per Cassandra session (the fuzz test takes a snapshot after every case)."""
+    key = id(runtime.cql)
+    if key not in _prepared:
+        ks = runtime.keyspaces
+        _prepared[key] = (
+            runtime.cql.prepare(f"SELECT * FROM {ks.numbering}.notification WHERE service = ?"),
+            runtime.cql.prepare(f"SELECT * FROM {ks.notification}.notification_per_user "
+                                "WHERE user_id = ? AND service = ?"),
+        )
+    return _prepared[key]
