@@ -18,7 +18,7 @@ from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store.cql import for_runtime
-from notee.vocabulary import SLOT_SIZE, TopicTarget
+from notee.vocabulary import SLOT_SIZE, Progress, TopicTarget
 from tests.support import registry
 from tests.support.processes import NoteeProcess
 
@@ -60,7 +60,7 @@ def topic_template(runtime: Runtime, service: str, type_: str = "news", title: s
 def topic_job(runtime: Runtime, service: str, key: str, topic: str, *, type_: str = "news",
               idempotency_key: str | None = None, variables: dict[str, Any] | None = None,
               overrides: dict[str, Any] | None = None) -> store.JobRow:
-    with runtime.sessions() as session:
+    with runtime.sessions.begin() as session:  # the caller owns the commit
         return jobs.create_job(runtime, session, service=service, notification_key=key, method="TOPIC",
                                type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
                                variables=variables if variables is not None else {"name": "there"},
@@ -97,7 +97,7 @@ def emulator_runtime() -> Runtime:
     return Runtime(Settings())
 
 
-def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, store.Progress]:
+def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, Progress]:
     with runtime.sessions() as s:
         job = store.get_job(s, job_id)
         assert job is not None, f"job {job_id} not found"
@@ -105,7 +105,7 @@ def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, store.Pro
 
 
 def wait_job(runtime: Runtime, service: str, job_id: str, timeout: float, workers: list[NoteeProcess] | None = None,
-             ) -> tuple[store.JobRow, store.Progress]:
+             ) -> tuple[store.JobRow, Progress]:
     """Poll the job until it is done or failed; returns (job, progress). Fails on timeout or when
     every worker died."""
     deadline = time.monotonic() + timeout
