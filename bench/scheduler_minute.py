@@ -68,8 +68,8 @@ def seed(runtime, service: str, templates: int, per_template: int, keys: list[st
 def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
     from sqlalchemy import text
 
-    from notee.vocabulary import slot_of
     from notee.store.cql import for_runtime
+    from notee.vocabulary import slot_of
 
     st = for_runtime(runtime)
     ks = runtime.keyspaces.notification

@@ -210,10 +210,10 @@ async def _bare_apns(url: str, ca_file: str, n: int, bearer: str) -> dict[str, A
 async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     from bench.tenant import bench_service_account
     from notee.delivery import deliver
-    from notee.vocabulary import FcmCredentials, ProviderCredentials
     from notee.providers.routing import ProviderSet
     from notee.runtime import Runtime
     from notee.settings import Settings
+    from notee.vocabulary import FcmCredentials, ProviderCredentials
 
     settings = Settings()
     if not settings.emulator_url:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import typer
 
 from notee import cli_http, logs
+from notee.emulator.tls import TlsFiles
 from notee.settings import Settings
 
 app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
@@ -92,7 +94,7 @@ def api(
     own listener with --admin-port."""
     from notee.api.server import serve
 
-    flags = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
+    flags: dict[str, Any] = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
              "api_admin_port": admin_port}
     settings = Settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
     logs.setup(settings.log_level, settings.log_format)
@@ -111,7 +113,7 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
     settings = _settings()
     host, port = host or settings.emulator_host, port or settings.emulator_port
 
-    def ready(files) -> None:
+    def ready(files: TlsFiles) -> None:
         typer.echo(f"notee emulator on https://{host}:{port}  CA certificate: {files.ca_cert.resolve()}")
         typer.echo(f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
                    f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}")

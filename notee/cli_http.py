@@ -17,8 +17,6 @@ from typing import Any, NoReturn
 
 import typer
 
-
-
 admin_app = typer.Typer(help="Operator commands (NOTEE_ADMIN_TOKEN): services and API keys.", no_args_is_help=True)
 service_app = typer.Typer(help="Services (tenants).", no_args_is_help=True)
 key_app = typer.Typer(help="A service's API keys.", no_args_is_help=True)

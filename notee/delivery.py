@@ -24,11 +24,12 @@ prunes and dead letters, and answers, within the API's shutdown budget.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from notee.domain import registry
 from notee.domain.credentials import load_service_credentials
@@ -45,7 +46,11 @@ from notee.store import deadletter
 from notee.vocabulary import PageCounts, ProviderCredentials
 
 log = logging.getLogger(__name__)
-_UNSET = object()
+class _Unset(enum.Enum):
+    UNSET = enum.auto()  # credentials not given: deliver loads them
+
+
+_UNSET = _Unset.UNSET
 
 
 class Stopping(Exception):
@@ -101,11 +106,11 @@ def no_credentials_message(service: str) -> str:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
-                  credentials: ProviderCredentials | None | object = _UNSET, job_id: str | None = None,
+                  credentials: ProviderCredentials | _Unset | None = _UNSET, job_id: str | None = None,
                   dry_run: bool = False, entire_send: bool = True,
                   max_attempts: int | None = None, prune: bool = True,
                   sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -163,7 +168,7 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
             groups, _ = routes.split(batch)
             for provider, idx in groups:
                 outcomes = await provider.send([batch[j] for j in idx])
-                for j, outcome in zip(idx, outcomes):
+                for j, outcome in zip(idx, outcomes, strict=True):
                     i, m = pending[j], batch[j]
                     if isinstance(outcome, RetryAfter) and outcome.transport:
                         retry.append(i)  # the provider never answered about this device

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscriptions import remove_rows
+from notee.runtime import Runtime
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
@@ -45,7 +46,7 @@ def _partitions(st: Statements, fetch_size: int) -> Iterator[tuple[str, str, lis
         yield current[0], current[1], rows
 
 
-def reconcile(runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
+def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
     """Fix counts, delete dead rows and stale due buckets, for one service or all; return a report."""
     st = cqlstore.for_runtime(runtime)
     started_us = time.time_ns() // 1000
@@ -103,11 +104,11 @@ def reconcile(runtime, service: str | None = None, fetch_size: int = 1000) -> di
             fixed += 1
 
     due_removed = 0
-    for tz, day, hour, minute, key, svc in st.scan_due(fetch_size):
+    for tz, day, hour, minute, notification_key, svc in st.scan_due(fetch_size):
         if service is not None and svc != service:
             continue
-        if (tz, day, hour, minute, key) not in buckets:
-            st.delete_due(started_us, tz, day, hour, minute, key)
+        if (tz, day, hour, minute, notification_key) not in buckets:
+            st.delete_due(started_us, tz, day, hour, minute, notification_key)
             due_removed += 1
     zones_removed = 0
     if service is None:  # zones are shared by every service: only a full run may drop one

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -48,12 +48,12 @@ def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
 
 
 def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:
-    cutoff = ticks.retention_cutoff(now or datetime.now(timezone.utc), runtime.settings.retention_days)
+    cutoff = ticks.retention_cutoff(now or datetime.now(UTC), runtime.settings.retention_days)
     return _drain(runtime, lambda s: ticks.prune_ticks(s, older_than=cutoff, batch=BATCH))
 
 
 def prune_dead_letters(runtime: Runtime, *, now: datetime | None = None) -> int:
-    now = (now or datetime.now(timezone.utc)).replace(tzinfo=None)  # the column holds naive UTC
+    now = (now or datetime.now(UTC)).replace(tzinfo=None)  # the column holds naive UTC
     cutoff = now - timedelta(days=runtime.settings.retention_days)
     return _drain(runtime, lambda s: deadletter.prune(s, older_than=cutoff, batch=BATCH))
 

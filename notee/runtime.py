@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from cassandra.cluster import Cluster, Session as CqlSession
+from cassandra.cluster import Cluster
+from cassandra.cluster import Session as CqlSession
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 

@@ -14,13 +14,14 @@ and the providers can all use it without importing each other (docs/ARCHITECTURE
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NamedTuple, Union, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 # --- notification methods, device OSes, priorities, days ------------------------------------------------------
 
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
 Os = Literal["IOS", "AOS"]
 Priority = Literal["high", "normal"]
+JobState = Literal["queued", "running", "done", "failed"]
 METHODS: tuple[Method, ...] = get_args(Method)
 OSES: tuple[Os, ...] = get_args(Os)
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)
@@ -53,7 +54,7 @@ class CycleTarget:
     minute: int  # 0-59, local
 
 
-Target = Union[TopicTarget, CycleTarget]
+Target = TopicTarget | CycleTarget
 
 
 def encode_target(target: Target) -> tuple[str, dict[str, Any]]:

@@ -92,13 +92,15 @@ def check(root: Path) -> list[str]:
         lines = source.splitlines()
         rank, side = layer_of(here)
 
-        def visit(node: ast.AST, in_function: bool) -> None:
+        # (the loop's values bound as defaults: visit runs within this iteration only)
+        def visit(node: ast.AST, in_function: bool, here: str = here, lines: list[str] = lines, rank: int = rank,
+                  side: str = side) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    if in_function and here not in FUNCTION_IMPORTS_ALLOWED:
-                        if not _says_why(lines, child.lineno):
-                            problems.append(f"{here}:{child.lineno}: function-level import without a "
-                                            f"'{DEFERRED} <why>' comment above it")
+                    if (in_function and here not in FUNCTION_IMPORTS_ALLOWED
+                            and not _says_why(lines, child.lineno)):
+                        problems.append(f"{here}:{child.lineno}: function-level import without a "
+                                        f"'{DEFERRED} <why>' comment above it")
                     for target in _targets(child, here, known):
                         t_rank, t_side = layer_of(target)
                         skips_domain = side == "api" and t_rank == 1 and target not in API_MAY_USE

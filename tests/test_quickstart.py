@@ -79,7 +79,7 @@ def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migra
                                                             "NOTEE_LIVE_DELIVERY")}
     env |= {"NOTEE_API_PORT": str(api_port), "NOTEE_EMULATOR_PORT": str(emu_port),
             "NOTEE_RUN_DIR": str(tmp_path / "run"), "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
-    log = open(tmp_path / "run.log", "wb")
+    log = open(tmp_path / "run.log", "wb")  # noqa: SIM115 - closed in the finally below, after the process group stops
     proc = subprocess.Popen(["bash", str(ROOT / "workers" / "run.sh")], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -278,7 +278,7 @@ def test_cycle_delivers_every_savable_shape_rendered(client, runtime, tenant, em
     r = client.put(f"/v1/users/{user}/subscriptions/cycle/remind",
                    json={"days": ["MON"], "hour": hour, "minute": minute_, "timezone": "Asia/Seoul"}, headers=headers)
     assert r.status_code in (200, 201), r.text
-    minute = seoul.astimezone(timezone.utc)
+    minute = seoul.astimezone(UTC)
     try:
         scheduler(runtime).run_minute(minute, now=minute)
         assert len(jobs_of(runtime, service)) == 1  # this tenant's template rendered into one job

@@ -11,6 +11,7 @@ import secrets
 import subprocess
 import sys
 import tomllib
+from datetime import UTC
 from pathlib import Path
 
 import httpx
@@ -105,7 +106,7 @@ def test_errors_come_back_typed_with_the_servers_details(tenant, api):
 
 
 def test_the_async_client_runs_the_same_operations(tenant, api):
-    service, sync = tenant
+    _service, sync = tenant
     key = sync._policy.api_key
 
     async def scenario() -> tuple[list[models.Subscription], list[models.Template], models.Subscribed]:
@@ -243,7 +244,7 @@ def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):
     _, notee = tenant
     notee.put_template("TOPIC", "gamma", title="G", body="g")
     job = notee.publish_topic("gamma", "t").job_id
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     assert [j.job_id for j in notee.list_jobs(created_from=now - timedelta(minutes=5)).items] == [job]
     assert notee.list_jobs(created_to=now - timedelta(minutes=5)).items == []
     assert [j.job_id for j in notee.list_jobs(created_from=(now - timedelta(minutes=5)).astimezone(

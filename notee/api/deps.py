@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def get_runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

@@ -8,8 +8,8 @@ too.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
@@ -86,7 +86,7 @@ class Answer(BaseModel):
     def _times_in_utc(self) -> Self:
         for name, value in self:
             if isinstance(value, datetime) and value.tzinfo is None:
-                object.__setattr__(self, name, value.replace(tzinfo=timezone.utc))
+                object.__setattr__(self, name, value.replace(tzinfo=UTC))
         return self
 
 

@@ -81,7 +81,7 @@ TAGS: list[dict[str, str]] = [
 def operation_id(route: APIRoute) -> str:
     """The listed operationId; a route missing from the list gets a camelCase name of its function
     (tests/test_api_openapi.py fails until it is listed)."""
-    method = sorted(route.methods)[0]
+    method = sorted(route.methods or ())[0]
     listed = OPERATION_IDS.get((method, route.path_format))
     if listed is not None:
         return listed

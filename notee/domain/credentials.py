@@ -15,7 +15,15 @@ from sqlalchemy.orm import Session
 
 from notee.crypto import SecretsBox
 from notee.domain.registry import get_service, utcnow
-from notee.domain.rules import APNS_ID_RE, BUNDLE_RE, bad, check_choice, check_fcm_service_account, check_pattern, check_pem
+from notee.domain.rules import (
+    APNS_ID_RE,
+    BUNDLE_RE,
+    bad,
+    check_choice,
+    check_fcm_service_account,
+    check_pattern,
+    check_pem,
+)
 from notee.errors import NotFound, ProviderConfigError
 from notee.runtime import Runtime
 from notee.store import registry_sql as store

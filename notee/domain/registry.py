@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, overload
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -45,17 +45,22 @@ from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
 from notee.runtime import Runtime
 from notee.store import cql
 from notee.store import registry_sql as store
+from notee.store.mysql import AnyRow
 from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 
 log = logging.getLogger(__name__)
 
 
+@overload
+def _utc(dt: datetime) -> datetime: ...
+@overload
+def _utc(dt: None) -> None: ...
 def _utc(dt: datetime | None) -> datetime | None:
-    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
+    return dt.replace(tzinfo=UTC) if dt is not None and dt.tzinfo is None else dt
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -118,24 +123,24 @@ class Template:
     created: bool = False
 
 
-def _service(row) -> Service:
+def _service(row: AnyRow) -> Service:
     return Service(row.service, row.display_name, row.timezone, _utc(row.created_at), row.delivery_mode)
 
 
-def _key(row) -> ApiKeyInfo:
+def _key(row: AnyRow) -> ApiKeyInfo:
     return ApiKeyInfo(row.key_id, row.label, _utc(row.created_at), _utc(row.revoked_at))
 
 
-def _user(row, created: bool = False) -> User:
+def _user(row: AnyRow, created: bool = False) -> User:
     return User(row.user_id, row.service_user_id, row.service_user_name, _utc(row.created_at),
                 _utc(row.updated_at), created)
 
 
-def _device(row, created: bool = False) -> Device:
+def _device(row: AnyRow, created: bool = False) -> Device:
     return Device(row.device_token, row.device_os, row.region, _utc(row.created_at), _utc(row.updated_at), created)
 
 
-def _template(row, version: int, created: bool = False) -> Template:
+def _template(row: AnyRow, version: int, created: bool = False) -> Template:
     return Template(row.notification_method, row.notification_type, row.title, row.body, row.data,
                     row.defaults, row.ttl_seconds, row.priority, row.notification_key, version, _utc(row.created_at),
                     _utc(row.updated_at), created)
@@ -216,7 +221,8 @@ def authenticate(session: Session, raw_key: str | None) -> str:
     ok = crypto.secret_matches(secret, row.key_hash if row is not None else None)
     if not ok or row is None or row.revoked_at is not None:
         raise Unauthorized("unknown or revoked API key")
-    return row.service
+    service: str = row.service
+    return service
 
 
 # --- users -----------------------------------------------------------------------------------

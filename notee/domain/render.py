@@ -111,7 +111,7 @@ def check_template(method: str, template: TemplateContent) -> None:
                            details=problems)
 
 
-def _check_defaults(defaults: Mapping[str, Any] | None, used: set[str]) -> list[dict[str, Any]]:
+def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
     if defaults is None:
         return []
     if not isinstance(defaults, Mapping):

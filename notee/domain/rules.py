@@ -13,7 +13,7 @@ import re
 import uuid
 import zoneinfo
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -58,7 +58,7 @@ def _zones() -> frozenset[str]:
                      if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/")))
 
 
-def is_portable_timezone(name: object) -> bool:
+def is_portable_timezone(name: object) -> TypeGuard[str]:
     """The one timezone rule: an IANA zone name that means the same on every host (a service's
     default timezone and every cycle schedule use it)."""
     return isinstance(name, str) and name in _zones()
@@ -112,7 +112,7 @@ def check_pattern(field_: str, value: Any, pattern: re.Pattern[str], what: str) 
 
 
 def check_choice(field_: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise bad(field_, f"must be one of {', '.join(choices)}", "enum")
     return value
 
@@ -167,8 +167,8 @@ def template_size(title: str, body: str, data: dict[str, str] | None) -> int:
     return len(title.encode()) + len(body.encode()) + (len(json.dumps(data, ensure_ascii=False).encode()) if data else 0)
 
 
-def check_pem(field_: str, pem: Any, *, ec_only: bool) -> str:
-    check_text(field_, pem, min_len=1, max_len=MAX_PEM_LEN, newlines=True)
+def check_pem(field_: str, value: Any, *, ec_only: bool) -> str:
+    pem = check_text(field_, value, min_len=1, max_len=MAX_PEM_LEN, newlines=True)
     try:
         key = load_pem_private_key(pem.encode("ascii"), password=None)
     except (ValueError, TypeError, UnicodeEncodeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 from notee.domain.rules import is_portable_timezone
 from notee.errors import InvalidInput
@@ -51,7 +52,7 @@ class Schedule:
 
 def make_schedule(days: list[str], hour: int, minute: int, timezone: str) -> Schedule:
     """Validate and normalise a schedule; every problem found is listed in the error's details."""
-    problems: list[dict] = []
+    problems: list[dict[str, Any]] = []
     if not isinstance(days, (list, tuple)) or not days:
         problems.append({"field": "days", "reason": "empty"})
         norm: tuple[str, ...] = ()

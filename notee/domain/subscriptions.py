@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
+from cassandra.cluster import ResponseFuture
+from sqlalchemy.orm import Session
 
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
 from notee.errors import InvalidInput, NotFound
+from notee.runtime import Runtime
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
@@ -31,11 +36,39 @@ log = logging.getLogger(__name__)
 BULK_MAX = 1000  # FCM's batch size: one bulk request = one multicast's worth of users
 
 
+class SubscribeResult(TypedDict):
+    status: str  # "subscribed" | "already_subscribed"
+    devices: int  # devices the subscription is materialised on
+    schedule: NotRequired[str]  # CYCLE: the canonical schedule
+
+
+class BulkOutcome(TypedDict):
+    user_id: str
+    status: str  # "subscribed" | "already_subscribed" | "not_found"
+
+
+class ScheduleInfo(TypedDict):
+    days: list[str]
+    hour: int
+    minute: int
+    timezone: str
+    canonical: str
+
+
+class SubscriptionInfo(TypedDict):
+    method: str
+    type: str
+    registered_at: int  # ms since the epoch
+    devices: int
+    topic: NotRequired[str]  # TOPIC
+    schedule: NotRequired[ScheduleInfo]  # CYCLE
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _st(runtime) -> Statements:
+def _st(runtime: Runtime) -> Statements:
     return cqlstore.for_runtime(runtime)
 
 
@@ -47,7 +80,7 @@ class _Template:
     key: str
 
 
-def _template(session, service: str, method: str, type_: str) -> _Template:
+def _template(session: Session, service: str, method: str, type_: str) -> _Template:
     row = reg.get_template(session, service, method, type_)
     if row is None:
         other = [m for m in METHODS if m != method
@@ -59,7 +92,7 @@ def _template(session, service: str, method: str, type_: str) -> _Template:
     return _Template(method, type_, row.notification_key)
 
 
-def _user_devices(session, service: str, user_id: str) -> list[tuple[str, str]]:
+def _user_devices(session: Session, service: str, user_id: str) -> list[tuple[str, str]]:
     if reg.get_user(session, service, user_id) is None:
         raise NotFound("user not found")
     return [(d.device_token, d.device_os) for d in reg.list_devices(session, service, user_id)]
@@ -74,7 +107,7 @@ def _schedule_parts(row: IndexRow) -> tuple[str, tuple[str, ...], int, int] | No
 
 
 def _materialise(st: Statements, *, service: str, user_id: str, tpl: _Template, target: str,
-                 schedule: Schedule | None, devices: Sequence[tuple[str, str]], at: int) -> list:
+                 schedule: Schedule | None, devices: Sequence[tuple[str, str]], at: int) -> list[ResponseFuture]:
     """Start the logged batches writing slot rows + index rows for ``devices``; return the futures."""
     if not devices:
         return []
@@ -118,7 +151,7 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 
 
 # ---------------------------------------------------------------------- topic
-def subscribe_topic(runtime, service: str, user_id: str, type_: str, topic: str) -> dict:
+def subscribe_topic(runtime: Runtime, service: str, user_id: str, type_: str, topic: str) -> SubscribeResult:
     validate_topic(topic)
     with runtime.sessions() as s:
         tpl = _template(s, service, "TOPIC", type_)
@@ -127,7 +160,7 @@ def subscribe_topic(runtime, service: str, user_id: str, type_: str, topic: str)
 
 
 def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Template, topic: str,
-                         devices: Sequence[tuple[str, str]], before: list[IndexRow] | None = None) -> dict:
+                         devices: Sequence[tuple[str, str]], before: list[IndexRow] | None = None) -> SubscribeResult:
     if before is None:
         before = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
     stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
@@ -153,7 +186,7 @@ def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Templ
     return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
-def unsubscribe_topic(runtime, service: str, user_id: str, type_: str, topic: str) -> bool:
+def unsubscribe_topic(runtime: Runtime, service: str, user_id: str, type_: str, topic: str) -> bool:
     validate_topic(topic)
     with runtime.sessions() as s:
         tpl = _template(s, service, "TOPIC", type_)
@@ -162,7 +195,7 @@ def unsubscribe_topic(runtime, service: str, user_id: str, type_: str, topic: st
     return _unsubscribe(_st(runtime), service, user_id, tpl, lambda r: r.target == topic)
 
 
-def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match) -> bool:
+def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match: Callable[[IndexRow], bool]) -> bool:
     rows = st.user_type_rows(user_id, service, tpl.method, tpl.type_)
     gone = [r for r in rows if match(r) or r.data.get("key") != tpl.key]
     if not gone:
@@ -174,7 +207,7 @@ def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, mat
     return removed_live
 
 
-def bulk_subscribe_topic(runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]) -> list[dict]:
+def bulk_subscribe_topic(runtime: Runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]) -> list[BulkOutcome]:
     """Subscribe up to BULK_MAX users; one result per distinct user id, in request order:
     ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported, not fatal."""
     validate_topic(topic)
@@ -193,7 +226,7 @@ def bulk_subscribe_topic(runtime, service: str, type_: str, topic: str, user_ids
     # Read every user's index rows of this type concurrently, then decide and write per user.
     reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in users}
     before = {u: st.index_rows_of(f) for u, f in reads.items()}
-    results: dict[str, dict] = {}
+    results: dict[str, BulkOutcome] = {}
     todo: list[tuple[str, list[tuple[str, str]]]] = []
     for u in users:
         rows = [r for r in before[u] if r.target == topic and r.data.get("key") == tpl.key]
@@ -234,8 +267,8 @@ def bulk_subscribe_topic(runtime, service: str, type_: str, topic: str, user_ids
 
 
 # ---------------------------------------------------------------------- cycle
-def subscribe_cycle(runtime, service: str, user_id: str, type_: str, days: list[str], hour: int, minute: int,
-                    timezone: str | None = None) -> dict:
+def subscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str, days: list[str], hour: int, minute: int,
+                    timezone: str | None = None) -> SubscribeResult:
     """Subscribe (or re-subscribe: the new schedule replaces the previous one of this type).
 
     Latest wins without a read-modify-write: every schedule is its own index row; after writing ours
@@ -291,7 +324,7 @@ def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Temp
         remove_rows(st, service, user_id, losers)
 
 
-def unsubscribe_cycle(runtime, service: str, user_id: str, type_: str) -> bool:
+def unsubscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str) -> bool:
     with runtime.sessions() as s:
         tpl = _template(s, service, "CYCLE", type_)
         if reg.get_user(s, service, user_id) is None:
@@ -300,7 +333,7 @@ def unsubscribe_cycle(runtime, service: str, user_id: str, type_: str) -> bool:
 
 
 # ---------------------------------------------------------------------- listing
-def list_subscriptions(runtime, service: str, user_id: str) -> list[dict]:
+def list_subscriptions(runtime: Runtime, service: str, user_id: str) -> list[SubscriptionInfo]:
     """The user's subscriptions from the per-user index (one Cassandra partition). Rows of a deleted
     template (their key is no longer a template's) are not listed."""
     with runtime.sessions() as s:
@@ -312,11 +345,11 @@ def list_subscriptions(runtime, service: str, user_id: str) -> list[dict]:
     for r in rows:
         if not r.is_user_level:
             devices[(r.method, r.type_, r.target)] = devices.get((r.method, r.type_, r.target), 0) + 1
-    out = []
+    out: list[SubscriptionInfo] = []
     for r in rows:
         if not r.is_user_level or r.data.get("key") not in live:
             continue
-        item = {"method": r.method, "type": r.type_, "registered_at": int(r.data.get("at", 0)),
+        item: SubscriptionInfo = {"method": r.method, "type": r.type_, "registered_at": int(r.data.get("at", 0)),
                 "devices": devices.get((r.method, r.type_, r.target), 0)}
         if r.method == "TOPIC":
             item["topic"] = r.target
@@ -329,7 +362,7 @@ def list_subscriptions(runtime, service: str, user_id: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- lifecycle hooks (registry, delivery)
-def on_device_added(runtime, service: str, user_id: str, device_token: str, device_os: str) -> None:
+def on_device_added(runtime: Runtime, service: str, user_id: str, device_token: str, device_os: str) -> None:
     """Copy the user's existing subscriptions to a newly registered device (idempotent)."""
     st = _st(runtime)
     rows = st.user_rows(user_id, service)
@@ -345,8 +378,9 @@ def _copy_to_device(st: Statements, service: str, user_id: str, rows: Sequence[I
     have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
     futures = []
     for r in rows:
-        key = r.data.get("key")
-        if not r.is_user_level or (live is not None and key not in live) or (r.method, r.type_, r.target) in have:
+        key: str | None = r.data.get("key")  # every user-level row carries its template's key
+        if (not r.is_user_level or key is None or (live is not None and key not in live)
+                or (r.method, r.type_, r.target) in have):
             continue
         tpl = _Template(r.method, r.type_, key)
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
@@ -355,14 +389,14 @@ def _copy_to_device(st: Statements, service: str, user_id: str, rows: Sequence[I
     st.run(futures)
 
 
-def on_device_removed(runtime, service: str, user_id: str, device_token: str) -> None:
+def on_device_removed(runtime: Runtime, service: str, user_id: str, device_token: str) -> None:
     """Remove one device's slot rows and index rows (all subscriptions of that user)."""
     st = _st(runtime)
     rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token and device_token]
     remove_rows(st, service, user_id, rows)
 
 
-def on_token_rotated(runtime, service: str, old_token: str, new_token: str) -> None:
+def on_token_rotated(runtime: Runtime, service: str, old_token: str, new_token: str) -> None:
     """Move every subscription row of ``old_token`` to ``new_token`` for every user holding either
     (works whether the registry has already rewritten MySQL or not)."""
     with runtime.sessions() as s:
@@ -382,7 +416,7 @@ def on_token_rotated(runtime, service: str, old_token: str, new_token: str) -> N
         remove_rows(st, service, user_id, old_rows)
 
 
-def on_user_deleted(runtime, service: str, user_id: str) -> None:
+def on_user_deleted(runtime: Runtime, service: str, user_id: str) -> None:
     """Remove every subscription of the user: slot rows, index rows, and the user from `count`."""
     st = _st(runtime)
     rows = st.user_rows(user_id, service)
@@ -398,7 +432,7 @@ def on_user_deleted(runtime, service: str, user_id: str) -> None:
         st.add_count(service, method, type_, -1)
 
 
-def on_template_deleted(runtime, service: str, method: str, type_: str, notification_key: str) -> None:
+def on_template_deleted(runtime: Runtime, service: str, method: str, type_: str, notification_key: str) -> None:
     """Disable (not delete) the template's subscriptions: nothing can address its notification_key any
     more (publish and the scheduler resolve templates in MySQL), listing hides rows of a dead key, a new
     template of the same type gets a new key and fresh subscriptions, and `count` restarts at 0.
@@ -410,7 +444,7 @@ def on_template_deleted(runtime, service: str, method: str, type_: str, notifica
              count)
 
 
-def prune_token(runtime, service: str, device_token: str, reason: str) -> None:
+def prune_token(runtime: Runtime, service: str, device_token: str, reason: str) -> None:
     """The provider rejected ``device_token``: delete it from every subscription of every user of the
     service holding it, then from MySQL. Cassandra first, so a failure leaves MySQL able to find the
     rows again on the next attempt."""

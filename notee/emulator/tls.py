@@ -50,10 +50,10 @@ def ensure_tls(state_dir: str | Path, extra_hosts: list[str] | None = None) -> T
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         have = {str(v) for v in names.get_values_for_type(x509.DNSName)}
         have |= {str(v) for v in names.get_values_for_type(x509.IPAddress)}
-        if set(hosts) <= have and cert.not_valid_after_utc > dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1):
+        if set(hosts) <= have and cert.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
             return files
 
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("Notee emulator test CA")).issuer_name(_name("Notee emulator test CA"))
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())

@@ -27,9 +27,8 @@ from notee.runtime import Runtime
 from notee.store import job_queue as store
 from notee.store import registry_sql
 from notee.store.cql import for_runtime, max_slot
-from notee.store.job_queue import JobRow
+from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.vocabulary import Progress, Target, TopicTarget, encode_target, slot_ranges
-
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -59,9 +60,11 @@ ERROR_BACKOFF_S = 2.0  # a task released after an unexpected error is claimable 
 # what the page did before the error) when the service's credentials are missing or unusable: the
 # whole job fails once. Production: ``notee.delivery.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
+# What the reader hands the sender: (slot, page, paging state after it), or the error that stopped it.
+_ReadItem = tuple[int, list[Recipient], bytes | None] | Exception
 
 
-def messages_for(page: Sequence[Recipient], payload: dict) -> list[Message]:
+def messages_for(page: Sequence[Recipient], payload: dict[str, Any]) -> list[Message]:
     """Render one page: every recipient of a publish gets the same payload (pure, no I/O)."""
     title, body, data = payload["title"], payload["body"], payload.get("data") or {}
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
@@ -126,7 +129,7 @@ class Worker:
             job = await asyncio.to_thread(_read_job, sessions, claim.job_id)
             logs.service.set(job.service)
             target = decode_target(job.target_kind, job.target)
-            queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
+            queue: asyncio.Queue[_ReadItem] = asyncio.Queue(maxsize=READ_AHEAD)
             reader = asyncio.create_task(self._read(claim, job.notification_key, target, queue))
             try:
                 while True:
@@ -205,7 +208,7 @@ class Worker:
         except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass
 
-    async def _read(self, claim: Claim, key: str, target: Target, queue: asyncio.Queue) -> None:
+    async def _read(self, claim: Claim, key: str, target: Target, queue: asyncio.Queue[_ReadItem]) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
         statements = await asyncio.to_thread(for_runtime, self.runtime)
         try:

@@ -8,12 +8,11 @@ HTTP/2 client (aioapns, the reference client, is exercised against the same emul
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jwt
@@ -73,7 +72,7 @@ class ApnsJwt:
     """The provider token of one APNs key, re-signed every JWT_REFRESH_S seconds."""
 
     def __init__(self, private_key: str, key_id: str, team_id: str, *, refresh_s: float = JWT_REFRESH_S,
-                 clock=time.time) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self._key, self._kid, self._team = private_key, key_id, team_id
         self._refresh_s, self._clock = refresh_s, clock
         self._value: bytes = b""
@@ -113,7 +112,7 @@ class ApnsProvider:
 
     async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | ExpiredJwt]:
         now = time.time()
-        bodies: dict[tuple, bytes] = {}  # a fan-out page shares one payload: encode it once
+        bodies: dict[tuple[object, ...], bytes] = {}  # a fan-out page shares one payload: encode it once
         items = []
         for m in messages:
             key = (m.title, m.body, tuple(m.data.items()) if m.data else ())
@@ -136,15 +135,15 @@ class ApnsProvider:
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
         results = await self._send(messages, self._jwt.bearer())
         expired = [i for i, r in enumerate(results) if isinstance(r, ExpiredJwt)]
+        resent: dict[int, Outcome] = {}
         if expired:
             bearer = self._jwt.bearer(force=True)
             again = await self._send([messages[i] for i in expired], bearer)
             if any(isinstance(r, ExpiredJwt) for r in again):
                 raise ProviderConfigError("APNs says the provider token is expired right after re-signing "
                                           "(check the server clock and the key)")
-            for i, r in zip(expired, again):
-                results[i] = r
-        return results  # type: ignore[return-value]
+            resent = {i: r for i, r in zip(expired, again, strict=True) if not isinstance(r, ExpiredJwt)}
+        return [resent[i] if isinstance(r, ExpiredJwt) else r for i, r in enumerate(results)]
 
     async def close(self) -> None:
         await self._pool.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Union
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class Failed:
     reason: str
 
 
-Outcome = Union[Delivered, InvalidToken, RetryAfter, Failed]
+Outcome = Delivered | InvalidToken | RetryAfter | Failed
 
 
 class Provider(Protocol):

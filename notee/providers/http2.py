@@ -60,6 +60,15 @@ class _Stream:
     body: bytearray = field(default_factory=bytearray)
 
 
+def _answered(results: list[Response | TransportError | None]) -> list[Response | TransportError]:
+    """A batch's results once every item has one (each is set exactly once, by its answer, its
+    error or the watchdog)."""
+    out = [r for r in results if r is not None]
+    if len(out) != len(results):
+        raise RuntimeError(f"{len(results) - len(out)} batch item(s) left without a result")
+    return out
+
+
 # One request of a batch: (path, headers, body).
 Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
 _REFUSED_STREAM = 0x7
@@ -163,7 +172,7 @@ class Connection:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
             raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
         conn = new_h2_connection()
         conn.initiate_connection()
@@ -174,7 +183,7 @@ class Connection:
         self._reader_task = asyncio.create_task(self._read(reader))
         try:
             await asyncio.wait_for(asyncio.shield(self._settled), timeout)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             await self.close()
             raise TransportError(f"{self.host}:{self.port} sent no SETTINGS within {timeout} s",
                                  unprocessed=True) from exc
@@ -219,7 +228,7 @@ class Connection:
         if isinstance(event, h2.events.ResponseReceived):
             stream = self._streams.get(event.stream_id)
             if stream:
-                stream.headers = event.headers  # type: ignore[assignment]
+                stream.headers = event.headers
         elif isinstance(event, h2.events.DataReceived):
             assert self._conn is not None
             self._conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -371,7 +380,7 @@ class Connection:
         finally:
             timer[0].cancel()
             self._pumps.discard(pump)
-        return results  # type: ignore[return-value]
+        return _answered(results)
 
     @property
     def open_streams(self) -> int:
@@ -464,7 +473,7 @@ class Pool:
             if not again:
                 break
             retried = await self._spread([items[i] for i in again], timeout)
-            for i, r in zip(again, retried):
+            for i, r in zip(again, retried, strict=True):
                 results[i] = r
             if all(isinstance(r, TransportError) for r in retried):
                 break  # nothing got through: the origin is unreachable, let the caller back off
@@ -475,10 +484,10 @@ class Pool:
         if k == 1 or len(items) < 2:
             return await self._batch(items, timeout)
         parts = await asyncio.gather(*(self._batch(items[j::k], timeout) for j in range(k)))
-        results: list[Response | TransportError] = [None] * len(items)  # type: ignore[list-item]
+        results: list[Response | TransportError | None] = [None] * len(items)
         for j, part_results in enumerate(parts):
             results[j::k] = part_results
-        return results
+        return _answered(results)
 
     async def close(self) -> None:
         for conn in [*self._retired, *self._conns]:

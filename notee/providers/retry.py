@@ -17,10 +17,10 @@ def backoff(attempt: int, retry_after: float | None = None, *, base: float = BAS
     got the same value does not come back in lock step); otherwise full jitter over
     ``base * 2**(attempt-1)`` (AWS "Exponential Backoff And Jitter"). Both capped at ``cap``.
     """
-    rng = rng or random
+    uniform = rng.uniform if rng is not None else random.uniform
     if retry_after is not None and retry_after >= 0:
-        return min(cap, retry_after + rng.uniform(0, 0.1 * retry_after + 0.01))
-    return min(cap, rng.uniform(0, base * 2 ** max(0, attempt - 1)))
+        return min(cap, retry_after + uniform(0, 0.1 * retry_after + 0.01))
+    return min(cap, uniform(0, base * 2 ** max(0, attempt - 1)))
 
 
 def parse_retry_after(value: bytes | str | None) -> float | None:

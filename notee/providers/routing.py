@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -84,7 +85,7 @@ class ProviderSet:
         self._pools: dict[tuple[str, ...], Pool] = {}
         self._apns_tokens: dict[tuple[str, str, str], ApnsJwt] = {}
         self._services: dict[str, tuple[str, ServiceProviders]] = {}
-        self._ssl = None
+        self._ssl: ssl.SSLContext | None = None
         self._dry_run: dict[str, ServiceProviders] = {}
 
     def dry_run(self, service: str) -> ServiceProviders:

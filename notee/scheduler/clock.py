@@ -19,11 +19,12 @@ Python's ``zoneinfo`` gives the offsets (PEP 495 ``fold`` semantics); the IANA d
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from notee.vocabulary import DAYS, CycleTarget
+
 MINUTE = timedelta(minutes=1)
 # Longest forward jump any zone has made (Samoa skipped a whole day in 2011); a wider "gap" means
 # the input is broken, not the zone, so we refuse instead of firing a day of buckets.
@@ -42,8 +43,8 @@ def zone(name: str) -> ZoneInfo:
 def floor_minute(moment: datetime) -> datetime:
     """The UTC minute containing ``moment`` (aware, UTC, seconds zeroed). Naive input means UTC."""
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).replace(second=0, microsecond=0)
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def minutes(start: datetime, end: datetime) -> Iterator[datetime]:
@@ -61,7 +62,7 @@ def _wall(moment_utc: datetime, tz: ZoneInfo) -> datetime:
 
 def _first_occurrence_utc(wall: datetime, tz: ZoneInfo) -> datetime | None:
     """The UTC instant a local wall time first happens, or None if it never exists (in a gap)."""
-    first = wall.replace(tzinfo=tz, fold=0).astimezone(timezone.utc)
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
     if _wall(first, tz) != wall:  # fold=0 of a nonexistent time round-trips to another time
         return None
     return first

@@ -35,12 +35,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-
-from sqlalchemy.exc import IntegrityError
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
+from sqlalchemy.exc import IntegrityError
 
 from notee import retention
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -59,7 +58,7 @@ Clock = Callable[[], datetime]
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -238,10 +237,10 @@ class Scheduler:
                 if older is None:
                     # Nothing before the window: minutes before this namespace's first-ever tick were
                     # never scheduled, so they were not missed.
-                    start = min(recorded).replace(tzinfo=timezone.utc) if recorded else current
+                    start = min(recorded).replace(tzinfo=UTC) if recorded else current
                 else:
                     oldest_kept = current - timedelta(days=self.runtime.settings.retention_days)
-                    gap_from = max(older.replace(tzinfo=timezone.utc) + clock.MINUTE, oldest_kept)
+                    gap_from = max(older.replace(tzinfo=UTC) + clock.MINUTE, oldest_kept)
                     gap = list(clock.minutes(gap_from, window_start))
                     skipped = ticks.record_skipped(session, namespace=self.namespace, minutes=gap, owner=self.owner,
                                                    before=window_start)
@@ -318,10 +317,10 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
 
     log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
     safe_tick()
-    aps = BackgroundScheduler(timezone=timezone.utc)
+    aps = BackgroundScheduler(timezone=UTC)
     # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
     # tick's catch-up runs that minute late instead.
-    aps.add_job(safe_tick, CronTrigger(second=0, timezone=timezone.utc), id="tick", max_instances=1,
+    aps.add_job(safe_tick, CronTrigger(second=0, timezone=UTC), id="tick", max_instances=1,
                 coalesce=True, misfire_grace_time=30)
     # Retention outside the minute tick (its own thread, never delaying a minute), at a quiet second
     # of minute 7 of each hour; one replica per hour wins the claim, the others return at once.

@@ -28,6 +28,7 @@ from typing import Any
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
+from notee.runtime import Runtime
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces
 from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
 
@@ -145,7 +146,7 @@ class Statements:
         for f in list(futures):
             try:
                 f.result()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
+            except BaseException as exc:
                 first = first or exc
         if first is not None:
             raise first
@@ -188,7 +189,7 @@ class Statements:
 
     # ------------------------------------------------------------------ per-user index
     @staticmethod
-    def _index_rows(result) -> list[IndexRow]:
+    def _index_rows(result: Iterable[Any]) -> list[IndexRow]:
         return [IndexRow(r.notification_method, r.notification_type, r.target, r.device_token,
                          json.loads(r.data) if r.data else {}) for r in result]
 
@@ -322,9 +323,9 @@ def slot_ref(row: IndexRow) -> SlotRef | None:
 _LOCK = threading.Lock()
 
 
-def for_runtime(runtime) -> Statements:
+def for_runtime(runtime: Runtime) -> Statements:
     """The process's Statements, prepared on first use and kept on the Runtime (not a module global)."""
-    st = runtime.__dict__.get("_cql_statements")
+    st: Statements | None = runtime.__dict__.get("_cql_statements")
     if st is None:
         with _LOCK:
             st = runtime.__dict__.get("_cql_statements")

@@ -20,10 +20,12 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.vocabulary import PageCounts, Progress
+from notee.store.mysql import affected
+from notee.vocabulary import JobState, PageCounts, Progress
 
 # A task that failed this many claims (crashes, store errors) is marked failed instead of retried.
 MAX_TASK_ATTEMPTS = 10
+_NO_COUNTS = PageCounts()  # frozen: one shared default
 
 
 class LeaseLost(RuntimeError):
@@ -49,7 +51,7 @@ class JobRow:
     target: dict[str, Any]
     idempotency_key: str | None
     payload: dict[str, Any]
-    state: str
+    state: JobState
     task_count: int
     error: str | None
     created_at: datetime
@@ -236,7 +238,7 @@ def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -
         text(sql + " WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND state = 'running'"),
         {**params, "j": claim_.job_id, "n": claim_.task_no, "tok": claim_.lease_token},
     )
-    if result.rowcount != 1:
+    if affected(result) != 1:
         raise LeaseLost(f"task {claim_.job_id}/{claim_.task_no} is no longer leased by this worker")
 
 
@@ -298,7 +300,7 @@ def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 
                 {"e": error[:500] if error else None, "ms": int(delay_s * 1000)})
 
 
-def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCounts = PageCounts(),
+def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCounts = _NO_COUNTS,
              failed: bool = False, error: str | None = None) -> None:
     """Finish the task (done, or failed loudly) with the counts of its last page, and, if it was the
     job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
@@ -308,7 +310,7 @@ def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCoun
         _finish_task(session, claim_.job_id, claim_.task_no, "failed" if failed else "done", error)
 
 
-def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = PageCounts()) -> None:
+def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = _NO_COUNTS) -> None:
     """A provider configuration error: the whole job fails once, in one transaction. The claimed task
     keeps the counts of what its last page did before the error; every other open task of the job
     is failed too (a worker holding one loses its lease at its next write and stops); the job
@@ -375,10 +377,10 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
 def reclaim_expired(session: Session) -> int:
     """Put every running task whose lease expired back in the queue (claim also takes them
     directly; this is for operators and tests). Returns how many."""
-    return session.execute(
+    return affected(session.execute(
         text("UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL"
              " WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)")
-    ).rowcount
+    ))
 
 
 def tasks(session: Session, job_id: str) -> list[Any]:
@@ -394,11 +396,11 @@ def tasks(session: Session, job_id: str) -> list[Any]:
 
 def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000) -> int:
     """Delete up to ``batch`` finished jobs (tasks cascade) that finished more than ``older_than_days`` ago."""
-    return session.execute(
+    return affected(session.execute(
         text("DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
              " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b"),
         {"d": older_than_days, "b": batch},
-    ).rowcount
+    ))
 
 
 def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from pymysql.connections import Connection as PyMySQLConnection
+from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.settings import Settings
+
+AnyRow = Row[*tuple[Any, ...]]  # a result row of any shape, read by column name
 
 
 def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
@@ -33,7 +37,7 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
     )
 
     @event.listens_for(engine, "connect")
-    def _utc(dbapi_conn, _record):  # timestamps are UTC everywhere (DATA-RULES.md)
+    def _utc(dbapi_conn: PyMySQLConnection, _record: object) -> None:  # timestamps are UTC everywhere (DATA-RULES.md)
         with dbapi_conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
 
@@ -49,3 +53,10 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose work commits on success and rolls back on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+def affected(result: Result[Any]) -> int:
+    """Rows an INSERT, UPDATE or DELETE matched. ``Session.execute`` is typed as returning a plain
+    ``Result``; for these statements it is always a ``CursorResult``, which has the count."""
+    assert isinstance(result, CursorResult)
+    return result.rowcount

@@ -13,11 +13,11 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Column,
+    ColumnElement,
     DateTime,
     Integer,
     LargeBinary,
     MetaData,
-    Row,
     String,
     Table,
     and_,
@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.orm import Session
+
+from notee.store.mysql import AnyRow, affected
 
 metadata = MetaData()
 
@@ -114,11 +116,11 @@ def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> boo
     return True
 
 
-def get_service(session: Session, service: str) -> Row | None:
+def get_service(session: Session, service: str) -> AnyRow | None:
     return session.execute(select(service_t).where(service_t.c.service == service)).one_or_none()
 
 
-def list_services(session: Session) -> list[Row]:
+def list_services(session: Session) -> list[AnyRow]:
     return list(session.execute(select(service_t).order_by(service_t.c.service)).all())
 
 
@@ -130,14 +132,14 @@ def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: byt
                                               label=label, created_at=now, revoked_at=None))
 
 
-def get_api_key(session: Session, key_id: str) -> Row | None:
+def get_api_key(session: Session, key_id: str) -> AnyRow | None:
     return session.execute(
         select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at)
         .where(api_key_t.c.key_id == key_id)
     ).one_or_none()
 
 
-def list_api_keys(session: Session, service: str) -> list[Row]:
+def list_api_keys(session: Session, service: str) -> list[AnyRow]:
     return list(session.execute(
         select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
         .where(api_key_t.c.service == service)
@@ -168,14 +170,14 @@ def upsert_credential(session: Session, *, service: str, column: str, blob: byte
     session.execute(stmt)
 
 
-def get_credentials(session: Session, service: str) -> Row | None:
+def get_credentials(session: Session, service: str) -> AnyRow | None:
     return session.execute(select(credentials_t).where(credentials_t.c.service == service)).one_or_none()
 
 
 # --- users ------------------------------------------------------------------------------------
 
 def upsert_user(session: Session, *, service: str, service_user_id: str, name: str, new_user_id: str,
-                now: datetime) -> Row:
+                now: datetime) -> AnyRow:
     """Create or rename the user; the platform user_id is only set on creation. Race-free: two
     concurrent first calls both end with the one row the database kept."""
     stmt = mysql_insert(user_t).values(service=service, service_user_id=service_user_id, service_user_name=name,
@@ -188,7 +190,7 @@ def upsert_user(session: Session, *, service: str, service_user_id: str, name: s
     ).one()
 
 
-def get_user(session: Session, service: str, user_id: str, *, for_update: bool = False) -> Row | None:
+def get_user(session: Session, service: str, user_id: str, *, for_update: bool = False) -> AnyRow | None:
     q = select(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
     if for_update:
         q = q.with_for_update()
@@ -197,18 +199,18 @@ def get_user(session: Session, service: str, user_id: str, *, for_update: bool =
 
 def delete_user(session: Session, service: str, user_id: str) -> int:
     """Deletes the user; its devices go with it (ON DELETE CASCADE)."""
-    return session.execute(
+    return affected(session.execute(
         delete(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
-    ).rowcount
+    ))
 
 
 # --- devices ----------------------------------------------------------------------------------
 
-def _device_key(service: str, user_id: str, token: str):
+def _device_key(service: str, user_id: str, token: str) -> ColumnElement[bool]:
     return and_(device_t.c.service == service, device_t.c.user_id == user_id, device_t.c.device_token == token)
 
 
-def get_device(session: Session, service: str, user_id: str, token: str, *, for_update: bool = False) -> Row | None:
+def get_device(session: Session, service: str, user_id: str, token: str, *, for_update: bool = False) -> AnyRow | None:
     q = select(device_t).where(_device_key(service, user_id, token))
     if for_update:
         q = q.with_for_update()
@@ -216,7 +218,7 @@ def get_device(session: Session, service: str, user_id: str, token: str, *, for_
 
 
 def upsert_device(session: Session, *, service: str, user_id: str, token: str, os: str, region: str,
-                  now: datetime) -> Row:
+                  now: datetime) -> AnyRow:
     stmt = mysql_insert(device_t).values(service=service, user_id=user_id, device_token=token, device_os=os,
                                          region=region, created_at=now, updated_at=now)
     stmt = stmt.on_duplicate_key_update(device_os=stmt.inserted.device_os, region=stmt.inserted.region,
@@ -225,7 +227,7 @@ def upsert_device(session: Session, *, service: str, user_id: str, token: str, o
     return session.execute(select(device_t).where(_device_key(service, user_id, token))).one()
 
 
-def list_devices(session: Session, service: str, user_id: str) -> list[Row]:
+def list_devices(session: Session, service: str, user_id: str) -> list[AnyRow]:
     return list(session.execute(
         select(device_t).where(and_(device_t.c.service == service, device_t.c.user_id == user_id))
         .order_by(device_t.c.created_at, device_t.c.device_token)
@@ -233,7 +235,7 @@ def list_devices(session: Session, service: str, user_id: str) -> list[Row]:
 
 
 def delete_device(session: Session, service: str, user_id: str, token: str) -> int:
-    return session.execute(delete(device_t).where(_device_key(service, user_id, token))).rowcount
+    return affected(session.execute(delete(device_t).where(_device_key(service, user_id, token))))
 
 
 def holders_of_token(session: Session, service: str, token: str, *, for_update: bool = False) -> list[str]:
@@ -264,14 +266,14 @@ def rotate_token(session: Session, *, service: str, old: str, new: str, now: dat
 
 # --- templates --------------------------------------------------------------------------------
 
-def _template_key(service: str, method: str, type_: str):
+def _template_key(service: str, method: str, type_: str) -> ColumnElement[bool]:
     return and_(template_t.c.service == service, template_t.c.notification_method == method,
                 template_t.c.notification_type == type_)
 
 
 def upsert_template(session: Session, *, service: str, method: str, type_: str, title: str, body: str,
                     data: dict[str, str] | None, defaults: dict[str, str] | None, ttl_seconds: int | None,
-                    priority: str, new_key: str, now: datetime) -> Row:
+                    priority: str, new_key: str, now: datetime) -> AnyRow:
     """Create or update; notification_key is only written on creation, so it stays stable."""
     stmt = mysql_insert(template_t).values(
         service=service, notification_method=method, notification_type=type_, title=title, body=body,
@@ -286,18 +288,18 @@ def upsert_template(session: Session, *, service: str, method: str, type_: str, 
     return session.execute(select(template_t).where(_template_key(service, method, type_))).one()
 
 
-def get_template(session: Session, service: str, method: str, type_: str) -> Row | None:
+def get_template(session: Session, service: str, method: str, type_: str) -> AnyRow | None:
     return session.execute(select(template_t).where(_template_key(service, method, type_))).one_or_none()
 
 
-def get_template_by_key(session: Session, notification_key: str) -> Row | None:
+def get_template_by_key(session: Session, notification_key: str) -> AnyRow | None:
     """For fan-out jobs and the scheduler (uq_template_key)."""
     return session.execute(
         select(template_t).where(template_t.c.notification_key == notification_key)
     ).one_or_none()
 
 
-def list_templates(session: Session, service: str) -> list[Row]:
+def list_templates(session: Session, service: str) -> list[AnyRow]:
     return list(session.execute(
         select(template_t).where(template_t.c.service == service)
         .order_by(template_t.c.notification_method, template_t.c.notification_type)
@@ -305,7 +307,7 @@ def list_templates(session: Session, service: str) -> list[Row]:
 
 
 def delete_template(session: Session, service: str, method: str, type_: str) -> int:
-    return session.execute(delete(template_t).where(_template_key(service, method, type_))).rowcount
+    return affected(session.execute(delete(template_t).where(_template_key(service, method, type_))))
 
 
 def count_rows(session: Session, service: str) -> dict[str, Any]:

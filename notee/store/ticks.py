@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from notee.store.mysql import AnyRow, affected
+
 STATES = ("running", "done", "late", "skipped")
 
 _metadata = MetaData()
@@ -54,7 +56,7 @@ def _naive(minute_utc: datetime) -> datetime:
 
 
 def _is_duplicate(exc: IntegrityError) -> bool:
-    args = getattr(exc.orig, "args", ())
+    args: tuple[object, ...] = getattr(exc.orig, "args", ())
     return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY
 
 
@@ -88,7 +90,7 @@ def claim(session: Session, *, namespace: str, minute_utc: datetime, owner: str,
         )
         .values(owner=owner[:100], attempts=cycle_tick.c.attempts + 1, claimed_at=_DB_NOW)
     )
-    return taken.rowcount == 1
+    return affected(taken) == 1
 
 
 def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str, state: str, jobs: int) -> bool:
@@ -105,7 +107,7 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
         )
         .values(state=state, jobs=jobs, finished_at=_DB_NOW)
     )
-    return result.rowcount == 1
+    return affected(result) == 1
 
 
 def database_now(session: Session) -> datetime:
@@ -128,19 +130,20 @@ def record_skipped(session: Session, *, namespace: str, minutes: Iterable[dateti
     if not rows:
         return 0
     stmt = insert(cycle_tick).prefix_with("IGNORE").values(claimed_at=_DB_NOW, finished_at=_DB_NOW)
-    return session.execute(stmt, rows).rowcount
+    return affected(session.execute(stmt, rows))
 
 
 def last_recorded_before(session: Session, *, namespace: str, before: datetime) -> datetime | None:
     """The latest minute with a row strictly before ``before`` (one index probe), naive UTC."""
-    return session.scalar(
+    latest: datetime | None = session.scalar(
         select(func.max(cycle_tick.c.minute_utc)).where(
             cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc < _naive(before)
         )
     )
+    return latest
 
 
-def get(session: Session, *, namespace: str, minute_utc: datetime):
+def get(session: Session, *, namespace: str, minute_utc: datetime) -> AnyRow | None:
     """The row of one minute (a ``Row`` with the table's columns), or None."""
     return session.execute(
         select(cycle_tick).where(cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc == _naive(minute_utc))
@@ -167,7 +170,7 @@ def prune_ticks(session: Session, *, older_than: datetime, batch: int = 5000) ->
         .where(cycle_tick.c.minute_utc < _naive(older_than))
         .with_dialect_options(mysql_limit=batch)
     )
-    return result.rowcount
+    return affected(result)
 
 
 def retention_cutoff(now_utc: datetime, retention_days: int) -> datetime:

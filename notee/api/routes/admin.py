@@ -38,7 +38,7 @@ RateClassPath = Annotated[RateClass, Path(description="publish | send | write | 
 
 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
-def create_service(body: ServiceIn, db: DbDep):
+def create_service(body: ServiceIn, db: DbDep) -> registry.Service:
     """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
     return registry.create_service(db, service=body.service, display_name=body.display_name, timezone=body.timezone,
                                    delivery_mode=body.delivery_mode)
@@ -51,47 +51,47 @@ def list_services(db: DbDep) -> ServiceList:
 
 
 @router.get("/services/{service}", response_model=ServiceOut, responses=errors(404))
-def get_service(service: ServicePath, db: DbDep):
+def get_service(service: ServicePath, db: DbDep) -> registry.Service:
     """One service: its display name, default time zone and creation time."""
     return registry.get_service(db, service)
 
 
 @router.patch("/services/{service}", response_model=ServiceOut, responses=errors(404))
-def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep):
+def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> registry.Service:
     """Set the delivery mode: ``dry_run`` sends nothing (the log provider records each push), ``live``
     sends. Jobs already made keep the mode they were made in."""
     return registry.set_delivery_mode(db, service, body.delivery_mode)
 
 
 @router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))
-def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None):
+def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None) -> ApiKeyCreated:
     """Create an API key. The key is in this response only; Notee keeps its SHA-256."""
     created = registry.create_api_key(db, service, label=body.label if body else "")
     return ApiKeyCreated(**ApiKeyOut.model_validate(created.info).model_dump(), api_key=created.api_key)
 
 
 @router.get("/services/{service}/api-keys", response_model=ApiKeyList, responses=errors(404))
-def list_api_keys(service: ServicePath, db: DbDep):
+def list_api_keys(service: ServicePath, db: DbDep) -> ApiKeyList:
     """Every key of the service, revoked ones included; never a secret."""
     return ApiKeyList(items=[ApiKeyOut.model_validate(k) for k in registry.list_api_keys(db, service)])
 
 
 @router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response,
                responses=errors(404))
-def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep):
+def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
     """Revoke a key; effective on the next request."""
     registry.revoke_api_key(db, service, key_id)
 
 
 @router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))
-def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep):
+def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep) -> dict[str, bool]:
     """Store the Firebase service account (encrypted at rest, never returned)."""
     credentials.set_fcm_credentials(db, box, service, body.service_account)
     return credentials.credentials_status(db, service)
 
 
 @router.put("/services/{service}/credentials/apns", response_model=CredentialsStatus, responses=errors(404, 424))
-def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDep, box: BoxDep):
+def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDep, box: BoxDep) -> dict[str, bool]:
     """Store the APNs token-auth key (encrypted at rest, never returned)."""
     credentials.set_apns_credentials(db, box, service, key_id=body.key_id, team_id=body.team_id,
                                   bundle_id=body.bundle_id, private_key=body.private_key, sandbox=body.sandbox)
@@ -99,14 +99,14 @@ def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDe
 
 
 @router.get("/services/{service}/credentials", response_model=CredentialsStatus, responses=errors(404))
-def get_credentials(service: ServicePath, db: DbDep):
+def get_credentials(service: ServicePath, db: DbDep) -> dict[str, bool]:
     """Which providers are configured (no secret material)."""
     return credentials.credentials_status(db, service)
 
 
 @router.delete("/services/{service}/credentials/{provider}", status_code=204, response_class=Response,
                responses=errors(404))
-def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep):
+def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep) -> None:
     """Remove the service's `fcm` or `apns` credentials."""
     credentials.delete_credentials(db, service, provider)
 

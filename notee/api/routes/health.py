@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -25,7 +26,7 @@ class Health(BaseModel):
 
 
 def _check(runtime: Runtime, emulator_url: str | None) -> Health:
-    def probe(fn) -> str:
+    def probe(fn: Callable[[], None]) -> str:
         try:
             fn()
             return "ok"
@@ -45,7 +46,7 @@ def _check(runtime: Runtime, emulator_url: str | None) -> Health:
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
-async def healthz(runtime: RuntimeDep, request: Request):
+async def healthz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """Ready when both stores answer; 503 with the failing store otherwise. ``emulator_url`` says
     when pushes go to an emulator rather than FCM/APNs."""
     health = await asyncio.to_thread(_check, runtime, request.app.state.settings.emulator_url)

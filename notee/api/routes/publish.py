@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timezone
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Path, Query
@@ -56,7 +56,7 @@ class JobStatus(Answer):
     dry_run: bool = Field(description="The service was in dry_run delivery mode when the job was made: the log "
                                       "provider recorded every push and nothing was sent.")
     notification_type: str
-    target: dict
+    target: dict[str, Any]
     targeted: int = Field(description="Recipients read so far (final once the job is done).")
     sent: int
     failed: int = Field(description="Recipients not delivered (dead-lettered), no_credentials included.")
@@ -164,7 +164,7 @@ def _rfc3339(value: str | None, name: str) -> datetime | None:
     if moment is None or moment.tzinfo is None:
         raise InvalidInput(f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z", details=[
             {"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}])
-    return moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def _status(job: JobRow, progress: Progress) -> JobStatus:

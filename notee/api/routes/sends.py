@@ -48,12 +48,13 @@ def sender_of(request: Request) -> DeliverySender:
     state = request.app.state
     if getattr(state, "sender", None) is None:
         state.sender = DeliverySender(state.runtime)
-    return state.sender
+    sender: DeliverySender = state.sender
+    return sender
 
 
 @router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422, 424))
 async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn,
-                       service: ServiceDep, request: Request):
+                       service: ServiceDep, request: Request) -> SendOut:
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
     over a provider's 4,096-byte limit answers 422 and nothing is sent. A device of a platform the
     service has no credentials for is counted failed (``no_credentials``); when that is every

@@ -6,8 +6,8 @@ service (API key); another service's users and templates answer 404.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
@@ -68,7 +68,7 @@ class SubscriptionOut(Answer):
     @classmethod
     def _from_epoch_ms(cls, value: object) -> object:
         """The subscription rows keep epoch milliseconds."""
-        return datetime.fromtimestamp(value / 1000, timezone.utc) if isinstance(value, int) else value
+        return datetime.fromtimestamp(value / 1000, UTC) if isinstance(value, int) else value
 
 
 class SubscriptionList(BaseModel):
@@ -90,13 +90,13 @@ class BulkOut(BaseModel):
 @router.put("/users/{user_id}/subscriptions/topic/{type}/{topic}", response_model=SubscribeOut,
             responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)})
 def subscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
-                    runtime: RuntimeDep, response: Response):
+                    runtime: RuntimeDep, response: Response) -> subs.SubscribeResult:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
     return _upserted(response, subs.subscribe_topic(runtime, service, str(user_id), type, topic))
 
 
-def _upserted(response: Response, result: dict[str, Any]) -> dict[str, Any]:
+def _upserted(response: Response, result: subs.SubscribeResult) -> subs.SubscribeResult:
     """201 for a new subscription, 200 for one that existed, like the other upserts."""
     response.status_code = 201 if result["status"] == "subscribed" else 200
     return result
@@ -105,7 +105,7 @@ def _upserted(response: Response, result: dict[str, Any]) -> dict[str, Any]:
 @router.delete("/users/{user_id}/subscriptions/topic/{type}/{topic}", status_code=204, response_class=Response,
                responses=errors(404, 422))
 def unsubscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
-                      runtime: RuntimeDep):
+                      runtime: RuntimeDep) -> None:
     """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
     subs.unsubscribe_topic(runtime, service, str(user_id), type, topic)
 
@@ -113,7 +113,7 @@ def unsubscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, ser
 @router.put("/users/{user_id}/subscriptions/cycle/{type}", response_model=SubscribeOut,
             responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)})
 def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep,
-                    response: Response):
+                    response: Response) -> subs.SubscribeResult:
     """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
     replaces the previous one of this type (201); the same schedule again changes nothing (200)."""
     return _upserted(response, subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour,
@@ -122,21 +122,21 @@ def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service:
 
 @router.delete("/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response,
                responses=errors(404))
-def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep):
+def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep) -> None:
     """Remove the user's recurring schedule for this type (every device)."""
     subs.unsubscribe_cycle(runtime, service, str(user_id), type)
 
 
 @router.get("/users/{user_id}/subscriptions", response_model=SubscriptionList, responses=errors(404))
-def list_subscriptions(user_id: UserIdPath, service: ServiceDep, runtime: RuntimeDep):
+def list_subscriptions(user_id: UserIdPath, service: ServiceDep, runtime: RuntimeDep) -> SubscriptionList:
     """The user's subscriptions, from the per-user index."""
-    return SubscriptionList(items=subs.list_subscriptions(runtime, service, str(user_id)))
+    return SubscriptionList.model_validate({"items": subs.list_subscriptions(runtime, service, str(user_id))})
 
 
 @router.post("/topics/{type}/{topic}/subscribers", response_model=BulkOut, responses=errors(404, 422))
-def bulk_subscribe(type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, runtime: RuntimeDep):
+def bulk_subscribe(type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, runtime: RuntimeDep) -> BulkOut:
     """Subscribe up to 1,000 users to a topic; one result per distinct user id (unknown ids are
     reported as not_found, the others are still subscribed)."""
     results = subs.bulk_subscribe_topic(runtime, service, type, topic, [str(u) for u in body.user_ids])
     tally = {s: sum(1 for r in results if r["status"] == s) for s in ("subscribed", "already_subscribed", "not_found")}
-    return BulkOut(results=results, **tally)
+    return BulkOut.model_validate({"results": results, **tally})

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import Method, TemplateIn, TemplateList, TemplateOut, errors
+from notee.api.models import TemplateIn, TemplateList, TemplateOut, errors
 from notee.domain import registry
 from notee.domain.rules import TYPE_PATTERN
+from notee.vocabulary import Method
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
@@ -21,7 +22,7 @@ TypePath = Annotated[str, Path(alias="type", pattern=TYPE_PATTERN, description="
 @router.put("/{method}/{type}", response_model=TemplateOut,
             responses={201: {"model": TemplateOut, "description": "Created"}})
 def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service: ServiceDep, db: DbDep,
-                 runtime: RuntimeDep, response: Response):
+                 runtime: RuntimeDep, response: Response) -> registry.Template:
     """Create or update (201 when created). notification_key never changes; the version is bumped.
     A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
     template = registry.put_template(runtime, db, service, method, type_, title=body.title, body=body.body,
@@ -32,18 +33,18 @@ def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service:
 
 
 @router.get("", response_model=TemplateList)
-def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> TemplateList:
     """Every template of the service."""
     return TemplateList(items=[TemplateOut.model_validate(t) for t in registry.list_templates(runtime, db, service)])
 
 
 @router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
-def get_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+def get_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> registry.Template:
     """One template by method and type."""
     return registry.get_template(runtime, db, service, method, type_)
 
 
 @router.delete("/{method}/{type}", status_code=204, response_class=Response, responses=errors(404))
-def delete_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+def delete_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the template and its subscriptions."""
     registry.delete_template(runtime, db, service, method, type_)

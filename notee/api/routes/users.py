@@ -19,7 +19,8 @@ UserIdPath = Annotated[UUID, Path(description="Platform user id")]
 
 
 @router.put("/{service_user_id}", response_model=UserOut, responses={201: {"model": UserOut, "description": "Created"}})
-def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceDep, db: DbDep, response: Response):
+def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceDep, db: DbDep, response: Response,
+             ) -> registry.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
     user = registry.upsert_user(db, service, service_user_id, name=body.name)
     response.status_code = 201 if user.created else 200
@@ -27,12 +28,12 @@ def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceD
 
 
 @router.get("/{user_id}", response_model=UserOut, responses=errors(404))
-def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep):
+def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> registry.User:
     """One user by Notee's user_id."""
     return registry.get_user(db, service, str(user_id))
 
 
 @router.delete("/{user_id}", status_code=204, response_class=Response, responses=errors(404))
-def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep):
+def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the user, its devices and its subscriptions."""
     registry.delete_user(runtime, db, service, str(user_id))
