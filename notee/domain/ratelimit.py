@@ -36,11 +36,12 @@ def default_limit(settings: Settings, klass: RateClass) -> Limit:
                  float(getattr(settings, f"rate_limit_{klass}_burst")), False)
 
 
-def _check_class(klass: str) -> str:
-    if klass not in CLASSES:
-        raise InvalidInput(f"class must be one of {', '.join(CLASSES)}",
-                           details=[{"loc": ["class"], "type": "enum", "msg": f"one of {', '.join(CLASSES)}"}])
-    return klass
+def check_class(klass: str) -> RateClass:
+    for known in CLASSES:
+        if klass == known:
+            return known
+    raise InvalidInput(f"class must be one of {', '.join(CLASSES)}",
+                       details=[{"loc": ["class"], "type": "enum", "msg": f"one of {', '.join(CLASSES)}"}])
 
 
 def admit(session: Session, settings: Settings, service: str, klass: RateClass) -> None:
@@ -78,7 +79,7 @@ def get_limits(session: Session, settings: Settings, service: str) -> dict[RateC
 def set_limit(session: Session, settings: Settings, service: str, klass: RateClass, *, rate: float,
               burst: int) -> Limit:
     """Set one class's limit of ``service``; every API process applies it from its next request."""
-    _check_class(klass)
+    check_class(klass)
     if not 0 < rate <= MAX_RATE:
         raise InvalidInput("rate must be > 0 and at most 1e6", details=[{"loc": ["rate"], "type": "range"}])
     if not 1 <= burst <= MAX_BURST:
@@ -89,4 +90,4 @@ def set_limit(session: Session, settings: Settings, service: str, klass: RateCla
 
 def reset_limit(session: Session, service: str, klass: RateClass) -> None:
     """Back to the deployment default."""
-    store.reset_limit(session, service, _check_class(klass))
+    store.reset_limit(session, service, check_class(klass))

@@ -128,10 +128,11 @@ def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLi
                    request: Request) -> RateLimitOut:
     """Set one class's limit for this service; every API process applies it from the next request."""
     registry.get_service(db, service)
-    limit = ratelimit.set_limit(db, request.app.state.settings, service, rate_class, rate=body.rate,
+    klass = ratelimit.check_class(rate_class)
+    limit = ratelimit.set_limit(db, request.app.state.settings, service, klass, rate=body.rate,
                                 burst=body.burst)
     db.commit()
-    return _limit_out(rate_class, limit)
+    return _limit_out(klass, limit)
 
 
 @router.delete("/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response,
