@@ -349,10 +349,10 @@ def test_topic_job_of_a_service_without_any_credentials_fails_once(client, setti
     emulator receives nothing and no device is pruned or dead-lettered."""
     from notee.store import job_queue as store
     from notee.store.cql import for_runtime
-    from tests import factories
+    from tests.support.registry import make_service, make_template
 
-    factories.make_service(runtime, service_id)  # no credentials
-    key = factories.make_template(runtime, service_id, "TOPIC", "news", title="Hi")
+    make_service(runtime, service_id)  # no credentials
+    key = make_template(runtime, service_id, "TOPIC", "news", title="Hi")
     for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
     seed_topic(runtime, service_id, "news", key, "all", 4)
     job = topic_job(runtime, service_id, key, "all")
