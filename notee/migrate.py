@@ -42,8 +42,8 @@ from string import Template
 
 from cassandra.cluster import Session as CqlSession
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from notee.runtime import Runtime
 from notee.settings import Settings

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, get_args
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
 Os = Literal["IOS", "AOS"]
 Priority = Literal["high", "normal"]
-JobState = Literal["queued", "running", "done", "failed"]
+JobState = Literal["queued", "running", "done", "failed", "expired", "cancelled"]
 METHODS: tuple[Method, ...] = get_args(Method)
 OSES: tuple[Os, ...] = get_args(Os)
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)

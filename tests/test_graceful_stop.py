@@ -22,12 +22,12 @@ import pytest
 from sqlalchemy import text
 
 from notee.emulator.control import free_port
-from tests.api_helpers import new_service, random_token
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import (job_progress, per_token_counts, seed_topic, start_worker, topic_job,
-                                  topic_template, wait_for)
-from tests.security_logscan import log_dir, remember_secret
 from notee.store import job_queue as store
+from tests.security_logscan import log_dir, remember_secret
+from tests.support.emulator import deliveries_per_token
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
+from tests.support.processes import wait_for
+from tests.support.registry import new_service, random_token
 
 REPO = Path(__file__).resolve().parents[1]
 RETRY_AFTER_S = 60  # far longer than any grace below: a worker that slept it out would be caught
@@ -40,44 +40,38 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exits(runtime, service_id, emulator):
+def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exits(runtime, service_id, emulator,
+                                                                                 processes):
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "retry", 150)  # one task, pages of 100
     job = topic_job(runtime, service_id, key, "retry")
     emulator.fault("fcm", 429, times=1_000_000, retry_after=RETRY_AFTER_S)
     env = {"NOTEE_FANOUT_FETCH_SIZE": "100", "NOTEE_FANOUT_STOP_GRACE_S": str(GRACE_S)}
-    log_a = log_dir() / f"stop-worker-a-{secrets.token_hex(3)}.log"
-    a = start_worker(service_id, log_a, lanes=1, env=env)
-    b = None
+    a = processes.worker(service_id, lanes=1, name="stop-worker-a", **env)
+    wait_for(lambda: "retrying 100 message(s)" in a.output(), timeout=60, what="a page waiting to retry")
+    with runtime.sessions() as s:
+        [before] = store.tasks(s, job.job_id)
+    assert (before.state, before.pages, before.sent) == ("running", 0, 0)
+    a.signal(signal.SIGTERM)
     try:
-        wait_for(lambda: "retrying 100 message(s)" in log_a.read_text(), timeout=60, what="a page waiting to retry")
-        with runtime.sessions() as s:
-            [before] = store.tasks(s, job.job_id)
-        assert (before.state, before.pages, before.sent) == ("running", 0, 0)
-        a.send_signal(signal.SIGTERM)
-        try:
-            code = a.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the worker did not exit within its {GRACE_S} s grace:\n{log_a.read_text()[-2000:]}")
-        assert code == 0, log_a.read_text()[-2000:]
-        assert "released on stop while a page waited to retry; checkpoint unchanged" in log_a.read_text()
-        with runtime.sessions() as s:
-            [after] = store.tasks(s, job.job_id)
-            letters = s.execute(text("SELECT COUNT(*) FROM dead_letter WHERE job_id = :j"), {"j": job.job_id}).scalar()
-        assert after.state == "queued" and after.lease_owner is None
-        assert (after.current_slot, after.pages, after.sent, after.targeted) == (before.current_slot, 0, 0, 0)
-        assert letters == 0  # nothing given up: the page waits for the next owner
+        code = a.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the worker did not exit within its {GRACE_S} s grace:\n{a.output()[-2000:]}")
+    assert code == 0, a.output()[-2000:]
+    assert "released on stop while a page waited to retry; checkpoint unchanged" in a.output()
+    with runtime.sessions() as s:
+        [after] = store.tasks(s, job.job_id)
+        letters = s.execute(text("SELECT COUNT(*) FROM dead_letter WHERE job_id = :j"), {"j": job.job_id}).scalar()
+    assert after.state == "queued" and after.lease_owner is None
+    assert (after.current_slot, after.pages, after.sent, after.targeted) == (before.current_slot, 0, 0, 0)
+    assert letters == 0  # nothing given up: the page waits for the next owner
 
-        emulator.reset()  # the storm is over
-        b = start_worker(service_id, log_dir() / f"stop-worker-b-{secrets.token_hex(3)}.log", lanes=1, env=env)
-        wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
-    finally:
-        _stop(a)
-        if b is not None:
-            _stop(b)
-    done, progress = job_progress(runtime, job.job_id)
+    emulator.reset()  # the storm is over
+    processes.worker(service_id, lanes=1, name="stop-worker-b", **env)
+    wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=120, what="job done")
+    _, progress = job_progress(runtime, job.job_id)
     assert (progress.sent, progress.failed) == (len(tokens), 0)
-    assert set(per_token_counts(emulator, tokens).values()) == {1}
+    assert set(deliveries_per_token(emulator, tokens, api="fcm").values()) == {1}
 
 
 def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(runtime, settings, service_id,
@@ -85,7 +79,7 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
     port = free_port()
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", "NOTEE_API_SHUTDOWN_BUDGET_S": "10"}
     log_path = log_dir() / f"stop-api-{secrets.token_hex(3)}.log"
-    out = open(log_path, "ab")
+    out = open(log_path, "ab")  # noqa: SIM115 - the API process writes to it until it is stopped below
     api = subprocess.Popen([sys.executable, "-m", "notee", "api", "--port", str(port)], env=env, cwd=REPO,
                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     out.close()

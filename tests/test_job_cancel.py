@@ -11,18 +11,16 @@ import pytest
 from sqlalchemy import text
 
 from notee.store import job_queue as store
-from tests.api_helpers import new_service
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import (
+from tests.support.fanout import (
     emulator_runtime,
     job_progress,
     run_worker_until_idle,
     seed_topic,
-    start_worker,
     topic_job,
     topic_template,
-    wait_for,
 )
+from tests.support.processes import wait_for
+from tests.support.registry import new_service
 
 
 @pytest.fixture()
@@ -34,7 +32,7 @@ def erun(emulator_process, migrated):
 
 def _api_headers(client, settings, service: str) -> dict[str, str]:
     """An API key of a service made by the factories (new_service would create it again)."""
-    from tests.api_helpers import admin_headers
+    from tests.support.registry import admin_headers
 
     r = client.post(f"/v1/admin/services/{service}/api-keys", json={"label": "t"}, headers=admin_headers(settings))
     assert r.status_code == 201, r.text
@@ -57,14 +55,13 @@ def test_a_queued_job_is_cancelled_and_sends_nothing(client, settings, erun, emu
 
 
 def test_a_running_job_stops_at_the_next_page_with_true_counts(client, settings, erun, emulator, service_id,
-                                                               tmp_path):
+                                                               processes):
     key = topic_template(erun, service_id)
     seed_topic(erun, service_id, "news", key, "sports", 3000)
     job = topic_job(erun, service_id, key, "sports")
     headers = _api_headers(client, settings, service_id)
     emulator.latency(20)  # each push takes a while, so the job is still running when it is cancelled
-    worker = start_worker(service_id, tmp_path / "worker.log", lanes=1,
-                          env={"NOTEE_FANOUT_FETCH_SIZE": "100", "NOTEE_FANOUT_SEND_CONCURRENCY": "20"})
+    worker = processes.worker(service_id, lanes=1, NOTEE_FANOUT_FETCH_SIZE="100", NOTEE_FANOUT_SEND_CONCURRENCY="20")
     try:
         wait_for(lambda: job_progress(erun, job.job_id)[1].sent > 0, timeout=60, what="the first page")
         r = client.post(f"/v1/jobs/{job.job_id}/cancel", headers=headers)
@@ -73,8 +70,7 @@ def test_a_running_job_stops_at_the_next_page_with_true_counts(client, settings,
         wait_for(lambda: job_progress(erun, job.job_id)[1].tasks_done == job.task_count, timeout=60,
                  what="the running task to stop")
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        worker.stop(timeout=30)
         emulator.latency(0)
     final, progress = job_progress(erun, job.job_id)
     assert final.state == "cancelled"

@@ -117,7 +117,7 @@ def test_a_database_migrated_before_0007_landed_still_migrates(tmp_path, engine)
     assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 10])) == [
         "0001_core.sql", "0003_dead_letter.sql", "0004_fanout_jobs.sql", "0005_cycle_ticks.sql", "0010_rate_limits.sql"]
     late = {"0008_late_table.sql": "-- retention: test only\nCREATE TABLE IF NOT EXISTS late8 (id INT PRIMARY KEY);\n"}
-    with pytest.raises(migrate.MigrationError, match="0008_late_table.sql numbered below"):
+    with pytest.raises(migrate.MigrationError, match=r"0008_late_table\.sql numbered below"):
         migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 7, 10], late))
     assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 7, 10])) == ["0007_delivery_truth.sql"]
 
@@ -172,7 +172,7 @@ def test_two_concurrent_migrate_runs_do_not_interleave(fresh, engine):
     try:
         for i in range(2):
             path = log_dir() / f"migrate-concurrent-{i}-{secrets.token_hex(2)}.log"
-            out = open(path, "w")
+            out = open(path, "w")  # noqa: SIM115 - each migrate process writes to it; closed after they exit
             proc = subprocess.Popen([sys.executable, "-m", "notee", "migrate"], env=_env(fresh), cwd=REPO,
                                     stdout=out, stderr=subprocess.STDOUT, text=True)
             out.close()

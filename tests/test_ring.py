@@ -42,5 +42,5 @@ BEFORE = {h: view(h, beat=5) for h in HOSTS}
 def test_ready_only_when_every_node_sees_every_other_up_normal_and_agreeing(after, expected):
     found = problems(BEFORE, after, HOSTS)
     assert len(found) == len(expected), found
-    for line, prefix in zip(found, expected):
+    for line, prefix in zip(found, expected, strict=True):
         assert line.startswith(prefix), (line, prefix)

@@ -22,10 +22,10 @@ from notee.scheduler.runner import retention_namespace
 from notee.store import job_queue as store
 from notee.store import ticks
 from notee.vocabulary import CycleTarget, TopicTarget
-from tests import factories
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import emulator_runtime, per_token_counts, run_worker_until_idle, seed_topic, topic_template
-from tests.scheduler_helpers import DueIndex, jobs_of, scheduler, tick_states, utc
+from tests.support.emulator import deliveries_per_token
+from tests.support.fanout import emulator_runtime, run_worker_until_idle, seed_topic, topic_template
+from tests.support.registry import make_service
+from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
 
 SEOUL = "Asia/Seoul"
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
@@ -40,7 +40,7 @@ def due(runtime):
 
 @pytest.fixture()
 def tenant(runtime, service_id):
-    return factories.make_service(runtime, service_id)
+    return make_service(runtime, service_id)
 
 
 def _bucket(minute_utc: datetime) -> CycleTarget:
@@ -112,7 +112,7 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
     finally:
         rt.close()
     assert worker.tasks_done == timely.task_count  # only the timely job's tasks ran
-    assert set(per_token_counts(emulator, tokens).values()) == {1}
+    assert set(deliveries_per_token(emulator, tokens, api="fcm").values()) == {1}
     with runtime.sessions() as s:
         late_job, late_progress = store.get_job(s, overdue.job_id), store.progress(s, overdue.job_id)
         ok_job, ok_progress = store.get_job(s, timely.job_id), store.progress(s, timely.job_id)

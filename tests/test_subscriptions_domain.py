@@ -262,9 +262,9 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
     withdrawn zone): listing and deleting the user still work, and the slot rows go (issue 14, item 5)."""
     from notee.domain import rules
 
-    key = f.make_template(runtime, svc, "CYCLE", "remind")
-    u = f.make_user(runtime, svc)
-    t = f.make_device(runtime, svc, u, token())
+    key = make_template(runtime, svc, "CYCLE", "remind")
+    u = make_user(runtime, svc)
+    t = make_device(runtime, svc, u, token())
     subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
     bucket = CycleTarget("America/Nuuk", "TUE", 6, 45)
     assert [r.device_token for r in recipients(st, key, bucket, svc, "CYCLE", "remind")] == [t]

@@ -324,7 +324,7 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
                 coalesce=True, misfire_grace_time=30)
     # Retention outside the minute tick (its own thread, never delaying a minute), at a quiet second
     # of minute 7 of each hour; one replica per hour wins the claim, the others return at once.
-    aps.add_job(safe_prune, CronTrigger(minute=7, second=30, timezone=timezone.utc), id="retention",
+    aps.add_job(safe_prune, CronTrigger(minute=7, second=30, timezone=UTC), id="retention",
                 max_instances=1, coalesce=True, misfire_grace_time=600)
     aps.start()
     try:

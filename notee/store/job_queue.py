@@ -276,11 +276,11 @@ def cancel_job(session: Session, service: str, job_id: str) -> bool:
     """Cancel a queued or running job of ``service`` in the caller's transaction: the job is final at
     once, its queued tasks too; running tasks stop at their worker's next checkpoint. False when the
     job had already finished (nothing changes)."""
-    changed = session.execute(
+    changed = affected(session.execute(
         text("UPDATE fanout_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6)"
              " WHERE job_id = :j AND service = :s AND state IN ('queued', 'running')"),
         {"j": job_id, "s": service},
-    ).rowcount
+    ))
     if changed:
         session.execute(
             text("UPDATE fanout_task SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), lease_owner = NULL,"

@@ -9,7 +9,7 @@ runs one statement; the caller owns the transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
     Column,
@@ -113,7 +113,7 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
 def database_now(session: Session) -> datetime:
     """The database server's clock, as an aware UTC datetime (the scheduler's "now")."""
     value: datetime = session.execute(select(_DB_NOW)).scalar_one()
-    return value.replace(tzinfo=timezone.utc)
+    return value.replace(tzinfo=UTC)
 
 
 def record_skipped(session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str,

@@ -19,7 +19,7 @@ from notee.domain.rules import TYPE_PATTERN
 from notee.errors import InvalidInput
 from notee.fanout import jobs
 from notee.fanout.jobs import JobRow
-from notee.vocabulary import Progress
+from notee.vocabulary import JobState, Progress
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
@@ -47,7 +47,6 @@ class PublishAccepted(BaseModel):
     job_id: str
 
 
-JobState = Literal["queued", "running", "done", "failed", "expired", "cancelled"]
 
 
 class JobStatus(Answer):
