@@ -338,7 +338,7 @@ def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_poo
 
     from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
-    def Both(key, key_id):  # noqa: N802 - reads like the credentials it builds
+    def Both(key, key_id):
         return ProviderCredentials(apns=ApnsCredentials(key_id, TEAM_ID, TOPIC, key, True))
 
     async def per_key_pools():
@@ -367,4 +367,4 @@ def test_apns_per_device_rate_limit(emulator, p8):
     busy = _hex()
     [outcomes] = ours_send_batches(emulator, p8, [[msg(busy), msg(busy), msg(busy)]])
     assert sorted(type(o).__name__ for o in outcomes) == ["Delivered", "Delivered", "RetryAfter"]
-    assert [o for o in outcomes if isinstance(o, RetryAfter)][0].reason == "TooManyRequests"
+    assert next(o for o in outcomes if isinstance(o, RetryAfter)).reason == "TooManyRequests"

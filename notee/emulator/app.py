@@ -19,7 +19,8 @@ import os
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -44,6 +45,10 @@ JWT_MAX_AGE_S = 3600
 _JSON = [(b"content-type", b"application/json; charset=UTF-8")]
 _LAST_REQUESTS_MAX = 10_000
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+# ASGI, as granian calls the app.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
@@ -84,9 +89,9 @@ class State:
     faults: list[Fault] = field(default_factory=list)
     latency_s: float = 0.0
     rejected_bearers: set[str] = field(default_factory=set)
-    counts: Counter = field(default_factory=Counter)
-    delivered: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))  # api -> token -> n
-    attempts: Counter = field(default_factory=Counter)  # token -> requests received
+    counts: Counter[str] = field(default_factory=Counter)
+    delivered: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # api -> token -> n
+    attempts: Counter[str] = field(default_factory=Counter)  # token -> requests received
     last: dict[str, dict[str, Any]] = field(default_factory=dict)  # token -> last request seen
     jwt_iat: dict[bytes, int | None] = field(default_factory=dict)
     seq: int = 0
@@ -109,6 +114,12 @@ class State:
         self.windows[key] = (window, count + 1)
         return None
 
+    def reset(self) -> None:
+        """Back to a fresh state, in place: the app and the HTTP/2 servers hold this object."""
+        fresh = State()
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
     def take_fault(self, api: str, token: str) -> Fault | None:
         for fault in self.faults:
             if fault.api == api and fault.match in ("*", token) and fault.remaining > 0:
@@ -117,12 +128,12 @@ class State:
         return None
 
 
-LAUNCH_REALISTIC = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
+LAUNCH_REALISTIC: bool = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
 STATE = State()  # the single worker's state; reset through POST /_emu/reset
 PEER: PeerServer | None = None  # the APNs port's HTTP/2 server, in realistic mode
 
 
-async def app(scope, receive, send) -> None:
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         while True:
             event = await receive()
@@ -159,7 +170,7 @@ async def _start_peer() -> None:
     await PEER.start(os.environ.get("NOTEE_EMULATOR_APNS_HOST", "127.0.0.1"), int(port), ssl_context)
 
 
-def handle(state: State, scope: dict[str, Any], body: bytes) -> Response:
+def handle(state: State, scope: Scope, body: bytes) -> Response:
     """Answer one request (granian's ASGI app and the emulator's own HTTP/2 server both call this)."""
     path: str = scope["path"]
     if path.startswith("/3/device/"):
@@ -176,7 +187,7 @@ def handle(state: State, scope: dict[str, Any], body: bytes) -> Response:
 # --- FCM HTTP v1 ------------------------------------------------------------------------------
 
 def fcm_error(code: str, retry_after: str | None = None, *, status: int | None = None,
-              message: str | None = None, details: bool = True):
+              message: str | None = None, details: bool = True) -> Response:
     http, rpc, text = FCM_ERRORS.get(code, (status or 400, code, code))
     error: dict[str, Any] = {"code": status or http, "message": message or text, "status": rpc}
     if details:
@@ -222,11 +233,11 @@ def oauth_token(state: State, body: bytes) -> Response:
                                          "token_type": "Bearer"}).encode()
 
 
-def _bare_error(status: int, rpc: str, message: str):
+def _bare_error(status: int, rpc: str, message: str) -> Response:
     return status, _JSON, json.dumps({"error": {"code": status, "message": message, "status": rpc}}, indent=2).encode()
 
 
-def fcm(state: State, scope, project: str, body: bytes):
+def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     state.counts["fcm.recv"] += 1
     headers = dict(scope["headers"])
     auth = headers.get(b"authorization", b"")
@@ -303,14 +314,14 @@ def _jwt_iat(raw: bytes) -> int | None:
         return None
 
 
-def _apns_out(status: int, reason: str, apns_id: bytes):
+def _apns_out(status: int, reason: str, apns_id: bytes) -> Response:
     out: dict[str, Any] = {"reason": reason}
     if status == 410:
         out["timestamp"] = int(time.time() * 1000)
     return status, [(b"apns-id", apns_id), *_JSON], json.dumps(out).encode()
 
 
-def apns(state: State, scope, token: str, body: bytes):
+def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     state.counts["apns.recv"] += 1
     headers = dict(scope["headers"])
     apns_id = headers.get(b"apns-id") or str(uuid.uuid4()).encode()
@@ -371,11 +382,11 @@ def apns(state: State, scope, token: str, body: bytes):
 
 # --- control API ----------------------------------------------------------------------------------
 
-def _ok(payload: Any = None, status: int = 200):
+def _ok(payload: Any = None, status: int = 200) -> Response:
     return status, [(b"content-type", b"application/json")], json.dumps(payload if payload is not None else {"ok": True}).encode()
 
 
-def control(state: State, method: str, path: str, query: bytes, body: bytes):
+def control(state: State, method: str, path: str, query: bytes, body: bytes) -> Response:
     try:
         req = json.loads(body) if body else {}
         if method == "GET" and path == "stats":
@@ -404,7 +415,7 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes):
             return _ok(state.last.get(token)) if token in state.last else _ok({"error": "no request"}, 404)
         if method == "POST" and path == "reset":
             issued = STATE.issued  # access tokens stay valid, as a real token outlives a test
-            STATE.__init__()  # keep the same object: the app reads it per request
+            STATE.reset()  # keep the same object: the app reads it per request
             STATE.issued = issued
             if PEER is not None:
                 PEER.rules = PeerRules()

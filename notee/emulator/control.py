@@ -32,7 +32,8 @@ import httpx
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -59,7 +60,8 @@ class EmulatorControl:
         apns_first_streams / apns_max_streams / apns_goaway_after on a realistic emulator)."""
         r = self.http.post("/_emu/realistic", json=switches)
         r.raise_for_status()
-        return r.json()
+        answer: dict[str, Any] = r.json()
+        return answer
 
     def access_token(self) -> str:
         """An FCM access token from the emulator's OAuth endpoint (what a service account's
@@ -105,8 +107,10 @@ class EmulatorControl:
     def reject_bearer(self, *bearers: str) -> None:
         self._post("auth/reject", {"bearers": list(bearers)})
 
-    def deliveries(self, token: str) -> dict[str, int]:
-        return self.http.get("/_emu/deliveries", params={"token": token}).json()
+    def deliveries(self, token: str) -> dict[str, Any]:
+        """{"token", "fcm", "apns", "attempts"} of one token."""
+        answer: dict[str, Any] = self.http.get("/_emu/deliveries", params={"token": token}).json()
+        return answer
 
     def deliveries_of(self, tokens: list[str], batch: int = 5000) -> dict[str, dict[str, int]]:
         """``deliveries`` of many tokens, a batch per request: token -> {"fcm", "apns", "attempts"}."""
@@ -120,10 +124,14 @@ class EmulatorControl:
 
     def last_request(self, token: str) -> dict[str, Any] | None:
         r = self.http.get("/_emu/requests/last", params={"token": token})
-        return r.json() if r.status_code == 200 else None
+        if r.status_code != 200:
+            return None
+        last: dict[str, Any] = r.json()
+        return last
 
     def stats(self) -> dict[str, Any]:
-        return self.http.get("/_emu/stats").json()
+        stats: dict[str, Any] = self.http.get("/_emu/stats").json()
+        return stats
 
     def delivered(self) -> int:
         return sum(self.stats().get("delivered", {}).values())
@@ -161,7 +169,8 @@ def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterato
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"emulator exited: {proc.stderr.read().decode()[-2000:]}")
+                err = proc.stderr.read() if proc.stderr is not None else b""
+                raise RuntimeError(f"emulator exited: {err.decode()[-2000:]}")
             if Path(ca_file).exists():
                 try:
                     client = client or _client(url, ca_file)

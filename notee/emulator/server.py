@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP2Settings
+from granian.log import LogLevels
 
 from notee.emulator.tls import TlsFiles, ensure_tls
 
 log = logging.getLogger(__name__)
 
 
-def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None, realistic: bool = False,
+def serve(host: str, port: int, state_dir: str | Path, *, on_ready: Callable[[TlsFiles], None] | None = None,
+          realistic: bool = False,
           apns_port: int | None = None) -> None:
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
 
@@ -45,7 +48,7 @@ def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None, realist
         workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
         ssl_cert=files.server_cert,
         ssl_key=files.server_key,
-        log_level="warning",
+        log_level=LogLevels.warning,
         backpressure=4096,
         http2_settings=HTTP2Settings(max_concurrent_streams=100) if realistic else None,
     ).serve()

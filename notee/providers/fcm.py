@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timezone
+from datetime import UTC
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives import serialization
@@ -119,8 +119,8 @@ class _BodyCache:
     _MARK = "\x00notee-token\x00"
 
     def __init__(self) -> None:
-        self._key: tuple | None = None
-        self._data: dict | None = None
+        self._key: tuple[object, ...] | None = None
+        self._data: dict[str, str] | None = None
         self._parts: tuple[bytes, bytes] = (b"", b"")
 
     def body(self, m: Message) -> bytes:
@@ -185,7 +185,7 @@ class ServiceAccountTokens:
             raise ProviderConfigError("FCM access token could not be obtained for the service account") from exc
         self.fetched += 1
         now = self._clock()
-        expiry = info.expiry.replace(tzinfo=timezone.utc).timestamp() if info.expiry else now + 3600
+        expiry = info.expiry.replace(tzinfo=UTC).timestamp() if info.expiry else now + 3600
         lifetime = max(0.0, expiry - now)
         self._token = info.access_token
         self._refresh_at = expiry - min(300.0, lifetime / 10)
@@ -260,7 +260,7 @@ class FcmProvider:
             again = await self._send([messages[i] for i in rejected], bearer)
             if any(isinstance(r, AuthRejected) for r in again):
                 raise ProviderConfigError(f"FCM rejected the credentials of project {self.project_id} (HTTP 401)")
-            for i, r in zip(rejected, again):
+            for i, r in zip(rejected, again, strict=True):
                 results[i] = r
         third_party = sum(1 for r in results if isinstance(r, Failed) and r.reason == "THIRD_PARTY_AUTH_ERROR")
         if third_party:
