@@ -26,7 +26,7 @@ access_log = logging.getLogger("notee.access")
 def request_id_of(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == b"x-request-id":
-            candidate = value.decode("latin-1")
+            candidate: str = value.decode("latin-1")
             if _SANE_ID.fullmatch(candidate):
                 return candidate
             break
