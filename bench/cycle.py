@@ -36,11 +36,23 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900
     key = make_template(runtime, tenant.service, "CYCLE", TYPE)
     minute = clock.floor_minute(datetime.now(UTC))
     bucket = clock.due_buckets(minute, TZ)[0]
-    insert_cycle_rows(runtime.cql, runtime.keyspaces.notification,
-                      cycle_rows(key, TZ, bucket.day, bucket.hour, bucket.minute, devices))
+    insert_cycle_rows(
+        runtime.cql,
+        runtime.keyspaces.notification,
+        cycle_rows(key, TZ, bucket.day, bucket.hour, bucket.minute, devices),
+    )
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "CYCLE", TYPE, devices)
-    st.run(st.mark_due(service=tenant.service, type_=TYPE, notification_key=key, timezone=TZ, days=[bucket.day],
-                       hour=bucket.hour, minute=bucket.minute))
+    st.run(
+        st.mark_due(
+            service=tenant.service,
+            type_=TYPE,
+            notification_key=key,
+            timezone=TZ,
+            days=[bucket.day],
+            hour=bucket.hour,
+            minute=bucket.minute,
+        )
+    )
     scheduler = Scheduler(runtime, namespace="bench-" + uuid.uuid4().hex[:12])
     results: dict[str, Any] = {}
 
@@ -50,8 +62,12 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900
         # Other tenants' templates due in the same minute (a shared keyspace) get jobs too; only
         # this tenant's are waited for (its worker claims nothing else).
         with runtime.engine.connect() as conn:
-            mine = [j for j in r.job_ids if conn.execute(text("SELECT service FROM fanout_job WHERE job_id = :j"),
-                                                         {"j": j}).scalar() == tenant.service]
+            mine = [
+                j
+                for j in r.job_ids
+                if conn.execute(text("SELECT service FROM fanout_job WHERE job_id = :j"), {"j": j}).scalar()
+                == tenant.service
+            ]
         results["foreign_jobs"] = len(r.job_ids) - len(mine)
         return mine
 
@@ -63,11 +79,23 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900
         worker.stop()
         st.delete_due(time.time_ns() // 1000, TZ, bucket.day, bucket.hour, bucket.minute, key)
     m = results["minute"]
-    return figure("cycle_minute_s", Measure("tick to last push acknowledged", r["elapsed_s"], "s"),
-                  Measure("cycle pushes due", r["delivered"], "pushes"),
-                  {"subscriptions_due": devices, "templates": 1, "slots": devices // 30_000 + 1,
-                   "worker_processes": 1, "lanes": lanes},
-                  value=r["elapsed_s"],
-                  extra={"pushes_per_s": r["delivered"] / r["elapsed_s"], "tick_s": r["create_s"],
-                         "jobs": len(m.job_ids) - results["foreign_jobs"], "other_tenants_jobs": results["foreign_jobs"],
-                         "job_state": ",".join(r["states"])})
+    return figure(
+        "cycle_minute_s",
+        Measure("tick to last push acknowledged", r["elapsed_s"], "s"),
+        Measure("cycle pushes due", r["delivered"], "pushes"),
+        {
+            "subscriptions_due": devices,
+            "templates": 1,
+            "slots": devices // 30_000 + 1,
+            "worker_processes": 1,
+            "lanes": lanes,
+        },
+        value=r["elapsed_s"],
+        extra={
+            "pushes_per_s": r["delivered"] / r["elapsed_s"],
+            "tick_s": r["create_s"],
+            "jobs": len(m.job_ids) - results["foreign_jobs"],
+            "other_tenants_jobs": results["foreign_jobs"],
+            "job_state": ",".join(r["states"]),
+        },
+    )

@@ -40,8 +40,11 @@ class WorkerProcess:
     def __init__(self, service: str, lanes: int = 2) -> None:
         self.log = Path(tempfile.mkstemp(prefix="notee-bench-worker-", suffix=".log")[1])
         self._out = self.log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "notee", "worker", "--lanes", str(lanes),
-                                      "--service", service], stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "notee", "worker", "--lanes", str(lanes), "--service", service],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
         self.pid = self.proc.pid
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -78,8 +81,11 @@ class WorkerProcess:
 
 def _pages(runtime, job_id: str) -> int:
     with runtime.engine.connect() as conn:
-        return int(conn.execute(text("SELECT COALESCE(SUM(pages), 0) FROM fanout_task WHERE job_id = :j"),
-                                {"j": job_id}).scalar())
+        return int(
+            conn.execute(
+                text("SELECT COALESCE(SUM(pages), 0) FROM fanout_task WHERE job_id = :j"), {"j": job_id}
+            ).scalar()
+        )
 
 
 def _job_state(runtime, job_id: str) -> str:
@@ -87,8 +93,9 @@ def _job_state(runtime, job_id: str) -> str:
         return conn.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar()
 
 
-def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect: int, job_of,
-                     timeout: float) -> dict[str, Any]:
+def publish_and_wait(
+    runtime, emulator, worker: WorkerProcess, *, start, expect: int, job_of, timeout: float
+) -> dict[str, Any]:
     """Start the clock, call ``start()`` (creates the job(s), returns their ids), then sample until the
     emulator acknowledged ``expect`` pushes. Returns seconds, RSS samples and job ids."""
     emulator.reset()
@@ -111,8 +118,9 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
         if delivered >= expect:
             break
         if now > deadline:
-            raise TimeoutError(f"{delivered} of {expect} pushes acknowledged after {timeout:.0f} s; worker log: "
-                               f"{worker.tail()}")
+            raise TimeoutError(
+                f"{delivered} of {expect} pushes acknowledged after {timeout:.0f} s; worker log: {worker.tail()}"
+            )
         if worker.proc.poll() is not None:
             raise RuntimeError(f"worker died: {worker.tail()}")
         time.sleep(0.05)
@@ -122,10 +130,17 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
     while time.monotonic() < end and any(_job_state(runtime, j) not in ("done", "failed") for j in job_ids):
         time.sleep(0.05)
     rss_end = worker.rss()
-    return {"elapsed_s": elapsed, "create_s": t_created - t0, "delivered": delivered, "rss_first": rss_first,
-            "rss_end": rss_end, "rss_max": max(rss_max, rss_end), "jobs": job_ids,
-            "rss_by_quarter": [next((r for d, r in samples if d >= q * expect / 4), rss_end) for q in (1, 2, 3, 4)],
-            "states": [_job_state(runtime, j) for j in job_ids]}
+    return {
+        "elapsed_s": elapsed,
+        "create_s": t_created - t0,
+        "delivered": delivered,
+        "rss_first": rss_first,
+        "rss_end": rss_end,
+        "rss_max": max(rss_max, rss_end),
+        "jobs": job_ids,
+        "rss_by_quarter": [next((r for d, r in samples if d >= q * expect / 4), rss_end) for q in (1, 2, 3, 4)],
+        "states": [_job_state(runtime, j) for j in job_ids],
+    }
 
 
 def bracket_ceilings(runtime, emulator, key: str, topic: str, devices: int, send_n: int) -> dict[str, Any]:
@@ -133,15 +148,24 @@ def bracket_ceilings(runtime, emulator, key: str, topic: str, devices: int, send
     from bench import send_cpu, slot_walk
 
     t = time.perf_counter()
-    n = slot_walk.raw_walk(runtime.cql, runtime.keyspaces.notification, key, topic, devices // 30_000,
-                           runtime.settings.fanout_fetch_size)
+    n = slot_walk.raw_walk(
+        runtime.cql, runtime.keyspaces.notification, key, topic, devices // 30_000, runtime.settings.fanout_fetch_size
+    )
     walk = n / (time.perf_counter() - t)
     r = send_cpu.in_child(send_cpu.bare_side, emulator.url, emulator.ca_file, send_n)
     return {"slot_walk_raw": walk, "bare_send_before": r["n"] / r["wall_s"]}
 
 
-def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = None, lanes: int = 2,
-        bare_send_n: int = 3000, timeout: float = 600.0) -> dict[str, dict[str, Any]]:
+def run(
+    runtime,
+    emulator,
+    *,
+    devices: int,
+    ceilings: dict[str, float] | None = None,
+    lanes: int = 2,
+    bare_send_n: int = 3000,
+    timeout: float = 600.0,
+) -> dict[str, dict[str, Any]]:
     """Both figures from one publish of ``devices`` recipients. ``ceilings`` (pushes/s) replaces the
     measured bracket (tests); None measures it around the publish."""
     from bench import send_cpu
@@ -155,15 +179,24 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = 
 
     def start() -> list[str]:
         with runtime.sessions.begin() as session:  # the caller owns the commit
-            job = publish_topic(runtime, session, service=tenant.service, type_=TYPE, topic=topic,
-                                idempotency_key=None, variables=None, overrides=None)
+            job = publish_topic(
+                runtime,
+                session,
+                service=tenant.service,
+                type_=TYPE,
+                topic=topic,
+                idempotency_key=None,
+                variables=None,
+                overrides=None,
+            )
         return [job.job_id]
 
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
-        bracket = None if ceilings is not None else bracket_ceilings(runtime, emulator, key, topic, devices,
-                                                                     bare_send_n)
+        bracket = (
+            None if ceilings is not None else bracket_ceilings(runtime, emulator, key, topic, devices, bare_send_n)
+        )
         r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, job_of=None, timeout=timeout)
     finally:
         worker.stop()
@@ -171,31 +204,52 @@ def run(runtime, emulator, *, devices: int, ceilings: dict[str, float] | None = 
     if bracket is not None:
         after = send_cpu.in_child(send_cpu.bare_side, emulator.url, emulator.ca_file, bare_send_n)
         bracket["bare_send_after"] = after["n"] / after["wall_s"]
-        ceilings = {"slot_walk_raw": bracket["slot_walk_raw"],
-                    "bare_send": (bracket["bare_send_before"] + bracket["bare_send_after"]) / 2}
-        extra_ceilings = {"bare_send_before": bracket["bare_send_before"],
-                          "bare_send_after": bracket["bare_send_after"]}
+        ceilings = {
+            "slot_walk_raw": bracket["slot_walk_raw"],
+            "bare_send": (bracket["bare_send_before"] + bracket["bare_send_after"]) / 2,
+        }
+        extra_ceilings = {
+            "bare_send_before": bracket["bare_send_before"],
+            "bare_send_after": bracket["bare_send_after"],
+        }
     rate = r["delivered"] / r["elapsed_s"]
-    sizes = {"devices": devices, "slots": devices // 30_000 + 1, "worker_processes": 1, "lanes": lanes,
-             "fetch_size": runtime.settings.fanout_fetch_size}
+    sizes = {
+        "devices": devices,
+        "slots": devices // 30_000 + 1,
+        "worker_processes": 1,
+        "lanes": lanes,
+        "fetch_size": runtime.settings.fanout_fetch_size,
+    }
     out: dict[str, dict[str, Any]] = {}
     usable = {k: v for k, v in ceilings.items() if v and v > 0}
     if usable:
         name, ceiling = min(usable.items(), key=lambda kv: kv[1])
-        out["fanout_ratio"] = figure("fanout_ratio", Measure("publish end to end", rate, "pushes/s"),
-                                     Measure(f"min ceiling ({name})", ceiling, "pushes/s"), sizes,
-                                     extra={"elapsed_s": r["elapsed_s"], "job_create_s": r["create_s"],
-                                            "job_state": r["states"][0],
-                                            **{f"ceiling_{k}": v for k, v in {**usable, **extra_ceilings}.items()}})
+        out["fanout_ratio"] = figure(
+            "fanout_ratio",
+            Measure("publish end to end", rate, "pushes/s"),
+            Measure(f"min ceiling ({name})", ceiling, "pushes/s"),
+            sizes,
+            extra={
+                "elapsed_s": r["elapsed_s"],
+                "job_create_s": r["create_s"],
+                "job_state": r["states"][0],
+                **{f"ceiling_{k}": v for k, v in {**usable, **extra_ceilings}.items()},
+            },
+        )
     else:
         out["fanout_ratio"] = missing(f"publish ran at {rate:.0f} pushes/s but no ceiling was measured in this run")
     if r["rss_first"]:
         out["worker_rss_growth"] = figure(
-            "worker_rss_growth", Measure("worker RSS at end", r["rss_end"] / 2**20, "MiB"),
-            Measure("worker RSS after first page", r["rss_first"] / 2**20, "MiB"), sizes,
-            extra={"rss_peak_mib": r["rss_max"] / 2**20,
-                   # RSS when 25/50/75/100 % of the devices were acknowledged: flat, a step, or a slope?
-                   "rss_mib_at_quarters": [round(x / 2**20, 1) for x in r["rss_by_quarter"]]})
+            "worker_rss_growth",
+            Measure("worker RSS at end", r["rss_end"] / 2**20, "MiB"),
+            Measure("worker RSS after first page", r["rss_first"] / 2**20, "MiB"),
+            sizes,
+            extra={
+                "rss_peak_mib": r["rss_max"] / 2**20,
+                # RSS when 25/50/75/100 % of the devices were acknowledged: flat, a step, or a slope?
+                "rss_mib_at_quarters": [round(x / 2**20, 1) for x in r["rss_by_quarter"]],
+            },
+        )
     else:
         out["worker_rss_growth"] = missing("no sample was taken between the first checkpointed page and the end")
     return out

@@ -56,16 +56,29 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}") if abs(x) < 1e6 else round(x)
 
 
-def figure(name: str, numerator: Measure, denominator: Measure, sizes: dict[str, Any], *,
-           value: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def figure(
+    name: str,
+    numerator: Measure,
+    denominator: Measure,
+    sizes: dict[str, Any],
+    *,
+    value: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A measured figure. ``value`` defaults to numerator / denominator."""
     op, goal, _ = GOALS[name]
     if value is None:
         if denominator.value <= 0:
             return missing(f"denominator {denominator.name} measured {denominator.value}")
         value = numerator.value / denominator.value
-    out: dict[str, Any] = {"value": _round(value), "goal": f"{op} {goal:g}", "met": bool(_OPS[op](value, goal)),
-                           "numerator": numerator.as_dict(), "denominator": denominator.as_dict(), "sizes": sizes}
+    out: dict[str, Any] = {
+        "value": _round(value),
+        "goal": f"{op} {goal:g}",
+        "met": bool(_OPS[op](value, goal)),
+        "numerator": numerator.as_dict(),
+        "denominator": denominator.as_dict(),
+        "sizes": sizes,
+    }
     if extra:
         out["extra"] = {k: _round(v) if isinstance(v, float) else v for k, v in extra.items()}
     return out
@@ -76,8 +89,12 @@ def missing(reason: str) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"host": socket.gethostname(), "python": platform.python_version(),
-                            "platform": platform.platform(), "cpus": os.cpu_count()}
+    info: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -87,8 +104,13 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     try:
-        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                        cwd=RESULTS_DIR.parent.parent, timeout=5).stdout.strip()
+        info["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=RESULTS_DIR.parent.parent,
+            timeout=5,
+        ).stdout.strip()
     except OSError:
         pass
     return info
@@ -96,8 +118,7 @@ def machine() -> dict[str, Any]:
 
 def table(figures: dict[str, dict[str, Any]]) -> str:
     """The human-readable table (Markdown)."""
-    lines = ["| figure | value | goal | met | numerator | denominator | sizes |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| figure | value | goal | met | numerator | denominator | sizes |", "|---|---|---|---|---|---|---|"]
     for name in GOALS:
         f = figures.get(name) or missing("not run")
         if f.get("missing"):
@@ -108,20 +129,28 @@ def table(figures: dict[str, dict[str, Any]]) -> str:
         extra = f.get("extra")
         if extra:
             sizes += "; " + ", ".join(f"{k}={v}" for k, v in extra.items())
-        lines.append(f"| {name} | **{f['value']}** | {f['goal']} | {'yes' if f['met'] else 'NO'} | "
-                     f"{n['name']}: {n['value']} {n['unit']} | {d['name']}: {d['value']} {d['unit']} | {sizes} |")
+        lines.append(
+            f"| {name} | **{f['value']}** | {f['goal']} | {'yes' if f['met'] else 'NO'} | "
+            f"{n['name']}: {n['value']} {n['unit']} | {d['name']}: {d['value']} {d['unit']} | {sizes} |"
+        )
     return "\n".join(lines)
 
 
 def write(mode: str, figures: dict[str, dict[str, Any]], started: datetime, results_dir: Path = RESULTS_DIR) -> dict:
-    doc = {"mode": mode, "started_utc": started.isoformat(timespec="seconds"),
-           "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-           "machine": machine(), "figures": {name: figures.get(name) or missing("not run") for name in GOALS}}
+    doc = {
+        "mode": mode,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "figures": {name: figures.get(name) or missing("not run") for name in GOALS},
+    }
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")
     m = doc["machine"]
-    md = (f"# Notee benchmarks ({mode})\n\n{doc['started_utc']} to {doc['finished_utc']}, "
-          f"{m.get('cpus')} CPUs ({m.get('cpu', '?')}), {m.get('mem_gb', '?')} GB, Python {m['python']}, "
-          f"commit {m.get('commit', '?')}\n\n" + table(doc["figures"]) + "\n")
+    md = (
+        f"# Notee benchmarks ({mode})\n\n{doc['started_utc']} to {doc['finished_utc']}, "
+        f"{m.get('cpus')} CPUs ({m.get('cpu', '?')}), {m.get('mem_gb', '?')} GB, Python {m['python']}, "
+        f"commit {m.get('commit', '?')}\n\n" + table(doc["figures"]) + "\n"
+    )
     (results_dir / "latest.md").write_text(md)
     return doc

@@ -19,10 +19,26 @@ from bench import env, report
 from bench.report import missing
 
 SIZES = {
-    "quick": {"walk_rows": 60_000, "walk_repeats": 5, "send_messages": 5_000, "send_repeats": 3,
-              "fanout_devices": 20_000, "cycle_devices": 20_000, "sub_users": 500, "sub_repeats": 2},
-    "full": {"walk_rows": 300_000, "walk_repeats": 5, "send_messages": 10_000, "send_repeats": 3,
-             "fanout_devices": 100_000, "cycle_devices": 100_000, "sub_users": 5_000, "sub_repeats": 2},
+    "quick": {
+        "walk_rows": 60_000,
+        "walk_repeats": 5,
+        "send_messages": 5_000,
+        "send_repeats": 3,
+        "fanout_devices": 20_000,
+        "cycle_devices": 20_000,
+        "sub_users": 500,
+        "sub_repeats": 2,
+    },
+    "full": {
+        "walk_rows": 300_000,
+        "walk_repeats": 5,
+        "send_messages": 10_000,
+        "send_repeats": 3,
+        "fanout_devices": 100_000,
+        "cycle_devices": 100_000,
+        "sub_users": 5_000,
+        "sub_repeats": 2,
+    },
 }
 log = logging.getLogger("bench")
 
@@ -51,49 +67,61 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
         log.info("bench: %s done in %.1f s", "/".join(names), time.perf_counter() - t)
 
     if want("slot_walk_ratio"):
+
         def walk() -> None:
             from bench import slot_walk
 
             fig = slot_walk.run(runtime, rows=sizes["walk_rows"], repeats=sizes["walk_repeats"])
             figures["slot_walk_ratio"] = fig
+
         attempt(("slot_walk_ratio",), walk)
 
     if want("send_cpu_ratio"):
+
         def send() -> None:
             from bench import send_cpu
 
             fig, _rates = send_cpu.run(emulator, n=sizes["send_messages"], repeats=sizes["send_repeats"])
             figures["send_cpu_ratio"] = fig
+
         attempt(("send_cpu_ratio",), send)
 
     if want("send_cpu_ratio_apns"):
+
         def send_apns() -> None:
             from bench import send_cpu
 
-            figures["send_cpu_ratio_apns"] = send_cpu.run_apns(emulator, n=sizes["send_messages"],
-                                                               repeats=sizes["send_repeats"])
+            figures["send_cpu_ratio_apns"] = send_cpu.run_apns(
+                emulator, n=sizes["send_messages"], repeats=sizes["send_repeats"]
+            )
+
         attempt(("send_cpu_ratio_apns",), send_apns)
 
     if want("fanout_ratio", "worker_rss_growth"):
+
         def fan() -> None:
             from bench import fanout
 
             figures.update(fanout.run(runtime, emulator, devices=sizes["fanout_devices"]))
+
         attempt(("fanout_ratio", "worker_rss_growth"), fan)
 
     if want("cycle_minute_s"):
+
         def cyc() -> None:
             from bench import cycle
 
             figures["cycle_minute_s"] = cycle.run(runtime, emulator, devices=sizes["cycle_devices"])
+
         attempt(("cycle_minute_s",), cyc)
 
     if want("subscribe_ratio"):
+
         def sub() -> None:
             from bench import subscribe
 
-            figures["subscribe_ratio"] = subscribe.run(runtime, users=sizes["sub_users"],
-                                                       repeats=sizes["sub_repeats"])
+            figures["subscribe_ratio"] = subscribe.run(runtime, users=sizes["sub_users"], repeats=sizes["sub_repeats"])
+
         attempt(("subscribe_ratio",), sub)
     return figures
 

@@ -40,8 +40,9 @@ def insert_rows(runtime, rows: list[tuple], concurrency: int = 64) -> None:
 
     stmt = for_runtime(runtime).cycle_insert
     for attempt in range(10):
-        results = execute_concurrent_with_args(runtime.cql, stmt, rows, concurrency=concurrency,
-                                               raise_on_first_error=False)
+        results = execute_concurrent_with_args(
+            runtime.cql, stmt, rows, concurrency=concurrency, raise_on_first_error=False
+        )
         rows = [row for row, (ok, _) in zip(rows, results, strict=False) if not ok]
         if not rows:
             return
@@ -59,10 +60,13 @@ def seed(runtime, service: str, templates: int, per_template: int, keys: list[st
         keys.append(key)
         rows = list(cycle_rows(key, TZ, DAY, HOUR, MINUTE, per_template))
         for i in range(0, len(rows), 10_000):
-            insert_rows(runtime, rows[i:i + 10_000])
+            insert_rows(runtime, rows[i : i + 10_000])
         set_no_counter(runtime.cql, runtime.keyspaces.numbering, service, "CYCLE", type_, per_template)
-        st.run(st.mark_due(service=service, type_=type_, notification_key=key, timezone=TZ, days=[DAY],
-                           hour=HOUR, minute=MINUTE))
+        st.run(
+            st.mark_due(
+                service=service, type_=type_, notification_key=key, timezone=TZ, days=[DAY], hour=HOUR, minute=MINUTE
+            )
+        )
 
 
 def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
@@ -77,9 +81,11 @@ def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
     for key in keys:
         st.delete_due(stamp, TZ, DAY, HOUR, MINUTE, key)
         for slot in range(slot_of(per_template) + 1):
-            runtime.cql.execute(f"DELETE FROM {ks}.cycle_notification WHERE slot = %s AND notification_key = %s"
-                                " AND timezone = %s AND day = %s AND hour = %s AND minute = %s",
-                                (slot, key, TZ, DAY, HOUR, MINUTE))
+            runtime.cql.execute(
+                f"DELETE FROM {ks}.cycle_notification WHERE slot = %s AND notification_key = %s"
+                " AND timezone = %s AND day = %s AND hour = %s AND minute = %s",
+                (slot, key, TZ, DAY, HOUR, MINUTE),
+            )
     with runtime.sessions.begin() as s:  # cascades to templates, jobs and tasks
         s.execute(text("DELETE FROM service WHERE service = :s"), {"s": service})
 
@@ -103,9 +109,14 @@ def measure(runtime, templates: int, per_template: int, reps: int) -> dict:
             assert result.state == "done" and result.jobs_created >= templates, result
     finally:
         cleanup(runtime, service, keys, per_template)
-    return {"templates": templates, "subscriptions": templates * per_template, "jobs_per_minute": jobs,
-            "seconds": [round(t, 4) for t in times], "median_s": round(statistics.median(times), 4),
-            "seed_s": round(seed_s, 1)}
+    return {
+        "templates": templates,
+        "subscriptions": templates * per_template,
+        "jobs_per_minute": jobs,
+        "seconds": [round(t, 4) for t in times],
+        "median_s": round(statistics.median(times), 4),
+        "seed_s": round(seed_s, 1),
+    }
 
 
 def empty_minute(runtime, reps: int) -> dict:
@@ -120,8 +131,11 @@ def empty_minute(runtime, reps: int) -> dict:
         result = sched.run_minute(minute, now=minute)
         times.append(time.perf_counter() - start)
         assert result.jobs_created == 0
-    return {"timezones_in_use": len(timezones_in_use(for_runtime(runtime))), "seconds": [round(t, 4) for t in times],
-            "median_s": round(statistics.median(times), 4)}
+    return {
+        "timezones_in_use": len(timezones_in_use(for_runtime(runtime))),
+        "seconds": [round(t, 4) for t in times],
+        "median_s": round(statistics.median(times), 4),
+    }
 
 
 def main() -> None:

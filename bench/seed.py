@@ -62,30 +62,48 @@ def topic_rows(key: str, topic: str, n: int, *, start_no: int = 1, ios_every: in
 def insert_topic_rows(session, keyspace: str, rows) -> int:
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
-        " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
     return insert_batched(session, stmt, rows, lambda r: r[0:3])
 
 
 def cycle_rows(key: str, timezone: str, day: str, hour: int, minute: int, n: int, *, start_no: int = 1):
     for i in range(n):
         no = start_no + i
-        yield (no // SLOT_SIZE, key, timezone, day, hour, minute, no, fcm_like_token(no), "AOS", str(uuid.uuid4()),
-               1_700_000_000_000 + i)
+        yield (
+            no // SLOT_SIZE,
+            key,
+            timezone,
+            day,
+            hour,
+            minute,
+            no,
+            fcm_like_token(no),
+            "AOS",
+            str(uuid.uuid4()),
+            1_700_000_000_000 + i,
+        )
 
 
 def insert_cycle_rows(session, keyspace: str, rows) -> int:
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
-        " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
     return insert_batched(session, stmt, rows, lambda r: r[0:6])
 
 
 def set_no_counter(session, keyspace: str, service: str, method: str, type_: str, value: int) -> None:
     """Bring the ``no`` counter of (service, method, type) to ``value`` (it only ever grows)."""
-    row = session.execute(f"SELECT no FROM {keyspace}.notification WHERE service = %s AND notification_method = %s"
-                          " AND notification_type = %s", (service, method, type_)).one()
+    row = session.execute(
+        f"SELECT no FROM {keyspace}.notification WHERE service = %s AND notification_method = %s"
+        " AND notification_type = %s",
+        (service, method, type_),
+    ).one()
     current = int(row.no or 0) if row else 0
     if value > current:
-        session.execute(f"UPDATE {keyspace}.notification SET no = no + %s WHERE service = %s"
-                        " AND notification_method = %s AND notification_type = %s",
-                        (value - current, service, method, type_))
+        session.execute(
+            f"UPDATE {keyspace}.notification SET no = no + %s WHERE service = %s"
+            " AND notification_method = %s AND notification_type = %s",
+            (value - current, service, method, type_),
+        )

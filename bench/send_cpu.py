@@ -39,15 +39,35 @@ def _messages(n: int, offset: int = 0):
     from bench.seed import fcm_like_token
     from notee.providers.base import Message
 
-    return [Message(fcm_like_token(offset + i), "AOS", "Bench title", "A benchmark push body of realistic length.",
-                    {"kind": "bench", "ref": "12345"}, 3600, "high") for i in range(n)]
+    return [
+        Message(
+            fcm_like_token(offset + i),
+            "AOS",
+            "Bench title",
+            "A benchmark push body of realistic length.",
+            {"kind": "bench", "ref": "12345"},
+            3600,
+            "high",
+        )
+        for i in range(n)
+    ]
 
 
 def _apns_messages(n: int, offset: int = 0):
     from notee.providers.base import Message
 
-    return [Message(f"{offset + i:064x}", "IOS", "Bench title", "A benchmark push body of realistic length.",
-                    {"kind": "bench", "ref": "12345"}, 3600, "high") for i in range(n)]
+    return [
+        Message(
+            f"{offset + i:064x}",
+            "IOS",
+            "Bench title",
+            "A benchmark push body of realistic length.",
+            {"kind": "bench", "ref": "12345"},
+            3600,
+            "high",
+        )
+        for i in range(n)
+    ]
 
 
 def _apns_credentials():
@@ -56,14 +76,21 @@ def _apns_credentials():
 
     from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
-    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    key = (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
     return ProviderCredentials(apns=ApnsCredentials("BENCHKEY01", "BENCHTEAM1", APNS_TOPIC, key, True))
 
 
 def _headers(bearer: str) -> list[tuple[bytes, bytes]]:
-    return [(b"authorization", b"Bearer " + bearer.encode()), (b"content-type", b"application/json"),
-            (b"x-goog-api-format-version", b"2"), (b"x-firebase-client", b"notee")]
+    return [
+        (b"authorization", b"Bearer " + bearer.encode()),
+        (b"content-type", b"application/json"),
+        (b"x-goog-api-format-version", b"2"),
+        (b"x-firebase-client", b"notee"),
+    ]
 
 
 # ----------------------------------------------------------------------------------------- bare
@@ -72,13 +99,27 @@ class _BareClient(asyncio.Protocol):
     first SETTINGS and never more than the server allows (the realistic emulator's APNs port starts
     at one stream), so it is the leanest *correct* client, not a strawman."""
 
-    def __init__(self, targets: list[str], body: tuple[bytes, bytes], path: tuple[bytes, bytes],
-                 head: list[tuple[bytes, bytes]], in_flight: int, done: asyncio.Future, *, apns_id: bool = False):
+    def __init__(
+        self,
+        targets: list[str],
+        body: tuple[bytes, bytes],
+        path: tuple[bytes, bytes],
+        head: list[tuple[bytes, bytes]],
+        in_flight: int,
+        done: asyncio.Future,
+        *,
+        apns_id: bool = False,
+    ):
         import h2.config
         import h2.connection
 
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
-                                           normalize_outbound_headers=False, validate_inbound_headers=False)
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+            validate_inbound_headers=False,
+        )
         self.conn = h2.connection.H2Connection(config=config)
         encode = self.conn.encoder.encode
         self.conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)
@@ -148,8 +189,9 @@ async def _drive(url: str, ca_file: str, client) -> tuple[float, float, _BareCli
     ctx.set_alpn_protocols(["h2"])
     loop = asyncio.get_running_loop()
     wall, cpu = time.perf_counter(), time.process_time()
-    transport, proto = await loop.create_connection(client, parts.hostname, parts.port, ssl=ctx,
-                                                    server_hostname=parts.hostname)
+    transport, proto = await loop.create_connection(
+        client, parts.hostname, parts.port, ssl=ctx, server_hostname=parts.hostname
+    )
     await proto.done
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     transport.close()
@@ -169,18 +211,26 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     tokens = [m.device_token for m in messages]
     mark = "\x00TOKEN\x00"
     now = time.time()
-    whole = json.dumps({"message": fcm_message(replace(messages[0], device_token=mark), now=now)},
-                       separators=(",", ":"), ensure_ascii=False).encode()
+    whole = json.dumps(
+        {"message": fcm_message(replace(messages[0], device_token=mark), now=now)},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
     prefix, suffix = whole.split(json.dumps(mark).encode())
     # the spliced body is byte for byte what Notee sends for the same message
-    assert prefix + json.dumps(tokens[-1]).encode() + suffix == json.dumps(
-        {"message": fcm_message(messages[-1], now=now)}, separators=(",", ":"), ensure_ascii=False).encode()
+    assert (
+        prefix + json.dumps(tokens[-1]).encode() + suffix
+        == json.dumps(
+            {"message": fcm_message(messages[-1], now=now)}, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    )
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     path = f"/v1/projects/{PROJECT}/messages:send".encode()
     head = [(b":authority", urlsplit(url).hostname.encode()), *_headers(bearer)]
-    cpu, wall, proto = await _drive(url, ca_file, lambda: _BareClient(tokens, (prefix, suffix), (path, b""), head,
-                                                                      IN_FLIGHT, done))
+    cpu, wall, proto = await _drive(
+        url, ca_file, lambda: _BareClient(tokens, (prefix, suffix), (path, b""), head, IN_FLIGHT, done)
+    )
     if proto.ok != n:
         raise AssertionError(f"bare client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")
     return {"n": n, "cpu_s": cpu, "wall_s": wall}
@@ -195,12 +245,28 @@ async def _bare_apns(url: str, ca_file: str, n: int, bearer: str) -> dict[str, A
     m = messages[0]
     payload = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False).encode()
     expiration = str(int(time.time()) + (m.ttl_seconds or 0)).encode()
-    head = [(b":authority", urlsplit(url).hostname.encode()), (b"authorization", bearer.encode()),
-            (b"apns-topic", APNS_TOPIC.encode()), (b"apns-push-type", b"alert"), (b"apns-priority", b"10"),
-            (b"apns-expiration", expiration)]
+    head = [
+        (b":authority", urlsplit(url).hostname.encode()),
+        (b"authorization", bearer.encode()),
+        (b"apns-topic", APNS_TOPIC.encode()),
+        (b"apns-push-type", b"alert"),
+        (b"apns-priority", b"10"),
+        (b"apns-expiration", expiration),
+    ]
     done = asyncio.get_running_loop().create_future()
-    cpu, wall, proto = await _drive(url, ca_file, lambda: _BareClient(
-        [x.device_token for x in messages], (b"", payload), (b"/3/device/", b""), head, IN_FLIGHT, done, apns_id=True))
+    cpu, wall, proto = await _drive(
+        url,
+        ca_file,
+        lambda: _BareClient(
+            [x.device_token for x in messages],
+            (b"", payload),
+            (b"/3/device/", b""),
+            head,
+            IN_FLIGHT,
+            done,
+            apns_id=True,
+        ),
+    )
     if proto.ok != n:
         raise AssertionError(f"bare APNs client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")
     return {"n": n, "cpu_s": cpu, "wall_s": wall}
@@ -222,8 +288,9 @@ async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     providers = ProviderSet(settings)
     build = _apns_messages if api == "apns" else _messages
     # credentials for every device's platform (a device without them would not be sent)
-    credentials = (_apns_credentials() if api == "apns"
-                   else ProviderCredentials(fcm=FcmCredentials(bench_service_account())))
+    credentials = (
+        _apns_credentials() if api == "apns" else ProviderCredentials(fcm=FcmCredentials(bench_service_account()))
+    )
     pages = [build(min(page, n - i), i) for i in range(0, n, page)]
     # warm-up outside the measurement: the FCM access token / the APNs JWT and first connection
     await deliver(runtime, providers, SERVICE, build(1, n), credentials=credentials, job_id=None)
@@ -282,12 +349,18 @@ def run_apns(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> dict[st
         runs["notee"].append(in_child(notee_side, n, page, "apns"))
     bare_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["bare"])
     notee_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["notee"])
-    return figure("send_cpu_ratio_apns", Measure("notee deliver() APNs", notee_cpu, "msgs/CPU-s"),
-                  Measure("bare h2 APNs client", bare_cpu, "req/CPU-s"),
-                  {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
-                  extra={"notee_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["notee"]),
-                         "bare_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["bare"]),
-                         "notee_us_per_msg": 1e6 / notee_cpu, "bare_us_per_req": 1e6 / bare_cpu})
+    return figure(
+        "send_cpu_ratio_apns",
+        Measure("notee deliver() APNs", notee_cpu, "msgs/CPU-s"),
+        Measure("bare h2 APNs client", bare_cpu, "req/CPU-s"),
+        {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
+        extra={
+            "notee_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["notee"]),
+            "bare_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["bare"]),
+            "notee_us_per_msg": 1e6 / notee_cpu,
+            "bare_us_per_req": 1e6 / bare_cpu,
+        },
+    )
 
 
 def run(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> tuple[dict[str, Any], dict[str, float]]:
@@ -297,9 +370,16 @@ def run(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> tuple[dict[s
     notee_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["notee"])
     bare_wall = statistics.median(r["n"] / r["wall_s"] for r in runs["bare"])
     notee_wall = statistics.median(r["n"] / r["wall_s"] for r in runs["notee"])
-    fig = figure("send_cpu_ratio", Measure("notee deliver()", notee_cpu, "msgs/CPU-s"),
-                 Measure("bare h2 client", bare_cpu, "req/CPU-s"),
-                 {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
-                 extra={"notee_wall_per_s": notee_wall, "bare_wall_per_s": bare_wall,
-                        "notee_us_per_msg": 1e6 / notee_cpu, "bare_us_per_req": 1e6 / bare_cpu})
+    fig = figure(
+        "send_cpu_ratio",
+        Measure("notee deliver()", notee_cpu, "msgs/CPU-s"),
+        Measure("bare h2 client", bare_cpu, "req/CPU-s"),
+        {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
+        extra={
+            "notee_wall_per_s": notee_wall,
+            "bare_wall_per_s": bare_wall,
+            "notee_us_per_msg": 1e6 / notee_cpu,
+            "bare_us_per_req": 1e6 / bare_cpu,
+        },
+    )
     return fig, {"bare_wall_per_s": bare_wall, "notee_wall_per_s": notee_wall}

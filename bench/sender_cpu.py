@@ -26,16 +26,28 @@ def _p8() -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    return ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    return (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
 
 
 def _messages(n: int, os_: str):
     from notee.providers.base import Message
 
-    return [Message(secrets.token_hex(32) if os_ == "IOS" else "f" + secrets.token_urlsafe(120), os_,
-                    "Bench title", "A benchmark push body of realistic length.", {"kind": "bench", "ref": "12345"},
-                    3600, "high") for _ in range(n)]
+    return [
+        Message(
+            secrets.token_hex(32) if os_ == "IOS" else "f" + secrets.token_urlsafe(120),
+            os_,
+            "Bench title",
+            "A benchmark push body of realistic length.",
+            {"kind": "bench", "ref": "12345"},
+            3600,
+            "high",
+        )
+        for _ in range(n)
+    ]
 
 
 def notee_fcm(url: str, ca: str, n: int) -> float:
@@ -48,7 +60,7 @@ def notee_fcm(url: str, ca: str, n: int) -> float:
         msgs = _messages(n, "AOS")
         t = time.process_time()
         for i in range(0, n, 1000):  # pages, as the fan-out sends them
-            out = await p.send(msgs[i:i + 1000])
+            out = await p.send(msgs[i : i + 1000])
             assert all(type(o).__name__ == "Delivered" for o in out), out[:3]
         cpu = time.process_time() - t
         await p.close()
@@ -62,13 +74,16 @@ def notee_apns(url: str, ca: str, n: int) -> float:
     from notee.providers.http2 import Pool, client_ssl_context
 
     async def run() -> float:
-        p = ApnsProvider("com.example.bench", ApnsJwt(_p8(), "KEYID12345", "TEAMID1234"),
-                         Pool(url, client_ssl_context(ca), max_streams=IN_FLIGHT))
+        p = ApnsProvider(
+            "com.example.bench",
+            ApnsJwt(_p8(), "KEYID12345", "TEAMID1234"),
+            Pool(url, client_ssl_context(ca), max_streams=IN_FLIGHT),
+        )
         await p.send(_messages(200, "IOS"))
         msgs = _messages(n, "IOS")
         t = time.process_time()
         for i in range(0, n, 1000):
-            out = await p.send(msgs[i:i + 1000])
+            out = await p.send(msgs[i : i + 1000])
             assert all(type(o).__name__ == "Delivered" for o in out), out[:3]
         cpu = time.process_time() - t
         await p.close()
@@ -94,8 +109,12 @@ def _sdk_app(url: str):
     messaging._MessagingService.FCM_URL = url + "/v1/projects/{0}/messages:send"
     app = firebase_admin.initialize_app(Static(), {"projectId": "bench"}, name="bench")
     svc = messaging._get_messaging_service(app)
-    svc._client.session.mount(url, requests.adapters.HTTPAdapter(
-        pool_connections=IN_FLIGHT, pool_maxsize=IN_FLIGHT, max_retries=_http_client.DEFAULT_RETRY_CONFIG))
+    svc._client.session.mount(
+        url,
+        requests.adapters.HTTPAdapter(
+            pool_connections=IN_FLIGHT, pool_maxsize=IN_FLIGHT, max_retries=_http_client.DEFAULT_RETRY_CONFIG
+        ),
+    )
     return app
 
 
@@ -104,9 +123,15 @@ def _sdk_messages(n: int):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return [messaging.Message(token=m.device_token, notification=messaging.Notification(m.title, m.body),
-                                  data=m.data, android=messaging.AndroidConfig(ttl=3600, priority="high"))
-                for m in _messages(n, "AOS")]
+        return [
+            messaging.Message(
+                token=m.device_token,
+                notification=messaging.Notification(m.title, m.body),
+                data=m.data,
+                android=messaging.AndroidConfig(ttl=3600, priority="high"),
+            )
+            for m in _messages(n, "AOS")
+        ]
 
 
 def sdk_send_each(url: str, ca: str, n: int) -> float:
@@ -117,7 +142,7 @@ def sdk_send_each(url: str, ca: str, n: int) -> float:
     msgs = _sdk_messages(n)
     t = time.process_time()
     for i in range(0, n, IN_FLIGHT):
-        assert messaging.send_each(msgs[i:i + IN_FLIGHT], app=app).failure_count == 0
+        assert messaging.send_each(msgs[i : i + IN_FLIGHT], app=app).failure_count == 0
     return time.process_time() - t
 
 
@@ -131,7 +156,7 @@ def sdk_send_each_async(url: str, ca: str, n: int) -> float:
         msgs = _sdk_messages(n)
         t = time.process_time()
         for i in range(0, n, IN_FLIGHT):
-            assert (await messaging.send_each_async(msgs[i:i + IN_FLIGHT], app=app)).failure_count == 0
+            assert (await messaging.send_each_async(msgs[i : i + IN_FLIGHT], app=app)).failure_count == 0
         return time.process_time() - t
 
     return asyncio.run(run())
@@ -147,15 +172,23 @@ def aioapns_path(url: str, ca: str, n: int) -> float:
         APNS_SERVER, APNS_PORT = "localhost", urlsplit(url).port
 
     async def run() -> float:
-        apns = APNs(key=_p8(), key_id="KEYID12345", team_id="TEAMID1234", topic="com.example.bench",
-                    ssl_context=ssl.create_default_context(cafile=ca))
+        apns = APNs(
+            key=_p8(),
+            key_id="KEYID12345",
+            team_id="TEAMID1234",
+            topic="com.example.bench",
+            ssl_context=ssl.create_default_context(cafile=ca),
+        )
         apns.pool.protocol_class = Emu
         sem = asyncio.Semaphore(IN_FLIGHT)
 
         async def one(m):
             async with sem:
-                r = await apns.send_notification(NotificationRequest(
-                    m.device_token, {"aps": {"alert": {"title": m.title, "body": m.body}}, **m.data}))
+                r = await apns.send_notification(
+                    NotificationRequest(
+                        m.device_token, {"aps": {"alert": {"title": m.title, "body": m.body}}, **m.data}
+                    )
+                )
                 assert r.is_successful, r.description
 
         await asyncio.gather(*(one(m) for m in _messages(200, "IOS")))
@@ -194,16 +227,22 @@ def main() -> None:
         import psutil
 
         server = psutil.Process(emu.pid)
-        print(f"{'path':48} {'µs CPU/msg':>11} {'msgs/CPU-s':>11} {'emulator µs/req':>16}"
-              f"   ({n} messages, {IN_FLIGHT} in flight)")
+        print(
+            f"{'path':48} {'µs CPU/msg':>11} {'msgs/CPU-s':>11} {'emulator µs/req':>16}"
+            f"   ({n} messages, {IN_FLIGHT} in flight)"
+        )
         for name in PATHS:
             q = ctx.Queue()
             p = ctx.Process(target=_child, args=(name, emu.url, emu.ca_file, n, q))
-            before = sum(c.user + c.system for c in [server.cpu_times()] + [ch.cpu_times() for ch in server.children(True)])
+            before = sum(
+                c.user + c.system for c in [server.cpu_times()] + [ch.cpu_times() for ch in server.children(True)]
+            )
             p.start()
             cpu = q.get(timeout=600)
             p.join()
-            after = sum(c.user + c.system for c in [server.cpu_times()] + [ch.cpu_times() for ch in server.children(True)])
+            after = sum(
+                c.user + c.system for c in [server.cpu_times()] + [ch.cpu_times() for ch in server.children(True)]
+            )
             # the emulator figure includes the warm-up requests (n + 200 or so)
             print(f"{name:48} {cpu / n * 1e6:11.0f} {n / cpu:11.0f} {(after - before) / n * 1e6:16.0f}", flush=True)
 

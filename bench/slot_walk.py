@@ -22,10 +22,12 @@ def seed(runtime, rows: int) -> tuple[str, str, int]:
     by later runs (the rows are deterministic, so a re-seed after an interrupted one overwrites)."""
     key, topic = str(uuid.uuid5(uuid.NAMESPACE_URL, f"notee-bench-slot-walk-{rows}")), "bench-walk"
     ks = runtime.keyspaces.notification
-    probe = runtime.cql.prepare(f"SELECT no FROM {ks}.topic_notification WHERE slot = ? AND notification_key = ?"
-                                " AND topic = ? AND no = ?")
-    present = all(runtime.cql.execute(probe, (no // SLOT_SIZE, key, topic, no)).one() is not None
-                  for no in (1, rows // 2, rows))
+    probe = runtime.cql.prepare(
+        f"SELECT no FROM {ks}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ? AND no = ?"
+    )
+    present = all(
+        runtime.cql.execute(probe, (no // SLOT_SIZE, key, topic, no)).one() is not None for no in (1, rows // 2, rows)
+    )
     if not present:
         insert_topic_rows(runtime.cql, ks, topic_rows(key, topic, rows))
     return key, topic, rows // SLOT_SIZE  # last slot
@@ -37,8 +39,10 @@ def raw_walk(session, keyspace: str, key: str, topic: str, last_slot: int, fetch
     from cassandra.cluster import EXEC_PROFILE_DEFAULT
     from cassandra.query import tuple_factory
 
-    stmt = session.prepare(f"SELECT device_token, device_os, user_id FROM {keyspace}.topic_notification"
-                           " WHERE slot = ? AND notification_key = ? AND topic = ?")
+    stmt = session.prepare(
+        f"SELECT device_token, device_os, user_id FROM {keyspace}.topic_notification"
+        " WHERE slot = ? AND notification_key = ? AND topic = ?"
+    )
     profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
     n = 0
     for slot in range(last_slot + 1):
@@ -81,9 +85,14 @@ def run(runtime, *, rows: int, fetch_size: int | None = None, repeats: int = 3) 
         if n_raw != rows or n_notee != rows:
             raise AssertionError(f"walk read raw={n_raw} notee={n_notee} rows, seeded {rows}")
     notee_rate, raw_rate = statistics.median(notee_rates), statistics.median(raw_rates)
-    return figure("slot_walk_ratio", Measure("notee stream_recipients", notee_rate, "rows/s"),
-                  Measure("raw driver paged SELECT", raw_rate, "rows/s"),
-                  {"rows": rows, "slots": last_slot + 1, "fetch_size": fetch_size, "repeats": repeats},
-                  # CPU of this process (driver threads included) per row: steadier than wall time
-                  extra={"notee_cpu_us_per_row": statistics.median(notee_cpu) * 1e6,
-                         "raw_cpu_us_per_row": statistics.median(raw_cpu) * 1e6})
+    return figure(
+        "slot_walk_ratio",
+        Measure("notee stream_recipients", notee_rate, "rows/s"),
+        Measure("raw driver paged SELECT", raw_rate, "rows/s"),
+        {"rows": rows, "slots": last_slot + 1, "fetch_size": fetch_size, "repeats": repeats},
+        # CPU of this process (driver threads included) per row: steadier than wall time
+        extra={
+            "notee_cpu_us_per_row": statistics.median(notee_cpu) * 1e6,
+            "raw_cpu_us_per_row": statistics.median(raw_cpu) * 1e6,
+        },
+    )

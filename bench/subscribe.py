@@ -38,8 +38,11 @@ class ApiProcess:
         self.port = free_port()
         self.log = Path(tempfile.mkstemp(prefix="notee-bench-api-", suffix=".log")[1])
         self._out = self.log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port",
-                                      str(self.port)], stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:
@@ -111,23 +114,33 @@ def api_side(port: int, api_key: str, users: list[str], topic: str, concurrency:
     return {"n": len(users), "wall_s": wall, "latencies": latencies}
 
 
-def raw_side(runtime, service: str, key: str, users: list[tuple[str, str]], topic: str,
-             concurrency: int) -> dict[str, Any]:
+def raw_side(
+    runtime, service: str, key: str, users: list[tuple[str, str]], topic: str, concurrency: int
+) -> dict[str, Any]:
     from cassandra.query import BatchStatement, BatchType
 
     from notee.store.cassandra import COUNTER_PROFILE
 
     s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
-    add_no = s.prepare(f"UPDATE {c}.notification SET no = no + ? WHERE service = ? AND notification_method = ?"
-                       " AND notification_type = ?")
-    read_no = s.prepare(f"SELECT no FROM {c}.notification WHERE service = ? AND notification_method = ?"
-                        " AND notification_type = ?")
-    add_count = s.prepare(f"UPDATE {c}.notification SET count = count + ? WHERE service = ?"
-                          " AND notification_method = ? AND notification_type = ?")
-    slot_row = s.prepare(f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
-                         " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-    index_row = s.prepare(f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
-                          " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)")
+    add_no = s.prepare(
+        f"UPDATE {c}.notification SET no = no + ? WHERE service = ? AND notification_method = ?"
+        " AND notification_type = ?"
+    )
+    read_no = s.prepare(
+        f"SELECT no FROM {c}.notification WHERE service = ? AND notification_method = ? AND notification_type = ?"
+    )
+    add_count = s.prepare(
+        f"UPDATE {c}.notification SET count = count + ? WHERE service = ?"
+        " AND notification_method = ? AND notification_type = ?"
+    )
+    slot_row = s.prepare(
+        f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
+        " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    index_row = s.prepare(
+        f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
+        " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
     latencies: list[float] = []
     lock = threading.Lock()
 
@@ -140,8 +153,18 @@ def raw_side(runtime, service: str, key: str, users: list[tuple[str, str]], topi
             no = int(s.execute(read_no, (service, "TOPIC", TYPE)).one().no)
             batch = BatchStatement(batch_type=BatchType.LOGGED)
             batch.add(slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at))
-            batch.add(index_row, (uid, service, "TOPIC", TYPE, topic, token,
-                                  json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at})))
+            batch.add(
+                index_row,
+                (
+                    uid,
+                    service,
+                    "TOPIC",
+                    TYPE,
+                    topic,
+                    token,
+                    json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at}),
+                ),
+            )
             s.execute(batch)
             s.execute(index_row, (uid, service, "TOPIC", TYPE, topic, "", json.dumps({"key": key, "at": at})))
             s.execute(add_count, (1, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
@@ -172,8 +195,8 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
     try:
         for r in range(repeats):
             base = r * 2 * users
-            raw_users = [(uid, toks[0]) for uid, toks in people[base:base + users]]
-            api_users = [uid for uid, _ in people[base + users:base + 2 * users]]
+            raw_users = [(uid, toks[0]) for uid, toks in people[base : base + users]]
+            api_users = [uid for uid, _ in people[base + users : base + 2 * users]]
             runs["raw"].append(raw_side(runtime, tenant.service, key, raw_users, f"raw-{r}", concurrency))
             before = api.cpu_s()
             runs["api"].append(api_side(api.port, tenant.api_key, api_users, f"api-{r}", concurrency))
@@ -184,11 +207,17 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
     raw_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["raw"])
     api_lat = [v for x in runs["api"] for v in x["latencies"]]
     raw_lat = [v for x in runs["raw"] for v in x["latencies"]]
-    return figure("subscribe_ratio", Measure("API PUT topic subscription", api_rate, "subs/s"),
-                  Measure("raw driver same writes", raw_rate, "subs/s"),
-                  {"users": users, "devices_per_user": 1, "concurrency": concurrency, "repeats": repeats},
-                  extra={"api_p50_ms": _pct(api_lat, 50) * 1000, "api_p99_ms": _pct(api_lat, 99) * 1000,
-                         "raw_p50_ms": _pct(raw_lat, 50) * 1000, "raw_p99_ms": _pct(raw_lat, 99) * 1000,
-                         # CPU of the API process per subscription: one process serves them all
-                         "api_server_cpu_ms_per_sub": statistics.median(
-                             x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000})
+    return figure(
+        "subscribe_ratio",
+        Measure("API PUT topic subscription", api_rate, "subs/s"),
+        Measure("raw driver same writes", raw_rate, "subs/s"),
+        {"users": users, "devices_per_user": 1, "concurrency": concurrency, "repeats": repeats},
+        extra={
+            "api_p50_ms": _pct(api_lat, 50) * 1000,
+            "api_p99_ms": _pct(api_lat, 99) * 1000,
+            "raw_p50_ms": _pct(raw_lat, 50) * 1000,
+            "raw_p99_ms": _pct(raw_lat, 99) * 1000,
+            # CPU of the API process per subscription: one process serves them all
+            "api_server_cpu_ms_per_sub": statistics.median(x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000,
+        },
+    )

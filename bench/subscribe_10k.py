@@ -34,8 +34,15 @@ def _seed_users(runtime, service: str, n: int) -> list[str]:
     with runtime.sessions.begin() as s:
         for i, u in enumerate(ids):
             reg.upsert_user(s, service=service, service_user_id=f"bench-{i}", name="bench", new_user_id=u, now=now)
-            reg.upsert_device(s, service=service, user_id=u, token=f"bench-{secrets.token_hex(16)}",
-                              os="AOS" if i % 2 else "IOS", region="KR", now=now)
+            reg.upsert_device(
+                s,
+                service=service,
+                user_id=u,
+                token=f"bench-{secrets.token_hex(16)}",
+                os="AOS" if i % 2 else "IOS",
+                region="KR",
+                now=now,
+            )
     return ids
 
 
@@ -53,8 +60,11 @@ def main() -> None:
     settings = Settings()
     env.migrate(settings)
     port = env.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "notee", "api", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notee", "api", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     runtime = Runtime(settings)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -68,8 +78,9 @@ def main() -> None:
                     pass
                 time.sleep(0.1)
             service = "B" + secrets.token_hex(5).upper()
-            http.post("/v1/admin/services", json={"service": service, "display_name": "bench"},
-                      headers=admin).raise_for_status()
+            http.post(
+                "/v1/admin/services", json={"service": service, "display_name": "bench"}, headers=admin
+            ).raise_for_status()
             key = http.post(f"/v1/admin/services/{service}/api-keys", json={"label": "bench"}, headers=admin)
             key.raise_for_status()
             h = {"Authorization": f"Bearer {key.json()['api_key']}"}
@@ -78,24 +89,25 @@ def main() -> None:
 
             t0 = time.perf_counter()
             for i in range(0, len(users), 1000):
-                r = http.post("/v1/topics/news/bulk/subscribers", json={"user_ids": users[i:i + 1000]}, headers=h)
+                r = http.post("/v1/topics/news/bulk/subscribers", json={"user_ids": users[i : i + 1000]}, headers=h)
                 r.raise_for_status()
-                assert r.json()["subscribed"] == len(users[i:i + 1000])
+                assert r.json()["subscribed"] == len(users[i : i + 1000])
             bulk_s = time.perf_counter() - t0
 
         def one(u: str) -> int:
             return client.put(f"/v1/users/{u}/subscriptions/topic/news/single", headers=h).status_code
 
-        with httpx.Client(base_url=base, timeout=60,
-                          limits=httpx.Limits(max_connections=args.threads)) as client:
+        with httpx.Client(base_url=base, timeout=60, limits=httpx.Limits(max_connections=args.threads)) as client:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(args.threads) as pool:
                 codes = list(pool.map(one, users))
             single_s = time.perf_counter() - t0
         assert codes.count(201) == len(users), {c: codes.count(c) for c in set(codes)}  # each one new
-        print(f"users={len(users)} bulk(1000/request)={bulk_s:.1f}s ({len(users) / bulk_s:.0f} users/s) "
-              f"single(threads={args.threads})={single_s:.1f}s ({len(users) / single_s:.0f} users/s) "
-              f"cpus={os.cpu_count()}")
+        print(
+            f"users={len(users)} bulk(1000/request)={bulk_s:.1f}s ({len(users) / bulk_s:.0f} users/s) "
+            f"single(threads={args.threads})={single_s:.1f}s ({len(users) / single_s:.0f} users/s) "
+            f"cpus={os.cpu_count()}"
+        )
     finally:
         runtime.close()
         proc.terminate()

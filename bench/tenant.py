@@ -32,13 +32,15 @@ def make_tenant(runtime, service: str | None = None) -> Tenant:
         registry.create_service(session, service=service, display_name=f"bench {service}")
         key = registry.create_api_key(session, service, label="bench")
         # Sending needs credentials for the devices' platform (the emulator stands in for FCM, not the keys).
-        credentials.set_fcm_credentials(session, SecretsBox(runtime.settings.credentials_key.get_secret_value()),
-                                        service, bench_service_account())
+        credentials.set_fcm_credentials(
+            session, SecretsBox(runtime.settings.credentials_key.get_secret_value()), service, bench_service_account()
+        )
         # A benchmark tenant is configured by its admin to the highest limits: the per-request rate-limit
         # check still runs (its cost is part of every figure), but it never refuses the load a figure makes.
         for klass in RATE_CLASSES:
-            ratelimit.set_limit(session, runtime.settings, service, klass, rate=ratelimit.MAX_RATE,
-                                burst=ratelimit.MAX_BURST)
+            ratelimit.set_limit(
+                session, runtime.settings, service, klass, rate=ratelimit.MAX_RATE, burst=ratelimit.MAX_BURST
+            )
         session.commit()
     return Tenant(service, key.api_key)
 
@@ -49,11 +51,20 @@ def bench_service_account() -> dict[str, str]:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
-    return {"type": "service_account", "project_id": "notee-bench", "private_key_id": secrets.token_hex(20),
-            "private_key": pem, "client_email": "notee@notee-bench.iam.gserviceaccount.com", "client_id": "1",
-            "token_uri": "https://oauth2.googleapis.com/token"}
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
+    return {
+        "type": "service_account",
+        "project_id": "notee-bench",
+        "private_key_id": secrets.token_hex(20),
+        "private_key": pem,
+        "client_email": "notee@notee-bench.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
 
 
 def make_template(runtime, service: str, method: str, type_: str) -> str:
@@ -61,12 +72,21 @@ def make_template(runtime, service: str, method: str, type_: str) -> str:
     from notee.domain import registry
 
     with runtime.sessions() as session:
-        return registry.put_template(runtime, session, service, method, type_, title="Bench title",
-                                     body="A benchmark push body of realistic length.",
-                                     data={"kind": "bench"}).notification_key
+        return registry.put_template(
+            runtime,
+            session,
+            service,
+            method,
+            type_,
+            title="Bench title",
+            body="A benchmark push body of realistic length.",
+            data={"kind": "bench"},
+        ).notification_key
 
 
-def bulk_users(runtime, service: str, n: int, *, devices_per_user: int = 1, os_: str = "AOS") -> list[tuple[str, list[str]]]:
+def bulk_users(
+    runtime, service: str, n: int, *, devices_per_user: int = 1, os_: str = "AOS"
+) -> list[tuple[str, list[str]]]:
     """n users with their devices, inserted in bulk with plain SQL (set-up, not measured).
     Returns [(user_id, [device_token, ...]), ...]."""
     from bench.seed import fcm_like_token
@@ -81,9 +101,19 @@ def bulk_users(runtime, service: str, n: int, *, devices_per_user: int = 1, os_:
         device_rows.extend({"s": service, "u": uid, "t": t, "os": os_, "now": now} for t in toks)
     with runtime.engine.begin() as conn:
         for i in range(0, n, 2000):
-            conn.execute(text("INSERT INTO `user` (service, service_user_id, service_user_name, user_id, created_at,"
-                              " updated_at) VALUES (:s, :su, '', :u, :now, :now)"), user_rows[i:i + 2000])
+            conn.execute(
+                text(
+                    "INSERT INTO `user` (service, service_user_id, service_user_name, user_id, created_at,"
+                    " updated_at) VALUES (:s, :su, '', :u, :now, :now)"
+                ),
+                user_rows[i : i + 2000],
+            )
         for i in range(0, len(device_rows), 2000):
-            conn.execute(text("INSERT INTO device (service, user_id, device_token, device_os, region, created_at,"
-                              " updated_at) VALUES (:s, :u, :t, :os, 'KR', :now, :now)"), device_rows[i:i + 2000])
+            conn.execute(
+                text(
+                    "INSERT INTO device (service, user_id, device_token, device_os, region, created_at,"
+                    " updated_at) VALUES (:s, :u, :t, :os, 'KR', :now, :now)"
+                ),
+                device_rows[i : i + 2000],
+            )
     return users

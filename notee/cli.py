@@ -47,7 +47,8 @@ def _store_down(settings: Settings, exc: Exception) -> str | None:
 def migrate(
     status: bool = typer.Option(False, "--status", help="Only list applied and pending files of both stores."),
     allow_out_of_order: bool = typer.Option(
-        False, "--allow-out-of-order", help="Apply a pending file numbered below the highest applied one."),
+        False, "--allow-out-of-order", help="Apply a pending file numbered below the highest applied one."
+    ),
     lock_timeout: int = typer.Option(600, help="Seconds to wait for another running `notee migrate`."),
 ) -> None:
     """Apply pending schema migrations to MySQL and Cassandra (idempotent; one run at a time)."""
@@ -87,26 +88,37 @@ def api(
     tls_cert: str | None = typer.Option(None, help="PEM certificate: serve HTTPS (NOTEE_API_TLS_CERT_FILE)."),
     tls_key: str | None = typer.Option(None, help="PEM private key of --tls-cert (NOTEE_API_TLS_KEY_FILE)."),
     admin_host: str | None = typer.Option(None, help="Admin listener address (NOTEE_API_ADMIN_HOST)."),
-    admin_port: int | None = typer.Option(None, help="Serve the admin API on its own listener at this port "
-                                                     "(NOTEE_API_ADMIN_PORT)."),
+    admin_port: int | None = typer.Option(
+        None, help="Serve the admin API on its own listener at this port (NOTEE_API_ADMIN_PORT)."
+    ),
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs); HTTPS with a certificate and key; the admin API on its
     own listener with --admin-port."""
     from notee.api.server import serve
 
-    flags: dict[str, Any] = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
-             "api_admin_port": admin_port}
+    flags: dict[str, Any] = {
+        "api_tls_cert_file": tls_cert,
+        "api_tls_key_file": tls_key,
+        "api_admin_host": admin_host,
+        "api_admin_port": admin_port,
+    }
     settings = Settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
     logs.setup(settings.log_level, settings.log_format)
     serve(settings, host or settings.api_host, port or settings.api_port)
 
 
 @app.command()
-def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None,
-             realistic: bool = typer.Option(False, help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
-                                            "rates, APNs stream limits and GOAWAY on --apns-port."),
-             apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1).")
-             ) -> None:
+def emulator(
+    host: str | None = None,
+    port: int | None = None,
+    state_dir: str | None = None,
+    realistic: bool = typer.Option(
+        False,
+        help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
+        "rates, APNs stream limits and GOAWAY on --apns-port.",
+    ),
+    apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1)."),
+) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
     from notee.emulator.server import serve
 
@@ -115,15 +127,20 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
 
     def ready(files: TlsFiles) -> None:
         typer.echo(f"notee emulator on https://{host}:{port}  CA certificate: {files.ca_cert.resolve()}")
-        typer.echo(f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
-                   f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}")
+        typer.echo(
+            f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
+            f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}"
+        )
 
         if realistic:
-            typer.echo(f"  realistic: APNs on NOTEE_EMULATOR_APNS_URL=https://{host}:{apns_port or port + 1}, "
-                       f"FCM access tokens from https://{host}:{port}/token")
+            typer.echo(
+                f"  realistic: APNs on NOTEE_EMULATOR_APNS_URL=https://{host}:{apns_port or port + 1}, "
+                f"FCM access tokens from https://{host}:{port}/token"
+            )
 
-    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic,
-          apns_port=apns_port)
+    serve(
+        host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic, apns_port=apns_port
+    )
 
 
 @app.command()
@@ -169,8 +186,10 @@ def scheduler() -> None:
 
 
 @app.command()
-def reconcile(service: str | None = typer.Option(None, help="Only this service (default: all)."),
-              fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page.")) -> None:
+def reconcile(
+    service: str | None = typer.Option(None, help="Only this service (default: all)."),
+    fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page."),
+) -> None:
     """Recompute subscription `count`s from the per-user index, delete rows of deleted templates and
     stale cycle due buckets (safe to run any time)."""
     from notee import reconcile as rec
@@ -192,8 +211,12 @@ def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this 
 
     settings = _settings()
     try:
-        waited = ring.wait_ready(settings.cassandra_hosts, settings.cassandra_port,
-                                 protocol_version=settings.cassandra_protocol_version, timeout_s=timeout)
+        waited = ring.wait_ready(
+            settings.cassandra_hosts,
+            settings.cassandra_port,
+            protocol_version=settings.cassandra_protocol_version,
+            timeout_s=timeout,
+        )
     except TimeoutError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
@@ -201,8 +224,11 @@ def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this 
 
 
 @app.command()
-def openapi(markdown: bool = typer.Option(False, "--markdown", help="The API reference in Markdown "
-                                          "(docs/API-REFERENCE.md) instead of the JSON document.")) -> None:
+def openapi(
+    markdown: bool = typer.Option(
+        False, "--markdown", help="The API reference in Markdown (docs/API-REFERENCE.md) instead of the JSON document."
+    ),
+) -> None:
     """Print the OpenAPI document (no database needed)."""
     from notee.api import openapi as reference
     from notee.api.app import create_app

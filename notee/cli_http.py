@@ -26,8 +26,7 @@ admin_app.add_typer(key_app, name="key")
 admin_app.add_typer(credentials_app, name="credentials")
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
-jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).",
-                       no_args_is_help=True)
+jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).", no_args_is_help=True)
 
 
 @contextmanager
@@ -82,10 +81,13 @@ def _print_json(model: Any) -> None:
 
 # --- admin ---------------------------------------------------------------------------------------
 
+
 @service_app.command("create")
-def service_create(service: str = typer.Argument(..., help="Tenant id, e.g. SHOP (A-Z, 0-9, _)."),
-                   name: str = typer.Option(..., "--name", help="Display name."),
-                   timezone: str | None = typer.Option(None, help="IANA time zone (default Asia/Seoul).")) -> None:
+def service_create(
+    service: str = typer.Argument(..., help="Tenant id, e.g. SHOP (A-Z, 0-9, _)."),
+    name: str = typer.Option(..., "--name", help="Display name."),
+    timezone: str | None = typer.Option(None, help="IANA time zone (default Asia/Seoul)."),
+) -> None:
     """Create a service."""
     with _client() as notee:
         created = notee.create_service(service, name, timezone)
@@ -93,8 +95,9 @@ def service_create(service: str = typer.Argument(..., help="Tenant id, e.g. SHOP
 
 
 @service_app.command("update")
-def service_update(service: str, delivery_mode: str = typer.Option(..., help="live, or dry_run (pushes are "
-                                                                   "recorded, never sent).")) -> None:
+def service_update(
+    service: str, delivery_mode: str = typer.Option(..., help="live, or dry_run (pushes are recorded, never sent).")
+) -> None:
     """Change a service's delivery mode."""
     with _client() as notee:
         updated = notee.update_service(service, delivery_mode=delivery_mode)
@@ -135,8 +138,9 @@ def key_revoke(service: str, key_id: str) -> None:
 
 
 @credentials_app.command("fcm")
-def credentials_fcm(service: str, file: typer.FileText = typer.Option(..., "--file", help="The Firebase "
-                                                                      "service-account JSON file.")) -> None:
+def credentials_fcm(
+    service: str, file: typer.FileText = typer.Option(..., "--file", help="The Firebase service-account JSON file.")
+) -> None:
     """Store a service's Firebase service account (encrypted at rest)."""
     try:
         account = json.load(file)
@@ -148,31 +152,46 @@ def credentials_fcm(service: str, file: typer.FileText = typer.Option(..., "--fi
 
 
 @credentials_app.command("apns")
-def credentials_apns(service: str, key_id: str = typer.Option(...), team_id: str = typer.Option(...),
-                     bundle_id: str = typer.Option(...),
-                     key_file: typer.FileText = typer.Option(..., "--key-file", help="The .p8 signing key."),
-                     sandbox: bool = typer.Option(False, help="Use APNs' sandbox (development builds).")) -> None:
+def credentials_apns(
+    service: str,
+    key_id: str = typer.Option(...),
+    team_id: str = typer.Option(...),
+    bundle_id: str = typer.Option(...),
+    key_file: typer.FileText = typer.Option(..., "--key-file", help="The .p8 signing key."),
+    sandbox: bool = typer.Option(False, help="Use APNs' sandbox (development builds)."),
+) -> None:
     """Store a service's APNs token-signing key (encrypted at rest)."""
     with _client() as notee:
-        status = notee.put_apns_credentials(service, key_id=key_id, team_id=team_id, bundle_id=bundle_id,
-                                            private_key=key_file.read(), sandbox=sandbox)
+        status = notee.put_apns_credentials(
+            service, key_id=key_id, team_id=team_id, bundle_id=bundle_id, private_key=key_file.read(), sandbox=sandbox
+        )
     typer.echo(f"credentials of {service}: fcm={status.fcm} apns={status.apns}")
 
 
 # --- templates, users, subscriptions -----------------------------------------------------------------
 
+
 @template_app.command("put")
-def template_put(method: str = typer.Argument(..., help="TOPIC, CYCLE or SINGLE."),
-                 type: str = typer.Argument(..., help="Notification type, e.g. news."),
-                 title: str = typer.Option(..., help="Title; may hold {{variables}}."),
-                 body: str = typer.Option(..., help="Body; may hold {{variables}}."),
-                 data: list[str] = typer.Option([], help="KEY=VALUE sent with the push (repeatable)."),
-                 ttl: int | None = typer.Option(None, help="Seconds the provider keeps an undelivered push."),
-                 priority: str | None = typer.Option(None, help="high (default) or normal.")) -> None:
+def template_put(
+    method: str = typer.Argument(..., help="TOPIC, CYCLE or SINGLE."),
+    type: str = typer.Argument(..., help="Notification type, e.g. news."),
+    title: str = typer.Option(..., help="Title; may hold {{variables}}."),
+    body: str = typer.Option(..., help="Body; may hold {{variables}}."),
+    data: list[str] = typer.Option([], help="KEY=VALUE sent with the push (repeatable)."),
+    ttl: int | None = typer.Option(None, help="Seconds the provider keeps an undelivered push."),
+    priority: str | None = typer.Option(None, help="high (default) or normal."),
+) -> None:
     """Create or update a template."""
     with _client() as notee:
-        template = notee.put_template(method.upper(), type, title=title, body=body,
-                                      data=_pairs(data, "--data") or None, ttl_seconds=ttl, priority=priority)
+        template = notee.put_template(
+            method.upper(),
+            type,
+            title=title,
+            body=body,
+            data=_pairs(data, "--data") or None,
+            ttl_seconds=ttl,
+            priority=priority,
+        )
     typer.echo(f"template {template.method}/{template.type} saved (version {template.version})")
 
 
@@ -185,8 +204,10 @@ def template_list() -> None:
 
 
 @user_app.command("put")
-def user_put(service_user_id: str = typer.Argument(..., help="Your own id of the user."),
-             name: str = typer.Option("", help="The user's name.")) -> None:
+def user_put(
+    service_user_id: str = typer.Argument(..., help="Your own id of the user."),
+    name: str = typer.Option("", help="The user's name."),
+) -> None:
     """Create or update a user; prints Notee's user_id."""
     with _client() as notee:
         user = notee.put_user(service_user_id, name)
@@ -194,20 +215,26 @@ def user_put(service_user_id: str = typer.Argument(..., help="Your own id of the
 
 
 @user_app.command("device")
-def user_device(user_id: str, token: str, os: str = typer.Option(..., help="AOS (FCM) or IOS (APNs)."),
-                region: str = typer.Option("", help="Optional region code, e.g. KR.")) -> None:
+def user_device(
+    user_id: str,
+    token: str,
+    os: str = typer.Option(..., help="AOS (FCM) or IOS (APNs)."),
+    region: str = typer.Option("", help="Optional region code, e.g. KR."),
+) -> None:
     """Register a device (push token) of a user."""
     with _client() as notee:
         device = notee.add_device(user_id, token, os.upper(), region)
     typer.echo(f"device {device.os} registered")
 
 
-def subscribe(user_id: str = typer.Argument(..., help="Notee's user_id."),
-              type: str = typer.Argument(..., help="The template's notification type."),
-              topic: str | None = typer.Argument(None, help="Topic (TOPIC templates); omit for a CYCLE schedule."),
-              days: str | None = typer.Option(None, help="CYCLE: days, e.g. MON,WED,FRI."),
-              at: str | None = typer.Option(None, help="CYCLE: local time HH:MM."),
-              timezone: str | None = typer.Option(None, help="CYCLE: IANA zone (default: the service's).")) -> None:
+def subscribe(
+    user_id: str = typer.Argument(..., help="Notee's user_id."),
+    type: str = typer.Argument(..., help="The template's notification type."),
+    topic: str | None = typer.Argument(None, help="Topic (TOPIC templates); omit for a CYCLE schedule."),
+    days: str | None = typer.Option(None, help="CYCLE: days, e.g. MON,WED,FRI."),
+    at: str | None = typer.Option(None, help="CYCLE: local time HH:MM."),
+    timezone: str | None = typer.Option(None, help="CYCLE: IANA zone (default: the service's)."),
+) -> None:
     """Subscribe a user to a topic (`notee subscribe USER news sports`) or to a recurring schedule
     (`notee subscribe USER daily --days MON,FRI --at 09:30`)."""
     with _client() as notee:
@@ -221,28 +248,42 @@ def subscribe(user_id: str = typer.Argument(..., help="Notee's user_id."),
             hour, _, minute = at.partition(":")
             if not (hour.isdigit() and minute.isdigit()):
                 raise typer.BadParameter(f"{at!r} is not HH:MM", param_hint="--at")
-            result = notee.subscribe_cycle(user_id, type, days=[d.strip().upper() for d in days.split(",")],
-                                           hour=int(hour), minute=int(minute), timezone=timezone)
+            result = notee.subscribe_cycle(
+                user_id,
+                type,
+                days=[d.strip().upper() for d in days.split(",")],
+                hour=int(hour),
+                minute=int(minute),
+                timezone=timezone,
+            )
     typer.echo(f"{result.status}: {result.devices} device(s)" + (f", {result.schedule}" if result.schedule else ""))
 
 
 # --- publishing ------------------------------------------------------------------------------------
 
-def publish(type: str = typer.Argument(..., help="The TOPIC template's notification type."),
-            topic: str = typer.Argument(..., help="The topic."),
-            var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
-            data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
-            title: str | None = typer.Option(None, help="Replaces the template's title."),
-            body: str | None = typer.Option(None, help="Replaces the template's body."),
-            idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
-            wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
-            timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds.")
-            ) -> None:
+
+def publish(
+    type: str = typer.Argument(..., help="The TOPIC template's notification type."),
+    topic: str = typer.Argument(..., help="The topic."),
+    var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
+    data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
+    title: str | None = typer.Option(None, help="Replaces the template's title."),
+    body: str | None = typer.Option(None, help="Replaces the template's body."),
+    idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
+    timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
+) -> None:
     """Publish a TOPIC template to every subscriber of a topic; prints the job id."""
     with _client() as notee:
-        accepted = notee.publish_topic(type, topic, variables=_pairs(var, "--var") or None,
-                                       data=_pairs(data, "--data") or None, title=title, body=body,
-                                       idempotency_key=idempotency_key)
+        accepted = notee.publish_topic(
+            type,
+            topic,
+            variables=_pairs(var, "--var") or None,
+            data=_pairs(data, "--data") or None,
+            title=title,
+            body=body,
+            idempotency_key=idempotency_key,
+        )
         typer.echo(accepted.job_id)
         if wait:
             # deferred: the SDK is its own distribution, loaded only by these commands (see _client).
@@ -273,8 +314,10 @@ class _ProgressLine:
         elapsed = max(time.monotonic() - self.start, 1e-6)
         done = job.sent + job.failed + job.pruned
         rate = done / elapsed
-        line = (f"{job.state}: sent {job.sent:,}/{job.targeted:,} · failed {job.failed:,} · pruned {job.pruned:,}"
-                f" · {rate:,.0f}/s")
+        line = (
+            f"{job.state}: sent {job.sent:,}/{job.targeted:,} · failed {job.failed:,} · pruned {job.pruned:,}"
+            f" · {rate:,.0f}/s"
+        )
         if job.state in ("queued", "running") and job.tasks and job.tasks_done < job.tasks and rate > 0:
             remaining = max(job.targeted - done, 0)
             line += f" · ~{remaining / rate:,.0f} s left" if remaining else ""
@@ -294,10 +337,12 @@ class _ProgressLine:
 
 
 @jobs_app.command("list")
-def jobs_list(state: str | None = typer.Option(None, help="queued, running, done, failed, ..."),
-              method: str | None = typer.Option(None, help="TOPIC (publishes) or CYCLE (schedules)."),
-              type: str | None = typer.Option(None, help="Notification type."),
-              limit: int = typer.Option(50, min=1, help="At most this many jobs.")) -> None:
+def jobs_list(
+    state: str | None = typer.Option(None, help="queued, running, done, failed, ..."),
+    method: str | None = typer.Option(None, help="TOPIC (publishes) or CYCLE (schedules)."),
+    type: str | None = typer.Option(None, help="Notification type."),
+    limit: int = typer.Option(50, min=1, help="At most this many jobs."),
+) -> None:
     """The service's jobs, newest first, one JSON object a line."""
     with _client() as notee:
         for n, job in enumerate(notee.iter_jobs(state=state, method=method, type=type, page_size=min(limit, 200))):
@@ -321,16 +366,20 @@ def jobs_cancel(job_id: str) -> None:
     typer.echo(f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}")
 
 
-def send(user_id: str = typer.Argument(..., help="Notee's user_id."),
-         type: str = typer.Argument(..., help="The SINGLE template's notification type."),
-         var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
-         data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable).")) -> None:
+def send(
+    user_id: str = typer.Argument(..., help="Notee's user_id."),
+    type: str = typer.Argument(..., help="The SINGLE template's notification type."),
+    var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
+    data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
+) -> None:
     """Send a SINGLE template to every device of one user, now; prints the counts."""
     with _client() as notee:
-        result = notee.send_to_user(user_id, type, variables=_pairs(var, "--var") or None,
-                                    data=_pairs(data, "--data") or None)
-    typer.echo(f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · "
-               f"pruned {result.pruned}")
+        result = notee.send_to_user(
+            user_id, type, variables=_pairs(var, "--var") or None, data=_pairs(data, "--data") or None
+        )
+    typer.echo(
+        f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · pruned {result.pruned}"
+    )
     if result.failed:
         raise typer.Exit(1)
 
@@ -344,5 +393,3 @@ def install(app: typer.Typer) -> None:
     app.command("subscribe")(subscribe)
     app.command("publish")(publish)
     app.command("send")(send)
-
-

@@ -83,4 +83,3 @@ class SecretsBox:
     def decrypt(self, token: bytes) -> bytes:
         """Raises ``cryptography.fernet.InvalidToken`` when the key does not match."""
         return self._fernet.decrypt(bytes(token))
-

@@ -46,6 +46,8 @@ from notee.store import deadletter
 from notee.vocabulary import PageCounts, ProviderCredentials
 
 log = logging.getLogger(__name__)
+
+
 class _Unset(enum.Enum):
     UNSET = enum.auto()  # credentials not given: deliver loads them
 
@@ -93,28 +95,41 @@ class DeliveryAborted(ProviderConfigError):
     recorded (pruned tokens, dead letters) and counted in ``partial``."""
 
     def __init__(self, cause: ProviderConfigError, partial: DeliveryResult) -> None:
-        counts = (f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed "
-                  "before the error")
+        counts = (
+            f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed before the error"
+        )
         super().__init__(cause.message, details=[*cause.details, {"type": "partial_delivery", "msg": counts}])
         self.partial = partial
 
 
 def no_credentials_message(service: str) -> str:
-    return (f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
-            f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
-            "set its delivery_mode to dry_run")
+    return (
+        f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
+        f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
+        "set its delivery_mode to dry_run"
+    )
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messages: Sequence[Message], *,
-                  credentials: ProviderCredentials | _Unset | None = _UNSET, job_id: str | None = None,
-                  dry_run: bool = False, entire_send: bool = True,
-                  max_attempts: int | None = None, prune: bool = True,
-                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                  stop: asyncio.Event | None = None, dead_letter_on_stop: bool = False) -> DeliveryResult:
+async def deliver(
+    runtime: Runtime,
+    providers: ProviderSet,
+    service: str,
+    messages: Sequence[Message],
+    *,
+    credentials: ProviderCredentials | _Unset | None = _UNSET,
+    job_id: str | None = None,
+    dry_run: bool = False,
+    entire_send: bool = True,
+    max_attempts: int | None = None,
+    prune: bool = True,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    stop: asyncio.Event | None = None,
+    dead_letter_on_stop: bool = False,
+) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
     ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
@@ -146,9 +161,18 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
 
     def fail(m: Message, provider: str, reason: str, tries: int) -> None:
         result.failed.append((m.device_token, reason))
-        dead.append(deadletter.DeadLetter(
-            service=service, job_id=job_id, device_token=m.device_token, device_os=m.device_os, provider=provider,
-            reason=reason, attempts=tries, payload={"title": m.title, "body": m.body, "data": dict(m.data)}))
+        dead.append(
+            deadletter.DeadLetter(
+                service=service,
+                job_id=job_id,
+                device_token=m.device_token,
+                device_os=m.device_os,
+                provider=provider,
+                reason=reason,
+                attempts=tries,
+                payload={"title": m.title, "body": m.body, "data": dict(m.data)},
+            )
+        )
 
     for i in unroutable:  # never sent, never pruned: the token may be fine once credentials exist
         fail(messages[i], "none", NO_CREDENTIALS, 0)
@@ -195,20 +219,27 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
                 # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
                 # what was learned, and hand the work back (the task is retried later, the API says 503).
                 await _keep(runtime, service, job_id, invalid if prune else {}, dead)
-                raise ProviderUnavailable(f"push provider unreachable for service {service}: {len(retry)} "
-                                          f"message(s) not sent after {rounds} rounds")
+                raise ProviderUnavailable(
+                    f"push provider unreachable for service {service}: {len(retry)} "
+                    f"message(s) not sent after {rounds} rounds"
+                )
             if retry:
                 result.retried += len(retry)
                 delay = backoff(rounds, wait)
-                log.info("service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay,
-                         rounds + 1)
+                log.info(
+                    "service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay, rounds + 1
+                )
                 if await _wait(sleep, delay, stop):
                     if not dead_letter_on_stop:
                         raise Stopping(f"stopping while {len(retry)} message(s) waited to retry")
                     for i in retry:
                         provider_name, last = last_reason[i]
-                        fail(messages[i], provider_name,
-                             f"not retried, shutting down after {attempts[i]} attempt(s): {last}", attempts[i])
+                        fail(
+                            messages[i],
+                            provider_name,
+                            f"not retried, shutting down after {attempts[i]} attempt(s): {last}",
+                            attempts[i],
+                        )
                     retry = []
             pending = retry
     except ProviderConfigError as exc:  # kept below, then raised: the caller fails the send/job once
@@ -221,15 +252,21 @@ async def deliver(runtime: Runtime, providers: ProviderSet, service: str, messag
     return result
 
 
-async def _keep(runtime: Runtime, service: str, job_id: str | None, invalid: dict[str, str],
-                dead: list[deadletter.DeadLetter]) -> None:
+async def _keep(
+    runtime: Runtime, service: str, job_id: str | None, invalid: dict[str, str], dead: list[deadletter.DeadLetter]
+) -> None:
     """Prune the invalid tokens and record the dead letters of one delivery."""
     if invalid:
         await asyncio.to_thread(_prune, runtime, service, invalid)
     if dead:
         await asyncio.to_thread(_record, runtime, dead)
-        log.warning("service=%s job=%s: %d message(s) dead-lettered (first: %s)", service, job_id or "-",
-                    len(dead), dead[0].reason)
+        log.warning(
+            "service=%s job=%s: %d message(s) dead-lettered (first: %s)",
+            service,
+            job_id or "-",
+            len(dead),
+            dead[0].reason,
+        )
 
 
 def _prune(runtime: Runtime, service: str, invalid: dict[str, str]) -> None:
@@ -247,8 +284,16 @@ def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
 
 # --- single sends ---------------------------------------------------------------------------------
 
-def prepare_single(runtime: Runtime, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
-                   data: dict[str, str] | None = None) -> tuple[list[Message], bool]:
+
+def prepare_single(
+    runtime: Runtime,
+    service: str,
+    user_id: str,
+    type_: str,
+    *,
+    variables: dict[str, str] | None = None,
+    data: dict[str, str] | None = None,
+) -> tuple[list[Message], bool]:
     """Render the SINGLE template ``type_`` once for every device of ``user_id``: (messages, dry_run).
     Raises NotFound (user or template), InvalidInput (missing variables, bad data) or
     PayloadTooLarge, before anything is sent."""
@@ -259,26 +304,56 @@ def prepare_single(runtime: Runtime, service: str, user_id: str, type_: str, *, 
         registry.get_user(session, service, user_id)
         template = registry.get_template(runtime, session, service, "SINGLE", type_)
         devices = registry.list_devices(session, service, user_id)
-    push = render(TemplateContent(template.title, template.body, template.data, template.defaults,
-                                  template.ttl_seconds, template.priority),
-                  variables, {"data": extra} if extra else None)
-    return [Message(device_token=d.token, device_os=d.os, title=push.title, body=push.body, data=push.data,
-                    ttl_seconds=push.ttl_seconds, priority=push.priority) for d in devices], dry_run
+    push = render(
+        TemplateContent(
+            template.title, template.body, template.data, template.defaults, template.ttl_seconds, template.priority
+        ),
+        variables,
+        {"data": extra} if extra else None,
+    )
+    return [
+        Message(
+            device_token=d.token,
+            device_os=d.os,
+            title=push.title,
+            body=push.body,
+            data=push.data,
+            ttl_seconds=push.ttl_seconds,
+            priority=push.priority,
+        )
+        for d in devices
+    ], dry_run
 
 
-async def send_single(runtime: Runtime, providers: ProviderSet, service: str, user_id: str, type_: str, *,
-                      variables: dict[str, str] | None = None, data: dict[str, str] | None = None,
-                      stop: asyncio.Event | None = None) -> tuple[int, DeliveryResult]:
+async def send_single(
+    runtime: Runtime,
+    providers: ProviderSet,
+    service: str,
+    user_id: str,
+    type_: str,
+    *,
+    variables: dict[str, str] | None = None,
+    data: dict[str, str] | None = None,
+    stop: asyncio.Event | None = None,
+) -> tuple[int, DeliveryResult]:
     """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API is
     shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead letters
     are recorded, and the counts say so."""
-    messages, dry_run = await asyncio.to_thread(prepare_single, runtime, service, user_id, type_,
-                                                variables=variables, data=data)
-    result = await deliver(runtime, providers, service, messages, dry_run=dry_run, stop=stop,
-                           dead_letter_on_stop=True)
-    log.info("single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
-             service, type_, len(messages), result.delivered, result.pruned, len(result.failed),
-             result.no_credentials, " dry run" if dry_run else "")
+    messages, dry_run = await asyncio.to_thread(
+        prepare_single, runtime, service, user_id, type_, variables=variables, data=data
+    )
+    result = await deliver(runtime, providers, service, messages, dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
+    log.info(
+        "single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
+        service,
+        type_,
+        len(messages),
+        result.delivered,
+        result.pruned,
+        len(result.failed),
+        result.no_credentials,
+        " dry run" if dry_run else "",
+    )
     return len(messages), result
 
 
@@ -294,9 +369,14 @@ def _page_counts(result: DeliveryResult, processed: int) -> PageCounts:
     """The counts of the ``processed`` recipients of a page (all of them, unless an error stopped it)."""
     # pruned by difference: a token twice in a page is pruned once but counted for each recipient
     failed = len(result.failed)
-    return PageCounts(targeted=processed, sent=result.delivered, failed=failed,
-                      pruned=processed - result.delivered - failed, retried=result.retried,
-                      no_credentials=result.no_credentials)
+    return PageCounts(
+        targeted=processed,
+        sent=result.delivered,
+        failed=failed,
+        pruned=processed - result.delivered - failed,
+        retried=result.retried,
+        no_credentials=result.no_credentials,
+    )
 
 
 class DeliverySender:
@@ -327,9 +407,17 @@ class DeliverySender:
         service has none at all) and PageAborted (a provider configuration error, with the counts
         of what the page did before it): either fails the whole job."""
         try:
-            result = await deliver(self.runtime, self.providers, service, messages, job_id=job_id, dry_run=dry_run,
-                                   entire_send=False, credentials=None if dry_run else await self._creds(service),
-                                   stop=self.stop)
+            result = await deliver(
+                self.runtime,
+                self.providers,
+                service,
+                messages,
+                job_id=job_id,
+                dry_run=dry_run,
+                entire_send=False,
+                credentials=None if dry_run else await self._creds(service),
+                stop=self.stop,
+            )
         except DeliveryAborted as exc:
             done = exc.partial
             raise PageAborted(exc.message, _page_counts(done, done.delivered + len(done.failed) + done.pruned)) from exc
@@ -337,12 +425,20 @@ class DeliverySender:
 
     __call__ = send_page  # a DeliverySender is the worker's SendPage
 
-    async def send_single(self, service: str, user_id: str, type_: str, *, variables: dict[str, str] | None = None,
-                          data: dict[str, str] | None = None,
-                          stop: asyncio.Event | None = None) -> tuple[int, DeliveryResult]:
+    async def send_single(
+        self,
+        service: str,
+        user_id: str,
+        type_: str,
+        *,
+        variables: dict[str, str] | None = None,
+        data: dict[str, str] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> tuple[int, DeliveryResult]:
         """``POST /v1/users/{user_id}/send`` (see ``send_single``; ``stop``: the API is shutting down)."""
-        return await send_single(self.runtime, self.providers, service, user_id, type_, variables=variables,
-                                 data=data, stop=stop)
+        return await send_single(
+            self.runtime, self.providers, service, user_id, type_, variables=variables, data=data, stop=stop
+        )
 
     async def close(self) -> None:
         await self.providers.close()

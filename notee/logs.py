@@ -38,7 +38,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "time": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -84,7 +86,9 @@ def announce_emulator(settings: Settings, process: str) -> None:
     if settings.emulator_url:
         logging.getLogger("notee").warning(
             "%s: NOTEE_EMULATOR_URL is set: every push of every service goes to the emulator at %s, not to FCM/APNs",
-            process, settings.emulator_url)
+            process,
+            settings.emulator_url,
+        )
 
 
 def token_hint(token: str) -> str:

@@ -94,8 +94,9 @@ def load(folder: Path) -> list[Migration]:
     return found
 
 
-def _pending(applied: dict[int, str], migrations: list[Migration], *, store: str,
-             allow_out_of_order: bool = False) -> list[Migration]:
+def _pending(
+    applied: dict[int, str], migrations: list[Migration], *, store: str, allow_out_of_order: bool = False
+) -> list[Migration]:
     """The files still to apply, in order. Refuses an edited applied file, and (unless allowed) a
     pending file numbered below the highest applied version."""
     pending = []
@@ -106,8 +107,11 @@ def _pending(applied: dict[int, str], migrations: list[Migration], *, store: str
         else:
             pending.append(m)
     highest = max(applied, default=0)
-    behind = [m.name for m in pending
-              if m.version < highest and m.version not in GRANDFATHERED_OUT_OF_ORDER.get(store, frozenset())]
+    behind = [
+        m.name
+        for m in pending
+        if m.version < highest and m.version not in GRANDFATHERED_OUT_OF_ORDER.get(store, frozenset())
+    ]
     if behind and not allow_out_of_order:
         raise MigrationError(
             f"{store}: {', '.join(behind)} numbered below the highest applied version {highest:04d}; applying "
@@ -139,7 +143,9 @@ CREATE TABLE IF NOT EXISTS schema_version (
 """
 
 
-def migrate_mysql(engine: Engine, folder: Path = SCHEMA_DIR / "mysql", *, allow_out_of_order: bool = False) -> list[str]:
+def migrate_mysql(
+    engine: Engine, folder: Path = SCHEMA_DIR / "mysql", *, allow_out_of_order: bool = False
+) -> list[str]:
     migrations = load(folder)
     with engine.begin() as conn:
         conn.execute(text(_MYSQL_VERSION_TABLE))
@@ -162,8 +168,12 @@ def _mysql_applied(engine: Engine) -> list[tuple[int, str, datetime | None]]:
     """(version, name, applied_at) of the applied files; none when the database or table is missing."""
     try:
         with engine.connect() as conn:
-            exists = conn.execute(text("SELECT COUNT(*) FROM information_schema.tables "
-                                       "WHERE table_schema = DATABASE() AND table_name = 'schema_version'")).scalar()
+            exists = conn.execute(
+                text(
+                    "SELECT COUNT(*) FROM information_schema.tables "
+                    "WHERE table_schema = DATABASE() AND table_name = 'schema_version'"
+                )
+            ).scalar()
             if not exists:
                 return []
             rows = conn.execute(text("SELECT version, name, applied_at FROM schema_version ORDER BY version")).all()
@@ -209,17 +219,20 @@ def cassandra_status(session: CqlSession, settings: Settings, folder: Path = SCH
     """Applied and pending CQL files; changes nothing."""
     rows = _cassandra_applied(session, settings) or []
     done = {v for v, *_ in rows}
-    return Status("cassandra", [(v, n, at) for v, n, _, at in rows],
-                  [m.name for m in load(folder) if m.version not in done])
+    return Status(
+        "cassandra", [(v, n, at) for v, n, _, at in rows], [m.name for m in load(folder) if m.version not in done]
+    )
 
 
-def migrate_cassandra(session: CqlSession, settings: Settings, folder: Path = SCHEMA_DIR / "cql", *,
-                      allow_out_of_order: bool = False) -> list[str]:
+def migrate_cassandra(
+    session: CqlSession, settings: Settings, folder: Path = SCHEMA_DIR / "cql", *, allow_out_of_order: bool = False
+) -> list[str]:
     ks = keyspaces(settings)
     subs = {"notification": ks.notification, "numbering": ks.numbering, "replication": settings.cassandra_replication}
     wait_s = settings.cassandra_schema_agreement_wait_s
     _execute_ddl(
-        session, f"CREATE KEYSPACE IF NOT EXISTS {ks.notification} WITH replication = {settings.cassandra_replication}",
+        session,
+        f"CREATE KEYSPACE IF NOT EXISTS {ks.notification} WITH replication = {settings.cassandra_replication}",
         wait_s,
     )
     # retention: kept because it records which migrations this cluster has (one row per file).
@@ -229,7 +242,10 @@ def migrate_cassandra(session: CqlSession, settings: Settings, folder: Path = SC
         "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)",
         wait_s,
     )
-    applied = {r.version: r.checksum for r in session.execute(f"SELECT version, checksum FROM {ks.notification}.schema_version")}
+    applied = {
+        r.version: r.checksum
+        for r in session.execute(f"SELECT version, checksum FROM {ks.notification}.schema_version")
+    }
     done = []
     for m in _pending(applied, load(folder), store="cassandra", allow_out_of_order=allow_out_of_order):
         for stmt in m.statements(subs):
@@ -251,8 +267,9 @@ def ensure_mysql_database(settings: Settings) -> None:
     server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
     try:
         with server.begin() as conn:
-            conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` "
-                              "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+            conn.execute(
+                text(f"CREATE DATABASE IF NOT EXISTS `{url.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            )
     finally:
         server.dispose()
 
@@ -290,8 +307,9 @@ def migrate_all(settings: Settings, *, allow_out_of_order: bool = False, lock_ti
     runtime = Runtime(settings)
     try:
         with migration_lock(runtime.engine, timeout_s=lock_timeout_s):
-            return (migrate_mysql(runtime.engine, allow_out_of_order=allow_out_of_order)
-                    + migrate_cassandra(runtime.cql, settings, allow_out_of_order=allow_out_of_order))
+            return migrate_mysql(runtime.engine, allow_out_of_order=allow_out_of_order) + migrate_cassandra(
+                runtime.cql, settings, allow_out_of_order=allow_out_of_order
+            )
     finally:
         runtime.close()
 

@@ -116,7 +116,11 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
             if tz not in zones:
                 st.delete_timezone(started_us, tz)
                 zones_removed += 1
-    report = {"counts_fixed": fixed, "dead_rows_removed": dead, "due_buckets_removed": due_removed,
-              "timezones_removed": zones_removed}
+    report = {
+        "counts_fixed": fixed,
+        "dead_rows_removed": dead,
+        "due_buckets_removed": due_removed,
+        "timezones_removed": zones_removed,
+    }
     log.info("reconcile%s: %s", f" of {service}" if service else "", report)
     return report

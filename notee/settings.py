@@ -21,8 +21,10 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the MySQL 8 / MariaDB >= 10.6 database.",
     )
     mysql_pool_size: int = Field(
-        20, ge=1, description="Connections kept per process (as many again may overflow); the API serves "
-        "up to 40 requests at once on its thread pool."
+        20,
+        ge=1,
+        description="Connections kept per process (as many again may overflow); the API serves "
+        "up to 40 requests at once on its thread pool.",
     )
     mysql_connect_timeout_s: int = Field(
         3, ge=1, description="Fail fast when MySQL is down: requests answer 503 instead of hanging."
@@ -37,9 +39,7 @@ class Settings(BaseSettings):
     cassandra_keyspace_notification: str = Field(
         "notification", description="Keyspace of the subscription tables (seed name)."
     )
-    cassandra_keyspace_numbering: str = Field(
-        "numbering", description="Keyspace of the counter table (seed name)."
-    )
+    cassandra_keyspace_numbering: str = Field("numbering", description="Keyspace of the counter table (seed name).")
     cassandra_replication: str = Field(
         "{'class': 'SimpleStrategy', 'replication_factor': 1}",
         description="Replication map used when migrations create the keyspaces.",
@@ -49,8 +49,10 @@ class Settings(BaseSettings):
     )
     cassandra_request_timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
     cassandra_schema_agreement_wait_s: float = Field(
-        60.0, gt=0, description="`notee migrate`: how long to wait after each DDL statement for every live node "
-        "to report the same schema version before failing."
+        60.0,
+        gt=0,
+        description="`notee migrate`: how long to wait after each DDL statement for every live node "
+        "to report the same schema version before failing.",
     )
 
     # --- security ---------------------------------------------------------------------------
@@ -72,8 +74,9 @@ class Settings(BaseSettings):
     api_tls_key_file: str | None = Field(None, description="PEM private key of api_tls_cert_file.")
     api_admin_host: str = Field("127.0.0.1", description="Address of the admin listener (with api_admin_port).")
     api_admin_port: int | None = Field(
-        None, description="Serve the admin API on its own listener at this port (and not on the tenant one). "
-        "Unset: one listener serves both."
+        None,
+        description="Serve the admin API on its own listener at this port (and not on the tenant one). "
+        "Unset: one listener serves both.",
     )
     api_max_body_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body; a larger one answers 413 before it is read."
@@ -90,8 +93,10 @@ class Settings(BaseSettings):
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
     api_shutdown_budget_s: int = Field(
-        10, ge=1, description="SIGTERM: in-flight requests get this long to finish (single sends stop waiting to "
-        "retry at once and dead-letter what waited)."
+        10,
+        ge=1,
+        description="SIGTERM: in-flight requests get this long to finish (single sends stop waiting to "
+        "retry at once and dead-letter what waited).",
     )
 
     # --- per-tenant rate limits (defaults; the admin API sets them per service) -------------------
@@ -118,8 +123,9 @@ class Settings(BaseSettings):
         "credentials could send (staging).",
     )
     emulator_apns_url: str | None = Field(
-        None, description="APNs origin of a `notee emulator --realistic` (its own HTTP/2 port); "
-                          "default: NOTEE_EMULATOR_URL.")
+        None,
+        description="APNs origin of a `notee emulator --realistic` (its own HTTP/2 port); default: NOTEE_EMULATOR_URL.",
+    )
     emulator_host: str = Field("127.0.0.1", description="Address `notee emulator` binds.")
     emulator_port: int = Field(8443, description="Port `notee emulator` binds.")
     emulator_state_dir: str = Field(".run/emulator", description="Where `notee emulator` keeps its test CA.")
@@ -130,8 +136,10 @@ class Settings(BaseSettings):
     fanout_lease_s: int = Field(30, ge=5, description="Task lease; a dead worker's task is reclaimed after it.")
     fanout_max_attempts: int = Field(5, ge=1, description="Sends per device before it is dead-lettered.")
     fanout_stop_grace_s: float = Field(
-        20.0, gt=0, description="SIGTERM: a worker's lanes get this long to checkpoint or release their tasks; "
-        "after it they are abandoned (their leases expire and another worker resumes)."
+        20.0,
+        gt=0,
+        description="SIGTERM: a worker's lanes get this long to checkpoint or release their tasks; "
+        "after it they are abandoned (their leases expire and another worker resumes).",
     )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
 
@@ -143,19 +151,25 @@ class Settings(BaseSettings):
         120, ge=0, description="A minute claimed this long ago and still running is taken over (its owner died)."
     )
     scheduler_namespace: str = Field(
-        "default", min_length=1, max_length=64,
+        "default",
+        min_length=1,
+        max_length=64,
         description="Scheduler replicas sharing a namespace claim each minute once between them.",
     )
     scheduler_job_concurrency: int = Field(8, ge=1, le=64, description="Jobs created in parallel per minute.")
     scheduler_max_clock_skew_s: float = Field(
-        5.0, gt=0, description="Warn when a scheduler host's clock is further than this off the database clock "
-        "(the scheduler follows the database clock)."
+        5.0,
+        gt=0,
+        description="Warn when a scheduler host's clock is further than this off the database clock "
+        "(the scheduler follows the database clock).",
     )
 
     log_level: str = Field("INFO", description="Python logging level.")
     log_format: Literal["text", "json"] = Field(
-        "text", description="Log lines as text, or one JSON object per line (time, level, logger, message, "
-        "request_id, job_id, service; the API's access log with method, path, status, duration_ms).")
+        "text",
+        description="Log lines as text, or one JSON object per line (time, level, logger, message, "
+        "request_id, job_id, service; the API's access log with method, path, status, duration_ms).",
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -37,6 +37,7 @@ DELIVERY_MODES: tuple[DeliveryMode, ...] = get_args(DeliveryMode)
 
 # --- targets --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class TopicTarget:
     """A topic of a TOPIC template."""
@@ -96,6 +97,7 @@ def slot_ranges(max_slot: int, slots_per_task: int = 1) -> list[tuple[int, int]]
 
 # --- recipients and counts ------------------------------------------------------------------------
 
+
 class Recipient(NamedTuple):
     """One device to push to, as the fan-out read yields it from Cassandra (no MySQL lookup).
 
@@ -130,6 +132,7 @@ class Progress(PageCounts):
 
 
 # --- provider credentials (decrypted) -------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FcmCredentials:

@@ -157,4 +157,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     else:
         terminalreporter.write_line(
             f"log scan: {size} bytes of session logs in {Path(folder).relative_to(_REPO)} "  # type: ignore[arg-type]
-            f"scanned for {len(_KNOWN)} known secrets and {len(PATTERNS)} credential patterns: clean")
+            f"scanned for {len(_KNOWN)} known secrets and {len(PATTERNS)} credential patterns: clean"
+        )

@@ -31,8 +31,17 @@ class Asgi:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    def call(self, method: str, path: str, *, headers: dict[str, str] | None = None, chunks: list[bytes] = (),
-             chunked: bool = False, query: bytes = b"", raw_path: bytes | None = None) -> tuple[int, dict, int]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        chunks: list[bytes] = (),
+        chunked: bool = False,
+        query: bytes = b"",
+        raw_path: bytes | None = None,
+    ) -> tuple[int, dict, int]:
         return asyncio.run(self._call(method, path, headers or {}, list(chunks), chunked, query, raw_path))
 
     async def _call(self, method, path, headers, chunks, chunked, query, raw_path, stall=False):
@@ -41,9 +50,20 @@ class Asgi:
             hdrs.append((b"content-length", str(sum(map(len, chunks))).encode()))
         if chunked:
             hdrs.append((b"transfer-encoding", b"chunked"))
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-                 "scheme": "http", "path": path, "raw_path": raw_path or path.encode(), "query_string": query,
-                 "root_path": "", "headers": hdrs, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": raw_path or path.encode(),
+            "query_string": query,
+            "root_path": "",
+            "headers": hdrs,
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
         pulled = 0
         pending = list(chunks)
 
@@ -98,15 +118,17 @@ def test_chunked_body_is_cut_off_at_the_limit(asgi, tenant, settings):
     assert pulled == settings.api_max_body_bytes // len(chunk) + 1  # stopped at the first chunk past the limit
 
 
-@pytest.mark.parametrize("path,headers_of,status,code", [
-    (USER_DEVICES, lambda s: {}, 401, "unauthorized"),
-    (USER_DEVICES, lambda s: {"Authorization": "Bearer nk_0123456789abcdef_" + "A" * 43}, 401, "unauthorized"),
-    ("/v1/admin/services", lambda s: {}, 401, "unauthorized"),
-    ("/v1/admin/services", lambda s: {"Authorization": "Bearer not-the-token"}, 401, "unauthorized"),
-])
+@pytest.mark.parametrize(
+    "path,headers_of,status,code",
+    [
+        (USER_DEVICES, lambda s: {}, 401, "unauthorized"),
+        (USER_DEVICES, lambda s: {"Authorization": "Bearer nk_0123456789abcdef_" + "A" * 43}, 401, "unauthorized"),
+        ("/v1/admin/services", lambda s: {}, 401, "unauthorized"),
+        ("/v1/admin/services", lambda s: {"Authorization": "Bearer not-the-token"}, 401, "unauthorized"),
+    ],
+)
 def test_credentials_are_checked_before_the_body_is_read(asgi, settings, path, headers_of, status, code):
-    got, body, pulled = asgi.call("POST", path, headers=headers_of(settings), chunks=[b'{"a": 1}'] * 3,
-                                  chunked=True)
+    got, body, pulled = asgi.call("POST", path, headers=headers_of(settings), chunks=[b'{"a": 1}'] * 3, chunked=True)
     assert (got, pulled) == (status, 0)
     _error(body, code)
 
@@ -120,8 +142,9 @@ def test_disabled_admin_api_is_403_before_the_body_is_read(runtime, settings):
 
 
 def test_valid_credentials_get_the_body_read_and_parsed(asgi, tenant):
-    got, body, pulled = asgi.call("PUT", "/v1/users/edge-user", headers=tenant | JSON, chunks=[b'{"name": ', b'"x"}'],
-                                  chunked=True)
+    got, body, pulled = asgi.call(
+        "PUT", "/v1/users/edge-user", headers=tenant | JSON, chunks=[b'{"name": ', b'"x"}'], chunked=True
+    )
     assert got == 201 and body["name"] == "x" and pulled == 2
 
 
@@ -133,14 +156,17 @@ def test_deeply_nested_json_is_422_before_parsing(asgi, tenant, settings):
     assert body["error"]["details"][0]["type"] == "json_depth"
 
 
-@pytest.mark.parametrize("body,limit,deep", [
-    (b'{"a": [1, {"b": [2]}]}', 4, False),
-    (b'{"a": [1, {"b": [2]}]}', 3, True),
-    (b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[["}', 2, False),  # brackets inside a string do not nest
-    (b'{"a": "\\"[[[[[[[[[[[[[[[[[[[[[["}', 2, False),  # nor after an escaped quote
-    (b"[" * 33 + b"]" * 33, 32, True),
-    (b"[" * 32 + b"]" * 32, 32, False),
-])
+@pytest.mark.parametrize(
+    "body,limit,deep",
+    [
+        (b'{"a": [1, {"b": [2]}]}', 4, False),
+        (b'{"a": [1, {"b": [2]}]}', 3, True),
+        (b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[["}', 2, False),  # brackets inside a string do not nest
+        (b'{"a": "\\"[[[[[[[[[[[[[[[[[[[[[["}', 2, False),  # nor after an escaped quote
+        (b"[" * 33 + b"]" * 33, 32, True),
+        (b"[" * 32 + b"]" * 32, 32, False),
+    ],
+)
 def test_json_depth_rule(body, limit, deep):
     assert json_too_deep(body, limit) is deep
 
@@ -159,8 +185,9 @@ def test_concurrency_limit_answers_503_in_the_error_format(runtime, settings, te
 
     async def both():
         # The first request's body never finishes: it holds the only slot while the second arrives.
-        first = asyncio.create_task(asgi._call("PUT", "/v1/users/edge-slow", tenant, [b'{"name": '], True, b"", None,
-                                                stall=True))
+        first = asyncio.create_task(
+            asgi._call("PUT", "/v1/users/edge-slow", tenant, [b'{"name": '], True, b"", None, stall=True)
+        )
         await asyncio.sleep(0.5)
         second = await asgi._call("GET", "/healthz", {}, [], False, b"", None)
         first.cancel()
@@ -207,8 +234,10 @@ def test_twenty_concurrent_50mb_uploads_leave_memory_flat_and_health_answering(p
     stop.set()
     watcher.join()
     after = proc.memory_info().rss
-    print(f"\nedge: 20 x 50 MB uploads: API RSS {before / MIB:.0f} MB before, peak {peak[0] / MIB:.0f} MB, "
-          f"after {after / MIB:.0f} MB; {len(health)} health checks")
+    print(
+        f"\nedge: 20 x 50 MB uploads: API RSS {before / MIB:.0f} MB before, peak {peak[0] / MIB:.0f} MB, "
+        f"after {after / MIB:.0f} MB; {len(health)} health checks"
+    )
     assert len(results) == 20
     expected = {"content-length, no credentials": 413, "chunked, no credentials": 401, "chunked, valid key": 413}
     assert all(status == expected[kind] for kind, status in results), results
@@ -247,17 +276,28 @@ def test_oversized_headers_are_refused_by_the_server_process(processes):
 
 def new_service_over_http(url: str, settings) -> str:
     service = "EDGE" + __import__("secrets").token_hex(4).upper()
-    r = httpx.post(url + "/v1/admin/services", json={"service": service, "display_name": "edge"},
-                   headers=admin_headers(settings), timeout=30)
+    r = httpx.post(
+        url + "/v1/admin/services",
+        json={"service": service, "display_name": "edge"},
+        headers=admin_headers(settings),
+        timeout=30,
+    )
     assert r.status_code == 201, r.text
-    r = httpx.post(url + f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings),
-                   timeout=30)
+    r = httpx.post(url + f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings), timeout=30)
     assert r.status_code == 201, r.text
     return r.json()["api_key"]
 
 
-def upload(port: int, path: str, size: int, *, chunked: bool, headers: dict[str, str] | None = None,
-           chunk: int = 64 * 1024, timeout: float = 120.0) -> int:
+def upload(
+    port: int,
+    path: str,
+    size: int,
+    *,
+    chunked: bool,
+    headers: dict[str, str] | None = None,
+    chunk: int = 64 * 1024,
+    timeout: float = 120.0,
+) -> int:
     """POST ``size`` bytes of JSON-looking body, streamed; stop sending as soon as the server answers
     (a real client does the same). Returns the status code of the answer."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)

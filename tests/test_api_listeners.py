@@ -19,13 +19,19 @@ from tests.support.registry import admin_headers
 def test_https_with_a_certificate_and_key(tmp_path, settings, processes):
     files = ensure_tls(tmp_path / "tls")  # a test CA and a certificate for 127.0.0.1
     ca = ssl.create_default_context(cafile=str(files.ca_cert))
-    api = processes.api("--tls-cert", str(files.server_cert), "--tls-key", str(files.server_key), scheme="https",
-                        verify=ca)
+    api = processes.api(
+        "--tls-cert", str(files.server_cert), "--tls-key", str(files.server_key), scheme="https", verify=ca
+    )
     assert api.url.startswith("https://")
     assert httpx.get(api.url + "/healthz", verify=ca, timeout=10).status_code == 200
     service = "TLS" + secrets.token_hex(4).upper()
-    r = httpx.post(api.url + "/v1/admin/services", json={"service": service, "display_name": "tls"},
-                   headers=admin_headers(settings), verify=ca, timeout=30)
+    r = httpx.post(
+        api.url + "/v1/admin/services",
+        json={"service": service, "display_name": "tls"},
+        headers=admin_headers(settings),
+        verify=ca,
+        timeout=30,
+    )
     assert r.status_code == 201, r.text
     with pytest.raises(httpx.HTTPError):  # no plain HTTP on the TLS port
         httpx.get(f"http://127.0.0.1:{api.port}/healthz", timeout=5)

@@ -9,8 +9,7 @@ from notee.api import openapi
 
 
 def _operations(app):
-    return [(method.upper(), path, op) for path, item in app.openapi()["paths"].items()
-            for method, op in item.items()]
+    return [(method.upper(), path, op) for path, item in app.openapi()["paths"].items() for method, op in item.items()]
 
 
 def test_every_route_has_a_listed_camel_case_operation_id(app):
@@ -57,11 +56,16 @@ def test_every_timestamp_is_rfc_3339_with_its_offset(client, settings, service_i
     new_template(client, headers, "TOPIC", "news")
     assert client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers).status_code == 201
     job = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "x"}}, headers=headers).json()
-    answers = [client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)),
-               client.get(f"/v1/admin/services/{service_id}/api-keys", headers=admin_headers(settings)),
-               client.get(f"/v1/users/{user}", headers=headers), client.get(f"/v1/users/{user}/devices", headers=headers),
-               client.get("/v1/templates", headers=headers), client.get(f"/v1/users/{user}/subscriptions", headers=headers),
-               client.get(f"/v1/jobs/{job['job_id']}", headers=headers), client.get("/v1/jobs", headers=headers)]
+    answers = [
+        client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)),
+        client.get(f"/v1/admin/services/{service_id}/api-keys", headers=admin_headers(settings)),
+        client.get(f"/v1/users/{user}", headers=headers),
+        client.get(f"/v1/users/{user}/devices", headers=headers),
+        client.get("/v1/templates", headers=headers),
+        client.get(f"/v1/users/{user}/subscriptions", headers=headers),
+        client.get(f"/v1/jobs/{job['job_id']}", headers=headers),
+        client.get("/v1/jobs", headers=headers),
+    ]
     times = []
     for answer in answers:
         assert answer.status_code == 200, answer.text
@@ -77,16 +81,20 @@ def test_validation_and_domain_errors_share_one_details_shape(client, settings, 
     headers = new_service(client, settings, service_id)
     user = new_user(client, headers)
     new_template(client, headers, "TOPIC", "news")
-    domain = client.put(f"/v1/users/{user}/subscriptions/topic/news/{'x' * 51}", headers=headers)  # checked by the domain
-    validation = client.put(f"/v1/users/{user}/subscriptions/cycle/news", json={"days": ["MON"], "hour": "9",
-                                                                                  "minute": 0}, headers=headers)
+    domain = client.put(
+        f"/v1/users/{user}/subscriptions/topic/news/{'x' * 51}", headers=headers
+    )  # checked by the domain
+    validation = client.put(
+        f"/v1/users/{user}/subscriptions/cycle/news", json={"days": ["MON"], "hour": "9", "minute": 0}, headers=headers
+    )
     for answer in (domain, validation):
         assert answer.status_code == 422, answer.text
         for detail in answer.json()["error"]["details"]:
             assert set(detail) <= {"loc", "type", "msg", "ctx"} and {"loc", "type", "msg"} <= set(detail), detail
             assert all(isinstance(p, str) for p in detail["loc"])
     assert domain.json()["error"]["details"] == [
-        {"loc": ["topic"], "type": "too_long", "msg": domain.json()["error"]["message"], "ctx": {"max": 50}}]
+        {"loc": ["topic"], "type": "too_long", "msg": domain.json()["error"]["message"], "ctx": {"max": 50}}
+    ]
 
 
 def test_every_schema_has_an_example_valid_for_it(app):
@@ -99,8 +107,9 @@ def test_every_schema_has_an_example_valid_for_it(app):
     assert sorted(name for name, s in schemas.items() if not s.get("examples")) == []
     assert set(openapi.EXAMPLES) - set(schemas) == set(), "examples of schemas that no longer exist"
     for name, schema in schemas.items():
-        validator = jsonschema_rs.validator_for({"$ref": f"#/components/schemas/{name}",
-                                                 "components": doc["components"]})
+        validator = jsonschema_rs.validator_for(
+            {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
+        )
         for example in schema["examples"]:
             errors = [e.message for e in validator.iter_errors(example)]
             assert errors == [], (name, errors)

@@ -32,8 +32,11 @@ def _is_422(r) -> None:
     assert body["error"]["code"] == "invalid_input"
 
 
-CYCLE_BAD = [{"hour": v} for v in (True, "9", 2.0)] + [{"minute": v} for v in (True, "9", 2.0)] + \
-    [{"days": [1]}, {"timezone": 9}]
+CYCLE_BAD = (
+    [{"hour": v} for v in (True, "9", 2.0)]
+    + [{"minute": v} for v in (True, "9", 2.0)]
+    + [{"days": [1]}, {"timezone": 9}]
+)
 
 
 @pytest.mark.parametrize("bad", CYCLE_BAD, ids=repr)
@@ -53,24 +56,38 @@ def test_non_portable_time_zones_are_refused(client, runtime, settings, tenant, 
     _is_422(client.put(f"/v1/users/{user}/subscriptions/cycle/remind", json=body, headers=headers))
     assert snapshot(runtime, service) == before
     other = "TZ" + secrets.token_hex(4).upper()
-    _is_422(client.post("/v1/admin/services", json={"service": other, "display_name": "x", "timezone": tz},
-                        headers=admin_headers(settings)))
+    _is_422(
+        client.post(
+            "/v1/admin/services",
+            json={"service": other, "display_name": "x", "timezone": tz},
+            headers=admin_headers(settings),
+        )
+    )
     assert client.get(f"/v1/admin/services/{other}", headers=admin_headers(settings)).status_code == 404
 
 
 def test_portable_time_zones_are_accepted(client, tenant):
     _, headers, user, _ = tenant
     for tz in ("Asia/Seoul", "UTC", "America/New_York"):
-        r = client.put(f"/v1/users/{user}/subscriptions/cycle/remind",
-                       json={"days": ["MON"], "hour": 9, "minute": 0, "timezone": tz}, headers=headers)
+        r = client.put(
+            f"/v1/users/{user}/subscriptions/cycle/remind",
+            json={"days": ["MON"], "hour": 9, "minute": 0, "timezone": tz},
+            headers=headers,
+        )
         assert r.status_code == 201, r.text  # each zone is a new schedule
     assert client.delete(f"/v1/users/{user}/subscriptions/cycle/remind", headers=headers).status_code == 204
 
 
 PUBLISH_BAD = [
-    {"title": "bell\x07"}, {"title": "two\nlines"}, {"body": "nul\x00"}, {"body": "c1\x85"},
-    {"data": {"k": "esc\x1b"}}, {"data": {"k\n": "v"}}, {"data": {"k": "del\x7f"}},
-    {"variables": {"name": "tab\there"}}, {"variables": {"name": "\x00"}},
+    {"title": "bell\x07"},
+    {"title": "two\nlines"},
+    {"body": "nul\x00"},
+    {"body": "c1\x85"},
+    {"data": {"k": "esc\x1b"}},
+    {"data": {"k\n": "v"}},
+    {"data": {"k": "del\x7f"}},
+    {"variables": {"name": "tab\there"}},
+    {"variables": {"name": "\x00"}},
 ]
 
 
@@ -84,13 +101,19 @@ def test_publish_overrides_data_and_variables_refuse_control_characters(client, 
 
 def test_publish_allows_newlines_where_a_body_may_hold_them(client, tenant):
     _, headers, _, _ = tenant
-    r = client.post("/v1/topics/news/sports/publish", headers=headers,
-                    json={"body": "two\nlines", "data": {"k": "v\nw"}, "variables": {"name": "a\nb"}})
+    r = client.post(
+        "/v1/topics/news/sports/publish",
+        headers=headers,
+        json={"body": "two\nlines", "data": {"k": "v\nw"}, "variables": {"name": "a\nb"}},
+    )
     assert r.status_code == 202, r.text
 
 
-@pytest.mark.parametrize("bad", [{"variables": {"name": "bell\x07"}}, {"data": {"k": "esc\x1b"}},
-                                 {"variables": {"bad\x00name": "x"}}], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [{"variables": {"name": "bell\x07"}}, {"data": {"k": "esc\x1b"}}, {"variables": {"bad\x00name": "x"}}],
+    ids=repr,
+)
 def test_single_send_refuses_control_characters(client, runtime, tenant, bad):
     service, headers, user, _ = tenant
     before = snapshot(runtime, service)
@@ -102,16 +125,37 @@ def test_the_domain_checks_publish_input_too(runtime, tenant):
     """The CLI and other callers of the domain get the same rule as the HTTP edge."""
     service, _, _, _ = tenant
     with runtime.sessions() as session, pytest.raises(InvalidInput):
-        jobs.publish_topic(runtime, session, service=service, type_="news", topic="t", idempotency_key=None,
-                           variables={"name": "\x07"}, overrides=None)
+        jobs.publish_topic(
+            runtime,
+            session,
+            service=service,
+            type_="news",
+            topic="t",
+            idempotency_key=None,
+            variables={"name": "\x07"},
+            overrides=None,
+        )
     with runtime.sessions() as session, pytest.raises(InvalidInput):
-        jobs.publish_topic(runtime, session, service=service, type_="news", topic="t", idempotency_key=None,
-                           variables=None, overrides={"data": {"k": "\x1b"}})
+        jobs.publish_topic(
+            runtime,
+            session,
+            service=service,
+            type_="news",
+            topic="t",
+            idempotency_key=None,
+            variables=None,
+            overrides={"data": {"k": "\x1b"}},
+        )
 
 
-@pytest.mark.parametrize("path", [
-    "/v1/users/%FF%FE", "/v1/users/caf%C3", "/v1/users/%C3%28",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/users/%FF%FE",
+        "/v1/users/caf%C3",
+        "/v1/users/%C3%28",
+    ],
+)
 def test_invalid_utf8_in_the_path_is_422_not_replaced(client, runtime, tenant, path):
     service, headers, _, _ = tenant
     before = snapshot(runtime, service)
@@ -127,8 +171,9 @@ def test_invalid_utf8_in_a_topic_is_422(client, runtime, tenant):
     assert snapshot(runtime, service) == before
 
 
-@pytest.mark.parametrize("token", ["t%C3%A9st-token-123", "%E2%98%83%E2%98%83%E2%98%83%E2%98%83", "short",
-                                   "has%20space%20inside"])
+@pytest.mark.parametrize(
+    "token", ["t%C3%A9st-token-123", "%E2%98%83%E2%98%83%E2%98%83%E2%98%83", "short", "has%20space%20inside"]
+)
 def test_bad_token_in_device_delete_path_is_422_not_503(client, runtime, tenant, token):
     service, headers, user, _ = tenant
     before = snapshot(runtime, service)

@@ -65,9 +65,11 @@ def test_fanout_and_worker_rss_smoke(runtime, bench_emulator):
     extra = out["fanout_ratio"]["extra"]
     # the ceiling is the smaller of the two measured around the publish
     assert out["fanout_ratio"]["denominator"]["value"] == pytest.approx(
-        min(extra["ceiling_slot_walk_raw"], extra["ceiling_bare_send"]), rel=0.01)
+        min(extra["ceiling_slot_walk_raw"], extra["ceiling_bare_send"]), rel=0.01
+    )
     assert extra["ceiling_bare_send"] == pytest.approx(
-        (extra["ceiling_bare_send_before"] + extra["ceiling_bare_send_after"]) / 2, rel=0.01)
+        (extra["ceiling_bare_send_before"] + extra["ceiling_bare_send_after"]) / 2, rel=0.01
+    )
     assert extra["job_state"] == "done"
     _measured(out["worker_rss_growth"], "worker_rss_growth")
     assert bench_emulator.delivered() >= 1200
@@ -101,9 +103,12 @@ def test_subscribe_smoke(runtime):
 def test_results_files(tmp_path):
     from datetime import datetime
 
-    figs = {"slot_walk_ratio": report.figure("slot_walk_ratio", report.Measure("a", 9.0, "rows/s"),
-                                             report.Measure("b", 10.0, "rows/s"), {"rows": 10}),
-            "send_cpu_ratio": report.missing("Notee side not available: no module")}
+    figs = {
+        "slot_walk_ratio": report.figure(
+            "slot_walk_ratio", report.Measure("a", 9.0, "rows/s"), report.Measure("b", 10.0, "rows/s"), {"rows": 10}
+        ),
+        "send_cpu_ratio": report.missing("Notee side not available: no module"),
+    }
     doc = report.write("quick", figs, datetime.now(UTC), tmp_path)
     on_disk = json.loads((tmp_path / "latest.json").read_text())
     assert on_disk["figures"] == doc["figures"]
@@ -116,9 +121,17 @@ def test_results_files(tmp_path):
     assert "Notee side not available" in md
 
 
-@pytest.mark.parametrize("name,value,met", [("slot_walk_ratio", 0.9, True), ("slot_walk_ratio", 0.89, False),
-                                            ("cycle_minute_s", 59.9, True), ("cycle_minute_s", 60.0, False),
-                                            ("worker_rss_growth", 1.2, True), ("worker_rss_growth", 1.21, False)])
+@pytest.mark.parametrize(
+    "name,value,met",
+    [
+        ("slot_walk_ratio", 0.9, True),
+        ("slot_walk_ratio", 0.89, False),
+        ("cycle_minute_s", 59.9, True),
+        ("cycle_minute_s", 60.0, False),
+        ("worker_rss_growth", 1.2, True),
+        ("worker_rss_growth", 1.21, False),
+    ],
+)
 def test_goal_comparison(name, value, met):
     fig = report.figure(name, report.Measure("n", 1.0, "u"), report.Measure("d", 1.0, "u"), {}, value=value)
     assert fig["met"] is met

@@ -19,8 +19,9 @@ from tests.support.registry import fcm_service_account, random_token
 
 
 def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "notee", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "notee", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,9 @@ def admin_env(api, settings) -> dict[str, str]:
 
 
 def test_from_a_new_service_to_a_push_with_the_cli_alone(processes, admin_env, service_id, emulator, tmp_path: Path):
-    ok = notee("admin", "service", "create", service_id, "--name", "CLI shop", "--timezone", "Europe/Paris",
-               env=admin_env)
+    ok = notee(
+        "admin", "service", "create", service_id, "--name", "CLI shop", "--timezone", "Europe/Paris", env=admin_env
+    )
     assert ok.returncode == 0, ok.stderr
     listed = [json.loads(line) for line in notee("admin", "service", "list", env=admin_env).stdout.splitlines()]
     assert service_id in [s["service"] for s in listed]
@@ -79,16 +81,20 @@ def test_a_recurring_subscription_from_the_cli(admin_env, service_id):
     user_id = notee("user", "put", "cy-1", env=env).stdout.strip()
     notee("user", "device", user_id, random_token("cy"), "--os", "IOS", env=env)
     notee("template", "put", "CYCLE", "daily", "--title", "Morning", "--body", "Summary", env=env)
-    sub = notee("subscribe", user_id, "daily", "--days", "mon,fri", "--at", "09:30", "--timezone", "Asia/Tokyo",
-                env=env)
+    sub = notee(
+        "subscribe", user_id, "daily", "--days", "mon,fri", "--at", "09:30", "--timezone", "Asia/Tokyo", env=env
+    )
     assert sub.returncode == 0 and "MON,FRI 09:30 Asia/Tokyo" in sub.stdout, sub.stdout + sub.stderr
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("template", "put", "BOGUS", "x", "--title", "t", "--body", "b"), "error: 422"),
-    (("jobs", "show", "00000000-0000-4000-8000-000000000000"), "error: 404"),
-    (("subscribe", "00000000-0000-4000-8000-000000000000", "news"), "give a TOPIC, or --days and --at"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("template", "put", "BOGUS", "x", "--title", "t", "--body", "b"), "error: 422"),
+        (("jobs", "show", "00000000-0000-4000-8000-000000000000"), "error: 404"),
+        (("subscribe", "00000000-0000-4000-8000-000000000000", "news"), "give a TOPIC, or --days and --at"),
+    ],
+)
 def test_errors_are_one_line_and_a_non_zero_exit(admin_env, service_id, args, expected):
     notee("admin", "service", "create", service_id, "--name", "Errors", env=admin_env)
     key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
@@ -103,8 +109,11 @@ def test_wrong_credentials_and_an_unreachable_server_are_one_line(admin_env):
     assert wrong.returncode == 1 and wrong.stderr.startswith("error: 401") and wrong.stderr.count("\n") == 1
     nowhere = f"http://127.0.0.1:{free_port()}"
     down = notee("template", "list", env=admin_env | {"NOTEE_URL": nowhere, "NOTEE_API_KEY": "nk_x_y"})
-    assert down.returncode == 1 and down.stderr == f"error: cannot reach Notee at {nowhere}: " \
-        f"{down.stderr.split(': ', 2)[2]}" and down.stderr.count("\n") == 1
+    assert (
+        down.returncode == 1
+        and down.stderr == f"error: cannot reach Notee at {nowhere}: {down.stderr.split(': ', 2)[2]}"
+        and down.stderr.count("\n") == 1
+    )
     unset = notee("jobs", "list", env={k: v for k, v in admin_env.items() if k != "NOTEE_URL"})
     assert unset.returncode == 1 and "NOTEE_URL" in unset.stderr and unset.stderr.count("\n") == 1
 

@@ -41,8 +41,9 @@ def emu_client(client, settings, emulator):
     from notee.providers.routing import ProviderSet
 
     sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
-                                                               "emulator_ca_file": emulator.ca_file}))
+    sender.providers = ProviderSet(
+        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
+    )
     client.app.state.sender = sender
     yield emulator
     client.portal.call(sender.close)
@@ -59,8 +60,7 @@ def emu_runtime(emulator_process):
 
 
 def _set_mode(client, settings, service: str, mode: str):
-    return client.patch(f"/v1/admin/services/{service}", json={"delivery_mode": mode},
-                        headers=admin_headers(settings))
+    return client.patch(f"/v1/admin/services/{service}", json={"delivery_mode": mode}, headers=admin_headers(settings))
 
 
 def _devices(client, headers, user) -> list[str]:
@@ -73,6 +73,7 @@ def _letters(runtime, service: str) -> list:
 
 
 # --- delivery_mode --------------------------------------------------------------------------------
+
 
 def test_delivery_mode_is_live_by_default_and_an_admin_sets_it(client, settings, service_id):
     new_service(client, settings, service_id)
@@ -93,8 +94,10 @@ def test_a_service_key_cannot_change_its_delivery_mode(client, settings, service
     headers = new_service(client, settings, service_id)
     r = client.patch(f"/v1/admin/services/{service_id}", json={"delivery_mode": "dry_run"}, headers=headers)
     assert r.status_code in (401, 403)
-    assert client.get(f"/v1/admin/services/{service_id}",
-                      headers=admin_headers(settings)).json()["delivery_mode"] == "live"
+    assert (
+        client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)).json()["delivery_mode"]
+        == "live"
+    )
 
 
 def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, service_id, emu_client, caplog):
@@ -111,8 +114,7 @@ def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, s
     assert "dry run" in caplog.text
 
 
-def test_dry_run_topic_job_says_dry_run_and_sends_nothing(client, settings, runtime, service_id, emulator,
-                                                          emu_runtime):
+def test_dry_run_topic_job_says_dry_run_and_sends_nothing(client, settings, runtime, service_id, emulator, emu_runtime):
     headers = new_service(client, settings, service_id)
     assert _set_mode(client, settings, service_id, "dry_run").status_code == 200
     token = random_token("t")
@@ -132,11 +134,14 @@ def test_dry_run_topic_job_says_dry_run_and_sends_nothing(client, settings, runt
 
 # --- no credentials ---------------------------------------------------------------------------------
 
-def test_device_of_a_platform_without_credentials_is_a_counted_failure(client, settings, runtime, service_id,
-                                                                       emu_client):
+
+def test_device_of_a_platform_without_credentials_is_a_counted_failure(
+    client, settings, runtime, service_id, emu_client
+):
     headers = new_service(client, settings, service_id)
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-                   headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     assert r.status_code == 200, r.text
     ios, aos = random_token("i"), random_token("a")
     user = new_user(client, headers, devices=[(ios, "IOS"), (aos, "AOS")])
@@ -151,8 +156,7 @@ def test_device_of_a_platform_without_credentials_is_a_counted_failure(client, s
     assert (letter.device_token, letter.reason, letter.provider) == (aos, "no_credentials", "none")
 
 
-def test_single_send_where_no_device_has_credentials_fails_once(client, settings, runtime, service_id,
-                                                                 emu_client):
+def test_single_send_where_no_device_has_credentials_fails_once(client, settings, runtime, service_id, emu_client):
     headers = new_service(client, settings, service_id)
     tokens = [random_token("a"), random_token("i")]
     user = new_user(client, headers, devices=[(tokens[0], "AOS"), (tokens[1], "IOS")])
@@ -166,11 +170,13 @@ def test_single_send_where_no_device_has_credentials_fails_once(client, settings
     assert _letters(runtime, service_id) == []
 
 
-def test_topic_job_where_no_device_has_credentials_fails_once(client, settings, runtime, service_id, emulator,
-                                                               emu_runtime):
+def test_topic_job_where_no_device_has_credentials_fails_once(
+    client, settings, runtime, service_id, emulator, emu_runtime
+):
     headers = new_service(client, settings, service_id)
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-                   headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     assert r.status_code == 200
     tokens = [random_token("a") for _ in range(3)]
     user = new_user(client, headers, devices=[(t, "AOS") for t in tokens])  # all Android, only APNs keys
@@ -187,8 +193,8 @@ def test_topic_job_where_no_device_has_credentials_fails_once(client, settings, 
 
 # --- item 6: a provider configuration error fails the whole job once ---------------------------------
 
-def test_config_error_keeps_what_was_collected_before_it(client, settings, runtime, service_id, emulator,
-                                                         emu_runtime):
+
+def test_config_error_keeps_what_was_collected_before_it(client, settings, runtime, service_id, emulator, emu_runtime):
     """Android first (FCM: one dead token, one permanent failure, one delivered), then iOS, where
     APNs rejects the key: the error stops the send, the pruned token and the dead letter stay."""
     from notee.delivery import DeliveryAborted, deliver
@@ -196,8 +202,9 @@ def test_config_error_keeps_what_was_collected_before_it(client, settings, runti
     from notee.providers.routing import ProviderSet
 
     headers = new_service(client, settings, service_id, credentials=True)
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-                   headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     assert r.status_code == 200
     dead, bad, fine, ios = (random_token(p) for p in ("dead", "bad", "fine", "ios"))
     user = new_user(client, headers, devices=[(dead, "AOS"), (bad, "AOS"), (fine, "AOS"), (ios, "IOS")])
@@ -232,8 +239,9 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
     from tests.support.fanout import topic_template
 
     key = topic_template(runtime, service_id, "news", title="Hi")
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-                   headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     assert r.status_code == 200, r.text
     for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
     tokens = seed_topic(runtime, service_id, "news", key, "all", 4, os="IOS")
@@ -252,6 +260,7 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
 
 
 # --- the emulator rerouting every push is loud --------------------------------------------------------
+
 
 def test_healthz_shows_the_emulator(client, settings):
     body = client.get("/healthz").json()
@@ -280,14 +289,17 @@ def test_every_process_warns_at_start_when_the_emulator_reroutes_pushes(process,
 
     # scoped so the real processes touch no other test's rows: the worker claims only a tenant that
     # does not exist, the scheduler ticks in its own namespace
-    env = {**os.environ, "NOTEE_EMULATOR_URL": "https://127.0.0.1:9", "NOTEE_API_PORT": str(free_port()),
-           "NOTEE_SCHEDULER_NAMESPACE": f"warn-{os.getpid()}-{time.monotonic_ns()}",
-           "NOTEE_SCHEDULER_GRACE_MINUTES": "0"}
+    env = {
+        **os.environ,
+        "NOTEE_EMULATOR_URL": "https://127.0.0.1:9",
+        "NOTEE_API_PORT": str(free_port()),
+        "NOTEE_SCHEDULER_NAMESPACE": f"warn-{os.getpid()}-{time.monotonic_ns()}",
+        "NOTEE_SCHEDULER_GRACE_MINUTES": "0",
+    }
     args = {"api": ["api"], "worker": ["worker", "--service", "ZNOBODY"], "scheduler": ["scheduler"]}[process]
     log_path = tmp_path / "out.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "notee", *args], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "notee", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while "WARNING" not in log_path.read_text() and time.monotonic() < deadline and proc.poll() is None:
@@ -314,12 +326,19 @@ def test_no_warning_without_the_emulator(tmp_path, caplog):
     assert [r for r in caplog.records if r.levelno == logging.WARNING and "https://x:1" in r.getMessage()]
 
 
-def test_dead_letter_reason_no_credentials_is_not_pruned_by_the_worker(client, settings, runtime, service_id,
-                                                                       emulator, emu_runtime):
+def test_dead_letter_reason_no_credentials_is_not_pruned_by_the_worker(
+    client, settings, runtime, service_id, emulator, emu_runtime
+):
     """A topic job mixing platforms with only APNs keys: iOS sent, Android counted failed, none pruned."""
     headers = new_service(client, settings, service_id)
-    assert client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-                      headers=admin_headers(settings)).status_code == 200
+    assert (
+        client.put(
+            f"/v1/admin/services/{service_id}/credentials/apns",
+            json=apns_credentials(),
+            headers=admin_headers(settings),
+        ).status_code
+        == 200
+    )
     ios, aos = random_token("i"), random_token("a")
     user = new_user(client, headers, devices=[(ios, "IOS"), (aos, "AOS")])
     new_template(client, headers, "TOPIC", "news", title="News", body="b")
@@ -331,20 +350,23 @@ def test_dead_letter_reason_no_credentials_is_not_pruned_by_the_worker(client, s
     assert emulator.deliveries(ios)["apns"] == 1 and emulator.deliveries(aos)["attempts"] == 0
     assert _devices(client, headers, user) == sorted([ios, aos])
     with runtime.sessions() as s:
-        reasons = s.execute(text("SELECT device_token, reason FROM dead_letter WHERE job_id = :j"),
-                            {"j": job_id}).all()
+        reasons = s.execute(text("SELECT device_token, reason FROM dead_letter WHERE job_id = :j"), {"j": job_id}).all()
     assert [(t, r) for t, r in reasons] == [(aos, "no_credentials")]
 
 
 def test_fcm_credentials_helper_is_valid(client, settings, service_id):
     new_service(client, settings, service_id)
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/fcm",
-                   json={"service_account": fcm_service_account()}, headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/fcm",
+        json={"service_account": fcm_service_account()},
+        headers=admin_headers(settings),
+    )
     assert r.status_code == 200 and r.json() == {"fcm": True, "apns": False}
 
 
-def test_topic_job_of_a_service_without_any_credentials_fails_once(client, settings, runtime, service_id, emulator,
-                                                                   emu_runtime):
+def test_topic_job_of_a_service_without_any_credentials_fails_once(
+    client, settings, runtime, service_id, emulator, emu_runtime
+):
     """No credentials at all: the first page fails the whole job (both tasks) with a clear error; the
     emulator receives nothing and no device is pruned or dead-lettered."""
     from notee.store import job_queue as store

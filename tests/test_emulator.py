@@ -16,16 +16,20 @@ BEARER = {"value": ""}  # an access token from the emulator's OAuth endpoint (re
 
 
 def _fcm(client: httpx.Client, token: str, *, auth: str | None = None):
-    return client.post(FCM_PATH, json={"message": {"token": token, "notification": {"title": "a"}}},
-                       headers={"authorization": BEARER["value"] if auth is None else auth})
+    return client.post(
+        FCM_PATH,
+        json={"message": {"token": token, "notification": {"title": "a"}}},
+        headers={"authorization": BEARER["value"] if auth is None else auth},
+    )
 
 
 @pytest.fixture()
 def h2(emulator):
     """An HTTP/2 client, as FCM and APNs are spoken (ALPN h2 over TLS)."""
     BEARER["value"] = "Bearer " + emulator.access_token()
-    with httpx.Client(base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file),
-                      http2=True) as c:
+    with httpx.Client(
+        base_url=emulator.url, verify=ssl.create_default_context(cafile=emulator.ca_file), http2=True
+    ) as c:
         yield c
 
 
@@ -36,7 +40,9 @@ def test_the_h2_fixture_speaks_http2_and_http1_still_works(emulator, h2):
         r = _fcm(h1, "via-h1")
     assert (r.status_code, r.http_version) == (200, "HTTP/1.1")
     assert emulator.deliveries_of(["via-h2", "via-h1"]) == {
-        "via-h2": {"fcm": 1, "apns": 0, "attempts": 1}, "via-h1": {"fcm": 1, "apns": 0, "attempts": 1}}
+        "via-h2": {"fcm": 1, "apns": 0, "attempts": 1},
+        "via-h1": {"fcm": 1, "apns": 0, "attempts": 1},
+    }
 
 
 def test_tls_is_verified_against_the_generated_ca(emulator, tmp_path):
@@ -55,15 +61,18 @@ def test_fcm_success_body_and_delivery_count(emulator, h2):
     assert emulator.deliveries("tok-ok") == {"token": "tok-ok", "fcm": 1, "apns": 0, "attempts": 1}
 
 
-@pytest.mark.parametrize("code,status,rpc", [
-    ("UNREGISTERED", 404, "NOT_FOUND"),
-    ("INVALID_ARGUMENT", 400, "INVALID_ARGUMENT"),
-    ("SENDER_ID_MISMATCH", 403, "PERMISSION_DENIED"),
-    ("QUOTA_EXCEEDED", 429, "RESOURCE_EXHAUSTED"),
-    ("UNAVAILABLE", 503, "UNAVAILABLE"),
-    ("INTERNAL", 500, "INTERNAL"),
-    ("THIRD_PARTY_AUTH_ERROR", 401, "UNAUTHENTICATED"),
-])
+@pytest.mark.parametrize(
+    "code,status,rpc",
+    [
+        ("UNREGISTERED", 404, "NOT_FOUND"),
+        ("INVALID_ARGUMENT", 400, "INVALID_ARGUMENT"),
+        ("SENDER_ID_MISMATCH", 403, "PERMISSION_DENIED"),
+        ("QUOTA_EXCEEDED", 429, "RESOURCE_EXHAUSTED"),
+        ("UNAVAILABLE", 503, "UNAVAILABLE"),
+        ("INTERNAL", 500, "INTERNAL"),
+        ("THIRD_PARTY_AUTH_ERROR", 401, "UNAUTHENTICATED"),
+    ],
+)
 def test_fcm_error_bodies(emulator, h2, code, status, rpc):
     emulator.fcm_tokens(**{code: ["bad"]})
     r = _fcm(h2, "bad")

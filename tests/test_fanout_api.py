@@ -41,27 +41,52 @@ def test_publish_returns_a_job_and_the_idempotency_key_returns_it_again(client, 
     body = g.json()
     assert body["state"] == "queued" and body["target"] == {"topic": "sports"}
     assert {k: body[k] for k in ("targeted", "sent", "failed", "pruned", "retried", "tasks", "tasks_done")} == {
-        "targeted": 0, "sent": 0, "failed": 0, "pruned": 0, "retried": 0, "tasks": 1, "tasks_done": 0}
+        "targeted": 0,
+        "sent": 0,
+        "failed": 0,
+        "pruned": 0,
+        "retried": 0,
+        "tasks": 1,
+        "tasks_done": 0,
+    }
     assert body["started_at"] is None and body["finished_at"] is None
     assert "paging_state" not in g.text
 
 
-@pytest.mark.parametrize("path, body, headers_extra, status, code", [
-    ("/v1/topics/nope/sports/publish", {}, {}, 404, "not_found"),
-    ("/v1/topics/news/" + "x" * 51 + "/publish", {}, {}, 422, "invalid_input"),
-    ("/v1/topics/news/a%01b/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
-    ("/v1/topics/bad%20type/sports/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
-    ("/v1/topics/news/sports/publish", {"variables": {}}, {}, 422, "invalid_input"),  # {{name}} missing
-    ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "extra": 1}, {}, 422, "invalid_input"),
-    ("/v1/topics/news/sports/publish", {"variables": {"name": 5}}, {}, 422, "invalid_input"),
-    ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "title": ""}, {}, 422, "invalid_input"),
-    ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "data": {f"k{i}": "v" * 1000 for i in range(5)}},
-     {}, 422, "payload_too_large"),
-    ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}}, {"Idempotency-Key": "x" * 201}, 422,
-     "invalid_input"),
-    ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}}, {"Authorization": "Bearer nk_bad_bad"}, 401,
-     "unauthorized"),
-])
+@pytest.mark.parametrize(
+    "path, body, headers_extra, status, code",
+    [
+        ("/v1/topics/nope/sports/publish", {}, {}, 404, "not_found"),
+        ("/v1/topics/news/" + "x" * 51 + "/publish", {}, {}, 422, "invalid_input"),
+        ("/v1/topics/news/a%01b/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
+        ("/v1/topics/bad%20type/sports/publish", {"variables": {"name": "a"}}, {}, 422, "invalid_input"),
+        ("/v1/topics/news/sports/publish", {"variables": {}}, {}, 422, "invalid_input"),  # {{name}} missing
+        ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "extra": 1}, {}, 422, "invalid_input"),
+        ("/v1/topics/news/sports/publish", {"variables": {"name": 5}}, {}, 422, "invalid_input"),
+        ("/v1/topics/news/sports/publish", {"variables": {"name": "a"}, "title": ""}, {}, 422, "invalid_input"),
+        (
+            "/v1/topics/news/sports/publish",
+            {"variables": {"name": "a"}, "data": {f"k{i}": "v" * 1000 for i in range(5)}},
+            {},
+            422,
+            "payload_too_large",
+        ),
+        (
+            "/v1/topics/news/sports/publish",
+            {"variables": {"name": "a"}},
+            {"Idempotency-Key": "x" * 201},
+            422,
+            "invalid_input",
+        ),
+        (
+            "/v1/topics/news/sports/publish",
+            {"variables": {"name": "a"}},
+            {"Authorization": "Bearer nk_bad_bad"},
+            401,
+            "unauthorized",
+        ),
+    ],
+)
 def test_bad_publish_is_rejected_and_writes_nothing(client, tenant, path, body, headers_extra, status, code):
     service, headers = tenant
     r = client.post(path, json=body, headers={**headers, **headers_extra})

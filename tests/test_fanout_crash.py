@@ -21,8 +21,7 @@ from tests.support.processes import wait_for
 N = 3000
 FETCH = 100
 # Slow the pushes down (emulator latency, few in flight) so the kill lands mid-job.
-WORKER_ENV = {"NOTEE_FANOUT_FETCH_SIZE": str(FETCH), "NOTEE_FANOUT_LEASE_S": "5",
-              "NOTEE_FANOUT_SEND_CONCURRENCY": "20"}
+WORKER_ENV = {"NOTEE_FANOUT_FETCH_SIZE": str(FETCH), "NOTEE_FANOUT_LEASE_S": "5", "NOTEE_FANOUT_SEND_CONCURRENCY": "20"}
 
 
 @pytest.fixture()
@@ -56,8 +55,9 @@ def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, t
     assert task.attempts == 2 and task.state == "done"
 
 
-def test_sigterm_finishes_the_page_releases_the_lease_and_exits(runtime, service_id, emulator, topic_job_seeded,
-                                                                processes):
+def test_sigterm_finishes_the_page_releases_the_lease_and_exits(
+    runtime, service_id, emulator, topic_job_seeded, processes
+):
     job, tokens = topic_job_seeded
     a = processes.worker(service_id, lanes=1, name="crash-a", **WORKER_ENV)
     wait_for(lambda: job_progress(runtime, job.job_id)[1].sent >= 2 * FETCH, timeout=60, what="progress")

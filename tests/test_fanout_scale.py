@@ -11,15 +11,18 @@ from tests.support.processes import wait_for
 N = 70_000
 
 
-def test_seventy_thousand_subscribers_over_three_slots_get_exactly_one_push(runtime, service_id, emulator,
-                                                                            processes):
+def test_seventy_thousand_subscribers_over_three_slots_get_exactly_one_push(runtime, service_id, emulator, processes):
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "all", N)
     job = topic_job(runtime, service_id, key, "all", variables={"name": "everyone"})
     assert job.task_count == 3  # numbers 1..70,000 -> slots 0, 1, 2
     workers = [processes.worker(service_id, lanes=2, name=f"scale-{i}") for i in range(2)]
-    wait_for(lambda: job_progress(runtime, job.job_id)[0].state in ("done", "failed"), timeout=400,
-             interval=0.5, what="the 70,000-device job to finish")
+    wait_for(
+        lambda: job_progress(runtime, job.job_id)[0].state in ("done", "failed"),
+        timeout=400,
+        interval=0.5,
+        what="the 70,000-device job to finish",
+    )
     exit_codes = [w.stop(timeout=30) for w in workers]
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done", done.error

@@ -25,8 +25,10 @@ def _claim(runtime, service, lease_s=30.0):
 
 def _expire(runtime, job_id):
     with runtime.sessions.begin() as s:
-        s.execute(text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
-                  {"j": job_id})
+        s.execute(
+            text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
+            {"j": job_id},
+        )
 
 
 def test_job_and_one_task_per_slot_created_together(runtime, service_id):
@@ -94,8 +96,17 @@ def test_joins_the_callers_transaction(runtime, service_id):
     key = topic_template(runtime, service_id)
     with runtime.sessions() as session:
         session.begin()
-        jobs.create_job(runtime, session, service=service_id, notification_key=key, method="TOPIC", type_="news",
-                        target=TopicTarget("t"), idempotency_key=None, variables={"name": "a"})
+        jobs.create_job(
+            runtime,
+            session,
+            service=service_id,
+            notification_key=key,
+            method="TOPIC",
+            type_="news",
+            target=TopicTarget("t"),
+            idempotency_key=None,
+            variables={"name": "a"},
+        )
         session.rollback()  # the caller decides: nothing was committed
     assert count_rows(runtime, service_id) == (0, 0)
 
@@ -127,15 +138,22 @@ def test_expired_lease_is_reclaimed_and_the_stale_owner_is_fenced_off(runtime, s
     job = topic_job(runtime, service_id, key, "t")
     first = _claim(runtime, service_id)
     assert _claim(runtime, service_id) is None  # leased
-    store.checkpoint(runtime.sessions, first, current_slot=0, paging_state=b"\x01page1",
-                     counts=PageCounts(10, 9, 0, 1, 2), lease_s=30)
+    store.checkpoint(
+        runtime.sessions,
+        first,
+        current_slot=0,
+        paging_state=b"\x01page1",
+        counts=PageCounts(10, 9, 0, 1, 2),
+        lease_s=30,
+    )
     _expire(runtime, job.job_id)
     second = _claim(runtime, service_id)
     assert second.task_no == first.task_no and second.attempts == 2
     assert second.paging_state == b"\x01page1"  # resumes from the checkpoint
     for stale_write in (
-        lambda: store.checkpoint(runtime.sessions, first, current_slot=0, paging_state=b"x", counts=PageCounts(1),
-                                 lease_s=30),
+        lambda: store.checkpoint(
+            runtime.sessions, first, current_slot=0, paging_state=b"x", counts=PageCounts(1), lease_s=30
+        ),
         lambda: store.extend_lease(runtime.sessions, first, lease_s=30),
         lambda: store.release(runtime.sessions, first),
         lambda: store.complete(runtime.sessions, first),
@@ -177,8 +195,10 @@ def test_poison_task_is_failed_after_max_attempts(runtime, service_id):
     key = topic_template(runtime, service_id)
     job = topic_job(runtime, service_id, key, "t")
     with runtime.sessions.begin() as s:
-        s.execute(text("UPDATE fanout_task SET attempts = :n WHERE job_id = :j"),
-                  {"n": store.MAX_TASK_ATTEMPTS, "j": job.job_id})
+        s.execute(
+            text("UPDATE fanout_task SET attempts = :n WHERE job_id = :j"),
+            {"n": store.MAX_TASK_ATTEMPTS, "j": job.job_id},
+        )
     assert _claim(runtime, service_id) is None
     with runtime.sessions() as s:
         assert store.get_job(s, job.job_id).state == "failed"
@@ -198,12 +218,24 @@ def test_prune_deletes_only_finished_jobs_past_retention(runtime, service_id):
     key = topic_template(runtime, service_id)
     old, recent, open_ = (topic_job(runtime, service_id, key, "t") for _ in range(3))
     with runtime.sessions.begin() as s:
-        s.execute(text("UPDATE fanout_job SET state = 'done', finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY"
-                       " WHERE job_id = :j"), {"j": old.job_id})
-        s.execute(text("UPDATE fanout_job SET state = 'done', finished_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY"
-                       " WHERE job_id = :j"), {"j": recent.job_id})
-        s.execute(text("UPDATE fanout_job SET created_at = UTC_TIMESTAMP(6) - INTERVAL 60 DAY WHERE job_id = :j"),
-                  {"j": open_.job_id})
+        s.execute(
+            text(
+                "UPDATE fanout_job SET state = 'done', finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY"
+                " WHERE job_id = :j"
+            ),
+            {"j": old.job_id},
+        )
+        s.execute(
+            text(
+                "UPDATE fanout_job SET state = 'done', finished_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY"
+                " WHERE job_id = :j"
+            ),
+            {"j": recent.job_id},
+        )
+        s.execute(
+            text("UPDATE fanout_job SET created_at = UTC_TIMESTAMP(6) - INTERVAL 60 DAY WHERE job_id = :j"),
+            {"j": open_.job_id},
+        )
     assert prune_jobs(runtime, older_than_days=14) >= 1
     with runtime.sessions() as s:
         assert store.get_job(s, old.job_id) is None

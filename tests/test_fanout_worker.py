@@ -60,6 +60,7 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     assert job.task_count == 1
     rt = emulator_runtime()
     try:
+
         async def first_page_then_stop():
             from notee.delivery import DeliverySender
 

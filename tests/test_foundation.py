@@ -26,7 +26,12 @@ def test_mysql_round_trip_through_seed_tables(runtime, service_id):
     now = datetime.now(UTC).replace(tzinfo=None)
     user_id = str(uuid.uuid4())
     with runtime.sessions.begin() as s:
-        s.execute(text("INSERT INTO service (service, display_name, timezone, created_at) VALUES (:s, 'Test', 'Asia/Seoul', :now)"), {"s": service_id, "now": now})
+        s.execute(
+            text(
+                "INSERT INTO service (service, display_name, timezone, created_at) VALUES (:s, 'Test', 'Asia/Seoul', :now)"
+            ),
+            {"s": service_id, "now": now},
+        )
         s.execute(
             text("INSERT INTO `user` VALUES (:s, 'svc-user-1', 'daehwan', :u, :now, :now)"),
             {"s": service_id, "u": user_id, "now": now},
@@ -80,9 +85,7 @@ def test_cassandra_counter_increment(runtime, service_id):
     )
     for _ in range(3):
         runtime.cql.execute(stmt, (service_id, "TOPIC", "news"), execution_profile=cstore.COUNTER_PROFILE)
-    row = runtime.cql.execute(
-        f"SELECT no FROM {ks.numbering}.notification WHERE service = %s", (service_id,)
-    ).one()
+    row = runtime.cql.execute(f"SELECT no FROM {ks.numbering}.notification WHERE service = %s", (service_id,)).one()
     assert row.no == 3
 
 
@@ -168,7 +171,12 @@ def test_settings_are_built_at_startup_not_import():
 def test_health_endpoint_reports_both_stores(client):
     r = client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": client.app.state.settings.emulator_url}
+    assert r.json() == {
+        "status": "ok",
+        "mysql": "ok",
+        "cassandra": "ok",
+        "emulator_url": client.app.state.settings.emulator_url,
+    }
 
 
 def test_readme_documents_every_setting():

@@ -33,8 +33,13 @@ from tests.support.registry import admin_headers, new_service, new_template, new
 from tests.support.stores import Snapshot, changes, snapshot, totals
 
 MAX_EXAMPLES = 20
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
 _TALLY: Counter = Counter()
 
 
@@ -64,7 +69,9 @@ class StoreWatch:
         before, self.state = self.state, self._take()
         if 400 <= status < 500:
             (rows_before, totals_before), (rows_after, totals_after) = before, self.state
-            assert rows_after == rows_before, f"rejected {what} ({status}) changed rows: {changes(rows_before, rows_after)}"
+            assert rows_after == rows_before, (
+                f"rejected {what} ({status}) changed rows: {changes(rows_before, rows_after)}"
+            )
             assert totals_after == totals_before, f"rejected {what} ({status}) added or removed admin rows"
 
 
@@ -78,9 +85,13 @@ def _schema():
     from notee.settings import Settings
 
     loaded = schemathesis.openapi.from_dict(create_app(Settings()).openapi())  # connects nothing
-    loaded.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-                                    max_examples=MAX_EXAMPLES, deterministic=True, database="none",
-                                    with_security_parameters=False)
+    loaded.config.generation.update(
+        modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+        max_examples=MAX_EXAMPLES,
+        deterministic=True,
+        database="none",
+        with_security_parameters=False,
+    )
     return loaded
 
 
@@ -92,8 +103,11 @@ def _report():
     yield
     total = sum(_TALLY.values())
     by_status = ", ".join(f"{k}: {v}" for k, v in sorted(_TALLY.items()))
-    print(f"\nfuzz: {total} schemathesis cases over {len(list(schema.get_all_operations()))} operations "
-          f"(statuses {by_status})", file=sys.__stderr__)
+    print(
+        f"\nfuzz: {total} schemathesis cases over {len(list(schema.get_all_operations()))} operations "
+        f"(statuses {by_status})",
+        file=sys.__stderr__,
+    )
 
 
 def _auth_for(case, fuzz_auth) -> tuple[str, dict[str, str]]:
@@ -125,8 +139,12 @@ def test_fuzz_every_operation(case, app, fuzz_auth, store_watch):
         # or the input's shape rejected (422) before anything is looked up; never 2xx, 404 or 409.
         # A path the router cannot match at all (e.g. an empty {token}) is the router's bare 404.
         routed_404 = response.status_code == 404 and response.json()["error"]["message"] == "Not Found"
-        assert response.status_code in (400, 401, 403, 422) or routed_404, \
-            (kind, case.method, case.formatted_path, response.text)
+        assert response.status_code in (400, 401, 403, 422) or routed_404, (
+            kind,
+            case.method,
+            case.formatted_path,
+            response.text,
+        )
 
 
 # --- oversized and deeply nested bodies (issue 15, item 8) -------------------------------------------
@@ -134,10 +152,15 @@ def test_fuzz_every_operation(case, app, fuzz_auth, store_watch):
 # one nested far deeper than NOTEE_API_MAX_JSON_DEPTH, with valid credentials, on real objects: the
 # answer is 413 / 422 in the error format and the stores hold exactly what they held before.
 
+
 def _body_operations() -> list[tuple[str, str]]:
     doc = schema.raw_schema
-    return [(method.upper(), path) for path, ops in doc["paths"].items() for method, op in ops.items()
-            if isinstance(op, dict) and "requestBody" in op]
+    return [
+        (method.upper(), path)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if isinstance(op, dict) and "requestBody" in op
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +172,18 @@ def edge_target(client, settings):
     user = new_user(client, headers, "edge-user", devices=[(token, "AOS")])
     for method in ("TOPIC", "CYCLE", "SINGLE"):
         new_template(client, headers, method, "news")
-    values = {"service": service, "user_id": user, "service_user_id": "edge-user", "type": "news", "topic": "t",
-              "method": "TOPIC", "token": token, "key_id": "0123456789abcdef", "provider": "fcm",
-              "rate_class": "read"}
+    values = {
+        "service": service,
+        "user_id": user,
+        "service_user_id": "edge-user",
+        "type": "news",
+        "topic": "t",
+        "method": "TOPIC",
+        "token": token,
+        "key_id": "0123456789abcdef",
+        "provider": "fcm",
+        "rate_class": "read",
+    }
     return service, headers, admin_headers(settings), values
 
 
@@ -186,7 +218,10 @@ def test_oversized_bodies_are_413_and_write_nothing(client, runtime, settings, e
 def test_deeply_nested_bodies_are_422_and_write_nothing(client, runtime, settings, edge_target, operation):
     method, path = operation
     depth = 50_000  # far past the limit, and past Python's recursion limit
-    for deep in (b'{"x": ' + b"[" * depth + b"]" * depth + b"}", b'{"x": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"):
+    for deep in (
+        b'{"x": ' + b"[" * depth + b"]" * depth + b"}",
+        b'{"x": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}",
+    ):
         before = snapshot(runtime, edge_target[0])
         r = _call(client, method, path, edge_target, deep)
         assert r.status_code == 422, (method, path, r.text)

@@ -40,8 +40,9 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exits(runtime, service_id, emulator,
-                                                                                 processes):
+def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exits(
+    runtime, service_id, emulator, processes
+):
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "retry", 150)  # one task, pages of 100
     job = topic_job(runtime, service_id, key, "retry")
@@ -74,14 +75,24 @@ def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exit
     assert set(deliveries_per_token(emulator, tokens, api="fcm").values()) == {1}
 
 
-def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(runtime, settings, service_id,
-                                                                              emulator):
+def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(runtime, settings, service_id, emulator):
     port = free_port()
-    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", "NOTEE_API_SHUTDOWN_BUDGET_S": "10"}
+    env = {
+        **os.environ,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "PYTHONUNBUFFERED": "1",
+        "NOTEE_API_SHUTDOWN_BUDGET_S": "10",
+    }
     log_path = log_dir() / f"stop-api-{secrets.token_hex(3)}.log"
     out = open(log_path, "ab")  # noqa: SIM115 - the API process writes to it until it is stopped below
-    api = subprocess.Popen([sys.executable, "-m", "notee", "api", "--port", str(port)], env=env, cwd=REPO,
-                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    api = subprocess.Popen(
+        [sys.executable, "-m", "notee", "api", "--port", str(port)],
+        env=env,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     out.close()
     base = f"http://127.0.0.1:{port}"
     try:
@@ -89,7 +100,10 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
         wait_for(lambda: _answers(http), timeout=60, what="the API")
         auth = new_service(http, settings, service_id, credentials=True)  # FCM credentials: devices have a route
         remember_secret(auth["Authorization"].removeprefix("Bearer "))
-        assert http.put("/v1/templates/SINGLE/alert", json={"title": "Hi", "body": "B"}, headers=auth).status_code in (200, 201)
+        assert http.put("/v1/templates/SINGLE/alert", json={"title": "Hi", "body": "B"}, headers=auth).status_code in (
+            200,
+            201,
+        )
         user = http.put("/v1/users/u-stop", json={"name": "x"}, headers=auth).json()["user_id"]
         waiting, dead = [random_token("wait") for _ in range(3)], random_token("dead")
         for token in (*waiting, dead):
@@ -103,8 +117,9 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
 
         def send() -> None:
             try:
-                answer["r"] = httpx.post(f"{base}/v1/users/{user}/send", json={"type": "alert"}, headers=auth,
-                                         timeout=RETRY_AFTER_S * 3)
+                answer["r"] = httpx.post(
+                    f"{base}/v1/users/{user}/send", json={"type": "alert"}, headers=auth, timeout=RETRY_AFTER_S * 3
+                )
             except BaseException as exc:  # reported below
                 answer["r"] = exc
 
@@ -125,8 +140,9 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
     assert r.status_code == 200, r.text
     assert r.json() == {"devices": 4, "delivered": 0, "pruned": 1, "retried": 3, "failed": 3, "dry_run": False}
     with runtime.sessions() as s:
-        letters = s.execute(text("SELECT device_token, reason FROM dead_letter WHERE service = :s"),
-                            {"s": service_id}).all()
+        letters = s.execute(
+            text("SELECT device_token, reason FROM dead_letter WHERE service = :s"), {"s": service_id}
+        ).all()
         devices = s.execute(text("SELECT COUNT(*) FROM device WHERE service = :s"), {"s": service_id}).scalar()
     assert sorted(t for t, _ in letters) == sorted(waiting)
     assert all("not retried, shutting down after 1 attempt(s)" in reason for _, reason in letters)

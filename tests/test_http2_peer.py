@@ -59,8 +59,9 @@ def _ok(results: list[Response | TransportError]) -> int:
 def test_never_more_streams_than_the_server_allows(tls: TlsFiles, limit: int) -> None:
     async def run() -> None:
         recorder = Recorder()
-        server, url = await _serve(tls, recorder, PeerRules(first_streams=limit, max_streams=limit,
-                                                            answer_delay_s=0.005))
+        server, url = await _serve(
+            tls, recorder, PeerRules(first_streams=limit, max_streams=limit, answer_delay_s=0.005)
+        )
         pool = Pool(url, client_ssl_context(str(tls.ca_cert)))
         try:
             for round_ in range(3):  # a fresh connection, then a warm one, then again
@@ -104,8 +105,9 @@ def test_connect_waits_for_settings_and_reports_a_server_that_sends_none(tls: Tl
         writer.close()
 
     async def run() -> None:
-        srv = await asyncio.start_server(silent, "127.0.0.1", 0,
-                                         ssl=server_ssl_context(str(tls.server_cert), str(tls.server_key)))
+        srv = await asyncio.start_server(
+            silent, "127.0.0.1", 0, ssl=server_ssl_context(str(tls.server_cert), str(tls.server_key))
+        )
         port = srv.sockets[0].getsockname()[1]
         conn = Connection("localhost", port, client_ssl_context(str(tls.ca_cert)))
         try:
@@ -149,8 +151,9 @@ def test_a_limit_lowered_mid_connection_is_obeyed_and_waiting_is_not_a_failure(t
 def test_goaway_resends_only_the_streams_above_last_stream_id(tls: TlsFiles) -> None:
     async def run() -> None:
         recorder = Recorder()
-        server, url = await _serve(tls, recorder, PeerRules(first_streams=10, max_streams=10, goaway_after=7,
-                                                            answer_delay_s=0.002))
+        server, url = await _serve(
+            tls, recorder, PeerRules(first_streams=10, max_streams=10, goaway_after=7, answer_delay_s=0.002)
+        )
         pool = Pool(url, client_ssl_context(str(tls.ca_cert)))
         try:
             results = await pool.request_batch(_items(50), timeout=10)

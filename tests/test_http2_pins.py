@@ -50,9 +50,11 @@ def _pins() -> dict[str, str]:
 
 def _loud(what: str) -> str:
     installed = ", ".join(f"{name} {version(name)}" for name in PINNED)
-    return (f"notee/providers/http2.py relies on h2/hpack/hyperframe internals ({INTERNALS}). {what}. "
-            f"Installed: {installed}; pinned in pyproject.toml: {_pins()}. Check new_h2_connection() against "
-            "the new release before changing the pins.")
+    return (
+        f"notee/providers/http2.py relies on h2/hpack/hyperframe internals ({INTERNALS}). {what}. "
+        f"Installed: {installed}; pinned in pyproject.toml: {_pins()}. Check new_h2_connection() against "
+        "the new release before changing the pins."
+    )
 
 
 def _client_and_server() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
@@ -72,10 +74,12 @@ def test_h2_hpack_hyperframe_are_pinned_exactly_to_the_installed_versions():
 
 def test_the_connection_encoder_is_a_replaceable_hpack_encoder():
     fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    assert type(getattr(fresh, "encoder", None)) is hpack.Encoder, \
-        _loud("H2Connection no longer keeps a plain hpack.Encoder in .encoder")
-    assert "huffman" in inspect.signature(hpack.Encoder.encode).parameters, \
-        _loud("hpack.Encoder.encode has no 'huffman' parameter any more")
+    assert type(getattr(fresh, "encoder", None)) is hpack.Encoder, _loud(
+        "H2Connection no longer keeps a plain hpack.Encoder in .encoder"
+    )
+    assert "huffman" in inspect.signature(hpack.Encoder.encode).parameters, _loud(
+        "hpack.Encoder.encode has no 'huffman' parameter any more"
+    )
     assert isinstance(http2.new_h2_connection().encoder, hpack.Encoder)
 
 
@@ -84,8 +88,17 @@ def test_header_blocks_are_sent_without_huffman_coding():
     server.receive_data(client.data_to_send())
     secret = b"Bearer plain-literal-" + b"x" * 40
     stream_id = client.get_next_available_stream_id()
-    client.send_headers(stream_id, [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"),
-                                    (b":authority", b"example.test"), (b"authorization", secret)], end_stream=True)
+    client.send_headers(
+        stream_id,
+        [
+            (b":method", b"POST"),
+            (b":scheme", b"https"),
+            (b":path", b"/p"),
+            (b":authority", b"example.test"),
+            (b"authorization", secret),
+        ],
+        end_stream=True,
+    )
     wire = client.data_to_send()
     # Huffman coding would have turned the value into other bytes: the replaced encoder was not used.
     assert secret in wire, _loud("h2 no longer encodes header blocks with the connection's .encoder")
@@ -97,15 +110,19 @@ def test_header_blocks_are_sent_without_huffman_coding():
 def test_responses_after_goaway_are_still_accepted():
     fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     table = getattr(fresh, "_frame_dispatch_table", None)
-    assert isinstance(table, dict) and GoAwayFrame in table, \
-        _loud("H2Connection has no _frame_dispatch_table keyed by hyperframe's GoAwayFrame")
+    assert isinstance(table, dict) and GoAwayFrame in table, _loud(
+        "H2Connection has no _frame_dispatch_table keyed by hyperframe's GoAwayFrame"
+    )
     assert fresh.state_machine.state == h2.connection.ConnectionState.IDLE, _loud("no state_machine.state")
     client, server = _client_and_server()
     server.receive_data(client.data_to_send())
     client.receive_data(server.data_to_send())
     stream_id = client.get_next_available_stream_id()
-    client.send_headers(stream_id, [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"),
-                                    (b":authority", b"example.test")], end_stream=True)
+    client.send_headers(
+        stream_id,
+        [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"), (b":authority", b"example.test")],
+        end_stream=True,
+    )
     server.receive_data(client.data_to_send())
     server.send_headers(stream_id, [(b":status", b"200")], end_stream=True)
     answer = server.data_to_send()
@@ -116,8 +133,9 @@ def test_responses_after_goaway_are_still_accepted():
     except h2.exceptions.ProtocolError as exc:
         raise AssertionError(_loud(f"a response after GOAWAY was refused: {exc}")) from exc
     kinds = [type(e) for e in events]
-    assert h2.events.ConnectionTerminated in kinds and h2.events.ResponseReceived in kinds, \
-        _loud(f"after GOAWAY the client got {kinds}")
+    assert h2.events.ConnectionTerminated in kinds and h2.events.ResponseReceived in kinds, _loud(
+        f"after GOAWAY the client got {kinds}"
+    )
 
 
 def test_the_first_settings_frame_carries_the_replaced_local_settings():
@@ -125,10 +143,14 @@ def test_the_first_settings_frame_carries_the_replaced_local_settings():
     events = server.receive_data(client.data_to_send())
     changed = next(e for e in events if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
     sent = {code: setting.new_value for code, setting in changed.items()}
-    expected = {h2.settings.SettingCodes.ENABLE_PUSH: 0, h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100}
-    assert {code: sent.get(code) for code in expected} == expected, \
-        _loud("initiate_connection() no longer sends the local_settings object set before it")
+    expected = {
+        h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
+        h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
+    }
+    assert {code: sent.get(code) for code in expected} == expected, _loud(
+        "initiate_connection() no longer sends the local_settings object set before it"
+    )
 
 
 def test_hpack_debug_logging_of_header_values_stays_off():

@@ -54,8 +54,7 @@ def test_a_queued_job_is_cancelled_and_sends_nothing(client, settings, erun, emu
     assert again.status_code == 200 and again.json()["state"] == "cancelled"
 
 
-def test_a_running_job_stops_at_the_next_page_with_true_counts(client, settings, erun, emulator, service_id,
-                                                               processes):
+def test_a_running_job_stops_at_the_next_page_with_true_counts(client, settings, erun, emulator, service_id, processes):
     key = topic_template(erun, service_id)
     seed_topic(erun, service_id, "news", key, "sports", 3000)
     job = topic_job(erun, service_id, key, "sports")
@@ -67,8 +66,11 @@ def test_a_running_job_stops_at_the_next_page_with_true_counts(client, settings,
         r = client.post(f"/v1/jobs/{job.job_id}/cancel", headers=headers)
         assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
         at_cancel = r.json()["sent"]
-        wait_for(lambda: job_progress(erun, job.job_id)[1].tasks_done == job.task_count, timeout=60,
-                 what="the running task to stop")
+        wait_for(
+            lambda: job_progress(erun, job.job_id)[1].tasks_done == job.task_count,
+            timeout=60,
+            what="the running task to stop",
+        )
     finally:
         worker.stop(timeout=30)
         emulator.latency(0)
@@ -85,17 +87,22 @@ def test_a_dead_workers_task_of_a_cancelled_job_is_not_run_again(client, setting
     job = topic_job(erun, service_id, key, "sports")
     claim = store.claim(erun.sessions, owner="dead-worker", lease_s=30, services=[service_id])
     assert claim is not None and claim.job_id == job.job_id
-    assert client.post(f"/v1/jobs/{job.job_id}/cancel",
-                       headers=_api_headers(client, settings, service_id)).json()["state"] == "cancelled"
+    assert (
+        client.post(f"/v1/jobs/{job.job_id}/cancel", headers=_api_headers(client, settings, service_id)).json()["state"]
+        == "cancelled"
+    )
     with erun.sessions.begin() as s:  # the worker died: its lease runs out
-        s.execute(text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
-                       " WHERE job_id = :j"), {"j": job.job_id})
+        s.execute(
+            text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
+            {"j": job.job_id},
+        )
     assert store.claim(erun.sessions, owner="other", lease_s=30, services=[service_id]) is None
     with pytest.raises(store.JobCancelled):  # had it lived, its next checkpoint would stop it
         from notee.vocabulary import PageCounts
 
-        store.checkpoint(erun.sessions, claim, current_slot=claim.current_slot, paging_state=None,
-                         counts=PageCounts(), lease_s=30)
+        store.checkpoint(
+            erun.sessions, claim, current_slot=claim.current_slot, paging_state=None, counts=PageCounts(), lease_s=30
+        )
     states = [t.state for t in store.tasks(erun.sessions(), job.job_id)]
     assert states == ["cancelled"] * len(states)
 

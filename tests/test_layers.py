@@ -93,20 +93,29 @@ def check(root: Path) -> list[str]:
         rank, side = layer_of(here)
 
         # (the loop's values bound as defaults: visit runs within this iteration only)
-        def visit(node: ast.AST, in_function: bool, here: str = here, lines: list[str] = lines, rank: int = rank,
-                  side: str = side) -> None:
+        def visit(
+            node: ast.AST,
+            in_function: bool,
+            here: str = here,
+            lines: list[str] = lines,
+            rank: int = rank,
+            side: str = side,
+        ) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    if (in_function and here not in FUNCTION_IMPORTS_ALLOWED
-                            and not _says_why(lines, child.lineno)):
-                        problems.append(f"{here}:{child.lineno}: function-level import without a "
-                                        f"'{DEFERRED} <why>' comment above it")
+                    if in_function and here not in FUNCTION_IMPORTS_ALLOWED and not _says_why(lines, child.lineno):
+                        problems.append(
+                            f"{here}:{child.lineno}: function-level import without a "
+                            f"'{DEFERRED} <why>' comment above it"
+                        )
                     for target in _targets(child, here, known):
                         t_rank, t_side = layer_of(target)
                         skips_domain = side == "api" and t_rank == 1 and target not in API_MAY_USE
                         if t_rank > rank or (t_rank == rank and t_side != side) or skips_domain:
-                            problems.append(f"{here}:{child.lineno}: imports {target} "
-                                            f"({t_side}, rank {t_rank}) from {side}, rank {rank}")
+                            problems.append(
+                                f"{here}:{child.lineno}: imports {target} "
+                                f"({t_side}, rank {t_rank}) from {side}, rank {rank}"
+                            )
                         if not in_function and target in graph and target != here:
                             graph[here].add(target)
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
@@ -126,7 +135,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
         stack.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                found.append("import cycle: " + " -> ".join([*stack[stack.index(n):], n]))
+                found.append("import cycle: " + " -> ".join([*stack[stack.index(n) :], n]))
             elif n not in state:
                 walk(n)
         stack.pop()
@@ -155,7 +164,8 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path: Path) -> None:
         "def load():\n"
         "    from notee.store import cql\n"  # sideways, and function-level without a reason
         "    # deferred: a heavy SDK, imported on first use\n"
-        "    import json\n")  # allowed: it says why
+        "    import json\n"
+    )  # allowed: it says why
     (pkg / "api").mkdir()
     (pkg / "api" / "sends.py").write_text("from notee.providers import routing\n")  # skips the domain
     (pkg / "domain" / "a.py").write_text("from notee.domain import b\n")
@@ -165,7 +175,8 @@ def test_the_checker_catches_each_kind_of_violation(tmp_path: Path) -> None:
     assert any(p.startswith("notee.providers.routing:2: imports notee.store.cql") for p in problems), problems
     assert any(p.startswith("notee.providers.routing:2: function-level import") for p in problems), problems
     assert not any("routing:4" in p for p in problems), problems
-    assert any(p.startswith("import cycle: notee.domain.a -> notee.domain.b -> notee.domain.a") for p in problems), \
+    assert any(p.startswith("import cycle: notee.domain.a -> notee.domain.b -> notee.domain.a") for p in problems), (
         problems
+    )
     assert any(p.startswith("notee.api.sends:1: imports notee.providers.routing") for p in problems), problems
     assert len(problems) == 5, problems

@@ -38,11 +38,14 @@ def _json_lines(path: Path) -> list[dict[str, object]]:
 
 def _new_service(url: str, settings) -> tuple[str, str]:
     service = "LOG" + __import__("secrets").token_hex(4).upper()
-    r = httpx.post(url + "/v1/admin/services", json={"service": service, "display_name": "logs"},
-                   headers=admin_headers(settings), timeout=30)
+    r = httpx.post(
+        url + "/v1/admin/services",
+        json={"service": service, "display_name": "logs"},
+        headers=admin_headers(settings),
+        timeout=30,
+    )
     assert r.status_code == 201, r.text
-    r = httpx.post(url + f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings),
-                   timeout=30)
+    r = httpx.post(url + f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings), timeout=30)
     assert r.status_code == 201, r.text
     return service, r.json()["api_key"]
 
@@ -56,8 +59,11 @@ def test_api_process_logs_json_with_request_id_access_line_and_service(tmp_path,
         replaced = insane.headers["X-Request-ID"]
         assert replaced != "no spaces or {braces}" and replaced.isalnum()
         service, key = _new_service(api.url, settings)
-        authed_r = httpx.get(api.url + "/v1/users/nobody", headers={"Authorization": f"Bearer {key}",
-                                                                    "X-Request-ID": "authed-1"}, timeout=10)
+        authed_r = httpx.get(
+            api.url + "/v1/users/nobody",
+            headers={"Authorization": f"Bearer {key}", "X-Request-ID": "authed-1"},
+            timeout=10,
+        )
         assert authed_r.status_code < 500 and authed_r.headers["X-Request-ID"] == "authed-1"
     records = _json_lines(log_path)
     access = [rec for rec in records if rec["logger"] == "notee.access"]
@@ -66,7 +72,11 @@ def test_api_process_logs_json_with_request_id_access_line_and_service(tmp_path,
     assert isinstance(health["duration_ms"], float) and "service" not in health
     assert any(rec.get("request_id") == replaced for rec in access)
     (authed,) = [rec for rec in access if rec.get("request_id") == "authed-1"]
-    assert authed["service"] == service and authed["status"] == authed_r.status_code and authed["path"] == "/v1/users/nobody"
+    assert (
+        authed["service"] == service
+        and authed["status"] == authed_r.status_code
+        and authed["path"] == "/v1/users/nobody"
+    )
     assert any(rec["logger"].startswith("uvicorn") for rec in records)  # uvicorn's own lines are JSON too
     text = log_path.read_text(encoding="utf-8")
     assert key not in text and settings.admin_token.get_secret_value() not in text
@@ -108,7 +118,10 @@ def test_worker_process_task_lines_carry_job_id_and_service(runtime, service_id,
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     records = _json_lines(log_path)
-    (done,) = [rec for rec in records if str(rec["message"]).startswith(f"task {job.job_id}/") and "done" in
-               str(rec["message"])]
+    (done,) = [
+        rec
+        for rec in records
+        if str(rec["message"]).startswith(f"task {job.job_id}/") and "done" in str(rec["message"])
+    ]
     assert done["job_id"] == job.job_id and done["service"] == service_id
     assert all("job_id" not in rec for rec in records if "stopped after" in str(rec["message"]))

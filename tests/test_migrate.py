@@ -37,11 +37,13 @@ def fresh(settings: Settings) -> Iterator[Settings]:
     suffix = secrets.token_hex(3)
     url = make_url(settings.mysql_url.get_secret_value())
     url = url.set(database=f"{url.database}_m{suffix}")
-    fresh_settings = settings.model_copy(update={
-        "mysql_url": SecretStr(url.render_as_string(hide_password=False)),
-        "cassandra_keyspace_notification": f"{settings.cassandra_keyspace_notification}_m{suffix}",
-        "cassandra_keyspace_numbering": f"{settings.cassandra_keyspace_numbering}_m{suffix}",
-    })
+    fresh_settings = settings.model_copy(
+        update={
+            "mysql_url": SecretStr(url.render_as_string(hide_password=False)),
+            "cassandra_keyspace_notification": f"{settings.cassandra_keyspace_notification}_m{suffix}",
+            "cassandra_keyspace_numbering": f"{settings.cassandra_keyspace_numbering}_m{suffix}",
+        }
+    )
     migrate.ensure_mysql_database(fresh_settings)
     try:
         yield fresh_settings
@@ -86,11 +88,19 @@ def _versions(engine: Engine) -> list[int]:
 
 def test_a_pending_file_below_the_highest_applied_is_refused_unless_allowed(tmp_path, engine):
     assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5])) == [
-        "0001_core.sql", "0003_dead_letter.sql", "0004_fanout_jobs.sql", "0005_cycle_ticks.sql"]
-    late = {"0002_late_table.sql": "-- retention: test only\nCREATE TABLE IF NOT EXISTS late_table (id INT PRIMARY KEY);\n"}
+        "0001_core.sql",
+        "0003_dead_letter.sql",
+        "0004_fanout_jobs.sql",
+        "0005_cycle_ticks.sql",
+    ]
+    late = {
+        "0002_late_table.sql": "-- retention: test only\nCREATE TABLE IF NOT EXISTS late_table (id INT PRIMARY KEY);\n"
+    }
     folder = _folder(tmp_path, [1, 3, 4, 5], late)
 
-    with pytest.raises(migrate.MigrationError, match=r"0002_late_table.sql numbered below the highest applied version 0005"):
+    with pytest.raises(
+        migrate.MigrationError, match=r"0002_late_table.sql numbered below the highest applied version 0005"
+    ):
         migrate.migrate_mysql(engine, folder)
     assert _versions(engine) == [1, 3, 4, 5]  # nothing applied
     with engine.connect() as conn:
@@ -104,7 +114,10 @@ def test_a_database_migrated_before_0003_landed_still_migrates(tmp_path, engine)
     """0003_dead_letter.sql landed after 0004 and 0005: a database that had 0001, 0004 and 0005
     applies 0003 without the override, and only that file is accepted that way."""
     assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 4, 5])) == [
-        "0001_core.sql", "0004_fanout_jobs.sql", "0005_cycle_ticks.sql"]
+        "0001_core.sql",
+        "0004_fanout_jobs.sql",
+        "0005_cycle_ticks.sql",
+    ]
     newer = [m.name for m in migrate.load(migrate.SCHEMA_DIR / "mysql") if m.version > 5]
     assert migrate.migrate_mysql(engine) == ["0003_dead_letter.sql", *newer]
     assert _versions(engine) == [m.version for m in migrate.load(migrate.SCHEMA_DIR / "mysql")]
@@ -115,7 +128,12 @@ def test_a_database_migrated_before_0007_landed_still_migrates(tmp_path, engine)
     """0007_delivery_truth.sql landed after 0010: a database that had 0010 applies 0007 without the
     override; a file numbered below the highest applied that is not grandfathered is still refused."""
     assert migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 10])) == [
-        "0001_core.sql", "0003_dead_letter.sql", "0004_fanout_jobs.sql", "0005_cycle_ticks.sql", "0010_rate_limits.sql"]
+        "0001_core.sql",
+        "0003_dead_letter.sql",
+        "0004_fanout_jobs.sql",
+        "0005_cycle_ticks.sql",
+        "0010_rate_limits.sql",
+    ]
     late = {"0008_late_table.sql": "-- retention: test only\nCREATE TABLE IF NOT EXISTS late8 (id INT PRIMARY KEY);\n"}
     with pytest.raises(migrate.MigrationError, match=r"0008_late_table\.sql numbered below"):
         migrate.migrate_mysql(engine, _folder(tmp_path, [1, 3, 4, 5, 7, 10], late))
@@ -134,8 +152,11 @@ def test_status_lists_applied_and_pending_files_of_both_stores(tmp_path, fresh, 
     after = _run(["migrate", "--status"], fresh)
     assert after.returncode == 0, after.stdout
     assert f"mysql: 2 applied, {len(MYSQL_FILES) - 2} pending" in after.stdout
-    for line in ["  applied  0001_core.sql", "  applied  0003_dead_letter.sql",
-                 *(f"  pending  {name}" for name in MYSQL_FILES[2:])]:
+    for line in [
+        "  applied  0001_core.sql",
+        "  applied  0003_dead_letter.sql",
+        *(f"  pending  {name}" for name in MYSQL_FILES[2:]),
+    ]:
         assert line in after.stdout
     assert _versions(engine) == [1, 3]  # --status changed nothing
 
@@ -147,18 +168,27 @@ def test_status_lists_applied_and_pending_files_of_both_stores(tmp_path, fresh, 
 
 def _env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "NOTEE_MYSQL_URL": settings.mysql_url.get_secret_value(),
-        "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": settings.cassandra_keyspace_notification,
-        "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": settings.cassandra_keyspace_numbering,
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "NOTEE_MYSQL_URL": settings.mysql_url.get_secret_value(),
+            "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": settings.cassandra_keyspace_notification,
+            "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": settings.cassandra_keyspace_numbering,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
 def _run(args: list[str], settings: Settings) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "notee", *args], env=_env(settings), cwd=REPO, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "notee", *args],
+        env=_env(settings),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=300,
+    )
 
 
 def test_two_concurrent_migrate_runs_do_not_interleave(fresh, engine):
@@ -173,8 +203,14 @@ def test_two_concurrent_migrate_runs_do_not_interleave(fresh, engine):
         for i in range(2):
             path = log_dir() / f"migrate-concurrent-{i}-{secrets.token_hex(2)}.log"
             out = open(path, "w")  # noqa: SIM115 - each migrate process writes to it; closed after they exit
-            proc = subprocess.Popen([sys.executable, "-m", "notee", "migrate"], env=_env(fresh), cwd=REPO,
-                                    stdout=out, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "notee", "migrate"],
+                env=_env(fresh),
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             out.close()
             runs.append((proc, path))
         deadline = time.monotonic() + 120
@@ -194,7 +230,10 @@ def test_two_concurrent_migrate_runs_do_not_interleave(fresh, engine):
         outputs.append(path.read_text())
     applied_lines = sorted(next(ln for ln in o.splitlines() if ln.startswith("applied ")) for o in outputs)
     everything = MYSQL_FILES + CQL_FILES
-    assert applied_lines == ["applied 0 migration(s)", f"applied {len(everything)} migration(s): " + ", ".join(everything)]
+    assert applied_lines == [
+        "applied 0 migration(s)",
+        f"applied {len(everything)} migration(s): " + ", ".join(everything),
+    ]
     assert _versions(engine) == [m.version for m in migrate.load(migrate.SCHEMA_DIR / "mysql")]
     statuses = migrate.status_all(fresh)
     assert all(s.pending == [] for s in statuses)

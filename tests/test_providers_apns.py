@@ -25,8 +25,9 @@ TOPIC, KEY_ID, TEAM_ID = "com.example.app", "TESTKEY123", "TEAMID1234"
 @pytest.fixture(scope="module")
 def p8() -> str:
     key = ec.generate_private_key(ec.SECP256R1())
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
 
 
 def msg(token: str, **kw) -> Message:
@@ -40,8 +41,11 @@ def apns_url(emulator) -> str:
 
 def ours_send(emulator, p8, messages, *, clock=time.time):
     async def run():
-        provider = ApnsProvider(TOPIC, ApnsJwt(p8, KEY_ID, TEAM_ID, clock=clock),
-                                Pool(apns_url(emulator), client_ssl_context(emulator.ca_file)))
+        provider = ApnsProvider(
+            TOPIC,
+            ApnsJwt(p8, KEY_ID, TEAM_ID, clock=clock),
+            Pool(apns_url(emulator), client_ssl_context(emulator.ca_file)),
+        )
         try:
             return await provider.send(messages)
         finally:
@@ -62,8 +66,15 @@ def aioapns_send(emulator, p8, token: str, payload: dict):
         APNS_SERVER, APNS_PORT = "localhost", port
 
     async def run():
-        apns = APNs(key=p8, key_id=KEY_ID, team_id=TEAM_ID, topic=TOPIC, max_connection_attempts=1,
-                    ssl_context=ssl.create_default_context(cafile=emulator.ca_file), err_func=_quiet)
+        apns = APNs(
+            key=p8,
+            key_id=KEY_ID,
+            team_id=TEAM_ID,
+            topic=TOPIC,
+            max_connection_attempts=1,
+            ssl_context=ssl.create_default_context(cafile=emulator.ca_file),
+            err_func=_quiet,
+        )
         apns.pool.protocol_class = EmulatorProtocol
         try:
             return await asyncio.wait_for(apns.send_notification(NotificationRequest(token, payload)), 10)
@@ -98,8 +109,9 @@ def test_aioapns_and_ours_agree_on_every_outcome(emulator, p8, setup, status, re
     token = _hex()
     if setup.startswith("fault:"):
         _, code, why = setup.split(":")
-        emulator.http.post("/_emu/faults", json={"api": "apns", "status": int(code), "reason": why,
-                                                 "match": token, "times": 2}).raise_for_status()
+        emulator.http.post(
+            "/_emu/faults", json={"api": "apns", "status": int(code), "reason": why, "match": token, "times": 2}
+        ).raise_for_status()
     elif setup != "ok":
         emulator.apns_tokens(**{setup: [token]})
 
@@ -122,8 +134,9 @@ def test_real_oversized_payload_is_413(emulator, p8):
 
 def test_expired_provider_token_with_aioapns(emulator, p8):
     token = _hex()
-    emulator.http.post("/_emu/faults", json={"api": "apns", "status": 403, "reason": "ExpiredProviderToken",
-                                             "match": token}).raise_for_status()
+    emulator.http.post(
+        "/_emu/faults", json={"api": "apns", "status": 403, "reason": "ExpiredProviderToken", "match": token}
+    ).raise_for_status()
     result = aioapns_send(emulator, p8, token, {"aps": {"alert": "hi"}})
     assert (result.status, result.description) == ("403", "ExpiredProviderToken")
 
@@ -164,7 +177,12 @@ def test_request_matches_what_apns_expects(emulator, p8):
     assert seen["path"] == f"/3/device/{token}"
     assert seen["body"] == {"aps": {"alert": {"title": "Hi", "body": "There"}, "sound": "default"}, "k": "v"}
     h = seen["headers"]
-    assert (h["apns-topic"], h["apns-push-type"], h["apns-priority"], h["apns-collapse-id"]) == (TOPIC, "alert", "5", "c")
+    assert (h["apns-topic"], h["apns-push-type"], h["apns-priority"], h["apns-collapse-id"]) == (
+        TOPIC,
+        "alert",
+        "5",
+        "c",
+    )
     assert int(h["apns-expiration"]) >= int(time.time()) + 55
     assert "authorization" not in h  # the emulator never keeps credentials
 
@@ -184,24 +202,27 @@ def test_jwt_claims_and_refresh_window(p8):
         ApnsJwt("not a key", KEY_ID, TEAM_ID).bearer()
 
 
-@pytest.mark.parametrize("status,reason,expected", [
-    (200, None, Delivered("id-1")),
-    (410, "Unregistered", InvalidToken("Unregistered")),
-    (410, "ExpiredToken", InvalidToken("ExpiredToken")),
-    (400, "BadDeviceToken", InvalidToken("BadDeviceToken")),
-    (400, "DeviceTokenNotForTopic", InvalidToken("DeviceTokenNotForTopic")),
-    (400, "BadPriority", Failed("400 BadPriority")),
-    (413, "PayloadTooLarge", Failed("413 PayloadTooLarge")),
-    (429, "TooManyRequests", RetryAfter("TooManyRequests", None)),
-    (429, "TooManyProviderTokenUpdates", RetryAfter("TooManyProviderTokenUpdates", None)),
-    (500, "InternalServerError", RetryAfter("InternalServerError", None)),
-    (503, "ServiceUnavailable", RetryAfter("ServiceUnavailable", None)),
-    (503, "Shutdown", RetryAfter("Shutdown", None)),
-    (403, "ExpiredProviderToken", ExpiredJwt),
-    (403, "InvalidProviderToken", ProviderConfigError),
-    (403, "MissingProviderToken", ProviderConfigError),
-    (400, "BadTopic", ProviderConfigError),
-])
+@pytest.mark.parametrize(
+    "status,reason,expected",
+    [
+        (200, None, Delivered("id-1")),
+        (410, "Unregistered", InvalidToken("Unregistered")),
+        (410, "ExpiredToken", InvalidToken("ExpiredToken")),
+        (400, "BadDeviceToken", InvalidToken("BadDeviceToken")),
+        (400, "DeviceTokenNotForTopic", InvalidToken("DeviceTokenNotForTopic")),
+        (400, "BadPriority", Failed("400 BadPriority")),
+        (413, "PayloadTooLarge", Failed("413 PayloadTooLarge")),
+        (429, "TooManyRequests", RetryAfter("TooManyRequests", None)),
+        (429, "TooManyProviderTokenUpdates", RetryAfter("TooManyProviderTokenUpdates", None)),
+        (500, "InternalServerError", RetryAfter("InternalServerError", None)),
+        (503, "ServiceUnavailable", RetryAfter("ServiceUnavailable", None)),
+        (503, "Shutdown", RetryAfter("Shutdown", None)),
+        (403, "ExpiredProviderToken", ExpiredJwt),
+        (403, "InvalidProviderToken", ProviderConfigError),
+        (403, "MissingProviderToken", ProviderConfigError),
+        (400, "BadTopic", ProviderConfigError),
+    ],
+)
 def test_classify_apns(status, reason, expected):
     body = json.dumps({"reason": reason}).encode() if reason else b""
     if isinstance(expected, type) and issubclass(expected, Exception):
@@ -213,6 +234,7 @@ def test_classify_apns(status, reason, expected):
 
 # --- realistic APNs (notee emulator --realistic: its own h2 server on the APNs port) --------------
 
+
 def _peer(emulator) -> dict:
     return emulator.stats()["apns_peer"]
 
@@ -221,8 +243,9 @@ def ours_send_batches(emulator, p8, batches, *, between=None):
     """Several batches through one provider (one pool); ``between(i)`` runs after batch i."""
 
     async def run():
-        provider = ApnsProvider(TOPIC, ApnsJwt(p8, KEY_ID, TEAM_ID),
-                                Pool(apns_url(emulator), client_ssl_context(emulator.ca_file)))
+        provider = ApnsProvider(
+            TOPIC, ApnsJwt(p8, KEY_ID, TEAM_ID), Pool(apns_url(emulator), client_ssl_context(emulator.ca_file))
+        )
         out = []
         try:
             for i, batch in enumerate(batches):
@@ -261,9 +284,16 @@ def test_aioapns_against_the_stream_limits(emulator, p8):
         APNS_SERVER, APNS_PORT = "localhost", urlsplit(apns_url(emulator)).port
 
     async def run():
-        apns = APNs(key=p8, key_id=KEY_ID, team_id=TEAM_ID, topic=TOPIC, max_connections=1,
-                    max_connection_attempts=2, ssl_context=ssl.create_default_context(cafile=emulator.ca_file),
-                    err_func=_quiet)
+        apns = APNs(
+            key=p8,
+            key_id=KEY_ID,
+            team_id=TEAM_ID,
+            topic=TOPIC,
+            max_connections=1,
+            max_connection_attempts=2,
+            ssl_context=ssl.create_default_context(cafile=emulator.ca_file),
+            err_func=_quiet,
+        )
         apns.pool.protocol_class = EmulatorProtocol
 
         def send():
@@ -287,8 +317,9 @@ def test_a_limit_lowered_on_demand_is_obeyed(emulator, p8):
         if i == 0:
             emulator.realistic(apns_max_streams=3)
 
-    first, second = ours_send_batches(emulator, p8, [[msg(_hex()) for _ in range(100)],
-                                                     [msg(_hex()) for _ in range(100)]], between=lower)
+    first, second = ours_send_batches(
+        emulator, p8, [[msg(_hex()) for _ in range(100)], [msg(_hex()) for _ in range(100)]], between=lower
+    )
     assert all(isinstance(o, Delivered) for o in first + second)
     peer = _peer(emulator)
     assert peer["protocol_errors"] == 0 and peer["connections"] == 1 and peer["rules"]["max_streams"] == 3
@@ -308,8 +339,9 @@ def test_goaway_on_demand_between_batches(emulator, p8):
     def goaway(i):
         assert emulator.apns_goaway() == 1
 
-    first, second = ours_send_batches(emulator, p8, [[msg(_hex()) for _ in range(30)],
-                                                     [msg(_hex()) for _ in range(30)]], between=goaway)
+    first, second = ours_send_batches(
+        emulator, p8, [[msg(_hex()) for _ in range(30)], [msg(_hex()) for _ in range(30)]], between=goaway
+    )
     assert all(isinstance(o, Delivered) for o in first + second)
     assert _peer(emulator)["connections"] == 2
 
@@ -321,8 +353,11 @@ def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_poo
     from notee.providers.routing import ProviderSet
     from notee.settings import Settings
 
-    other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    other = (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
 
     async def shared_connection():
         pool = Pool(apns_url(emulator), client_ssl_context(emulator.ca_file))
@@ -342,8 +377,9 @@ def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_poo
         return ProviderCredentials(apns=ApnsCredentials(key_id, TEAM_ID, TOPIC, key, True))
 
     async def per_key_pools():
-        settings = Settings(emulator_url=emulator.url, emulator_apns_url=apns_url(emulator),
-                            emulator_ca_file=emulator.ca_file)
+        settings = Settings(
+            emulator_url=emulator.url, emulator_apns_url=apns_url(emulator), emulator_ca_file=emulator.ca_file
+        )
         providers = ProviderSet(settings)
         try:
             a = providers.for_service("SVCA", Both(p8, KEY_ID)).apns

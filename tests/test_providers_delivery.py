@@ -23,9 +23,15 @@ from tests.support.registry import admin_headers, apns_credentials, new_service,
 def emu_app(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
     sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
-                                                               "emulator_apns_url": emulator.apns_url,
-                                                               "emulator_ca_file": emulator.ca_file}))
+    sender.providers = ProviderSet(
+        settings.model_copy(
+            update={
+                "emulator_url": emulator.url,
+                "emulator_apns_url": emulator.apns_url,
+                "emulator_ca_file": emulator.ca_file,
+            }
+        )
+    )
     client.app.state.sender = sender
     yield emulator
     client.portal.call(sender.close)
@@ -47,8 +53,15 @@ def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
     tokens = [random_token("a"), random_token("b"), random_token("i")]
     user = new_user(client, headers, devices=[(tokens[0], "AOS"), (tokens[1], "AOS"), (tokens[2], "IOS")])
     other = new_user(client, headers, devices=[(random_token("o"), "AOS")])
-    new_template(client, headers, "SINGLE", "welcome", title="Hi {{name}}", body="Order {{ order }} shipped",
-                 data={"order": "{{order}}"})
+    new_template(
+        client,
+        headers,
+        "SINGLE",
+        "welcome",
+        title="Hi {{name}}",
+        body="Order {{ order }} shipped",
+        data={"order": "{{order}}"},
+    )
 
     r = _send(client, headers, user, type="welcome", variables={"name": "Ann", "order": "42"})
     assert r.status_code == 200, r.text
@@ -104,13 +117,16 @@ def test_payload_over_4kb_is_422_and_nothing_is_sent(client, tenant, emu_app):
     assert emu_app.stats()["counts"] == {}
 
 
-@pytest.mark.parametrize("body,status", [
-    ({"type": "nope"}, 404),  # no such template
-    ({"type": "bad type!"}, 422),
-    ({"type": "x", "variables": {"a": 1}}, 422),
-    ({"type": "x", "extra": 1}, 422),
-    ({}, 422),
-])
+@pytest.mark.parametrize(
+    "body,status",
+    [
+        ({"type": "nope"}, 404),  # no such template
+        ({"type": "bad type!"}, 422),
+        ({"type": "x", "variables": {"a": 1}}, 422),
+        ({"type": "x", "extra": 1}, 422),
+        ({}, 422),
+    ],
+)
 def test_bad_send_requests(client, tenant, emu_app, body, status):
     _, headers = tenant
     user = new_user(client, headers, devices=[(random_token(), "AOS")])
@@ -147,7 +163,9 @@ def test_invalid_tokens_are_pruned_from_mysql_and_cassandra(client, runtime, ten
     assert devices == [alive]
     rows = runtime.cql.execute(
         f"SELECT device_token FROM {runtime.keyspaces.notification}.notification_per_user "
-        "WHERE user_id = %s AND service = %s", (user, service))
+        "WHERE user_id = %s AND service = %s",
+        (user, service),
+    )
     tokens = {row.device_token for row in rows}
     assert alive in tokens and dead not in tokens
     assert dead not in caplog.text  # the log line names the token by a short hint only
@@ -208,12 +226,25 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
     creds = ProviderCredentials(apns=ApnsCredentials(**apns_credentials()))
 
     async def run() -> None:
-        providers = ProviderSet(settings.model_copy(update={
-            "emulator_url": emulator.url, "emulator_apns_url": f"https://localhost:{free_port()}",
-            "emulator_ca_file": emulator.ca_file}))
+        providers = ProviderSet(
+            settings.model_copy(
+                update={
+                    "emulator_url": emulator.url,
+                    "emulator_apns_url": f"https://localhost:{free_port()}",
+                    "emulator_ca_file": emulator.ca_file,
+                }
+            )
+        )
         try:
-            await deliver(runtime, providers, service_id, [Message(random_token(), "IOS", "a", "b")] * 3,
-                          credentials=creds, job_id=None, sleep=no_wait)
+            await deliver(
+                runtime,
+                providers,
+                service_id,
+                [Message(random_token(), "IOS", "a", "b")] * 3,
+                credentials=creds,
+                job_id=None,
+                sleep=no_wait,
+            )
         finally:
             await providers.close()
 
@@ -263,25 +294,44 @@ def test_dead_letter_retention(runtime, service_id):
 
 # --- pure helpers -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("attempt,retry_after,low,high", [
-    (1, None, 0.0, 0.5), (2, None, 0.0, 1.0), (4, None, 0.0, 4.0), (20, None, 0.0, 60.0),
-    (1, 3.0, 3.0, 3.31), (5, 0.0, 0.0, 0.011), (1, 3600.0, 60.0, 60.0),
-])
+
+@pytest.mark.parametrize(
+    "attempt,retry_after,low,high",
+    [
+        (1, None, 0.0, 0.5),
+        (2, None, 0.0, 1.0),
+        (4, None, 0.0, 4.0),
+        (20, None, 0.0, 60.0),
+        (1, 3.0, 3.0, 3.31),
+        (5, 0.0, 0.0, 0.011),
+        (1, 3600.0, 60.0, 60.0),
+    ],
+)
 def test_backoff_bounds(attempt, retry_after, low, high):
     rng = random.Random(attempt)
     for _ in range(50):
         assert low <= backoff(attempt, retry_after, rng=rng) <= high
 
 
-@pytest.mark.parametrize("value,expected", [(b"5", 5.0), ("0", 0.0), (None, None), (b"-1", None),
-                                            (b"Wed, 21 Oct 2015 07:28:00 GMT", None)])
+@pytest.mark.parametrize(
+    "value,expected", [(b"5", 5.0), ("0", 0.0), (None, None), (b"-1", None), (b"Wed, 21 Oct 2015 07:28:00 GMT", None)]
+)
 def test_parse_retry_after(value, expected):
     assert parse_retry_after(value) == expected
 
 
-@pytest.mark.parametrize("os_,has_apns,has_fcm,expected", [
-    ("IOS", True, True, "apns"), ("IOS", False, True, "fcm"), ("AOS", True, True, "fcm"), ("AOS", False, True, "fcm"),
-    ("IOS", True, False, "apns"), ("IOS", False, False, None), ("AOS", True, False, None), ("AOS", False, False, None)])
+@pytest.mark.parametrize(
+    "os_,has_apns,has_fcm,expected",
+    [
+        ("IOS", True, True, "apns"),
+        ("IOS", False, True, "fcm"),
+        ("AOS", True, True, "fcm"),
+        ("AOS", False, True, "fcm"),
+        ("IOS", True, False, "apns"),
+        ("IOS", False, False, None),
+        ("AOS", True, False, None),
+        ("AOS", False, False, None),
+    ],
+)
 def test_routing(os_, has_apns, has_fcm, expected):
     assert choose(os_, has_apns=has_apns, has_fcm=has_fcm) == expected
-

@@ -40,9 +40,11 @@ def sdk(emulator):
 
     saved = messaging._MessagingService.FCM_URL
     messaging._MessagingService.FCM_URL = emulator.url + "/v1/projects/{0}/messages:send"
-    app = firebase_admin.initialize_app(credentials.Certificate(service_account(emulator)),
-                                        {"projectId": PROJECT, "httpTimeout": 10},
-                                        name="sdk-" + secrets.token_hex(4))
+    app = firebase_admin.initialize_app(
+        credentials.Certificate(service_account(emulator)),
+        {"projectId": PROJECT, "httpTimeout": 10},
+        name="sdk-" + secrets.token_hex(4),
+    )
     try:
         svc = messaging._get_messaging_service(app)
         svc._client.session.mount(emulator.url, requests.adapters.HTTPAdapter(max_retries=0))
@@ -63,16 +65,19 @@ def sdk_message(m: Message, *, now: float):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # token= is deprecated in 7.7 in favour of fid=
         return messaging.Message(
-            token=m.device_token, notification=messaging.Notification(title=m.title, body=m.body),
+            token=m.device_token,
+            notification=messaging.Notification(title=m.title, body=m.body),
             data=dict(m.data) or None,
             android=messaging.AndroidConfig(priority=m.priority, ttl=m.ttl_seconds, collapse_key=m.collapse_key),
-            apns=messaging.APNSConfig(headers=headers))
+            apns=messaging.APNSConfig(headers=headers),
+        )
 
 
 def ours_send(emulator, messages, tokens=None):
     async def run():
-        provider = FcmProvider(PROJECT, tokens or sa_tokens(emulator),
-                               Pool(emulator.url, client_ssl_context(emulator.ca_file)))
+        provider = FcmProvider(
+            PROJECT, tokens or sa_tokens(emulator), Pool(emulator.url, client_ssl_context(emulator.ca_file))
+        )
         try:
             return await provider.send(messages)
         finally:
@@ -104,8 +109,14 @@ def test_sdk_and_ours_agree_on_every_outcome(emulator, sdk, code, sdk_error, exp
 
     token = "tok-" + secrets.token_hex(8)
     if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL"):
-        emulator.fault("fcm", {"QUOTA_EXCEEDED": 429, "UNAVAILABLE": 503, "INTERNAL": 500}[code],
-                       code=code, match=token, times=2, retry_after=1)
+        emulator.fault(
+            "fcm",
+            {"QUOTA_EXCEEDED": 429, "UNAVAILABLE": 503, "INTERNAL": 500}[code],
+            code=code,
+            match=token,
+            times=2,
+            retry_after=1,
+        )
     elif code:
         emulator.fcm_tokens(**{code: [token]})
 
@@ -296,26 +307,42 @@ def _err(status, rpc, message="m", code=None):
     return json.dumps({"error": error}).encode()
 
 
-@pytest.mark.parametrize("status,body,retry_after,expected", [
-    (200, b'{"name":"projects/p/messages/1"}', None, Delivered("projects/p/messages/1")),
-    # A 200 is a delivery even when its body names no message: never retried, so never sent twice.
-    (200, b"{}", None, Delivered("")),
-    (200, b"<html>ok</html>", None, Delivered("")),
-    (404, _err(404, "NOT_FOUND", code="UNREGISTERED"), None, InvalidToken("UNREGISTERED")),
-    (400, _err(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
-               "INVALID_ARGUMENT"), None, InvalidToken("INVALID_ARGUMENT")),
-    (400, _err(400, "INVALID_ARGUMENT", "Message is too big", "INVALID_ARGUMENT"), None,
-     Failed("INVALID_ARGUMENT: Message is too big")),
-    (403, _err(403, "PERMISSION_DENIED", code="SENDER_ID_MISMATCH"), None, InvalidToken("SENDER_ID_MISMATCH")),
-    (429, _err(429, "RESOURCE_EXHAUSTED", code="QUOTA_EXCEEDED"), b"30", RetryAfter("QUOTA_EXCEEDED", 30.0)),
-    (503, _err(503, "UNAVAILABLE", code="UNAVAILABLE"), None, RetryAfter("UNAVAILABLE", None)),
-    (500, _err(500, "INTERNAL", code="INTERNAL"), b"2", RetryAfter("INTERNAL", 2.0)),
-    (502, b"<html>bad gateway</html>", None, RetryAfter("HTTP 502", None)),
-    (401, _err(401, "UNAUTHENTICATED", code="THIRD_PARTY_AUTH_ERROR"), None, Failed("THIRD_PARTY_AUTH_ERROR")),
-    (401, _err(401, "UNAUTHENTICATED"), None, AuthRejected),
-    (403, _err(403, "PERMISSION_DENIED"), None, ProviderConfigError),
-    (404, _err(404, "NOT_FOUND", "Requested entity was not found."), None, ProviderConfigError),
-])
+@pytest.mark.parametrize(
+    "status,body,retry_after,expected",
+    [
+        (200, b'{"name":"projects/p/messages/1"}', None, Delivered("projects/p/messages/1")),
+        # A 200 is a delivery even when its body names no message: never retried, so never sent twice.
+        (200, b"{}", None, Delivered("")),
+        (200, b"<html>ok</html>", None, Delivered("")),
+        (404, _err(404, "NOT_FOUND", code="UNREGISTERED"), None, InvalidToken("UNREGISTERED")),
+        (
+            400,
+            _err(
+                400,
+                "INVALID_ARGUMENT",
+                "The registration token is not a valid FCM registration token",
+                "INVALID_ARGUMENT",
+            ),
+            None,
+            InvalidToken("INVALID_ARGUMENT"),
+        ),
+        (
+            400,
+            _err(400, "INVALID_ARGUMENT", "Message is too big", "INVALID_ARGUMENT"),
+            None,
+            Failed("INVALID_ARGUMENT: Message is too big"),
+        ),
+        (403, _err(403, "PERMISSION_DENIED", code="SENDER_ID_MISMATCH"), None, InvalidToken("SENDER_ID_MISMATCH")),
+        (429, _err(429, "RESOURCE_EXHAUSTED", code="QUOTA_EXCEEDED"), b"30", RetryAfter("QUOTA_EXCEEDED", 30.0)),
+        (503, _err(503, "UNAVAILABLE", code="UNAVAILABLE"), None, RetryAfter("UNAVAILABLE", None)),
+        (500, _err(500, "INTERNAL", code="INTERNAL"), b"2", RetryAfter("INTERNAL", 2.0)),
+        (502, b"<html>bad gateway</html>", None, RetryAfter("HTTP 502", None)),
+        (401, _err(401, "UNAUTHENTICATED", code="THIRD_PARTY_AUTH_ERROR"), None, Failed("THIRD_PARTY_AUTH_ERROR")),
+        (401, _err(401, "UNAUTHENTICATED"), None, AuthRejected),
+        (403, _err(403, "PERMISSION_DENIED"), None, ProviderConfigError),
+        (404, _err(404, "NOT_FOUND", "Requested entity was not found."), None, ProviderConfigError),
+    ],
+)
 def test_classify_fcm(status, body, retry_after, expected):
     if isinstance(expected, type) and issubclass(expected, Exception):
         with pytest.raises(expected):
@@ -347,8 +374,9 @@ def test_a_slow_provider_times_out_as_retryable(emulator):
     emulator.latency(500)
 
     async def run():
-        provider = FcmProvider(PROJECT, sa_tokens(emulator), Pool(emulator.url, client_ssl_context(emulator.ca_file)),
-                               timeout=0.1)
+        provider = FcmProvider(
+            PROJECT, sa_tokens(emulator), Pool(emulator.url, client_ssl_context(emulator.ca_file)), timeout=0.1
+        )
         try:
             return await provider.send([msg("slow1"), msg("slow2")])
         finally:
@@ -362,8 +390,10 @@ def test_spliced_page_bodies_equal_the_full_encoding():
     from notee.providers.fcm import _BodyCache, _encode
 
     data = {"k": "v", "quote": 'he said "hi"'}
-    page = [Message(t, "AOS", "Héllo \"you\"", "line1\nline2", data, 3600, "normal", "c1")
-            for t in ("tok-1", 'tok"2', "tok-ü3", "x" * 300)]
+    page = [
+        Message(t, "AOS", 'Héllo "you"', "line1\nline2", data, 3600, "normal", "c1")
+        for t in ("tok-1", 'tok"2', "tok-ü3", "x" * 300)
+    ]
     other = [Message("tok-9", "AOS", "Other", "Body"), Message("tok-10", "AOS", "Other", "Body", {"a": "b"})]
     cache = _BodyCache()
     for m in page + other + page[:1]:

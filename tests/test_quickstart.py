@@ -28,7 +28,7 @@ START, END = "<!-- quickstart: start", "<!-- quickstart: end -->"
 
 def quickstart_block() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(START):readme.index(END)]
+    section = readme[readme.index(START) : readme.index(END)]
     found = re.search(r"```bash\n(.*?)```", section, re.S)
     assert found, "README's quickstart has no ```bash block"
     return found.group(1)
@@ -58,13 +58,24 @@ def test_the_readme_quickstart_runs_as_written(processes, api, settings, emulato
         f"export NOTEE_ADMIN_TOKEN={settings.admin_token.get_secret_value()}\n"
         f"export NOTEE_EMULATOR_URL={os.environ['NOTEE_EMULATOR_URL']} "
         f"NOTEE_EMULATOR_CA_FILE={os.environ['NOTEE_EMULATOR_CA_FILE']}\n"
-        f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEE_") or k in (
-        "NOTEE_MYSQL_URL", "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION", "NOTEE_CASSANDRA_KEYSPACE_NUMBERING")}
+        f'export PATH="{Path(sys.executable).parent}:$PATH"\n'
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("NOTEE_")
+        or k in ("NOTEE_MYSQL_URL", "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION", "NOTEE_CASSANDRA_KEYSPACE_NUMBERING")
+    }
     worker = processes.worker(service, **STANDIN)  # `make run` runs one for every service
     try:
-        out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         worker.stop(timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -75,13 +86,25 @@ def test_the_readme_quickstart_runs_as_written(processes, api, settings, emulato
 
 def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migrated, tmp_path: Path):
     api_port, emu_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTEE_EMULATOR_URL", "NOTEE_EMULATOR_CA_FILE",
-                                                            "NOTEE_LIVE_DELIVERY")}
-    env |= {"NOTEE_API_PORT": str(api_port), "NOTEE_EMULATOR_PORT": str(emu_port),
-            "NOTEE_RUN_DIR": str(tmp_path / "run"), "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NOTEE_EMULATOR_URL", "NOTEE_EMULATOR_CA_FILE", "NOTEE_LIVE_DELIVERY")
+    }
+    env |= {
+        "NOTEE_API_PORT": str(api_port),
+        "NOTEE_EMULATOR_PORT": str(emu_port),
+        "NOTEE_RUN_DIR": str(tmp_path / "run"),
+        "PATH": f"{Path(sys.executable).parent}:{env['PATH']}",
+    }
     log = open(tmp_path / "run.log", "wb")  # noqa: SIM115 - closed in the finally below, after the process group stops
-    proc = subprocess.Popen(["bash", str(ROOT / "workers" / "run.sh")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "workers" / "run.sh")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         env_file = tmp_path / "run" / "env"
         deadline = time.monotonic() + 90
@@ -91,8 +114,9 @@ def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migra
             try:
                 healthy = httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=2).status_code == 200
                 ca = ssl.create_default_context(cafile=str(tmp_path / "run" / "emulator" / "ca.crt"))
-                emulating = httpx.get(f"https://127.0.0.1:{emu_port}/_emu/stats", verify=ca,
-                                      timeout=2).status_code == 200
+                emulating = (
+                    httpx.get(f"https://127.0.0.1:{emu_port}/_emu/stats", verify=ca, timeout=2).status_code == 200
+                )
             except (httpx.HTTPError, FileNotFoundError):  # FileNotFoundError: the CA is not written yet
                 time.sleep(0.3)
         assert healthy and emulating, (tmp_path / "run.log").read_text()
@@ -122,8 +146,9 @@ def test_the_stand_in_route_exists_only_when_asked_for(settings):
     from notee.providers.routing import ProviderSet
 
     async def routes(standin: bool) -> bool:
-        providers = ProviderSet(settings.model_copy(update={"emulator_url": "https://127.0.0.1:1",
-                                                            "emulator_standin": standin}))
+        providers = ProviderSet(
+            settings.model_copy(update={"emulator_url": "https://127.0.0.1:1", "emulator_standin": standin})
+        )
         try:
             return providers.for_service("NOCREDS", None).any
         finally:

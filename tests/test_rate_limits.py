@@ -23,23 +23,29 @@ def _service(client, settings) -> tuple[str, dict[str, str]]:
 
 
 def _set(client, settings, service: str, klass: str, rate: float, burst: int) -> httpx.Response:
-    return client.put(f"/v1/admin/services/{service}/rate-limits/{klass}", json={"rate": rate, "burst": burst},
-                      headers=admin_headers(settings))
+    return client.put(
+        f"/v1/admin/services/{service}/rate-limits/{klass}",
+        json={"rate": rate, "burst": burst},
+        headers=admin_headers(settings),
+    )
 
 
-@pytest.mark.parametrize("method,path,klass", [
-    ("POST", "/v1/topics/news/sports/publish", "publish"),
-    ("POST", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/send", "send"),
-    ("PUT", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/topic/news/sports", "write"),
-    ("POST", "/v1/topics/news/sports/subscribers", "write"),
-    ("DELETE", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/cycle/remind", "write"),
-    ("PUT", "/v1/users/someone", "write"),
-    ("PUT", "/v1/templates/TOPIC/news", "write"),
-    ("GET", "/v1/templates", "read"),
-    ("GET", "/v1/jobs/0b5c2f7e-0000-4000-8000-000000000000", "read"),
-    ("PUT", "/v1/admin/services/X/rate-limits/read", None),
-    ("GET", "/healthz", None),
-])
+@pytest.mark.parametrize(
+    "method,path,klass",
+    [
+        ("POST", "/v1/topics/news/sports/publish", "publish"),
+        ("POST", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/send", "send"),
+        ("PUT", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/topic/news/sports", "write"),
+        ("POST", "/v1/topics/news/sports/subscribers", "write"),
+        ("DELETE", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/cycle/remind", "write"),
+        ("PUT", "/v1/users/someone", "write"),
+        ("PUT", "/v1/templates/TOPIC/news", "write"),
+        ("GET", "/v1/templates", "read"),
+        ("GET", "/v1/jobs/0b5c2f7e-0000-4000-8000-000000000000", "read"),
+        ("PUT", "/v1/admin/services/X/rate-limits/read", None),
+        ("GET", "/healthz", None),
+    ],
+)
 def test_rate_class_of_each_route(method, path, klass):
     assert rate_class(method, path) == klass
 
@@ -51,22 +57,36 @@ def test_admin_sets_gets_and_resets_limits(client, settings):
     assert r.status_code == 200
     items = {i["class"]: i for i in r.json()["items"]}
     assert set(items) == {"publish", "send", "write", "read"}
-    assert items["publish"] == {"class": "publish", "rate": settings.rate_limit_publish_rate,
-                                "burst": settings.rate_limit_publish_burst, "custom": False}
+    assert items["publish"] == {
+        "class": "publish",
+        "rate": settings.rate_limit_publish_rate,
+        "burst": settings.rate_limit_publish_burst,
+        "custom": False,
+    }
     r = _set(client, settings, service, "publish", 2.5, 7)
     assert r.status_code == 200 and r.json() == {"class": "publish", "rate": 2.5, "burst": 7, "custom": True}
-    items = {i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]}
+    items = {
+        i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]
+    }
     assert items["publish"]["custom"] and not items["read"]["custom"]
     assert client.delete(f"/v1/admin/services/{service}/rate-limits/publish", headers=admin).status_code == 204
-    items = {i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]}
+    items = {
+        i["class"]: i for i in client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin).json()["items"]
+    }
     assert items["publish"]["custom"] is False and items["publish"]["rate"] == settings.rate_limit_publish_rate
     # Only the admin, only known services, classes and sane values.
     assert client.get(f"/v1/admin/services/{service}/rate-limits", headers=key).status_code == 401
     assert client.get("/v1/admin/services/NOSUCH_SVC/rate-limits", headers=admin).status_code == 404
-    for klass, body in [("bogus", {"rate": 1, "burst": 1}), ("read", {"rate": 0, "burst": 1}),
-                        ("read", {"rate": 1, "burst": 0}), ("read", {"rate": "5", "burst": 1}),
-                        ("read", {"rate": 1, "burst": 2.5}), ("read", {"rate": 1, "burst": True}),
-                        ("read", {"rate": 1}), ("read", {"rate": 1, "burst": 1, "x": 1})]:
+    for klass, body in [
+        ("bogus", {"rate": 1, "burst": 1}),
+        ("read", {"rate": 0, "burst": 1}),
+        ("read", {"rate": 1, "burst": 0}),
+        ("read", {"rate": "5", "burst": 1}),
+        ("read", {"rate": 1, "burst": 2.5}),
+        ("read", {"rate": 1, "burst": True}),
+        ("read", {"rate": 1}),
+        ("read", {"rate": 1, "burst": 1, "x": 1}),
+    ]:
         r = client.put(f"/v1/admin/services/{service}/rate-limits/{klass}", json=body, headers=admin)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (klass, body, r.text)
 
@@ -94,7 +114,10 @@ def test_a_refused_publish_writes_nothing(client, runtime, settings):
     new_template(client, key, "TOPIC", "news")
     assert _set(client, settings, service, "publish", 0.01, 2).status_code == 200
     for _ in range(2):
-        assert client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key).status_code == 202
+        assert (
+            client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key).status_code
+            == 202
+        )
     before = snapshot(runtime, service)
     r = client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key)
     assert r.status_code == 429 and "Retry-After" in r.headers

@@ -25,8 +25,9 @@ from tests.support.registry import (
 
 
 def test_create_and_read_service(client, settings, service_id):
-    r = client.post("/v1/admin/services", json={"service": service_id, "display_name": "Smeem"},
-                    headers=admin_headers(settings))
+    r = client.post(
+        "/v1/admin/services", json={"service": service_id, "display_name": "Smeem"}, headers=admin_headers(settings)
+    )
     assert r.status_code == 201, r.text
     assert r.json()["timezone"] == "Asia/Seoul"
     got = client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings))
@@ -36,17 +37,27 @@ def test_create_and_read_service(client, settings, service_id):
 
 def test_service_with_own_timezone_and_duplicate(client, settings, service_id):
     body = {"service": service_id, "display_name": "NY", "timezone": "America/New_York"}
-    assert client.post("/v1/admin/services", json=body, headers=admin_headers(settings)).json()["timezone"] == \
-        "America/New_York"
+    assert (
+        client.post("/v1/admin/services", json=body, headers=admin_headers(settings)).json()["timezone"]
+        == "America/New_York"
+    )
     again = client.post("/v1/admin/services", json=body | {"display_name": "other"}, headers=admin_headers(settings))
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "conflict"
-    assert client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)).json()["display_name"] == "NY"
+    assert (
+        client.get(f"/v1/admin/services/{service_id}", headers=admin_headers(settings)).json()["display_name"] == "NY"
+    )
 
 
 def test_unknown_service_is_404(client, settings, service_id):
-    for method, path in [("GET", ""), ("POST", "/api-keys"), ("GET", "/api-keys"), ("GET", "/credentials"),
-                         ("DELETE", "/credentials/fcm"), ("DELETE", "/api-keys/0123456789abcdef")]:
+    for method, path in [
+        ("GET", ""),
+        ("POST", "/api-keys"),
+        ("GET", "/api-keys"),
+        ("GET", "/credentials"),
+        ("DELETE", "/credentials/fcm"),
+        ("DELETE", "/api-keys/0123456789abcdef"),
+    ]:
         r = client.request(method, f"/v1/admin/services/{service_id}{path}", headers=admin_headers(settings))
         assert r.status_code == 404, (method, path, r.text)
         assert r.json()["error"]["code"] == "not_found"
@@ -72,8 +83,12 @@ def test_api_key_lifecycle_and_immediate_revocation(client, settings, runtime, s
     listed = client.get(f"/v1/admin/services/{service_id}/api-keys", headers=admin_headers(settings)).json()["items"]
     assert [k["revoked_at"] is not None for k in listed if k["key_id"] == second["key_id"]] == [True]
     # revoking again is fine; another service's key id is 404
-    assert client.delete(f"/v1/admin/services/{service_id}/api-keys/{second['key_id']}",
-                         headers=admin_headers(settings)).status_code == 204
+    assert (
+        client.delete(
+            f"/v1/admin/services/{service_id}/api-keys/{second['key_id']}", headers=admin_headers(settings)
+        ).status_code
+        == 204
+    )
 
 
 def test_key_of_one_service_cannot_be_revoked_through_another(client, settings, service_id):
@@ -104,8 +119,9 @@ def test_admin_refuses_service_keys(client, settings, service_id):
 def test_admin_api_off_without_admin_token(settings, runtime, service_id):
     off = create_app(Settings(admin_token=None), runtime=runtime)
     with TestClient(off) as c:
-        r = c.post("/v1/admin/services", json={"service": service_id, "display_name": "x"},
-                   headers=admin_headers(settings))
+        r = c.post(
+            "/v1/admin/services", json={"service": service_id, "display_name": "x"}, headers=admin_headers(settings)
+        )
         assert r.status_code == 403
         assert r.json()["error"]["code"] == "forbidden"
     with runtime.sessions() as s:
@@ -119,9 +135,11 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
     admin = admin_headers(settings)
     base = f"/v1/admin/services/{service_id}/credentials"
     assert client.get(base, headers=admin).json() == {"fcm": False, "apns": False}
-    responses = [client.put(f"{base}/fcm", json={"service_account": fcm}, headers=admin),
-                 client.put(f"{base}/apns", json=apns, headers=admin),
-                 client.get(base, headers=admin)]
+    responses = [
+        client.put(f"{base}/fcm", json={"service_account": fcm}, headers=admin),
+        client.put(f"{base}/apns", json=apns, headers=admin),
+        client.get(base, headers=admin),
+    ]
     assert [r.status_code for r in responses] == [200, 200, 200]
     assert responses[-1].json() == {"fcm": True, "apns": True}
 
@@ -133,10 +151,16 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
         row = store.get_credentials(s, service_id)
         for bit in secret_bits:
             assert bit.encode() not in row.fcm_encrypted and bit.encode() not in row.apns_encrypted
-        loaded = credentials.load_credentials(s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
+        loaded = credentials.load_credentials(
+            s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id
+        )
     assert loaded.fcm.service_account == fcm and loaded.fcm.project_id == "notee-test"
-    assert (loaded.apns.key_id, loaded.apns.team_id, loaded.apns.bundle_id, loaded.apns.sandbox) == \
-        (apns["key_id"], apns["team_id"], apns["bundle_id"], True)
+    assert (loaded.apns.key_id, loaded.apns.team_id, loaded.apns.bundle_id, loaded.apns.sandbox) == (
+        apns["key_id"],
+        apns["team_id"],
+        apns["bundle_id"],
+        True,
+    )
     assert loaded.apns.private_key == apns["private_key"]
     logging.getLogger("test").info("loaded %r", loaded)  # even a careless log line shows no secret
     for bit in secret_bits:
@@ -146,7 +170,9 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
     assert client.get(base, headers=admin).json() == {"fcm": True, "apns": False}
     assert client.delete(f"{base}/apns", headers=admin).status_code == 404
     with runtime.sessions() as s:
-        loaded = credentials.load_credentials(s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id)
+        loaded = credentials.load_credentials(
+            s, crypto.SecretsBox(settings.credentials_key.get_secret_value()), service_id
+        )
     assert loaded.apns is None and loaded.fcm is not None
 
 
@@ -155,8 +181,9 @@ def test_load_credentials_none_and_wrong_key(client, settings, runtime, service_
     box = crypto.SecretsBox(settings.credentials_key.get_secret_value())
     with runtime.sessions() as s:
         assert credentials.load_credentials(s, box, service_id) is None
-    client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(),
-               headers=admin_headers(settings))
+    client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     from cryptography.fernet import Fernet
 
     with runtime.sessions() as s, pytest.raises(ProviderConfigError):

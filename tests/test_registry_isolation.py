@@ -77,15 +77,24 @@ class Victim:
     template: dict
 
     def fill(self, text: str, key_id: str = "0123456789abcdef") -> str:
-        return text.format(service=self.service, user_id=self.user_id, service_user_id=self.service_user_id,
-                           token=urllib.parse.quote(self.token, safe=""), method=self.template["method"],
-                           type=self.template["type"], key_id=key_id, provider="fcm", rate_class="publish")
+        return text.format(
+            service=self.service,
+            user_id=self.user_id,
+            service_user_id=self.service_user_id,
+            token=urllib.parse.quote(self.token, safe=""),
+            method=self.template["method"],
+            type=self.template["type"],
+            key_id=key_id,
+            provider="fcm",
+            rate_class="publish",
+        )
 
     def body(self, body):
         if body is None:
             return None
-        return {k: (self.token if v == "{token}" else self.fill(v) if isinstance(v, str) else v)
-                for k, v in body.items()}
+        return {
+            k: (self.token if v == "{token}" else self.fill(v) if isinstance(v, str) else v) for k, v in body.items()
+        }
 
 
 @pytest.fixture()

@@ -15,20 +15,33 @@ from notee.settings import Settings
 from tests.support.registry import bearer
 
 REGISTRY_PATHS = {
-    "/v1/admin/services", "/v1/admin/services/{service}", "/v1/admin/services/{service}/api-keys",
-    "/v1/admin/services/{service}/api-keys/{key_id}", "/v1/admin/services/{service}/credentials/fcm",
-    "/v1/admin/services/{service}/credentials/apns", "/v1/admin/services/{service}/credentials",
-    "/v1/admin/services/{service}/credentials/{provider}", "/v1/users/{service_user_id}", "/v1/users/{user_id}",
-    "/v1/users/{user_id}/devices", "/v1/users/{user_id}/devices/{token}", "/v1/devices/rotate",
-    "/v1/templates", "/v1/templates/{method}/{type}",
+    "/v1/admin/services",
+    "/v1/admin/services/{service}",
+    "/v1/admin/services/{service}/api-keys",
+    "/v1/admin/services/{service}/api-keys/{key_id}",
+    "/v1/admin/services/{service}/credentials/fcm",
+    "/v1/admin/services/{service}/credentials/apns",
+    "/v1/admin/services/{service}/credentials",
+    "/v1/admin/services/{service}/credentials/{provider}",
+    "/v1/users/{service_user_id}",
+    "/v1/users/{user_id}",
+    "/v1/users/{user_id}/devices",
+    "/v1/users/{user_id}/devices/{token}",
+    "/v1/devices/rotate",
+    "/v1/templates",
+    "/v1/templates/{method}/{type}",
 }
 
 
 def test_notee_openapi_needs_no_database():
-    env = os.environ | {"NOTEE_MYSQL_URL": "mysql+pymysql://nobody:x@127.0.0.1:1/none",
-                        "NOTEE_CASSANDRA_HOSTS": "127.0.0.1", "NOTEE_CASSANDRA_PORT": "1"}
-    out = subprocess.run([sys.executable, "-m", "notee", "openapi"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    env = os.environ | {
+        "NOTEE_MYSQL_URL": "mysql+pymysql://nobody:x@127.0.0.1:1/none",
+        "NOTEE_CASSANDRA_HOSTS": "127.0.0.1",
+        "NOTEE_CASSANDRA_PORT": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "notee", "openapi"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert set(doc["paths"]) >= REGISTRY_PATHS
@@ -43,7 +56,10 @@ def test_notee_openapi_needs_no_database():
             assert op.get("security"), (method, path)
             for code in codes - {"204"}:
                 assert "application/json" in op["responses"][code].get("content", {}), (method, path, code)
-            creates = (method, path) in {("put", "/v1/users/{service_user_id}"), ("put", "/v1/templates/{method}/{type}")}
+            creates = (method, path) in {
+                ("put", "/v1/users/{service_user_id}"),
+                ("put", "/v1/templates/{method}/{type}"),
+            }
             if "{" in path and not creates:
                 assert "404" in codes, (method, path)
             if "requestBody" in op:

@@ -10,15 +10,22 @@ from tests.support.registry import new_service, new_template
 
 def test_create_update_keeps_key_and_bumps_version(client, settings, runtime, service_id):
     h = new_service(client, settings, service_id)
-    created = client.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "line 1\nline 2"},
-                         headers=h)
+    created = client.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "line 1\nline 2"}, headers=h)
     assert created.status_code == 201, created.text
     t1 = created.json()
-    assert (t1["method"], t1["type"], t1["priority"], t1["data"], t1["ttl_seconds"]) == ("TOPIC", "news", "high",
-                                                                                          None, None)
+    assert (t1["method"], t1["type"], t1["priority"], t1["data"], t1["ttl_seconds"]) == (
+        "TOPIC",
+        "news",
+        "high",
+        None,
+        None,
+    )
     assert t1["body"] == "line 1\nline 2"
-    updated = client.put("/v1/templates/TOPIC/news", json={"title": "New", "body": "b", "data": {"deep": "app://x"},
-                                                            "ttl_seconds": 3600, "priority": "normal"}, headers=h)
+    updated = client.put(
+        "/v1/templates/TOPIC/news",
+        json={"title": "New", "body": "b", "data": {"deep": "app://x"}, "ttl_seconds": 3600, "priority": "normal"},
+        headers=h,
+    )
     assert updated.status_code == 200
     t2 = updated.json()
     assert t2["notification_key"] == t1["notification_key"]
@@ -37,8 +44,11 @@ def test_same_type_under_two_methods_and_list(client, settings, service_id):
     c = new_template(client, h, "SINGLE", "otp.code-1")
     assert len({a["notification_key"], b["notification_key"], c["notification_key"]}) == 3
     items = client.get("/v1/templates", headers=h).json()["items"]
-    assert [(t["method"], t["type"]) for t in items] == [("CYCLE", "daily"), ("SINGLE", "otp.code-1"),
-                                                         ("TOPIC", "daily")]
+    assert [(t["method"], t["type"]) for t in items] == [
+        ("CYCLE", "daily"),
+        ("SINGLE", "otp.code-1"),
+        ("TOPIC", "daily"),
+    ]
     assert all(t["version"] >= 1 for t in items)
 
 
@@ -72,5 +82,9 @@ def test_template_by_key_for_fanout(client, settings, runtime, service_id):
     t = new_template(client, h, "SINGLE", "welcome", title="Welcome")
     with runtime.sessions() as s:
         row = store.get_template_by_key(s, t["notification_key"])
-    assert (row.service, row.notification_method, row.notification_type, row.title) == (service_id, "SINGLE",
-                                                                                        "welcome", "Welcome")
+    assert (row.service, row.notification_method, row.notification_type, row.title) == (
+        service_id,
+        "SINGLE",
+        "welcome",
+        "Welcome",
+    )

@@ -113,11 +113,18 @@ def test_delete_user_leaves_nothing_personal(client, settings, runtime, service_
     assert client.delete(f"/v1/users/{user_id}", headers=h).status_code == 204
     assert client.get(f"/v1/users/{user_id}", headers=h).status_code == 404
     with runtime.sessions() as s:
-        assert s.execute(select(store.user_t).where(store.user_t.c.service_user_id == "personal-id",
-                                                    store.user_t.c.service == service_id)).first() is None
+        assert (
+            s.execute(
+                select(store.user_t).where(
+                    store.user_t.c.service_user_id == "personal-id", store.user_t.c.service == service_id
+                )
+            ).first()
+            is None
+        )
         assert s.execute(select(store.device_t).where(store.device_t.c.user_id == user_id)).first() is None
-        assert [r.user_id for r in s.execute(select(store.device_t.c.user_id).where(
-            store.device_t.c.device_token == token))] == [keeper]
+        assert [
+            r.user_id for r in s.execute(select(store.device_t.c.user_id).where(store.device_t.c.device_token == token))
+        ] == [keeper]
     # the same service id registers again as a new user
     assert new_user(client, h, "personal-id") != user_id
 
@@ -189,13 +196,18 @@ def test_subscriptions_follow_devices_rotation_and_user_deletion(client, setting
     ks = runtime.keyspaces.notification
 
     def slot_tokens() -> set[str]:
-        rows = runtime.cql.execute(f"SELECT device_token FROM {ks}.topic_notification WHERE slot = 0 AND "
-                                   "notification_key = %s AND topic = %s", (key, "sports"))
+        rows = runtime.cql.execute(
+            f"SELECT device_token FROM {ks}.topic_notification WHERE slot = 0 AND notification_key = %s AND topic = %s",
+            (key, "sports"),
+        )
         return {r.device_token for r in rows}
 
     def index_rows() -> list:
-        return list(runtime.cql.execute(f"SELECT * FROM {ks}.notification_per_user WHERE user_id = %s AND "
-                                        "service = %s", (user_id, service_id)))
+        return list(
+            runtime.cql.execute(
+                f"SELECT * FROM {ks}.notification_per_user WHERE user_id = %s AND service = %s", (user_id, service_id)
+            )
+        )
 
     assert slot_tokens() == {t1}
     client.post(f"/v1/users/{user_id}/devices", json={"token": t2, "os": "AOS"}, headers=h)

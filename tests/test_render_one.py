@@ -19,26 +19,33 @@ from tests.support.registry import new_service, new_template, new_user, random_t
 from tests.support.stores import snapshot
 
 
-def content(title: str = "t", body: str = "b", data: dict[str, str] | None = None,
-            defaults: dict[str, str] | None = None) -> render.TemplateContent:
-    return render.TemplateContent(title=title, body=body, data=data, defaults=defaults, ttl_seconds=None,
-                                  priority="high")
+def content(
+    title: str = "t", body: str = "b", data: dict[str, str] | None = None, defaults: dict[str, str] | None = None
+) -> render.TemplateContent:
+    return render.TemplateContent(
+        title=title, body=body, data=data, defaults=defaults, ttl_seconds=None, priority="high"
+    )
 
 
 # --- the grammar (pure) --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, names", [
-    ("plain", []),
-    ("Hi {{name}}", ["name"]),
-    ("Hi {{ user.name }} and {{user.name}} {{n2}}", ["user.name", "n2"]),
-    ("{{_x}}{{a_b.c_d}}", ["_x", "a_b.c_d"]),
-])
+
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("plain", []),
+        ("Hi {{name}}", ["name"]),
+        ("Hi {{ user.name }} and {{user.name}} {{n2}}", ["user.name", "n2"]),
+        ("{{_x}}{{a_b.c_d}}", ["_x", "a_b.c_d"]),
+    ],
+)
 def test_placeholders(text, names):
     assert render.placeholders(text) == names
 
 
-@pytest.mark.parametrize("text", ["{{}}", "{{ }}", "{{1x}}", "{{a b}}", "{{a-b}}", "{{a.}}", "{{.a}}", "x {{a}}}",
-                                  "{{{a}}", "{{ a | b }}"])
+@pytest.mark.parametrize(
+    "text", ["{{}}", "{{ }}", "{{1x}}", "{{a b}}", "{{a-b}}", "{{a.}}", "{{.a}}", "x {{a}}}", "{{{a}}", "{{ a | b }}"]
+)
 def test_anything_else_in_double_braces_is_refused_when_saved(text):
     with pytest.raises(InvalidInput) as err:
         render.check_template("TOPIC", content(title=text))
@@ -48,13 +55,17 @@ def test_anything_else_in_double_braces_is_refused_when_saved(text):
 
 def test_every_problem_of_a_template_is_reported_at_once():
     with pytest.raises(InvalidInput) as err:
-        render.check_template("CYCLE", content(title="{{a}} {{1}}", body="{{b}}", data={"k": "{{c}}"},
-                                               defaults={"b": "B", "zz": "unused"}))
+        render.check_template(
+            "CYCLE",
+            content(title="{{a}} {{1}}", body="{{b}}", data={"k": "{{c}}"}, defaults={"b": "B", "zz": "unused"}),
+        )
     got = {(tuple(d["loc"]), d["type"]) for d in err.value.details}
-    assert got == {(("body", "title"), "invalid_placeholder"),
-                   (("body", "title"), "missing_default"),  # {{a}}: a CYCLE push has nobody to fill it
-                   (("body", "data", "k"), "missing_default"),
-                   (("body", "defaults", "zz"), "unused_default")}
+    assert got == {
+        (("body", "title"), "invalid_placeholder"),
+        (("body", "title"), "missing_default"),  # {{a}}: a CYCLE push has nobody to fill it
+        (("body", "data", "k"), "missing_default"),
+        (("body", "defaults", "zz"), "unused_default"),
+    }
 
 
 def test_cycle_template_needs_a_default_for_every_placeholder():
@@ -73,9 +84,17 @@ def test_bad_defaults_are_refused(defaults):
 
 # --- rendering (pure) ------------------------------------------------------------------------------
 
+
 def test_variables_then_defaults_fill_title_body_and_data():
-    got = render.render(content(title="Hi {{user.name}}", body="{{n}} new", data={"k": "{{n}}", "s": "x"},
-                                defaults={"n": "no", "user.name": "there"}), {"n": "3"})
+    got = render.render(
+        content(
+            title="Hi {{user.name}}",
+            body="{{n}} new",
+            data={"k": "{{n}}", "s": "x"},
+            defaults={"n": "no", "user.name": "there"},
+        ),
+        {"n": "3"},
+    )
     assert (got.title, got.body, got.data) == ("Hi there", "3 new", {"k": "3", "s": "x"})
 
 
@@ -87,8 +106,11 @@ def test_every_missing_variable_is_reported_in_one_error():
 
 
 def test_overrides_are_rendered_and_data_merges():
-    got = render.render(content(title="T", body="B", data={"a": "1", "b": "2"}), {"x": "X"},
-                        {"title": "Now {{x}}", "data": {"b": "{{x}}", "c": "3"}})
+    got = render.render(
+        content(title="T", body="B", data={"a": "1", "b": "2"}),
+        {"x": "X"},
+        {"title": "Now {{x}}", "data": {"b": "{{x}}", "c": "3"}},
+    )
     assert (got.title, got.body, got.data) == ("Now X", "B", {"a": "1", "b": "X", "c": "3"})
 
 
@@ -127,6 +149,7 @@ def test_fcm_size_is_the_message_the_sender_builds():
 
 # --- the API: templates -----------------------------------------------------------------------------
 
+
 @pytest.fixture()
 def tenant(client, settings, service_id):
     return service_id, new_service(client, settings, service_id, credentials=True)
@@ -139,12 +162,15 @@ def test_template_defaults_round_trip(client, tenant):
     assert client.get("/v1/templates/TOPIC/news", headers=headers).json()["defaults"] == {"name": "there"}
 
 
-@pytest.mark.parametrize("fields", [
-    {"title": "Hi {{name}}"},  # no default: nothing could fill it
-    {"title": "Hi {{name}}", "defaults": {"other": "x"}},
-    {"title": "Hi", "data": {"k": "{{v}}"}},
-    {"title": "Hi {{ 1 }}", "defaults": {}},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"title": "Hi {{name}}"},  # no default: nothing could fill it
+        {"title": "Hi {{name}}", "defaults": {"other": "x"}},
+        {"title": "Hi", "data": {"k": "{{v}}"}},
+        {"title": "Hi {{ 1 }}", "defaults": {}},
+    ],
+)
 def test_cycle_template_with_an_unfillable_placeholder_is_422_and_nothing_written(client, runtime, tenant, fields):
     service, headers = tenant
     before = snapshot(runtime, service)
@@ -166,16 +192,31 @@ def test_invalid_placeholder_is_422_for_every_method(client, tenant):
 # (title, body, data, defaults, variables given by the request, what a device must show)
 SHAPES = {
     "plain": ("Hello", "World", None, None, {}, ("Hello", "World", {})),
-    "variable": ("Hi {{name}}", "Order {{ order }}", {"o": "{{order}}"}, None, {"name": "Ann", "order": "42"},
-                 ("Hi Ann", "Order 42", {"o": "42"})),
+    "variable": (
+        "Hi {{name}}",
+        "Order {{ order }}",
+        {"o": "{{order}}"},
+        None,
+        {"name": "Ann", "order": "42"},
+        ("Hi Ann", "Order 42", {"o": "42"}),
+    ),
     "dotted": ("Hi {{user.name}}", "b", None, None, {"user.name": "Alice"}, ("Hi Alice", "b", {})),
-    "default": ("Hi {{name}}", "{{n}} new", {"k": "{{n}}"}, {"name": "there", "n": "no"}, {},
-                ("Hi there", "no new", {"k": "no"})),
+    "default": (
+        "Hi {{name}}",
+        "{{n}} new",
+        {"k": "{{n}}"},
+        {"name": "there", "n": "no"},
+        {},
+        ("Hi there", "no new", {"k": "no"}),
+    ),
     "default_overridden": ("Hi {{name}}", "b", None, {"name": "there"}, {"name": "Bo"}, ("Hi Bo", "b", {})),
 }
 # What a device shows when the request gives no variables (only shapes whose defaults fill everything)
-WITHOUT_VARIABLES = {"plain": SHAPES["plain"][5], "default": SHAPES["default"][5],
-                     "default_overridden": ("Hi there", "b", {})}
+WITHOUT_VARIABLES = {
+    "plain": SHAPES["plain"][5],
+    "default": SHAPES["default"][5],
+    "default_overridden": ("Hi there", "b", {}),
+}
 
 
 def _template_body(shape: str) -> dict:
@@ -205,8 +246,9 @@ def emu_client(client, settings, emulator):
     from notee.providers.routing import ProviderSet
 
     sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(settings.model_copy(update={"emulator_url": emulator.url,
-                                                               "emulator_ca_file": emulator.ca_file}))
+    sender.providers = ProviderSet(
+        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
+    )
     client.app.state.sender = sender
     yield emulator
     client.portal.call(sender.close)
@@ -238,8 +280,9 @@ def test_single_send_delivers_every_shape_rendered(client, tenant, emu_client, s
 
 @pytest.mark.parametrize("with_variables", [True, False], ids=["with_variables", "without_variables"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_topic_publish_delivers_every_shape_rendered_or_refuses(client, runtime, tenant, emulator, emu_runtime, shape,
-                                                                with_variables):
+def test_topic_publish_delivers_every_shape_rendered_or_refuses(
+    client, runtime, tenant, emulator, emu_runtime, shape, with_variables
+):
     service, headers = tenant
     token = random_token("t")
     user = new_user(client, headers, devices=[(token, "AOS")])
@@ -248,8 +291,7 @@ def test_topic_publish_delivers_every_shape_rendered_or_refuses(client, runtime,
     variables = SHAPES[shape][4] if with_variables else {}
     r = client.post("/v1/topics/news/all/publish", json={"variables": variables}, headers=headers)
     title, body, data = SHAPES[shape][5] if with_variables else WITHOUT_VARIABLES.get(shape, (None, None, None))
-    needs = set(render.placeholders(" ".join([SHAPES[shape][0], SHAPES[shape][1],
-                                              *(SHAPES[shape][2] or {}).values()])))
+    needs = set(render.placeholders(" ".join([SHAPES[shape][0], SHAPES[shape][1], *(SHAPES[shape][2] or {}).values()])))
     if needs - set(variables) - set(SHAPES[shape][3] or {}):
         # nothing could fill a placeholder: 422 naming every missing variable, no job, nothing sent
         assert r.status_code == 422, r.text
@@ -264,8 +306,15 @@ def test_topic_publish_delivers_every_shape_rendered_or_refuses(client, runtime,
     assert _seen(emulator, token) == (title, body, data)
 
 
-@pytest.mark.parametrize("shape", sorted(s for s in SHAPES if not set(render.placeholders(
-    " ".join([SHAPES[s][0], SHAPES[s][1], *(SHAPES[s][2] or {}).values()]))) - set(SHAPES[s][3] or {})))
+@pytest.mark.parametrize(
+    "shape",
+    sorted(
+        s
+        for s in SHAPES
+        if not set(render.placeholders(" ".join([SHAPES[s][0], SHAPES[s][1], *(SHAPES[s][2] or {}).values()])))
+        - set(SHAPES[s][3] or {})
+    ),
+)
 def test_cycle_delivers_every_savable_shape_rendered(client, runtime, tenant, emulator, emu_runtime, shape):
     from tests.support.scheduler import jobs_of, scheduler
 
@@ -275,8 +324,11 @@ def test_cycle_delivers_every_savable_shape_rendered(client, runtime, tenant, em
     assert client.put("/v1/templates/CYCLE/remind", json=_template_body(shape), headers=headers).status_code == 201
     hour, minute_ = secrets.randbelow(24), secrets.randbelow(60)  # other tenants' buckets are rarely the same
     seoul = datetime(2031, 3, 3, hour, minute_, tzinfo=timezone(timedelta(hours=9)))  # a Monday in Seoul
-    r = client.put(f"/v1/users/{user}/subscriptions/cycle/remind",
-                   json={"days": ["MON"], "hour": hour, "minute": minute_, "timezone": "Asia/Seoul"}, headers=headers)
+    r = client.put(
+        f"/v1/users/{user}/subscriptions/cycle/remind",
+        json={"days": ["MON"], "hour": hour, "minute": minute_, "timezone": "Asia/Seoul"},
+        headers=headers,
+    )
     assert r.status_code in (200, 201), r.text
     minute = seoul.astimezone(UTC)
     try:
@@ -290,8 +342,12 @@ def test_cycle_delivers_every_savable_shape_rendered(client, runtime, tenant, em
 
 def test_cycle_shapes_that_need_a_request_variable_cannot_be_saved(client, tenant):
     _, headers = tenant
-    refused = [s for s in SHAPES if set(render.placeholders(" ".join(
-        [SHAPES[s][0], SHAPES[s][1], *(SHAPES[s][2] or {}).values()]))) - set(SHAPES[s][3] or {})]
+    refused = [
+        s
+        for s in SHAPES
+        if set(render.placeholders(" ".join([SHAPES[s][0], SHAPES[s][1], *(SHAPES[s][2] or {}).values()])))
+        - set(SHAPES[s][3] or {})
+    ]
     assert refused  # the matrix above covers both kinds
     for shape in refused:
         r = client.put(f"/v1/templates/CYCLE/c{secrets.token_hex(3)}", json=_template_body(shape), headers=headers)
@@ -300,13 +356,17 @@ def test_cycle_shapes_that_need_a_request_variable_cannot_be_saved(client, tenan
 
 # --- the cases the two former renderers were tested with, on the one renderer ----------------------
 
-@pytest.mark.parametrize("title, variables, expected", [
-    ("Hi {{name}}", {"name": "Ann"}, "Hi Ann"),
-    ("Hi {{ name }}, {{name}}", {"name": "Ann"}, "Hi Ann, Ann"),
-    ("{{ a }}{{b}}{{a}}", {"a": "x", "b": "y"}, "xyx"),
-    ("No vars", {}, "No vars"),
-    ("{ {name} }", {}, "{ {name} }"),  # not double braces: plain text
-])
+
+@pytest.mark.parametrize(
+    "title, variables, expected",
+    [
+        ("Hi {{name}}", {"name": "Ann"}, "Hi Ann"),
+        ("Hi {{ name }}, {{name}}", {"name": "Ann"}, "Hi Ann, Ann"),
+        ("{{ a }}{{b}}{{a}}", {"a": "x", "b": "y"}, "xyx"),
+        ("No vars", {}, "No vars"),
+        ("{ {name} }", {}, "{ {name} }"),  # not double braces: plain text
+    ],
+)
 def test_render_title(title, variables, expected):
     assert render.render(content(title=title), variables).title == expected
 
@@ -336,8 +396,10 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
     monkeypatch.setattr(fanout_jobs, "render", counting)
     tokens = [random_token("r") for _ in range(3)]
     user = new_user(client, headers, devices=[(t, "AOS") for t in tokens])
-    assert client.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "b"},
-                      headers=headers).status_code == 201
+    assert (
+        client.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "b"}, headers=headers).status_code
+        == 201
+    )
     assert client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers).status_code in (200, 201)
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "Kim"}}, headers=headers)
     assert r.status_code == 202, r.text
@@ -356,24 +418,27 @@ def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_
     from tests.support.registry import admin_headers, apns_credentials
 
     service, headers = tenant
-    r = client.put(f"/v1/admin/services/{service}/credentials/apns", json=apns_credentials(),
-                   headers=admin_headers(settings))
+    r = client.put(
+        f"/v1/admin/services/{service}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
     assert r.status_code == 200, r.text
     token = random_token("i")
     user = new_user(client, headers, devices=[(token, "IOS")])
-    assert client.put("/v1/templates/SINGLE/big", json={"title": "{{a}}", "body": "{{b}}{{c}}"},
-                      headers=headers).status_code == 201
+    assert (
+        client.put(
+            "/v1/templates/SINGLE/big", json={"title": "{{a}}", "body": "{{b}}{{c}}"}, headers=headers
+        ).status_code
+        == 201
+    )
     fill = apns.PAYLOAD_LIMIT - apns.payload_bytes("", "", {})  # a request variable holds at most 2,000
 
     def parts(n: int) -> dict[str, str]:
         return {"a": "x" * 2000, "b": "y" * 2000, "c": "z" * (n - 4000)}
 
-    at_limit = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill)},
-                           headers=headers)
+    at_limit = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill)}, headers=headers)
     assert at_limit.status_code == 200 and at_limit.json()["delivered"] == 1, at_limit.text
     assert emu_client.deliveries(token)["apns"] == 1
-    over = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill + 1)},
-                       headers=headers)
+    over = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill + 1)}, headers=headers)
     assert over.status_code == 422 and over.json()["error"]["code"] == "payload_too_large"
     assert [d["loc"] for d in over.json()["error"]["details"]] == [["payload", "apns"]]
     assert emu_client.deliveries(token)["attempts"] == 1  # the refused one never left

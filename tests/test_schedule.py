@@ -8,49 +8,63 @@ from notee.domain.schedule import make_schedule, parse_canonical, validate_timez
 from notee.errors import InvalidInput
 
 
-@pytest.mark.parametrize("days,hour,minute,tz,canonical", [
-    (["MON"], 0, 0, "Asia/Seoul", "MON 00:00 Asia/Seoul"),
-    (["wed", "MON", "mon"], 22, 5, "Asia/Seoul", "MON,WED 22:05 Asia/Seoul"),
-    (["SUN", "SAT", "FRI", "THU", "WED", "TUE", "MON"], 23, 59, "America/New_York",
-     "MON,TUE,WED,THU,FRI,SAT,SUN 23:59 America/New_York"),
-    ([" fri "], 7, 30, "UTC", "FRI 07:30 UTC"),
-])
+@pytest.mark.parametrize(
+    "days,hour,minute,tz,canonical",
+    [
+        (["MON"], 0, 0, "Asia/Seoul", "MON 00:00 Asia/Seoul"),
+        (["wed", "MON", "mon"], 22, 5, "Asia/Seoul", "MON,WED 22:05 Asia/Seoul"),
+        (
+            ["SUN", "SAT", "FRI", "THU", "WED", "TUE", "MON"],
+            23,
+            59,
+            "America/New_York",
+            "MON,TUE,WED,THU,FRI,SAT,SUN 23:59 America/New_York",
+        ),
+        ([" fri "], 7, 30, "UTC", "FRI 07:30 UTC"),
+    ],
+)
 def test_canonical_schedule(days, hour, minute, tz, canonical):
     s = make_schedule(days, hour, minute, tz)
     assert s.canonical == canonical
     assert parse_canonical(canonical) == s
 
 
-@pytest.mark.parametrize("days,hour,minute,tz,bad_fields", [
-    (["MON"], 24, 0, "Asia/Seoul", {"hour"}),
-    (["MON"], -1, 0, "Asia/Seoul", {"hour"}),
-    (["MON"], 0, 60, "Asia/Seoul", {"minute"}),
-    (["FUN"], 0, 0, "Asia/Seoul", {"days"}),
-    (["MONDAY"], 0, 0, "Asia/Seoul", {"days"}),
-    ([], 0, 0, "Asia/Seoul", {"days"}),
-    (["MON"], 0, 0, "Mars/Olympus", {"timezone"}),
-    (["MON"], 0, 0, "", {"timezone"}),
-    (["MON"], True, 0, "UTC", {"hour"}),
-    (["XXX"], 24, 60, "Nowhere", {"days", "hour", "minute", "timezone"}),
-])
+@pytest.mark.parametrize(
+    "days,hour,minute,tz,bad_fields",
+    [
+        (["MON"], 24, 0, "Asia/Seoul", {"hour"}),
+        (["MON"], -1, 0, "Asia/Seoul", {"hour"}),
+        (["MON"], 0, 60, "Asia/Seoul", {"minute"}),
+        (["FUN"], 0, 0, "Asia/Seoul", {"days"}),
+        (["MONDAY"], 0, 0, "Asia/Seoul", {"days"}),
+        ([], 0, 0, "Asia/Seoul", {"days"}),
+        (["MON"], 0, 0, "Mars/Olympus", {"timezone"}),
+        (["MON"], 0, 0, "", {"timezone"}),
+        (["MON"], True, 0, "UTC", {"hour"}),
+        (["XXX"], 24, 60, "Nowhere", {"days", "hour", "minute", "timezone"}),
+    ],
+)
 def test_invalid_schedule(days, hour, minute, tz, bad_fields):
     with pytest.raises(InvalidInput) as err:
         make_schedule(days, hour, minute, tz)
     assert {d["field"] for d in err.value.details} == bad_fields
 
 
-@pytest.mark.parametrize("topic,ok", [
-    ("news", True),
-    ("x" * 50, True),
-    ("한국어-토픽", True),
-    ("x" * 51, False),
-    ("", False),
-    ("   ", False),
-    ("bad\nline", False),
-    ("tab\tchar", False),
-    ("nul\x00", False),
-    ("zero\u200bwidth", False),
-])
+@pytest.mark.parametrize(
+    "topic,ok",
+    [
+        ("news", True),
+        ("x" * 50, True),
+        ("한국어-토픽", True),
+        ("x" * 51, False),
+        ("", False),
+        ("   ", False),
+        ("bad\nline", False),
+        ("tab\tchar", False),
+        ("nul\x00", False),
+        ("zero\u200bwidth", False),
+    ],
+)
 def test_topic(topic, ok):
     if ok:
         assert validate_topic(topic) == topic

@@ -117,7 +117,9 @@ def test_missed_minutes_within_grace_run_late_once(runtime, tenant, due):
     assert result.skipped == 0
     assert fired(runtime, tenant) == {(key, "MON1003", "2026-06-15T01:03Z"), (key, "MON1008", "2026-06-15T01:08Z")}
     # Another tick (or a second replica) does not run them again.
-    again = scheduler(runtime, namespace=sched.namespace, grace_minutes=10).tick(now=m0 + timedelta(minutes=8, seconds=40))
+    again = scheduler(runtime, namespace=sched.namespace, grace_minutes=10).tick(
+        now=m0 + timedelta(minutes=8, seconds=40)
+    )
     assert [r.state for r in again.minutes] == ["taken"]
     assert len(jobs_of(runtime, tenant)) == 2
     states = tick_states(runtime, sched.namespace)
@@ -159,7 +161,9 @@ def test_a_dead_owners_minute_is_taken_over_and_finished(runtime, tenant, due):
     sched.tick(now=m0 + timedelta(minutes=1))
     # A replica claims 13:02 and dies before creating its jobs.
     with runtime.sessions.begin() as s:
-        assert ticks.claim(s, namespace=sched.namespace, minute_utc=m0 + timedelta(minutes=2), owner="dead", lease_s=120)
+        assert ticks.claim(
+            s, namespace=sched.namespace, minute_utc=m0 + timedelta(minutes=2), owner="dead", lease_s=120
+        )
     # Under a live lease, nobody else runs it ...
     assert sched.tick(now=m0 + timedelta(minutes=3)).minutes[1:] == []
     assert jobs_of(runtime, tenant) == []

@@ -70,8 +70,9 @@ def test_two_schedulers_over_a_simulated_hour_make_one_job_per_template_and_minu
     assert states == {m: "done" for m in minutes}
     assert sum(won.values()) == 60
     with runtime.sessions() as s:
-        jobs_recorded = s.execute(text("SELECT SUM(jobs) FROM cycle_tick WHERE namespace = :n"),
-                                  {"n": first.namespace}).scalar()
+        jobs_recorded = s.execute(
+            text("SELECT SUM(jobs) FROM cycle_tick WHERE namespace = :n"), {"n": first.namespace}
+        ).scalar()
     assert jobs_recorded >= len(expected)  # other tenants' templates due in these buckets count too
 
 
@@ -79,8 +80,12 @@ def test_scheduler_process_ticks_at_start_and_stops_on_sigterm(runtime, processe
     namespace = "test-proc-" + secrets.token_hex(4)
     proc = processes.start("scheduler", ["scheduler"], subprocess_env(NOTEE_SCHEDULER_NAMESPACE=namespace))
     # a liveness bound for a slow shared machine, not a timing assertion
-    wait_for(lambda: tick_states(runtime, namespace) or not proc.alive(), timeout=90, interval=0.5,
-             what="the scheduler's first tick")
+    wait_for(
+        lambda: tick_states(runtime, namespace) or not proc.alive(),
+        timeout=90,
+        interval=0.5,
+        what="the scheduler's first tick",
+    )
     assert proc.alive(), proc.output()
     assert set(tick_states(runtime, namespace).values()) <= {"running", "done"}
     proc.signal(signal.SIGTERM)

@@ -49,9 +49,11 @@ def test_an_expired_claim_is_taken_over_once(runtime, ns):
     # The dead owner claimed an hour ago (database clock); racers use a 10-minute lease, so the dead
     # claim is expired for all of them and the winner's fresh claim is live for the others.
     with runtime.sessions.begin() as s:
-        s.execute(update(ticks.cycle_tick)
-                  .where(ticks.cycle_tick.c.namespace == ns)
-                  .values(claimed_at=func.timestampadd(literal_column("HOUR"), -1, func.utc_timestamp(6))))
+        s.execute(
+            update(ticks.cycle_tick)
+            .where(ticks.cycle_tick.c.namespace == ns)
+            .values(claimed_at=func.timestampadd(literal_column("HOUR"), -1, func.utc_timestamp(6)))
+        )
     winners = []
     barrier = threading.Barrier(4)
 

@@ -56,8 +56,12 @@ def test_a_replica_two_hours_fast_sends_nothing_early_and_suppresses_nothing(run
     later = due.template(tenant, "later", [_bucket(ahead)])
     on_time.tick()  # the namespace's history: the on-time replica ran the current minute
 
-    fast = scheduler(runtime, namespace=on_time.namespace, grace_minutes=10,
-                     host_clock=lambda: datetime.now(ahead.tzinfo) + timedelta(hours=2))
+    fast = scheduler(
+        runtime,
+        namespace=on_time.namespace,
+        grace_minutes=10,
+        host_clock=lambda: datetime.now(ahead.tzinfo) + timedelta(hours=2),
+    )
     with caplog.at_level(logging.WARNING, logger="notee.scheduler.runner"):
         results = [fast.tick(), fast.tick()]
     assert any("this host's clock is +7200" in r.getMessage() for r in caplog.records), caplog.text
@@ -100,12 +104,30 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "all", 50)
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        overdue = jobs.create_job(runtime, session, service=service_id, notification_key=key, method="TOPIC",
-                                  type_="news", target=TopicTarget("all"), idempotency_key=None,
-                                  variables={"name": "late"}, deadline_in_s=-60)
-        timely = jobs.create_job(runtime, session, service=service_id, notification_key=key, method="TOPIC",
-                                 type_="news", target=TopicTarget("all"), idempotency_key=None,
-                                 variables={"name": "on time"}, deadline_in_s=600)
+        overdue = jobs.create_job(
+            runtime,
+            session,
+            service=service_id,
+            notification_key=key,
+            method="TOPIC",
+            type_="news",
+            target=TopicTarget("all"),
+            idempotency_key=None,
+            variables={"name": "late"},
+            deadline_in_s=-60,
+        )
+        timely = jobs.create_job(
+            runtime,
+            session,
+            service=service_id,
+            notification_key=key,
+            method="TOPIC",
+            type_="news",
+            target=TopicTarget("all"),
+            idempotency_key=None,
+            variables={"name": "on time"},
+            deadline_in_s=600,
+        )
     rt = emulator_runtime()
     try:
         worker = run_worker_until_idle(rt, [service_id])
@@ -119,7 +141,9 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
         late_tasks = store.tasks(s, overdue.job_id)
     assert ok_job.state == "done" and ok_progress.sent == len(tokens)
     assert late_job.state == "expired" and late_job.started_at is None
-    assert late_job.error.startswith(f"{overdue.task_count} of {overdue.task_count} task(s) expired: not finished by its deadline")
+    assert late_job.error.startswith(
+        f"{overdue.task_count} of {overdue.task_count} task(s) expired: not finished by its deadline"
+    )
     assert {t.state for t in late_tasks} == {"expired"}
     assert (late_progress.sent, late_progress.targeted, late_progress.tasks_done) == (0, 0, overdue.task_count)
 

@@ -100,8 +100,10 @@ def test_errors_come_back_typed_with_the_servers_details(tenant, api):
         notee.add_device(user.user_id, "short", "AOS")  # tokens are 8-512 printable characters
     assert invalid.value.status == 422 and invalid.value.details
     assert notee.list_devices(user.user_id) == []  # nothing was written
-    with Client(api.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger, \
-            pytest.raises(notee_client.Unauthorized):
+    with (
+        Client(api.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger,
+        pytest.raises(notee_client.Unauthorized),
+    ):
         stranger.list_templates()
 
 
@@ -140,30 +142,45 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
             calls.append(request)
             if len(calls) == 1:
                 headers = {"Retry-After": retry_after} if retry_after else {}
-                return httpx.Response(status, headers=headers,
-                                      json={"error": {"code": "x", "message": "later", "details": []}})
+                return httpx.Response(
+                    status, headers=headers, json={"error": {"code": "x", "message": "later", "details": []}}
+                )
             return httpx.Response(200, json={"rotated": 1})
+
         return handler
 
     slept: list[float] = []
     real_sleep = notee_client.client.time.sleep
     notee_client.client.time.sleep = slept.append  # type: ignore[assignment]
     try:
-        with Client("http://notee.invalid", api_key="k", http_client=httpx.Client(
-                transport=httpx.MockTransport(answer(429, "7")))) as c:
+        with Client(
+            "http://notee.invalid",
+            api_key="k",
+            http_client=httpx.Client(transport=httpx.MockTransport(answer(429, "7"))),
+        ) as c:
             assert c.rotate_token("aaaaaaaa", "bbbbbbbb").rotated == 1
         assert slept == [7.0] and len(calls) == 2
         # A 503 on a single send (no idempotency key) is not retried: it may have been sent.
         calls.clear()
-        with Client("http://notee.invalid", api_key="k", http_client=httpx.Client(
-                transport=httpx.MockTransport(answer(503, "1")))) as c, pytest.raises(notee_client.Unavailable):
+        with (
+            Client(
+                "http://notee.invalid",
+                api_key="k",
+                http_client=httpx.Client(transport=httpx.MockTransport(answer(503, "1"))),
+            ) as c,
+            pytest.raises(notee_client.Unavailable),
+        ):
             c.send_to_user("00000000-0000-4000-8000-000000000000", "otp")
         assert len(calls) == 1
         # ... while a 429 is retried for any operation, and the wait is capped.
         calls.clear()
         slept.clear()
-        with Client("http://notee.invalid", api_key="k", max_retry_wait=2.0, http_client=httpx.Client(
-                transport=httpx.MockTransport(answer(429, "600")))) as c:
+        with Client(
+            "http://notee.invalid",
+            api_key="k",
+            max_retry_wait=2.0,
+            http_client=httpx.Client(transport=httpx.MockTransport(answer(429, "600"))),
+        ) as c:
             c.rotate_token("aaaaaaaa", "bbbbbbbb")
         assert slept == [2.0]
     finally:
@@ -177,11 +194,17 @@ def test_every_api_operation_has_an_sdk_method_of_the_same_name(app):
 
     from notee.api.openapi import snake
 
-    api = {snake(op["operationId"]): (method.upper(), path)
-           for path, item in app.openapi()["paths"].items() for method, op in item.items()}
-    sdk = {name: _route_of(getattr(_ops, name)) for name in dir(_ops)
-           if not name.startswith("_") and str(getattr(getattr(_ops, name), "__annotations__", {}).get(
-               "return", "")).startswith("Op[")}
+    api = {
+        snake(op["operationId"]): (method.upper(), path)
+        for path, item in app.openapi()["paths"].items()
+        for method, op in item.items()
+    }
+    sdk = {
+        name: _route_of(getattr(_ops, name))
+        for name in dir(_ops)
+        if not name.startswith("_")
+        and str(getattr(getattr(_ops, name), "__annotations__", {}).get("return", "")).startswith("Op[")
+    }
     assert sorted(set(api) - set(sdk)) == [], "endpoints without an SDK operation"
     assert sorted(set(sdk) - set(api)) == [], "SDK operations the API does not have"
     assert {name: sdk[name] for name in api} == api
@@ -195,15 +218,15 @@ def _route_of(fn) -> tuple[str, str]:
     for p in inspect.signature(fn).parameters.values():
         if p.default is inspect.Parameter.empty:
             annotation = str(p.annotation)
-            args[p.name] = (["x"] if "Sequence" in annotation else {} if "Mapping" in annotation
-                            else f"{{{p.name}}}")
+            args[p.name] = ["x"] if "Sequence" in annotation else {} if "Mapping" in annotation else f"{{{p.name}}}"
     op = fn(**args)
     return op.method, op.path.replace("%7B", "{").replace("%7D", "}")
 
 
 def test_the_generated_methods_are_current():
-    out = subprocess.run([sys.executable, str(SDK / "tools" / "gen_methods.py"), "--check"], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, str(SDK / "tools" / "gen_methods.py"), "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -212,12 +235,18 @@ def test_the_sdk_depends_on_httpx_and_pydantic_only_and_never_imports_the_server
     assert sorted(d.split(">")[0].split("=")[0].split("<")[0] for d in project["dependencies"]) == ["httpx", "pydantic"]
     for path in (SDK / "notee_client").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
-                assert top in {"notee_client", "httpx", "pydantic"} or top in sys.stdlib_module_names, \
+                assert top in {"notee_client", "httpx", "pydantic"} or top in sys.stdlib_module_names, (
                     f"{path.name} imports {name}"
+                )
 
 
 def test_jobs_are_listed_newest_first_with_filters_and_a_cursor(tenant, admin):
@@ -247,8 +276,12 @@ def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):
     now = datetime.now(UTC)
     assert [j.job_id for j in notee.list_jobs(created_from=now - timedelta(minutes=5)).items] == [job]
     assert notee.list_jobs(created_to=now - timedelta(minutes=5)).items == []
-    assert [j.job_id for j in notee.list_jobs(created_from=(now - timedelta(minutes=5)).astimezone(
-        timezone(timedelta(hours=9)))).items] == [job]  # any offset means the same instant
+    assert [
+        j.job_id
+        for j in notee.list_jobs(
+            created_from=(now - timedelta(minutes=5)).astimezone(timezone(timedelta(hours=9)))
+        ).items
+    ] == [job]  # any offset means the same instant
     for bad in ("0.5", "2026-11-30T09:00:00", "yesterday"):
         with pytest.raises(notee_client.ValidationFailed):
             notee.call(notee_client.Op("GET", "/v1/jobs", lambda b: b, params={"created_from": bad}))

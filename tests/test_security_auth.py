@@ -83,8 +83,7 @@ def test_credential_material_never_logged(client, settings, service_id, caplog):
     account = fcm_service_account("leak-check")
     apns = apns_credentials()
     admin = admin_headers(settings)
-    r = client.put(f"/v1/admin/services/{service_id}/credentials/fcm", json={"service_account": account},
-                   headers=admin)
+    r = client.put(f"/v1/admin/services/{service_id}/credentials/fcm", json={"service_account": account}, headers=admin)
     assert r.status_code == 200, r.text
     r = client.put(f"/v1/admin/services/{service_id}/credentials/apns", json=apns, headers=admin)
     assert r.status_code == 200, r.text
@@ -100,9 +99,14 @@ def test_credential_material_never_logged(client, settings, service_id, caplog):
     client.get("/v1/templates", headers=bearer(key["api_key"]))
     client.get(f"/v1/admin/services/{service_id}", headers=bearer(key["api_key"]))
 
-    secrets_used = {key["api_key"], key["api_key"].split("_", 2)[2], headers["Authorization"][7:],
-                    settings.admin_token.get_secret_value(), account["private_key"].splitlines()[1],
-                    apns["private_key"].splitlines()[1]}
+    secrets_used = {
+        key["api_key"],
+        key["api_key"].split("_", 2)[2],
+        headers["Authorization"][7:],
+        settings.admin_token.get_secret_value(),
+        account["private_key"].splitlines()[1],
+        apns["private_key"].splitlines()[1],
+    }
     for s in secrets_used:
         logscan.remember_secret(s)
     # Never returned by the API after creation.

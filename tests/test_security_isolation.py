@@ -35,6 +35,8 @@ BODIES: dict[str, dict] = {
     "PUT /v1/users/{service_user_id}": {"name": "x"},
     "PUT /v1/templates/{method}/{type}": {"title": "t", "body": "b"},
 }
+
+
 # Which of B's templates a route's {type}/{method} addresses (by path).
 def _template_of(path: str) -> str:
     if "/cycle/" in path:
@@ -60,13 +62,20 @@ def all_routes(routes, prefix: str = "") -> list[tuple[APIRoute, str]]:
 
 
 def service_routes(app) -> list[tuple[str, str]]:
-    return sorted({(m, path) for route, path in all_routes(app.routes) for m in route.methods
-                   if path.startswith("/v1/") and not path.startswith("/v1/admin")})
+    return sorted(
+        {
+            (m, path)
+            for route, path in all_routes(app.routes)
+            for m in route.methods
+            if path.startswith("/v1/") and not path.startswith("/v1/admin")
+        }
+    )
 
 
 def admin_routes(app) -> list[tuple[str, str]]:
-    return sorted({(m, path) for route, path in all_routes(app.routes) for m in route.methods
-                   if path.startswith("/v1/admin")})
+    return sorted(
+        {(m, path) for route, path in all_routes(app.routes) for m in route.methods if path.startswith("/v1/admin")}
+    )
 
 
 def test_route_walk_matches_the_openapi_document(app):
@@ -88,15 +97,21 @@ def tenants(client, settings, runtime):
     cycle_t = new_template(client, b_auth, "CYCLE", "daily")
     single_t = new_template(client, b_auth, "SINGLE", "ping")
     assert client.put(f"/v1/users/{user_id}/subscriptions/topic/news/all", headers=b_auth).status_code == 201
-    r = client.put(f"/v1/users/{user_id}/subscriptions/cycle/daily", json={"days": ["MON"], "hour": 9, "minute": 0},
-                   headers=b_auth)
+    r = client.put(
+        f"/v1/users/{user_id}/subscriptions/cycle/daily", json={"days": ["MON"], "hour": 9, "minute": 0}, headers=b_auth
+    )
     assert r.status_code == 201, r.text
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "b"}}, headers=b_auth)
     assert r.status_code == 202, r.text
-    b_ids = {"user_id": user_id, "service_user_id": b_suid, "token": token, "topic": "all",
-             "job_id": r.json()["job_id"], "keys": [topic_t["notification_key"], cycle_t["notification_key"],
-                                                     single_t["notification_key"]],
-             "types": {"topic": "news", "cycle": "daily", "single": "ping"}}
+    b_ids = {
+        "user_id": user_id,
+        "service_user_id": b_suid,
+        "token": token,
+        "topic": "all",
+        "job_id": r.json()["job_id"],
+        "keys": [topic_t["notification_key"], cycle_t["notification_key"], single_t["notification_key"]],
+        "types": {"topic": "news", "cycle": "daily", "single": "ping"},
+    }
     return {"a": a, "b": b, "a_auth": a_auth, "b_auth": b_auth, "b_ids": b_ids}
 
 
@@ -125,15 +140,28 @@ def _masked(text: str, ids: dict[str, str]) -> str:
 def _ids_for(path: str, which: dict) -> dict[str, str]:
     kind = _template_of(path)
     method = {"topic": "TOPIC", "cycle": "CYCLE", "single": "SINGLE"}[kind]
-    return {"user_id": which["user_id"], "service_user_id": which["service_user_id"], "token": which["token"],
-            "topic": which["topic"], "job_id": which["job_id"], "type": which["types"][kind], "method": method,
-            "single_type": which["types"]["single"], "new_token": which["new_token"]}
+    return {
+        "user_id": which["user_id"],
+        "service_user_id": which["service_user_id"],
+        "token": which["token"],
+        "topic": which["topic"],
+        "job_id": which["job_id"],
+        "type": which["types"][kind],
+        "method": method,
+        "single_type": which["types"]["single"],
+        "new_token": which["new_token"],
+    }
 
 
 def _missing() -> dict:
-    return {"user_id": str(uuid.uuid4()), "service_user_id": "nobody-" + secrets.token_hex(4),
-            "token": random_token("none"), "topic": "t" + secrets.token_hex(3), "job_id": str(uuid.uuid4()),
-            "types": {k: "missing" + secrets.token_hex(3) for k in ("topic", "cycle", "single")}}
+    return {
+        "user_id": str(uuid.uuid4()),
+        "service_user_id": "nobody-" + secrets.token_hex(4),
+        "token": random_token("none"),
+        "topic": "t" + secrets.token_hex(3),
+        "job_id": str(uuid.uuid4()),
+        "types": {k: "missing" + secrets.token_hex(3) for k in ("topic", "cycle", "single")},
+    }
 
 
 def test_every_service_route_is_covered(app):
@@ -176,14 +204,18 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert b_ids["job_id"] in client.get("/v1/jobs", headers=tenants["b_auth"]).text  # the check can fail
     r = client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=a_auth)
     assert r.status_code in (200, 201) and r.json()["notification_key"] not in b_ids["keys"]
-    assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {f"{m} {p}" for m, p in routes}
+    assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {
+        f"{m} {p}" for m, p in routes
+    }
 
     # B is untouched: MySQL rows, counters, and its subscriptions in Cassandra.
     assert snapshot(runtime, tenants["b"]) == before
     assert client.get(f"/v1/users/{b_ids['user_id']}/subscriptions", headers=tenants["b_auth"]).json() == b_subs
     assert len(checked) >= 15, checked
-    print(f"\nisolation: {len(checked)} lookup routes answered A like a missing object: "
-          f"{sorted({s for _, _, s in checked})} statuses; {len(OWN)} own-tenant routes checked")
+    print(
+        f"\nisolation: {len(checked)} lookup routes answered A like a missing object: "
+        f"{sorted({s for _, _, s in checked})} statuses; {len(OWN)} own-tenant routes checked"
+    )
 
 
 def test_admin_routes_refuse_service_keys(app, client, tenants):

@@ -11,9 +11,11 @@ from notee import crypto
 from tests import security_logscan as scan
 
 _KEY = crypto.NewApiKey(key_id="0123456789abcdef", secret="A" * 43).api_key
-_JWT = ("eyJhbGciOiJFUzI1NiIsImtpZCI6IkFCQzEyMzQ1NjcifQ."
-        "eyJpc3MiOiJURUFNMTIzNDU2IiwiaWF0IjoxNzAwMDAwMDAwfQ."
-        "MEUCIQDx3vTqT5gmWv9YQn3pLZ6v1yQh0hP8a7lN2wWc1M9aXQ")
+_JWT = (
+    "eyJhbGciOiJFUzI1NiIsImtpZCI6IkFCQzEyMzQ1NjcifQ."
+    "eyJpc3MiOiJURUFNMTIzNDU2IiwiaWF0IjoxNzAwMDAwMDAwfQ."
+    "MEUCIQDx3vTqT5gmWv9YQn3pLZ6v1yQh0hP8a7lN2wWc1M9aXQ"
+)
 
 
 @pytest.mark.parametrize(
@@ -26,8 +28,10 @@ _JWT = ("eyJhbGciOiJFUzI1NiIsImtpZCI6IkFCQzEyMzQ1NjcifQ."
         ("-----BEGIN PRIVATE KEY-----", ["pem_private_key"]),
         ("-----BEGIN EC PRIVATE KEY-----", ["pem_private_key"]),
         ("-----BEGIN RSA PRIVATE KEY-----", ["pem_private_key"]),
-        ('{"type": "service_account", "private_key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"}',
-         ["service_account_private_key"]),
+        (
+            '{"type": "service_account", "private_key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"}',
+            ["service_account_private_key"],
+        ),
         ("private_key=None", []),
         ("token abc123…(152)", []),
     ],

@@ -46,16 +46,24 @@ def test_topic_and_cycle_roundtrip(client, st, tenant):
     assert r.status_code == 201 and r.json()["status"] == "subscribed" and r.json()["devices"] == 1
     r = client.put(f"/v1/users/{u}/subscriptions/topic/news/{quote('스포츠 news')}", headers=h)
     assert r.status_code == 200 and r.json()["status"] == "already_subscribed"
-    r = client.put(f"/v1/users/{u}/subscriptions/cycle/remind", json={"days": ["mon", "FRI"], "hour": 9, "minute": 5},
-                   headers=h)
+    r = client.put(
+        f"/v1/users/{u}/subscriptions/cycle/remind", json={"days": ["mon", "FRI"], "hour": 9, "minute": 5}, headers=h
+    )
     assert r.status_code == 201 and r.json()["schedule"] == "MON,FRI 09:05 Asia/Seoul"
 
     items = client.get(f"/v1/users/{u}/subscriptions", headers=h).json()["items"]
-    assert {(i["method"], i["type"], i["topic"]) for i in items} == {("TOPIC", "news", "스포츠 news"),
-                                                                      ("CYCLE", "remind", None)}
+    assert {(i["method"], i["type"], i["topic"]) for i in items} == {
+        ("TOPIC", "news", "스포츠 news"),
+        ("CYCLE", "remind", None),
+    }
     cyc = next(i for i in items if i["method"] == "CYCLE")
-    assert cyc["schedule"] == {"days": ["MON", "FRI"], "hour": 9, "minute": 5, "timezone": "Asia/Seoul",
-                               "canonical": "MON,FRI 09:05 Asia/Seoul"}
+    assert cyc["schedule"] == {
+        "days": ["MON", "FRI"],
+        "hour": 9,
+        "minute": 5,
+        "timezone": "Asia/Seoul",
+        "canonical": "MON,FRI 09:05 Asia/Seoul",
+    }
     got = recipients(st, news["notification_key"], TopicTarget("스포츠 news"), svc, "TOPIC", "news")
     assert [(x.device_token, x.device_os, x.user_id) for x in got] == [(tok, "IOS", u)]
 
@@ -71,12 +79,18 @@ def test_registry_lifecycle_reflected(client, st, tenant):
     news = new_template(client, h, "TOPIC", "news")
     u = new_user(client, h)
     assert client.put(f"/v1/users/{u}/subscriptions/topic/news/t", headers=h).json()["devices"] == 0
+
     def toks():
-        return sorted(x.device_token for x in recipients(st, news["notification_key"], TopicTarget("t"), svc,
-                                                                  "TOPIC", "news"))
+        return sorted(
+            x.device_token for x in recipients(st, news["notification_key"], TopicTarget("t"), svc, "TOPIC", "news")
+        )
+
     a, b, c = random_token("a"), random_token("b"), random_token("c")
     for t in (a, b):
-        assert client.post(f"/v1/users/{u}/devices", json={"token": t, "os": "AOS"}, headers=h).status_code in (200, 201)
+        assert client.post(f"/v1/users/{u}/devices", json={"token": t, "os": "AOS"}, headers=h).status_code in (
+            200,
+            201,
+        )
     assert toks() == sorted([a, b])
     assert client.delete(f"/v1/users/{u}/devices/{a}", headers=h).status_code == 204
     assert toks() == [b]
@@ -91,8 +105,13 @@ def test_registry_lifecycle_reflected(client, st, tenant):
 def _snapshot(runtime, st, svc, u):
     with runtime.sessions() as s:
         mysql = (len(reg.list_devices(s, svc, u)), len(reg.list_templates(s, svc)))
-    return (st.user_rows(u, svc), st.counters(svc, "TOPIC", "news"), st.counters(svc, "CYCLE", "remind"),
-            cqlstore.due_templates(st, "Asia/Seoul", "MON", 0, 0), mysql)
+    return (
+        st.user_rows(u, svc),
+        st.counters(svc, "TOPIC", "news"),
+        st.counters(svc, "CYCLE", "remind"),
+        cqlstore.due_templates(st, "Asia/Seoul", "MON", 0, 0),
+        mysql,
+    )
 
 
 BAD = [
@@ -136,8 +155,10 @@ def test_unknown_user_and_bad_bulk(client, runtime, st, tenant):
     assert client.post("/v1/topics/news/t/subscribers", json=too_many, headers=h).status_code == 422
     for bad in ([], ["not-a-uuid"], ["é" * 36], None):
         assert client.post("/v1/topics/news/t/subscribers", json={"user_ids": bad}, headers=h).status_code == 422
-    assert client.post("/v1/topics/news/" + "x" * 51 + "/subscribers", json={"user_ids": [ghost]},
-                       headers=h).status_code == 422
+    assert (
+        client.post("/v1/topics/news/" + "x" * 51 + "/subscribers", json={"user_ids": [ghost]}, headers=h).status_code
+        == 422
+    )
     assert st.counters(svc, "TOPIC", "news") == (st.counters(svc, "TOPIC", "news")[0], 0, 0)
 
 
@@ -155,7 +176,10 @@ def test_tenant_isolation(client, settings, st, tenant):
     assert client.delete(f"/v1/users/{ua}/subscriptions/topic/news/t", headers=hb).status_code == 404
     r = client.post("/v1/topics/news/t/subscribers", json={"user_ids": [ua]}, headers=hb)
     assert r.json()["results"] == [{"user_id": ua, "status": "not_found"}]
-    assert st.user_rows(ua, svc_b) == [] and len(client.get(f"/v1/users/{ua}/subscriptions", headers=ha).json()["items"]) == 1
+    assert (
+        st.user_rows(ua, svc_b) == []
+        and len(client.get(f"/v1/users/{ua}/subscriptions", headers=ha).json()["items"]) == 1
+    )
     assert client.get(f"/v1/users/{ua}/subscriptions").status_code == 401
 
 
@@ -194,8 +218,9 @@ def test_concurrent_topic_subscribes_of_one_user_all_land(client, runtime, st, t
     listed = client.get(f"/v1/users/{u}/subscriptions", headers=h).json()["items"]
     assert sorted(i["topic"] for i in listed) == topics
     for t in topics:
-        assert [x.device_token for x in recipients(st, news["notification_key"], TopicTarget(t), svc,
-                                                   "TOPIC", "news")] == [tok]
+        assert [
+            x.device_token for x in recipients(st, news["notification_key"], TopicTarget(t), svc, "TOPIC", "news")
+        ] == [tok]
     reconcile.reconcile(runtime, service=svc)  # whatever the race did to `count`, reconcile makes it exact
     assert st.counters(svc, "TOPIC", "news")[1] == 1
 
@@ -210,8 +235,11 @@ def test_concurrent_cycle_resubscribes_converge_on_one_schedule(client, runtime,
 
     def go(hour):
         barrier.wait()
-        return client.put(f"/v1/users/{u}/subscriptions/cycle/remind",
-                          json={"days": ["TUE"], "hour": hour, "minute": 0, "timezone": "UTC"}, headers=h).status_code
+        return client.put(
+            f"/v1/users/{u}/subscriptions/cycle/remind",
+            json={"days": ["TUE"], "hour": hour, "minute": 0, "timezone": "UTC"},
+            headers=h,
+        ).status_code
 
     with ThreadPoolExecutor(len(hours)) as pool:
         assert set(pool.map(go, hours)) <= {200, 201}  # each replaces (201) or meets (200) a racing schedule
@@ -219,7 +247,11 @@ def test_concurrent_cycle_resubscribes_converge_on_one_schedule(client, runtime,
     assert len(listed) == 1
     winner = listed[0]["schedule"]["hour"]
     for hour in hours:  # no orphan slot rows: only the winning schedule's bucket has the device
-        got = [x.device_token for x in recipients(st, remind["notification_key"], CycleTarget("UTC", "TUE", hour, 0),
-                                                  svc, "CYCLE", "remind")]
+        got = [
+            x.device_token
+            for x in recipients(
+                st, remind["notification_key"], CycleTarget("UTC", "TUE", hour, 0), svc, "CYCLE", "remind"
+            )
+        ]
         assert got == ([tok] if hour == winner else [])
     assert len(st.user_rows(u, svc)) == 2

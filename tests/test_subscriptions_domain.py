@@ -54,8 +54,14 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
     assert st.counters(svc, "TOPIC", "news") == (version, 1, 2)  # no number consumed, count unchanged
     assert len(recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")) == 2
     assert subs.list_subscriptions(runtime, svc, u) == [
-        {"method": "TOPIC", "type": "news", "topic": "sports", "devices": 2,
-         "registered_at": subs.list_subscriptions(runtime, svc, u)[0]["registered_at"]}]
+        {
+            "method": "TOPIC",
+            "type": "news",
+            "topic": "sports",
+            "devices": 2,
+            "registered_at": subs.list_subscriptions(runtime, svc, u)[0]["registered_at"],
+        }
+    ]
 
 
 def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
@@ -89,8 +95,9 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     r = subs.subscribe_cycle(runtime, svc, u, "remind", ["WED", "MON"], 22, 0)
     assert r["schedule"] == "MON,WED 22:00 Asia/Seoul"
     for day in ("MON", "WED"):
-        assert [x.device_token for x in recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0),
-                                                    svc, "CYCLE", "remind")] == [t]
+        assert [
+            x.device_token for x in recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind")
+        ] == [t]
         assert (svc, key, "remind") in cqlstore.due_templates(st, "Asia/Seoul", day, 22, 0)
     assert "Asia/Seoul" in cqlstore.timezones_in_use(st)
     assert subs.subscribe_cycle(runtime, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
@@ -98,8 +105,9 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     subs.subscribe_cycle(runtime, svc, u, "remind", ["FRI"], 7, 30, "Europe/Berlin")
     for day in ("MON", "WED"):
         assert recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind") == []
-    assert [x.user_id for x in recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30),
-                                          svc, "CYCLE", "remind")] == [u]
+    assert [
+        x.user_id for x in recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30), svc, "CYCLE", "remind")
+    ] == [u]
     listed = subs.list_subscriptions(runtime, svc, u)
     assert [s["schedule"]["canonical"] for s in listed] == ["FRI 07:30 Europe/Berlin"]
     assert st.counters(svc, "CYCLE", "remind")[1] == 1
@@ -123,11 +131,17 @@ BAD = [
     ("hour 24", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 24, 0), InvalidInput),
     ("minute 60", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 60), InvalidInput),
     ("unknown day", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["FUN"], 0, 0), InvalidInput),
-    ("unknown tz", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
-     InvalidInput),
+    (
+        "unknown tz",
+        lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
+        InvalidInput,
+    ),
     ("topic on cycle template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "remind", "t"), InvalidInput),
-    ("cycle on topic template", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "news", ["MON"], 0, 0),
-     InvalidInput),
+    (
+        "cycle on topic template",
+        lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "news", ["MON"], 0, 0),
+        InvalidInput,
+    ),
     ("unknown template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "nope", "t"), NotFound),
     ("unknown user", lambda rt, svc, u: subs.subscribe_topic(rt, svc, "0" * 36, "news", "t"), NotFound),
     ("bulk too many", lambda rt, svc, u: subs.bulk_subscribe_topic(rt, svc, "news", "t", [u] * 1001), InvalidInput),
@@ -171,8 +185,7 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     # Resume from a checkpointed paging state: the rest of the slot, nothing twice.
     gen = cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
     first, state = next(gen)
-    rest = [r.device_token for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state)
-            for r in p]
+    rest = [r.device_token for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
     assert sorted([r.device_token for r in first] + rest) == sorted(per_slot[1])
 
 
@@ -184,8 +197,14 @@ def test_bulk_reports_per_user(runtime, st, svc):
     subs.subscribe_topic(runtime, svc, users[0], "news", "t")
     unknown = "f" * 36
     res = subs.bulk_subscribe_topic(runtime, svc, "news", "t", [*users, unknown, users[1]])
-    assert [r["status"] for r in res] == ["already_subscribed", "subscribed", "subscribed", "subscribed",
-                                          "subscribed", "not_found"]
+    assert [r["status"] for r in res] == [
+        "already_subscribed",
+        "subscribed",
+        "subscribed",
+        "subscribed",
+        "subscribed",
+        "not_found",
+    ]
     assert st.counters(svc, "TOPIC", "news")[1] == 5
     assert subs.list_subscriptions(runtime, svc, users[4])[0]["devices"] == 0  # no device yet: user-level only
 
@@ -196,11 +215,15 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     u = make_user(runtime, svc)
     subs.subscribe_topic(runtime, svc, u, "news", "t")
     subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 8, 0, "UTC")
+
     def topic():
         return sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
+
     def cycle():
-        return sorted(r.device_token for r in recipients(st, ckey, CycleTarget("UTC", "TUE", 8, 0),
-                                                                  svc, "CYCLE", "remind"))
+        return sorted(
+            r.device_token for r in recipients(st, ckey, CycleTarget("UTC", "TUE", 8, 0), svc, "CYCLE", "remind")
+        )
+
     assert topic() == [] == cycle()
 
     # a new device gets the user's subscriptions
@@ -220,6 +243,7 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     new = token("rot")
     with runtime.sessions.begin() as s:
         from datetime import datetime
+
         reg.rotate_token(s, service=svc, old=d1, new=new, now=datetime.utcnow())
     subs.on_token_rotated(runtime, svc, d1, new)
     assert topic() == [new] == cycle()
@@ -320,7 +344,7 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
         subs.subscribe_topic(runtime, svc, u, "news", "a")
     subs.subscribe_topic(runtime, svc, users[0], "news", "b")
     subs.subscribe_cycle(runtime, svc, users[0], "remind", ["SAT"], 3, 4, "Pacific/Auckland")
-    st.add_count(svc, "TOPIC", "news", 7)     # drift, e.g. a timed-out increment that did land
+    st.add_count(svc, "TOPIC", "news", 7)  # drift, e.g. a timed-out increment that did land
     st.add_count(svc, "CYCLE", "remind", -1)
     report = reconcile.reconcile(runtime, service=svc)
     assert st.counters(svc, "TOPIC", "news")[1] == 3

@@ -58,9 +58,17 @@ class RequestContext:
             await self.app(scope, receive, send_with_id)
         finally:
             if scope["app"].state.settings.log_format == "json":
-                access_log.info("%s %s %d", scope["method"], shorten_tokens_in_path(scope["path"]), status,
-                                extra={"method": scope["method"], "path": shorten_tokens_in_path(scope["path"]),
-                                       "status": status,
-                                       "duration_ms": round((time.perf_counter() - started) * 1000, 1)})
+                access_log.info(
+                    "%s %s %d",
+                    scope["method"],
+                    shorten_tokens_in_path(scope["path"]),
+                    status,
+                    extra={
+                        "method": scope["method"],
+                        "path": shorten_tokens_in_path(scope["path"]),
+                        "status": status,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                    },
+                )
             logs.service.reset(service_token)
             logs.request_id.reset(rid_token)

@@ -22,10 +22,14 @@ from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.vocabulary import RateClass
 
-_admin_scheme = HTTPBearer(auto_error=False, scheme_name="AdminToken",
-                           description="NOTEE_ADMIN_TOKEN of the deployment")
-_key_scheme = HTTPBearer(auto_error=False, scheme_name="ApiKey",
-                         description="A service API key `nk_<key_id>_<secret>` (admin API creates them)")
+_admin_scheme = HTTPBearer(
+    auto_error=False, scheme_name="AdminToken", description="NOTEE_ADMIN_TOKEN of the deployment"
+)
+_key_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="A service API key `nk_<key_id>_<secret>` (admin API creates them)",
+)
 
 Credentials = HTTPAuthorizationCredentials | None
 
@@ -38,8 +42,9 @@ def check_admin(settings: Settings, token: str | None) -> None:
         raise Unauthorized("missing or invalid admin token")
 
 
-def authenticate_service(runtime: Runtime, settings: Settings, token: str | None,
-                         rate_class: RateClass | None = None) -> str:
+def authenticate_service(
+    runtime: Runtime, settings: Settings, token: str | None, rate_class: RateClass | None = None
+) -> str:
     """The calling service's id: one indexed lookup on its own short session, so the connection is
     back in the pool before the route runs (routes whose domain code opens its own sessions then
     need one connection per request, not two: docs/BENCHMARKS.md, subscribe). With ``rate_class``,

@@ -54,8 +54,13 @@ class EdgeLimits:
 
     @classmethod
     def of(cls, settings: Settings) -> EdgeLimits:
-        return cls(settings.api_max_body_bytes, settings.api_max_json_depth, settings.api_max_url_bytes,
-                   settings.api_max_header_bytes, settings.api_max_concurrency)
+        return cls(
+            settings.api_max_body_bytes,
+            settings.api_max_json_depth,
+            settings.api_max_url_bytes,
+            settings.api_max_header_bytes,
+            settings.api_max_concurrency,
+        )
 
 
 def json_too_deep(body: bytes, limit: int) -> bool:
@@ -133,21 +138,42 @@ class EdgeGuard:
         settings: Settings = state.settings
         limits = EdgeLimits.of(settings)
         if len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") > limits.max_url_bytes:
-            await self._reject(scope, receive, send, 414, "uri_too_long",
-                               f"the URL is longer than {limits.max_url_bytes} bytes")
+            await self._reject(
+                scope, receive, send, 414, "uri_too_long", f"the URL is longer than {limits.max_url_bytes} bytes"
+            )
             return
         if sum(len(n) + len(v) + 4 for n, v in scope["headers"]) > limits.max_header_bytes:
             # h11 bounds what it buffers of an incomplete head; a head that arrived whole is measured here.
-            await self._reject(scope, receive, send, 431, "headers_too_large",
-                               f"the request headers are larger than {limits.max_header_bytes} bytes")
+            await self._reject(
+                scope,
+                receive,
+                send,
+                431,
+                "headers_too_large",
+                f"the request headers are larger than {limits.max_header_bytes} bytes",
+            )
             return
         if not path_is_utf8(scope):
-            await self._reject(scope, receive, send, 422, "invalid_input", "request failed validation",
-                               [{"loc": ["path"], "type": "utf8", "msg": "the URL must percent-decode to valid UTF-8"}])
+            await self._reject(
+                scope,
+                receive,
+                send,
+                422,
+                "invalid_input",
+                "request failed validation",
+                [{"loc": ["path"], "type": "utf8", "msg": "the URL must percent-decode to valid UTF-8"}],
+            )
             return
         if self.in_flight >= limits.max_concurrency:
-            await self._reject(scope, receive, send, 503, "overloaded", "too many requests in progress, retry later",
-                               headers={"Retry-After": "1"})
+            await self._reject(
+                scope,
+                receive,
+                send,
+                503,
+                "overloaded",
+                "too many requests in progress, retry later",
+                headers={"Retry-After": "1"},
+            )
             return
         self.in_flight += 1
         try:
@@ -155,17 +181,25 @@ class EdgeGuard:
         finally:
             self.in_flight -= 1
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits,
-                       state: Any) -> None:
+    async def _guarded(
+        self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits, state: Any
+    ) -> None:
         declared = _header(scope, b"content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limits.max_body_bytes:
-            await self._reject(scope, receive, send, 413, "request_too_large",
-                               f"the request body is larger than {limits.max_body_bytes} bytes")
+            await self._reject(
+                scope,
+                receive,
+                send,
+                413,
+                "request_too_large",
+                f"the request body is larger than {limits.max_body_bytes} bytes",
+            )
             return
         path: str = scope["path"]
         is_admin = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
-        if (is_admin and not state.serves_admin) or (path.startswith(TENANT_PREFIX) and not is_admin
-                                                     and not state.serves_tenant):
+        if (is_admin and not state.serves_admin) or (
+            path.startswith(TENANT_PREFIX) and not is_admin and not state.serves_tenant
+        ):
             # The other listener's API (NOTEE_API_ADMIN_PORT splits them): absent here, not refused.
             await self._reject(scope, receive, send, 404, "not_found", "Not Found")
             return
@@ -173,8 +207,13 @@ class EdgeGuard:
             if is_admin:
                 check_admin(settings, bearer_token(scope))
             elif path.startswith(TENANT_PREFIX):
-                service = await to_thread.run_sync(authenticate_service, state.runtime, settings, bearer_token(scope),
-                                                   rate_class(scope["method"], path))
+                service = await to_thread.run_sync(
+                    authenticate_service,
+                    state.runtime,
+                    settings,
+                    bearer_token(scope),
+                    rate_class(scope["method"], path),
+                )
                 scope.setdefault("state", {})["service"] = service
                 logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
         except Exception as exc:
@@ -184,26 +223,48 @@ class EdgeGuard:
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
-        has_body = (declared is not None and declared.strip() != b"0") or _header(scope, b"transfer-encoding") is not None
+        has_body = (declared is not None and declared.strip() != b"0") or _header(
+            scope, b"transfer-encoding"
+        ) is not None
         if not has_body:
             await self.app(scope, receive, send)
             return
         try:
             body = await _read_body(receive, limits.max_body_bytes)
         except _BodyTooLarge:
-            await self._reject(scope, receive, send, 413, "request_too_large",
-                               f"the request body is larger than {limits.max_body_bytes} bytes")
+            await self._reject(
+                scope,
+                receive,
+                send,
+                413,
+                "request_too_large",
+                f"the request body is larger than {limits.max_body_bytes} bytes",
+            )
             return
         if json_too_deep(body, limits.max_json_depth):
-            await self._reject(scope, receive, send, 422, "invalid_input", "request failed validation",
-                               [{"loc": ["body"], "type": "json_depth",
-                                 "msg": f"JSON nesting deeper than {limits.max_json_depth}"}])
+            await self._reject(
+                scope,
+                receive,
+                send,
+                422,
+                "invalid_input",
+                "request failed validation",
+                [{"loc": ["body"], "type": "json_depth", "msg": f"JSON nesting deeper than {limits.max_json_depth}"}],
+            )
             return
         await self.app(scope, _replay(body, receive), send)
 
     @staticmethod
-    async def _reject(scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str,
-                      details: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None) -> None:
+    async def _reject(
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        status: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         response = error_response(status, code, message, details, headers=(headers or {}) | {"Connection": "close"})
         await response(scope, receive, send)
 

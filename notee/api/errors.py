@@ -44,8 +44,13 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-def error_response(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body = {"error": {"code": code, "message": message, "details": [_detail(d, message) for d in details or []]}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -70,8 +75,11 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing, unknown or revoked credentials"},
     413: {"model": ErrorResponse, "description": "Request body over NOTEE_API_MAX_BODY_BYTES"},
     422: {"model": ErrorResponse, "description": "Invalid input; nothing was written"},
-    429: {"model": ErrorResponse, "description": "The service's rate limit of this class of requests is used up "
-                                                 "(tenant routes; Retry-After says when to retry)"},
+    429: {
+        "model": ErrorResponse,
+        "description": "The service's rate limit of this class of requests is used up "
+        "(tenant routes; Retry-After says when to retry)",
+    },
     503: {"model": ErrorResponse, "description": "A store is unavailable; retry later"},
 }
 
@@ -79,11 +87,13 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
 def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for err in exc.errors():
-        details.append({
-            "loc": [str(p) for p in err.get("loc", ())],
-            "type": str(err.get("type", "")),
-            "msg": str(err.get("msg", "")),
-        })
+        details.append(
+            {
+                "loc": [str(p) for p in err.get("loc", ())],
+                "type": str(err.get("type", "")),
+                "msg": str(err.get("msg", "")),
+            }
+        )
     return details
 
 
@@ -100,8 +110,9 @@ def known_error_response(exc: Exception) -> JSONResponse | None:
         return error_response(503, "store_unavailable", "database unavailable, retry later", headers=_STORE_DOWN)
     if isinstance(exc, (NoHostAvailable, OperationTimedOut, RequestExecutionException, DriverException)):
         log.warning("cassandra unavailable: %s", type(exc).__name__)
-        return error_response(503, "store_unavailable", "subscription store unavailable, retry later",
-                              headers=_STORE_DOWN)
+        return error_response(
+            503, "store_unavailable", "subscription store unavailable, retry later", headers=_STORE_DOWN
+        )
     return None
 
 

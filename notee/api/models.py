@@ -36,9 +36,11 @@ from notee.domain.rules import (
 )
 from notee.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
 
-_DELIVERY_MODE = ("live: pushes go to the service's providers (FCM/APNs, or the emulator when NOTEE_EMULATOR_URL "
-                  "is set); dry_run: every push is only recorded by the log provider, nothing is sent, and "
-                  "sends and jobs say dry_run: true")
+_DELIVERY_MODE = (
+    "live: pushes go to the service's providers (FCM/APNs, or the emulator when NOTEE_EMULATOR_URL "
+    "is set); dry_run: every push is only recorded by the log provider, nothing is sent, and "
+    "sends and jobs say dry_run: true"
+)
 
 
 def _one_line(value: str) -> str:
@@ -65,7 +67,7 @@ _DESCRIPTIONS = {
     429: "Rate limit of this class of requests used up; retry after Retry-After seconds",
     422: "Invalid input; nothing was written",
     424: "Provider configuration: credentials key not set, credentials unreadable or rejected by the provider, "
-         "or none for the platform of any device",
+    "or none for the platform of any device",
 }
 
 
@@ -96,12 +98,13 @@ class _Out(Answer):
 
 # --- admin ---------------------------------------------------------------------------------------
 
+
 class ServiceIn(_In):
-    service: StrictStr = Field(pattern=SERVICE_PATTERN, description="Tenant identifier, e.g. SMEEM",
-                               examples=["SMEEM"])
+    service: StrictStr = Field(pattern=SERVICE_PATTERN, description="Tenant identifier, e.g. SMEEM", examples=["SMEEM"])
     display_name: StrictStr = Field(min_length=1, max_length=200)
-    timezone: StrictStr | None = Field(None, max_length=64, description="IANA name; default Asia/Seoul",
-                                       examples=["Asia/Seoul"])
+    timezone: StrictStr | None = Field(
+        None, max_length=64, description="IANA name; default Asia/Seoul", examples=["Asia/Seoul"]
+    )
     delivery_mode: DeliveryMode = Field("live", description=_DELIVERY_MODE)
 
 
@@ -141,8 +144,9 @@ class ApiKeyCreated(ApiKeyOut):
 
 
 class FcmCredentialsIn(_In):
-    service_account: dict[str, Any] = Field(description="The Firebase service-account JSON (type, project_id, "
-                                                        "client_email, private_key, ...)")
+    service_account: dict[str, Any] = Field(
+        description="The Firebase service-account JSON (type, project_id, client_email, private_key, ...)"
+    )
 
 
 class ApnsCredentialsIn(_In):
@@ -155,8 +159,9 @@ class ApnsCredentialsIn(_In):
 
 class RateLimitIn(_In):
     rate: StrictFloat = Field(gt=0, le=1_000_000, description="Requests per second (tokens added per second)")
-    burst: StrictInt = Field(ge=1, le=10_000_000, description="Requests allowed at once after a quiet spell "
-                                                              "(the bucket's size)")
+    burst: StrictInt = Field(
+        ge=1, le=10_000_000, description="Requests allowed at once after a quiet spell (the bucket's size)"
+    )
 
 
 class RateLimitOut(BaseModel):
@@ -179,6 +184,7 @@ class CredentialsStatus(BaseModel):
 
 # --- users and devices -----------------------------------------------------------------------------
 
+
 class UserIn(_In):
     name: StrictStr = Field("", max_length=191, description="The user's name in the service")
 
@@ -192,8 +198,9 @@ class UserOut(_Out):
 
 
 class DeviceIn(_In):
-    token: StrictStr = Field(pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or "
-                                                               "APNs device token)")
+    token: StrictStr = Field(
+        pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or APNs device token)"
+    )
     os: Os
     region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
 
@@ -221,14 +228,18 @@ class RotateOut(BaseModel):
 
 # --- templates -------------------------------------------------------------------------------------
 
+
 class TemplateIn(_In):
     title: StrictStr = Field(min_length=1, max_length=200)
     body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
     data: dict[StrictStr, StrictStr] | None = Field(None, description="Flat string map sent with the push")
     defaults: dict[StrictStr, StrictStr] | None = Field(
-        None, description="Default values of placeholders ({{name}} or {{user.name}}) in title, body and data "
+        None,
+        description="Default values of placeholders ({{name}} or {{user.name}}) in title, body and data "
         "values, used when a send or publish gives no variable of that name. A CYCLE template needs one for every "
-        "placeholder.", examples=[{"name": "there"}])
+        "placeholder.",
+        examples=[{"name": "there"}],
+    )
     ttl_seconds: StrictInt | None = Field(None, ge=0, le=MAX_TTL_SECONDS)
     priority: Priority = "high"
 

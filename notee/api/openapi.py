@@ -61,18 +61,31 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
 
 TAGS: list[dict[str, str]] = [
     {"name": "health", "description": "Liveness of the API and of the stores it needs."},
-    {"name": "admin", "description": "Operator API, authenticated by NOTEE_ADMIN_TOKEN: services (tenants), "
-                                     "their API keys and provider credentials, and actions on any service's jobs."},
-    {"name": "users", "description": "A service's users, identified by the service's own id "
-                                     "(`service_user_id`) and by Notee's `user_id`."},
+    {
+        "name": "admin",
+        "description": "Operator API, authenticated by NOTEE_ADMIN_TOKEN: services (tenants), "
+        "their API keys and provider credentials, and actions on any service's jobs.",
+    },
+    {
+        "name": "users",
+        "description": "A service's users, identified by the service's own id "
+        "(`service_user_id`) and by Notee's `user_id`.",
+    },
     {"name": "devices", "description": "Push tokens of a user's devices; token rotation."},
-    {"name": "templates", "description": "The notification text of each (method, type): TOPIC templates are "
-                                         "published to topics, CYCLE templates sent on recurring schedules, SINGLE "
-                                         "templates sent to one user."},
-    {"name": "subscriptions", "description": "Topic and recurring (cycle) subscriptions of a user, and bulk "
-                                             "topic subscription."},
-    {"name": "publish", "description": "Publishing a TOPIC template to a topic's subscribers, and the jobs that "
-                                       "fan it out."},
+    {
+        "name": "templates",
+        "description": "The notification text of each (method, type): TOPIC templates are "
+        "published to topics, CYCLE templates sent on recurring schedules, SINGLE "
+        "templates sent to one user.",
+    },
+    {
+        "name": "subscriptions",
+        "description": "Topic and recurring (cycle) subscriptions of a user, and bulk topic subscription.",
+    },
+    {
+        "name": "publish",
+        "description": "Publishing a TOPIC template to a topic's subscribers, and the jobs that fan it out.",
+    },
     {"name": "sends", "description": "A SINGLE template to every device of one user, delivered synchronously."},
     {"name": "dead letters", "description": "Pushes that still failed after the retries: list and send again."},
 ]
@@ -97,9 +110,13 @@ def snake(operation: str) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """docs/API-REFERENCE.md: every operation and schema of the OpenAPI document, grouped by tag.
     ``notee openapi --markdown`` prints it; tests/test_api_openapi.py checks the file is current."""
-    out = [f"# {doc['info']['title']} API reference", "",
-           "Generated from the OpenAPI document by `notee openapi --markdown > docs/API-REFERENCE.md`; do not "
-           "edit by hand. The narrative guide is [API.md](API.md); the live document is served at `/docs`.", ""]
+    out = [
+        f"# {doc['info']['title']} API reference",
+        "",
+        "Generated from the OpenAPI document by `notee openapi --markdown > docs/API-REFERENCE.md`; do not "
+        "edit by hand. The narrative guide is [API.md](API.md); the live document is served at `/docs`.",
+        "",
+    ]
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, item in doc["paths"].items():
         for method, op in item.items():
@@ -114,14 +131,19 @@ def markdown(doc: dict[str, Any]) -> str:
             params = op.get("parameters", [])
             if params:
                 out += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
-                out += [f"| `{p['name']}` | {p['in']} | {_type(p.get('schema', {}))} | "
-                        f"{'yes' if p.get('required') else 'no'} | {_cell(p.get('description', ''))} |" for p in params]
+                out += [
+                    f"| `{p['name']}` | {p['in']} | {_type(p.get('schema', {}))} | "
+                    f"{'yes' if p.get('required') else 'no'} | {_cell(p.get('description', ''))} |"
+                    for p in params
+                ]
                 out.append("")
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
             if body:
                 out += [f"Body: {_type(body)}{'' if op['requestBody'].get('required') else ' (optional)'}", ""]
-            answers = [f"{code} {_type(r.get('content', {}).get('application/json', {}).get('schema', {})) or '—'}"
-                       for code, r in op.get("responses", {}).items()]
+            answers = [
+                f"{code} {_type(r.get('content', {}).get('application/json', {}).get('schema', {})) or '—'}"
+                for code, r in op.get("responses", {}).items()
+            ]
             out += ["Answers: " + ", ".join(answers), ""]
     out += ["## Schemas", ""]
     for name, schema in doc.get("components", {}).get("schemas", {}).items():
@@ -132,8 +154,10 @@ def markdown(doc: dict[str, Any]) -> str:
         if props:
             required = set(schema.get("required", []))
             out += ["| field | type | required | description |", "|---|---|---|---|"]
-            out += [f"| `{field}` | {_type(s)} | {'yes' if field in required else 'no'} | {_cell(s.get('description', ''))} |"
-                    for field, s in props.items()]
+            out += [
+                f"| `{field}` | {_type(s)} | {'yes' if field in required else 'no'} | {_cell(s.get('description', ''))} |"
+                for field, s in props.items()
+            ]
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -163,19 +187,55 @@ _USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
 _JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
 _KEY = "d2f1e0c9-8b7a-4c6d-9e5f-1a2b3c4d5e6f"
 _TOKEN = "fcm-registration-token-of-alices-phone"
-_SERVICE_OUT = {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin", "delivery_mode": "live",
-                "created_at": _T}
+_SERVICE_OUT = {
+    "service": "SHOP",
+    "display_name": "Shop",
+    "timezone": "Europe/Berlin",
+    "delivery_mode": "live",
+    "created_at": _T,
+}
 _API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
 _DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "created_at": _T, "updated_at": _T}
-_TEMPLATE = {"method": "TOPIC", "type": "news", "title": "Hi {{name}}", "body": "Something new in {{topic}}",
-             "data": {"screen": "news"}, "defaults": {"topic": "sports"}, "ttl_seconds": 3600, "priority": "high",
-             "notification_key": _KEY, "version": 3, "created_at": _T, "updated_at": _T}
-_SCHEDULE = {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin",
-             "canonical": "MON,FRI 09:30 Europe/Berlin"}
-_JOB_STATUS = {"job_id": _JOB, "state": "running", "dry_run": False, "notification_type": "news",
-               "target": {"topic": "sports"}, "targeted": 12000, "sent": 11950, "failed": 12, "no_credentials": 0,
-               "pruned": 38, "retried": 20, "tasks": 2, "tasks_done": 1, "error": None, "created_at": _T,
-               "started_at": _T, "finished_at": None}
+_TEMPLATE = {
+    "method": "TOPIC",
+    "type": "news",
+    "title": "Hi {{name}}",
+    "body": "Something new in {{topic}}",
+    "data": {"screen": "news"},
+    "defaults": {"topic": "sports"},
+    "ttl_seconds": 3600,
+    "priority": "high",
+    "notification_key": _KEY,
+    "version": 3,
+    "created_at": _T,
+    "updated_at": _T,
+}
+_SCHEDULE = {
+    "days": ["MON", "FRI"],
+    "hour": 9,
+    "minute": 30,
+    "timezone": "Europe/Berlin",
+    "canonical": "MON,FRI 09:30 Europe/Berlin",
+}
+_JOB_STATUS = {
+    "job_id": _JOB,
+    "state": "running",
+    "dry_run": False,
+    "notification_type": "news",
+    "target": {"topic": "sports"},
+    "targeted": 12000,
+    "sent": 11950,
+    "failed": 12,
+    "no_credentials": 0,
+    "pruned": 38,
+    "retried": 20,
+    "tasks": 2,
+    "tasks_done": 1,
+    "error": None,
+    "created_at": _T,
+    "started_at": _T,
+    "finished_at": None,
+}
 _RATE = {"class": "publish", "rate": 50.0, "burst": 200, "custom": True}
 _DETAIL = {"loc": ["body", "variables", "name"], "type": "missing", "msg": "required by the template"}
 EXAMPLES: dict[str, Any] = {
@@ -183,12 +243,20 @@ EXAMPLES: dict[str, Any] = {
     "ApiKeyIn": {"label": "backend"},
     "ApiKeyList": {"items": [_API_KEY]},
     "ApiKeyOut": _API_KEY,
-    "ApnsCredentialsIn": {"key_id": "ABC123DEFG", "team_id": "TEAM123456", "bundle_id": "com.example.shop",
-                          "private_key": "-----BEGIN PRIVATE KEY-----\\n...\\n-----END PRIVATE KEY-----",
-                          "sandbox": False},
+    "ApnsCredentialsIn": {
+        "key_id": "ABC123DEFG",
+        "team_id": "TEAM123456",
+        "bundle_id": "com.example.shop",
+        "private_key": "-----BEGIN PRIVATE KEY-----\\n...\\n-----END PRIVATE KEY-----",
+        "sandbox": False,
+    },
     "BulkIn": {"user_ids": [_USER]},
-    "BulkOut": {"results": [{"user_id": _USER, "status": "subscribed"}], "subscribed": 1, "already_subscribed": 0,
-                "not_found": 0},
+    "BulkOut": {
+        "results": [{"user_id": _USER, "status": "subscribed"}],
+        "subscribed": 1,
+        "already_subscribed": 0,
+        "not_found": 0,
+    },
     "BulkResult": {"user_id": _USER, "status": "subscribed"},
     "CredentialsStatus": {"fcm": True, "apns": False},
     "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
@@ -197,12 +265,18 @@ EXAMPLES: dict[str, Any] = {
     "DeviceOut": _DEVICE,
     "ErrorBody": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]},
     "ErrorDetail": _DETAIL,
-    "ErrorResponse": {"error": {"code": "invalid_input", "message": "missing template variable(s): name",
-                                "details": [_DETAIL]}},
-    "FcmCredentialsIn": {"service_account": {"type": "service_account", "project_id": "shop-app",
-                                             "client_email": "notee@shop-app.iam.gserviceaccount.com",
-                                             "private_key": "-----BEGIN PRIVATE KEY-----\\n...",
-                                             "token_uri": "https://oauth2.googleapis.com/token"}},
+    "ErrorResponse": {
+        "error": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]}
+    },
+    "FcmCredentialsIn": {
+        "service_account": {
+            "type": "service_account",
+            "project_id": "shop-app",
+            "client_email": "notee@shop-app.iam.gserviceaccount.com",
+            "private_key": "-----BEGIN PRIVATE KEY-----\\n...",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        }
+    },
     "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
     "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
     "JobStatus": _JOB_STATUS,
@@ -221,12 +295,34 @@ EXAMPLES: dict[str, Any] = {
     "ServiceOut": _SERVICE_OUT,
     "ServiceUpdate": {"delivery_mode": "dry_run"},
     "SubscribeOut": {"status": "subscribed", "devices": 1, "schedule": None},
-    "SubscriptionList": {"items": [{"method": "CYCLE", "type": "digest", "topic": None, "schedule": _SCHEDULE,
-                                    "registered_at": _T, "devices": 1}]},
-    "SubscriptionOut": {"method": "TOPIC", "type": "news", "topic": "sports", "schedule": None, "registered_at": _T,
-                        "devices": 1},
-    "TemplateIn": {"title": "Hi {{name}}", "body": "Something new in {{topic}}", "data": {"screen": "news"},
-                   "defaults": {"topic": "sports"}, "ttl_seconds": 3600, "priority": "high"},
+    "SubscriptionList": {
+        "items": [
+            {
+                "method": "CYCLE",
+                "type": "digest",
+                "topic": None,
+                "schedule": _SCHEDULE,
+                "registered_at": _T,
+                "devices": 1,
+            }
+        ]
+    },
+    "SubscriptionOut": {
+        "method": "TOPIC",
+        "type": "news",
+        "topic": "sports",
+        "schedule": None,
+        "registered_at": _T,
+        "devices": 1,
+    },
+    "TemplateIn": {
+        "title": "Hi {{name}}",
+        "body": "Something new in {{topic}}",
+        "data": {"screen": "news"},
+        "defaults": {"topic": "sports"},
+        "ttl_seconds": 3600,
+        "priority": "high",
+    },
     "TemplateList": {"items": [_TEMPLATE]},
     "TemplateOut": _TEMPLATE,
     "UserIn": {"name": "Alice"},

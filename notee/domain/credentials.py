@@ -40,8 +40,9 @@ def _require_box(box: SecretsBox | None) -> SecretsBox:
     return box
 
 
-def set_fcm_credentials(session: Session, box: SecretsBox | None, service: str,
-                        service_account: dict[str, Any]) -> None:
+def set_fcm_credentials(
+    session: Session, box: SecretsBox | None, service: str, service_account: dict[str, Any]
+) -> None:
     check_fcm_service_account(service_account)
     box = _require_box(box)
     get_service(session, service)
@@ -51,8 +52,17 @@ def set_fcm_credentials(session: Session, box: SecretsBox | None, service: str,
     log.info("provider credentials set: service=%s provider=fcm", service)
 
 
-def set_apns_credentials(session: Session, box: SecretsBox | None, service: str, *, key_id: str,
-                         team_id: str, bundle_id: str, private_key: str, sandbox: bool) -> None:
+def set_apns_credentials(
+    session: Session,
+    box: SecretsBox | None,
+    service: str,
+    *,
+    key_id: str,
+    team_id: str,
+    bundle_id: str,
+    private_key: str,
+    sandbox: bool,
+) -> None:
     check_pattern("key_id", key_id, APNS_ID_RE, "the 10-character APNs key id")
     check_pattern("team_id", team_id, APNS_ID_RE, "the 10-character Apple team id")
     check_pattern("bundle_id", bundle_id, BUNDLE_RE, "an app bundle id")
@@ -61,8 +71,17 @@ def set_apns_credentials(session: Session, box: SecretsBox | None, service: str,
         raise bad("sandbox", "must be a boolean", "bool_type")
     box = _require_box(box)
     get_service(session, service)
-    blob = box.encrypt(json.dumps({"key_id": key_id, "team_id": team_id, "bundle_id": bundle_id,
-                                   "private_key": private_key, "sandbox": sandbox}).encode())
+    blob = box.encrypt(
+        json.dumps(
+            {
+                "key_id": key_id,
+                "team_id": team_id,
+                "bundle_id": bundle_id,
+                "private_key": private_key,
+                "sandbox": sandbox,
+            }
+        ).encode()
+    )
     store.upsert_credential(session, service=service, column="apns_encrypted", blob=blob, now=utcnow())
     session.commit()
     log.info("provider credentials set: service=%s provider=apns", service)

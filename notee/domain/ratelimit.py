@@ -32,16 +32,21 @@ class Limit:
 
 
 def default_limit(settings: Settings, klass: RateClass) -> Limit:
-    return Limit(float(getattr(settings, f"rate_limit_{klass}_rate")),
-                 float(getattr(settings, f"rate_limit_{klass}_burst")), False)
+    return Limit(
+        float(getattr(settings, f"rate_limit_{klass}_rate")),
+        float(getattr(settings, f"rate_limit_{klass}_burst")),
+        False,
+    )
 
 
 def check_class(klass: str) -> RateClass:
     for known in CLASSES:
         if klass == known:
             return known
-    raise InvalidInput(f"class must be one of {', '.join(CLASSES)}",
-                       details=[{"loc": ["class"], "type": "enum", "msg": f"one of {', '.join(CLASSES)}"}])
+    raise InvalidInput(
+        f"class must be one of {', '.join(CLASSES)}",
+        details=[{"loc": ["class"], "type": "enum", "msg": f"one of {', '.join(CLASSES)}"}],
+    )
 
 
 def admit(session: Session, settings: Settings, service: str, klass: RateClass) -> None:
@@ -58,10 +63,18 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass) 
         return
     refused = store.refusal(session, service, klass, **args)
     retry_after = max(1, math.ceil(refused.wait_s))
-    raise RateLimited(f"rate limit of {klass} requests exceeded, retry after {retry_after}s", retry_after=retry_after,
-                      details=[{"loc": [], "type": "rate_limited",
-                                "msg": f"{klass} limit: {refused.rate:g} per second, burst {int(refused.burst)}",
-                                "ctx": {"class": klass, "rate": refused.rate, "burst": int(refused.burst)}}])
+    raise RateLimited(
+        f"rate limit of {klass} requests exceeded, retry after {retry_after}s",
+        retry_after=retry_after,
+        details=[
+            {
+                "loc": [],
+                "type": "rate_limited",
+                "msg": f"{klass} limit: {refused.rate:g} per second, burst {int(refused.burst)}",
+                "ctx": {"class": klass, "rate": refused.rate, "burst": int(refused.burst)},
+            }
+        ],
+    )
 
 
 def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
@@ -76,8 +89,9 @@ def get_limits(session: Session, settings: Settings, service: str) -> dict[RateC
     return out
 
 
-def set_limit(session: Session, settings: Settings, service: str, klass: RateClass, *, rate: float,
-              burst: int) -> Limit:
+def set_limit(
+    session: Session, settings: Settings, service: str, klass: RateClass, *, rate: float, burst: int
+) -> Limit:
     """Set one class's limit of ``service``; every API process applies it from its next request."""
     check_class(klass)
     if not 0 < rate <= MAX_RATE:

@@ -132,8 +132,9 @@ def _key(row: AnyRow) -> ApiKeyInfo:
 
 
 def _user(row: AnyRow, created: bool = False) -> User:
-    return User(row.user_id, row.service_user_id, row.service_user_name, _utc(row.created_at),
-                _utc(row.updated_at), created)
+    return User(
+        row.user_id, row.service_user_id, row.service_user_name, _utc(row.created_at), _utc(row.updated_at), created
+    )
 
 
 def _device(row: AnyRow, created: bool = False) -> Device:
@@ -141,22 +142,37 @@ def _device(row: AnyRow, created: bool = False) -> Device:
 
 
 def _template(row: AnyRow, version: int, created: bool = False) -> Template:
-    return Template(row.notification_method, row.notification_type, row.title, row.body, row.data,
-                    row.defaults, row.ttl_seconds, row.priority, row.notification_key, version, _utc(row.created_at),
-                    _utc(row.updated_at), created)
+    return Template(
+        row.notification_method,
+        row.notification_type,
+        row.title,
+        row.body,
+        row.data,
+        row.defaults,
+        row.ttl_seconds,
+        row.priority,
+        row.notification_key,
+        version,
+        _utc(row.created_at),
+        _utc(row.updated_at),
+        created,
+    )
 
 
 # --- services and API keys (admin) -------------------------------------------------------------
 
-def create_service(session: Session, *, service: str, display_name: str, timezone: str | None = None,
-                   delivery_mode: str = "live") -> Service:
+
+def create_service(
+    session: Session, *, service: str, display_name: str, timezone: str | None = None, delivery_mode: str = "live"
+) -> Service:
     check_service_id(service)
     check_text("display_name", display_name, min_len=1, max_len=200)
     tz = check_timezone(timezone if timezone is not None else DEFAULT_TIMEZONE)
     check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
     try:
-        store.insert_service(session, service=service, display_name=display_name, timezone=tz, now=utcnow(),
-                             delivery_mode=delivery_mode)
+        store.insert_service(
+            session, service=service, display_name=display_name, timezone=tz, now=utcnow(), delivery_mode=delivery_mode
+        )
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -183,8 +199,12 @@ def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> Ser
         session.rollback()
         raise NotFound("service not found")
     session.commit()
-    log.warning("service %s: delivery mode set to %s%s", service, delivery_mode,
-                " (pushes are recorded by the log provider, not sent)" if delivery_mode == "dry_run" else "")
+    log.warning(
+        "service %s: delivery mode set to %s%s",
+        service,
+        delivery_mode,
+        " (pushes are recorded by the log provider, not sent)" if delivery_mode == "dry_run" else "",
+    )
     return get_service(session, service)
 
 
@@ -227,13 +247,15 @@ def authenticate(session: Session, raw_key: str | None) -> str:
 
 # --- users -----------------------------------------------------------------------------------
 
+
 def upsert_user(session: Session, service: str, service_user_id: str, *, name: str = "") -> User:
     """Create or rename; the same service_user_id always maps to the same platform user_id."""
     check_text("service_user_id", service_user_id, min_len=1, max_len=191)
     check_text("name", name, max_len=191)
     new_id = str(uuid.uuid4())
-    row = store.upsert_user(session, service=service, service_user_id=service_user_id, name=name,
-                            new_user_id=new_id, now=utcnow())
+    row = store.upsert_user(
+        session, service=service, service_user_id=service_user_id, name=name, new_user_id=new_id, now=utcnow()
+    )
     session.commit()
     return _user(row, created=row.user_id == new_id)
 
@@ -256,8 +278,10 @@ def delete_user(runtime: Runtime, session: Session, service: str, user_id: str) 
 
 # --- devices -----------------------------------------------------------------------------------
 
-def add_device(runtime: Runtime, session: Session, service: str, user_id: str, *, token: str, os: str,
-               region: str = "") -> Device:
+
+def add_device(
+    runtime: Runtime, session: Session, service: str, user_id: str, *, token: str, os: str, region: str = ""
+) -> Device:
     """Register (or update os/region of) a device; copies the user's subscriptions to it."""
     check_token(token)
     check_choice("os", os, OSES)
@@ -269,8 +293,9 @@ def add_device(runtime: Runtime, session: Session, service: str, user_id: str, *
     # locking read of a missing device row takes a gap lock that deadlocks concurrent inserts of
     # other users' devices (seen in the soak). The upsert below is correct either way.
     before = store.get_device(session, service, user.user_id, token)
-    row = store.upsert_device(session, service=service, user_id=user.user_id, token=token, os=os, region=region,
-                              now=utcnow())
+    row = store.upsert_device(
+        session, service=service, user_id=user.user_id, token=token, os=os, region=region, now=utcnow()
+    )
     session.commit()
     # Every time, not only for a new device: the hook is idempotent (copies only what the device
     # lacks), so repeating a registration whose Cassandra step failed completes it.
@@ -312,14 +337,26 @@ def rotate_token(runtime: Runtime, session: Session, service: str, *, old_token:
 
 # --- templates -----------------------------------------------------------------------------------
 
+
 def _check_template_id(method: Any, type_: Any) -> None:
     check_choice("method", method, METHODS)
     check_pattern("type", type_, TYPE_RE, "1..64 of letters, digits, _ . -")
 
 
-def put_template(runtime: Runtime, session: Session, service: str, method: str, type_: str, *, title: str, body: str,
-                 data: dict[str, str] | None = None, ttl_seconds: int | None = None,
-                 priority: str = "high", defaults: dict[str, str] | None = None) -> Template:
+def put_template(
+    runtime: Runtime,
+    session: Session,
+    service: str,
+    method: str,
+    type_: str,
+    *,
+    title: str,
+    body: str,
+    data: dict[str, str] | None = None,
+    ttl_seconds: int | None = None,
+    priority: str = "high",
+    defaults: dict[str, str] | None = None,
+) -> Template:
     """Create or update. notification_key is created once and never changes; every write bumps the
     cache version counter (after the MySQL commit: a counter timeout is reported, not retried).
     Placeholders and defaults follow notee/domain/render.py (a CYCLE template needs a default for
@@ -333,12 +370,25 @@ def put_template(runtime: Runtime, session: Session, service: str, method: str, 
     render.check_template(method, render.TemplateContent(title, body, data, defaults, ttl_seconds, priority))
     size = template_size(title, body, data)
     if size > MAX_TEMPLATE_BYTES:
-        raise PayloadTooLarge(f"title + body + data take {size} bytes; at most {MAX_TEMPLATE_BYTES}",
-                              details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}])
+        raise PayloadTooLarge(
+            f"title + body + data take {size} bytes; at most {MAX_TEMPLATE_BYTES}",
+            details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}],
+        )
     new_key = str(uuid.uuid4())
-    row = store.upsert_template(session, service=service, method=method, type_=type_, title=title, body=body,
-                                data=data, defaults=dict(defaults) if defaults else None, ttl_seconds=ttl_seconds,
-                                priority=priority, new_key=new_key, now=utcnow())
+    row = store.upsert_template(
+        session,
+        service=service,
+        method=method,
+        type_=type_,
+        title=title,
+        body=body,
+        data=data,
+        defaults=dict(defaults) if defaults else None,
+        ttl_seconds=ttl_seconds,
+        priority=priority,
+        new_key=new_key,
+        now=utcnow(),
+    )
     session.commit()
     statements = cql.for_runtime(runtime)
     statements.add_version(service, method, type_)  # counter: never retried on timeout

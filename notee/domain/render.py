@@ -62,8 +62,13 @@ class Rendered:
 
     def as_job_payload(self) -> dict[str, Any]:
         """The JSON a fan-out job stores and its workers send."""
-        return {"title": self.title, "body": self.body, "data": self.data, "ttl_seconds": self.ttl_seconds,
-                "priority": self.priority}
+        return {
+            "title": self.title,
+            "body": self.body,
+            "data": self.data,
+            "ttl_seconds": self.ttl_seconds,
+            "priority": self.priority,
+        }
 
 
 def placeholders(text: str) -> list[str]:
@@ -73,8 +78,11 @@ def placeholders(text: str) -> list[str]:
 
 def _fields(title: str, body: str, data: Mapping[str, str] | None) -> list[tuple[list[str], str]]:
     """(location, text) of every field a placeholder may appear in."""
-    return [(["body", "title"], title), (["body", "body"], body),
-            *((["body", "data", key], value) for key, value in (data or {}).items())]
+    return [
+        (["body", "title"], title),
+        (["body", "body"], body),
+        *((["body", "data", key], value) for key, value in (data or {}).items()),
+    ]
 
 
 def _has_braces(text: str) -> bool:
@@ -95,20 +103,30 @@ def check_template(method: str, template: TemplateContent) -> None:
     for loc, text in _fields(template.title, template.body, template.data):
         bad = _invalid_braces(text)
         if bad is not None:
-            problems.append({"loc": loc, "type": "invalid_placeholder",
-                             "msg": f"{bad[:40]!r} is not a placeholder; use {{{{name}}}} or {{{{user.name}}}}"})
+            problems.append(
+                {
+                    "loc": loc,
+                    "type": "invalid_placeholder",
+                    "msg": f"{bad[:40]!r} is not a placeholder; use {{{{name}}}} or {{{{user.name}}}}",
+                }
+            )
         names = placeholders(text)
         used.update(names)
         if method == "CYCLE":
             unfilled = [n for n in names if n not in (template.defaults or {})]
             if unfilled:
-                problems.append({"loc": loc, "type": "missing_default",
-                                 "msg": f"a CYCLE push has no request to fill {', '.join(unfilled)}: "
-                                        "give each a default"})
+                problems.append(
+                    {
+                        "loc": loc,
+                        "type": "missing_default",
+                        "msg": f"a CYCLE push has no request to fill {', '.join(unfilled)}: give each a default",
+                    }
+                )
     problems.extend(_check_defaults(template.defaults, used))
     if problems:
-        raise InvalidInput("template: " + "; ".join(f"{'.'.join(p['loc'][1:])}: {p['msg']}" for p in problems),
-                           details=problems)
+        raise InvalidInput(
+            "template: " + "; ".join(f"{'.'.join(p['loc'][1:])}: {p['msg']}" for p in problems), details=problems
+        )
 
 
 def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
@@ -126,15 +144,21 @@ def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
         elif name not in used:
             problems.append({"loc": loc, "type": "unused_default", "msg": "the template has no such placeholder"})
         if not isinstance(value, str) or len(value) > MAX_DEFAULT_LEN or _CONTROL_BUT_NEWLINE.search(value):
-            problems.append({"loc": loc, "type": "value_error",
-                             "msg": f"must be a string of at most {MAX_DEFAULT_LEN} characters, no control characters"})
+            problems.append(
+                {
+                    "loc": loc,
+                    "type": "value_error",
+                    "msg": f"must be a string of at most {MAX_DEFAULT_LEN} characters, no control characters",
+                }
+            )
         elif _has_braces(value):
             problems.append({"loc": loc, "type": "invalid_placeholder", "msg": "a default must not contain {{ or }}"})
     return problems
 
 
-def render(template: TemplateContent, variables: Mapping[str, str] | None = None,
-           overrides: Mapping[str, Any] | None = None) -> Rendered:
+def render(
+    template: TemplateContent, variables: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Rendered:
     """The push every recipient gets: overrides (title, body replace; data merges over the
     template's), then variables and defaults filled into title, body and data values, then the
     providers' size rules. Raises InvalidInput (every missing variable at once, or a value that
@@ -151,22 +175,39 @@ def render(template: TemplateContent, variables: Mapping[str, str] | None = None
     fields = _fields(title, body, data)
     missing = list(dict.fromkeys(n for _, text in fields for n in placeholders(text) if n not in values))
     if missing:
-        raise InvalidInput(f"missing template variable(s): {', '.join(missing)}",
-                           details=[{"loc": ["body", "variables", n], "type": "missing",
-                                     "msg": "required by the template and it has no default"} for n in missing])
+        raise InvalidInput(
+            f"missing template variable(s): {', '.join(missing)}",
+            details=[
+                {
+                    "loc": ["body", "variables", n],
+                    "type": "missing",
+                    "msg": "required by the template and it has no default",
+                }
+                for n in missing
+            ],
+        )
 
     def fill(text: str) -> str:
         return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
 
-    rendered = Rendered(fill(title), fill(body), {k: fill(v) for k, v in data.items()}, template.ttl_seconds,
-                        template.priority or "high")
-    leftovers = [loc for loc, text in _fields(rendered.title, rendered.body, rendered.data)
-                 if _has_braces(text) or _has_braces(loc[-1])]
+    rendered = Rendered(
+        fill(title),
+        fill(body),
+        {k: fill(v) for k, v in data.items()},
+        template.ttl_seconds,
+        template.priority or "high",
+    )
+    leftovers = [
+        loc
+        for loc, text in _fields(rendered.title, rendered.body, rendered.data)
+        if _has_braces(text) or _has_braces(loc[-1])
+    ]
     if leftovers:
-        raise InvalidInput("the rendered push would contain '{{' or '}}' (from a variable, an override or an "
-                           "invalid placeholder); nothing was sent",
-                           details=[{"loc": loc, "type": "invalid_placeholder", "msg": "contains {{ or }}"}
-                                    for loc in leftovers])
+        raise InvalidInput(
+            "the rendered push would contain '{{' or '}}' (from a variable, an override or an "
+            "invalid placeholder); nothing was sent",
+            details=[{"loc": loc, "type": "invalid_placeholder", "msg": "contains {{ or }}"} for loc in leftovers],
+        )
     check_size(rendered)
     return rendered
 
@@ -179,7 +220,12 @@ def check_size(rendered: Rendered) -> None:
         ("apns", apns.payload_bytes(rendered.title, rendered.body, rendered.data), apns.PAYLOAD_LIMIT),
     ):
         if size > limit:
-            over.append({"loc": ["payload", name], "type": "payload_too_large",
-                         "msg": f"{name.upper()} payload would be {size} bytes; at most {limit}"})
+            over.append(
+                {
+                    "loc": ["payload", name],
+                    "type": "payload_too_large",
+                    "msg": f"{name.upper()} payload would be {size} bytes; at most {limit}",
+                }
+            )
     if over:
         raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)

@@ -54,8 +54,9 @@ _NOT_PORTABLE = frozenset({"localtime", "Factory", "posixrules", "posix", "right
 
 @lru_cache(maxsize=1)
 def _zones() -> frozenset[str]:
-    return frozenset(z for z in zoneinfo.available_timezones()
-                     if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/")))
+    return frozenset(
+        z for z in zoneinfo.available_timezones() if z not in _NOT_PORTABLE and not z.startswith(("posix/", "right/"))
+    )
 
 
 def is_portable_timezone(name: object) -> TypeGuard[str]:
@@ -164,7 +165,9 @@ def check_ttl(value: Any) -> int | None:
 
 def template_size(title: str, body: str, data: dict[str, str] | None) -> int:
     """Bytes the static parts of a template put into a push payload."""
-    return len(title.encode()) + len(body.encode()) + (len(json.dumps(data, ensure_ascii=False).encode()) if data else 0)
+    return (
+        len(title.encode()) + len(body.encode()) + (len(json.dumps(data, ensure_ascii=False).encode()) if data else 0)
+    )
 
 
 def check_pem(field_: str, value: Any, *, ec_only: bool) -> str:

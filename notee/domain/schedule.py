@@ -24,11 +24,14 @@ def validate_topic(topic: str) -> str:
     if not isinstance(topic, str) or not topic.strip():
         raise InvalidInput("topic must not be empty", details=[{"field": "topic", "reason": "empty"}])
     if len(topic) > TOPIC_MAX:
-        raise InvalidInput(f"topic must be at most {TOPIC_MAX} characters",
-                           details=[{"field": "topic", "reason": "too_long", "max": TOPIC_MAX}])
+        raise InvalidInput(
+            f"topic must be at most {TOPIC_MAX} characters",
+            details=[{"field": "topic", "reason": "too_long", "max": TOPIC_MAX}],
+        )
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in topic):
-        raise InvalidInput("topic must not contain control characters",
-                           details=[{"field": "topic", "reason": "control_character"}])
+        raise InvalidInput(
+            "topic must not contain control characters", details=[{"field": "topic", "reason": "control_character"}]
+        )
     return topic
 
 

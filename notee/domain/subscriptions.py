@@ -83,11 +83,12 @@ class _Template:
 def _template(session: Session, service: str, method: str, type_: str) -> _Template:
     row = reg.get_template(session, service, method, type_)
     if row is None:
-        other = [m for m in METHODS if m != method
-                 and reg.get_template(session, service, m, type_) is not None]
+        other = [m for m in METHODS if m != method and reg.get_template(session, service, m, type_) is not None]
         if other:
-            raise InvalidInput(f"template {type_!r} is a {other[0]} template, not {method}",
-                               details=[{"field": "type", "reason": "wrong_method", "method": other[0]}])
+            raise InvalidInput(
+                f"template {type_!r} is a {other[0]} template, not {method}",
+                details=[{"field": "type", "reason": "wrong_method", "method": other[0]}],
+            )
         raise NotFound(f"no {method} template {type_!r}")
     return _Template(method, type_, row.notification_key)
 
@@ -106,8 +107,17 @@ def _schedule_parts(row: IndexRow) -> tuple[str, tuple[str, ...], int, int] | No
     return s.timezone, s.days, s.hour, s.minute
 
 
-def _materialise(st: Statements, *, service: str, user_id: str, tpl: _Template, target: str,
-                 schedule: Schedule | None, devices: Sequence[tuple[str, str]], at: int) -> list[ResponseFuture]:
+def _materialise(
+    st: Statements,
+    *,
+    service: str,
+    user_id: str,
+    tpl: _Template,
+    target: str,
+    schedule: Schedule | None,
+    devices: Sequence[tuple[str, str]],
+    at: int,
+) -> list[ResponseFuture]:
     """Start the logged batches writing slot rows + index rows for ``devices``; return the futures."""
     if not devices:
         return []
@@ -116,14 +126,37 @@ def _materialise(st: Statements, *, service: str, user_id: str, tpl: _Template, 
     for i, (token, os_) in enumerate(devices):
         no = last - len(devices) + 1 + i
         if schedule is None:
-            futures.append(st.add_topic_device(user_id=user_id, service=service, type_=tpl.type_, topic=target,
-                                               notification_key=tpl.key, no=no, device_token=token,
-                                               device_os=os_, registered_at=at))
+            futures.append(
+                st.add_topic_device(
+                    user_id=user_id,
+                    service=service,
+                    type_=tpl.type_,
+                    topic=target,
+                    notification_key=tpl.key,
+                    no=no,
+                    device_token=token,
+                    device_os=os_,
+                    registered_at=at,
+                )
+            )
         else:
-            futures.append(st.add_cycle_device(user_id=user_id, service=service, type_=tpl.type_, target=target,
-                                               notification_key=tpl.key, timezone=schedule.timezone,
-                                               days=schedule.days, hour=schedule.hour, minute=schedule.minute,
-                                               no=no, device_token=token, device_os=os_, registered_at=at))
+            futures.append(
+                st.add_cycle_device(
+                    user_id=user_id,
+                    service=service,
+                    type_=tpl.type_,
+                    target=target,
+                    notification_key=tpl.key,
+                    timezone=schedule.timezone,
+                    days=schedule.days,
+                    hour=schedule.hour,
+                    minute=schedule.minute,
+                    no=no,
+                    device_token=token,
+                    device_os=os_,
+                    registered_at=at,
+                )
+            )
     return futures
 
 
@@ -159,8 +192,15 @@ def subscribe_topic(runtime: Runtime, service: str, user_id: str, type_: str, to
     return _subscribe_one_topic(_st(runtime), service, user_id, tpl, topic, devices)
 
 
-def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Template, topic: str,
-                         devices: Sequence[tuple[str, str]], before: list[IndexRow] | None = None) -> SubscribeResult:
+def _subscribe_one_topic(
+    st: Statements,
+    service: str,
+    user_id: str,
+    tpl: _Template,
+    topic: str,
+    devices: Sequence[tuple[str, str]],
+    before: list[IndexRow] | None = None,
+) -> SubscribeResult:
     if before is None:
         before = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
     stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
@@ -175,8 +215,9 @@ def _subscribe_one_topic(st: Statements, service: str, user_id: str, tpl: _Templ
     if stale:
         remove_rows(st, service, user_id, stale)
     at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
-    st.run(_materialise(st, service=service, user_id=user_id, tpl=tpl, target=topic, schedule=None,
-                        devices=missing, at=at))
+    st.run(
+        _materialise(st, service=service, user_id=user_id, tpl=tpl, target=topic, schedule=None, devices=missing, at=at)
+    )
     if not already:
         st.run([st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at)])
         if not had_type:
@@ -207,15 +248,19 @@ def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, mat
     return removed_live
 
 
-def bulk_subscribe_topic(runtime: Runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]) -> list[BulkOutcome]:
+def bulk_subscribe_topic(
+    runtime: Runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]
+) -> list[BulkOutcome]:
     """Subscribe up to BULK_MAX users; one result per distinct user id, in request order:
     ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported, not fatal."""
     validate_topic(topic)
     if not user_ids:
         raise InvalidInput("user_ids must not be empty", details=[{"field": "user_ids", "reason": "empty"}])
     if len(user_ids) > BULK_MAX:
-        raise InvalidInput(f"at most {BULK_MAX} user_ids per request",
-                           details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}])
+        raise InvalidInput(
+            f"at most {BULK_MAX} user_ids per request",
+            details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
+        )
     ordered = list(dict.fromkeys(user_ids))
     with runtime.sessions() as s:
         tpl = _template(s, service, "TOPIC", type_)
@@ -241,17 +286,26 @@ def bulk_subscribe_topic(runtime: Runtime, service: str, type_: str, topic: str,
     last = st.allocate_numbers(service, "TOPIC", type_, total) if total else 0
     next_no = last - total + 1
     at = _now_ms()
-    new_users = [u for u, _ in todo if not _live_user_level(
-        [r for r in before[u] if r.target == topic], tpl.key)]
+    new_users = [u for u, _ in todo if not _live_user_level([r for r in before[u] if r.target == topic], tpl.key)]
     fresh = set(new_users)
     futures = []
     for u, missing in todo:
         for i, (token, os_) in enumerate(missing):
             # A new user's user-level row rides in its last device's batch (written with, never before, it).
-            futures.append(st.add_topic_device(user_id=u, service=service, type_=type_, topic=topic,
-                                               notification_key=tpl.key, no=next_no, device_token=token,
-                                               device_os=os_, registered_at=at,
-                                               with_user_level=u in fresh and i == len(missing) - 1))
+            futures.append(
+                st.add_topic_device(
+                    user_id=u,
+                    service=service,
+                    type_=type_,
+                    topic=topic,
+                    notification_key=tpl.key,
+                    no=next_no,
+                    device_token=token,
+                    device_os=os_,
+                    registered_at=at,
+                    with_user_level=u in fresh and i == len(missing) - 1,
+                )
+            )
             next_no += 1
         if u in fresh and not missing:
             futures.append(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at))
@@ -267,8 +321,16 @@ def bulk_subscribe_topic(runtime: Runtime, service: str, type_: str, topic: str,
 
 
 # ---------------------------------------------------------------------- cycle
-def subscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str, days: list[str], hour: int, minute: int,
-                    timezone: str | None = None) -> SubscribeResult:
+def subscribe_cycle(
+    runtime: Runtime,
+    service: str,
+    user_id: str,
+    type_: str,
+    days: list[str],
+    hour: int,
+    minute: int,
+    timezone: str | None = None,
+) -> SubscribeResult:
     """Subscribe (or re-subscribe: the new schedule replaces the previous one of this type).
 
     Latest wins without a read-modify-write: every schedule is its own index row; after writing ours
@@ -297,12 +359,24 @@ def subscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str, da
     at = max(_now_ms(), int(winner.data.get("at", 0)) + 1 if winner is not None else 0)
     if winner is not None and winner.target == target:
         at = int(winner.data["at"])  # same schedule: keep its place
-    st.run(_materialise(st, service=service, user_id=user_id, tpl=tpl, target=target, schedule=schedule,
-                        devices=missing, at=at))
+    st.run(
+        _materialise(
+            st, service=service, user_id=user_id, tpl=tpl, target=target, schedule=schedule, devices=missing, at=at
+        )
+    )
     st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
     # The due index is written after the subscription rows (reconcile relies on that order).
-    st.run(st.mark_due(service=service, type_=type_, notification_key=tpl.key, timezone=schedule.timezone,
-                       days=schedule.days, hour=schedule.hour, minute=schedule.minute))
+    st.run(
+        st.mark_due(
+            service=service,
+            type_=type_,
+            notification_key=tpl.key,
+            timezone=schedule.timezone,
+            days=schedule.days,
+            hour=schedule.hour,
+            minute=schedule.minute,
+        )
+    )
     after = st.user_type_rows(user_id, service, "CYCLE", type_)
     _keep_latest_schedule(st, service, user_id, tpl, after)
     if not had_type and _first_of_type(after, tpl.key, target, at):
@@ -310,8 +384,7 @@ def subscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str, da
     return {"status": "subscribed", "schedule": target, "devices": len(have) + len(missing)}
 
 
-def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Template,
-                          rows: Sequence[IndexRow]) -> None:
+def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Template, rows: Sequence[IndexRow]) -> None:
     # The latest schedule is chosen among *all* rows of the template, device rows included: a racing
     # request writes its device rows before its user-level row, and judging by user-level rows only
     # would delete the device rows of the schedule that wins a moment later.
@@ -349,14 +422,23 @@ def list_subscriptions(runtime: Runtime, service: str, user_id: str) -> list[Sub
     for r in rows:
         if not r.is_user_level or r.data.get("key") not in live:
             continue
-        item: SubscriptionInfo = {"method": r.method, "type": r.type_, "registered_at": int(r.data.get("at", 0)),
-                "devices": devices.get((r.method, r.type_, r.target), 0)}
+        item: SubscriptionInfo = {
+            "method": r.method,
+            "type": r.type_,
+            "registered_at": int(r.data.get("at", 0)),
+            "devices": devices.get((r.method, r.type_, r.target), 0),
+        }
         if r.method == "TOPIC":
             item["topic"] = r.target
         else:
             sch = parse_canonical(r.target)
-            item["schedule"] = {"days": list(sch.days), "hour": sch.hour, "minute": sch.minute,
-                                "timezone": sch.timezone, "canonical": r.target}
+            item["schedule"] = {
+                "days": list(sch.days),
+                "hour": sch.hour,
+                "minute": sch.minute,
+                "timezone": sch.timezone,
+                "canonical": r.target,
+            }
         out.append(item)
     return out
 
@@ -373,19 +455,38 @@ def on_device_added(runtime: Runtime, service: str, user_id: str, device_token: 
     _copy_to_device(st, service, user_id, rows, live, device_token, device_os)
 
 
-def _copy_to_device(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow], live: set[str] | None,
-                    device_token: str, device_os: str) -> None:
+def _copy_to_device(
+    st: Statements,
+    service: str,
+    user_id: str,
+    rows: Sequence[IndexRow],
+    live: set[str] | None,
+    device_token: str,
+    device_os: str,
+) -> None:
     have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
     futures = []
     for r in rows:
         key: str | None = r.data.get("key")  # every user-level row carries its template's key
-        if (not r.is_user_level or key is None or (live is not None and key not in live)
-                or (r.method, r.type_, r.target) in have):
+        if (
+            not r.is_user_level
+            or key is None
+            or (live is not None and key not in live)
+            or (r.method, r.type_, r.target) in have
+        ):
             continue
         tpl = _Template(r.method, r.type_, key)
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
-        futures += _materialise(st, service=service, user_id=user_id, tpl=tpl, target=r.target,
-                                schedule=schedule, devices=[(device_token, device_os)], at=int(r.data.get("at", 0)))
+        futures += _materialise(
+            st,
+            service=service,
+            user_id=user_id,
+            tpl=tpl,
+            target=r.target,
+            schedule=schedule,
+            devices=[(device_token, device_os)],
+            at=int(r.data.get("at", 0)),
+        )
     st.run(futures)
 
 
@@ -411,8 +512,9 @@ def on_token_rotated(runtime: Runtime, service: str, old_token: str, new_token: 
         # Only the subscriptions the old token had: copy them, then drop the old rows.
         wanted = {(r.method, r.type_, r.target) for r in old_rows}
         user_level = [r for r in rows if r.is_user_level and (r.method, r.type_, r.target) in wanted]
-        _copy_to_device(st, service, user_id, user_level + [r for r in rows if r.device_token == new_token],
-                        None, new_token, os_)
+        _copy_to_device(
+            st, service, user_id, user_level + [r for r in rows if r.device_token == new_token], None, new_token, os_
+        )
         remove_rows(st, service, user_id, old_rows)
 
 
@@ -440,8 +542,7 @@ def on_template_deleted(runtime: Runtime, service: str, method: str, type_: str,
     st = _st(runtime)
     _, count, _ = st.counters(service, method, type_)
     st.add_count(service, method, type_, -count)
-    log.info("template %s/%s of %s deleted: %d subscriber(s) disabled until reconcile", method, type_, service,
-             count)
+    log.info("template %s/%s of %s deleted: %d subscriber(s) disabled until reconcile", method, type_, service, count)
 
 
 def prune_token(runtime: Runtime, service: str, device_token: str, reason: str) -> None:
@@ -457,6 +558,4 @@ def prune_token(runtime: Runtime, service: str, device_token: str, reason: str) 
     with runtime.sessions.begin() as s:
         for user_id in holders:
             reg.delete_device(s, service, user_id, device_token)
-    log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders),
-             reason)
-
+    log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders), reason)

@@ -37,8 +37,15 @@ FCM_ERRORS: dict[str, tuple[int, str, str]] = {
     "THIRD_PARTY_AUTH_ERROR": (401, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service"),
 }
 FCM_DEFAULT_CODE = {429: "QUOTA_EXCEEDED", 500: "INTERNAL", 503: "UNAVAILABLE"}
-APNS_DEFAULT_REASON = {400: "BadDeviceToken", 403: "InvalidProviderToken", 410: "Unregistered", 413: "PayloadTooLarge",
-                       429: "TooManyRequests", 500: "InternalServerError", 503: "ServiceUnavailable"}
+APNS_DEFAULT_REASON = {
+    400: "BadDeviceToken",
+    403: "InvalidProviderToken",
+    410: "Unregistered",
+    413: "PayloadTooLarge",
+    429: "TooManyRequests",
+    500: "InternalServerError",
+    503: "ServiceUnavailable",
+}
 APNS_PAYLOAD_LIMIT = 4096
 FCM_PAYLOAD_LIMIT = 4096
 JWT_MAX_AGE_S = 3600
@@ -186,8 +193,15 @@ def handle(state: State, scope: Scope, body: bytes) -> Response:
 
 # --- FCM HTTP v1 ------------------------------------------------------------------------------
 
-def fcm_error(code: str, retry_after: str | None = None, *, status: int | None = None,
-              message: str | None = None, details: bool = True) -> Response:
+
+def fcm_error(
+    code: str,
+    retry_after: str | None = None,
+    *,
+    status: int | None = None,
+    message: str | None = None,
+    details: bool = True,
+) -> Response:
     http, rpc, text = FCM_ERRORS.get(code, (status or 400, code, code))
     error: dict[str, Any] = {"code": status or http, "message": message or text, "status": rpc}
     if details:
@@ -207,11 +221,18 @@ def _fcm_payload_size(message: dict[str, Any]) -> int:
 
 def fcm_too_big() -> Response:
     """What FCM answers for a payload over 4,096 bytes."""
-    error = {"code": 400, "message": "Request contains an invalid argument.", "status": "INVALID_ARGUMENT",
-             "details": [{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError",
-                          "errorCode": "INVALID_ARGUMENT"},
-                         {"@type": "type.googleapis.com/google.rpc.BadRequest",
-                          "fieldViolations": [{"field": "message", "description": "Message is too big"}]}]}
+    error = {
+        "code": 400,
+        "message": "Request contains an invalid argument.",
+        "status": "INVALID_ARGUMENT",
+        "details": [
+            {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"},
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": "message", "description": "Message is too big"}],
+            },
+        ],
+    }
     return 400, list(_JSON), json.dumps({"error": error}, indent=2).encode()
 
 
@@ -220,8 +241,10 @@ def oauth_token(state: State, body: bytes) -> Response:
     grant in, an access token that expires after ``fcm_token_lifetime_s`` out. The assertion's
     signature is not checked (the emulator does not hold the accounts' public keys)."""
     form = dict(parse_qsl(body.decode(errors="replace")))
-    if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or _jwt_claims(
-            form.get("assertion", "").encode()) is None:
+    if (
+        form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        or _jwt_claims(form.get("assertion", "").encode()) is None
+    ):
         return 400, list(_JSON), json.dumps({"error": "invalid_grant", "error_description": "Invalid JWT."}).encode()
     token = "ya29.emu-" + uuid.uuid4().hex
     lifetime = state.realism.fcm_token_lifetime_s
@@ -229,8 +252,11 @@ def oauth_token(state: State, body: bytes) -> Response:
         state.issued = {t: e for t, e in state.issued.items() if e > time.time()}
     state.issued[token] = time.time() + lifetime
     state.counts["oauth.token_issued"] += 1
-    return 200, list(_JSON), json.dumps({"access_token": token, "expires_in": int(lifetime),
-                                         "token_type": "Bearer"}).encode()
+    return (
+        200,
+        list(_JSON),
+        json.dumps({"access_token": token, "expires_in": int(lifetime), "token_type": "Bearer"}).encode(),
+    )
 
 
 def _bare_error(status: int, rpc: str, message: str) -> Response:
@@ -244,11 +270,19 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     realism = state.realism
     now = time.time()
     bearer = auth[7:].decode()
-    if (not auth.startswith(b"Bearer ") or bearer in state.rejected_bearers or "*" in state.rejected_bearers
-            or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)):
+    if (
+        not auth.startswith(b"Bearer ")
+        or bearer in state.rejected_bearers
+        or "*" in state.rejected_bearers
+        or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)
+    ):
         state.counts["fcm.unauthenticated"] += 1
-        return _bare_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. "
-                           "Expected OAuth 2 access token, login cookie or other valid authentication credential.")
+        return _bare_error(
+            401,
+            "UNAUTHENTICATED",
+            "Request had invalid authentication credentials. "
+            "Expected OAuth 2 access token, login cookie or other valid authentication credential.",
+        )
     try:
         message = json.loads(body)["message"]
         targets = [message[k] for k in ("token", "fid", "topic", "condition") if k in message]
@@ -267,10 +301,13 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
             return fcm_error("QUOTA_EXCEEDED", message="Device message rate exceeded.")
     state.attempts[token] += 1
     if len(state.last) < _LAST_REQUESTS_MAX or token in state.last:
-        state.last[token] = {"api": "fcm", "path": scope["path"], "body": message,
-                             "validate_only": bool(json.loads(body).get("validate_only")),
-                             "headers": {k.decode(): v.decode() for k, v in scope["headers"]
-                                         if k not in (b"authorization",)}}
+        state.last[token] = {
+            "api": "fcm",
+            "path": scope["path"],
+            "body": message,
+            "validate_only": bool(json.loads(body).get("validate_only")),
+            "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
+        }
     fault = state.take_fault("fcm", token)
     if fault:
         state.counts["fcm.fault"] += 1
@@ -289,6 +326,7 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
 
 
 # --- APNs ---------------------------------------------------------------------------------------
+
 
 def _jwt_claims(raw: bytes) -> dict[str, Any] | None:
     try:
@@ -357,9 +395,12 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
         return _apns_out(429, "TooManyRequests", apns_id)
     state.attempts[token] += 1
     if len(state.last) < _LAST_REQUESTS_MAX or token in state.last:
-        state.last[token] = {"api": "apns", "path": scope["path"], "body": json.loads(body or b"null"),
-                             "headers": {k.decode(): v.decode() for k, v in scope["headers"]
-                                         if k not in (b"authorization",)}}
+        state.last[token] = {
+            "api": "apns",
+            "path": scope["path"],
+            "body": json.loads(body or b"null"),
+            "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
+        }
     fault = state.take_fault("apns", token)
     if fault:
         state.counts["apns.fault"] += 1
@@ -382,8 +423,13 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
 
 # --- control API ----------------------------------------------------------------------------------
 
+
 def _ok(payload: Any = None, status: int = 200) -> Response:
-    return status, [(b"content-type", b"application/json")], json.dumps(payload if payload is not None else {"ok": True}).encode()
+    return (
+        status,
+        [(b"content-type", b"application/json")],
+        json.dumps(payload if payload is not None else {"ok": True}).encode(),
+    )
 
 
 def control(state: State, method: str, path: str, query: bytes, body: bytes) -> Response:
@@ -393,23 +439,53 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
             peer = None
             if PEER is not None:
                 st = PEER.stats
-                peer = {"connections": st.connections, "goaways": st.goaways, "protocol_errors": st.protocol_errors,
-                        "max_open": st.max_open, "ignored_after_goaway": st.ignored_after_goaway,
-                        "live": len(st.live), "rules": dataclasses.asdict(PEER.rules), "port": PEER.port}
-            return _ok({"counts": dict(state.counts), "faults": [f.__dict__ for f in state.faults],
-                        "realism": dataclasses.asdict(state.realism), "apns_peer": peer,
-                        "latency_ms": state.latency_s * 1000,
-                        "delivered": {api: sum(c.values()) for api, c in state.delivered.items()}})
+                peer = {
+                    "connections": st.connections,
+                    "goaways": st.goaways,
+                    "protocol_errors": st.protocol_errors,
+                    "max_open": st.max_open,
+                    "ignored_after_goaway": st.ignored_after_goaway,
+                    "live": len(st.live),
+                    "rules": dataclasses.asdict(PEER.rules),
+                    "port": PEER.port,
+                }
+            return _ok(
+                {
+                    "counts": dict(state.counts),
+                    "faults": [f.__dict__ for f in state.faults],
+                    "realism": dataclasses.asdict(state.realism),
+                    "apns_peer": peer,
+                    "latency_ms": state.latency_s * 1000,
+                    "delivered": {api: sum(c.values()) for api, c in state.delivered.items()},
+                }
+            )
         if method == "GET" and path == "deliveries":
             token = _query(query).get("token", "")
-            return _ok({"token": token, "fcm": state.delivered["fcm"][token], "apns": state.delivered["apns"][token],
-                        "attempts": state.attempts[token]})
+            return _ok(
+                {
+                    "token": token,
+                    "fcm": state.delivered["fcm"][token],
+                    "apns": state.delivered["apns"][token],
+                    "attempts": state.attempts[token],
+                }
+            )
         if method == "POST" and path == "deliveries":  # many tokens at once: {"tokens": [...]}
             tokens = req["tokens"]
             if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
                 raise TypeError("tokens must be a list of strings")
-            return _ok({"deliveries": [{"token": t, "fcm": state.delivered["fcm"][t], "apns": state.delivered["apns"][t],
-                                        "attempts": state.attempts[t]} for t in tokens]})
+            return _ok(
+                {
+                    "deliveries": [
+                        {
+                            "token": t,
+                            "fcm": state.delivered["fcm"][t],
+                            "apns": state.delivered["apns"][t],
+                            "attempts": state.attempts[t],
+                        }
+                        for t in tokens
+                    ]
+                }
+            )
         if method == "GET" and path == "requests/last":
             token = _query(query).get("token", "")
             return _ok(state.last.get(token)) if token in state.last else _ok({"error": "no request"}, 404)
@@ -422,8 +498,11 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
                 PEER.stats = PeerStats(live=PEER.stats.live)  # counters restart; open connections stay
             return _ok()
         if method == "POST" and path == "realistic":
-            peer_keys = {"apns_first_streams": "first_streams", "apns_max_streams": "max_streams",
-                         "apns_goaway_after": "goaway_after"}
+            peer_keys = {
+                "apns_first_streams": "first_streams",
+                "apns_max_streams": "max_streams",
+                "apns_goaway_after": "goaway_after",
+            }
             state.realism.update({k: v for k, v in req.items() if k not in peer_keys})
             for key, attr in peer_keys.items():
                 if key in req:
@@ -445,8 +524,12 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
                 state.fcm_tokens.update(dict.fromkeys(tokens, code))
             return _ok()
         if method == "POST" and path == "apns/tokens":
-            table = {"unregistered": (410, "Unregistered"), "invalid": (400, "BadDeviceToken"),
-                     "not_for_topic": (400, "DeviceTokenNotForTopic"), "expired": (410, "ExpiredToken")}
+            table = {
+                "unregistered": (410, "Unregistered"),
+                "invalid": (400, "BadDeviceToken"),
+                "not_for_topic": (400, "DeviceTokenNotForTopic"),
+                "expired": (410, "ExpiredToken"),
+            }
             for kind, tokens in req.items():
                 if kind not in table:
                     return _ok({"error": f"unknown kind {kind}; one of {sorted(table)}"}, 400)
@@ -462,8 +545,16 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
             else:
                 return _ok({"error": "api must be fcm or apns"}, 400)
             ra = req.get("retry_after")
-            state.faults.append(Fault(api, str(req.get("match", "*")), status, code,
-                                      None if ra is None else str(ra), int(req.get("times", 1))))
+            state.faults.append(
+                Fault(
+                    api,
+                    str(req.get("match", "*")),
+                    status,
+                    code,
+                    None if ra is None else str(ra),
+                    int(req.get("times", 1)),
+                )
+            )
             return _ok()
         if method == "POST" and path == "latency":
             state.latency_s = max(0.0, float(req.get("ms", 0))) / 1000

@@ -49,8 +49,13 @@ class EmulatorControl:
 
     def env(self) -> dict[str, str]:
         """Environment that points Notee and the SDKs' HTTP clients at this emulator."""
-        env = {"SSL_CERT_FILE": self.ca_file, "REQUESTS_CA_BUNDLE": self.ca_file, "NO_PROXY": "127.0.0.1,localhost",
-               "NOTEE_EMULATOR_URL": self.url, "NOTEE_EMULATOR_CA_FILE": self.ca_file}
+        env = {
+            "SSL_CERT_FILE": self.ca_file,
+            "REQUESTS_CA_BUNDLE": self.ca_file,
+            "NO_PROXY": "127.0.0.1,localhost",
+            "NOTEE_EMULATOR_URL": self.url,
+            "NOTEE_EMULATOR_CA_FILE": self.ca_file,
+        }
         if self.apns_url:
             env["NOTEE_EMULATOR_APNS_URL"] = self.apns_url
         return env
@@ -66,12 +71,16 @@ class EmulatorControl:
     def access_token(self) -> str:
         """An FCM access token from the emulator's OAuth endpoint (what a service account's
         token_uri returns), for a test client that is not a service account."""
+
         def part(obj: dict[str, Any]) -> str:
             return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
 
-        assertion = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'iss': 'test@emulator', 'iat': int(time.time())})}.x"
-        r = self.http.post("/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
-                                           "assertion": assertion})
+        assertion = (
+            f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'iss': 'test@emulator', 'iat': int(time.time())})}.x"
+        )
+        r = self.http.post(
+            "/token", data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}
+        )
         r.raise_for_status()
         return str(r.json()["access_token"])
 
@@ -92,8 +101,16 @@ class EmulatorControl:
         """kinds: unregistered (410), invalid (400 BadDeviceToken), not_for_topic, expired."""
         self._post("apns/tokens", by_kind)
 
-    def fault(self, api: str, status: int, *, match: str = "*", times: int = 1, code: str | None = None,
-              retry_after: str | int | None = None) -> None:
+    def fault(
+        self,
+        api: str,
+        status: int,
+        *,
+        match: str = "*",
+        times: int = 1,
+        code: str | None = None,
+        retry_after: str | int | None = None,
+    ) -> None:
         body: dict[str, Any] = {"api": api, "status": status, "match": match, "times": times}
         if code:
             body["code"] = code
@@ -116,7 +133,7 @@ class EmulatorControl:
         """``deliveries`` of many tokens, a batch per request: token -> {"fcm", "apns", "attempts"}."""
         out: dict[str, dict[str, int]] = {}
         for i in range(0, len(tokens), batch):
-            r = self.http.post("/_emu/deliveries", json={"tokens": tokens[i:i + batch]})
+            r = self.http.post("/_emu/deliveries", json={"tokens": tokens[i : i + batch]})
             r.raise_for_status()
             for row in r.json()["deliveries"]:
                 out[row.pop("token")] = row
@@ -156,8 +173,18 @@ def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterato
     state_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))
     port = free_port()
     url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
-    args = [sys.executable, "-m", "notee", "emulator", "--host", "127.0.0.1", "--port", str(port),
-            "--state-dir", str(state_dir)]
+    args = [
+        sys.executable,
+        "-m",
+        "notee",
+        "emulator",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state_dir),
+    ]
     apns_url = None
     if realistic:
         apns_port = free_port()

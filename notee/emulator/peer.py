@@ -62,9 +62,13 @@ def _valid_for_limit(status: int, body: bytes) -> bool:
 class _PeerConnection(asyncio.Protocol):
     def __init__(self, server: PeerServer) -> None:
         self.server = server
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None,
-                                           validate_inbound_headers=False, validate_outbound_headers=False,
-                                           normalize_outbound_headers=False)
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_inbound_headers=False,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
         self.conn = h2.connection.H2Connection(config=config)
         self.transport: asyncio.Transport | None = None
         self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
@@ -82,9 +86,13 @@ class _PeerConnection(asyncio.Protocol):
         self.client = transport.get_extra_info("peername")  # identifies the connection to the handler
         self.server.stats.connections += 1
         self.server.stats.live.add(self)
-        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.server.rules.first_streams,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        self.conn.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.server.rules.first_streams,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535,
+            },
+        )
         self.conn.initiate_connection()
         self._flush()
 
@@ -148,9 +156,14 @@ class _PeerConnection(asyncio.Protocol):
         pseudo = {k: v for k, v in headers if k.startswith(b":")}
         path = pseudo.get(b":path", b"/").decode()
         path, _, query = path.partition("?")
-        scope = {"type": "http", "method": pseudo.get(b":method", b"GET").decode(), "path": path,
-                 "query_string": query.encode(), "headers": [(k, v) for k, v in headers if not k.startswith(b":")],
-                 "client": self.client}
+        scope = {
+            "type": "http",
+            "method": pseudo.get(b":method", b"GET").decode(),
+            "path": path,
+            "query_string": query.encode(),
+            "headers": [(k, v) for k, v in headers if not k.startswith(b":")],
+            "client": self.client,
+        }
         try:
             status, out_headers, out = self.server.handle(scope, bytes(body))
         except Exception:  # a handler bug must not take the connection down: 500, as granian does

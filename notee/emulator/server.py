@@ -20,9 +20,15 @@ from notee.emulator.tls import TlsFiles, ensure_tls
 log = logging.getLogger(__name__)
 
 
-def serve(host: str, port: int, state_dir: str | Path, *, on_ready: Callable[[TlsFiles], None] | None = None,
-          realistic: bool = False,
-          apns_port: int | None = None) -> None:
+def serve(
+    host: str,
+    port: int,
+    state_dir: str | Path,
+    *,
+    on_ready: Callable[[TlsFiles], None] | None = None,
+    realistic: bool = False,
+    apns_port: int | None = None,
+) -> None:
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
 
     ``realistic``: behave like the real services (``notee.emulator.app.Realism``); FCM's port
@@ -33,10 +39,15 @@ def serve(host: str, port: int, state_dir: str | Path, *, on_ready: Callable[[Tl
     files: TlsFiles = ensure_tls(state_dir, [host])
     if realistic:
         # read by the ASGI worker (notee.emulator.app) at start-up; granian's worker inherits them
-        os.environ.update({"NOTEE_EMULATOR_REALISTIC": "1", "NOTEE_EMULATOR_APNS_HOST": host,
-                           "NOTEE_EMULATOR_APNS_PORT": str(apns_port or port + 1),
-                           "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
-                           "NOTEE_EMULATOR_TLS_KEY": str(files.server_key)})
+        os.environ.update(
+            {
+                "NOTEE_EMULATOR_REALISTIC": "1",
+                "NOTEE_EMULATOR_APNS_HOST": host,
+                "NOTEE_EMULATOR_APNS_PORT": str(apns_port or port + 1),
+                "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
+                "NOTEE_EMULATOR_TLS_KEY": str(files.server_key),
+            }
+        )
     if on_ready:
         on_ready(files)
     Granian(

@@ -37,9 +37,20 @@ log = logging.getLogger(__name__)
 SLOTS_PER_TASK = 1
 
 
-def create_job(runtime: Runtime, session: Session, *, service: str, notification_key: str, method: str,
-               type_: str, target: Target, idempotency_key: str | None, variables: dict[str, Any] | None = None,
-               overrides: dict[str, Any] | None = None, deadline_in_s: float | None = None) -> JobRow:
+def create_job(
+    runtime: Runtime,
+    session: Session,
+    *,
+    service: str,
+    notification_key: str,
+    method: str,
+    type_: str,
+    target: Target,
+    idempotency_key: str | None,
+    variables: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    deadline_in_s: float | None = None,
+) -> JobRow:
     """Write the job and its tasks in the caller's transaction (the caller commits); with an
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
     False then). ``deadline_in_s``: seconds from now (database clock) after which its unfinished
@@ -56,8 +67,13 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
         raise InvalidInput("notification_key does not belong to this method and type")
     kind, target_json = encode_target(target)
     # Rendered once here for every recipient of the job (docs/FANOUT.md); the workers never render.
-    payload = render(TemplateContent(template.title, template.body, template.data, template.defaults,
-                                     template.ttl_seconds, template.priority), variables, overrides).as_job_payload()
+    payload = render(
+        TemplateContent(
+            template.title, template.body, template.data, template.defaults, template.ttl_seconds, template.priority
+        ),
+        variables,
+        overrides,
+    ).as_job_payload()
     service_row = registry_sql.get_service(session, service)
     dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
     # Read the numbering counter before writing: the job walks every slot that exists now.
@@ -65,11 +81,23 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
-            store.insert_job(session, job_id=job_id, service=service, notification_key=notification_key,
-                             method=method, type_=type_, target_kind=kind, target=target_json,
-                             idempotency_key=idempotency_key, variables=variables, overrides=overrides,
-                             payload=payload, dry_run=dry_run, slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
-                             deadline_in_s=deadline_in_s)
+            store.insert_job(
+                session,
+                job_id=job_id,
+                service=service,
+                notification_key=notification_key,
+                method=method,
+                type_=type_,
+                target_kind=kind,
+                target=target_json,
+                idempotency_key=idempotency_key,
+                variables=variables,
+                overrides=overrides,
+                payload=payload,
+                dry_run=dry_run,
+                slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
+                deadline_in_s=deadline_in_s,
+            )
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -77,16 +105,32 @@ def create_job(runtime: Runtime, session: Session, *, service: str, notification
         if existing is None:
             raise
         return existing
-    log.info("job %s created: service=%s %s/%s %s slots 0..%d%s", job_id, service, method, type_, kind, top,
-             " (dry run)" if dry_run else "")
+    log.info(
+        "job %s created: service=%s %s/%s %s slots 0..%d%s",
+        job_id,
+        service,
+        method,
+        type_,
+        kind,
+        top,
+        " (dry run)" if dry_run else "",
+    )
     job = store.get_job(session, job_id)
     assert job is not None
     return replace(job, created=True)
 
 
-def publish_topic(runtime: Runtime, session: Session, *, service: str, type_: str, topic: str,
-                  idempotency_key: str | None, variables: dict[str, Any] | None,
-                  overrides: dict[str, Any] | None) -> JobRow:
+def publish_topic(
+    runtime: Runtime,
+    session: Session,
+    *,
+    service: str,
+    type_: str,
+    topic: str,
+    idempotency_key: str | None,
+    variables: dict[str, Any] | None,
+    overrides: dict[str, Any] | None,
+) -> JobRow:
     """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job`` (in
     the caller's transaction: the caller commits)."""
     validate_topic(topic)
@@ -94,9 +138,18 @@ def publish_topic(runtime: Runtime, session: Session, *, service: str, type_: st
     template = registry_sql.get_template(session, service, "TOPIC", type_)
     if template is None:
         raise NotFound(f"no TOPIC template of type {type_!r}")
-    return create_job(runtime, session, service=service, notification_key=template.notification_key,
-                      method="TOPIC", type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
-                      variables=variables, overrides=overrides)
+    return create_job(
+        runtime,
+        session,
+        service=service,
+        notification_key=template.notification_key,
+        method="TOPIC",
+        type_=type_,
+        target=TopicTarget(topic),
+        idempotency_key=idempotency_key,
+        variables=variables,
+        overrides=overrides,
+    )
 
 
 def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
@@ -119,9 +172,27 @@ def cancel_job(session: Session, service: str, job_id: str) -> tuple[JobRow, Pro
     return job, store.progress(session, job_id)
 
 
-def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,
-              type_: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None,
-              before: tuple[datetime, str] | None = None, limit: int = 50) -> list[tuple[JobRow, Progress]]:
+def list_jobs(
+    session: Session,
+    service: str,
+    *,
+    state: str | None = None,
+    method: str | None = None,
+    type_: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[tuple[JobRow, Progress]]:
     """A service's jobs (topic publishes and cycle minutes alike), newest first, with progress."""
-    return store.list_jobs(session, service, state=state, method=method, type_=type_, created_from=created_from,
-                           created_to=created_to, before=before, limit=limit)
+    return store.list_jobs(
+        session,
+        service,
+        state=state,
+        method=method,
+        type_=type_,
+        created_from=created_from,
+        created_to=created_to,
+        before=before,
+        limit=limit,
+    )

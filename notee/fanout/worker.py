@@ -72,9 +72,18 @@ def messages_for(page: Sequence[Recipient], payload: dict[str, Any]) -> list[Mes
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, send_page: SendPage, *, lanes: int = 2, worker_id: str | None = None,
-                 lease_s: float | None = None, fetch_size: int | None = None,
-                 services: Sequence[str] | None = None, stop: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        send_page: SendPage,
+        *,
+        lanes: int = 2,
+        worker_id: str | None = None,
+        lease_s: float | None = None,
+        fetch_size: int | None = None,
+        services: Sequence[str] | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> None:
         self.runtime = runtime
         self.send_page = send_page
         self.lanes = lanes
@@ -88,19 +97,24 @@ class Worker:
     # ------------------------------------------------------------------ claim loop
     async def run(self, *, until_idle: bool = False) -> None:
         """Run the lanes until ``stop`` is set (or, with ``until_idle``, until no task is left)."""
-        log.info("worker %s: %d lanes, fetch_size=%d, lease=%ss", self.worker_id, self.lanes, self.fetch_size,
-                 self.lease_s)
+        log.info(
+            "worker %s: %d lanes, fetch_size=%d, lease=%ss", self.worker_id, self.lanes, self.fetch_size, self.lease_s
+        )
         await asyncio.gather(*(self._lane(i, until_idle) for i in range(self.lanes)))
         log.info("worker %s: stopped after %d task(s)", self.worker_id, self.tasks_done)
 
     async def _lane(self, lane: int, until_idle: bool) -> None:
         while not self.stop.is_set():
             try:
-                claim = await asyncio.to_thread(store.claim, self.runtime.sessions, owner=self.worker_id,
-                                                lease_s=self.lease_s, services=self.services)
+                claim = await asyncio.to_thread(
+                    store.claim,
+                    self.runtime.sessions,
+                    owner=self.worker_id,
+                    lease_s=self.lease_s,
+                    services=self.services,
+                )
             except Exception as exc:  # store down: keep the process, try again
-                log.warning("worker %s lane %d: claim failed (%s); retrying", self.worker_id, lane,
-                            type(exc).__name__)
+                log.warning("worker %s lane %d: claim failed (%s); retrying", self.worker_id, lane, type(exc).__name__)
                 claim = None
             if claim is None:
                 if until_idle:
@@ -146,8 +160,9 @@ class Worker:
                     counts = PageCounts()
                     if page:
                         try:
-                            counts = await self.send_page(job.service, job.job_id, messages_for(page, job.payload),
-                                                          job.dry_run)
+                            counts = await self.send_page(
+                                job.service, job.job_id, messages_for(page, job.payload), job.dry_run
+                            )
                         except PageAborted as exc:
                             aborted = exc.counts
                             raise
@@ -157,12 +172,20 @@ class Worker:
                     if last:
                         await asyncio.to_thread(store.complete, sessions, claim, counts=counts)
                         self.tasks_done += 1
-                        log.info("task %s done: %d pages, %d sent in %.1fs", name, pages, sent,
-                                 time.monotonic() - started)
+                        log.info(
+                            "task %s done: %d pages, %d sent in %.1fs", name, pages, sent, time.monotonic() - started
+                        )
                         return
                     resume_slot, resume_state = (slot, next_state) if next_state is not None else (slot + 1, None)
-                    await asyncio.to_thread(store.checkpoint, sessions, claim, current_slot=resume_slot,
-                                            paging_state=resume_state, counts=counts, lease_s=self.lease_s)
+                    await asyncio.to_thread(
+                        store.checkpoint,
+                        sessions,
+                        claim,
+                        current_slot=resume_slot,
+                        paging_state=resume_state,
+                        counts=counts,
+                        lease_s=self.lease_s,
+                    )
                     if self.stop.is_set():
                         await asyncio.to_thread(store.release, sessions, claim)
                         log.info("task %s released on stop at slot %d after %d pages", name, resume_slot, pages)
@@ -194,8 +217,9 @@ class Worker:
             else:
                 log.exception("task %s: unexpected error; releasing it for a retry", name)
             try:
-                await asyncio.to_thread(store.release, sessions, claim, delay_s=ERROR_BACKOFF_S,
-                                        error=f"{type(exc).__name__}: {exc}")
+                await asyncio.to_thread(
+                    store.release, sessions, claim, delay_s=ERROR_BACKOFF_S, error=f"{type(exc).__name__}: {exc}"
+                )
             except Exception:  # the lease will expire and the task be reclaimed anyway
                 log.warning("task %s: release failed too; its lease will expire", name)
         finally:
@@ -255,8 +279,12 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
 
     def abandon() -> None:
         if not running.done():
-            log.warning("worker %s: lanes still busy %.0f s after the stop signal; abandoning them (their "
-                        "leases expire and another worker resumes from the last checkpoint)", worker.worker_id, grace)
+            log.warning(
+                "worker %s: lanes still busy %.0f s after the stop signal; abandoning them (their "
+                "leases expire and another worker resumes from the last checkpoint)",
+                worker.worker_id,
+                grace,
+            )
             running.cancel()
 
     def on_signal() -> None:

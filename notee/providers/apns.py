@@ -31,8 +31,16 @@ JWT_REFRESH_S = 50 * 60
 # https://developer.apple.com/documentation/usernotifications/generating-a-remote-notification
 PAYLOAD_LIMIT = 4096
 _INVALID_TOKEN_REASONS = {"BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"}
-_CONFIG_REASONS = {"InvalidProviderToken", "MissingProviderToken", "BadCertificate", "BadCertificateEnvironment",
-                   "BadTopic", "MissingTopic", "TopicDisallowed", "Forbidden"}
+_CONFIG_REASONS = {
+    "InvalidProviderToken",
+    "MissingProviderToken",
+    "BadCertificate",
+    "BadCertificateEnvironment",
+    "BadTopic",
+    "MissingTopic",
+    "TopicDisallowed",
+    "Forbidden",
+}
 
 
 def apns_payload(title: str, body: str, data: Mapping[str, str] | None) -> dict[str, Any]:
@@ -49,8 +57,9 @@ class ExpiredJwt(Exception):
     """403 ExpiredProviderToken: re-sign once and resend; a second one is a configuration error."""
 
 
-def classify_apns(status: int, body: bytes, apns_id: bytes | str | None = None,
-                  retry_after: bytes | str | None = None) -> Outcome:
+def classify_apns(
+    status: int, body: bytes, apns_id: bytes | str | None = None, retry_after: bytes | str | None = None
+) -> Outcome:
     if status == 200:
         return Delivered(apns_id.decode() if isinstance(apns_id, bytes) else (apns_id or ""))
     try:
@@ -71,8 +80,15 @@ def classify_apns(status: int, body: bytes, apns_id: bytes | str | None = None,
 class ApnsJwt:
     """The provider token of one APNs key, re-signed every JWT_REFRESH_S seconds."""
 
-    def __init__(self, private_key: str, key_id: str, team_id: str, *, refresh_s: float = JWT_REFRESH_S,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        private_key: str,
+        key_id: str,
+        team_id: str,
+        *,
+        refresh_s: float = JWT_REFRESH_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._key, self._kid, self._team = private_key, key_id, team_id
         self._refresh_s, self._clock = refresh_s, clock
         self._value: bytes = b""
@@ -82,8 +98,9 @@ class ApnsJwt:
         now = self._clock()
         if force or not self._value or now - self._issued >= self._refresh_s:
             try:
-                token = jwt.encode({"iss": self._team, "iat": int(now)}, self._key, algorithm="ES256",
-                                   headers={"kid": self._kid})
+                token = jwt.encode(
+                    {"iss": self._team, "iat": int(now)}, self._key, algorithm="ES256", headers={"kid": self._kid}
+                )
             except (ValueError, TypeError, jwt.PyJWTError) as exc:
                 raise ProviderConfigError("APNs private key is not a usable ES256 (.p8) key") from exc
             self._value, self._issued = b"bearer " + token.encode(), now
@@ -91,9 +108,13 @@ class ApnsJwt:
 
 
 def apns_headers(m: Message, topic: str, bearer: bytes, *, now: float | None = None) -> list[tuple[bytes, bytes]]:
-    headers = [(b"authorization", bearer), (b"apns-topic", topic.encode()), (b"apns-push-type", b"alert"),
-               (b"apns-priority", b"10" if m.priority == "high" else b"5"),
-               (b"apns-id", str(uuid.uuid4()).encode())]
+    headers = [
+        (b"authorization", bearer),
+        (b"apns-topic", topic.encode()),
+        (b"apns-push-type", b"alert"),
+        (b"apns-priority", b"10" if m.priority == "high" else b"5"),
+        (b"apns-id", str(uuid.uuid4()).encode()),
+    ]
     if m.ttl_seconds is not None:
         headers.append((b"apns-expiration", str(int(now if now is not None else time.time()) + m.ttl_seconds).encode()))
     if m.collapse_key:
@@ -118,8 +139,9 @@ class ApnsProvider:
             key = (m.title, m.body, tuple(m.data.items()) if m.data else ())
             body = bodies.get(key)
             if body is None:
-                body = bodies[key] = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"),
-                                                ensure_ascii=False).encode()
+                body = bodies[key] = json.dumps(
+                    apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False
+                ).encode()
             items.append((f"/3/device/{m.device_token}".encode(), apns_headers(m, self.topic, bearer, now=now), body))
         out: list[Outcome | ExpiredJwt] = []
         for r in await self._pool.request_batch(items, self._timeout):
@@ -140,8 +162,10 @@ class ApnsProvider:
             bearer = self._jwt.bearer(force=True)
             again = await self._send([messages[i] for i in expired], bearer)
             if any(isinstance(r, ExpiredJwt) for r in again):
-                raise ProviderConfigError("APNs says the provider token is expired right after re-signing "
-                                          "(check the server clock and the key)")
+                raise ProviderConfigError(
+                    "APNs says the provider token is expired right after re-signing "
+                    "(check the server clock and the key)"
+                )
             resent = {i: r for i, r in zip(expired, again, strict=True) if not isinstance(r, ExpiredJwt)}
         return [resent[i] if isinstance(r, ExpiredJwt) else r for i, r in enumerate(results)]
 

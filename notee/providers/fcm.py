@@ -80,8 +80,14 @@ def classify_fcm(status: int, body: bytes, retry_after: bytes | str | None = Non
         error = json.loads(body).get("error", {})
     except (ValueError, AttributeError):
         error = {}
-    code = next((d.get("errorCode") for d in error.get("details", []) or []
-                 if isinstance(d, dict) and d.get("@type") == _FCM_ERROR_TYPE), None)
+    code = next(
+        (
+            d.get("errorCode")
+            for d in error.get("details", []) or []
+            if isinstance(d, dict) and d.get("@type") == _FCM_ERROR_TYPE
+        ),
+        None,
+    )
     rpc = error.get("status") or ""
     message = str(error.get("message", ""))[:200]
     delay = parse_retry_after(retry_after)
@@ -126,8 +132,9 @@ class _BodyCache:
     def body(self, m: Message) -> bytes:
         key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, int(time.time()))
         if key != self._key or (m.data is not self._data and m.data != self._data):
-            template = _encode(Message(self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority,
-                                       m.collapse_key))
+            template = _encode(
+                Message(self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key)
+            )
             head, _, tail = template.partition(json.dumps(self._MARK).encode())
             self._key, self._data, self._parts = key, m.data, (head, tail)
         head, tail = self._parts
@@ -146,8 +153,9 @@ class ServiceAccountTokens:
 
     ``token_uri`` overrides the account's token endpoint (the emulator's ``/token``)."""
 
-    def __init__(self, service_account: dict[str, Any], *, token_uri: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, service_account: dict[str, Any], *, token_uri: str | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         # deferred: firebase-admin's credentials load google-auth and requests (~0.2 s per process start); processes that never send FCM do not need them
         from firebase_admin import credentials
 
@@ -198,11 +206,18 @@ def emulator_service_account(project_id: str) -> dict[str, Any]:
     global _EMULATOR_KEY
     if _EMULATOR_KEY is None:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        _EMULATOR_KEY = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()).decode()
-    return {"type": "service_account", "project_id": project_id, "private_key_id": "notee-emulator",
-            "private_key": _EMULATOR_KEY, "client_email": f"notee-emulator@{project_id}.iam.gserviceaccount.com",
-            "client_id": "0", "token_uri": "https://oauth2.googleapis.com/token"}
+        _EMULATOR_KEY = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode()
+    return {
+        "type": "service_account",
+        "project_id": project_id,
+        "private_key_id": "notee-emulator",
+        "private_key": _EMULATOR_KEY,
+        "client_email": f"notee-emulator@{project_id}.iam.gserviceaccount.com",
+        "client_id": "0",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
 
 
 _EMULATOR_KEY: str | None = None
@@ -236,10 +251,15 @@ class FcmProvider:
         self._bodies = _BodyCache()
 
     async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | AuthRejected]:
-        headers = [(b"authorization", bearer), (b"content-type", b"application/json"),
-                   (b"x-goog-api-format-version", b"2"), (b"x-firebase-client", b"notee")]
-        responses = await self._pool.request_batch([(self._path, headers, self._bodies.body(m)) for m in messages],
-                                                   self._timeout)
+        headers = [
+            (b"authorization", bearer),
+            (b"content-type", b"application/json"),
+            (b"x-goog-api-format-version", b"2"),
+            (b"x-firebase-client", b"notee"),
+        ]
+        responses = await self._pool.request_batch(
+            [(self._path, headers, self._bodies.body(m)) for m in messages], self._timeout
+        )
         out: list[Outcome | AuthRejected] = []
         for r in responses:
             if isinstance(r, TransportError):
@@ -264,8 +284,12 @@ class FcmProvider:
                 results[i] = r
         third_party = sum(1 for r in results if isinstance(r, Failed) and r.reason == "THIRD_PARTY_AUTH_ERROR")
         if third_party:
-            log.error("FCM project %s: %d message(s) failed with THIRD_PARTY_AUTH_ERROR: the APNs key or "
-                      "Web Push credentials configured in Firebase are invalid", self.project_id, third_party)
+            log.error(
+                "FCM project %s: %d message(s) failed with THIRD_PARTY_AUTH_ERROR: the APNs key or "
+                "Web Push credentials configured in Firebase are invalid",
+                self.project_id,
+                third_party,
+            )
         return results  # type: ignore[return-value]
 
     async def close(self) -> None:

@@ -115,15 +115,24 @@ def new_h2_connection() -> h2.connection.H2Connection:
     machine open (``_answers_after_goaway``); and ``local_settings`` is replaced before
     ``initiate_connection`` so that the first SETTINGS frame already carries ours (no second
     SETTINGS round trip)."""
-    config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
-                                       normalize_outbound_headers=False, validate_inbound_headers=False)
+    config = h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+        validate_inbound_headers=False,
+    )
     conn = h2.connection.H2Connection(config=config)
     conn.encoder = _PlainEncoder()
     _answers_after_goaway(conn)
-    conn.local_settings = h2.settings.Settings(client=True, initial_values={
-        h2.settings.SettingCodes.ENABLE_PUSH: 0,
-        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
-        h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100})
+    conn.local_settings = h2.settings.Settings(
+        client=True,
+        initial_values={
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
+        },
+    )
     return conn
 
 
@@ -133,8 +142,14 @@ class Connection:
     ``max_streams``, whichever is lower), request bodies only as far as the flow-control windows
     allow, and on GOAWAY no new stream while the streams at or below last_stream_id finish."""
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                 max_streams: int = 100) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        max_streams: int = 100,
+    ) -> None:
         self.host, self.port = host, port
         self._ssl, self._sni = ssl_context, server_hostname or host
         self._max_streams = max_streams
@@ -171,7 +186,8 @@ class Connection:
         windows): a stream opened before them could exceed a limit we have not read yet."""
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout)
+                asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout
+            )
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
         conn = new_h2_connection()
@@ -185,12 +201,12 @@ class Connection:
             await asyncio.wait_for(asyncio.shield(self._settled), timeout)
         except TimeoutError as exc:
             await self.close()
-            raise TransportError(f"{self.host}:{self.port} sent no SETTINGS within {timeout} s",
-                                 unprocessed=True) from exc
+            raise TransportError(
+                f"{self.host}:{self.port} sent no SETTINGS within {timeout} s", unprocessed=True
+            ) from exc
         if not self.usable:
             await self.close()
-            raise TransportError(f"{self.host}:{self.port} closed the connection before its SETTINGS",
-                                 unprocessed=True)
+            raise TransportError(f"{self.host}:{self.port} closed the connection before its SETTINGS", unprocessed=True)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         conn = self._conn
@@ -245,8 +261,11 @@ class Connection:
             stream = self._streams.pop(event.stream_id, None)
             self._unsent.pop(event.stream_id, None)
             if stream:
-                stream.done(TransportError(f"stream reset (error {event.error_code})",
-                                           unprocessed=event.error_code == _REFUSED_STREAM))
+                stream.done(
+                    TransportError(
+                        f"stream reset (error {event.error_code})", unprocessed=event.error_code == _REFUSED_STREAM
+                    )
+                )
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             assert self._conn is not None
             self._limit = min(self._max_streams, self._conn.remote_settings.max_concurrent_streams)
@@ -261,7 +280,8 @@ class Connection:
             for stream_id in [s for s in self._streams if s > last]:
                 self._unsent.pop(stream_id, None)
                 self._streams.pop(stream_id).done(
-                    TransportError(f"GOAWAY (error {event.error_code})", unprocessed=True))
+                    TransportError(f"GOAWAY (error {event.error_code})", unprocessed=True)
+                )
             if self._settled is not None and not self._settled.done():
                 self._settled.set_result(None)
 
@@ -280,8 +300,12 @@ class Connection:
             else:
                 del self._unsent[stream_id]
 
-    async def request_batch(self, method: bytes, items: Sequence[Item], timeout: float = 30.0,
-                            ) -> list[Response | TransportError]:
+    async def request_batch(
+        self,
+        method: bytes,
+        items: Sequence[Item],
+        timeout: float = 30.0,
+    ) -> list[Response | TransportError]:
         """Send every (path, headers, body) of ``items`` on this connection and return one response or
         TransportError per item, in order.
 
@@ -331,8 +355,17 @@ class Connection:
                 path, headers, body = items[nxt]
                 try:
                     stream_id = conn.get_next_available_stream_id()
-                    conn.send_headers(stream_id, [(b":method", method), (b":scheme", b"https"), (b":path", path),
-                                                  (b":authority", authority), *headers], end_stream=not body)
+                    conn.send_headers(
+                        stream_id,
+                        [
+                            (b":method", method),
+                            (b":scheme", b"https"),
+                            (b":path", path),
+                            (b":authority", authority),
+                            *headers,
+                        ],
+                        end_stream=not body,
+                    )
                     if body:
                         window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
                         if len(body) <= window:

@@ -28,8 +28,13 @@ class LogProvider:
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
         self.sent.extend(messages)
         for m in messages:
-            log.info("dry run (log provider): service=%s os=%s token=%s title=%r",
-                     self.service, m.device_os, token_hint(m.device_token), m.title[:60])
+            log.info(
+                "dry run (log provider): service=%s os=%s token=%s title=%r",
+                self.service,
+                m.device_os,
+                token_hint(m.device_token),
+                m.title[:60],
+            )
         return [Delivered("dry-run") for _ in messages]
 
     async def close(self) -> None:

@@ -9,8 +9,14 @@ BASE_S = 0.5
 CAP_S = 60.0  # never wait longer than this between attempts, whatever Retry-After says
 
 
-def backoff(attempt: int, retry_after: float | None = None, *, base: float = BASE_S, cap: float = CAP_S,
-            rng: random.Random | None = None) -> float:
+def backoff(
+    attempt: int,
+    retry_after: float | None = None,
+    *,
+    base: float = BASE_S,
+    cap: float = CAP_S,
+    rng: random.Random | None = None,
+) -> float:
     """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1).
 
     With a Retry-After the provider's value is the floor (plus up to 10 % jitter, so a batch that

@@ -134,20 +134,27 @@ class ProviderSet:
             apns = None
             if apns_c:
                 apns = emulator_apns(apns_c, *self._apns_key(self.settings.emulator_apns_url or url, apns_c))
-            built = ServiceProviders(fcm=emulator_fcm(service, fcm_c, self._pool(url), url) if fcm_c or standin
-                                     else None, apns=apns)
+            built = ServiceProviders(
+                fcm=emulator_fcm(service, fcm_c, self._pool(url), url) if fcm_c or standin else None, apns=apns
+            )
         else:
             fcm: Provider | None = None
             if fcm_c:
                 fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
             apns = None
             if apns_c:
-                apns = ApnsProvider(apns_c.bundle_id,
-                                    *self._apns_key(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL, apns_c))
+                apns = ApnsProvider(
+                    apns_c.bundle_id, *self._apns_key(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL, apns_c)
+                )
             built = ServiceProviders(fcm=fcm, apns=apns)
         self._services[service] = (fp, built)
-        log.info("providers for service=%s: fcm=%s apns=%s%s", service, built.fcm.name if built.fcm else "-",
-                 built.apns.name if built.apns else "-", " (emulator)" if self.settings.emulator_url else "")
+        log.info(
+            "providers for service=%s: fcm=%s apns=%s%s",
+            service,
+            built.fcm.name if built.fcm else "-",
+            built.apns.name if built.apns else "-",
+            " (emulator)" if self.settings.emulator_url else "",
+        )
         return built
 
     async def close(self) -> None:
@@ -157,4 +164,3 @@ class ProviderSet:
         self._services.clear()
         self._dry_run.clear()
         self._apns_tokens.clear()
-

@@ -85,9 +85,17 @@ def _owner() -> str:
 class Scheduler:
     """One scheduler replica. Holds only configuration and the process's clients, no schedule state."""
 
-    def __init__(self, runtime: Runtime, *, namespace: str | None = None, owner: str | None = None,
-                 clock_fn: Clock | None = None, host_clock: Clock = utcnow, lease_s: int | None = None,
-                 grace_minutes: int | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        namespace: str | None = None,
+        owner: str | None = None,
+        clock_fn: Clock | None = None,
+        host_clock: Clock = utcnow,
+        lease_s: int | None = None,
+        grace_minutes: int | None = None,
+    ) -> None:
         """``clock_fn``: where "now" comes from (default: the database server's clock; tests inject a
         simulated one). ``host_clock``: this replica's own clock, only compared with the database's
         to warn about skew."""
@@ -113,8 +121,12 @@ class Scheduler:
         a skewed host fires its cron trigger off the minute, so it runs each minute that much late."""
         skew = self.host_clock() - now
         if abs(skew) > self.max_skew:
-            log.warning("scheduler %s: this host's clock is %+.1f s off the database clock; minutes follow the "
-                        "database clock, but fix the host's time sync", self.owner, skew.total_seconds())
+            log.warning(
+                "scheduler %s: this host's clock is %+.1f s off the database clock; minutes follow the "
+                "database clock, but fix the host's time sync",
+                self.owner,
+                skew.total_seconds(),
+            )
         return skew
 
     # ------------------------------------------------------------------ one minute
@@ -124,21 +136,34 @@ class Scheduler:
         minute = clock.floor_minute(minute_utc)
         now = now or self.clock()
         with self.runtime.sessions.begin() as session:
-            mine = ticks.claim(session, namespace=self.namespace, minute_utc=minute, owner=self.owner,
-                               lease_s=self.lease_s)
+            mine = ticks.claim(
+                session, namespace=self.namespace, minute_utc=minute, owner=self.owner, lease_s=self.lease_s
+            )
         if not mine:
             return MinuteResult(minute, "taken")
         result = self._create_jobs(minute, now)
         result.state = "late" if clock.floor_minute(now) > minute else "done"
         with self.runtime.sessions.begin() as session:
-            kept = ticks.finish(session, namespace=self.namespace, minute_utc=minute, owner=self.owner,
-                                state=result.state, jobs=result.jobs_created + result.jobs_existing)
+            kept = ticks.finish(
+                session,
+                namespace=self.namespace,
+                minute_utc=minute,
+                owner=self.owner,
+                state=result.state,
+                jobs=result.jobs_created + result.jobs_existing,
+            )
         if not kept:  # our lease expired and another replica took the minute over; its jobs = ours
             log.warning("minute %s: claim taken over by another scheduler before it finished", _iso(minute))
-        log.log(logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
-                "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) skipped",
-                _iso(minute), result.state, result.buckets, result.jobs_created, result.jobs_existing,
-                result.templates_skipped)
+        log.log(
+            logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
+            "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) skipped",
+            _iso(minute),
+            result.state,
+            result.buckets,
+            result.jobs_created,
+            result.jobs_existing,
+            result.templates_skipped,
+        )
         return result
 
     def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
@@ -167,9 +192,17 @@ class Scheduler:
 
         def create(bucket: CycleTarget, service: str, key: str, type_: str) -> JobRow:
             with self.runtime.sessions.begin() as session:  # this minute's job: its own unit of work
-                return create_job(self.runtime, session, service=service, notification_key=key, method="CYCLE",
-                                  type_=type_, target=bucket, idempotency_key=clock.idempotency_key(key, bucket, minute),
-                                  deadline_in_s=deadline_in_s)
+                return create_job(
+                    self.runtime,
+                    session,
+                    service=service,
+                    notification_key=key,
+                    method="CYCLE",
+                    type_=type_,
+                    target=bucket,
+                    idempotency_key=clock.idempotency_key(key, bucket, minute),
+                    deadline_in_s=deadline_in_s,
+                )
 
         def one(item: tuple[CycleTarget, str, str, str]) -> JobRow | None:
             try:
@@ -186,15 +219,21 @@ class Scheduler:
             except (InvalidInput, PayloadTooLarge) as exc:
                 # Saving refuses a CYCLE template that cannot render (notee/domain/render.py), so only a
                 # template saved before that rule gets here: its subscribers get nothing until it is fixed.
-                log.error("minute %s: CYCLE template %s of %s does not render, nothing sent: %s", _iso(minute),
-                          item[2], item[1], exc)
+                log.error(
+                    "minute %s: CYCLE template %s of %s does not render, nothing sent: %s",
+                    _iso(minute),
+                    item[2],
+                    item[1],
+                    exc,
+                )
                 return None
 
         if len(due) <= 1:
             outcomes = [one(item) for item in due]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(due)),
-                                    thread_name_prefix="scheduler-job") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(due)), thread_name_prefix="scheduler-job"
+            ) as pool:
                 outcomes = list(pool.map(one, due))  # re-raises the first store error: minute stays claimed
         for job in outcomes:
             if job is None:
@@ -242,13 +281,17 @@ class Scheduler:
                     oldest_kept = current - timedelta(days=self.runtime.settings.retention_days)
                     gap_from = max(older.replace(tzinfo=UTC) + clock.MINUTE, oldest_kept)
                     gap = list(clock.minutes(gap_from, window_start))
-                    skipped = ticks.record_skipped(session, namespace=self.namespace, minutes=gap, owner=self.owner,
-                                                   before=window_start)
+                    skipped = ticks.record_skipped(
+                        session, namespace=self.namespace, minutes=gap, owner=self.owner, before=window_start
+                    )
                     if gap:
-                        log.warning("minutes %s .. %s missed beyond the %s grace window: recorded as skipped, "
-                                    "not sent", _iso(gap[0]), _iso(gap[-1]), self.grace)
-        missed = [m for m in clock.minutes(start, current)
-                  if recorded.get(m.replace(tzinfo=None)) in (None, "running")]
+                        log.warning(
+                            "minutes %s .. %s missed beyond the %s grace window: recorded as skipped, not sent",
+                            _iso(gap[0]),
+                            _iso(gap[-1]),
+                            self.grace,
+                        )
+        missed = [m for m in clock.minutes(start, current) if recorded.get(m.replace(tzinfo=None)) in (None, "running")]
         return missed, skipped
 
     def prune(self, now: datetime | None = None) -> dict[str, int]:
@@ -268,8 +311,9 @@ class Scheduler:
             return None
         counts = self.prune(now)
         with self.runtime.sessions.begin() as session:
-            ticks.finish(session, namespace=space, minute_utc=hour, owner=self.owner, state="done",
-                         jobs=sum(counts.values()))
+            ticks.finish(
+                session, namespace=space, minute_utc=hour, owner=self.owner, state="done", jobs=sum(counts.values())
+            )
         return counts
 
 
@@ -320,12 +364,19 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
     aps = BackgroundScheduler(timezone=UTC)
     # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
     # tick's catch-up runs that minute late instead.
-    aps.add_job(safe_tick, CronTrigger(second=0, timezone=UTC), id="tick", max_instances=1,
-                coalesce=True, misfire_grace_time=30)
+    aps.add_job(
+        safe_tick, CronTrigger(second=0, timezone=UTC), id="tick", max_instances=1, coalesce=True, misfire_grace_time=30
+    )
     # Retention outside the minute tick (its own thread, never delaying a minute), at a quiet second
     # of minute 7 of each hour; one replica per hour wins the claim, the others return at once.
-    aps.add_job(safe_prune, CronTrigger(minute=7, second=30, timezone=UTC), id="retention",
-                max_instances=1, coalesce=True, misfire_grace_time=600)
+    aps.add_job(
+        safe_prune,
+        CronTrigger(minute=7, second=30, timezone=UTC),
+        id="retention",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=600,
+    )
     aps.start()
     try:
         stop.wait()

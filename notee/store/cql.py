@@ -69,56 +69,71 @@ class Statements:
         # --- slot rows -------------------------------------------------------------------------
         self.topic_insert = p(
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
-            " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+            " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.topic_delete = p(
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
-            " AND no = ? AND device_token = ?")
+            " AND no = ? AND device_token = ?"
+        )
         self.topic_page = p(
             f"SELECT device_token, device_os, user_id FROM {n}.topic_notification"
-            " WHERE slot = ? AND notification_key = ? AND topic = ?")
+            " WHERE slot = ? AND notification_key = ? AND topic = ?"
+        )
         self.topic_users = p(
-            f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?")
+            f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
+        )
         self.cycle_insert = p(
             f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
-            " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.cycle_delete = p(
             f"DELETE FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
-            " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?")
+            " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?"
+        )
         self.cycle_page = p(
             f"SELECT device_token, device_os, user_id FROM {n}.cycle_notification WHERE slot = ?"
-            " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?")
+            " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?"
+        )
 
         # --- per-user index ----------------------------------------------------------------------
         self.index_insert = p(
             f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method, notification_type,"
-            " target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)")
+            " target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
         self.index_delete = p(
             f"DELETE FROM {n}.notification_per_user WHERE user_id = ? AND service = ? AND notification_method = ?"
-            " AND notification_type = ? AND target = ? AND device_token = ?")
+            " AND notification_type = ? AND target = ? AND device_token = ?"
+        )
         self.index_delete_user = p(f"DELETE FROM {n}.notification_per_user WHERE user_id = ? AND service = ?")
         self.index_user = p(
             f"SELECT notification_method, notification_type, target, device_token, data"
-            f" FROM {n}.notification_per_user WHERE user_id = ? AND service = ?")
+            f" FROM {n}.notification_per_user WHERE user_id = ? AND service = ?"
+        )
         self.index_user_type = p(
             f"SELECT notification_method, notification_type, target, device_token, data"
             f" FROM {n}.notification_per_user WHERE user_id = ? AND service = ? AND notification_method = ?"
-            " AND notification_type = ?")
+            " AND notification_type = ?"
+        )
         # Maintenance only (notee reconcile): a full token-range scan, paged.
         self.index_scan = p(
             f"SELECT user_id, service, notification_method, notification_type, target, device_token, data"
-            f" FROM {n}.notification_per_user")
+            f" FROM {n}.notification_per_user"
+        )
 
         # --- scheduler's due index -----------------------------------------------------------------
         self.due_insert = p(
             f"INSERT INTO {n}.cycle_due (timezone, day, hour, minute, notification_key, service,"
-            " notification_type) VALUES (?, ?, ?, ?, ?, ?, ?)")
+            " notification_type) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
         self.due_select = p(
             f"SELECT service, notification_key, notification_type FROM {n}.cycle_due"
-            " WHERE timezone = ? AND day = ? AND hour = ? AND minute = ?")
+            " WHERE timezone = ? AND day = ? AND hour = ? AND minute = ?"
+        )
         self.due_scan = p(f"SELECT timezone, day, hour, minute, notification_key, service FROM {n}.cycle_due")
         self.due_delete = p(
             f"DELETE FROM {n}.cycle_due USING TIMESTAMP ? WHERE timezone = ? AND day = ? AND hour = ?"
-            " AND minute = ? AND notification_key = ?")
+            " AND minute = ? AND notification_key = ?"
+        )
         self.tz_insert = p(f"INSERT INTO {n}.cycle_timezone (shard, timezone) VALUES (0, ?)")
         self.tz_select = p(f"SELECT timezone FROM {n}.cycle_timezone WHERE shard = 0")
         self.tz_delete = p(f"DELETE FROM {n}.cycle_timezone USING TIMESTAMP ? WHERE shard = 0 AND timezone = ?")
@@ -131,7 +146,8 @@ class Statements:
         self.counter_select = p(f"SELECT version, count, no FROM {c}.notification {key}")
         self.counter_scan = p(f"SELECT service, notification_method, notification_type, count FROM {c}.notification")
         self.counter_versions = p(
-            f"SELECT notification_method, notification_type, version FROM {c}.notification WHERE service = ?")
+            f"SELECT notification_method, notification_type, version FROM {c}.notification WHERE service = ?"
+        )
 
         # Everything but a counter increment can be resent safely: marking it idempotent lets the
         # driver retry it on another replica when a node dies mid-request (RELIABILITY.md, node loss).
@@ -162,12 +178,14 @@ class Statements:
 
     def add_count(self, service: str, method: str, type_: str, delta: int) -> None:
         if delta:
-            self.session.execute(self.counter_add_count, (delta, service, method, type_),
-                                 execution_profile=COUNTER_PROFILE)
+            self.session.execute(
+                self.counter_add_count, (delta, service, method, type_), execution_profile=COUNTER_PROFILE
+            )
 
     def add_version(self, service: str, method: str, type_: str, delta: int = 1) -> None:
-        self.session.execute(self.counter_add_version, (delta, service, method, type_),
-                             execution_profile=COUNTER_PROFILE)
+        self.session.execute(
+            self.counter_add_version, (delta, service, method, type_), execution_profile=COUNTER_PROFILE
+        )
 
     def counters(self, service: str, method: str, type_: str) -> tuple[int, int, int]:
         """(version, count, no); zeros when the row does not exist yet."""
@@ -190,8 +208,16 @@ class Statements:
     # ------------------------------------------------------------------ per-user index
     @staticmethod
     def _index_rows(result: Iterable[Any]) -> list[IndexRow]:
-        return [IndexRow(r.notification_method, r.notification_type, r.target, r.device_token,
-                         json.loads(r.data) if r.data else {}) for r in result]
+        return [
+            IndexRow(
+                r.notification_method,
+                r.notification_type,
+                r.target,
+                r.device_token,
+                json.loads(r.data) if r.data else {},
+            )
+            for r in result
+        ]
 
     def user_rows(self, user_id: str, service: str) -> list[IndexRow]:
         """Every index row of one user (one partition; a user's subscriptions x devices)."""
@@ -212,55 +238,145 @@ class Statements:
         stmt = self.index_scan.bind(())
         stmt.fetch_size = fetch_size
         for r in self.session.execute(stmt):
-            yield r.user_id, r.service, IndexRow(r.notification_method, r.notification_type, r.target,
-                                                 r.device_token, json.loads(r.data) if r.data else {})
+            yield (
+                r.user_id,
+                r.service,
+                IndexRow(
+                    r.notification_method,
+                    r.notification_type,
+                    r.target,
+                    r.device_token,
+                    json.loads(r.data) if r.data else {},
+                ),
+            )
 
-    def write_user_level(self, user_id: str, service: str, method: str, type_: str, target: str,
-                         notification_key: str, registered_at: int) -> ResponseFuture:
+    def write_user_level(
+        self,
+        user_id: str,
+        service: str,
+        method: str,
+        type_: str,
+        target: str,
+        notification_key: str,
+        registered_at: int,
+    ) -> ResponseFuture:
         data = json.dumps({"key": notification_key, "at": registered_at})
-        return self.session.execute_async(self.index_insert,
-                                          (user_id, service, method, type_, target, USER_LEVEL, data))
+        return self.session.execute_async(
+            self.index_insert, (user_id, service, method, type_, target, USER_LEVEL, data)
+        )
 
     def delete_index_row(self, user_id: str, service: str, row: IndexRow) -> ResponseFuture:
         return self.session.execute_async(
-            self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
+            self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token)
+        )
 
     def delete_user_index(self, user_id: str, service: str) -> None:
         self.session.execute(self.index_delete_user, (user_id, service))
 
     # ------------------------------------------------------------------ slot rows (+ index row), batched
-    def add_topic_device(self, *, user_id: str, service: str, type_: str, topic: str, notification_key: str,
-                         no: int, device_token: str, device_os: str, registered_at: int,
-                         with_user_level: bool = False) -> ResponseFuture:
+    def add_topic_device(
+        self,
+        *,
+        user_id: str,
+        service: str,
+        type_: str,
+        topic: str,
+        notification_key: str,
+        no: int,
+        device_token: str,
+        device_os: str,
+        registered_at: int,
+        with_user_level: bool = False,
+    ) -> ResponseFuture:
         """Slot row + device index row (+ the user-level row when ``with_user_level``: same index
         partition, so it rides in the same batch for free) in one logged batch."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
-        batch.add(self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id,
-                                      registered_at))
-        batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, device_token,
-                                      _device_data(notification_key, slot, no, device_os, registered_at)))
+        batch.add(
+            self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id, registered_at)
+        )
+        batch.add(
+            self.index_insert,
+            (
+                user_id,
+                service,
+                "TOPIC",
+                type_,
+                topic,
+                device_token,
+                _device_data(notification_key, slot, no, device_os, registered_at),
+            ),
+        )
         if with_user_level:
-            batch.add(self.index_insert, (user_id, service, "TOPIC", type_, topic, USER_LEVEL,
-                                          json.dumps({"key": notification_key, "at": registered_at})))
+            batch.add(
+                self.index_insert,
+                (
+                    user_id,
+                    service,
+                    "TOPIC",
+                    type_,
+                    topic,
+                    USER_LEVEL,
+                    json.dumps({"key": notification_key, "at": registered_at}),
+                ),
+            )
         return self.session.execute_async(batch)
 
-    def add_cycle_device(self, *, user_id: str, service: str, type_: str, target: str, notification_key: str,
-                         timezone: str, days: Sequence[str], hour: int, minute: int, no: int,
-                         device_token: str, device_os: str, registered_at: int) -> ResponseFuture:
+    def add_cycle_device(
+        self,
+        *,
+        user_id: str,
+        service: str,
+        type_: str,
+        target: str,
+        notification_key: str,
+        timezone: str,
+        days: Sequence[str],
+        hour: int,
+        minute: int,
+        no: int,
+        device_token: str,
+        device_os: str,
+        registered_at: int,
+    ) -> ResponseFuture:
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
         for day in days:
-            batch.add(self.cycle_insert, (slot, notification_key, timezone, day, hour, minute, no, device_token,
-                                          device_os, user_id, registered_at))
-        batch.add(self.index_insert, (user_id, service, "CYCLE", type_, target, device_token,
-                                      _device_data(notification_key, slot, no, device_os, registered_at)))
+            batch.add(
+                self.cycle_insert,
+                (
+                    slot,
+                    notification_key,
+                    timezone,
+                    day,
+                    hour,
+                    minute,
+                    no,
+                    device_token,
+                    device_os,
+                    user_id,
+                    registered_at,
+                ),
+            )
+        batch.add(
+            self.index_insert,
+            (
+                user_id,
+                service,
+                "CYCLE",
+                type_,
+                target,
+                device_token,
+                _device_data(notification_key, slot, no, device_os, registered_at),
+            ),
+        )
         return self.session.execute_async(batch)
 
-    def remove_device_rows(self, user_id: str, service: str, row: IndexRow,
-                           schedule_parts: tuple[str, Sequence[str], int, int] | None) -> ResponseFuture:
+    def remove_device_rows(
+        self, user_id: str, service: str, row: IndexRow, schedule_parts: tuple[str, Sequence[str], int, int] | None
+    ) -> ResponseFuture:
         """Delete one device's slot rows of one subscription and its index row, in one logged batch.
         ``schedule_parts`` = (timezone, days, hour, minute) for CYCLE rows, None for TOPIC."""
         ref = slot_ref(row)
@@ -272,16 +388,29 @@ class Statements:
             elif schedule_parts is not None:
                 tz, days, hour, minute = schedule_parts
                 for day in days:
-                    batch.add(self.cycle_delete, (ref.slot, ref.notification_key, tz, day, hour, minute, ref.no,
-                                                  row.device_token))
+                    batch.add(
+                        self.cycle_delete,
+                        (ref.slot, ref.notification_key, tz, day, hour, minute, ref.no, row.device_token),
+                    )
         batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
         return self.session.execute_async(batch)
 
     # ------------------------------------------------------------------ scheduler's due index
-    def mark_due(self, *, service: str, type_: str, notification_key: str, timezone: str, days: Sequence[str],
-                 hour: int, minute: int) -> list[ResponseFuture]:
-        futures = [self.session.execute_async(self.due_insert, (timezone, d, hour, minute, notification_key,
-                                                                service, type_)) for d in days]
+    def mark_due(
+        self,
+        *,
+        service: str,
+        type_: str,
+        notification_key: str,
+        timezone: str,
+        days: Sequence[str],
+        hour: int,
+        minute: int,
+    ) -> list[ResponseFuture]:
+        futures = [
+            self.session.execute_async(self.due_insert, (timezone, d, hour, minute, notification_key, service, type_))
+            for d in days
+        ]
         futures.append(self.session.execute_async(self.tz_insert, (timezone,)))
         return futures
 
@@ -336,9 +465,14 @@ def for_runtime(runtime: Runtime) -> Statements:
 
 
 # ---------------------------------------------------------------------- interfaces for fan-out / scheduler
-def stream_recipients(cql_statements: Statements, notification_key: str, target: TopicTarget | CycleTarget,
-                      slot: int, fetch_size: int, paging_state: bytes | None = None,
-                      ) -> Iterator[tuple[list[Recipient], bytes | None]]:
+def stream_recipients(
+    cql_statements: Statements,
+    notification_key: str,
+    target: TopicTarget | CycleTarget,
+    slot: int,
+    fetch_size: int,
+    paging_state: bytes | None = None,
+) -> Iterator[tuple[list[Recipient], bytes | None]]:
     """Yield the recipients of one slot of (template, topic) or (template, cycle bucket), one page of at
     most ``fetch_size`` rows at a time, with the paging state *after* that page (None once the slot is
     exhausted). Resume from a checkpoint by passing the paging state back. Reads Cassandra only and
@@ -347,8 +481,7 @@ def stream_recipients(cql_statements: Statements, notification_key: str, target:
     if isinstance(target, TopicTarget):
         stmt = st.topic_page.bind((slot, notification_key, target.topic))
     else:
-        stmt = st.cycle_page.bind((slot, notification_key, target.timezone, target.day, target.hour,
-                                   target.minute))
+        stmt = st.cycle_page.bind((slot, notification_key, target.timezone, target.day, target.hour, target.minute))
     stmt.fetch_size = fetch_size
     result = st.session.execute(stmt, paging_state=paging_state, execution_profile=PAGE_PROFILE)
     while True:
@@ -366,8 +499,9 @@ def max_slot(cql_statements: Statements, service: str, method: str, type_: str) 
     return slot_of(no)
 
 
-def due_templates(cql_statements: Statements, timezone: str, day: str, hour: int,
-                  minute: int) -> list[tuple[str, str, str]]:
+def due_templates(
+    cql_statements: Statements, timezone: str, day: str, hour: int, minute: int
+) -> list[tuple[str, str, str]]:
     """(service, notification_key, notification_type) of the cycle templates with subscribers at a local
     bucket. May include a deleted template's key until `notee reconcile`: resolve it in MySQL and skip
     it when gone."""
@@ -376,4 +510,3 @@ def due_templates(cql_statements: Statements, timezone: str, day: str, hour: int
 
 def timezones_in_use(cql_statements: Statements) -> list[str]:
     return [r.timezone for r in cql_statements.session.execute(cql_statements.tz_select)]
-

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 metadata = MetaData()
 dead_letter = Table(
-    "dead_letter", metadata,
+    "dead_letter",
+    metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     Column("service", String(32), nullable=False),
     Column("job_id", String(64)),
@@ -49,15 +50,22 @@ def record(session: Session, letters: Iterable[DeadLetter], *, now: datetime) ->
 
 
 def list_for_service(session: Session, service: str, *, limit: int = 100) -> list[Any]:
-    return list(session.execute(
-        select(dead_letter).where(dead_letter.c.service == service)
-        .order_by(dead_letter.c.created_at.desc(), dead_letter.c.id.desc()).limit(limit)))
+    return list(
+        session.execute(
+            select(dead_letter)
+            .where(dead_letter.c.service == service)
+            .order_by(dead_letter.c.created_at.desc(), dead_letter.c.id.desc())
+            .limit(limit)
+        )
+    )
 
 
 def prune(session: Session, *, older_than: datetime, batch: int = 5000) -> int:
     """Delete one batch of rows older than ``older_than``; call until it returns less than ``batch``."""
-    ids = [r.id for r in session.execute(
-        select(dead_letter.c.id).where(dead_letter.c.created_at < older_than).limit(batch))]
+    ids = [
+        r.id
+        for r in session.execute(select(dead_letter.c.id).where(dead_letter.c.created_at < older_than).limit(batch))
+    ]
     if ids:
         session.execute(delete(dead_letter).where(dead_letter.c.id.in_(ids)))
     return len(ids)

@@ -81,8 +81,10 @@ _JOB_COLUMNS = (
     "idempotency_key, payload, state, task_count, error, created_at, started_at, finished_at, dry_run, deadline"
 )
 # A job whose every recipient had no route ends failed with this error (notee/delivery.py says the same per send).
-NO_CREDENTIALS_ERROR = ("no recipient could be sent: the service has no provider credentials for their platform "
-                        "(Android needs FCM; iOS needs APNs or FCM)")
+NO_CREDENTIALS_ERROR = (
+    "no recipient could be sent: the service has no provider credentials for their platform "
+    "(Android needs FCM; iOS needs APNs or FCM)"
+)
 
 
 def _json(value: Any) -> Any:
@@ -91,24 +93,40 @@ def _json(value: Any) -> Any:
 
 def _job(row: Any, created: bool = False) -> JobRow:
     return JobRow(
-        job_id=row.job_id, service=row.service, notification_key=row.notification_key,
-        method=row.notification_method, type_=row.notification_type, target_kind=row.target_kind,
-        target=_json(row.target), idempotency_key=row.idempotency_key, payload=_json(row.payload),
-        state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
-        started_at=row.started_at, finished_at=row.finished_at, dry_run=bool(row.dry_run), deadline=row.deadline,
+        job_id=row.job_id,
+        service=row.service,
+        notification_key=row.notification_key,
+        method=row.notification_method,
+        type_=row.notification_type,
+        target_kind=row.target_kind,
+        target=_json(row.target),
+        idempotency_key=row.idempotency_key,
+        payload=_json(row.payload),
+        state=row.state,
+        task_count=row.task_count,
+        error=row.error,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        dry_run=bool(row.dry_run),
+        deadline=row.deadline,
         created=created,
     )
 
 
 # --- jobs ---------------------------------------------------------------------------------------
 
-def job_by_idempotency_key(session: Session, service: str, idempotency_key: str, *,
-                           latest: bool = False) -> JobRow | None:
+
+def job_by_idempotency_key(
+    session: Session, service: str, idempotency_key: str, *, latest: bool = False
+) -> JobRow | None:
     """``latest``: a locking read, which sees rows committed after this transaction's snapshot (the
     winner of an idempotency race), not the REPEATABLE READ snapshot."""
     row = session.execute(
-        text(f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE service = :s AND idempotency_key = :k"
-             + (" LOCK IN SHARE MODE" if latest else "")),
+        text(
+            f"SELECT {_JOB_COLUMNS} FROM fanout_job WHERE service = :s AND idempotency_key = :k"
+            + (" LOCK IN SHARE MODE" if latest else "")
+        ),
         {"s": service, "k": idempotency_key},
     ).one_or_none()
     return _job(row) if row else None
@@ -125,29 +143,57 @@ def get_job(session: Session, job_id: str, service: str | None = None) -> JobRow
     return _job(row) if row else None
 
 
-def insert_job(session: Session, *, job_id: str, service: str, notification_key: str, method: str, type_: str,
-               target_kind: str, target: dict[str, Any], idempotency_key: str | None,
-               variables: dict[str, Any] | None, overrides: dict[str, Any] | None, payload: dict[str, Any],
-               slot_ranges: list[tuple[int, int]], dry_run: bool = False, deadline_in_s: float | None = None) -> None:
+def insert_job(
+    session: Session,
+    *,
+    job_id: str,
+    service: str,
+    notification_key: str,
+    method: str,
+    type_: str,
+    target_kind: str,
+    target: dict[str, Any],
+    idempotency_key: str | None,
+    variables: dict[str, Any] | None,
+    overrides: dict[str, Any] | None,
+    payload: dict[str, Any],
+    slot_ranges: list[tuple[int, int]],
+    dry_run: bool = False,
+    deadline_in_s: float | None = None,
+) -> None:
     """Insert the job row and one task row per slot range, in the caller's transaction.
     ``deadline_in_s``: the job's deadline, that many seconds from now on the database clock.
 
     Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
     session.execute(
-        text("INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
-             " target_kind, target, idempotency_key, variables, overrides, payload, dry_run, state, task_count,"
-             " created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, :dry, 'queued', :n,"
-             " UTC_TIMESTAMP(6), CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"),
-        {"j": job_id, "s": service, "k": notification_key, "m": method, "t": type_, "tk": target_kind,
-         "tg": json.dumps(target), "ik": idempotency_key,
-         "v": json.dumps(variables) if variables is not None else None,
-         "o": json.dumps(overrides) if overrides is not None else None,
-         "p": json.dumps(payload), "dry": dry_run, "n": len(slot_ranges),
-         "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000))},
+        text(
+            "INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
+            " target_kind, target, idempotency_key, variables, overrides, payload, dry_run, state, task_count,"
+            " created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :v, :o, :p, :dry, 'queued', :n,"
+            " UTC_TIMESTAMP(6), CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"
+        ),
+        {
+            "j": job_id,
+            "s": service,
+            "k": notification_key,
+            "m": method,
+            "t": type_,
+            "tk": target_kind,
+            "tg": json.dumps(target),
+            "ik": idempotency_key,
+            "v": json.dumps(variables) if variables is not None else None,
+            "o": json.dumps(overrides) if overrides is not None else None,
+            "p": json.dumps(payload),
+            "dry": dry_run,
+            "n": len(slot_ranges),
+            "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000)),
+        },
     )
     session.execute(
-        text("INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
-             " VALUES (:j, :n, :a, :b, :a, 'queued', UTC_TIMESTAMP(6))"),
+        text(
+            "INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
+            " VALUES (:j, :n, :a, :b, :a, 'queued', UTC_TIMESTAMP(6))"
+        ),
         [{"j": job_id, "n": i, "a": a, "b": b} for i, (a, b) in enumerate(slot_ranges)],
     )
 
@@ -155,22 +201,32 @@ def insert_job(session: Session, *, job_id: str, service: str, notification_key:
 def progress(session: Session, job_id: str) -> Progress:
     """Roll the tasks' counters up into the job's progress (a job has at most a few hundred tasks)."""
     row = session.execute(
-        text("SELECT COALESCE(SUM(state NOT IN ('queued', 'running')), 0) AS tasks_done,"
-             " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
-             " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
-             " COALESCE(SUM(retried), 0) AS retried, COALESCE(SUM(no_credentials), 0) AS no_credentials"
-             " FROM fanout_task WHERE job_id = :j"),
+        text(
+            "SELECT COALESCE(SUM(state NOT IN ('queued', 'running')), 0) AS tasks_done,"
+            " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
+            " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
+            " COALESCE(SUM(retried), 0) AS retried, COALESCE(SUM(no_credentials), 0) AS no_credentials"
+            " FROM fanout_task WHERE job_id = :j"
+        ),
         {"j": job_id},
     ).one()
-    return Progress(targeted=int(row.targeted), sent=int(row.sent), failed=int(row.failed),
-                    pruned=int(row.pruned), retried=int(row.retried), no_credentials=int(row.no_credentials),
-                    tasks_done=int(row.tasks_done))
+    return Progress(
+        targeted=int(row.targeted),
+        sent=int(row.sent),
+        failed=int(row.failed),
+        pruned=int(row.pruned),
+        retried=int(row.retried),
+        no_credentials=int(row.no_credentials),
+        tasks_done=int(row.tasks_done),
+    )
 
 
 # --- leasing ------------------------------------------------------------------------------------
 
-def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
-          services: Sequence[str] | None = None) -> Claim | None:
+
+def claim(
+    sessions: sessionmaker[Session], *, owner: str, lease_s: float, services: Sequence[str] | None = None
+) -> Claim | None:
     """Lease one open task (queued, or running with an expired lease), in its own transaction.
 
     ``SKIP LOCKED`` lets any number of workers claim concurrently without waiting on each other's
@@ -183,18 +239,26 @@ def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
         scope, params = "", {}
         if services is not None:
-            job_ids = session.execute(
-                text("SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('queued', 'running')")
-                .bindparams(bindparam("s", expanding=True)),
-                {"s": list(services)},
-            ).scalars().all()
+            job_ids = (
+                session.execute(
+                    text(
+                        "SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('queued', 'running')"
+                    ).bindparams(bindparam("s", expanding=True)),
+                    {"s": list(services)},
+                )
+                .scalars()
+                .all()
+            )
             if not job_ids:
                 return None
             scope, params = " AND job_id IN :jobs", {"jobs": list(job_ids)}
         while True:
-            stmt = text("SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
-                        " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
-                        + scope + " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED")
+            stmt = text(
+                "SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
+                " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
+                + scope
+                + " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
             if scope:
                 stmt = stmt.bindparams(bindparam("jobs", expanding=True))
             row = session.execute(stmt, params).one_or_none()
@@ -204,33 +268,54 @@ def claim(sessions: sessionmaker[Session], *, owner: str, lease_s: float,
                 _finish_task(session, row.job_id, row.task_no, "cancelled", None)
                 continue
             if row.attempts >= MAX_TASK_ATTEMPTS:
-                _finish_task(session, row.job_id, row.task_no, "failed",
-                             f"gave up after {row.attempts} attempts (worker crashes or store errors)")
+                _finish_task(
+                    session,
+                    row.job_id,
+                    row.task_no,
+                    "failed",
+                    f"gave up after {row.attempts} attempts (worker crashes or store errors)",
+                )
                 continue
             overdue = session.execute(
                 text("SELECT deadline FROM fanout_job WHERE job_id = :j AND deadline < UTC_TIMESTAMP(6)"),
                 {"j": row.job_id},
             ).scalar_one_or_none()
             if overdue is not None:  # e.g. a cycle minute's job claimed after its grace: never send it late
-                _finish_task(session, row.job_id, row.task_no, "expired",
-                             f"not finished by its deadline {overdue:%Y-%m-%dT%H:%M:%SZ}; slots "
-                             f"{row.current_slot}..{row.slot_to} not sent")
+                _finish_task(
+                    session,
+                    row.job_id,
+                    row.task_no,
+                    "expired",
+                    f"not finished by its deadline {overdue:%Y-%m-%dT%H:%M:%SZ}; slots "
+                    f"{row.current_slot}..{row.slot_to} not sent",
+                )
                 continue
             session.execute(
-                text("UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
-                     " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND,"
-                     " attempts = attempts + 1, started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                     " WHERE job_id = :j AND task_no = :n"),
+                text(
+                    "UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
+                    " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND,"
+                    " attempts = attempts + 1, started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                    " WHERE job_id = :j AND task_no = :n"
+                ),
                 {"o": owner[:100], "tok": token, "ms": int(lease_s * 1000), "j": row.job_id, "n": row.task_no},
             )
             session.execute(
-                text("UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                     " WHERE job_id = :j AND state = 'queued'"),
+                text(
+                    "UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                    " WHERE job_id = :j AND state = 'queued'"
+                ),
                 {"j": row.job_id},
             )
-            return Claim(row.job_id, row.task_no, row.slot_from, row.slot_to, row.current_slot,
-                         bytes(row.paging_state) if row.paging_state is not None else None,
-                         row.attempts + 1, token)
+            return Claim(
+                row.job_id,
+                row.task_no,
+                row.slot_from,
+                row.slot_to,
+                row.current_slot,
+                bytes(row.paging_state) if row.paging_state is not None else None,
+                row.attempts + 1,
+                token,
+            )
 
 
 def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -> None:
@@ -244,23 +329,44 @@ def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -
 
 def extend_lease(sessions: sessionmaker[Session], claim_: Claim, *, lease_s: float) -> None:
     with sessions.begin() as session:
-        _fenced(session, claim_,
-                "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
-                {"ms": int(lease_s * 1000)})
+        _fenced(
+            session,
+            claim_,
+            "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+            {"ms": int(lease_s * 1000)},
+        )
 
 
-def checkpoint(sessions: sessionmaker[Session], claim_: Claim, *, current_slot: int, paging_state: bytes | None,
-               counts: PageCounts, lease_s: float) -> None:
+def checkpoint(
+    sessions: sessionmaker[Session],
+    claim_: Claim,
+    *,
+    current_slot: int,
+    paging_state: bytes | None,
+    counts: PageCounts,
+    lease_s: float,
+) -> None:
     """Record one finished page: where to resume (slot + paging state) and what it did; renews the lease."""
     with sessions.begin() as session:
-        _fenced(session, claim_,
-                "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, targeted = targeted + :tg,"
-                " sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr, retried = retried + :re,"
-                " no_credentials = no_credentials + :nc,"
-                " pages = pages + 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
-                {"cs": current_slot, "ps": paging_state, "tg": counts.targeted, "se": counts.sent,
-                 "fa": counts.failed, "pr": counts.pruned, "re": counts.retried, "nc": counts.no_credentials,
-                 "ms": int(lease_s * 1000)})
+        _fenced(
+            session,
+            claim_,
+            "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, targeted = targeted + :tg,"
+            " sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr, retried = retried + :re,"
+            " no_credentials = no_credentials + :nc,"
+            " pages = pages + 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+            {
+                "cs": current_slot,
+                "ps": paging_state,
+                "tg": counts.targeted,
+                "se": counts.sent,
+                "fa": counts.failed,
+                "pr": counts.pruned,
+                "re": counts.retried,
+                "nc": counts.no_credentials,
+                "ms": int(lease_s * 1000),
+            },
+        )
         cancelled = _job_state(session, claim_.job_id) == "cancelled"
         if cancelled:  # the page's counts above are kept; the task ends here
             _finish_task(session, claim_.job_id, claim_.task_no, "cancelled", None)
@@ -276,15 +382,21 @@ def cancel_job(session: Session, service: str, job_id: str) -> bool:
     """Cancel a queued or running job of ``service`` in the caller's transaction: the job is final at
     once, its queued tasks too; running tasks stop at their worker's next checkpoint. False when the
     job had already finished (nothing changes)."""
-    changed = affected(session.execute(
-        text("UPDATE fanout_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6)"
-             " WHERE job_id = :j AND service = :s AND state IN ('queued', 'running')"),
-        {"j": job_id, "s": service},
-    ))
+    changed = affected(
+        session.execute(
+            text(
+                "UPDATE fanout_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6)"
+                " WHERE job_id = :j AND service = :s AND state IN ('queued', 'running')"
+            ),
+            {"j": job_id, "s": service},
+        )
+    )
     if changed:
         session.execute(
-            text("UPDATE fanout_task SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), lease_owner = NULL,"
-                 " lease_token = NULL, paging_state = NULL WHERE job_id = :j AND state = 'queued'"),
+            text(
+                "UPDATE fanout_task SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), lease_owner = NULL,"
+                " lease_token = NULL, paging_state = NULL WHERE job_id = :j AND state = 'queued'"
+            ),
             {"j": job_id},
         )
     return bool(changed)
@@ -294,14 +406,23 @@ def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 
     """Give the task back (graceful stop, or a transient error: retry after ``delay_s``).
     Progress stays checkpointed; the next claimer resumes from it."""
     with sessions.begin() as session:
-        _fenced(session, claim_,
-                "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL, error = :e,"
-                " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
-                {"e": error[:500] if error else None, "ms": int(delay_s * 1000)})
+        _fenced(
+            session,
+            claim_,
+            "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL, error = :e,"
+            " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+            {"e": error[:500] if error else None, "ms": int(delay_s * 1000)},
+        )
 
 
-def complete(sessions: sessionmaker[Session], claim_: Claim, *, counts: PageCounts = _NO_COUNTS,
-             failed: bool = False, error: str | None = None) -> None:
+def complete(
+    sessions: sessionmaker[Session],
+    claim_: Claim,
+    *,
+    counts: PageCounts = _NO_COUNTS,
+    failed: bool = False,
+    error: str | None = None,
+) -> None:
     """Finish the task (done, or failed loudly) with the counts of its last page, and, if it was the
     job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
     task open (it is re-sent, at most one page), never a done task without its counts."""
@@ -319,42 +440,60 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
         _add_counts(session, claim_, counts)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
-            text("UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
-                 " paging_state = NULL, finished_at = UTC_TIMESTAMP(6)"
-                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
+            text(
+                "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
+                " paging_state = NULL, finished_at = UTC_TIMESTAMP(6)"
+                " WHERE job_id = :j AND state IN ('queued', 'running')"
+            ),
             {"e": error[:500], "j": claim_.job_id},
         )
         session.execute(
-            text("UPDATE fanout_job SET state = 'failed', error = :e, finished_at = UTC_TIMESTAMP(6),"
-                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
+            text(
+                "UPDATE fanout_job SET state = 'failed', error = :e, finished_at = UTC_TIMESTAMP(6),"
+                " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                " WHERE job_id = :j AND state IN ('queued', 'running')"
+            ),
             {"e": error[:500], "j": claim_.job_id},
         )
 
 
 def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
-    _fenced(session, claim_,
-            "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
-            " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
-            " pages = pages + :pg",
-            {"tg": counts.targeted, "se": counts.sent, "fa": counts.failed, "pr": counts.pruned,
-             "re": counts.retried, "nc": counts.no_credentials, "pg": 1 if counts.targeted else 0})
+    _fenced(
+        session,
+        claim_,
+        "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
+        " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
+        " pages = pages + :pg",
+        {
+            "tg": counts.targeted,
+            "se": counts.sent,
+            "fa": counts.failed,
+            "pr": counts.pruned,
+            "re": counts.retried,
+            "nc": counts.no_credentials,
+            "pg": 1 if counts.targeted else 0,
+        },
+    )
 
 
 def _finish_task(session: Session, job_id: str, task_no: int, state: str, error: str | None) -> None:
     session.execute(
-        text("UPDATE fanout_task SET state = :st, error = :e, lease_owner = NULL, lease_token = NULL,"
-             " paging_state = NULL, finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND task_no = :n"),
+        text(
+            "UPDATE fanout_task SET state = :st, error = :e, lease_owner = NULL, lease_token = NULL,"
+            " paging_state = NULL, finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND task_no = :n"
+        ),
         {"st": state, "e": error[:500] if error else None, "j": job_id, "n": task_no},
     )
     # Lock the job row so two workers finishing the last two tasks at once serialise here and
     # exactly one of them sees "no open task left" and closes the job.
     session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
     row = session.execute(
-        text("SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
-             " SUM(state = 'expired') AS expired_, COUNT(*) AS tasks_,"
-             " MIN(CASE WHEN state IN ('failed', 'expired') THEN error END) AS error_, SUM(targeted) AS targeted_,"
-             " SUM(no_credentials) AS no_credentials_ FROM fanout_task WHERE job_id = :j"),
+        text(
+            "SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
+            " SUM(state = 'expired') AS expired_, COUNT(*) AS tasks_,"
+            " MIN(CASE WHEN state IN ('failed', 'expired') THEN error END) AS error_, SUM(targeted) AS targeted_,"
+            " SUM(no_credentials) AS no_credentials_ FROM fanout_task WHERE job_id = :j"
+        ),
         {"j": job_id},
     ).one()
     if int(row.open_ or 0) == 0:
@@ -367,9 +506,11 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
         elif int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
             state, error = "failed", NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
         session.execute(
-            text("UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
-                 " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
-                 " WHERE job_id = :j AND state IN ('queued', 'running')"),
+            text(
+                "UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
+                " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
+                " WHERE job_id = :j AND state IN ('queued', 'running')"
+            ),
             {"st": state, "e": error[:500] if error else None, "j": job_id},
         )
 
@@ -377,42 +518,67 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
 def reclaim_expired(session: Session) -> int:
     """Put every running task whose lease expired back in the queue (claim also takes them
     directly; this is for operators and tests). Returns how many."""
-    return affected(session.execute(
-        text("UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL"
-             " WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)")
-    ))
+    return affected(
+        session.execute(
+            text(
+                "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL"
+                " WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)"
+            )
+        )
+    )
 
 
 def tasks(session: Session, job_id: str) -> list[Any]:
     """The job's task rows (operators and tests; never exposed with paging_state)."""
-    return list(session.execute(
-        text("SELECT task_no, slot_from, slot_to, current_slot, state, lease_owner, attempts, targeted, sent,"
-             " failed, pruned, retried, pages, error FROM fanout_task WHERE job_id = :j ORDER BY task_no"),
-        {"j": job_id},
-    ).all())
+    return list(
+        session.execute(
+            text(
+                "SELECT task_no, slot_from, slot_to, current_slot, state, lease_owner, attempts, targeted, sent,"
+                " failed, pruned, retried, pages, error FROM fanout_task WHERE job_id = :j ORDER BY task_no"
+            ),
+            {"j": job_id},
+        ).all()
+    )
 
 
 # --- retention ----------------------------------------------------------------------------------
 
+
 def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000) -> int:
     """Delete up to ``batch`` finished jobs (tasks cascade) that finished more than ``older_than_days`` ago."""
-    return affected(session.execute(
-        text("DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
-             " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b"),
-        {"d": older_than_days, "b": batch},
-    ))
+    return affected(
+        session.execute(
+            text(
+                "DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
+                " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b"
+            ),
+            {"d": older_than_days, "b": batch},
+        )
+    )
 
 
-def list_jobs(session: Session, service: str, *, state: str | None = None, method: str | None = None,
-              type_: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None,
-              before: tuple[datetime, str] | None = None, limit: int = 50) -> list[tuple[JobRow, Progress]]:
+def list_jobs(
+    session: Session,
+    service: str,
+    *,
+    state: str | None = None,
+    method: str | None = None,
+    type_: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    before: tuple[datetime, str] | None = None,
+    limit: int = 50,
+) -> list[tuple[JobRow, Progress]]:
     """A service's jobs, newest first, with their progress rolled up in the same query. ``before`` is
     the (created_at, job_id) of the last job of the previous page (keyset paging: stable while new
     jobs arrive)."""
     where = ["j.service = :s"]
     params: dict[str, Any] = {"s": service, "n": limit}
-    for column, name, value in (("j.state", "st", state), ("j.notification_method", "m", method),
-                                ("j.notification_type", "t", type_)):
+    for column, name, value in (
+        ("j.state", "st", state),
+        ("j.notification_method", "m", method),
+        ("j.notification_type", "t", type_),
+    ):
         if value is not None:
             where.append(f"{column} = :{name}")
             params[name] = value
@@ -427,17 +593,30 @@ def list_jobs(session: Session, service: str, *, state: str | None = None, metho
         params["bc"], params["bj"] = before
     columns = ", ".join(f"j.{c.strip()}" for c in _JOB_COLUMNS.split(","))
     rows = session.execute(
-        text(f"SELECT {columns}, COALESCE(SUM(t.state NOT IN ('queued', 'running')), 0) AS tasks_done,"
-             " COALESCE(SUM(t.targeted), 0) AS targeted, COALESCE(SUM(t.sent), 0) AS sent,"
-             " COALESCE(SUM(t.failed), 0) AS failed, COALESCE(SUM(t.pruned), 0) AS pruned,"
-             " COALESCE(SUM(t.retried), 0) AS retried, COALESCE(SUM(t.no_credentials), 0) AS no_credentials"
-             f" FROM (SELECT * FROM fanout_job j WHERE {' AND '.join(where)}"
-             "       ORDER BY j.created_at DESC, j.job_id DESC LIMIT :n) j"
-             " LEFT JOIN fanout_task t ON t.job_id = j.job_id"
-             " GROUP BY j.job_id ORDER BY j.created_at DESC, j.job_id DESC"),
+        text(
+            f"SELECT {columns}, COALESCE(SUM(t.state NOT IN ('queued', 'running')), 0) AS tasks_done,"
+            " COALESCE(SUM(t.targeted), 0) AS targeted, COALESCE(SUM(t.sent), 0) AS sent,"
+            " COALESCE(SUM(t.failed), 0) AS failed, COALESCE(SUM(t.pruned), 0) AS pruned,"
+            " COALESCE(SUM(t.retried), 0) AS retried, COALESCE(SUM(t.no_credentials), 0) AS no_credentials"
+            f" FROM (SELECT * FROM fanout_job j WHERE {' AND '.join(where)}"
+            "       ORDER BY j.created_at DESC, j.job_id DESC LIMIT :n) j"
+            " LEFT JOIN fanout_task t ON t.job_id = j.job_id"
+            " GROUP BY j.job_id ORDER BY j.created_at DESC, j.job_id DESC"
+        ),
         params,
     ).all()
-    return [(_job(r), Progress(targeted=int(r.targeted), sent=int(r.sent), failed=int(r.failed),
-                               pruned=int(r.pruned), retried=int(r.retried), no_credentials=int(r.no_credentials),
-                               tasks_done=int(r.tasks_done)))
-            for r in rows]
+    return [
+        (
+            _job(r),
+            Progress(
+                targeted=int(r.targeted),
+                sent=int(r.sent),
+                failed=int(r.failed),
+                pruned=int(r.pruned),
+                retried=int(r.retried),
+                no_credentials=int(r.no_credentials),
+                tasks_done=int(r.tasks_done),
+            ),
+        )
+        for r in rows
+    ]

@@ -25,7 +25,8 @@ _TAKE = text(
     "UPDATE rate_bucket b LEFT JOIN rate_limit l ON l.service = b.service AND l.class = b.class "
     f"SET b.tat = GREATEST(b.tat, {_NOW}) + 1 / {_RATE} "
     f"WHERE b.service = :service AND b.class = :class "
-    f"AND GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} <= {_BURST} / {_RATE} + 1e-6")  # + float slack
+    f"AND GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} <= {_BURST} / {_RATE} + 1e-6"
+)  # + float slack
 
 _CREATE = text("INSERT IGNORE INTO rate_bucket (service, class, tat) VALUES (:service, :class, 0)")
 
@@ -34,11 +35,14 @@ _WAIT = text(
     f"SELECT {_RATE} AS rate, {_BURST} AS burst, "
     f"GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} - {_BURST} / {_RATE} AS wait "
     "FROM rate_bucket b LEFT JOIN rate_limit l ON l.service = b.service AND l.class = b.class "
-    "WHERE b.service = :service AND b.class = :class")
+    "WHERE b.service = :service AND b.class = :class"
+)
 
-_SET = text("INSERT INTO rate_limit (service, class, rate, burst, updated_at) "
-            "VALUES (:service, :class, :rate, :burst, UTC_TIMESTAMP(6)) "
-            "ON DUPLICATE KEY UPDATE rate = VALUES(rate), burst = VALUES(burst), updated_at = VALUES(updated_at)")
+_SET = text(
+    "INSERT INTO rate_limit (service, class, rate, burst, updated_at) "
+    "VALUES (:service, :class, :rate, :burst, UTC_TIMESTAMP(6)) "
+    "ON DUPLICATE KEY UPDATE rate = VALUES(rate), burst = VALUES(burst), updated_at = VALUES(updated_at)"
+)
 
 _RESET = text("DELETE FROM rate_limit WHERE service = :service AND class = :class")
 
@@ -59,8 +63,10 @@ def take(session: Session, service: str, klass: str, *, rate: float, burst: floa
     assert isinstance(result, CursorResult)
     if result.rowcount == 1:
         return True
-    exists = session.execute(text("SELECT 1 FROM rate_bucket WHERE service = :service AND class = :class"),
-                             {"service": service, "class": klass}).first()
+    exists = session.execute(
+        text("SELECT 1 FROM rate_bucket WHERE service = :service AND class = :class"),
+        {"service": service, "class": klass},
+    ).first()
     return False if exists is not None else None
 
 

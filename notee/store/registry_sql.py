@@ -34,7 +34,8 @@ from notee.store.mysql import AnyRow, affected
 metadata = MetaData()
 
 service_t = Table(
-    "service", metadata,
+    "service",
+    metadata,
     Column("service", String(32), primary_key=True),
     Column("display_name", String(200)),
     Column("timezone", String(64)),
@@ -43,7 +44,8 @@ service_t = Table(
 )
 
 api_key_t = Table(
-    "api_key", metadata,
+    "api_key",
+    metadata,
     Column("key_id", String(16), primary_key=True),
     Column("service", String(32)),
     Column("key_hash", LargeBinary(32)),
@@ -53,7 +55,8 @@ api_key_t = Table(
 )
 
 credentials_t = Table(
-    "provider_credentials", metadata,
+    "provider_credentials",
+    metadata,
     Column("service", String(32), primary_key=True),
     Column("fcm_encrypted", LargeBinary, nullable=True),
     Column("apns_encrypted", LargeBinary, nullable=True),
@@ -61,7 +64,8 @@ credentials_t = Table(
 )
 
 user_t = Table(
-    "user", metadata,
+    "user",
+    metadata,
     Column("service", String(32), primary_key=True),
     Column("service_user_id", String(191), primary_key=True),
     Column("service_user_name", String(191)),
@@ -71,7 +75,8 @@ user_t = Table(
 )
 
 device_t = Table(
-    "device", metadata,
+    "device",
+    metadata,
     Column("service", String(32), primary_key=True),
     Column("user_id", String(36), primary_key=True),
     Column("device_token", String(512), primary_key=True),
@@ -82,7 +87,8 @@ device_t = Table(
 )
 
 template_t = Table(
-    "notification_template", metadata,
+    "notification_template",
+    metadata,
     Column("service", String(32), primary_key=True),
     Column("notification_method", String(6), primary_key=True),
     Column("notification_type", String(64), primary_key=True),
@@ -99,17 +105,23 @@ template_t = Table(
 
 # --- services ---------------------------------------------------------------------------------
 
-def insert_service(session: Session, *, service: str, display_name: str, timezone: str, now: datetime,
-                   delivery_mode: str = "live") -> None:
+
+def insert_service(
+    session: Session, *, service: str, display_name: str, timezone: str, now: datetime, delivery_mode: str = "live"
+) -> None:
     """Raises IntegrityError when the service exists."""
-    session.execute(service_t.insert().values(service=service, display_name=display_name,
-                                              timezone=timezone, delivery_mode=delivery_mode, created_at=now))
+    session.execute(
+        service_t.insert().values(
+            service=service, display_name=display_name, timezone=timezone, delivery_mode=delivery_mode, created_at=now
+        )
+    )
 
 
 def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> bool:
     """False when the service does not exist."""
-    found = session.execute(select(service_t.c.service).where(service_t.c.service == service)
-                            .with_for_update()).one_or_none()
+    found = session.execute(
+        select(service_t.c.service).where(service_t.c.service == service).with_for_update()
+    ).one_or_none()
     if found is None:
         return False
     session.execute(update(service_t).where(service_t.c.service == service).values(delivery_mode=delivery_mode))
@@ -126,25 +138,29 @@ def list_services(session: Session) -> list[AnyRow]:
 
 # --- api keys ---------------------------------------------------------------------------------
 
-def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str,
-                   now: datetime) -> None:
-    session.execute(api_key_t.insert().values(key_id=key_id, service=service, key_hash=key_hash,
-                                              label=label, created_at=now, revoked_at=None))
+
+def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str, now: datetime) -> None:
+    session.execute(
+        api_key_t.insert().values(
+            key_id=key_id, service=service, key_hash=key_hash, label=label, created_at=now, revoked_at=None
+        )
+    )
 
 
 def get_api_key(session: Session, key_id: str) -> AnyRow | None:
     return session.execute(
-        select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at)
-        .where(api_key_t.c.key_id == key_id)
+        select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at).where(api_key_t.c.key_id == key_id)
     ).one_or_none()
 
 
 def list_api_keys(session: Session, service: str) -> list[AnyRow]:
-    return list(session.execute(
-        select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
-        .where(api_key_t.c.service == service)
-        .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
-    ))
+    return list(
+        session.execute(
+            select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
+            .where(api_key_t.c.service == service)
+            .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
+        )
+    )
 
 
 def revoke_api_key(session: Session, *, service: str, key_id: str, now: datetime) -> bool:
@@ -161,6 +177,7 @@ def revoke_api_key(session: Session, *, service: str, key_id: str, now: datetime
 
 # --- provider credentials -----------------------------------------------------------------------
 
+
 def upsert_credential(session: Session, *, service: str, column: str, blob: bytes | None, now: datetime) -> None:
     """Set (or clear, with None) one provider's encrypted blob; ``column`` is fcm_encrypted|apns_encrypted."""
     if column not in ("fcm_encrypted", "apns_encrypted"):
@@ -176,14 +193,23 @@ def get_credentials(session: Session, service: str) -> AnyRow | None:
 
 # --- users ------------------------------------------------------------------------------------
 
-def upsert_user(session: Session, *, service: str, service_user_id: str, name: str, new_user_id: str,
-                now: datetime) -> AnyRow:
+
+def upsert_user(
+    session: Session, *, service: str, service_user_id: str, name: str, new_user_id: str, now: datetime
+) -> AnyRow:
     """Create or rename the user; the platform user_id is only set on creation. Race-free: two
     concurrent first calls both end with the one row the database kept."""
-    stmt = mysql_insert(user_t).values(service=service, service_user_id=service_user_id, service_user_name=name,
-                                       user_id=new_user_id, created_at=now, updated_at=now)
-    stmt = stmt.on_duplicate_key_update(service_user_name=stmt.inserted.service_user_name,
-                                        updated_at=stmt.inserted.updated_at)
+    stmt = mysql_insert(user_t).values(
+        service=service,
+        service_user_id=service_user_id,
+        service_user_name=name,
+        user_id=new_user_id,
+        created_at=now,
+        updated_at=now,
+    )
+    stmt = stmt.on_duplicate_key_update(
+        service_user_name=stmt.inserted.service_user_name, updated_at=stmt.inserted.updated_at
+    )
     session.execute(stmt)
     return session.execute(
         select(user_t).where(and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id))
@@ -199,12 +225,13 @@ def get_user(session: Session, service: str, user_id: str, *, for_update: bool =
 
 def delete_user(session: Session, service: str, user_id: str) -> int:
     """Deletes the user; its devices go with it (ON DELETE CASCADE)."""
-    return affected(session.execute(
-        delete(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
-    ))
+    return affected(
+        session.execute(delete(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id)))
+    )
 
 
 # --- devices ----------------------------------------------------------------------------------
+
 
 def _device_key(service: str, user_id: str, token: str) -> ColumnElement[bool]:
     return and_(device_t.c.service == service, device_t.c.user_id == user_id, device_t.c.device_token == token)
@@ -217,21 +244,33 @@ def get_device(session: Session, service: str, user_id: str, token: str, *, for_
     return session.execute(q).one_or_none()
 
 
-def upsert_device(session: Session, *, service: str, user_id: str, token: str, os: str, region: str,
-                  now: datetime) -> AnyRow:
-    stmt = mysql_insert(device_t).values(service=service, user_id=user_id, device_token=token, device_os=os,
-                                         region=region, created_at=now, updated_at=now)
-    stmt = stmt.on_duplicate_key_update(device_os=stmt.inserted.device_os, region=stmt.inserted.region,
-                                        updated_at=stmt.inserted.updated_at)
+def upsert_device(
+    session: Session, *, service: str, user_id: str, token: str, os: str, region: str, now: datetime
+) -> AnyRow:
+    stmt = mysql_insert(device_t).values(
+        service=service,
+        user_id=user_id,
+        device_token=token,
+        device_os=os,
+        region=region,
+        created_at=now,
+        updated_at=now,
+    )
+    stmt = stmt.on_duplicate_key_update(
+        device_os=stmt.inserted.device_os, region=stmt.inserted.region, updated_at=stmt.inserted.updated_at
+    )
     session.execute(stmt)
     return session.execute(select(device_t).where(_device_key(service, user_id, token))).one()
 
 
 def list_devices(session: Session, service: str, user_id: str) -> list[AnyRow]:
-    return list(session.execute(
-        select(device_t).where(and_(device_t.c.service == service, device_t.c.user_id == user_id))
-        .order_by(device_t.c.created_at, device_t.c.device_token)
-    ))
+    return list(
+        session.execute(
+            select(device_t)
+            .where(and_(device_t.c.service == service, device_t.c.user_id == user_id))
+            .order_by(device_t.c.created_at, device_t.c.device_token)
+        )
+    )
 
 
 def delete_device(session: Session, service: str, user_id: str, token: str) -> int:
@@ -255,10 +294,14 @@ def rotate_token(session: Session, *, service: str, old: str, new: str, now: dat
     already = set(holders_of_token(session, service, new, for_update=True))
     both = [u for u in holders if u in already]
     if both:
-        session.execute(delete(device_t).where(and_(device_t.c.service == service, device_t.c.device_token == old,
-                                                    device_t.c.user_id.in_(both))))
+        session.execute(
+            delete(device_t).where(
+                and_(device_t.c.service == service, device_t.c.device_token == old, device_t.c.user_id.in_(both))
+            )
+        )
     session.execute(
-        update(device_t).where(and_(device_t.c.service == service, device_t.c.device_token == old))
+        update(device_t)
+        .where(and_(device_t.c.service == service, device_t.c.device_token == old))
         .values(device_token=new, updated_at=now)
     )
     return len(holders)
@@ -266,23 +309,53 @@ def rotate_token(session: Session, *, service: str, old: str, new: str, now: dat
 
 # --- templates --------------------------------------------------------------------------------
 
+
 def _template_key(service: str, method: str, type_: str) -> ColumnElement[bool]:
-    return and_(template_t.c.service == service, template_t.c.notification_method == method,
-                template_t.c.notification_type == type_)
+    return and_(
+        template_t.c.service == service,
+        template_t.c.notification_method == method,
+        template_t.c.notification_type == type_,
+    )
 
 
-def upsert_template(session: Session, *, service: str, method: str, type_: str, title: str, body: str,
-                    data: dict[str, str] | None, defaults: dict[str, str] | None, ttl_seconds: int | None,
-                    priority: str, new_key: str, now: datetime) -> AnyRow:
+def upsert_template(
+    session: Session,
+    *,
+    service: str,
+    method: str,
+    type_: str,
+    title: str,
+    body: str,
+    data: dict[str, str] | None,
+    defaults: dict[str, str] | None,
+    ttl_seconds: int | None,
+    priority: str,
+    new_key: str,
+    now: datetime,
+) -> AnyRow:
     """Create or update; notification_key is only written on creation, so it stays stable."""
     stmt = mysql_insert(template_t).values(
-        service=service, notification_method=method, notification_type=type_, title=title, body=body,
-        data=data, defaults=defaults, ttl_seconds=ttl_seconds, priority=priority, notification_key=new_key,
-        created_at=now, updated_at=now,
+        service=service,
+        notification_method=method,
+        notification_type=type_,
+        title=title,
+        body=body,
+        data=data,
+        defaults=defaults,
+        ttl_seconds=ttl_seconds,
+        priority=priority,
+        notification_key=new_key,
+        created_at=now,
+        updated_at=now,
     )
     stmt = stmt.on_duplicate_key_update(
-        title=stmt.inserted.title, body=stmt.inserted.body, data=stmt.inserted.data, defaults=stmt.inserted.defaults,
-        ttl_seconds=stmt.inserted.ttl_seconds, priority=stmt.inserted.priority, updated_at=stmt.inserted.updated_at,
+        title=stmt.inserted.title,
+        body=stmt.inserted.body,
+        data=stmt.inserted.data,
+        defaults=stmt.inserted.defaults,
+        ttl_seconds=stmt.inserted.ttl_seconds,
+        priority=stmt.inserted.priority,
+        updated_at=stmt.inserted.updated_at,
     )
     session.execute(stmt)
     return session.execute(select(template_t).where(_template_key(service, method, type_))).one()
@@ -294,16 +367,17 @@ def get_template(session: Session, service: str, method: str, type_: str) -> Any
 
 def get_template_by_key(session: Session, notification_key: str) -> AnyRow | None:
     """For fan-out jobs and the scheduler (uq_template_key)."""
-    return session.execute(
-        select(template_t).where(template_t.c.notification_key == notification_key)
-    ).one_or_none()
+    return session.execute(select(template_t).where(template_t.c.notification_key == notification_key)).one_or_none()
 
 
 def list_templates(session: Session, service: str) -> list[AnyRow]:
-    return list(session.execute(
-        select(template_t).where(template_t.c.service == service)
-        .order_by(template_t.c.notification_method, template_t.c.notification_type)
-    ))
+    return list(
+        session.execute(
+            select(template_t)
+            .where(template_t.c.service == service)
+            .order_by(template_t.c.notification_method, template_t.c.notification_type)
+        )
+    )
 
 
 def delete_template(session: Session, service: str, method: str, type_: str) -> int:

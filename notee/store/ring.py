@@ -63,8 +63,13 @@ class _Nodes:
     def session(self, host: str) -> Session:
         if host not in self.sessions:
             profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]), request_timeout=10)
-            cluster = Cluster(contact_points=[host], port=self.port, protocol_version=self.protocol_version,
-                              connect_timeout=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+            cluster = Cluster(
+                contact_points=[host],
+                port=self.port,
+                protocol_version=self.protocol_version,
+                connect_timeout=5,
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            )
             try:
                 self.sessions[host] = cluster.connect()
             except Exception:
@@ -115,8 +120,11 @@ def problems(before: dict[str, NodeView], after: dict[str, NodeView], hosts: lis
         if missing:
             found.append(f"{host}: does not see {sorted(missing)} as NORMAL")
         earlier = before.get(host)
-        stale = [peer for peer in sorted(expected - {host})
-                 if earlier is None or view.heartbeats.get(peer, 0) <= earlier.heartbeats.get(peer, 0)]
+        stale = [
+            peer
+            for peer in sorted(expected - {host})
+            if earlier is None or view.heartbeats.get(peer, 0) <= earlier.heartbeats.get(peer, 0)
+        ]
         if stale:
             found.append(f"{host}: no gossip heartbeat from {stale}")
         if len(view.schema_versions) != 1:
@@ -127,8 +135,9 @@ def problems(before: dict[str, NodeView], after: dict[str, NodeView], hosts: lis
     return found
 
 
-def wait_ready(hosts: list[str], port: int, *, protocol_version: int = 5, timeout_s: float = 300,
-               interval_s: float = 2.0) -> float:
+def wait_ready(
+    hosts: list[str], port: int, *, protocol_version: int = 5, timeout_s: float = 300, interval_s: float = 2.0
+) -> float:
     """Block until every node in ``hosts`` sees all of them UP, NORMAL and agreeing on the schema;
     returns the seconds waited. Raises ``TimeoutError`` naming what was still wrong."""
     started = time.monotonic()

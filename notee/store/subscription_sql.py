@@ -26,8 +26,9 @@ def devices_of_users(session: Session, service: str, user_ids: Sequence[str]) ->
     out: dict[str, list[tuple[str, str]]] = defaultdict(list)
     if not user_ids:
         return out
-    q = (select(device_t.c.user_id, device_t.c.device_token, device_t.c.device_os)
-         .where(and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids)))))
+    q = select(device_t.c.user_id, device_t.c.device_token, device_t.c.device_os).where(
+        and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids)))
+    )
     for r in session.execute(q):
         out[r.user_id].append((r.device_token, r.device_os))
     return out

@@ -72,8 +72,13 @@ def claim(session: Session, *, namespace: str, minute_utc: datetime, owner: str,
         with session.begin_nested():
             session.execute(
                 insert(cycle_tick).values(
-                    namespace=namespace, minute_utc=minute, state="running", owner=owner[:100],
-                    attempts=1, jobs=0, claimed_at=_DB_NOW,
+                    namespace=namespace,
+                    minute_utc=minute,
+                    state="running",
+                    owner=owner[:100],
+                    attempts=1,
+                    jobs=0,
+                    claimed_at=_DB_NOW,
                 )
             )
         return True
@@ -116,16 +121,24 @@ def database_now(session: Session) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
-def record_skipped(session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str,
-                   before: datetime) -> int:
+def record_skipped(
+    session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str, before: datetime
+) -> int:
     """Record missed minutes as skipped (never sent). Minutes that already have a row keep it, and
     minutes at or after ``before`` (the caller's now − grace) are never recorded: those may still
     run, so marking them would suppress them."""
     limit = _naive(before)
     rows = [
-        {"namespace": namespace, "minute_utc": _naive(m), "state": "skipped", "owner": owner[:100],
-         "attempts": 0, "jobs": 0}
-        for m in minutes if _naive(m) < limit
+        {
+            "namespace": namespace,
+            "minute_utc": _naive(m),
+            "state": "skipped",
+            "owner": owner[:100],
+            "attempts": 0,
+            "jobs": 0,
+        }
+        for m in minutes
+        if _naive(m) < limit
     ]
     if not rows:
         return 0
@@ -166,9 +179,7 @@ def prune_ticks(session: Session, *, older_than: datetime, batch: int = 5000) ->
     """Delete up to ``batch`` rows (every namespace) of minutes before ``older_than``; returns how
     many. Call until it returns less than ``batch``: small batches keep locks short."""
     result = session.execute(
-        delete(cycle_tick)
-        .where(cycle_tick.c.minute_utc < _naive(older_than))
-        .with_dialect_options(mysql_limit=batch)
+        delete(cycle_tick).where(cycle_tick.c.minute_utc < _naive(older_than)).with_dialect_options(mysql_limit=batch)
     )
     return affected(result)
 

@@ -35,6 +35,7 @@ CLUSTER_SIZE = 3
 
 # --- the 3-node Cassandra cluster -------------------------------------------------------------------------
 
+
 @dataclass
 class FaultCluster:
     settings: Settings
@@ -51,8 +52,14 @@ class FaultCluster:
     def ensure_whole(self) -> None:
         """Start any node an earlier test killed, and wait until all nodes form one ring again."""
         with open(log_dir() / "cassandra-cluster.log", "ab") as log:
-            subprocess.run([str(CLUSTER_SH), "start", str(CLUSTER_SIZE)], check=True, timeout=900, stdout=log,
-                           stderr=subprocess.STDOUT, env={**os.environ, "CASSANDRA_HEAP": "768M"})
+            subprocess.run(
+                [str(CLUSTER_SH), "start", str(CLUSTER_SIZE)],
+                check=True,
+                timeout=900,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "CASSANDRA_HEAP": "768M"},
+            )
 
     @staticmethod
     def hosts() -> list[str]:
@@ -61,8 +68,9 @@ class FaultCluster:
     @staticmethod
     def node_pid(node: int) -> int:
         """The pid of the java process serving CQL on node N's address (whoever's checkout started it)."""
-        out = subprocess.run(["ss", "-Hltnp", f"src 127.0.0.{node}:9043"], capture_output=True, text=True,
-                             check=True, timeout=10).stdout
+        out = subprocess.run(
+            ["ss", "-Hltnp", f"src 127.0.0.{node}:9043"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
         match = re.search(r"pid=(\d+)", out)
         if match is None:
             raise RuntimeError(f"no process listens on 127.0.0.{node}:9043: {out!r}")
@@ -95,8 +103,14 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
     try:
         # Inside the try: a start that fails (or a ring that never forms) still stops the nodes it started.
         with open(log_path, "ab") as log:
-            subprocess.run([str(CLUSTER_SH), "start", str(CLUSTER_SIZE)], check=True, timeout=900, stdout=log,
-                           stderr=subprocess.STDOUT, env={**os.environ, "CASSANDRA_HEAP": "768M"})
+            subprocess.run(
+                [str(CLUSTER_SH), "start", str(CLUSTER_SIZE)],
+                check=True,
+                timeout=900,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "CASSANDRA_HEAP": "768M"},
+            )
         deadline = time.monotonic() + 120
         while len([h for h in runtime.cql.cluster.metadata.all_hosts() if h.is_up]) < CLUSTER_SIZE:
             if time.monotonic() > deadline:
@@ -107,11 +121,13 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
     finally:
         runtime.close()
         with open(log_path, "ab") as log:
-            subprocess.run([str(CLUSTER_SH), "stop", str(CLUSTER_SIZE)], timeout=300, stdout=log,
-                           stderr=subprocess.STDOUT)
+            subprocess.run(
+                [str(CLUSTER_SH), "stop", str(CLUSTER_SIZE)], timeout=300, stdout=log, stderr=subprocess.STDOUT
+            )
 
 
 # --- a second, killable MariaDB ------------------------------------------------------------------------------
+
 
 @dataclass
 class KillableMariaDB:
@@ -138,18 +154,41 @@ class KillableMariaDB:
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
-        subprocess.run(["mariadb-install-db", "--no-defaults", *self._user(), f"--datadir={self.root / 'data'}",
-                        "--skip-test-db", "--auth-root-authentication-method=normal"],
-                       check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                *self._user(),
+                f"--datadir={self.root / 'data'}",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ],
+            check=True,
+            timeout=120,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def start(self) -> None:
         with open(log_dir() / "mariadb-fault.log", "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                ["/usr/sbin/mariadbd", "--no-defaults", *self._user(), f"--datadir={self.root / 'data'}",
-                 f"--socket={self.socket_path}", f"--port={self.port}", "--bind-address=127.0.0.1",
-                 f"--pid-file={self.root / 'mysqld.pid'}", "--innodb-buffer-pool-size=64M", "--skip-log-bin",
-                 "--max-connections=300"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    "/usr/sbin/mariadbd",
+                    "--no-defaults",
+                    *self._user(),
+                    f"--datadir={self.root / 'data'}",
+                    f"--socket={self.socket_path}",
+                    f"--port={self.port}",
+                    "--bind-address=127.0.0.1",
+                    f"--pid-file={self.root / 'mysqld.pid'}",
+                    "--innodb-buffer-pool-size=64M",
+                    "--skip-log-bin",
+                    "--max-connections=300",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + 60
         while not self.answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -157,8 +196,11 @@ class KillableMariaDB:
             time.sleep(0.2)
 
     def answers(self) -> bool:
-        r = subprocess.run(["mariadb-admin", "--no-defaults", f"--socket={self.socket_path}", "-uroot", "ping"],
-                           capture_output=True, timeout=10)
+        r = subprocess.run(
+            ["mariadb-admin", "--no-defaults", f"--socket={self.socket_path}", "-uroot", "ping"],
+            capture_output=True,
+            timeout=10,
+        )
         return r.returncode == 0
 
     def kill(self) -> None:
@@ -177,8 +219,12 @@ class KillableMariaDB:
                 self.proc.wait()
 
     def sql(self, statements: str) -> None:
-        subprocess.run(["mariadb", "--no-defaults", f"--socket={self.socket_path}", "-uroot"],
-                       input=statements.encode(), check=True, timeout=30)
+        subprocess.run(
+            ["mariadb", "--no-defaults", f"--socket={self.socket_path}", "-uroot"],
+            input=statements.encode(),
+            check=True,
+            timeout=30,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -190,11 +236,13 @@ def killable_mariadb() -> Iterator[KillableMariaDB]:
     db.install()
     db.start()
     try:
-        db.sql("CREATE DATABASE notee_fault CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;\n"
-               "CREATE USER 'notee'@'127.0.0.1' IDENTIFIED BY 'notee';\n"
-               "CREATE USER 'notee'@'localhost' IDENTIFIED BY 'notee';\n"
-               "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'127.0.0.1';\n"
-               "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'localhost';\nFLUSH PRIVILEGES;\n")
+        db.sql(
+            "CREATE DATABASE notee_fault CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;\n"
+            "CREATE USER 'notee'@'127.0.0.1' IDENTIFIED BY 'notee';\n"
+            "CREATE USER 'notee'@'localhost' IDENTIFIED BY 'notee';\n"
+            "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'127.0.0.1';\n"
+            "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'localhost';\nFLUSH PRIVILEGES;\n"
+        )
         engine = create_engine(db.url)
         try:
             migrate.migrate_mysql(engine)
@@ -205,5 +253,3 @@ def killable_mariadb() -> Iterator[KillableMariaDB]:
         yield db
     finally:
         db.stop()
-
-

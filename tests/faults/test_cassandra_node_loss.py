@@ -34,8 +34,13 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
     tokens = seed_topic(runtime, service_id, "news", key, "all", DEVICES)
     seed_s = time.monotonic() - t0
 
-    env = dict(fault_cluster.env, NOTEE_EMULATOR_URL=emulator.url, NOTEE_EMULATOR_CA_FILE=emulator.ca_file,
-               SSL_CERT_FILE=emulator.ca_file, NOTEE_FANOUT_LEASE_S="10")
+    env = dict(
+        fault_cluster.env,
+        NOTEE_EMULATOR_URL=emulator.url,
+        NOTEE_EMULATOR_CA_FILE=emulator.ca_file,
+        SSL_CERT_FILE=emulator.ca_file,
+        NOTEE_FANOUT_LEASE_S="10",
+    )
     port = free_port()
     api = processes.start("node-loss-api", ["api", "--port", str(port)], env)
     base = f"http://127.0.0.1:{port}"
@@ -49,8 +54,10 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
     r = http.post("/v1/topics/news/all/publish", json={"variables": {"name": "node loss"}}, headers=auth)
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
-    workers = [processes.start(f"node-loss-worker-{i}", ["worker", "--service", service_id, "--lanes", "2"], env)
-               for i in range(2)]
+    workers = [
+        processes.start(f"node-loss-worker-{i}", ["worker", "--service", service_id, "--lanes", "2"], env)
+        for i in range(2)
+    ]
 
     # Mid-publish: wait until a fifth of the devices were sent, then kill a node.
     deadline = time.monotonic() + 300
@@ -108,12 +115,14 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
     assert job.state == "done", (job.error, progress)
 
     seen = census(emulator, tokens)
-    print(f"\nnode loss: devices targeted={seen.targeted} delivered={seen.delivered} "
-          f"duplicated={seen.duplicated} (extra deliveries {seen.extra_deliveries}); job sent={progress.sent} "
-          f"failed={progress.failed} retried={progress.retried}; node {KILLED_NODE} killed at sent={sent_at_kill}, "
-          f"job done {publish_s:.1f} s later; seeding {DEVICES} took {seed_s:.1f} s; 10 users registered and "
-          f"subscribed while the node was down in {subscribe_s:.1f} s with {len(unavailable)} unavailable answers "
-          f"(at {unavailable} s after the kill)")
+    print(
+        f"\nnode loss: devices targeted={seen.targeted} delivered={seen.delivered} "
+        f"duplicated={seen.duplicated} (extra deliveries {seen.extra_deliveries}); job sent={progress.sent} "
+        f"failed={progress.failed} retried={progress.retried}; node {KILLED_NODE} killed at sent={sent_at_kill}, "
+        f"job done {publish_s:.1f} s later; seeding {DEVICES} took {seed_s:.1f} s; 10 users registered and "
+        f"subscribed while the node was down in {subscribe_s:.1f} s with {len(unavailable)} unavailable answers "
+        f"(at {unavailable} s after the kill)"
+    )
     assert progress.targeted >= DEVICES
     assert seen.missing == [], f"{len(seen.missing)} devices never reached, e.g. {seen.missing[:5]}"
     assert seen.delivered == DEVICES

@@ -102,12 +102,22 @@ class Load:
                 if user is None:
                     return
                 flow.user_id = user["user_id"]
-                if self.step(client, "device", "POST", f"/v1/users/{flow.user_id}/devices",
-                             {"token": flow.token, "os": "AOS", "region": "KR"}) is None:
+                if (
+                    self.step(
+                        client,
+                        "device",
+                        "POST",
+                        f"/v1/users/{flow.user_id}/devices",
+                        {"token": flow.token, "os": "AOS", "region": "KR"},
+                    )
+                    is None
+                ):
                     return
                 flow.device_ok = True
-                if self.step(client, "subscribe", "PUT",
-                             f"/v1/users/{flow.user_id}/subscriptions/topic/news/load") is None:
+                if (
+                    self.step(client, "subscribe", "PUT", f"/v1/users/{flow.user_id}/subscriptions/topic/news/load")
+                    is None
+                ):
                     return
                 flow.subscribed = True
 
@@ -120,14 +130,19 @@ def test_mariadb_killed_and_restarted_under_load(killable_mariadb, processes, se
     base = f"http://127.0.0.1:{port}"
     wait_http(f"{base}/healthz", proc=api)
     with httpx.Client(base_url=base, timeout=15) as http:
-        r = http.post("/v1/admin/services", json={"service": service_id, "display_name": "fault"},
-                      headers=admin_headers(settings))
+        r = http.post(
+            "/v1/admin/services", json={"service": service_id, "display_name": "fault"}, headers=admin_headers(settings)
+        )
         assert r.status_code == 201, r.text
-        r = http.put(f"/v1/admin/services/{service_id}/credentials/fcm",
-                     json={"service_account": shared_service_account()}, headers=admin_headers(settings))
+        r = http.put(
+            f"/v1/admin/services/{service_id}/credentials/fcm",
+            json={"service_account": shared_service_account()},
+            headers=admin_headers(settings),
+        )
         assert r.status_code == 200, r.text
-        r = http.post(f"/v1/admin/services/{service_id}/api-keys", json={"label": "load"},
-                      headers=admin_headers(settings))
+        r = http.post(
+            f"/v1/admin/services/{service_id}/api-keys", json={"label": "load"}, headers=admin_headers(settings)
+        )
         assert r.status_code == 201, r.text
         remember_secret(r.json()["api_key"])
         auth = bearer(r.json()["api_key"])
@@ -154,15 +169,18 @@ def test_mariadb_killed_and_restarted_under_load(killable_mariadb, processes, se
     calls = sorted(load.calls, key=lambda c: c.start)
     failures = [c for c in calls if c.status is None or c.status >= 300]
     during = [c for c in calls if t_kill + 0.5 < c.start and c.end < t_restart]
-    first_ok_after = min((c.end for c in calls if c.start >= t_back and c.status is not None and c.status < 300),
-                         default=None)
+    first_ok_after = min(
+        (c.end for c in calls if c.start >= t_back and c.status is not None and c.status < 300), default=None
+    )
     recovery_s = None if first_ok_after is None else first_ok_after - t_back
     slowest_failure = max((c.end - c.start for c in failures), default=0.0)
-    print(f"\nmariadb restart: {len(calls)} requests, {len(failures)} failed "
-          f"({sum(1 for c in failures if c.status == 503)} x 503); {len(during)} during the {OUTAGE_S:.0f} s outage, "
-          f"slowest failure {slowest_failure:.2f} s; first success {recovery_s if recovery_s is None else round(recovery_s, 2)} s "
-          f"after MariaDB was back; {len(load.flows)} registrations, "
-          f"{sum(f.subscribed for f in load.flows)} completed")
+    print(
+        f"\nmariadb restart: {len(calls)} requests, {len(failures)} failed "
+        f"({sum(1 for c in failures if c.status == 503)} x 503); {len(during)} during the {OUTAGE_S:.0f} s outage, "
+        f"slowest failure {slowest_failure:.2f} s; first success {recovery_s if recovery_s is None else round(recovery_s, 2)} s "
+        f"after MariaDB was back; {len(load.flows)} registrations, "
+        f"{sum(f.subscribed for f in load.flows)} completed"
+    )
 
     assert during, "no request ran during the outage"
     bad = [c for c in failures if not (c.status == 503 and c.code == "store_unavailable")]
@@ -177,10 +195,18 @@ def test_mariadb_killed_and_restarted_under_load(killable_mariadb, processes, se
     engine = create_engine(db.url)
     try:
         with engine.connect() as conn:
-            users = {r.service_user_id: r.user_id for r in conn.execute(
-                text("SELECT service_user_id, user_id FROM `user` WHERE service = :s"), {"s": service_id})}
-            devices = {r.device_token: r.user_id for r in conn.execute(
-                text("SELECT device_token, user_id FROM device WHERE service = :s"), {"s": service_id})}
+            users = {
+                r.service_user_id: r.user_id
+                for r in conn.execute(
+                    text("SELECT service_user_id, user_id FROM `user` WHERE service = :s"), {"s": service_id}
+                )
+            }
+            devices = {
+                r.device_token: r.user_id
+                for r in conn.execute(
+                    text("SELECT device_token, user_id FROM device WHERE service = :s"), {"s": service_id}
+                )
+            }
     finally:
         engine.dispose()
     assert set(devices.values()) <= set(users.values()), "a device row without its user"

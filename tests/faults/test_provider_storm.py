@@ -69,22 +69,26 @@ class Storm:
 
     def _drain(self) -> None:
         body = {"message": {"token": "storm-drain-token", "notification": {"title": "x"}}}
-        with httpx.Client(base_url=self.emu.url, verify=ssl.create_default_context(cafile=self.emu.ca_file),
-                          timeout=10) as client:
+        with httpx.Client(
+            base_url=self.emu.url, verify=ssl.create_default_context(cafile=self.emu.ca_file), timeout=10
+        ) as client:
             while self.remaining() > 0:
                 for _ in range(50):
-                    client.post("/v1/projects/drain/messages:send", json=body,
-                                headers={"Authorization": "Bearer drain"})
+                    client.post(
+                        "/v1/projects/drain/messages:send", json=body, headers={"Authorization": "Bearer drain"}
+                    )
 
 
 def test_storm_of_429_and_503_mid_publish(runtime, emulator, processes, service_id, settings):
     key = topic_template(runtime, service_id, "news")
     tokens = seed_topic(runtime, service_id, "news", key, "storm", DEVICES)
     job = topic_job(runtime, service_id, key, "storm")
-    env = subprocess_env(NOTEE_EMULATOR_URL=emulator.url, NOTEE_EMULATOR_CA_FILE=emulator.ca_file,
-                         SSL_CERT_FILE=emulator.ca_file)
-    workers = [processes.start(f"storm-worker-{i}", ["worker", "--service", service_id, "--lanes", "2"], env)
-               for i in range(2)]
+    env = subprocess_env(
+        NOTEE_EMULATOR_URL=emulator.url, NOTEE_EMULATOR_CA_FILE=emulator.ca_file, SSL_CERT_FILE=emulator.ca_file
+    )
+    workers = [
+        processes.start(f"storm-worker-{i}", ["worker", "--service", service_id, "--lanes", "2"], env) for i in range(2)
+    ]
 
     from notee.fanout.jobs import job_status
 
@@ -115,11 +119,13 @@ def test_storm_of_429_and_503_mid_publish(runtime, emulator, processes, service_
     # One attempt per Retry-After period while the storm lasts, plus the attempt that succeeded and
     # the one already in flight when the storm began.
     bound = math.ceil(storm_s / RETRY_AFTER_S) + 2
-    print(f"\nprovider storm: devices targeted={seen.targeted} delivered={seen.delivered} "
-          f"duplicated={seen.duplicated}; storm {storm_s:.1f} s of 429/503 Retry-After {RETRY_AFTER_S} s "
-          f"({faults.get('fcm.fault', 0)} faulted answers, {storm.chunks} chunks), began at sent={sent_before}; "
-          f"{len(faulted)} devices retried, max attempts per device {seen.max_attempts} (bound {bound}); "
-          f"job sent={progress.sent} failed={progress.failed} retried={progress.retried}; dead letters={dead}")
+    print(
+        f"\nprovider storm: devices targeted={seen.targeted} delivered={seen.delivered} "
+        f"duplicated={seen.duplicated}; storm {storm_s:.1f} s of 429/503 Retry-After {RETRY_AFTER_S} s "
+        f"({faults.get('fcm.fault', 0)} faulted answers, {storm.chunks} chunks), began at sent={sent_before}; "
+        f"{len(faulted)} devices retried, max attempts per device {seen.max_attempts} (bound {bound}); "
+        f"job sent={progress.sent} failed={progress.failed} retried={progress.retried}; dead letters={dead}"
+    )
     assert seen.missing == [], f"{len(seen.missing)} devices never delivered, e.g. {seen.missing[:5]}"
     assert progress.failed == 0 and dead == 0
     assert faulted, "the storm hit no device: it did not happen mid-publish"

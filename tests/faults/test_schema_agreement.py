@@ -36,8 +36,13 @@ def _node_session(host: str) -> tuple[Cluster, Session]:
     """A session whose statements (DDL included) are coordinated by ``host`` alone, without the
     driver's implicit schema-agreement wait: only the runner's own wait remains."""
     profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]), request_timeout=30)
-    cluster = Cluster(contact_points=[host], port=9043, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                      max_schema_agreement_wait=0, connect_timeout=10)
+    cluster = Cluster(
+        contact_points=[host],
+        port=9043,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        max_schema_agreement_wait=0,
+        connect_timeout=10,
+    )
     return cluster, cluster.connect()
 
 
@@ -57,11 +62,13 @@ def _tables_per_node(keyspace: str) -> dict[str, set[str]]:
 def agree_settings(fault_cluster: FaultCluster) -> Iterator[Settings]:
     fault_cluster.ensure_whole()  # an earlier test may have killed a node
     suffix = secrets.token_hex(3)
-    settings = fault_cluster.settings.model_copy(update={
-        "cassandra_keyspace_notification": f"agree_{suffix}",
-        "cassandra_keyspace_numbering": f"agree_num_{suffix}",
-        "cassandra_schema_agreement_wait_s": 5.0,
-    })
+    settings = fault_cluster.settings.model_copy(
+        update={
+            "cassandra_keyspace_notification": f"agree_{suffix}",
+            "cassandra_keyspace_numbering": f"agree_num_{suffix}",
+            "cassandra_schema_agreement_wait_s": 5.0,
+        }
+    )
     yield settings
     cluster, session = _node_session("127.0.0.1")
     try:
@@ -86,7 +93,10 @@ def test_migrate_waits_for_schema_agreement_after_each_ddl(agree_settings: Setti
     try:
         # A healthy ring: when the run returns, every node already knows every table it made.
         assert migrate.migrate_cassandra(session, agree_settings, folder) == [
-            "0001_table_1.cql", "0002_table_2.cql", "0003_table_3.cql"]
+            "0001_table_1.cql",
+            "0002_table_2.cql",
+            "0003_table_3.cql",
+        ]
         expected = {"schema_version", "agree_1", "agree_2", "agree_3"}
         assert _tables_per_node(ks) == {host: expected for host in FaultCluster.hosts()}
 

@@ -79,10 +79,12 @@ def soak_env(settings, migrated):
         conn.execute(text("DROP DATABASE IF EXISTS notee_soak"))
         conn.execute(text("CREATE DATABASE notee_soak CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     server.dispose()
-    env = subprocess_env(NOTEE_MYSQL_URL=url.render_as_string(hide_password=False),
-                         NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION="notification_soak",
-                         NOTEE_CASSANDRA_KEYSPACE_NUMBERING="numbering_soak",
-                         NOTEE_MYSQL_POOL_SIZE="5")
+    env = subprocess_env(
+        NOTEE_MYSQL_URL=url.render_as_string(hide_password=False),
+        NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION="notification_soak",
+        NOTEE_CASSANDRA_KEYSPACE_NUMBERING="numbering_soak",
+        NOTEE_MYSQL_POOL_SIZE="5",
+    )
     soak_settings = settings_from(env)
     runtime = Runtime(soak_settings)
     try:
@@ -97,15 +99,19 @@ def test_soak_memory_is_flat(soak_env, processes, settings):
     env = dict(soak_env)
     state = os.path.join(".run", "soak-emulator")
     emu_port, api_port = free_port(), free_port()
-    emu_proc = processes.start("soak-emulator", ["emulator", "--host", "127.0.0.1", "--port", str(emu_port),
-                                                 "--state-dir", state], env)
+    emu_proc = processes.start(
+        "soak-emulator", ["emulator", "--host", "127.0.0.1", "--port", str(emu_port), "--state-dir", state], env
+    )
     ca = os.path.abspath(os.path.join(state, "ca.crt"))
     deadline = time.monotonic() + 30
     while not os.path.exists(ca):
         assert time.monotonic() < deadline and emu_proc.alive(), emu_proc.tail()
         time.sleep(0.2)
-    emu = Emulator(url=f"https://localhost:{emu_port}", ca_file=ca,
-                   http=httpx.Client(base_url=f"https://localhost:{emu_port}", verify=ca, timeout=10))
+    emu = Emulator(
+        url=f"https://localhost:{emu_port}",
+        ca_file=ca,
+        http=httpx.Client(base_url=f"https://localhost:{emu_port}", verify=ca, timeout=10),
+    )
     wait_http_emu = time.monotonic() + 30
     while True:
         try:
@@ -121,22 +127,35 @@ def test_soak_memory_is_flat(soak_env, processes, settings):
     service = "SOAK" + secrets.token_hex(3).upper()
     admin = {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
     with httpx.Client(base_url=base, timeout=15) as http:
-        assert http.post("/v1/admin/services", json={"service": service, "display_name": "soak", "timezone": "UTC"},
-                         headers=admin).status_code == 201
+        assert (
+            http.post(
+                "/v1/admin/services",
+                json={"service": service, "display_name": "soak", "timezone": "UTC"},
+                headers=admin,
+            ).status_code
+            == 201
+        )
         # without credentials no device has a route (issue 13): the emulator stands in for FCM, not for the keys
-        assert http.put(f"/v1/admin/services/{service}/credentials/fcm",
-                        json={"service_account": shared_service_account()}, headers=admin).status_code == 200
+        assert (
+            http.put(
+                f"/v1/admin/services/{service}/credentials/fcm",
+                json={"service_account": shared_service_account()},
+                headers=admin,
+            ).status_code
+            == 200
+        )
         r = http.post(f"/v1/admin/services/{service}/api-keys", json={"label": "soak"}, headers=admin)
         remember_secret(r.json()["api_key"])
         auth = {"Authorization": f"Bearer {r.json()['api_key']}"}
-        assert http.put("/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "soak"},
-                        headers=auth).status_code in (200, 201)
-        assert http.put("/v1/templates/CYCLE/daily", json={"title": "Daily", "body": "soak"},
-                        headers=auth).status_code in (200, 201)
+        assert http.put(
+            "/v1/templates/TOPIC/news", json={"title": "Hi {{name}}", "body": "soak"}, headers=auth
+        ).status_code in (200, 201)
+        assert http.put(
+            "/v1/templates/CYCLE/daily", json={"title": "Daily", "body": "soak"}, headers=auth
+        ).status_code in (200, 201)
     workers = [processes.start(f"soak-worker-{i}", ["worker", "--lanes", "2"], env) for i in range(2)]
     scheduler = processes.start("soak-scheduler", ["scheduler"], env)
-    watched = {"api": api, "worker-0": workers[0], "worker-1": workers[1], "scheduler": scheduler,
-               "emulator": emu_proc}
+    watched = {"api": api, "worker-0": workers[0], "worker-1": workers[1], "scheduler": scheduler, "emulator": emu_proc}
 
     stop = threading.Event()
     tally: Counter = Counter()
@@ -168,17 +187,30 @@ def test_soak_memory_is_flat(soak_env, processes, settings):
                         count("user", r)
                         uid = r.json()["user_id"]
                     token = f"soak-{n}-{slot}-{service}"
-                    count("device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"},
-                                           headers=auth))
+                    count(
+                        "device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"}, headers=auth)
+                    )
                     count("subscribe", c.put(f"/v1/users/{uid}/subscriptions/topic/news/all", headers=auth))
                     due = datetime.now(ZoneInfo("UTC")) + timedelta(minutes=rng.randint(1, 3))
-                    count("cycle", c.put(f"/v1/users/{uid}/subscriptions/cycle/daily", headers=auth,
-                                         json={"days": [DAYS[due.weekday()]], "hour": due.hour,
-                                               "minute": due.minute, "timezone": "UTC"}))
+                    count(
+                        "cycle",
+                        c.put(
+                            f"/v1/users/{uid}/subscriptions/cycle/daily",
+                            headers=auth,
+                            json={
+                                "days": [DAYS[due.weekday()]],
+                                "hour": due.hour,
+                                "minute": due.minute,
+                                "timezone": "UTC",
+                            },
+                        ),
+                    )
                     if i % 10 == 0:
                         count("unregister", c.delete(f"/v1/users/{uid}/devices/{token}", headers=auth))
-                        count("device", c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"},
-                                               headers=auth))
+                        count(
+                            "device",
+                            c.post(f"/v1/users/{uid}/devices", json={"token": token, "os": "AOS"}, headers=auth),
+                        )
                 except httpx.HTTPError:
                     count("client_error", None)
                 time.sleep(0.05)
@@ -229,10 +261,14 @@ def test_soak_memory_is_flat(soak_env, processes, settings):
         peak_mb = max(r for _, r in points) / 2**20
         growths[name] = (end_mb - base_mb) / base_mb
         slopes[name] = slope_mb_per_min(points, warm)
-        report.append(f"  {name:10s} after warm-up {base_mb:7.1f} MB  end {end_mb:7.1f} MB  peak {peak_mb:7.1f} MB  "
-                      f"growth {growths[name] * 100:+5.1f} %  trend {slopes[name]:+6.3f} MB/min")
-    print(f"\nsoak: {DURATION_S:.0f} s, {len(samples['api'])} samples per process; requests "
-          f"{dict(sorted(tally.items()))}; emulator {delivered['counts']}\n" + "\n".join(report))
+        report.append(
+            f"  {name:10s} after warm-up {base_mb:7.1f} MB  end {end_mb:7.1f} MB  peak {peak_mb:7.1f} MB  "
+            f"growth {growths[name] * 100:+5.1f} %  trend {slopes[name]:+6.3f} MB/min"
+        )
+    print(
+        f"\nsoak: {DURATION_S:.0f} s, {len(samples['api'])} samples per process; requests "
+        f"{dict(sorted(tally.items()))}; emulator {delivered['counts']}\n" + "\n".join(report)
+    )
     creeping = {name: round(s, 3) for name, s in slopes.items() if s >= MAX_SLOPE_MB_PER_MIN}
     assert not creeping, f"RSS trend after warm-up of at least {MAX_SLOPE_MB_PER_MIN} MB/min: {creeping}"
     assert all(g < MAX_GROWTH for g in growths.values()), growths

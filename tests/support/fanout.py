@@ -23,8 +23,17 @@ from tests.support import registry
 from tests.support.processes import NoteeProcess
 
 
-def seed_topic(runtime: Runtime, service: str, type_: str, key: str, topic: str, n: int, *, os: str = "AOS",
-               prefix: str | None = None) -> list[str]:
+def seed_topic(
+    runtime: Runtime,
+    service: str,
+    type_: str,
+    key: str,
+    topic: str,
+    n: int,
+    *,
+    os: str = "AOS",
+    prefix: str | None = None,
+) -> list[str]:
     """``n`` subscribers of (template key, topic): numbers come from the (service, TOPIC, type) ``no``
     counter exactly as subscribe allocates them; rows land in slots no // 30000."""
     st = for_runtime(runtime)
@@ -33,13 +42,14 @@ def seed_topic(runtime: Runtime, service: str, type_: str, key: str, topic: str,
     prefix = prefix or f"{service}-{topic}-"
     tokens = [f"{prefix}{i:07d}" for i in range(n)]
     now = int(time.time() * 1000)
-    rows = [((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now)
-            for i, tok in enumerate(tokens)]
+    rows = [
+        ((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now) for i, tok in enumerate(tokens)
+    ]
     # Single-partition UNLOGGED batches of 100 prepared inserts (one mutation each server-side):
     # rows arrive in number order, so a batch never spans two slots.
     batches = []
     for i in range(0, len(rows), 100):
-        chunk = rows[i:i + 100]
+        chunk = rows[i : i + 100]
         for slot in sorted({r[0] for r in chunk}):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for r in chunk:
@@ -57,27 +67,46 @@ def topic_template(runtime: Runtime, service: str, type_: str = "news", title: s
     return registry.make_template(runtime, service, "TOPIC", type_, title=title)
 
 
-def topic_job(runtime: Runtime, service: str, key: str, topic: str, *, type_: str = "news",
-              idempotency_key: str | None = None, variables: dict[str, Any] | None = None,
-              overrides: dict[str, Any] | None = None) -> store.JobRow:
+def topic_job(
+    runtime: Runtime,
+    service: str,
+    key: str,
+    topic: str,
+    *,
+    type_: str = "news",
+    idempotency_key: str | None = None,
+    variables: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> store.JobRow:
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        return jobs.create_job(runtime, session, service=service, notification_key=key, method="TOPIC",
-                               type_=type_, target=TopicTarget(topic), idempotency_key=idempotency_key,
-                               variables=variables if variables is not None else {"name": "there"},
-                               overrides=overrides)
+        return jobs.create_job(
+            runtime,
+            session,
+            service=service,
+            notification_key=key,
+            method="TOPIC",
+            type_=type_,
+            target=TopicTarget(topic),
+            idempotency_key=idempotency_key,
+            variables=variables if variables is not None else {"name": "there"},
+            overrides=overrides,
+        )
 
 
 def count_rows(runtime: Runtime, service: str) -> tuple[int, int]:
     """(jobs, tasks) of a tenant."""
     with runtime.engine.connect() as conn:
         jobs_n = conn.execute(text("SELECT COUNT(*) FROM fanout_job WHERE service = :s"), {"s": service}).scalar()
-        tasks_n = conn.execute(text("SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j USING (job_id)"
-                                    " WHERE j.service = :s"), {"s": service}).scalar()
+        tasks_n = conn.execute(
+            text("SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j USING (job_id) WHERE j.service = :s"),
+            {"s": service},
+        ).scalar()
     return int(jobs_n or 0), int(tasks_n or 0)
 
 
-def run_worker_until_idle(runtime: Runtime, services: list[str], *, lanes: int = 2,
-                          fetch_size: int | None = None) -> Worker:
+def run_worker_until_idle(
+    runtime: Runtime, services: list[str], *, lanes: int = 2, fetch_size: int | None = None
+) -> Worker:
     """Run an in-process worker with the production sender until the services' tasks are all done."""
 
     async def go() -> Worker:
@@ -104,8 +133,13 @@ def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, Progress]
         return job, store.progress(s, job_id)
 
 
-def wait_job(runtime: Runtime, service: str, job_id: str, timeout: float, workers: list[NoteeProcess] | None = None,
-             ) -> tuple[store.JobRow, Progress]:
+def wait_job(
+    runtime: Runtime,
+    service: str,
+    job_id: str,
+    timeout: float,
+    workers: list[NoteeProcess] | None = None,
+) -> tuple[store.JobRow, Progress]:
     """Poll the job until it is done or failed; returns (job, progress). Fails on timeout or when
     every worker died."""
     deadline = time.monotonic() + timeout

@@ -25,8 +25,16 @@ from notee.emulator.control import free_port
 from notee.settings import Settings
 from tests.security_logscan import log_dir
 
-__all__ = ["NoteeProcess", "Processes", "free_port", "processes", "settings_from", "subprocess_env", "wait_for",
-           "wait_http"]
+__all__ = [
+    "NoteeProcess",
+    "Processes",
+    "free_port",
+    "processes",
+    "settings_from",
+    "subprocess_env",
+    "wait_for",
+    "wait_http",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 _serial = itertools.count(1)
@@ -52,8 +60,14 @@ class NoteeProcess:
     def start(self) -> NoteeProcess:
         self.log_path = log_dir() / f"{self.name}-{next(_serial)}.log"
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "notee", *self.args], env=self.env, cwd=REPO,
-                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "notee", *self.args],
+                env=self.env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         return self
 
     @property
@@ -110,8 +124,9 @@ class Processes:
         """A ``notee worker`` scoped to one test tenant, with extra environment ``env``."""
         return self.start(name, ["worker", "--lanes", str(lanes), "--service", service], subprocess_env(**env))
 
-    def api(self, *args: str, name: str = "api", scheme: str = "http", verify: ssl.SSLContext | bool = True,
-            **env: str) -> NoteeProcess:
+    def api(
+        self, *args: str, name: str = "api", scheme: str = "http", verify: ssl.SSLContext | bool = True, **env: str
+    ) -> NoteeProcess:
         """``notee api`` on a free port (``.port``, ``.url``), returned once ``/healthz`` answers."""
         port = free_port()
         p = self.start(name, ["api", "--port", str(port), *args], subprocess_env(**env))
@@ -159,8 +174,9 @@ def settings_from(env: dict[str, str]) -> Settings:
         os.environ.update(saved)
 
 
-def wait_http(url: str, timeout: float = 60, proc: NoteeProcess | None = None,
-              verify: ssl.SSLContext | bool = True) -> None:
+def wait_http(
+    url: str, timeout: float = 60, proc: NoteeProcess | None = None, verify: ssl.SSLContext | bool = True
+) -> None:
     """Until ``url`` answers below 500; fails early when ``proc`` exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -56,8 +56,9 @@ def make_user(runtime: Runtime, service: str, service_user_id: str | None = None
     """A user row; returns its platform user_id."""
     user_id = str(uuid.uuid4())
     with runtime.sessions.begin() as s:
-        row = store.upsert_user(s, service=service, service_user_id=service_user_id or user_id, name="name",
-                                new_user_id=user_id, now=_now())
+        row = store.upsert_user(
+            s, service=service, service_user_id=service_user_id or user_id, name="name", new_user_id=user_id, now=_now()
+        )
     return str(row.user_id)
 
 
@@ -68,13 +69,25 @@ def make_device(runtime: Runtime, service: str, user_id: str, token: str, os: st
     return token
 
 
-def make_template(runtime: Runtime, service: str, method: str, type_: str, title: str = "Hi {{name}}",
-                  body: str = "Body") -> str:
+def make_template(
+    runtime: Runtime, service: str, method: str, type_: str, title: str = "Hi {{name}}", body: str = "Body"
+) -> str:
     """A template row; returns its notification_key."""
     with runtime.sessions.begin() as s:
-        row = store.upsert_template(s, service=service, method=method, type_=type_, title=title, body=body,
-                                    data=None, defaults=None, ttl_seconds=None, priority="high", new_key=str(uuid.uuid4()),
-                                    now=_now())
+        row = store.upsert_template(
+            s,
+            service=service,
+            method=method,
+            type_=type_,
+            title=title,
+            body=body,
+            data=None,
+            defaults=None,
+            ttl_seconds=None,
+            priority="high",
+            new_key=str(uuid.uuid4()),
+            now=_now(),
+        )
     return str(row.notification_key)
 
 
@@ -89,8 +102,9 @@ def bearer(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
 
-def new_service(client: TestClient, settings: Settings, service: str, *, timezone: str | None = None,
-                credentials: bool = False) -> dict[str, str]:
+def new_service(
+    client: TestClient, settings: Settings, service: str, *, timezone: str | None = None, credentials: bool = False
+) -> dict[str, str]:
     """Create the service and one API key; return the key's auth headers. ``credentials``: also
     upload FCM credentials, which any test that sends needs (without them, no device has a route)."""
     body: dict[str, Any] = {"service": service, "display_name": f"Test {service}"}
@@ -99,8 +113,11 @@ def new_service(client: TestClient, settings: Settings, service: str, *, timezon
     r = client.post("/v1/admin/services", json=body, headers=admin_headers(settings))
     assert r.status_code == 201, r.text
     if credentials:
-        r = client.put(f"/v1/admin/services/{service}/credentials/fcm",
-                       json={"service_account": shared_service_account()}, headers=admin_headers(settings))
+        r = client.put(
+            f"/v1/admin/services/{service}/credentials/fcm",
+            json={"service_account": shared_service_account()},
+            headers=admin_headers(settings),
+        )
         assert r.status_code == 200, r.text
     return bearer(new_api_key(client, settings, service)["api_key"])
 
@@ -112,22 +129,29 @@ def new_api_key(client: TestClient, settings: Settings, service: str, label: str
     return body
 
 
-def new_user(client: TestClient, headers: dict[str, str], service_user_id: str | None = None, *,
-             name: str = "daehwan", devices: Sequence[tuple[str, str]] = ()) -> str:
+def new_user(
+    client: TestClient,
+    headers: dict[str, str],
+    service_user_id: str | None = None,
+    *,
+    name: str = "daehwan",
+    devices: Sequence[tuple[str, str]] = (),
+) -> str:
     """PUT the user, POST each (token, os) device; return the platform user_id."""
-    r = client.put(f"/v1/users/{service_user_id or 'u-' + secrets.token_hex(6)}", json={"name": name},
-                   headers=headers)
+    r = client.put(f"/v1/users/{service_user_id or 'u-' + secrets.token_hex(6)}", json={"name": name}, headers=headers)
     assert r.status_code in (200, 201), r.text
     user_id = str(r.json()["user_id"])
     for token, os in devices:
-        d = client.post(f"/v1/users/{user_id}/devices", json={"token": token, "os": os, "region": "KR"},
-                        headers=headers)
+        d = client.post(
+            f"/v1/users/{user_id}/devices", json={"token": token, "os": os, "region": "KR"}, headers=headers
+        )
         assert d.status_code in (200, 201), d.text
     return user_id
 
 
-def new_template(client: TestClient, headers: dict[str, str], method: str = "TOPIC", type_: str | None = None,
-                 **fields: Any) -> dict[str, Any]:
+def new_template(
+    client: TestClient, headers: dict[str, str], method: str = "TOPIC", type_: str | None = None, **fields: Any
+) -> dict[str, Any]:
     body = {"title": "Hello {{name}}", "body": "Something happened"} | fields
     if method == "CYCLE" and "title" not in fields and "defaults" not in fields:
         body["defaults"] = {"name": "there"}  # a CYCLE placeholder needs a default: no request fills it
@@ -143,8 +167,9 @@ def new_template(client: TestClient, headers: dict[str, str], method: str = "TOP
 def fcm_service_account(project_id: str = "notee-test") -> dict[str, Any]:
     """A well-formed Firebase service account with a fresh RSA key."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     return {
         "type": "service_account",
         "project_id": project_id,
@@ -165,7 +190,13 @@ def shared_service_account() -> dict[str, Any]:
 def apns_credentials(sandbox: bool = True) -> dict[str, Any]:
     """Well-formed APNs token-auth credentials with a fresh P-256 key (a .p8 look-alike)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    return {"key_id": "ABC123DEFG", "team_id": "TEAM123456", "bundle_id": "com.example.notee",
-            "private_key": pem, "sandbox": sandbox}
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return {
+        "key_id": "ABC123DEFG",
+        "team_id": "TEAM123456",
+        "bundle_id": "com.example.notee",
+        "private_key": pem,
+        "sandbox": sandbox,
+    }

@@ -40,8 +40,17 @@ class DueIndex:
     def mark(self, service: str, type_: str, key: str, buckets: list[CycleTarget]) -> None:
         st = for_runtime(self.runtime)
         for b in buckets:
-            st.run(st.mark_due(service=service, type_=type_, notification_key=key, timezone=b.timezone,
-                               days=[b.day], hour=b.hour, minute=b.minute))
+            st.run(
+                st.mark_due(
+                    service=service,
+                    type_=type_,
+                    notification_key=key,
+                    timezone=b.timezone,
+                    days=[b.day],
+                    hour=b.hour,
+                    minute=b.minute,
+                )
+            )
             self.rows.append((b, key))
 
     def cleanup(self) -> None:
@@ -58,8 +67,9 @@ def scheduler(runtime: Runtime, namespace: str | None = None, **kwargs: Any) -> 
 def jobs_of(runtime: Runtime, service: str) -> list[tuple[str, dict[str, Any], str]]:
     """(notification_key, target, idempotency_key) of every job of a tenant."""
     with runtime.sessions() as s:
-        rows = s.execute(text("SELECT notification_key, target, idempotency_key FROM fanout_job WHERE service = :s"),
-                         {"s": service}).all()
+        rows = s.execute(
+            text("SELECT notification_key, target, idempotency_key FROM fanout_job WHERE service = :s"), {"s": service}
+        ).all()
     return [(k, json.loads(t) if isinstance(t, str) else t, i) for k, t, i in rows]
 
 

@@ -26,14 +26,23 @@ def snapshot(runtime: Runtime, service: str) -> Snapshot:
     own row, which also carries the cycle schedule that ``cycle_due`` indexes."""
     out: Snapshot = {}
     with runtime.engine.connect() as conn:
-        tables = conn.execute(text(
-            "SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE() "
-            "AND column_name = 'service' ORDER BY table_name")).scalars().all()
+        tables = (
+            conn.execute(
+                text(
+                    "SELECT table_name FROM information_schema.columns WHERE table_schema = DATABASE() "
+                    "AND column_name = 'service' ORDER BY table_name"
+                )
+            )
+            .scalars()
+            .all()
+        )
         queries = {t: f"SELECT * FROM `{t}` WHERE service = :s" for t in tables if t not in NOT_DATA} | _BY_JOIN
         for table, query in queries.items():
             out[f"mysql.{table}"] = sorted(repr(tuple(r)) for r in conn.execute(text(query), {"s": service}))
-        users = [str(u) for u in conn.execute(text("SELECT user_id FROM `user` WHERE service = :s"),
-                                              {"s": service}).scalars()]
+        users = [
+            str(u)
+            for u in conn.execute(text("SELECT user_id FROM `user` WHERE service = :s"), {"s": service}).scalars()
+        ]
     counters, per_user = _cql_statements(runtime)
     out["cql.counters"] = sorted(repr(tuple(r)) for r in runtime.cql.execute(counters, (service,)))
     pending = [runtime.cql.execute_async(per_user, (u, service)) for u in users]
@@ -45,8 +54,10 @@ def totals(runtime: Runtime) -> dict[str, int]:
     """Row counts of the tables any tenant's admin requests write (services, API keys, credentials):
     a rejected admin request addressed to some other service must not add rows there either."""
     with runtime.engine.connect() as conn:
-        return {t: int(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
-                for t in ("service", "api_key", "provider_credentials")}
+        return {
+            t: int(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
+            for t in ("service", "api_key", "provider_credentials")
+        }
 
 
 def changes(before: Snapshot, after: Snapshot) -> dict[str, dict[str, list[str]]]:
@@ -69,7 +80,8 @@ def _cql_statements(runtime: Runtime) -> tuple[PreparedStatement, PreparedStatem
         ks = runtime.keyspaces
         _prepared[key] = (
             runtime.cql.prepare(f"SELECT * FROM {ks.numbering}.notification WHERE service = ?"),
-            runtime.cql.prepare(f"SELECT * FROM {ks.notification}.notification_per_user "
-                                "WHERE user_id = ? AND service = ?"),
+            runtime.cql.prepare(
+                f"SELECT * FROM {ks.notification}.notification_per_user WHERE user_id = ? AND service = ?"
+            ),
         )
     return _prepared[key]

@@ -40,8 +40,13 @@ RateClassPath = Annotated[RateClass, Path(description="publish | send | write | 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
 def create_service(body: ServiceIn, db: DbDep) -> registry.Service:
     """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
-    return registry.create_service(db, service=body.service, display_name=body.display_name, timezone=body.timezone,
-                                   delivery_mode=body.delivery_mode)
+    return registry.create_service(
+        db,
+        service=body.service,
+        display_name=body.display_name,
+        timezone=body.timezone,
+        delivery_mode=body.delivery_mode,
+    )
 
 
 @router.get("/services", response_model=ServiceList)
@@ -76,8 +81,7 @@ def list_api_keys(service: ServicePath, db: DbDep) -> ApiKeyList:
     return ApiKeyList(items=[ApiKeyOut.model_validate(k) for k in registry.list_api_keys(db, service)])
 
 
-@router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response,
-               responses=errors(404))
+@router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response, responses=errors(404))
 def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
     """Revoke a key; effective on the next request."""
     registry.revoke_api_key(db, service, key_id)
@@ -93,8 +97,16 @@ def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep,
 @router.put("/services/{service}/credentials/apns", response_model=CredentialsStatus, responses=errors(404, 424))
 def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDep, box: BoxDep) -> dict[str, bool]:
     """Store the APNs token-auth key (encrypted at rest, never returned)."""
-    credentials.set_apns_credentials(db, box, service, key_id=body.key_id, team_id=body.team_id,
-                                  bundle_id=body.bundle_id, private_key=body.private_key, sandbox=body.sandbox)
+    credentials.set_apns_credentials(
+        db,
+        box,
+        service,
+        key_id=body.key_id,
+        team_id=body.team_id,
+        bundle_id=body.bundle_id,
+        private_key=body.private_key,
+        sandbox=body.sandbox,
+    )
     return credentials.credentials_status(db, service)
 
 
@@ -104,8 +116,9 @@ def get_credentials(service: ServicePath, db: DbDep) -> dict[str, bool]:
     return credentials.credentials_status(db, service)
 
 
-@router.delete("/services/{service}/credentials/{provider}", status_code=204, response_class=Response,
-               responses=errors(404))
+@router.delete(
+    "/services/{service}/credentials/{provider}", status_code=204, response_class=Response, responses=errors(404)
+)
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep) -> None:
     """Remove the service's `fcm` or `apns` credentials."""
     credentials.delete_credentials(db, service, provider)
@@ -124,19 +137,20 @@ def get_rate_limits(service: ServicePath, db: DbDep, request: Request) -> RateLi
 
 
 @router.put("/services/{service}/rate-limits/{rate_class}", response_model=RateLimitOut, responses=errors(404))
-def put_rate_limit(service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep,
-                   request: Request) -> RateLimitOut:
+def put_rate_limit(
+    service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep, request: Request
+) -> RateLimitOut:
     """Set one class's limit for this service; every API process applies it from the next request."""
     registry.get_service(db, service)
     klass = ratelimit.check_class(rate_class)
-    limit = ratelimit.set_limit(db, request.app.state.settings, service, klass, rate=body.rate,
-                                burst=body.burst)
+    limit = ratelimit.set_limit(db, request.app.state.settings, service, klass, rate=body.rate, burst=body.burst)
     db.commit()
     return _limit_out(klass, limit)
 
 
-@router.delete("/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response,
-               responses=errors(404))
+@router.delete(
+    "/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response, responses=errors(404)
+)
 def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep) -> None:
     """Back to the deployment default (idempotent)."""
     registry.get_service(db, service)

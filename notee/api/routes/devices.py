@@ -25,8 +25,9 @@ _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "descript
 
 
 @router.post("/users/{user_id}/devices", response_model=DeviceOut, responses=_CREATED | errors(404))
-def add_device(user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep,
-               response: Response) -> registry.Device:
+def add_device(
+    user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
+) -> registry.Device:
     """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
     device = registry.add_device(runtime, db, service, str(user_id), token=body.token, os=body.os, region=body.region)
     response.status_code = 201 if device.created else 200
@@ -39,9 +40,14 @@ def list_devices(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> DeviceL
     return DeviceList(items=[DeviceOut.model_validate(d) for d in registry.list_devices(db, service, str(user_id))])
 
 
-@router.delete("/users/{user_id}/devices/{token:path}", status_code=204, response_class=Response,
-               responses=errors(404))
-def delete_device(user_id: UserIdPath, token: Annotated[str, Path(pattern=TOKEN_PATTERN)], service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
+@router.delete("/users/{user_id}/devices/{token:path}", status_code=204, response_class=Response, responses=errors(404))
+def delete_device(
+    user_id: UserIdPath,
+    token: Annotated[str, Path(pattern=TOKEN_PATTERN)],
+    service: ServiceDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+) -> None:
     """Remove a device and its subscription rows. The token is URL-encoded in the path."""
     registry.remove_device(runtime, db, service, str(user_id), token)
 
@@ -50,8 +56,9 @@ def delete_device(user_id: UserIdPath, token: Annotated[str, Path(pattern=TOKEN_
 def rotate_token(body: RotateIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> RotateOut:
     """The provider replaced a token: every user of this service holding old_token gets new_token,
     keeping the device's registration time and subscriptions."""
-    return RotateOut(rotated=registry.rotate_token(runtime, db, service, old_token=body.old_token,
-                                                   new_token=body.new_token))
+    return RotateOut(
+        rotated=registry.rotate_token(runtime, db, service, old_token=body.old_token, new_token=body.new_token)
+    )
 
 
 _TOKEN_IN_PATH = re.compile(r"(/devices/)(?!rotate(?:[?\s]|$))([^?\s]+)")

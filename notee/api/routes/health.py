@@ -22,7 +22,8 @@ class Health(BaseModel):
     cassandra: str
     emulator_url: str | None = Field(
         description="Set when NOTEE_EMULATOR_URL reroutes every push of every service to this emulator instead of "
-        "FCM/APNs; null in production.")
+        "FCM/APNs; null in production."
+    )
 
 
 def _check(runtime: Runtime, emulator_url: str | None) -> Health:
@@ -41,8 +42,7 @@ def _check(runtime: Runtime, emulator_url: str | None) -> Health:
         runtime.cql.execute("SELECT release_version FROM system.local", timeout=3)
 
     m, c = probe(mysql), probe(cassandra)
-    return Health(status="ok" if m == c == "ok" else "degraded", mysql=m, cassandra=c,
-                  emulator_url=emulator_url)
+    return Health(status="ok" if m == c == "ok" else "degraded", mysql=m, cassandra=c, emulator_url=emulator_url)
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})

@@ -34,33 +34,40 @@ class PublishRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     variables: dict[VarName, Value] | None = Field(
-        None, max_length=100, description="Values for the template's {{name}} placeholders (title, body, data "
-        "values); a placeholder with neither a variable nor a template default is 422, listing every missing name.")
+        None,
+        max_length=100,
+        description="Values for the template's {{name}} placeholders (title, body, data "
+        "values); a placeholder with neither a variable nor a template default is 422, listing every missing name.",
+    )
     data: dict[DataKey, Value] | None = Field(
-        None, max_length=100, description="Key/value data merged over the template's data.")
+        None, max_length=100, description="Key/value data merged over the template's data."
+    )
     title: OneLineText | None = Field(None, min_length=1, max_length=200, description="Replaces the template's title.")
-    body: MultiLineText | None = Field(None, min_length=1, max_length=2000,
-                                       description="Replaces the template's body (may contain \\n).")
+    body: MultiLineText | None = Field(
+        None, min_length=1, max_length=2000, description="Replaces the template's body (may contain \\n)."
+    )
 
 
 class PublishAccepted(BaseModel):
     job_id: str
 
 
-
-
 class JobStatus(Answer):
     job_id: str
     state: JobState
-    dry_run: bool = Field(description="The service was in dry_run delivery mode when the job was made: the log "
-                                      "provider recorded every push and nothing was sent.")
+    dry_run: bool = Field(
+        description="The service was in dry_run delivery mode when the job was made: the log "
+        "provider recorded every push and nothing was sent."
+    )
     notification_type: str
     target: dict[str, Any]
     targeted: int = Field(description="Recipients read so far (final once the job is done).")
     sent: int
     failed: int = Field(description="Recipients not delivered (dead-lettered), no_credentials included.")
-    no_credentials: int = Field(description="Recipients not sent because the service has no credentials for "
-                                            "their platform (not pruned). A job where every recipient is one fails.")
+    no_credentials: int = Field(
+        description="Recipients not sent because the service has no credentials for "
+        "their platform (not pruned). A job where every recipient is one fails."
+    )
     pruned: int = Field(description="Recipients whose token the provider rejected as invalid (removed).")
     retried: int = Field(description="Extra send attempts after retryable provider answers.")
     tasks: int
@@ -73,38 +80,72 @@ class JobStatus(Answer):
 
 TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The TOPIC template's notification_type.")]
 TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded).")]
-IdempotencyKey = Annotated[str | None, Header(
-    alias="Idempotency-Key", min_length=1, max_length=200,
-    description="Repeating a publish with the same key returns the first job instead of sending again.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=200,
+        description="Repeating a publish with the same key returns the first job instead of sending again.",
+    ),
+]
 
 
-@router.post("/topics/{type}/{topic}/publish", status_code=202, response_model=PublishAccepted,
-             responses={404: {"model": ErrorResponse, "description": "No TOPIC template of this type"}})
-def publish(type: TypePath, topic: TopicPath, runtime: RuntimeDep, db: DbDep, service: ServiceDep,
-            request: PublishRequest | None = None, idempotency_key: IdempotencyKey = None) -> PublishAccepted:
+@router.post(
+    "/topics/{type}/{topic}/publish",
+    status_code=202,
+    response_model=PublishAccepted,
+    responses={404: {"model": ErrorResponse, "description": "No TOPIC template of this type"}},
+)
+def publish(
+    type: TypePath,
+    topic: TopicPath,
+    runtime: RuntimeDep,
+    db: DbDep,
+    service: ServiceDep,
+    request: PublishRequest | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> PublishAccepted:
     """Send a TOPIC template to every device subscribed to the topic. Returns at once (202) with the
     job id; workers fan out in the background. Progress: ``GET /v1/jobs/{job_id}``."""
     request = request or PublishRequest()
-    overrides = {k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data))
-                 if v is not None}
-    job = jobs.publish_topic(runtime, db, service=service, type_=type, topic=topic, idempotency_key=idempotency_key,
-                             variables=request.variables, overrides=overrides or None)
+    overrides = {
+        k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
+    }
+    job = jobs.publish_topic(
+        runtime,
+        db,
+        service=service,
+        type_=type,
+        topic=topic,
+        idempotency_key=idempotency_key,
+        variables=request.variables,
+        overrides=overrides or None,
+    )
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
     return PublishAccepted(job_id=job.job_id)
 
 
-@router.get("/jobs/{job_id}", response_model=JobStatus,
-            responses={404: {"model": ErrorResponse, "description": "No such job for this service"}})
-def job_status(job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep,
-               service: ServiceDep) -> JobStatus:
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobStatus,
+    responses={404: {"model": ErrorResponse, "description": "No such job for this service"}},
+)
+def job_status(
+    job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep, service: ServiceDep
+) -> JobStatus:
     """A publish job's state and counts; they update while workers run it."""
     return _status(*jobs.job_status(db, service, str(job_id)))
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobStatus,
-             responses={404: {"model": ErrorResponse, "description": "No such job for this service"}})
-def cancel_job(job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep,
-               service: ServiceDep) -> JobStatus:
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobStatus,
+    responses={404: {"model": ErrorResponse, "description": "No such job for this service"}},
+)
+def cancel_job(
+    job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep, service: ServiceDep
+) -> JobStatus:
     """Cancel a queued or running job: it is `cancelled` at once and sends nothing more after the page
     each worker is sending (whose counts are kept). A finished job is answered as it is."""
     status = _status(*jobs.cancel_job(db, service, str(job_id)))
@@ -126,27 +167,47 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         created, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
         return datetime.fromisoformat(created), str(UUID(job_id))
     except (ValueError, UnicodeError) as exc:
-        raise InvalidInput("cursor is not one this API returned", details=[
-            {"loc": ["query", "cursor"], "type": "invalid_cursor", "msg": "use next_cursor of a previous page"}]) from exc
+        raise InvalidInput(
+            "cursor is not one this API returned",
+            details=[
+                {"loc": ["query", "cursor"], "type": "invalid_cursor", "msg": "use next_cursor of a previous page"}
+            ],
+        ) from exc
 
 
 @router.get("/jobs", response_model=JobList)
-def list_jobs(db: DbDep, service: ServiceDep,
-              state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
-              method: Annotated[Literal["TOPIC", "CYCLE"] | None, Query(
-                  description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes.")] = None,
-              type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
-              created_from: Annotated[str | None, Query(max_length=40, json_schema_extra={"format": "date-time"},
-                                                        description="Created at or after (RFC 3339).")] = None,
-              created_to: Annotated[str | None, Query(max_length=40, json_schema_extra={"format": "date-time"},
-                                                      description="Created before (RFC 3339).")] = None,
-              cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
-              limit: Annotated[int, Query(ge=1, le=200)] = 50) -> JobList:
+def list_jobs(
+    db: DbDep,
+    service: ServiceDep,
+    state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+    method: Annotated[
+        Literal["TOPIC", "CYCLE"] | None,
+        Query(description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes."),
+    ] = None,
+    type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
+    created_from: Annotated[
+        str | None,
+        Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created at or after (RFC 3339)."),
+    ] = None,
+    created_to: Annotated[
+        str | None,
+        Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created before (RFC 3339)."),
+    ] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> JobList:
     """This service's jobs, newest first: topic publishes and cycle minutes, with their counts."""
-    rows = jobs.list_jobs(db, service, state=state, method=method, type_=type,
-                          created_from=_rfc3339(created_from, "created_from"),
-                          created_to=_rfc3339(created_to, "created_to"), before=_decode_cursor(cursor) if cursor else None,
-                          limit=limit)
+    rows = jobs.list_jobs(
+        db,
+        service,
+        state=state,
+        method=method,
+        type_=type,
+        created_from=_rfc3339(created_from, "created_from"),
+        created_to=_rfc3339(created_to, "created_to"),
+        before=_decode_cursor(cursor) if cursor else None,
+        limit=limit,
+    )
     items = [_status(job, progress) for job, progress in rows]
     return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
 
@@ -161,16 +222,30 @@ def _rfc3339(value: str | None, name: str) -> datetime | None:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        raise InvalidInput(f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z", details=[
-            {"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}])
+        raise InvalidInput(
+            f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z",
+            details=[{"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}],
+        )
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def _status(job: JobRow, progress: Progress) -> JobStatus:
     return JobStatus(
-        job_id=job.job_id, state=job.state, dry_run=job.dry_run, notification_type=job.type_, target=job.target,
-        targeted=progress.targeted, sent=progress.sent, failed=progress.failed,
-        no_credentials=progress.no_credentials, pruned=progress.pruned,
-        retried=progress.retried, tasks=job.task_count, tasks_done=progress.tasks_done, error=job.error,
-        created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+        job_id=job.job_id,
+        state=job.state,
+        dry_run=job.dry_run,
+        notification_type=job.type_,
+        target=job.target,
+        targeted=progress.targeted,
+        sent=progress.sent,
+        failed=progress.failed,
+        no_credentials=progress.no_credentials,
+        pruned=progress.pruned,
+        retried=progress.retried,
+        tasks=job.task_count,
+        tasks_done=progress.tasks_done,
+        error=job.error,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
     )

@@ -21,14 +21,18 @@ class SendIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: StrictStr = Field(pattern=TYPE_PATTERN, description="Type of a SINGLE template of this service.")
-    variables: dict[Annotated[OneLineText, StringConstraints(min_length=1, max_length=64,
-                                                             pattern=rf"^{render.NAME_PATTERN}$")],
-                    Annotated[MultiLineText, Field(max_length=2000)]] = Field(
-        default_factory=dict, max_length=100,
+    variables: dict[
+        Annotated[OneLineText, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")],
+        Annotated[MultiLineText, Field(max_length=2000)],
+    ] = Field(
+        default_factory=dict,
+        max_length=100,
         description="Values for the template's {{name}} placeholders; the template's defaults fill the rest. Every "
-        "placeholder left unfilled is listed in one 422.")
+        "placeholder left unfilled is listed in one 422.",
+    )
     data: dict[OneLineText, MultiLineText] | None = Field(
-        None, description="Extra data keys, merged over the template's data (the template data rules apply).")
+        None, description="Extra data keys, merged over the template's data (the template data rules apply)."
+    )
 
 
 class SendOut(BaseModel):
@@ -36,10 +40,11 @@ class SendOut(BaseModel):
     delivered: int
     pruned: int = Field(description="Devices removed because the provider said their token is invalid.")
     retried: int = Field(description="Re-sends after retryable provider answers.")
-    failed: int = Field(description="Messages that still failed, no_credentials included; recorded as dead "
-                                    "letters.")
-    dry_run: bool = Field(description="The service is in dry_run delivery mode: the log provider recorded the "
-                                      "pushes and nothing was sent.")
+    failed: int = Field(description="Messages that still failed, no_credentials included; recorded as dead letters.")
+    dry_run: bool = Field(
+        description="The service is in dry_run delivery mode: the log provider recorded the "
+        "pushes and nothing was sent."
+    )
 
 
 def sender_of(request: Request) -> DeliverySender:
@@ -53,14 +58,26 @@ def sender_of(request: Request) -> DeliverySender:
 
 
 @router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422, 424))
-async def send_to_user(user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn,
-                       service: ServiceDep, request: Request) -> SendOut:
+async def send_to_user(
+    user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn, service: ServiceDep, request: Request
+) -> SendOut:
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
     over a provider's 4,096-byte limit answers 422 and nothing is sent. A device of a platform the
     service has no credentials for is counted failed (``no_credentials``); when that is every
     device, or a provider rejects the service's credentials, the answer is 424."""
-    devices, result = await sender_of(request).send_single(service, str(user_id), body.type,
-                                                           variables=body.variables, data=body.data,
-                                                           stop=getattr(request.app.state, "stopping", None))
-    return SendOut(devices=devices, delivered=result.delivered, pruned=result.pruned, retried=result.retried,
-                   failed=len(result.failed), dry_run=result.dry_run)
+    devices, result = await sender_of(request).send_single(
+        service,
+        str(user_id),
+        body.type,
+        variables=body.variables,
+        data=body.data,
+        stop=getattr(request.app.state, "stopping", None),
+    )
+    return SendOut(
+        devices=devices,
+        delivered=result.delivered,
+        pruned=result.pruned,
+        retried=result.retried,
+        failed=len(result.failed),
+        dry_run=result.dry_run,
+    )

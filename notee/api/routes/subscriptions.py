@@ -34,12 +34,15 @@ class CycleIn(_In):
     days: list[StrictStr] = Field(..., min_length=1, max_length=7, description="MON..SUN", examples=[["MON", "WED"]])
     hour: StrictInt = Field(..., description="0-23, local to timezone")
     minute: StrictInt = Field(..., description="0-59, local to timezone")
-    timezone: StrictStr | None = Field(None, max_length=64, description="IANA timezone; default: the service's timezone")
+    timezone: StrictStr | None = Field(
+        None, max_length=64, description="IANA timezone; default: the service's timezone"
+    )
 
 
 class BulkIn(_In):
-    user_ids: list[UUID] = Field(..., min_length=1, max_length=subs.BULK_MAX,
-                                 description=f"Platform user ids, at most {subs.BULK_MAX}")
+    user_ids: list[UUID] = Field(
+        ..., min_length=1, max_length=subs.BULK_MAX, description=f"Platform user ids, at most {subs.BULK_MAX}"
+    )
 
 
 class SubscribeOut(BaseModel):
@@ -87,10 +90,14 @@ class BulkOut(BaseModel):
     not_found: int
 
 
-@router.put("/users/{user_id}/subscriptions/topic/{type}/{topic}", response_model=SubscribeOut,
-            responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)})
-def subscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
-                    runtime: RuntimeDep, response: Response) -> subs.SubscribeResult:
+@router.put(
+    "/users/{user_id}/subscriptions/topic/{type}/{topic}",
+    response_model=SubscribeOut,
+    responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)},
+)
+def subscribe_topic(
+    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, runtime: RuntimeDep, response: Response
+) -> subs.SubscribeResult:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
     return _upserted(response, subs.subscribe_topic(runtime, service, str(user_id), type, topic))
@@ -102,26 +109,38 @@ def _upserted(response: Response, result: subs.SubscribeResult) -> subs.Subscrib
     return result
 
 
-@router.delete("/users/{user_id}/subscriptions/topic/{type}/{topic}", status_code=204, response_class=Response,
-               responses=errors(404, 422))
-def unsubscribe_topic(user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep,
-                      runtime: RuntimeDep) -> None:
+@router.delete(
+    "/users/{user_id}/subscriptions/topic/{type}/{topic}",
+    status_code=204,
+    response_class=Response,
+    responses=errors(404, 422),
+)
+def unsubscribe_topic(
+    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, runtime: RuntimeDep
+) -> None:
     """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
     subs.unsubscribe_topic(runtime, service, str(user_id), type, topic)
 
 
-@router.put("/users/{user_id}/subscriptions/cycle/{type}", response_model=SubscribeOut,
-            responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)})
-def subscribe_cycle(user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep,
-                    response: Response) -> subs.SubscribeResult:
+@router.put(
+    "/users/{user_id}/subscriptions/cycle/{type}",
+    response_model=SubscribeOut,
+    responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)},
+)
+def subscribe_cycle(
+    user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep, response: Response
+) -> subs.SubscribeResult:
     """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
     replaces the previous one of this type (201); the same schedule again changes nothing (200)."""
-    return _upserted(response, subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour,
-                                                    body.minute, body.timezone))
+    return _upserted(
+        response,
+        subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour, body.minute, body.timezone),
+    )
 
 
-@router.delete("/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response,
-               responses=errors(404))
+@router.delete(
+    "/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response, responses=errors(404)
+)
 def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep) -> None:
     """Remove the user's recurring schedule for this type (every device)."""
     subs.unsubscribe_cycle(runtime, service, str(user_id), type)

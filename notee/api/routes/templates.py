@@ -19,15 +19,33 @@ MethodPath = Annotated[Method, Path(description="TOPIC | CYCLE | SINGLE")]
 TypePath = Annotated[str, Path(alias="type", pattern=TYPE_PATTERN, description="Service-defined notification type")]
 
 
-@router.put("/{method}/{type}", response_model=TemplateOut,
-            responses={201: {"model": TemplateOut, "description": "Created"}})
-def put_template(method: MethodPath, type_: TypePath, body: TemplateIn, service: ServiceDep, db: DbDep,
-                 runtime: RuntimeDep, response: Response) -> registry.Template:
+@router.put(
+    "/{method}/{type}", response_model=TemplateOut, responses={201: {"model": TemplateOut, "description": "Created"}}
+)
+def put_template(
+    method: MethodPath,
+    type_: TypePath,
+    body: TemplateIn,
+    service: ServiceDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+    response: Response,
+) -> registry.Template:
     """Create or update (201 when created). notification_key never changes; the version is bumped.
     A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
-    template = registry.put_template(runtime, db, service, method, type_, title=body.title, body=body.body,
-                                     data=body.data, ttl_seconds=body.ttl_seconds, priority=body.priority,
-                                     defaults=body.defaults)
+    template = registry.put_template(
+        runtime,
+        db,
+        service,
+        method,
+        type_,
+        title=body.title,
+        body=body.body,
+        data=body.data,
+        ttl_seconds=body.ttl_seconds,
+        priority=body.priority,
+        defaults=body.defaults,
+    )
     response.status_code = 201 if template.created else 200
     return template
 
@@ -39,7 +57,9 @@ def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> Templ
 
 
 @router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
-def get_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> registry.Template:
+def get_template(
+    method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
+) -> registry.Template:
     """One template by method and type."""
     return registry.get_template(runtime, db, service, method, type_)
 

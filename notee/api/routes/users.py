@@ -19,8 +19,13 @@ UserIdPath = Annotated[UUID, Path(description="Platform user id")]
 
 
 @router.put("/{service_user_id}", response_model=UserOut, responses={201: {"model": UserOut, "description": "Created"}})
-def put_user(service_user_id: ServiceUserIdPath, body: UserIn, service: ServiceDep, db: DbDep, response: Response,
-             ) -> registry.User:
+def put_user(
+    service_user_id: ServiceUserIdPath,
+    body: UserIn,
+    service: ServiceDep,
+    db: DbDep,
+    response: Response,
+) -> registry.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
     user = registry.upsert_user(db, service, service_user_id, name=body.name)
     response.status_code = 201 if user.created else 200
