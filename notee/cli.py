@@ -223,6 +223,106 @@ def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this 
     typer.echo(f"cassandra ring of {len(settings.cassandra_hosts)} node(s) ready after {waited:.1f} s")
 
 
+dead_letters_app = typer.Typer(
+    help="Pushes that still failed after the retries: list and send again.", no_args_is_help=True
+)
+app.add_typer(dead_letters_app, name="dead-letters")
+
+
+@cli_http.jobs_app.command("requeue")  # beside list/show/cancel; this one is the operator's, on the database
+def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id.")) -> None:
+    """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
+    from notee.errors import NoteeError
+    from notee.fanout import jobs
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        with runtime.sessions.begin() as session:
+            job, progress = jobs.requeue_job(session, job_id)
+    except NoteeError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(1) from exc
+    finally:
+        runtime.close()
+    typer.echo(
+        f"job {job.job_id} requeued: {job.state}, {progress.tasks_done} of {job.task_count} tasks done, "
+        f"{progress.sent} sent so far"
+    )
+
+
+@dead_letters_app.command("list")
+def dead_letters_list(
+    service: str = typer.Option(..., help="The service (tenant)."),
+    job: str | None = typer.Option(None, help="Only this job's dead letters."),
+    limit: int = typer.Option(100, min=1, max=500),
+) -> None:
+    """A service's dead letters, newest first, one JSON object a line (device tokens shortened)."""
+    from notee.logs import token_hint
+    from notee.runtime import Runtime
+    from notee.store import deadletter
+
+    runtime = Runtime(_settings())
+    try:
+        with runtime.sessions() as session:
+            rows = deadletter.list_for_service(session, service, limit=limit, job_id=job)
+    finally:
+        runtime.close()
+    for r in rows:
+        typer.echo(
+            json.dumps(
+                {
+                    "id": r.id,
+                    "job_id": r.job_id,
+                    "device": token_hint(r.device_token),
+                    "provider": r.provider,
+                    "reason": r.reason,
+                    "attempts": r.attempts,
+                    "created_at": r.created_at.isoformat(),
+                }
+            )
+        )
+    typer.echo(f"{len(rows)} dead letter(s)", err=True)
+
+
+@dead_letters_app.command("replay")
+def dead_letters_replay(
+    service: str = typer.Option(..., help="The service (tenant)."),
+    id: list[int] = typer.Option([], "--id", help="Dead letter ids (repeatable; default: any)."),
+    job: str | None = typer.Option(None, help="Only this job's dead letters."),
+    limit: int = typer.Option(1000, min=1, max=10000),
+) -> None:
+    """Send dead letters again; delivered and pruned ones are removed, failures are recorded anew."""
+    import asyncio
+
+    from notee.delivery import DeliverySender, ReplayResult
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+
+    async def run() -> ReplayResult:
+        sender = DeliverySender(runtime)
+        try:
+            return await sender.replay(service, ids=id or None, job_id=job, limit=limit)
+        finally:
+            await sender.close()
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        runtime.close()
+    typer.echo(
+        json.dumps(
+            {
+                "replayed": result.replayed,
+                "delivered": result.delivered,
+                "pruned": result.pruned,
+                "failed": result.failed,
+            }
+        )
+    )
+
+
 @app.command()
 def openapi(
     markdown: bool = typer.Option(

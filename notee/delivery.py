@@ -19,6 +19,12 @@ Stopping (SIGTERM): the wait before a retry ends as soon as ``stop`` is set. A w
 raises ``Stopping`` (nothing recorded: the task is released unadvanced and the next owner re-sends
 the page); a single send (``dead_letter_on_stop``) dead-letters what was waiting, records its
 prunes and dead letters, and answers, within the API's shutdown budget.
+
+Transport errors (``RetryAfter(transport=True)``: the provider never answered) are not a device's
+failure: they are retried without using the device's attempts, and ``ProviderUnavailable`` hands the
+work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
+fan-out) a page mostly unreachable opens it at once and raises ``ProviderUnavailable``; the worker
+releases its task without checkpointing and the page is sent again later (docs/FANOUT.md "Outages").
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from notee.domain import registry
 from notee.domain.credentials import load_service_credentials
@@ -38,7 +47,8 @@ from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.subscriptions import prune_token
 from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.logs import token_hint
-from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
+from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
+from notee.providers.breaker import CircuitBreaker
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet
 from notee.runtime import Runtime
@@ -129,6 +139,7 @@ async def deliver(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     stop: asyncio.Event | None = None,
     dead_letter_on_stop: bool = False,
+    breaker: CircuitBreaker | None = None,
 ) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
@@ -139,6 +150,8 @@ async def deliver(
     set when the process is stopping; a retry wait then ends at once and either raises ``Stopping``
     (default) or, with ``dead_letter_on_stop``, dead-letters the messages that were waiting.
     Raises NoCredentials (nothing recorded) and DeliveryAborted (provider configuration error).
+    With ``breaker`` (a fan-out page), raises ``ProviderUnavailable`` as soon as the breaker opens for a
+    provider (what was learned is pruned and recorded first; the caller sends the page again later).
     """
     result = DeliveryResult(dry_run=dry_run)
     if not messages:
@@ -191,8 +204,12 @@ async def deliver(
             batch = [messages[i] for i in pending]
             groups, _ = routes.split(batch)
             for provider, idx in groups:
-                outcomes = await provider.send([batch[j] for j in idx])
-                for j, outcome in zip(idx, outcomes, strict=True):
+                try:
+                    outcomes = await _send(provider, [batch[j] for j in idx], breaker)
+                except ProviderUnavailable:  # the breaker opened: keep what was learned, hand the work back
+                    await _keep(runtime, service, job_id, invalid if prune else {}, dead)
+                    raise
+                for j, outcome in zip(idx, outcomes, strict=False):
                     i, m = pending[j], batch[j]
                     if isinstance(outcome, RetryAfter) and outcome.transport:
                         retry.append(i)  # the provider never answered about this device
@@ -269,6 +286,46 @@ async def _keep(
         )
 
 
+async def _send(provider: Provider, messages: list[Message], breaker: CircuitBreaker | None) -> list[Outcome]:
+    """``provider.send`` guarded by the circuit breaker: refused while it is open, one message as a
+    probe when it is half-open, and it opens when most of the send was unreachable."""
+    if breaker is None:
+        return await provider.send(messages)
+    name = provider.name
+    wait = breaker.blocked_for(name)
+    if wait > 0:
+        raise ProviderUnavailable(f"{name}: circuit open, next probe in {wait:.1f} s", retry_in=wait)
+    outcomes: list[Outcome] = []
+    if breaker.probing(name):
+        outcomes = await provider.send(messages[:1])
+        if breaker.record(name, sent=1, unreachable=int(_unreachable(outcomes[0]))):
+            log.warning("%s: probe failed (%s); circuit open for %.1f s", name, outcomes[0], breaker.blocked_for(name))
+            raise ProviderUnavailable(f"{name}: probe failed", retry_in=breaker.blocked_for(name))
+        log.info("%s: probe answered; circuit closed", name)
+        messages = messages[1:]
+        if not messages:
+            return outcomes
+    rest = await provider.send(messages)
+    unreachable = sum(1 for o in rest if _unreachable(o))
+    if breaker.record(name, sent=len(rest), unreachable=unreachable):
+        log.warning(
+            "%s: %d of %d requests unreachable; circuit open for %.1f s",
+            name,
+            unreachable,
+            len(rest),
+            breaker.blocked_for(name),
+        )
+        raise ProviderUnavailable(
+            f"{name}: {unreachable} of {len(rest)} requests unreachable; circuit open",
+            retry_in=breaker.blocked_for(name),
+        )
+    return outcomes + rest
+
+
+def _unreachable(outcome: Outcome) -> bool:
+    return isinstance(outcome, RetryAfter) and outcome.transport
+
+
 def _prune(runtime: Runtime, service: str, invalid: dict[str, str]) -> None:
     for token, reason in invalid.items():
         try:
@@ -280,6 +337,90 @@ def _prune(runtime: Runtime, service: str, invalid: dict[str, str]) -> None:
 def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
     with runtime.sessions.begin() as session:
         deadletter.record(session, letters, now=_utcnow())
+
+
+# --- dead letters: operators send them again -------------------------------------------------------
+
+
+@dataclass
+class ReplayResult:
+    replayed: int = 0  # dead letters sent again (and removed)
+    delivered: int = 0
+    pruned: int = 0
+    failed: int = 0  # still failing: recorded again as new dead letters, never dropped
+
+
+def list_dead_letters(
+    session: Session, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None
+) -> list[Any]:
+    """A service's dead letters, newest first (``before_id``: the next, older page)."""
+    return deadletter.list_for_service(session, service, limit=limit, before_id=before_id, job_id=job_id)
+
+
+async def replay_dead_letters(
+    runtime: Runtime,
+    providers: ProviderSet,
+    service: str,
+    *,
+    ids: Sequence[int] | None = None,
+    job_id: str | None = None,
+    limit: int = 1000,
+) -> ReplayResult:
+    """Send a service's dead letters again (the given ids, or a job's, or the oldest ``limit``).
+
+    The letters are locked while they are sent (two replays never send one twice) and deleted
+    when the send is done; what fails again is dead-lettered anew by ``deliver``, so a letter is
+    never lost. Other tenants' ids are simply not found."""
+    session = runtime.sessions()
+    try:
+        rows = await asyncio.to_thread(_lock_for_replay, session, service, ids, job_id, limit)
+        if not rows:
+            return ReplayResult()
+        out = ReplayResult(replayed=len(rows))
+        by_job: dict[str | None, list[Any]] = {}
+        for r in rows:
+            by_job.setdefault(r.job_id, []).append(r)
+        for letter_job, letters in by_job.items():  # a letter that fails again keeps its job id
+            messages = [
+                Message(
+                    device_token=r.device_token,
+                    device_os=r.device_os,
+                    title=r.payload.get("title", ""),
+                    body=r.payload.get("body", ""),
+                    data=dict(r.payload.get("data") or {}),
+                )
+                for r in letters
+            ]
+            result = await deliver(runtime, providers, service, messages, job_id=letter_job)
+            out.delivered += result.delivered
+            out.pruned += len(messages) - result.delivered - len(result.failed)
+            out.failed += len(result.failed)
+        await asyncio.to_thread(_delete_replayed, session, service, [r.id for r in rows])
+    finally:
+        await asyncio.to_thread(session.close)
+    log.info(
+        "service=%s: %d dead letter(s) replayed: delivered=%d pruned=%d failed again=%d",
+        service,
+        out.replayed,
+        out.delivered,
+        out.pruned,
+        out.failed,
+    )
+    return out
+
+
+def _lock_for_replay(
+    session: Session, service: str, ids: Sequence[int] | None, job_id: str | None, limit: int
+) -> list[Any]:
+    # READ COMMITTED: row locks only, no gap locks, so the dead letters ``deliver`` records meanwhile
+    # (other transactions) are not blocked by this one.
+    session.connection(execution_options={"isolation_level": "READ COMMITTED"})
+    return deadletter.for_replay(session, service, ids=ids, job_id=job_id, limit=limit)
+
+
+def _delete_replayed(session: Session, service: str, ids: list[int]) -> None:
+    deadletter.delete_ids(session, service, ids)
+    session.commit()
 
 
 # --- single sends ---------------------------------------------------------------------------------
@@ -392,6 +533,7 @@ class DeliverySender:
         self.runtime = runtime
         self.stop = stop  # a worker's stop event: a page's retry wait then ends at once (``Stopping``)
         self.providers = ProviderSet(runtime.settings)
+        self.breaker = CircuitBreaker(max_open_s=runtime.settings.fanout_breaker_max_open_s)  # fan-out pages only
         self._credentials: dict[str, tuple[float, ProviderCredentials | None]] = {}
 
     async def _creds(self, service: str) -> ProviderCredentials | None:
@@ -417,6 +559,7 @@ class DeliverySender:
                 entire_send=False,
                 credentials=None if dry_run else await self._creds(service),
                 stop=self.stop,
+                breaker=self.breaker,
             )
         except DeliveryAborted as exc:
             done = exc.partial
@@ -439,6 +582,12 @@ class DeliverySender:
         return await send_single(
             self.runtime, self.providers, service, user_id, type_, variables=variables, data=data, stop=stop
         )
+
+    async def replay(
+        self, service: str, *, ids: Sequence[int] | None = None, job_id: str | None = None, limit: int = 1000
+    ) -> ReplayResult:
+        """Dead letters sent again (see ``replay_dead_letters``)."""
+        return await replay_dead_letters(self.runtime, self.providers, service, ids=ids, job_id=job_id, limit=limit)
 
     async def close(self) -> None:
         await self.providers.close()

@@ -70,8 +70,13 @@ class ProviderConfigError(NoteeError):
 
 
 class ProviderUnavailable(NoteeError):
-    """FCM/APNs could not be reached at all (connections failing, not an answer about a device):
-    the work is retried later, never counted as the devices' failure."""
+    """FCM/APNs could not be reached at all (connections failing, not an answer about a device), or
+    the fan-out's circuit breaker for it is open: the work is retried later, never counted as the
+    devices' failure. ``retry_in``: seconds until the breaker lets a probe through (0: unknown)."""
 
     status = 503
     code = "provider_unavailable"
+
+    def __init__(self, message: str, *, retry_in: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in

@@ -141,6 +141,12 @@ class Settings(BaseSettings):
         description="SIGTERM: a worker's lanes get this long to checkpoint or release their tasks; "
         "after it they are abandoned (their leases expire and another worker resumes).",
     )
+    fanout_outage_backoff_cap_s: float = Field(
+        30.0, gt=0, description="Longest wait before a task released for a store or provider outage is tried again."
+    )
+    fanout_breaker_max_open_s: float = Field(
+        30.0, gt=0, description="Longest a provider's circuit breaker stays open before it lets a probe through."
+    )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
 
     # --- scheduler ------------------------------------------------------------------------------

@@ -108,6 +108,7 @@ class Recipient(NamedTuple):
     device_token: str
     device_os: str  # "IOS" | "AOS"
     user_id: str
+    no: int = 0  # the slot row's number: with device_token, the row's key (resume after a rejected paging state)
 
 
 @dataclass(frozen=True, slots=True)

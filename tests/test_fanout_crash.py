@@ -52,7 +52,9 @@ def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, t
     assert progress.targeted == N and progress.sent == N  # checkpointed counts never double-count
     with runtime.sessions() as s:
         (task,) = store.tasks(s, job.job_id)
-    assert task.attempts == 2 and task.state == "done"
+    # The crash counted (the second claim had attempts 2) until the next checkpoint advanced, which
+    # restarts the poison count (docs/FANOUT.md "Leasing"); tests/test_fanout_outages.py covers the count.
+    assert task.attempts == 1 and task.state == "done"
 
 
 def test_sigterm_finishes_the_page_releases_the_lease_and_exits(

@@ -55,6 +55,9 @@ ADMIN_ROUTES = [
     ("GET", "/v1/admin/services/{service}/rate-limits", None),
     ("PUT", "/v1/admin/services/{service}/rate-limits/{rate_class}", {"rate": 1.0, "burst": 1}),
     ("DELETE", "/v1/admin/services/{service}/rate-limits/{rate_class}", None),
+    ("POST", "/v1/admin/jobs/{job_id}/requeue", None),
+    ("GET", "/v1/admin/services/{service}/dead-letters", None),
+    ("POST", "/v1/admin/services/{service}/dead-letters/replay", {}),
 ]
 
 
@@ -87,6 +90,7 @@ class Victim:
             key_id=key_id,
             provider="fcm",
             rate_class="publish",
+            job_id="00000000-0000-4000-8000-000000000000",
         )
 
     def body(self, body):

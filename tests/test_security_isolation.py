@@ -22,7 +22,15 @@ from tests.support.registry import new_service, new_template, new_user, random_t
 from tests.support.stores import snapshot
 
 # Routes that act on the caller's own tenant only; each gets its own check below.
-OWN = {"PUT /v1/users/{service_user_id}", "PUT /v1/templates/{method}/{type}", "GET /v1/templates", "GET /v1/jobs"}
+OWN = {
+    "PUT /v1/users/{service_user_id}",
+    "PUT /v1/templates/{method}/{type}",
+    "GET /v1/templates",
+    "GET /v1/jobs",
+    # dead letters: the caller's own only; tests/test_operators.py checks another tenant's ids are not found
+    "GET /v1/dead-letters",
+    "POST /v1/dead-letters/replay",
+}
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
 BODIES: dict[str, dict] = {

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from notee.api import errors, openapi
 from notee.api.access import RequestContext
 from notee.api.edge import EdgeGuard
-from notee.api.routes import admin, devices, health, publish, sends, subscriptions, templates, users
+from notee.api.routes import admin, deadletters, devices, health, publish, sends, subscriptions, templates, users
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -61,7 +61,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     if app.state.serves_admin:
         modules.append(admin)
     if app.state.serves_tenant:
-        modules += [users, devices, templates, subscriptions, publish, sends]
+        modules += [users, devices, templates, subscriptions, publish, sends, deadletters]
     for module in modules:
         app.include_router(module.router)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log

@@ -43,7 +43,7 @@ from notee.domain.rules import (
 )
 from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
 from notee.runtime import Runtime
-from notee.store import cql
+from notee.store import cql, deadletter
 from notee.store import registry_sql as store
 from notee.store.mysql import AnyRow
 from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
@@ -271,6 +271,12 @@ def delete_user(runtime: Runtime, session: Session, service: str, user_id: str) 
     """Removes the user, its devices (cascade) and its subscriptions (Cassandra first)."""
     user = get_user(session, service, user_id)
     subscriptions.on_user_deleted(runtime, service, user.user_id)
+    # Its dead letters go too (their payloads were addressed to it), except those of a token another
+    # user of the service still holds (a shared device: the letter is that user's as well).
+    tokens = [d.device_token for d in store.list_devices(session, service, user.user_id)]
+    deadletter.delete_for_tokens(
+        session, service, [t for t in tokens if set(store.holders_of_token(session, service, t)) <= {user.user_id}]
+    )
     store.delete_user(session, service, user.user_id)
     session.commit()
     log.info("user deleted: service=%s user_id=%s", service, user.user_id)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from notee.domain.render import TemplateContent, render
 from notee.domain.rules import check_send_inputs
 from notee.domain.schedule import validate_topic
-from notee.errors import InvalidInput, NotFound
+from notee.errors import Conflict, InvalidInput, NotFound
 from notee.runtime import Runtime
 from notee.store import job_queue as store
 from notee.store import registry_sql
@@ -196,3 +196,16 @@ def list_jobs(
         before=before,
         limit=limit,
     )
+
+
+def requeue_job(session: Session, job_id: str, service: str | None = None) -> tuple[JobRow, Progress]:
+    """Operators: resume a failed job from its tasks' checkpoints (``notee jobs requeue``, the admin
+    API). NotFound for an unknown job (or another tenant's, with ``service``); Conflict unless the
+    job failed. The caller commits."""
+    job = store.get_job(session, job_id, service)
+    if job is None:
+        raise NotFound("job not found")
+    if store.requeue_failed(session, job_id, service) == 0:
+        raise Conflict(f"job is {job.state}; only a failed job can be requeued")
+    log.info("job %s requeued from its checkpoints (was failed: %s)", job_id, job.error)
+    return replace(job, state="running", error=None, finished_at=None), store.progress(session, job_id)

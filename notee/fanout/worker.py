@@ -20,6 +20,12 @@ SKIP LOCKED`` + lease), then run it:
   after ``fanout_stop_grace_s`` are abandoned; their leases expire and another worker resumes.
 * Per device: no MySQL and no Cassandra query. Per task: one job read (the rendered payload).
   Per page: one Cassandra page read and one MySQL checkpoint.
+* Outages (a store error, a provider that cannot be reached): the task is released without
+  advancing its checkpoint and claimable again after an exponential backoff (capped); such a
+  graceful release does not count as an attempt. Only crashes and unexpected errors at the same
+  checkpoint count towards the poison limit. A provider mostly unreachable opens its circuit
+  breaker: no more sends to it until a probe gets through. A paging state the server rejects is
+  dropped and the slot resumes after the last checkpointed row.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import signal
 import socket
 import time
@@ -44,15 +51,42 @@ from notee.providers.base import Message
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
-from notee.store.cql import for_runtime, stream_recipients
+from notee.store.cql import PagingStateRejected, for_runtime, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
+from notee.store.outage import is_store_outage
 from notee.vocabulary import PageCounts, Recipient, Target, decode_target
 
 log = logging.getLogger(__name__)
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
 IDLE_POLL_S = 0.5  # how often an idle lane asks for work
-ERROR_BACKOFF_S = 2.0  # a task released after an unexpected error is claimable again after this
+OUTAGE_BACKOFF_BASE_S = 1.0  # first wait after an outage; doubles per consecutive outage up to the cap
+
+
+class OutageBackoff:
+    """Exponential backoff with a cap for outages, shared by a worker's lanes: consecutive failures
+    (whichever lane saw them) double the wait; the first page sent after it resets it. Equal
+    jitter (half fixed, half random) so released tasks do not all come back at once."""
+
+    def __init__(
+        self, *, base_s: float = OUTAGE_BACKOFF_BASE_S, cap_s: float = 30.0, rng: random.Random | None = None
+    ) -> None:
+        self.base_s, self.cap_s = base_s, cap_s
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap_s, self.base_s * 2**self.failures)
+        self.failures += 1
+        return float(ceiling / 2 + self._rng.uniform(0, ceiling / 2))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def is_outage(exc: BaseException) -> bool:
+    """A passing condition (store or provider unreachable): release and retry, never count it."""
+    return isinstance(exc, ProviderUnavailable) or is_store_outage(exc)
 
 
 # (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
@@ -93,6 +127,8 @@ class Worker:
         self.services = list(services) if services else None  # None: every tenant's jobs
         self.stop = stop or asyncio.Event()  # shared with the sender, so a retry wait ends on stop too
         self.tasks_done = 0
+        self.backoff = OutageBackoff(cap_s=runtime.settings.fanout_outage_backoff_cap_s)
+        self.releases = {"outage": 0, "error": 0, "paging_state": 0}  # tasks given back, by cause
 
     # ------------------------------------------------------------------ claim loop
     async def run(self, *, until_idle: bool = False) -> None:
@@ -113,9 +149,17 @@ class Worker:
                     lease_s=self.lease_s,
                     services=self.services,
                 )
-            except Exception as exc:  # store down: keep the process, try again
-                log.warning("worker %s lane %d: claim failed (%s); retrying", self.worker_id, lane, type(exc).__name__)
-                claim = None
+            except Exception as exc:  # store down: keep the process, try again after a backoff
+                delay = self.backoff.next_delay()
+                log.warning(
+                    "worker %s lane %d: claim failed (%s); retrying in %.1f s",
+                    self.worker_id,
+                    lane,
+                    type(exc).__name__,
+                    delay,
+                )
+                await self._sleep(delay)
+                continue
             if claim is None:
                 if until_idle:
                     return
@@ -139,6 +183,8 @@ class Worker:
         started = time.monotonic()
         pages = sent = 0
         aborted = PageCounts()  # what the page a provider configuration error stopped did before it
+        last_key = claim.resume_key  # (no, device_token) of the last row sent in the current slot
+        key_slot = claim.current_slot
         try:
             job = await asyncio.to_thread(_read_job, sessions, claim.job_id)
             logs.service.set(job.service)
@@ -168,6 +214,11 @@ class Worker:
                             raise
                     pages += 1
                     sent += counts.sent
+                    self.backoff.reset()
+                    if slot != key_slot:
+                        key_slot, last_key = slot, None
+                    if page:
+                        last_key = (page[-1].no, page[-1].device_token)
                     last = next_state is None and slot == claim.slot_to
                     if last:
                         await asyncio.to_thread(store.complete, sessions, claim, counts=counts)
@@ -176,7 +227,9 @@ class Worker:
                             "task %s done: %d pages, %d sent in %.1fs", name, pages, sent, time.monotonic() - started
                         )
                         return
-                    resume_slot, resume_state = (slot, next_state) if next_state is not None else (slot + 1, None)
+                    resume_slot, resume_state, resume_key = (
+                        (slot, next_state, last_key) if next_state is not None else (slot + 1, None, None)
+                    )
                     await asyncio.to_thread(
                         store.checkpoint,
                         sessions,
@@ -185,6 +238,7 @@ class Worker:
                         paging_state=resume_state,
                         counts=counts,
                         lease_s=self.lease_s,
+                        resume_key=resume_key,
                     )
                     if self.stop.is_set():
                         await asyncio.to_thread(store.release, sessions, claim)
@@ -211,20 +265,66 @@ class Worker:
             # Every page of the job would meet the same error: the whole job fails once, here.
             log.error("job %s failed: provider configuration: %s", claim.job_id, exc.message)
             await self._fail_job(claim, f"provider configuration: {exc.message}", aborted)
-        except Exception as exc:
-            if isinstance(exc, ProviderUnavailable):  # an outage delays the task, never fails it
-                log.warning("task %s: %s; releasing it for a retry", name, exc.message)
-            else:
-                log.exception("task %s: unexpected error; releasing it for a retry", name)
+        except PagingStateRejected as exc:
+            # Not an outage and not poison: resume the slot after the checkpointed key from now on.
+            log.warning(
+                "task %s: Cassandra rejected the paging state (%s); resuming slot %d after key %s",
+                name,
+                exc,
+                claim.current_slot,
+                "(start)" if claim.resume_key is None else claim.resume_key[0],
+            )
+            self.releases["paging_state"] += 1
             try:
-                await asyncio.to_thread(
-                    store.release, sessions, claim, delay_s=ERROR_BACKOFF_S, error=f"{type(exc).__name__}: {exc}"
+                await asyncio.to_thread(store.forget_paging_state, sessions, claim)
+            except Exception as forget_exc:  # the next claim meets the same state and comes back here
+                log.warning("task %s: could not drop the paging state (%s)", name, type(forget_exc).__name__)
+            await self._release(claim, delay_s=0.0, error="paging state rejected; resuming from the checkpointed key")
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            delay = self.backoff.next_delay()
+            if is_outage(exc):
+                if isinstance(exc, ProviderUnavailable):
+                    delay = max(delay, exc.retry_in)
+                log.warning(
+                    "task %s: outage (%s); released without advancing, retry in %.1f s", name, error[:200], delay
                 )
-            except Exception:  # the lease will expire and the task be reclaimed anyway
-                log.warning("task %s: release failed too; its lease will expire", name)
+                self.releases["outage"] += 1
+                await self._release(claim, delay_s=delay, error=error)
+            else:
+                log.exception(
+                    "task %s: unexpected error; released, counted as an attempt, retry in %.1f s", name, delay
+                )
+                self.releases["error"] += 1
+                await self._release(claim, delay_s=delay, error=error, counts_as_attempt=True)
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
+
+    async def _release(self, claim: Claim, *, delay_s: float, error: str, counts_as_attempt: bool = False) -> None:
+        """Give the task back. While MySQL itself is down, keep trying (with the outage backoff) so
+        the release lands and does not count as a crash; give up on stop (the lease expires)."""
+        name = f"{claim.job_id}/{claim.task_no}"
+        while True:
+            try:
+                await asyncio.to_thread(
+                    store.release,
+                    self.runtime.sessions,
+                    claim,
+                    delay_s=delay_s,
+                    error=error,
+                    counts_as_attempt=counts_as_attempt,
+                )
+                return
+            except LeaseLost:
+                return
+            except Exception as exc:
+                if self.stop.is_set() or not is_store_outage(exc):
+                    log.warning("task %s: release failed (%s); its lease will expire", name, type(exc).__name__)
+                    return
+                wait = self.backoff.next_delay()
+                log.warning("task %s: release failed (%s); retrying in %.1f s", name, type(exc).__name__, wait)
+                await self._sleep(wait)
 
     async def _fail_job(self, claim: Claim, error: str, counts: PageCounts) -> None:
         try:
@@ -232,13 +332,21 @@ class Worker:
         except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass
 
-    async def _read(self, claim: Claim, key: str, target: Target, queue: asyncio.Queue[_ReadItem]) -> None:
+    async def _read(
+        self,
+        claim: Claim,
+        key: str,
+        target: Target,
+        queue: asyncio.Queue[tuple[int, list[Recipient], bytes | None] | Exception],
+    ) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
         statements = await asyncio.to_thread(for_runtime, self.runtime)
         try:
             for slot in range(claim.current_slot, claim.slot_to + 1):
-                state = claim.paging_state if slot == claim.current_slot else None
-                pages = stream_recipients(statements, key, target, slot, self.fetch_size, state)
+                first = slot == claim.current_slot
+                state = claim.paging_state if first else None
+                after = claim.resume_key if first and state is None else None
+                pages = stream_recipients(statements, key, target, slot, self.fetch_size, state, after=after)
                 while True:
                     item = await asyncio.to_thread(next, pages, None)
                     if item is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cassandra.cluster import ResponseFuture, Session
+from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from notee.runtime import Runtime
@@ -75,9 +76,15 @@ class Statements:
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
             " AND no = ? AND device_token = ?"
         )
+        # Columns in Recipient's field order. The *_after variants resume a slot after a row's
+        # clustering key (no, device_token) when the server rejects a checkpointed paging state.
         self.topic_page = p(
-            f"SELECT device_token, device_os, user_id FROM {n}.topic_notification"
+            f"SELECT device_token, device_os, user_id, no FROM {n}.topic_notification"
             " WHERE slot = ? AND notification_key = ? AND topic = ?"
+        )
+        self.topic_page_after = p(
+            f"SELECT device_token, device_os, user_id, no FROM {n}.topic_notification"
+            " WHERE slot = ? AND notification_key = ? AND topic = ? AND (no, device_token) > (?, ?)"
         )
         self.topic_users = p(
             f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
@@ -91,8 +98,13 @@ class Statements:
             " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?"
         )
         self.cycle_page = p(
-            f"SELECT device_token, device_os, user_id FROM {n}.cycle_notification WHERE slot = ?"
+            f"SELECT device_token, device_os, user_id, no FROM {n}.cycle_notification WHERE slot = ?"
             " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?"
+        )
+        self.cycle_page_after = p(
+            f"SELECT device_token, device_os, user_id, no FROM {n}.cycle_notification WHERE slot = ?"
+            " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?"
+            " AND (no, device_token) > (?, ?)"
         )
 
         # --- per-user index ----------------------------------------------------------------------
@@ -465,6 +477,11 @@ def for_runtime(runtime: Runtime) -> Statements:
 
 
 # ---------------------------------------------------------------------- interfaces for fan-out / scheduler
+class PagingStateRejected(Exception):
+    """The server refused a paging state (a protocol error: e.g. written by another server version).
+    Resume the slot from the last checkpointed key instead (``after=``)."""
+
+
 def stream_recipients(
     cql_statements: Statements,
     notification_key: str,
@@ -472,18 +489,29 @@ def stream_recipients(
     slot: int,
     fetch_size: int,
     paging_state: bytes | None = None,
+    *,
+    after: tuple[int, str] | None = None,
 ) -> Iterator[tuple[list[Recipient], bytes | None]]:
     """Yield the recipients of one slot of (template, topic) or (template, cycle bucket), one page of at
     most ``fetch_size`` rows at a time, with the paging state *after* that page (None once the slot is
-    exhausted). Resume from a checkpoint by passing the paging state back. Reads Cassandra only and
-    never holds more than one page. A page may be empty (tombstones) while the state is not None."""
+    exhausted). Resume from a checkpoint by passing the paging state back, or, when the server
+    rejected it (``PagingStateRejected``), by passing ``after=(no, device_token)`` of the last row
+    already sent. Reads Cassandra only and never holds more than one page. A page may be empty
+    (tombstones) while the state is not None."""
     st = cql_statements
     if isinstance(target, TopicTarget):
-        stmt = st.topic_page.bind((slot, notification_key, target.topic))
+        key: tuple[Any, ...] = (slot, notification_key, target.topic)
+        stmt = st.topic_page_after.bind(key + after) if after else st.topic_page.bind(key)
     else:
-        stmt = st.cycle_page.bind((slot, notification_key, target.timezone, target.day, target.hour, target.minute))
+        key = (slot, notification_key, target.timezone, target.day, target.hour, target.minute)
+        stmt = st.cycle_page_after.bind(key + after) if after else st.cycle_page.bind(key)
     stmt.fetch_size = fetch_size
-    result = st.session.execute(stmt, paging_state=paging_state, execution_profile=PAGE_PROFILE)
+    try:
+        result = st.session.execute(stmt, paging_state=paging_state, execution_profile=PAGE_PROFILE)
+    except ProtocolException as exc:
+        if paging_state is not None and "paging state" in str(exc):
+            raise PagingStateRejected(str(exc)) from exc
+        raise
     while True:
         page = list(map(Recipient._make, result.current_rows))  # columns in Recipient's field order
         state = result.paging_state

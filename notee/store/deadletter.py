@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, delete, insert, select
 from sqlalchemy.orm import Session
 
+from notee.store.mysql import affected
+
 metadata = MetaData()
 dead_letter = Table(
     "dead_letter",
@@ -49,13 +51,49 @@ def record(session: Session, letters: Iterable[DeadLetter], *, now: datetime) ->
     return len(rows)
 
 
-def list_for_service(session: Session, service: str, *, limit: int = 100) -> list[Any]:
-    return list(
+def list_for_service(
+    session: Session, service: str, *, limit: int = 100, job_id: str | None = None, before_id: int | None = None
+) -> list[Any]:
+    """The service's dead letters, newest first; ``before_id`` pages on (the last id of a page)."""
+    query = select(dead_letter).where(dead_letter.c.service == service)
+    if job_id is not None:
+        query = query.where(dead_letter.c.job_id == job_id)
+    if before_id is not None:
+        query = query.where(dead_letter.c.id < before_id)
+    return list(session.execute(query.order_by(dead_letter.c.id.desc()).limit(limit)))
+
+
+def for_replay(
+    session: Session, service: str, *, ids: Iterable[int] | None = None, job_id: str | None = None, limit: int = 1000
+) -> list[Any]:
+    """Dead letters of ``service`` to send again, oldest first: the given ids (others' ids are simply
+    not found), or a job's, or any. Locked (``FOR UPDATE SKIP LOCKED``) so two replays running at
+    once never send the same letter twice."""
+    query = select(dead_letter).where(dead_letter.c.service == service)
+    if ids is not None:
+        query = query.where(dead_letter.c.id.in_(list(ids)))
+    if job_id is not None:
+        query = query.where(dead_letter.c.job_id == job_id)
+    return list(session.execute(query.order_by(dead_letter.c.id).limit(limit).with_for_update(skip_locked=True)))
+
+
+def delete_ids(session: Session, service: str, ids: Iterable[int]) -> int:
+    ids = list(ids)
+    if not ids:
+        return 0
+    return affected(
+        session.execute(delete(dead_letter).where(dead_letter.c.service == service, dead_letter.c.id.in_(ids)))
+    )
+
+
+def delete_for_tokens(session: Session, service: str, tokens: Iterable[str]) -> int:
+    """Delete the dead letters of these device tokens (their user is being deleted)."""
+    tokens = list(tokens)
+    if not tokens:
+        return 0
+    return affected(
         session.execute(
-            select(dead_letter)
-            .where(dead_letter.c.service == service)
-            .order_by(dead_letter.c.created_at.desc(), dead_letter.c.id.desc())
-            .limit(limit)
+            delete(dead_letter).where(dead_letter.c.service == service, dead_letter.c.device_token.in_(tokens))
         )
     )
 

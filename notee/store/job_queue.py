@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from notee.store.mysql import affected
 from notee.vocabulary import JobState, PageCounts, Progress
 
-# A task that failed this many claims (crashes, store errors) is marked failed instead of retried.
+# A task that crashed or hit an unexpected error this many times at the same checkpoint is a poison
+# task: it is failed instead of retried. Graceful releases (stop, outages) do not count.
 MAX_TASK_ATTEMPTS = 10
 _NO_COUNTS = PageCounts()  # frozen: one shared default
 
@@ -74,6 +75,7 @@ class Claim:
     paging_state: bytes | None
     attempts: int
     lease_token: str
+    resume_key: tuple[int, str] | None = None  # (no, device_token) after which current_slot resumes
 
 
 _JOB_COLUMNS = (
@@ -254,7 +256,8 @@ def claim(
             scope, params = " AND job_id IN :jobs", {"jobs": list(job_ids)}
         while True:
             stmt = text(
-                "SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts"
+                "SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts,"
+                " resume_no, resume_token, error"
                 " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
                 + scope
                 + " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED"
@@ -273,7 +276,8 @@ def claim(
                     row.job_id,
                     row.task_no,
                     "failed",
-                    f"gave up after {row.attempts} attempts (worker crashes or store errors)",
+                    f"gave up after {row.attempts} crashes or unexpected errors at the same checkpoint"
+                    + (f"; last error: {row.error}" if row.error else ""),
                 )
                 continue
             overdue = session.execute(
@@ -315,6 +319,7 @@ def claim(
                 bytes(row.paging_state) if row.paging_state is not None else None,
                 row.attempts + 1,
                 token,
+                (int(row.resume_no), row.resume_token) if row.resume_token is not None else None,
             )
 
 
@@ -345,19 +350,25 @@ def checkpoint(
     paging_state: bytes | None,
     counts: PageCounts,
     lease_s: float,
+    resume_key: tuple[int, str] | None = None,
 ) -> None:
-    """Record one finished page: where to resume (slot + paging state) and what it did; renews the lease."""
+    """Record one finished page: where to resume (slot + paging state, and the last key read in that
+    slot, for when Cassandra rejects the paging state) and what it did; renews the lease.
+
+    The checkpoint advanced, so the poison count restarts: ``attempts = 1`` is this claim."""
     with sessions.begin() as session:
         _fenced(
             session,
             claim_,
-            "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, targeted = targeted + :tg,"
-            " sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr, retried = retried + :re,"
-            " no_credentials = no_credentials + :nc,"
-            " pages = pages + 1, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
+            "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, resume_no = :rn, resume_token = :rt,"
+            " targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr,"
+            " retried = retried + :re, no_credentials = no_credentials + :nc, pages = pages + 1, attempts = 1,"
+            " error = NULL, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
             {
                 "cs": current_slot,
                 "ps": paging_state,
+                "rn": resume_key[0] if resume_key else None,
+                "rt": resume_key[1] if resume_key else None,
                 "tg": counts.targeted,
                 "se": counts.sent,
                 "fa": counts.failed,
@@ -402,17 +413,66 @@ def cancel_job(session: Session, service: str, job_id: str) -> bool:
     return bool(changed)
 
 
-def release(sessions: sessionmaker[Session], claim_: Claim, *, delay_s: float = 0.0, error: str | None = None) -> None:
-    """Give the task back (graceful stop, or a transient error: retry after ``delay_s``).
-    Progress stays checkpointed; the next claimer resumes from it."""
+def forget_paging_state(sessions: sessionmaker[Session], claim_: Claim) -> None:
+    """Cassandra rejected the checkpointed paging state: drop it, so every later claim resumes the
+    slot from the checkpointed key (``resume_no``/``resume_token``) instead."""
+    with sessions.begin() as session:
+        _fenced(session, claim_, "UPDATE fanout_task SET paging_state = NULL", {})
+
+
+def release(
+    sessions: sessionmaker[Session],
+    claim_: Claim,
+    *,
+    delay_s: float = 0.0,
+    error: str | None = None,
+    counts_as_attempt: bool = False,
+) -> None:
+    """Give the task back without advancing its checkpoint; it is claimable again after ``delay_s``
+    and the next claimer resumes from the checkpoint.
+
+    A graceful release (stop, a store or provider outage) gives its claim back (``attempts - 1``):
+    only crashes (a claim never released) and unexpected errors (``counts_as_attempt``) count
+    towards ``MAX_TASK_ATTEMPTS``."""
     with sessions.begin() as session:
         _fenced(
             session,
             claim_,
             "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL, error = :e,"
+            " attempts = GREATEST(attempts - :give_back, 0),"
             " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
-            {"e": error[:500] if error else None, "ms": int(delay_s * 1000)},
+            {
+                "e": error[:500] if error else None,
+                "ms": int(delay_s * 1000),
+                "give_back": 0 if counts_as_attempt else 1,
+            },
         )
+
+
+def requeue_failed(session: Session, job_id: str, service: str | None = None) -> int:
+    """Operators: resume a failed job from its checkpoints. Its failed tasks go back to the queue
+    (attempts reset, claimable at once) with their progress; done tasks stay done. The job is
+    running again until its tasks finish. Returns how many tasks were requeued (0: the job was not
+    failed). The caller commits."""
+    sql = "SELECT job_id, state FROM fanout_job WHERE job_id = :j" + (" AND service = :s" if service else "")
+    job = session.execute(text(sql + " FOR UPDATE"), {"j": job_id, "s": service}).one_or_none()
+    if job is None or job.state != "failed":
+        return 0
+    n = affected(
+        session.execute(
+            text(
+                "UPDATE fanout_task SET state = 'queued', attempts = 0, error = NULL, finished_at = NULL,"
+                " lease_owner = NULL, lease_token = NULL, lease_until = UTC_TIMESTAMP(6)"
+                " WHERE job_id = :j AND state = 'failed'"
+            ),
+            {"j": job_id},
+        )
+    )
+    session.execute(
+        text("UPDATE fanout_job SET state = 'running', error = NULL, finished_at = NULL WHERE job_id = :j"),
+        {"j": job_id},
+    )
+    return int(n)
 
 
 def complete(
@@ -440,10 +500,10 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
         _add_counts(session, claim_, counts)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
+            # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed
             text(
                 "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
-                " paging_state = NULL, finished_at = UTC_TIMESTAMP(6)"
-                " WHERE job_id = :j AND state IN ('queued', 'running')"
+                " finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND state IN ('queued', 'running')"
             ),
             {"e": error[:500], "j": claim_.job_id},
         )
@@ -478,9 +538,11 @@ def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
 
 def _finish_task(session: Session, job_id: str, task_no: int, state: str, error: str | None) -> None:
     session.execute(
+        # A failed task keeps its paging state: `notee jobs requeue` resumes it from there.
         text(
             "UPDATE fanout_task SET state = :st, error = :e, lease_owner = NULL, lease_token = NULL,"
-            " paging_state = NULL, finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND task_no = :n"
+            " paging_state = IF(:st = 'done', NULL, paging_state), finished_at = UTC_TIMESTAMP(6)"
+            " WHERE job_id = :j AND task_no = :n"
         ),
         {"st": state, "e": error[:500] if error else None, "j": job_id, "n": task_no},
     )

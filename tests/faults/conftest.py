@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from sqlalchemy import create_engine, text
 from notee.runtime import Runtime
 from notee.settings import Settings
 from tests.security_logscan import log_dir
-from tests.support.processes import settings_from, subprocess_env
+from tests.support.processes import NoteeProcess, settings_from, subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "services" / "cassandra" / "cluster.sh"
@@ -75,6 +76,14 @@ class FaultCluster:
         if match is None:
             raise RuntimeError(f"no process listens on 127.0.0.{node}:9043: {out!r}")
         return int(match.group(1))
+
+    def freeze(self, node: int) -> None:
+        """SIGSTOP the node: it stops answering (peers and clients time out) but keeps its data and
+        its place in the ring, so SIGCONT ends the outage at a known instant (no restart time)."""
+        os.kill(self.node_pid(node), signal.SIGSTOP)
+
+    def thaw(self, node: int) -> None:
+        os.kill(self.node_pid(node), signal.SIGCONT)
 
 
 def cluster_overrides() -> dict[str, str]:
@@ -253,3 +262,45 @@ def killable_mariadb() -> Iterator[KillableMariaDB]:
         yield db
     finally:
         db.stop()
+
+
+# --- outage tests (issue 14) ----------------------------------------------------------------------------
+
+
+def wait_sent(runtime: Runtime, job_id: str, sent: int, timeout: float = 300) -> int:
+    """Poll until the job has sent at least ``sent`` (fails if it ended first); returns its sent count."""
+    from notee.store import job_queue as store
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with runtime.sessions() as session:
+            job, progress = store.get_job(session, job_id), store.progress(session, job_id)
+        assert job is not None
+        if progress.sent >= sent:
+            assert job.state == "running", f"the publish ended before the fault could start: {job.state} {progress}"
+            return progress.sent
+        assert job.state in ("queued", "running"), f"job {job.state}: {job.error}"
+        assert time.monotonic() < deadline, f"publish made no progress: {progress}"
+        time.sleep(0.2)
+
+
+def outage_releases(processes: list[NoteeProcess]) -> int:
+    """How many times the workers released a task for an outage (their log lines): proves the fault
+    reached them."""
+    return sum(
+        p.log_path.read_text(errors="replace").count("released without advancing")
+        for p in processes
+        if p.log_path is not None and p.log_path.exists()
+    )
+
+
+def task_attempts(runtime: Runtime, job_id: str) -> list[int]:
+    from notee.store import job_queue as store
+
+    with runtime.sessions() as session:
+        return [t.attempts for t in store.tasks(session, job_id)]
+
+
+def dead_letters_of(runtime: Runtime, job_id: str) -> int:
+    with runtime.engine.connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM dead_letter WHERE job_id = :j"), {"j": job_id}).scalar())

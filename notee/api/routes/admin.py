@@ -1,13 +1,16 @@
-"""Admin API (admin token): services, their API keys and provider credentials."""
+"""Admin API (admin token): services, their API keys and provider credentials; operators' actions
+on jobs (requeue a failed one) and on any service's dead letters."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Path, Request, Response
 
 from notee.api.auth import AdminDep, BoxDep
-from notee.api.deps import DbDep
+from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import (
     ApiKeyCreated,
     ApiKeyIn,
@@ -25,8 +28,20 @@ from notee.api.models import (
     ServiceUpdate,
     errors,
 )
+from notee.api.routes.deadletters import (
+    BeforeQuery,
+    DeadLetterList,
+    JobQuery,
+    LimitQuery,
+    ReplayIn,
+    ReplayOut,
+    list_letters,
+    replay,
+)
+from notee.api.routes.publish import JobStatus, status_of
 from notee.domain import credentials, ratelimit, registry
 from notee.domain.rules import SERVICE_PATTERN
+from notee.fanout import jobs
 from notee.vocabulary import RateClass
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
@@ -156,3 +171,35 @@ def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep)
     registry.get_service(db, service)
     ratelimit.reset_limit(db, service, rate_class)
     db.commit()
+
+
+@router.post("/jobs/{job_id}/requeue", response_model=JobStatus, responses=errors(404, 409))
+def requeue_job(job_id: Annotated[UUID, Path(description="A failed job's id")], db: DbDep) -> JobStatus:
+    """Resume a failed job from its tasks' checkpoints: its failed tasks are queued again (attempts
+    reset) and workers carry on where they stopped. 409 unless the job failed."""
+    job, progress = jobs.requeue_job(db, str(job_id))
+    db.commit()
+    return status_of(job, progress)
+
+
+@router.get("/services/{service}/dead-letters", response_model=DeadLetterList, responses=errors(404))
+def list_dead_letters(
+    service: ServicePath, db: DbDep, limit: LimitQuery = 100, before_id: BeforeQuery = None, job_id: JobQuery = None
+) -> DeadLetterList:
+    """A service's dead letters, newest first."""
+    registry.get_service(db, service)
+    return list_letters(db, service, limit, before_id, job_id)
+
+
+@router.post("/services/{service}/dead-letters/replay", response_model=ReplayOut, responses=errors(404))
+async def replay_dead_letters(
+    service: ServicePath, runtime: RuntimeDep, request: Request, body: ReplayIn | None = None
+) -> ReplayOut:
+    """Send a service's dead letters again (given ids, a job's, or the oldest)."""
+
+    def check() -> None:
+        with runtime.sessions() as session:
+            registry.get_service(session, service)
+
+    await asyncio.to_thread(check)
+    return await replay(request, service, body)

@@ -135,7 +135,7 @@ def job_status(
     job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep, service: ServiceDep
 ) -> JobStatus:
     """A publish job's state and counts; they update while workers run it."""
-    return _status(*jobs.job_status(db, service, str(job_id)))
+    return status_of(*jobs.job_status(db, service, str(job_id)))
 
 
 @router.post(
@@ -148,7 +148,7 @@ def cancel_job(
 ) -> JobStatus:
     """Cancel a queued or running job: it is `cancelled` at once and sends nothing more after the page
     each worker is sending (whose counts are kept). A finished job is answered as it is."""
-    status = _status(*jobs.cancel_job(db, service, str(job_id)))
+    status = status_of(*jobs.cancel_job(db, service, str(job_id)))
     db.commit()  # the route owns the unit of work
     return status
 
@@ -208,7 +208,7 @@ def list_jobs(
         before=_decode_cursor(cursor) if cursor else None,
         limit=limit,
     )
-    items = [_status(job, progress) for job, progress in rows]
+    items = [status_of(job, progress) for job, progress in rows]
     return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
 
 
@@ -229,7 +229,7 @@ def _rfc3339(value: str | None, name: str) -> datetime | None:
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
-def _status(job: JobRow, progress: Progress) -> JobStatus:
+def status_of(job: JobRow, progress: Progress) -> JobStatus:
     return JobStatus(
         job_id=job.job_id,
         state=job.state,

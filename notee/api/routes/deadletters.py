@@ -1,0 +1,88 @@
+"""Dead letters: pushes that still failed after the bounded retries. A service lists its own and
+sends them again (``/v1/dead-letters``); the admin API does the same for any service."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from notee.api.auth import ServiceDep
+from notee.api.deps import DbDep
+from notee.api.routes.sends import sender_of
+from notee.delivery import list_dead_letters as dead_letters_of
+
+router = APIRouter(prefix="/v1", tags=["dead letters"])
+
+MAX_REPLAY = 1000
+
+
+class DeadLetterOut(BaseModel):
+    id: int
+    job_id: str | None = Field(description="The publish job it came from; null for a single send.")
+    device_token: str
+    device_os: str
+    provider: str
+    reason: str = Field(description="The provider's last answer, or why Notee gave up.")
+    attempts: int
+    payload: dict[str, Any] = Field(description="title, body and data as they were sent.")
+    created_at: datetime
+
+
+class DeadLetterList(BaseModel):
+    items: list[DeadLetterOut]
+    next_before_id: int | None = Field(description="Pass as before_id for the next (older) page; null at the end.")
+
+
+class ReplayIn(BaseModel):
+    """Which dead letters to send again; with neither field, the oldest ones (up to 1,000)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1, max_length=MAX_REPLAY)
+    job_id: UUID | None = Field(None, description="Only this job's dead letters.")
+
+
+class ReplayOut(BaseModel):
+    replayed: int = Field(description="Dead letters sent again and removed.")
+    delivered: int
+    pruned: int = Field(description="Devices removed because the provider now says their token is invalid.")
+    failed: int = Field(description="Still failing: recorded again as new dead letters.")
+
+
+LimitQuery = Annotated[int, Query(ge=1, le=500)]
+BeforeQuery = Annotated[int | None, Query(ge=1, description="Only letters older than this id (paging).")]
+JobQuery = Annotated[UUID | None, Query(description="Only this job's dead letters.")]
+
+
+def list_letters(db: Session, service: str, limit: int, before_id: int | None, job_id: UUID | None) -> DeadLetterList:
+    rows = dead_letters_of(db, service, limit=limit, before_id=before_id, job_id=str(job_id) if job_id else None)
+    items = [DeadLetterOut.model_validate(r, from_attributes=True) for r in rows]
+    return DeadLetterList(items=items, next_before_id=items[-1].id if len(items) == limit else None)
+
+
+async def replay(request: Request, service: str, body: ReplayIn | None) -> ReplayOut:
+    body = body or ReplayIn()
+    result = await sender_of(request).replay(
+        service, ids=body.ids, job_id=str(body.job_id) if body.job_id else None, limit=MAX_REPLAY
+    )
+    return ReplayOut(replayed=result.replayed, delivered=result.delivered, pruned=result.pruned, failed=result.failed)
+
+
+@router.get("/dead-letters", response_model=DeadLetterList)
+def list_dead_letters(
+    db: DbDep, service: ServiceDep, limit: LimitQuery = 100, before_id: BeforeQuery = None, job_id: JobQuery = None
+) -> DeadLetterList:
+    """This service's dead letters, newest first."""
+    return list_letters(db, service, limit, before_id, job_id)
+
+
+@router.post("/dead-letters/replay", response_model=ReplayOut)
+async def replay_dead_letters(service: ServiceDep, request: Request, body: ReplayIn | None = None) -> ReplayOut:
+    """Send dead letters again (given ids, a job's, or the oldest). Delivered and pruned ones are
+    removed; what fails again is recorded as a new dead letter. Ids of other services are not found."""
+    return await replay(request, service, body)
