@@ -285,3 +285,12 @@ def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):
     for bad in ("0.5", "2026-11-30T09:00:00", "yesterday"):
         with pytest.raises(notee_client.ValidationFailed):
             notee.call(notee_client.Op("GET", "/v1/jobs", lambda b: b, params={"created_from": bad}))
+
+
+def test_dead_letters_are_listed_and_replayed_through_the_sdk(tenant, admin):
+    service, notee = tenant
+    assert list(notee.iter_dead_letters()) == []
+    page = notee.list_dead_letters(limit=10)
+    assert page.items == [] and page.next_before_id is None
+    assert notee.replay_dead_letters().replayed == 0
+    assert admin.admin_list_dead_letters(service).items == []

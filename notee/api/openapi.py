@@ -56,6 +56,12 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs"): "listJobs",
     ("GET", "/v1/jobs/{job_id}"): "getJob",
     ("POST", "/v1/jobs/{job_id}/cancel"): "cancelJob",
+    ("POST", "/v1/admin/jobs/{job_id}/requeue"): "requeueJob",
+    # dead letters
+    ("GET", "/v1/dead-letters"): "listDeadLetters",
+    ("POST", "/v1/dead-letters/replay"): "replayDeadLetters",
+    ("GET", "/v1/admin/services/{service}/dead-letters"): "adminListDeadLetters",
+    ("POST", "/v1/admin/services/{service}/dead-letters/replay"): "adminReplayDeadLetters",
     ("POST", "/v1/users/{user_id}/send"): "sendToUser",
 }
 
@@ -237,6 +243,17 @@ _JOB_STATUS = {
     "finished_at": None,
 }
 _RATE = {"class": "publish", "rate": 50.0, "burst": 200, "custom": True}
+_DEAD_LETTER = {
+    "id": 7,
+    "job_id": _JOB,
+    "device_token": _TOKEN,
+    "device_os": "AOS",
+    "provider": "fcm",
+    "reason": "UNAVAILABLE after 5 attempts",
+    "attempts": 5,
+    "payload": {"title": "Hi Alice", "body": "Something new in sports", "data": {}},
+    "created_at": _T,
+}
 _DETAIL = {"loc": ["body", "variables", "name"], "type": "missing", "msg": "required by the template"}
 EXAMPLES: dict[str, Any] = {
     "ApiKeyCreated": _API_KEY | {"api_key": "nk_k3y1d4b2c5_s3cr3t-shown-once"},
@@ -260,6 +277,8 @@ EXAMPLES: dict[str, Any] = {
     "BulkResult": {"user_id": _USER, "status": "subscribed"},
     "CredentialsStatus": {"fcm": True, "apns": False},
     "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
+    "DeadLetterList": {"items": [_DEAD_LETTER], "next_before_id": None},
+    "DeadLetterOut": _DEAD_LETTER,
     "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE"},
     "DeviceList": {"items": [_DEVICE]},
     "DeviceOut": _DEVICE,
@@ -285,6 +304,8 @@ EXAMPLES: dict[str, Any] = {
     "RateLimitIn": {"rate": 50.0, "burst": 200},
     "RateLimitList": {"items": [_RATE]},
     "RateLimitOut": _RATE,
+    "ReplayIn": {"job_id": _JOB},
+    "ReplayOut": {"replayed": 12, "delivered": 11, "pruned": 1, "failed": 0},
     "RotateIn": {"old_token": _TOKEN, "new_token": _TOKEN + "-v2"},
     "RotateOut": {"rotated": 1},
     "ScheduleOut": _SCHEDULE,

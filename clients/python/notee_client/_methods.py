@@ -23,6 +23,14 @@ class SyncMethods:
         """Register (or refresh) one of the user's devices."""
         return self.call(_ops.add_device(user_id, token, os, region))
 
+    def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of any service's dead letters, newest first. Admin token."""
+        return self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+
+    def admin_replay_dead_letters(self, service: str, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
+        """Send any service's dead letters again. Admin token."""
+        return self.call(_ops.admin_replay_dead_letters(service, ids=ids, job_id=job_id))
+
     def bulk_subscribe(self, type: str, topic: str, user_ids: Sequence[str]) -> m.BulkSubscribed:
         """Subscribe up to 1,000 users to a topic in one call."""
         return self.call(_ops.bulk_subscribe(type, topic, user_ids))
@@ -87,6 +95,10 @@ class SyncMethods:
         """A service's API keys (never their secrets). Admin token."""
         return self.call(_ops.list_api_keys(service))
 
+    def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of this service's dead letters, newest first."""
+        return self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
+
     def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return self.call(_ops.list_devices(user_id))
@@ -130,6 +142,14 @@ class SyncMethods:
     def put_user(self, service_user_id: str, name: str = "") -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``."""
         return self.call(_ops.put_user(service_user_id, name))
+
+    def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
+        """Send dead letters again (given ids, one job's, or the oldest)."""
+        return self.call(_ops.replay_dead_letters(ids=ids, job_id=job_id))
+
+    def requeue_job(self, job_id: str) -> m.Job:
+        """Resume a failed job from its checkpoints. Admin token."""
+        return self.call(_ops.requeue_job(job_id))
 
     def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""
@@ -177,6 +197,14 @@ class AsyncMethods:
     async def add_device(self, user_id: str, token: str, os: str, region: str = "") -> m.Device:
         """Register (or refresh) one of the user's devices."""
         return await self.call(_ops.add_device(user_id, token, os, region))
+
+    async def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of any service's dead letters, newest first. Admin token."""
+        return await self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+
+    async def admin_replay_dead_letters(self, service: str, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
+        """Send any service's dead letters again. Admin token."""
+        return await self.call(_ops.admin_replay_dead_letters(service, ids=ids, job_id=job_id))
 
     async def bulk_subscribe(self, type: str, topic: str, user_ids: Sequence[str]) -> m.BulkSubscribed:
         """Subscribe up to 1,000 users to a topic in one call."""
@@ -242,6 +270,10 @@ class AsyncMethods:
         """A service's API keys (never their secrets). Admin token."""
         return await self.call(_ops.list_api_keys(service))
 
+    async def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of this service's dead letters, newest first."""
+        return await self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
+
     async def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return await self.call(_ops.list_devices(user_id))
@@ -285,6 +317,14 @@ class AsyncMethods:
     async def put_user(self, service_user_id: str, name: str = "") -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``."""
         return await self.call(_ops.put_user(service_user_id, name))
+
+    async def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
+        """Send dead letters again (given ids, one job's, or the oldest)."""
+        return await self.call(_ops.replay_dead_letters(ids=ids, job_id=job_id))
+
+    async def requeue_job(self, job_id: str) -> m.Job:
+        """Resume a failed job from its checkpoints. Admin token."""
+        return await self.call(_ops.requeue_job(job_id))
 
     async def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""

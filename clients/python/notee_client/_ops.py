@@ -282,3 +282,37 @@ def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None),
               repeatable=False)
+
+
+# --- operators -------------------------------------------------------------------------------------
+
+def list_dead_letters(*, limit: int = 100, before_id: int | None = None,
+                      job_id: str | None = None) -> Op[m.DeadLetterPage]:
+    """One page of this service's dead letters, newest first."""
+    return Op("GET", "/v1/dead-letters", _one(m.DeadLetterPage),
+              params=_clean(limit=limit, before_id=before_id, job_id=job_id))
+
+
+def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None = None) -> Op[m.Replayed]:
+    """Send dead letters again (given ids, one job's, or the oldest)."""
+    return Op("POST", "/v1/dead-letters/replay", _one(m.Replayed),
+              json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
+
+
+def admin_list_dead_letters(service: str, *, limit: int = 100, before_id: int | None = None,
+                            job_id: str | None = None) -> Op[m.DeadLetterPage]:
+    """One page of any service's dead letters, newest first. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/dead-letters", _one(m.DeadLetterPage),
+              params=_clean(limit=limit, before_id=before_id, job_id=job_id))
+
+
+def admin_replay_dead_letters(service: str, *, ids: Sequence[int] | None = None,
+                              job_id: str | None = None) -> Op[m.Replayed]:
+    """Send any service's dead letters again. Admin token."""
+    return Op("POST", f"/v1/admin/services/{_seg(service)}/dead-letters/replay", _one(m.Replayed),
+              json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
+
+
+def requeue_job(job_id: str) -> Op[m.Job]:
+    """Resume a failed job from its checkpoints. Admin token."""
+    return Op("POST", f"/v1/admin/jobs/{_seg(job_id)}/requeue", _one(m.Job), repeatable=False)

@@ -156,6 +156,17 @@ class Client(SyncMethods):
             cursor = page.next_cursor
 
 
+    def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
+        """Every dead letter of the service, newest first, fetched a page at a time."""
+        before: int | None = None
+        while True:
+            page = self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            yield from page.items
+            if page.next_before_id is None:
+                return
+            before = page.next_before_id
+
+
 class AsyncClient(AsyncMethods):
     """Asynchronous client with the same methods as ``Client``, each a coroutine."""
 
@@ -216,6 +227,19 @@ class AsyncClient(AsyncMethods):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+
+    async def iter_dead_letters(self, *, job_id: str | None = None,
+                                page_size: int = 100) -> AsyncIterator[m.DeadLetter]:
+        """Every dead letter of the service, newest first, fetched a page at a time."""
+        before: int | None = None
+        while True:
+            page = await self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            for letter in page.items:
+                yield letter
+            if page.next_before_id is None:
+                return
+            before = page.next_before_id
 
 
 __all__ = ["AsyncClient", "Client", "NoteeError", "ProgressCallback"]
