@@ -29,9 +29,8 @@ TZ = "Asia/Seoul"
 def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900.0) -> dict[str, Any]:
     from notee.scheduler import clock
     from notee.scheduler.runner import Scheduler
-    from notee.store.cql import for_runtime
 
-    st = for_runtime(runtime)
+    st = runtime.statements
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "CYCLE", TYPE)
     minute = clock.floor_minute(datetime.now(UTC))

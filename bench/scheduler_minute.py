@@ -36,9 +36,7 @@ def insert_rows(runtime, rows: list[tuple], concurrency: int = 64) -> None:
     """Idempotent inserts, so a row that timed out on the busy shared machine is simply sent again."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from notee.store.cql import for_runtime
-
-    stmt = for_runtime(runtime).cycle_insert
+    stmt = runtime.statements.cycle_insert
     for attempt in range(10):
         results = execute_concurrent_with_args(
             runtime.cql, stmt, rows, concurrency=concurrency, raise_on_first_error=False
@@ -51,9 +49,8 @@ def insert_rows(runtime, rows: list[tuple], concurrency: int = 64) -> None:
 
 
 def seed(runtime, service: str, templates: int, per_template: int, keys: list[str]) -> None:
-    from notee.store.cql import for_runtime
 
-    st = for_runtime(runtime)
+    st = runtime.statements
     for t in range(templates):
         type_ = f"remind{t}"
         key = make_template(runtime, service, "CYCLE", type_)
@@ -72,10 +69,9 @@ def seed(runtime, service: str, templates: int, per_template: int, keys: list[st
 def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
     from sqlalchemy import text
 
-    from notee.store.cql import for_runtime
     from notee.vocabulary import slot_of
 
-    st = for_runtime(runtime)
+    st = runtime.statements
     ks = runtime.keyspaces.notification
     stamp = int(time.time() * 1_000_000) + 1
     for key in keys:
@@ -121,7 +117,7 @@ def measure(runtime, templates: int, per_template: int, reps: int) -> dict:
 
 def empty_minute(runtime, reps: int) -> dict:
     from notee.scheduler.runner import Scheduler
-    from notee.store.cql import for_runtime, timezones_in_use
+    from notee.store.cql import timezones_in_use
 
     sched = Scheduler(runtime, namespace="bench-" + secrets.token_hex(4))
     times = []
@@ -132,7 +128,7 @@ def empty_minute(runtime, reps: int) -> dict:
         times.append(time.perf_counter() - start)
         assert result.jobs_created == 0
     return {
-        "timezones_in_use": len(timezones_in_use(for_runtime(runtime))),
+        "timezones_in_use": len(timezones_in_use(runtime.statements)),
         "seconds": [round(t, 4) for t in times],
         "median_s": round(statistics.median(times), 4),
     }

@@ -65,12 +65,11 @@ def notee_walk(statements, key: str, topic: str, last_slot: int, fetch_size: int
 
 
 def run(runtime, *, rows: int, fetch_size: int | None = None, repeats: int = 3) -> dict[str, Any]:
-    from notee.store.cql import for_runtime
 
     fetch_size = fetch_size or runtime.settings.fanout_fetch_size
     key, topic, last_slot = seed(runtime, rows)
     session, ks = runtime.cql, runtime.keyspaces.notification
-    statements = for_runtime(runtime)
+    statements = runtime.statements
     raw_walk(session, ks, key, topic, last_slot, fetch_size)  # warm-up
     raw_rates, notee_rates, raw_cpu, notee_cpu = [], [], [], []
     for _ in range(repeats):

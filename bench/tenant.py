@@ -28,7 +28,7 @@ def make_tenant(runtime, service: str | None = None) -> Tenant:
     from notee.vocabulary import RATE_CLASSES
 
     service = service or new_service_id()
-    with runtime.sessions() as session:
+    with runtime.sessions.begin() as session:  # the caller owns the commit
         registry.create_service(session, service=service, display_name=f"bench {service}")
         key = registry.create_api_key(session, service, label="bench")
         # Sending needs credentials for the devices' platform (the emulator stands in for FCM, not the keys).
@@ -41,7 +41,6 @@ def make_tenant(runtime, service: str | None = None) -> Tenant:
             ratelimit.set_limit(
                 session, runtime.settings, service, klass, rate=ratelimit.MAX_RATE, burst=ratelimit.MAX_BURST
             )
-        session.commit()
     return Tenant(service, key.api_key)
 
 
@@ -71,10 +70,10 @@ def make_template(runtime, service: str, method: str, type_: str) -> str:
     """Create a template (title/body of realistic length); return its notification_key."""
     from notee.domain import registry
 
-    with runtime.sessions() as session:
+    with runtime.sessions.begin() as session:  # the caller owns the commit
         return registry.put_template(
-            runtime,
             session,
+            runtime.statements,
             service,
             method,
             type_,

@@ -12,8 +12,10 @@ still fails. Nothing is dropped silently: every message ends delivered, pruned o
 
 This module is the caller the providers need: it loads a service's credentials (through
 ``notee.domain.credentials``) and hands them to ``ProviderSet``; the providers themselves never
-read the registry. ``DeliverySender`` is what a process keeps: the fan-out worker sends its pages
-through it, the API its single sends.
+read the registry. It owns its units of work (docs/ARCHITECTURE.md): short sessions for reads, one
+transaction per pruned token and per batch of dead letters, never a session held across a send.
+``DeliverySender`` is what a process keeps: the fan-out worker sends its pages through it, the API
+its single sends.
 
 Stopping (SIGTERM): the wait before a retry ends as soon as ``stop`` is set. A worker's page then
 raises ``Stopping`` (nothing recorded: the task is released unadvanced and the next owner re-sends
@@ -41,7 +43,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from notee.domain import registry
-from notee.domain.credentials import load_service_credentials
+from notee.domain.credentials import credentials_box, load_credentials
 from notee.domain.render import TemplateContent, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.subscriptions import prune_token
@@ -329,9 +331,16 @@ def _unreachable(outcome: Outcome) -> bool:
 def _prune(runtime: Runtime, service: str, invalid: dict[str, str]) -> None:
     for token, reason in invalid.items():
         try:
-            prune_token(runtime, service, token, reason)
+            with runtime.sessions.begin() as session:  # Cassandra rows, then this commit of the MySQL rows
+                prune_token(session, runtime.statements, service, token, reason)
         except Exception:  # a store error must not lose the other prunes; the token comes back next send
             log.exception("service=%s: pruning token %s failed", service, token_hint(token))
+
+
+def load_service_credentials(runtime: Runtime, service: str) -> ProviderCredentials | None:
+    """The service's decrypted credentials (or None), read in a short session of their own."""
+    with runtime.sessions() as session:
+        return load_credentials(session, credentials_box(runtime.settings), service)
 
 
 def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
@@ -443,7 +452,7 @@ def prepare_single(
     with runtime.sessions() as session:
         dry_run = registry.get_service(session, service).delivery_mode == "dry_run"
         registry.get_user(session, service, user_id)
-        template = registry.get_template(runtime, session, service, "SINGLE", type_)
+        template = registry.get_template(session, runtime.statements, service, "SINGLE", type_)
         devices = registry.list_devices(session, service, user_id)
     push = render(
         TemplateContent(

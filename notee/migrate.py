@@ -6,7 +6,7 @@ again applies nothing; a landed file whose text changed is refused (fix forward 
 
 Why not Alembic: the schema files are plain SQL/CQL so the DATA-RULES conventions (``-- retention:``
 and ``-- serves:`` comments) stay readable and checkable, and there is no maintained migration tool
-for CQL; one small runner serves both stores the same way (docs/DECISIONS.md).
+for CQL; one small runner serves both stores the same way (docs/ARCHITECTURE.md, Decisions).
 
 A statement ends with ``;`` at the end of a line. CQL files may use ``${notification}``,
 ``${numbering}`` (keyspace names) and ``${replication}`` (the replication map from settings).

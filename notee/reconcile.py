@@ -48,7 +48,7 @@ def _partitions(st: Statements, fetch_size: int) -> Iterator[tuple[str, str, lis
 
 def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
     """Fix counts, delete dead rows and stale due buckets, for one service or all; return a report."""
-    st = cqlstore.for_runtime(runtime)
+    st = runtime.statements
     started_us = time.time_ns() // 1000
     with runtime.sessions() as s:
         live = subsql.live_template_keys(s, service)

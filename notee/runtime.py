@@ -2,11 +2,13 @@
 
 Every Notee process (api, worker, scheduler, CLI commands) builds one ``Runtime`` at start-up and
 closes it at exit; nothing is a module global. Built lazily per store so a command that needs only
-MySQL does not connect to Cassandra.
+MySQL does not connect to Cassandra. ``runtime.sessions`` makes the callers' MySQL sessions and
+``runtime.statements`` is the typed object domain functions receive for Cassandra.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 
 from cassandra.cluster import Cluster
@@ -16,12 +18,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from notee.settings import Settings
 from notee.store import cassandra, mysql
+from notee.store.cql import Statements
 
 
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cluster: Cluster | None = None
+        self._statements: Statements | None = None
+        self._lock = threading.Lock()
 
     @cached_property
     def engine(self) -> Engine:
@@ -39,6 +44,15 @@ class Runtime:
     @cached_property
     def keyspaces(self) -> cassandra.Keyspaces:
         return cassandra.keyspaces(self.settings)
+
+    @property
+    def statements(self) -> Statements:
+        """Every CQL statement, prepared on first use (once per process, whatever thread asks first)."""
+        if self._statements is None:
+            with self._lock:
+                if self._statements is None:
+                    self._statements = Statements(self.cql, self.keyspaces)
+        return self._statements
 
     def close(self) -> None:
         if self._cluster is not None:

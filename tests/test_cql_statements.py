@@ -2,11 +2,9 @@
 
 from cassandra.query import PreparedStatement
 
-from notee.store.cql import for_runtime
-
 
 def test_only_counter_increments_are_not_idempotent(runtime):
-    st = for_runtime(runtime)
+    st = runtime.statements
     prepared = {name: s for name, s in vars(st).items() if isinstance(s, PreparedStatement)}
     assert {n for n, s in prepared.items() if not s.is_idempotent} == {
         "counter_add_no",

@@ -197,8 +197,7 @@ def test_topic_job_where_no_device_has_credentials_fails_once(
 def test_config_error_keeps_what_was_collected_before_it(client, settings, runtime, service_id, emulator, emu_runtime):
     """Android first (FCM: one dead token, one permanent failure, one delivered), then iOS, where
     APNs rejects the key: the error stops the send, the pruned token and the dead letter stay."""
-    from notee.delivery import DeliveryAborted, deliver
-    from notee.domain.credentials import load_service_credentials
+    from notee.delivery import DeliveryAborted, deliver, load_service_credentials
     from notee.providers.routing import ProviderSet
 
     headers = new_service(client, settings, service_id, credentials=True)
@@ -235,7 +234,6 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
     """Two tasks (two slots); APNs rejects the key on the first page: the job fails with the error,
     the other task is never sent, the emulator saw exactly one rejected request per device of that page."""
     from notee.store import job_queue as store
-    from notee.store.cql import for_runtime
     from tests.support.fanout import topic_template
 
     key = topic_template(runtime, service_id, "news", title="Hi")
@@ -243,7 +241,7 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
         f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
     )
     assert r.status_code == 200, r.text
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
     tokens = seed_topic(runtime, service_id, "news", key, "all", 4, os="IOS")
     job = topic_job(runtime, service_id, key, "all")
     assert job.task_count == 2
@@ -370,12 +368,11 @@ def test_topic_job_of_a_service_without_any_credentials_fails_once(
     """No credentials at all: the first page fails the whole job (both tasks) with a clear error; the
     emulator receives nothing and no device is pruned or dead-lettered."""
     from notee.store import job_queue as store
-    from notee.store.cql import for_runtime
     from tests.support.registry import make_service, make_template
 
     make_service(runtime, service_id)  # no credentials
     key = make_template(runtime, service_id, "TOPIC", "news", title="Hi")
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_997)  # the next rows straddle slots 0/1
     seed_topic(runtime, service_id, "news", key, "all", 4)
     job = topic_job(runtime, service_id, key, "all")
     assert job.task_count == 2

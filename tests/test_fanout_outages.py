@@ -33,7 +33,7 @@ from notee.providers.breaker import CircuitBreaker
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
-from notee.store.cql import for_runtime, stream_recipients
+from notee.store.cql import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.vocabulary import FcmCredentials, PageCounts, ProviderCredentials
 from tests.support.emulator import deliveries_per_token, emulator, emulator_process  # noqa: F401
@@ -240,7 +240,7 @@ def test_a_rejected_paging_state_resumes_after_the_checkpointed_key(runtime: Run
     job = topic_job(runtime, service_id, key, "k")
     from notee.vocabulary import TopicTarget
 
-    st = for_runtime(runtime)
+    st = runtime.statements
     rows = [r for page, _ in stream_recipients(st, key, TopicTarget("k"), 0, 1000) for r in page]
     assert len(rows) == 250
     c = _claim(runtime, service_id)

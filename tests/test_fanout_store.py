@@ -13,7 +13,6 @@ from notee.errors import InvalidInput, NotFound
 from notee.fanout import jobs
 from notee.retention import prune_jobs
 from notee.store import job_queue as store
-from notee.store.cql import for_runtime
 from notee.store.job_queue import LeaseLost
 from notee.vocabulary import PageCounts, TopicTarget
 from tests.support.fanout import count_rows, topic_job, topic_template
@@ -33,7 +32,7 @@ def _expire(runtime, job_id):
 
 def test_job_and_one_task_per_slot_created_together(runtime, service_id):
     key = topic_template(runtime, service_id)
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 65_000)  # numbers reach slot 2
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 65_000)  # numbers reach slot 2
     job = topic_job(runtime, service_id, key, "sports", variables={"name": "Kim"})
     assert job.created and job.state == "queued" and job.task_count == 3
     assert job.payload["title"] == "Hi Kim" and job.target == {"topic": "sports"}
@@ -113,7 +112,7 @@ def test_joins_the_callers_transaction(runtime, service_id):
 
 def test_concurrent_claims_hand_each_task_to_one_worker(runtime, service_id):
     key = topic_template(runtime, service_id)
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 30_000 * 7)
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 30_000 * 7)
     job = topic_job(runtime, service_id, key, "t")
     assert job.task_count == 8
     claimed, lock = [], threading.Lock()
@@ -179,7 +178,7 @@ def test_release_makes_the_task_claimable_again_with_its_progress(runtime, servi
 
 def test_job_fails_when_a_task_fails_and_finishes_when_all_tasks_do(runtime, service_id):
     key = topic_template(runtime, service_id)
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 30_000)
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 30_000)
     job = topic_job(runtime, service_id, key, "t")
     a, b = _claim(runtime, service_id), _claim(runtime, service_id)
     store.complete(runtime.sessions, a, failed=True, error="provider configuration: bad key")

@@ -50,10 +50,9 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
     from notee.fanout import jobs
-    from notee.store.cql import for_runtime
 
     key = topic_template(runtime, service_id)
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", 29_900)  # numbers nobody holds
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_900)  # numbers nobody holds
     tokens = seed_topic(runtime, service_id, "news", key, "r", 300)  # numbers 29,901..30,200: slots 0 and 1
     monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 2)
     job = topic_job(runtime, service_id, key, "r")

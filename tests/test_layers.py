@@ -4,9 +4,10 @@ api -> (domain, fanout, scheduler, delivery, ...) -> (store, providers) -> share
 settings, errors. Within the middle layer the store side and the transport side never import each
 other. A function-level import is allowed in notee/cli.py (each command loads only what it runs)
 and elsewhere only with a ``# deferred: <why>`` comment on the line above (a cycle it breaks, or
-the start-up cost it saves). The graph of module-level imports has no cycle.
+the start-up cost it saves). The graph of module-level imports has no cycle. Domain code never
+commits, rolls back or opens a session (the caller owns the unit of work).
 
-The checker runs on a synthetic bad package too, so it is known to be able to fail.
+Each checker runs on a synthetic bad package too, so it is known to be able to fail.
 """
 
 from __future__ import annotations
@@ -145,6 +146,34 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
         if m not in state:
             walk(m)
     return found
+
+
+# Domain code receives the caller's session (docs/ARCHITECTURE.md, "Unit of work"): it never commits,
+# rolls back or makes a session of its own. A SAVEPOINT (``begin_nested``) is the caller's transaction.
+DOMAIN_MODULES = ("notee/domain", "notee/fanout/jobs.py")
+OWNS_A_TRANSACTION = {"commit", "rollback", "sessions", "begin"}
+
+
+def transaction_owners(root: Path) -> list[str]:
+    """Every call in the domain modules that commits, rolls back or opens a session."""
+    found: list[str] = []
+    paths = [p for d in DOMAIN_MODULES for p in ((root / d).rglob("*.py") if (root / d).is_dir() else [root / d])]
+    for path in sorted(paths):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in OWNS_A_TRANSACTION:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_domain_code_never_owns_a_transaction(tmp_path: Path) -> None:
+    assert transaction_owners(ROOT) == []
+    (tmp_path / "notee" / "domain").mkdir(parents=True)
+    (tmp_path / "notee" / "fanout").mkdir()
+    (tmp_path / "notee" / "fanout" / "jobs.py").write_text("def f(session):\n    session.begin_nested()\n")
+    (tmp_path / "notee" / "domain" / "bad.py").write_text(
+        "def f(runtime, session):\n    session.commit()\n    with runtime.sessions() as s:\n        pass\n"
+    )
+    assert transaction_owners(tmp_path) == ["notee/domain/bad.py:2: .commit", "notee/domain/bad.py:3: .sessions"]
 
 
 def test_imports_run_one_way() -> None:

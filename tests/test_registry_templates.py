@@ -3,7 +3,6 @@ version bumps, list/get/delete."""
 
 from __future__ import annotations
 
-from notee.store import cql
 from notee.store import registry_sql as store
 from tests.support.registry import new_service, new_template
 
@@ -34,7 +33,7 @@ def test_create_update_keeps_key_and_bumps_version(client, settings, runtime, se
     assert t2["created_at"] == t1["created_at"]
     got = client.get("/v1/templates/TOPIC/news", headers=h).json()
     assert got == t2
-    assert cql.for_runtime(runtime).counters(service_id, "TOPIC", "news")[0] == t2["version"]
+    assert runtime.statements.counters(service_id, "TOPIC", "news")[0] == t2["version"]
 
 
 def test_same_type_under_two_methods_and_list(client, settings, service_id):

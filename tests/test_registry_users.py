@@ -7,6 +7,7 @@ import urllib.parse
 
 from sqlalchemy import select
 
+from notee.api.routes import devices as devices_route
 from notee.domain import registry
 from notee.store import registry_sql as store
 from tests.support.registry import new_service, new_template, new_user, random_token
@@ -130,7 +131,7 @@ def test_delete_user_leaves_nothing_personal(client, settings, runtime, service_
 
 
 class _Recorder:
-    """Stands in for the subscriptions module to check *when* the registry calls it: what
+    """Stands in for the subscriptions module to check *when* its hooks run: what
     MySQL holds, seen from another connection, at the moment of each call."""
 
     def __init__(self, runtime):
@@ -142,20 +143,20 @@ class _Recorder:
                 return store.get_user(s, service, user_id) is not None
             return store.get_device(s, service, user_id, token) is not None
 
-    def on_user_deleted(self, runtime, service, user_id):
+    def on_user_deleted(self, session, st, service, user_id):
         self.calls.append(("user_deleted", self._seen(service, user_id)))
 
-    def on_device_added(self, runtime, service, user_id, token, os):
+    def on_device_added(self, session, st, service, user_id, token, os):
         self.calls.append(("device_added", self._seen(service, user_id, token), os))
 
-    def on_device_removed(self, runtime, service, user_id, token):
+    def on_device_removed(self, st, service, user_id, token):
         self.calls.append(("device_removed", self._seen(service, user_id, token)))
 
-    def on_token_rotated(self, runtime, service, old, new):
+    def on_token_rotated(self, session, st, service, old, new):
         with self.runtime.sessions() as s:
             self.calls.append(("token_rotated", bool(store.holders_of_token(s, service, old))))
 
-    def on_template_deleted(self, runtime, service, method, type_, key):
+    def on_template_deleted(self, st, service, method, type_, key):
         with self.runtime.sessions() as s:
             self.calls.append(("template_deleted", store.get_template(s, service, method, type_) is not None))
 
@@ -165,6 +166,7 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
     first (the hook still sees the row), then MySQL."""
     recorder = _Recorder(runtime)
     monkeypatch.setattr(registry, "subscriptions", recorder)
+    monkeypatch.setattr(devices_route, "subscriptions", recorder)  # registration: the route runs it after its commit
     h = new_service(client, settings, service_id)
     token, new = random_token(), random_token()
     user_id = new_user(client, h, devices=[(token, "IOS")])
@@ -192,7 +194,8 @@ def test_subscriptions_follow_devices_rotation_and_user_deletion(client, setting
     key = new_template(client, h, "TOPIC", "news")["notification_key"]
     t1, t2, t3 = random_token("one"), random_token("two"), random_token("three")
     user_id = new_user(client, h, devices=[(t1, "IOS")])
-    subscriptions.subscribe_topic(runtime, service_id, user_id, "news", "sports")
+    with runtime.sessions() as session:
+        subscriptions.subscribe_topic(session, runtime.statements, service_id, user_id, "news", "sports")
     ks = runtime.keyspaces.notification
 
     def slot_tokens() -> set[str]:

@@ -19,7 +19,7 @@ from tests.support.registry import make_device, make_user, new_service, new_temp
 
 @pytest.fixture()
 def st(runtime):
-    return cqlstore.for_runtime(runtime)
+    return runtime.statements
 
 
 @pytest.fixture()

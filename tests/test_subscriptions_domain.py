@@ -23,7 +23,13 @@ def token(prefix: str = "tok") -> str:
 
 @pytest.fixture()
 def st(runtime):
-    return cqlstore.for_runtime(runtime)
+    return runtime.statements
+
+
+def call(runtime, fn, *args, **kwargs):
+    """Run one subscriptions function the way its callers do: in a unit of work the caller commits."""
+    with runtime.sessions.begin() as session:
+        return fn(session, runtime.statements, *args, **kwargs)
 
 
 @pytest.fixture()
@@ -44,22 +50,22 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
     u = make_user(runtime, svc)
     t1, t2 = make_device(runtime, svc, u, token(), "AOS"), make_device(runtime, svc, u, token(), "IOS")
 
-    assert subs.subscribe_topic(runtime, svc, u, "news", "sports")["status"] == "subscribed"
+    assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "subscribed"
     got = recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")
     assert sorted((r.device_token, r.device_os, r.user_id) for r in got) == sorted([(t1, "AOS", u), (t2, "IOS", u)])
     version, count, no = st.counters(svc, "TOPIC", "news")
     assert (count, no) == (1, 2)
 
-    assert subs.subscribe_topic(runtime, svc, u, "news", "sports")["status"] == "already_subscribed"
+    assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "already_subscribed"
     assert st.counters(svc, "TOPIC", "news") == (version, 1, 2)  # no number consumed, count unchanged
     assert len(recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")) == 2
-    assert subs.list_subscriptions(runtime, svc, u) == [
+    assert call(runtime, subs.list_subscriptions, svc, u) == [
         {
             "method": "TOPIC",
             "type": "news",
             "topic": "sports",
             "devices": 2,
-            "registered_at": subs.list_subscriptions(runtime, svc, u)[0]["registered_at"],
+            "registered_at": call(runtime, subs.list_subscriptions, svc, u)[0]["registered_at"],
         }
     ]
 
@@ -69,21 +75,21 @@ def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
     u1, u2 = make_user(runtime, svc), make_user(runtime, svc)
     make_device(runtime, svc, u1, token())
     make_device(runtime, svc, u2, token())
-    subs.subscribe_topic(runtime, svc, u1, "news", "a")
-    subs.subscribe_topic(runtime, svc, u1, "news", "b")
-    subs.subscribe_topic(runtime, svc, u2, "news", "a")
+    call(runtime, subs.subscribe_topic, svc, u1, "news", "a")
+    call(runtime, subs.subscribe_topic, svc, u1, "news", "b")
+    call(runtime, subs.subscribe_topic, svc, u2, "news", "a")
     # count = distinct users with at least one subscription of (service, TOPIC, news)
     assert st.counters(svc, "TOPIC", "news")[1] == 2
-    assert {s["topic"] for s in subs.list_subscriptions(runtime, svc, u1)} == {"a", "b"}
+    assert {s["topic"] for s in call(runtime, subs.list_subscriptions, svc, u1)} == {"a", "b"}
 
-    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "a") is True
+    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "a") is True
     assert st.counters(svc, "TOPIC", "news")[1] == 2  # u1 still has "b"
     assert [r.user_id for r in recipients(st, key, TopicTarget("a"), svc, "TOPIC", "news")] == [u2]
-    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "b") is True
+    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "b") is True
     assert st.counters(svc, "TOPIC", "news")[1] == 1
     assert recipients(st, key, TopicTarget("b"), svc, "TOPIC", "news") == []
-    assert subs.unsubscribe_topic(runtime, svc, u1, "news", "b") is False
-    assert subs.list_subscriptions(runtime, svc, u1) == []
+    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "b") is False
+    assert call(runtime, subs.list_subscriptions, svc, u1) == []
     assert st.user_rows(u1, svc) == []
     assert st.counters(svc, "TOPIC", "news")[2] == 3  # `no` only grows
 
@@ -92,7 +98,7 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     key = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
     t = make_device(runtime, svc, u, token())
-    r = subs.subscribe_cycle(runtime, svc, u, "remind", ["WED", "MON"], 22, 0)
+    r = call(runtime, subs.subscribe_cycle, svc, u, "remind", ["WED", "MON"], 22, 0)
     assert r["schedule"] == "MON,WED 22:00 Asia/Seoul"
     for day in ("MON", "WED"):
         assert [
@@ -100,20 +106,22 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
         ] == [t]
         assert (svc, key, "remind") in cqlstore.due_templates(st, "Asia/Seoul", day, 22, 0)
     assert "Asia/Seoul" in cqlstore.timezones_in_use(st)
-    assert subs.subscribe_cycle(runtime, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
+    assert (
+        call(runtime, subs.subscribe_cycle, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
+    )
 
-    subs.subscribe_cycle(runtime, svc, u, "remind", ["FRI"], 7, 30, "Europe/Berlin")
+    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["FRI"], 7, 30, "Europe/Berlin")
     for day in ("MON", "WED"):
         assert recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind") == []
     assert [
         x.user_id for x in recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30), svc, "CYCLE", "remind")
     ] == [u]
-    listed = subs.list_subscriptions(runtime, svc, u)
+    listed = call(runtime, subs.list_subscriptions, svc, u)
     assert [s["schedule"]["canonical"] for s in listed] == ["FRI 07:30 Europe/Berlin"]
     assert st.counters(svc, "CYCLE", "remind")[1] == 1
     assert len([r for r in st.user_rows(u, svc)]) == 2  # user-level row + one device row
 
-    assert subs.unsubscribe_cycle(runtime, svc, u, "remind") is True
+    assert call(runtime, subs.unsubscribe_cycle, svc, u, "remind") is True
     assert recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30), svc, "CYCLE", "remind") == []
     assert st.user_rows(u, svc) == [] and st.counters(svc, "CYCLE", "remind")[1] == 0
 
@@ -122,30 +130,38 @@ def test_cycle_uses_service_timezone(runtime, st, service_id):
     svc = make_service(runtime, service_id, tz="America/New_York")
     make_template(runtime, svc, "CYCLE", "r")
     u = make_user(runtime, svc)
-    assert subs.subscribe_cycle(runtime, svc, u, "r", ["SUN"], 9, 0)["schedule"] == "SUN 09:00 America/New_York"
+    assert call(runtime, subs.subscribe_cycle, svc, u, "r", ["SUN"], 9, 0)["schedule"] == "SUN 09:00 America/New_York"
 
 
 BAD = [
-    ("topic too long", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "news", "x" * 51), InvalidInput),
-    ("topic control char", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "news", "a\x07b"), InvalidInput),
-    ("hour 24", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 24, 0), InvalidInput),
-    ("minute 60", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 60), InvalidInput),
-    ("unknown day", lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["FUN"], 0, 0), InvalidInput),
+    ("topic too long", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "news", "x" * 51), InvalidInput),
+    ("topic control char", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "news", "a\x07b"), InvalidInput),
+    ("hour 24", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 24, 0), InvalidInput),
+    ("minute 60", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 0, 60), InvalidInput),
+    ("unknown day", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["FUN"], 0, 0), InvalidInput),
     (
         "unknown tz",
-        lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
+        lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
         InvalidInput,
     ),
-    ("topic on cycle template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "remind", "t"), InvalidInput),
+    ("topic on cycle template", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "remind", "t"), InvalidInput),
     (
         "cycle on topic template",
-        lambda rt, svc, u: subs.subscribe_cycle(rt, svc, u, "news", ["MON"], 0, 0),
+        lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "news", ["MON"], 0, 0),
         InvalidInput,
     ),
-    ("unknown template", lambda rt, svc, u: subs.subscribe_topic(rt, svc, u, "nope", "t"), NotFound),
-    ("unknown user", lambda rt, svc, u: subs.subscribe_topic(rt, svc, "0" * 36, "news", "t"), NotFound),
-    ("bulk too many", lambda rt, svc, u: subs.bulk_subscribe_topic(rt, svc, "news", "t", [u] * 1001), InvalidInput),
-    ("bulk bad topic", lambda rt, svc, u: subs.bulk_subscribe_topic(rt, svc, "news", "x" * 51, [u]), InvalidInput),
+    ("unknown template", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "nope", "t"), NotFound),
+    ("unknown user", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, "0" * 36, "news", "t"), NotFound),
+    (
+        "bulk too many",
+        lambda rt, svc, u: call(rt, subs.bulk_subscribe_topic, svc, "news", "t", [u] * 1001),
+        InvalidInput,
+    ),
+    (
+        "bulk bad topic",
+        lambda rt, svc, u: call(rt, subs.bulk_subscribe_topic, svc, "news", "x" * 51, [u]),
+        InvalidInput,
+    ),
 ]
 
 
@@ -169,7 +185,7 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     st.allocate_numbers(svc, "TOPIC", "big", 29_990)  # start the `no` counter near the first slot boundary
     users = [make_user(runtime, svc) for _ in range(25)]
     tokens = {make_device(runtime, svc, u, token("slot")): u for u in users}
-    results = subs.bulk_subscribe_topic(runtime, svc, "big", "all", users)
+    results = call(runtime, subs.bulk_subscribe_topic, svc, "big", "all", users)
     assert {r["status"] for r in results} == {"subscribed"}
     assert cqlstore.max_slot(st, svc, "TOPIC", "big") == 1
 
@@ -194,9 +210,9 @@ def test_bulk_reports_per_user(runtime, st, svc):
     users = [make_user(runtime, svc) for _ in range(5)]
     for u in users[:4]:
         make_device(runtime, svc, u, token())
-    subs.subscribe_topic(runtime, svc, users[0], "news", "t")
+    call(runtime, subs.subscribe_topic, svc, users[0], "news", "t")
     unknown = "f" * 36
-    res = subs.bulk_subscribe_topic(runtime, svc, "news", "t", [*users, unknown, users[1]])
+    res = call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", [*users, unknown, users[1]])
     assert [r["status"] for r in res] == [
         "already_subscribed",
         "subscribed",
@@ -206,15 +222,15 @@ def test_bulk_reports_per_user(runtime, st, svc):
         "not_found",
     ]
     assert st.counters(svc, "TOPIC", "news")[1] == 5
-    assert subs.list_subscriptions(runtime, svc, users[4])[0]["devices"] == 0  # no device yet: user-level only
+    assert call(runtime, subs.list_subscriptions, svc, users[4])[0]["devices"] == 0  # no device yet: user-level only
 
 
 def test_device_lifecycle(runtime, st, svc, caplog):
     tkey = make_template(runtime, svc, "TOPIC", "news")
     ckey = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
-    subs.subscribe_topic(runtime, svc, u, "news", "t")
-    subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 8, 0, "UTC")
+    call(runtime, subs.subscribe_topic, svc, u, "news", "t")
+    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["TUE"], 8, 0, "UTC")
 
     def topic():
         return sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
@@ -228,15 +244,15 @@ def test_device_lifecycle(runtime, st, svc, caplog):
 
     # a new device gets the user's subscriptions
     d1 = make_device(runtime, svc, u, token("a"), "IOS")
-    subs.on_device_added(runtime, svc, u, d1, "IOS")
-    subs.on_device_added(runtime, svc, u, d1, "IOS")  # idempotent
+    call(runtime, subs.on_device_added, svc, u, d1, "IOS")
+    call(runtime, subs.on_device_added, svc, u, d1, "IOS")  # idempotent
     assert topic() == [d1] == cycle()
     d2 = make_device(runtime, svc, u, token("b"))
-    subs.on_device_added(runtime, svc, u, d2, "AOS")
+    call(runtime, subs.on_device_added, svc, u, d2, "AOS")
     assert topic() == sorted([d1, d2]) == cycle()
 
     # removal
-    subs.on_device_removed(runtime, svc, u, d2)
+    subs.on_device_removed(runtime.statements, svc, u, d2)
     assert topic() == [d1] == cycle()
 
     # rotation old -> new (registry rewrote MySQL first)
@@ -245,23 +261,23 @@ def test_device_lifecycle(runtime, st, svc, caplog):
         from datetime import datetime
 
         reg.rotate_token(s, service=svc, old=d1, new=new, now=datetime.utcnow())
-    subs.on_token_rotated(runtime, svc, d1, new)
+    call(runtime, subs.on_token_rotated, svc, d1, new)
     assert topic() == [new] == cycle()
     assert [r.device_os for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == ["IOS"]
 
     # prune: removed from both stores, one log line saying why
     other = make_user(runtime, svc)
     make_device(runtime, svc, other, new, "IOS")  # a token shared by two users
-    subs.subscribe_topic(runtime, svc, other, "news", "t")
+    call(runtime, subs.subscribe_topic, svc, other, "news", "t")
     assert topic() == [new, new]
     with caplog.at_level(logging.INFO, logger="notee.domain.subscriptions"):
-        subs.prune_token(runtime, svc, new, "Unregistered")
+        call(runtime, subs.prune_token, svc, new, "Unregistered")
     lines = [r.getMessage() for r in caplog.records if "pruned" in r.getMessage()]
     assert len(lines) == 1 and "Unregistered" in lines[0] and new not in lines[0]
     assert topic() == [] == cycle()
     with runtime.sessions() as s:
         assert reg.holders_of_token(s, svc, new) == []
-    assert len(subs.list_subscriptions(runtime, svc, u)) == 2  # the user's subscriptions stay
+    assert len(call(runtime, subs.list_subscriptions, svc, u)) == 2  # the user's subscriptions stay
 
 
 def test_user_deleted_removes_everything(runtime, st, svc):
@@ -271,10 +287,10 @@ def test_user_deleted_removes_everything(runtime, st, svc):
     make_device(runtime, svc, u, token())
     make_device(runtime, svc, keep, token())
     for x in (u, keep):
-        subs.subscribe_topic(runtime, svc, x, "news", "t")
-        subs.subscribe_topic(runtime, svc, x, "news", "t2")
-    subs.subscribe_cycle(runtime, svc, u, "remind", ["MON"], 1, 2, "UTC")
-    subs.on_user_deleted(runtime, svc, u)
+        call(runtime, subs.subscribe_topic, svc, x, "news", "t")
+        call(runtime, subs.subscribe_topic, svc, x, "news", "t2")
+    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["MON"], 1, 2, "UTC")
+    call(runtime, subs.on_user_deleted, svc, u)
     assert st.user_rows(u, svc) == []
     assert [r.user_id for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == [keep]
     assert st.counters(svc, "TOPIC", "news")[1] == 1
@@ -289,16 +305,16 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
     key = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
     t = make_device(runtime, svc, u, token())
-    subs.subscribe_cycle(runtime, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
+    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
     bucket = CycleTarget("America/Nuuk", "TUE", 6, 45)
     assert [r.device_token for r in recipients(st, key, bucket, svc, "CYCLE", "remind")] == [t]
     known = rules._zones()
     monkeypatch.setattr(rules, "_zones", lambda: known - {"America/Nuuk"})  # this host's tzdata lacks it now
     assert not rules.is_portable_timezone("America/Nuuk")
 
-    [listed] = subs.list_subscriptions(runtime, svc, u)
+    [listed] = call(runtime, subs.list_subscriptions, svc, u)
     assert listed["schedule"]["canonical"] == "TUE 06:45 America/Nuuk"
-    subs.on_user_deleted(runtime, svc, u)
+    call(runtime, subs.on_user_deleted, svc, u)
     assert st.user_rows(u, svc) == []
     assert recipients(st, key, bucket, svc, "CYCLE", "remind") == []
     assert st.counters(svc, "CYCLE", "remind")[1] == 0
@@ -310,16 +326,16 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     key = make_template(runtime, svc, "TOPIC", "news")
     u = make_user(runtime, svc)
     make_device(runtime, svc, u, token())
-    subs.subscribe_topic(runtime, svc, u, "news", "t")
+    call(runtime, subs.subscribe_topic, svc, u, "news", "t")
     with runtime.sessions.begin() as s:
         reg.delete_template(s, svc, "TOPIC", "news")
-    subs.on_template_deleted(runtime, svc, "TOPIC", "news", key)
-    assert subs.list_subscriptions(runtime, svc, u) == []
+    subs.on_template_deleted(runtime.statements, svc, "TOPIC", "news", key)
+    assert call(runtime, subs.list_subscriptions, svc, u) == []
     assert st.counters(svc, "TOPIC", "news")[1] == 0
 
     # A new template of the same type starts fresh; the dead rows are cleaned on touch.
     key2 = make_template(runtime, svc, "TOPIC", "news")
-    assert subs.subscribe_topic(runtime, svc, u, "news", "t")["status"] == "subscribed"
+    assert call(runtime, subs.subscribe_topic, svc, u, "news", "t")["status"] == "subscribed"
     assert st.counters(svc, "TOPIC", "news")[1] == 1
     assert recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news") == []
     assert len(recipients(st, key2, TopicTarget("t"), svc, "TOPIC", "news")) == 1
@@ -327,7 +343,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     # Deleted again, then reconcile deletes the dead rows everywhere.
     with runtime.sessions.begin() as s:
         reg.delete_template(s, svc, "TOPIC", "news")
-    subs.on_template_deleted(runtime, svc, "TOPIC", "news", key2)
+    subs.on_template_deleted(runtime.statements, svc, "TOPIC", "news", key2)
     report = reconcile.reconcile(runtime, service=svc)
     assert report["dead_rows_removed"] == 2
     assert st.user_rows(u, svc) == []
@@ -341,9 +357,9 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
     ckey = make_template(runtime, svc, "CYCLE", "remind")
     users = [make_user(runtime, svc) for _ in range(3)]
     for u in users:
-        subs.subscribe_topic(runtime, svc, u, "news", "a")
-    subs.subscribe_topic(runtime, svc, users[0], "news", "b")
-    subs.subscribe_cycle(runtime, svc, users[0], "remind", ["SAT"], 3, 4, "Pacific/Auckland")
+        call(runtime, subs.subscribe_topic, svc, u, "news", "a")
+    call(runtime, subs.subscribe_topic, svc, users[0], "news", "b")
+    call(runtime, subs.subscribe_cycle, svc, users[0], "remind", ["SAT"], 3, 4, "Pacific/Auckland")
     st.add_count(svc, "TOPIC", "news", 7)  # drift, e.g. a timed-out increment that did land
     st.add_count(svc, "CYCLE", "remind", -1)
     report = reconcile.reconcile(runtime, service=svc)
@@ -353,6 +369,6 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
     assert (svc, ckey, "remind") in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
 
     # After unsubscribing, reconcile drops the bucket from the due index.
-    subs.unsubscribe_cycle(runtime, svc, users[0], "remind")
+    call(runtime, subs.unsubscribe_cycle, svc, users[0], "remind")
     reconcile.reconcile(runtime, service=svc)
     assert (svc, ckey, "remind") not in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)

@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from notee import crypto
 from notee.api.deps import RuntimeDep
 from notee.domain import ratelimit, registry
+from notee.domain.credentials import credentials_box
 from notee.errors import Forbidden, Unauthorized
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -45,10 +46,10 @@ def check_admin(settings: Settings, token: str | None) -> None:
 def authenticate_service(
     runtime: Runtime, settings: Settings, token: str | None, rate_class: RateClass | None = None
 ) -> str:
-    """The calling service's id: one indexed lookup on its own short session, so the connection is
-    back in the pool before the route runs (routes whose domain code opens its own sessions then
-    need one connection per request, not two: docs/BENCHMARKS.md, subscribe). With ``rate_class``,
-    one token of the service's bucket is taken on the same connection (RateLimited: 429)."""
+    """The calling service's id: one indexed lookup in a short session of its own (the edge
+    middleware runs it before the route's session exists), so its connection is back in the pool
+    before the route runs. With ``rate_class``, one token of the service's bucket is taken on the
+    same connection (RateLimited: 429)."""
     with runtime.sessions() as session:
         service = registry.authenticate(session, token)
         if rate_class is not None and settings.rate_limits_enabled:
@@ -72,8 +73,7 @@ def require_service(request: Request, runtime: RuntimeDep, creds: Annotated[Cred
 
 
 def get_secrets_box(request: Request) -> crypto.SecretsBox | None:
-    key = request.app.state.settings.credentials_key
-    return crypto.SecretsBox(key.get_secret_value()) if key is not None else None
+    return credentials_box(request.app.state.settings)
 
 
 AdminDep = Depends(require_admin)

@@ -25,7 +25,8 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 def get_db(runtime: RuntimeDep) -> Iterator[Session]:
-    """One session per request; the route's domain call commits, anything else rolls back."""
+    """One session per request: the route owns it and commits after its domain call; whatever is
+    not committed rolls back when it closes."""
     session = runtime.sessions()
     try:
         yield session

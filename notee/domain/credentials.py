@@ -1,7 +1,9 @@
 """Provider credentials of a service: stored Fernet-encrypted (admin), decrypted for delivery.
 
 Secrets are never returned or logged: the admin API sees only which providers are configured, and
-the decrypted ``ProviderCredentials`` live in memory only (their repr hides every key).
+the decrypted ``ProviderCredentials`` live in memory only (their repr hides every key). The
+delivery side loads them (``load_credentials``) and hands them to the providers, which never read
+the registry. Writes happen in the caller's transaction: the caller commits.
 """
 
 from __future__ import annotations
@@ -25,13 +27,20 @@ from notee.domain.rules import (
     check_pem,
 )
 from notee.errors import NotFound, ProviderConfigError
-from notee.runtime import Runtime
+from notee.settings import Settings
 from notee.store import registry_sql as store
 from notee.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
 
 log = logging.getLogger(__name__)
 
 _COLUMNS = {"fcm": "fcm_encrypted", "apns": "apns_encrypted"}
+
+
+def credentials_box(settings: Settings) -> SecretsBox | None:
+    """The cipher of ``NOTEE_CREDENTIALS_KEY``, or None when it is not set (storing or reading
+    credentials then fails with ProviderConfigError)."""
+    key = settings.credentials_key
+    return SecretsBox(key.get_secret_value()) if key is not None else None
 
 
 def _require_box(box: SecretsBox | None) -> SecretsBox:
@@ -48,7 +57,6 @@ def set_fcm_credentials(
     get_service(session, service)
     blob = box.encrypt(json.dumps({"service_account": service_account}).encode())
     store.upsert_credential(session, service=service, column="fcm_encrypted", blob=blob, now=utcnow())
-    session.commit()
     log.info("provider credentials set: service=%s provider=fcm", service)
 
 
@@ -83,7 +91,6 @@ def set_apns_credentials(
         ).encode()
     )
     store.upsert_credential(session, service=service, column="apns_encrypted", blob=blob, now=utcnow())
-    session.commit()
     log.info("provider credentials set: service=%s provider=apns", service)
 
 
@@ -99,7 +106,6 @@ def delete_credentials(session: Session, service: str, provider: str) -> None:
     if not credentials_status(session, service)[provider]:
         raise NotFound(f"no {provider} credentials configured")
     store.upsert_credential(session, service=service, column=_COLUMNS[provider], blob=None, now=utcnow())
-    session.commit()
     log.info("provider credentials deleted: service=%s provider=%s", service, provider)
 
 
@@ -119,13 +125,3 @@ def load_credentials(session: Session, secrets_box: SecretsBox | None, service: 
         fcm=FcmCredentials(fcm["service_account"]) if fcm else None,
         apns=ApnsCredentials(**apns) if apns else None,
     )
-
-
-def load_service_credentials(runtime: Runtime, service: str) -> ProviderCredentials | None:
-    """``load_credentials`` in a short session of its own, with the box built from settings: what the
-    delivery side calls (at most once per page, never per device) before handing the credentials to
-    the providers."""
-    key = runtime.settings.credentials_key
-    box = SecretsBox(key.get_secret_value()) if key is not None else None
-    with runtime.sessions() as session:
-        return load_credentials(session, box, service)

@@ -1,12 +1,14 @@
-"""The registry's units of work: services and API keys, users, devices and templates (provider
-credentials: ``notee/domain/credentials.py``; input rules: ``notee/domain/rules.py``). Each function
-takes the Session (and the Runtime when Cassandra is involved), checks its input with the rules,
-and commits its own unit of work.
+"""The registry: services and API keys, users, devices and templates (provider credentials:
+``notee/domain/credentials.py``; input rules: ``notee/domain/rules.py``). Each function takes the
+caller's Session (and the process's ``Statements`` when Cassandra is involved), checks its input
+with the rules, and writes in the caller's transaction: the caller commits (docs/ARCHITECTURE.md,
+"Unit of work").
 
-Store ordering with the subscriptions (Cassandra): removals go to Cassandra first, then MySQL
-commits (a failure leaves the MySQL row, so the caller's retry finds it again); additions commit
-MySQL first, then Cassandra (a failure leaves a device without copied subscriptions, repaired by
-re-registering, never a subscription row for a device that does not exist).
+Store ordering with the subscriptions (Cassandra): removals go to Cassandra first, then the caller
+commits MySQL (a failure leaves the MySQL row, so a retry finds it again); additions commit MySQL
+first, then Cassandra: the caller of ``add_device`` commits, then calls
+``subscriptions.on_device_added`` (a failure leaves a device without copied subscriptions, repaired
+by re-registering, never a subscription row for a device that does not exist).
 
 Tenant isolation: every query is scoped by ``service``; another tenant's object is NotFound.
 """
@@ -42,9 +44,9 @@ from notee.domain.rules import (
     template_size,
 )
 from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
-from notee.runtime import Runtime
-from notee.store import cql, deadletter
+from notee.store import deadletter
 from notee.store import registry_sql as store
+from notee.store.cql import Statements
 from notee.store.mysql import AnyRow
 from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 
@@ -170,12 +172,16 @@ def create_service(
     tz = check_timezone(timezone if timezone is not None else DEFAULT_TIMEZONE)
     check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
     try:
-        store.insert_service(
-            session, service=service, display_name=display_name, timezone=tz, now=utcnow(), delivery_mode=delivery_mode
-        )
-        session.commit()
+        with session.begin_nested():  # a SAVEPOINT: the duplicate is refused, the caller's transaction goes on
+            store.insert_service(
+                session,
+                service=service,
+                display_name=display_name,
+                timezone=tz,
+                now=utcnow(),
+                delivery_mode=delivery_mode,
+            )
     except IntegrityError:
-        session.rollback()
         raise Conflict(f"service {service} already exists") from None
     log.info("service created: %s", service)
     return get_service(session, service)
@@ -193,12 +199,11 @@ def get_service(session: Session, service: str) -> Service:
 
 
 def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> Service:
-    """``live`` or ``dry_run`` (admin). Jobs already made keep the mode they were made in."""
+    """``live`` or ``dry_run`` (admin), when the caller commits. Jobs already made keep the mode they
+    were made in."""
     check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
     if not store.set_delivery_mode(session, service, delivery_mode):
-        session.rollback()
         raise NotFound("service not found")
-    session.commit()
     log.warning(
         "service %s: delivery mode set to %s%s",
         service,
@@ -214,7 +219,6 @@ def create_api_key(session: Session, service: str, *, label: str = "") -> Create
     new = crypto.generate_api_key()
     now = utcnow()
     store.insert_api_key(session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now)
-    session.commit()
     log.info("api key created: service=%s key_id=%s", service, new.key_id)
     return CreatedApiKey(ApiKeyInfo(new.key_id, label, _utc(now), None), new.api_key)
 
@@ -227,7 +231,6 @@ def list_api_keys(session: Session, service: str) -> list[ApiKeyInfo]:
 def revoke_api_key(session: Session, service: str, key_id: str) -> None:
     if not store.revoke_api_key(session, service=service, key_id=key_id, now=utcnow()):
         raise NotFound("api key not found")
-    session.commit()
     log.info("api key revoked: service=%s key_id=%s", service, key_id)
 
 
@@ -256,7 +259,6 @@ def upsert_user(session: Session, service: str, service_user_id: str, *, name: s
     row = store.upsert_user(
         session, service=service, service_user_id=service_user_id, name=name, new_user_id=new_id, now=utcnow()
     )
-    session.commit()
     return _user(row, created=row.user_id == new_id)
 
 
@@ -267,10 +269,11 @@ def get_user(session: Session, service: str, user_id: str) -> User:
     return _user(row)
 
 
-def delete_user(runtime: Runtime, session: Session, service: str, user_id: str) -> None:
-    """Removes the user, its devices (cascade) and its subscriptions (Cassandra first)."""
+def delete_user(session: Session, st: Statements, service: str, user_id: str) -> None:
+    """Removes the user, its devices (cascade) and its subscriptions (Cassandra now, MySQL when the
+    caller commits)."""
     user = get_user(session, service, user_id)
-    subscriptions.on_user_deleted(runtime, service, user.user_id)
+    subscriptions.on_user_deleted(session, st, service, user.user_id)
     # Its dead letters go too (their payloads were addressed to it), except those of a token another
     # user of the service still holds (a shared device: the letter is that user's as well).
     tokens = [d.device_token for d in store.list_devices(session, service, user.user_id)]
@@ -278,17 +281,17 @@ def delete_user(runtime: Runtime, session: Session, service: str, user_id: str) 
         session, service, [t for t in tokens if set(store.holders_of_token(session, service, t)) <= {user.user_id}]
     )
     store.delete_user(session, service, user.user_id)
-    session.commit()
     log.info("user deleted: service=%s user_id=%s", service, user.user_id)
 
 
 # --- devices -----------------------------------------------------------------------------------
 
 
-def add_device(
-    runtime: Runtime, session: Session, service: str, user_id: str, *, token: str, os: str, region: str = ""
-) -> Device:
-    """Register (or update os/region of) a device; copies the user's subscriptions to it."""
+def add_device(session: Session, service: str, user_id: str, *, token: str, os: str, region: str = "") -> Device:
+    """Register (or update os/region of) a device, in MySQL. The caller commits, then copies the
+    user's subscriptions to it with ``subscriptions.on_device_added`` every time, not only for a new
+    device: that step is idempotent (it copies only what the device lacks), so repeating a
+    registration whose Cassandra step failed completes it."""
     check_token(token)
     check_choice("os", os, OSES)
     check_pattern("region", region, REGION_RE, "up to 8 letters, digits, _ or -")
@@ -302,10 +305,6 @@ def add_device(
     row = store.upsert_device(
         session, service=service, user_id=user.user_id, token=token, os=os, region=region, now=utcnow()
     )
-    session.commit()
-    # Every time, not only for a new device: the hook is idempotent (copies only what the device
-    # lacks), so repeating a registration whose Cassandra step failed completes it.
-    subscriptions.on_device_added(runtime, service, user.user_id, token, os)
     return _device(row, created=before is None)
 
 
@@ -314,31 +313,29 @@ def list_devices(session: Session, service: str, user_id: str) -> list[Device]:
     return [_device(r) for r in store.list_devices(session, service, user.user_id)]
 
 
-def remove_device(runtime: Runtime, session: Session, service: str, user_id: str, token: str) -> None:
+def remove_device(session: Session, st: Statements, service: str, user_id: str, token: str) -> None:
+    """Cassandra rows now, the MySQL row when the caller commits."""
     check_token(token)  # a non-ASCII token would reach MySQL's ascii column and fail there (503)
     user = get_user(session, service, user_id)
     if not isinstance(token, str) or store.get_device(session, service, user.user_id, token) is None:
         raise NotFound("device not found")
-    subscriptions.on_device_removed(runtime, service, user.user_id, token)
+    subscriptions.on_device_removed(st, service, user.user_id, token)
     store.delete_device(session, service, user.user_id, token)
-    session.commit()
 
 
-def rotate_token(runtime: Runtime, session: Session, service: str, *, old_token: str, new_token: str) -> int:
+def rotate_token(session: Session, st: Statements, service: str, *, old_token: str, new_token: str) -> int:
     """The provider replaced ``old_token`` by ``new_token``: every user of the service holding the old
     one now holds the new one, keeping the device's created_at and its subscriptions. Returns the
-    number of users rotated. Cassandra first (the old rows are removed there); a retry after a MySQL
-    failure finds the old token again and converges."""
+    number of users rotated. Cassandra first (the old rows are removed there), MySQL when the caller
+    commits; a retry after a MySQL failure finds the old token again and converges."""
     check_token(old_token, "old_token")
     check_token(new_token, "new_token")
     if old_token == new_token:
         raise bad("new_token", "must differ from old_token")
     if not store.holders_of_token(session, service, old_token):
         raise NotFound("no device with this token")
-    subscriptions.on_token_rotated(runtime, service, old_token, new_token)
-    rotated = store.rotate_token(session, service=service, old=old_token, new=new_token, now=utcnow())
-    session.commit()
-    return rotated
+    subscriptions.on_token_rotated(session, st, service, old_token, new_token)
+    return store.rotate_token(session, service=service, old=old_token, new=new_token, now=utcnow())
 
 
 # --- templates -----------------------------------------------------------------------------------
@@ -350,8 +347,8 @@ def _check_template_id(method: Any, type_: Any) -> None:
 
 
 def put_template(
-    runtime: Runtime,
     session: Session,
+    st: Statements,
     service: str,
     method: str,
     type_: str,
@@ -364,9 +361,10 @@ def put_template(
     defaults: dict[str, str] | None = None,
 ) -> Template:
     """Create or update. notification_key is created once and never changes; every write bumps the
-    cache version counter (after the MySQL commit: a counter timeout is reported, not retried).
-    Placeholders and defaults follow notee/domain/render.py (a CYCLE template needs a default for
-    each placeholder)."""
+    cache version counter before the caller commits: a counter timeout is reported (never retried)
+    and the write is not committed, so no template changes without its version; a commit that
+    fails after the bump costs one needless cache reload. Placeholders and defaults follow
+    notee/domain/render.py (a CYCLE template needs a default for each placeholder)."""
     _check_template_id(method, type_)
     check_text("title", title, min_len=1, max_len=200)
     check_text("body", body, min_len=1, max_len=2000, newlines=True)
@@ -395,35 +393,32 @@ def put_template(
         new_key=new_key,
         now=utcnow(),
     )
-    session.commit()
-    statements = cql.for_runtime(runtime)
-    statements.add_version(service, method, type_)  # counter: never retried on timeout
-    version = statements.counters(service, method, type_)[0]
+    st.add_version(service, method, type_)  # counter: never retried on timeout
+    version = st.counters(service, method, type_)[0]
     return _template(row, version, created=row.notification_key == new_key)
 
 
-def get_template(runtime: Runtime, session: Session, service: str, method: str, type_: str) -> Template:
+def get_template(session: Session, st: Statements, service: str, method: str, type_: str) -> Template:
     _check_template_id(method, type_)
     row = store.get_template(session, service, method, type_)
     if row is None:
         raise NotFound("template not found")
-    return _template(row, cql.for_runtime(runtime).counters(service, method, type_)[0])
+    return _template(row, st.counters(service, method, type_)[0])
 
 
-def list_templates(runtime: Runtime, session: Session, service: str) -> list[Template]:
+def list_templates(session: Session, st: Statements, service: str) -> list[Template]:
     rows = store.list_templates(session, service)
-    versions = cql.for_runtime(runtime).versions(service) if rows else {}
+    versions = st.versions(service) if rows else {}
     return [_template(r, versions.get((r.notification_method, r.notification_type), 0)) for r in rows]
 
 
-def delete_template(runtime: Runtime, session: Session, service: str, method: str, type_: str) -> None:
-    """Deletes the template and disables its subscriptions (Cassandra first: see
-    ``subscriptions.on_template_deleted``). The counters stay (``no`` must never go backwards if the
-    template is created again)."""
+def delete_template(session: Session, st: Statements, service: str, method: str, type_: str) -> None:
+    """Deletes the template (when the caller commits) and disables its subscriptions (Cassandra
+    first: see ``subscriptions.on_template_deleted``). The counters stay (``no`` must never go
+    backwards if the template is created again)."""
     _check_template_id(method, type_)
     row = store.get_template(session, service, method, type_)
     if row is None:
         raise NotFound("template not found")
-    subscriptions.on_template_deleted(runtime, service, method, type_, row.notification_key)
+    subscriptions.on_template_deleted(st, service, method, type_, row.notification_key)
     store.delete_template(session, service, method, type_)
-    session.commit()

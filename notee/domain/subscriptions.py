@@ -6,6 +6,10 @@ with ``device_token = ''`` (the user-level row; it exists even when the user has
 materialised per *device*: each device gets a number from the ``no`` counter, its slot rows
 (``slot = no // 30000``) and an index row pointing at them, written together in one logged batch.
 
+Unit of work (docs/ARCHITECTURE.md): every function takes the caller's MySQL Session (read-only
+here, except ``prune_token``'s device deletes, which the caller commits) and the process's
+``Statements``; none opens a session of its own.
+
 Every request validates everything (both stores are read-only until then), so bad input writes
 nothing. Writes are idempotent per (user, method, type, target, device): a retried request, or two
 requests racing, converge on the same rows.
@@ -24,8 +28,6 @@ from sqlalchemy.orm import Session
 
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
 from notee.errors import InvalidInput, NotFound
-from notee.runtime import Runtime
-from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
@@ -66,10 +68,6 @@ class SubscriptionInfo(TypedDict):
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _st(runtime: Runtime) -> Statements:
-    return cqlstore.for_runtime(runtime)
 
 
 # ---------------------------------------------------------------------- MySQL lookups (read-only)
@@ -184,12 +182,13 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 
 
 # ---------------------------------------------------------------------- topic
-def subscribe_topic(runtime: Runtime, service: str, user_id: str, type_: str, topic: str) -> SubscribeResult:
+def subscribe_topic(
+    session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str
+) -> SubscribeResult:
     validate_topic(topic)
-    with runtime.sessions() as s:
-        tpl = _template(s, service, "TOPIC", type_)
-        devices = _user_devices(s, service, user_id)
-    return _subscribe_one_topic(_st(runtime), service, user_id, tpl, topic, devices)
+    tpl = _template(session, service, "TOPIC", type_)
+    devices = _user_devices(session, service, user_id)
+    return _subscribe_one_topic(st, service, user_id, tpl, topic, devices)
 
 
 def _subscribe_one_topic(
@@ -227,13 +226,12 @@ def _subscribe_one_topic(
     return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
-def unsubscribe_topic(runtime: Runtime, service: str, user_id: str, type_: str, topic: str) -> bool:
+def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:
     validate_topic(topic)
-    with runtime.sessions() as s:
-        tpl = _template(s, service, "TOPIC", type_)
-        if reg.get_user(s, service, user_id) is None:
-            raise NotFound("user not found")
-    return _unsubscribe(_st(runtime), service, user_id, tpl, lambda r: r.target == topic)
+    tpl = _template(session, service, "TOPIC", type_)
+    if reg.get_user(session, service, user_id) is None:
+        raise NotFound("user not found")
+    return _unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
 
 
 def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match: Callable[[IndexRow], bool]) -> bool:
@@ -249,7 +247,7 @@ def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, mat
 
 
 def bulk_subscribe_topic(
-    runtime: Runtime, service: str, type_: str, topic: str, user_ids: Sequence[str]
+    session: Session, st: Statements, service: str, type_: str, topic: str, user_ids: Sequence[str]
 ) -> list[BulkOutcome]:
     """Subscribe up to BULK_MAX users; one result per distinct user id, in request order:
     ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported, not fatal."""
@@ -262,11 +260,9 @@ def bulk_subscribe_topic(
             details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
         )
     ordered = list(dict.fromkeys(user_ids))
-    with runtime.sessions() as s:
-        tpl = _template(s, service, "TOPIC", type_)
-        found = subsql.existing_users(s, service, ordered)
-        devices = subsql.devices_of_users(s, service, [u for u in ordered if u in found])
-    st = _st(runtime)
+    tpl = _template(session, service, "TOPIC", type_)
+    found = subsql.existing_users(session, service, ordered)
+    devices = subsql.devices_of_users(session, service, [u for u in ordered if u in found])
     users = [u for u in ordered if u in found]
     # Read every user's index rows of this type concurrently, then decide and write per user.
     reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in users}
@@ -322,7 +318,8 @@ def bulk_subscribe_topic(
 
 # ---------------------------------------------------------------------- cycle
 def subscribe_cycle(
-    runtime: Runtime,
+    session: Session,
+    st: Statements,
     service: str,
     user_id: str,
     type_: str,
@@ -337,14 +334,12 @@ def subscribe_cycle(
     we re-read the type and delete every schedule that is not the maximum (registered_at, target).
     Racing re-subscribes all compute the same maximum from what they see, so they converge on one
     schedule and no slot row is left without its index row."""
-    with runtime.sessions() as s:
-        if timezone is None:
-            svc = reg.get_service(s, service)
-            timezone = svc.timezone if svc is not None else "Asia/Seoul"
-        schedule = make_schedule(days, hour, minute, timezone)
-        tpl = _template(s, service, "CYCLE", type_)
-        devices = _user_devices(s, service, user_id)
-    st = _st(runtime)
+    if timezone is None:
+        svc = reg.get_service(session, service)
+        timezone = svc.timezone if svc is not None else "Asia/Seoul"
+    schedule = make_schedule(days, hour, minute, timezone)
+    tpl = _template(session, service, "CYCLE", type_)
+    devices = _user_devices(session, service, user_id)
     target = schedule.canonical
     before = st.user_type_rows(user_id, service, "CYCLE", type_)
     live = _live_user_level(before, tpl.key)
@@ -397,23 +392,21 @@ def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Temp
         remove_rows(st, service, user_id, losers)
 
 
-def unsubscribe_cycle(runtime: Runtime, service: str, user_id: str, type_: str) -> bool:
-    with runtime.sessions() as s:
-        tpl = _template(s, service, "CYCLE", type_)
-        if reg.get_user(s, service, user_id) is None:
-            raise NotFound("user not found")
-    return _unsubscribe(_st(runtime), service, user_id, tpl, lambda r: True)
+def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: str, type_: str) -> bool:
+    tpl = _template(session, service, "CYCLE", type_)
+    if reg.get_user(session, service, user_id) is None:
+        raise NotFound("user not found")
+    return _unsubscribe(st, service, user_id, tpl, lambda r: True)
 
 
 # ---------------------------------------------------------------------- listing
-def list_subscriptions(runtime: Runtime, service: str, user_id: str) -> list[SubscriptionInfo]:
+def list_subscriptions(session: Session, st: Statements, service: str, user_id: str) -> list[SubscriptionInfo]:
     """The user's subscriptions from the per-user index (one Cassandra partition). Rows of a deleted
     template (their key is no longer a template's) are not listed."""
-    with runtime.sessions() as s:
-        if reg.get_user(s, service, user_id) is None:
-            raise NotFound("user not found")
-        live = {t.notification_key for t in reg.list_templates(s, service)}
-    rows = _st(runtime).user_rows(user_id, service)
+    if reg.get_user(session, service, user_id) is None:
+        raise NotFound("user not found")
+    live = {t.notification_key for t in reg.list_templates(session, service)}
+    rows = st.user_rows(user_id, service)
     devices: dict[tuple[str, str, str], int] = {}
     for r in rows:
         if not r.is_user_level:
@@ -444,14 +437,14 @@ def list_subscriptions(runtime: Runtime, service: str, user_id: str) -> list[Sub
 
 
 # ---------------------------------------------------------------------- lifecycle hooks (registry, delivery)
-def on_device_added(runtime: Runtime, service: str, user_id: str, device_token: str, device_os: str) -> None:
+def on_device_added(
+    session: Session, st: Statements, service: str, user_id: str, device_token: str, device_os: str
+) -> None:
     """Copy the user's existing subscriptions to a newly registered device (idempotent)."""
-    st = _st(runtime)
     rows = st.user_rows(user_id, service)
     if not any(r.is_user_level for r in rows):
         return
-    with runtime.sessions() as s:
-        live = {t.notification_key for t in reg.list_templates(s, service)}
+    live = {t.notification_key for t in reg.list_templates(session, service)}
     _copy_to_device(st, service, user_id, rows, live, device_token, device_os)
 
 
@@ -490,19 +483,18 @@ def _copy_to_device(
     st.run(futures)
 
 
-def on_device_removed(runtime: Runtime, service: str, user_id: str, device_token: str) -> None:
+def on_device_removed(st: Statements, service: str, user_id: str, device_token: str) -> None:
     """Remove one device's slot rows and index rows (all subscriptions of that user)."""
-    st = _st(runtime)
     rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token and device_token]
     remove_rows(st, service, user_id, rows)
 
 
-def on_token_rotated(runtime: Runtime, service: str, old_token: str, new_token: str) -> None:
+def on_token_rotated(session: Session, st: Statements, service: str, old_token: str, new_token: str) -> None:
     """Move every subscription row of ``old_token`` to ``new_token`` for every user holding either
     (works whether the registry has already rewritten MySQL or not)."""
-    with runtime.sessions() as s:
-        users = set(reg.holders_of_token(s, service, old_token)) | set(reg.holders_of_token(s, service, new_token))
-    st = _st(runtime)
+    users = set(reg.holders_of_token(session, service, old_token)) | set(
+        reg.holders_of_token(session, service, new_token)
+    )
     for user_id in sorted(users):
         rows = st.user_rows(user_id, service)
         old_rows = [r for r in rows if r.device_token == old_token]
@@ -518,14 +510,12 @@ def on_token_rotated(runtime: Runtime, service: str, old_token: str, new_token: 
         remove_rows(st, service, user_id, old_rows)
 
 
-def on_user_deleted(runtime: Runtime, service: str, user_id: str) -> None:
+def on_user_deleted(session: Session, st: Statements, service: str, user_id: str) -> None:
     """Remove every subscription of the user: slot rows, index rows, and the user from `count`."""
-    st = _st(runtime)
     rows = st.user_rows(user_id, service)
     if not rows:
         return
-    with runtime.sessions() as s:
-        live = {t.notification_key for t in reg.list_templates(s, service)}
+    live = {t.notification_key for t in reg.list_templates(session, service)}
     types = {(r.method, r.type_) for r in rows if r.is_user_level and r.data.get("key") in live}
     device_rows = [r for r in rows if not r.is_user_level]
     st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in device_rows)
@@ -534,28 +524,24 @@ def on_user_deleted(runtime: Runtime, service: str, user_id: str) -> None:
         st.add_count(service, method, type_, -1)
 
 
-def on_template_deleted(runtime: Runtime, service: str, method: str, type_: str, notification_key: str) -> None:
+def on_template_deleted(st: Statements, service: str, method: str, type_: str, notification_key: str) -> None:
     """Disable (not delete) the template's subscriptions: nothing can address its notification_key any
     more (publish and the scheduler resolve templates in MySQL), listing hides rows of a dead key, a new
     template of the same type gets a new key and fresh subscriptions, and `count` restarts at 0.
     `notee reconcile` deletes the dead rows later (finding them needs a scan of the index)."""
-    st = _st(runtime)
     _, count, _ = st.counters(service, method, type_)
     st.add_count(service, method, type_, -count)
     log.info("template %s/%s of %s deleted: %d subscriber(s) disabled until reconcile", method, type_, service, count)
 
 
-def prune_token(runtime: Runtime, service: str, device_token: str, reason: str) -> None:
+def prune_token(session: Session, st: Statements, service: str, device_token: str, reason: str) -> None:
     """The provider rejected ``device_token``: delete it from every subscription of every user of the
-    service holding it, then from MySQL. Cassandra first, so a failure leaves MySQL able to find the
-    rows again on the next attempt."""
-    with runtime.sessions() as s:
-        holders = reg.holders_of_token(s, service, device_token)
-    st = _st(runtime)
+    service holding it, then (when the caller commits) from MySQL. Cassandra first, so a failure
+    leaves MySQL able to find the rows again on the next attempt."""
+    holders = reg.holders_of_token(session, service, device_token)
     for user_id in holders:
         rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]
         remove_rows(st, service, user_id, rows)
-    with runtime.sessions.begin() as s:
-        for user_id in holders:
-            reg.delete_device(s, service, user_id, device_token)
+    for user_id in holders:
+        reg.delete_device(session, service, user_id, device_token)
     log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders), reason)

@@ -26,7 +26,7 @@ from notee.errors import Conflict, InvalidInput, NotFound
 from notee.runtime import Runtime
 from notee.store import job_queue as store
 from notee.store import registry_sql
-from notee.store.cql import for_runtime, max_slot
+from notee.store.cql import max_slot
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.vocabulary import Progress, Target, TopicTarget, encode_target, slot_ranges
 
@@ -77,7 +77,7 @@ def create_job(
     service_row = registry_sql.get_service(session, service)
     dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
     # Read the numbering counter before writing: the job walks every slot that exists now.
-    top = max_slot(for_runtime(runtime), service, method, type_)
+    top = max_slot(runtime.statements, service, method, type_)
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller

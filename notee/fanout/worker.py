@@ -51,7 +51,7 @@ from notee.providers.base import Message
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
-from notee.store.cql import PagingStateRejected, for_runtime, stream_recipients
+from notee.store.cql import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
 from notee.vocabulary import PageCounts, Recipient, Target, decode_target
@@ -340,7 +340,7 @@ class Worker:
         queue: asyncio.Queue[tuple[int, list[Recipient], bytes | None] | Exception],
     ) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
-        statements = await asyncio.to_thread(for_runtime, self.runtime)
+        statements = await asyncio.to_thread(lambda: self.runtime.statements)
         try:
             for slot in range(claim.current_slot, claim.slot_to + 1):
                 first = slot == claim.current_slot

@@ -48,7 +48,7 @@ from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.scheduler import clock
 from notee.store import ticks
-from notee.store.cql import for_runtime, timezones_in_use
+from notee.store.cql import timezones_in_use
 from notee.store.job_queue import JobRow
 from notee.vocabulary import CycleTarget
 
@@ -169,7 +169,7 @@ class Scheduler:
     def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
         """(bucket, service, notification_key, notification_type) due at a UTC minute: 1 read of
         cycle_timezone, then one cycle_due partition read per (timezone, due bucket), concurrently."""
-        st = for_runtime(self.runtime)
+        st = self.runtime.statements
         buckets: list[CycleTarget] = []
         for tz in timezones_in_use(st):
             try:

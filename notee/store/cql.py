@@ -1,8 +1,8 @@
 """All of Notee's CQL, prepared once per process.
 
 ``Statements(session, keyspaces)`` prepares every statement when it is built; a process builds it
-once (``for_runtime(runtime)`` caches it on the Runtime) and passes it to the functions that read
-or write Cassandra. Nothing here opens a connection or holds one in a module global.
+once (``runtime.statements``, kept on the Runtime) and passes it to the functions that read or
+write Cassandra. Nothing here opens a connection or holds one in a module global.
 
 Tables (schema/cql/0001_subscriptions.cql, decisions in docs/SCHEMA.md):
   topic_notification / cycle_notification  slot rows, one partition per slot of a (template, topic)
@@ -20,7 +20,6 @@ plus its index row go in one LOGGED batch: the atomicity across the two tables i
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,6 @@ from cassandra.cluster import ResponseFuture, Session
 from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from notee.runtime import Runtime
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces
 from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
 
@@ -459,21 +457,6 @@ def slot_ref(row: IndexRow) -> SlotRef | None:
     if row.is_user_level or "slot" not in d:
         return None
     return SlotRef(d["key"], int(d["slot"]), int(d["no"]))
-
-
-_LOCK = threading.Lock()
-
-
-def for_runtime(runtime: Runtime) -> Statements:
-    """The process's Statements, prepared on first use and kept on the Runtime (not a module global)."""
-    st: Statements | None = runtime.__dict__.get("_cql_statements")
-    if st is None:
-        with _LOCK:
-            st = runtime.__dict__.get("_cql_statements")
-            if st is None:
-                st = Statements(runtime.cql, runtime.keyspaces)
-                runtime.__dict__["_cql_statements"] = st
-    return st
 
 
 # ---------------------------------------------------------------------- interfaces for fan-out / scheduler

@@ -15,7 +15,6 @@ import time
 import pytest
 
 from notee.runtime import Runtime
-from notee.store.cql import for_runtime
 from tests.faults.conftest import outage_releases, task_attempts, wait_sent
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job
@@ -40,7 +39,7 @@ def test_mariadb_killed_for_30_s_while_workers_run(killable_mariadb, emulator, p
     runtime = Runtime(settings_from(env))
     try:
         key = topic_template(runtime, service_id, "news")
-        for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", UNUSED)
+        runtime.statements.allocate_numbers(service_id, "TOPIC", "news", UNUSED)
         tokens = seed_topic(runtime, service_id, "news", key, "all", DEVICES)
         job = topic_job(runtime, service_id, key, "all", variables={"name": "mariadb outage"})
         assert job.task_count == 2

@@ -15,7 +15,6 @@ import time
 
 import pytest
 
-from notee.store.cql import for_runtime
 from tests.faults.conftest import dead_letters_of, outage_releases, task_attempts, wait_sent
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job
@@ -32,7 +31,7 @@ WORKERS, LANES = 2, 2
 
 def test_provider_refuses_connections_for_60_s_mid_publish(runtime, emulator, processes, service_id, settings):
     key = topic_template(runtime, service_id, "news")
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", UNUSED)
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", UNUSED)
     tokens = seed_topic(runtime, service_id, "news", key, "all", DEVICES)
     job = topic_job(runtime, service_id, key, "all", variables={"name": "provider outage"})
     assert job.task_count == 2

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from notee.store.cql import for_runtime
 from tests.faults.conftest import outage_releases, task_attempts, wait_sent
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job
@@ -31,7 +30,7 @@ WORKERS, LANES = 2, 2
 def test_quorum_lost_for_60_s_mid_publish(fault_cluster, emulator, processes, service_id, settings):
     runtime = fault_cluster.runtime
     key = topic_template(runtime, service_id, "news")
-    for_runtime(runtime).allocate_numbers(service_id, "TOPIC", "news", UNUSED)
+    runtime.statements.allocate_numbers(service_id, "TOPIC", "news", UNUSED)
     tokens = seed_topic(runtime, service_id, "news", key, "all", DEVICES)
     job = topic_job(runtime, service_id, key, "all", variables={"name": "quorum loss"})
     assert job.task_count == 2

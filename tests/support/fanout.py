@@ -17,7 +17,6 @@ from notee.fanout.worker import Worker
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
-from notee.store.cql import for_runtime
 from notee.vocabulary import SLOT_SIZE, Progress, TopicTarget
 from tests.support import registry
 from tests.support.processes import NoteeProcess
@@ -36,7 +35,7 @@ def seed_topic(
 ) -> list[str]:
     """``n`` subscribers of (template key, topic): numbers come from the (service, TOPIC, type) ``no``
     counter exactly as subscribe allocates them; rows land in slots no // 30000."""
-    st = for_runtime(runtime)
+    st = runtime.statements
     top = st.allocate_numbers(service, "TOPIC", type_, n)
     first = top - n + 1
     prefix = prefix or f"{service}-{topic}-"

@@ -47,7 +47,7 @@ def make_service(runtime: Runtime, service: str, tz: str = "Asia/Seoul", *, fcm:
         store.insert_service(s, service=service, display_name=f"Test {service}", timezone=tz, now=_now())
     if fcm:
         box = SecretsBox(runtime.settings.credentials_key.get_secret_value())
-        with runtime.sessions() as s:
+        with runtime.sessions.begin() as s:  # the caller owns the commit
             set_fcm_credentials(s, box, service, shared_service_account())
     return service
 

@@ -15,7 +15,6 @@ from sqlalchemy import text
 
 from notee.runtime import Runtime
 from notee.scheduler.runner import Scheduler
-from notee.store.cql import for_runtime
 from notee.vocabulary import CycleTarget
 from tests.support import registry
 
@@ -38,7 +37,7 @@ class DueIndex:
         return key
 
     def mark(self, service: str, type_: str, key: str, buckets: list[CycleTarget]) -> None:
-        st = for_runtime(self.runtime)
+        st = self.runtime.statements
         for b in buckets:
             st.run(
                 st.mark_due(
@@ -54,7 +53,7 @@ class DueIndex:
             self.rows.append((b, key))
 
     def cleanup(self) -> None:
-        st = for_runtime(self.runtime)
+        st = self.runtime.statements
         stamp = int(time.time() * 1_000_000) + 1
         for b, key in self.rows:
             st.delete_due(stamp, b.timezone, b.day, b.hour, b.minute, key)

@@ -55,13 +55,15 @@ RateClassPath = Annotated[RateClass, Path(description="publish | send | write | 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
 def create_service(body: ServiceIn, db: DbDep) -> registry.Service:
     """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
-    return registry.create_service(
+    created = registry.create_service(
         db,
         service=body.service,
         display_name=body.display_name,
         timezone=body.timezone,
         delivery_mode=body.delivery_mode,
     )
+    db.commit()
+    return created
 
 
 @router.get("/services", response_model=ServiceList)
@@ -80,13 +82,16 @@ def get_service(service: ServicePath, db: DbDep) -> registry.Service:
 def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> registry.Service:
     """Set the delivery mode: ``dry_run`` sends nothing (the log provider records each push), ``live``
     sends. Jobs already made keep the mode they were made in."""
-    return registry.set_delivery_mode(db, service, body.delivery_mode)
+    updated = registry.set_delivery_mode(db, service, body.delivery_mode)
+    db.commit()
+    return updated
 
 
 @router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))
 def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None) -> ApiKeyCreated:
     """Create an API key. The key is in this response only; Notee keeps its SHA-256."""
     created = registry.create_api_key(db, service, label=body.label if body else "")
+    db.commit()
     return ApiKeyCreated(**ApiKeyOut.model_validate(created.info).model_dump(), api_key=created.api_key)
 
 
@@ -100,12 +105,14 @@ def list_api_keys(service: ServicePath, db: DbDep) -> ApiKeyList:
 def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
     """Revoke a key; effective on the next request."""
     registry.revoke_api_key(db, service, key_id)
+    db.commit()
 
 
 @router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))
 def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep) -> dict[str, bool]:
     """Store the Firebase service account (encrypted at rest, never returned)."""
     credentials.set_fcm_credentials(db, box, service, body.service_account)
+    db.commit()
     return credentials.credentials_status(db, service)
 
 
@@ -122,6 +129,7 @@ def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDe
         private_key=body.private_key,
         sandbox=body.sandbox,
     )
+    db.commit()
     return credentials.credentials_status(db, service)
 
 
@@ -137,6 +145,7 @@ def get_credentials(service: ServicePath, db: DbDep) -> dict[str, bool]:
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep) -> None:
     """Remove the service's `fcm` or `apns` credentials."""
     credentials.delete_credentials(db, service, provider)
+    db.commit()
 
 
 def _limit_out(klass: RateClass, limit: ratelimit.Limit) -> RateLimitOut:

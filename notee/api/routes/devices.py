@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Response
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
-from notee.domain import registry
+from notee.domain import registry, subscriptions
 from notee.domain.rules import TOKEN_PATTERN
 from notee.logs import token_hint
 
@@ -29,7 +29,9 @@ def add_device(
     user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
 ) -> registry.Device:
     """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
-    device = registry.add_device(runtime, db, service, str(user_id), token=body.token, os=body.os, region=body.region)
+    device = registry.add_device(db, service, str(user_id), token=body.token, os=body.os, region=body.region)
+    db.commit()  # MySQL first: subscription rows are copied only to a device that exists
+    subscriptions.on_device_added(db, runtime.statements, service, str(user_id), body.token, body.os)
     response.status_code = 201 if device.created else 200
     return device
 
@@ -49,16 +51,17 @@ def delete_device(
     runtime: RuntimeDep,
 ) -> None:
     """Remove a device and its subscription rows. The token is URL-encoded in the path."""
-    registry.remove_device(runtime, db, service, str(user_id), token)
+    registry.remove_device(db, runtime.statements, service, str(user_id), token)
+    db.commit()
 
 
 @router.post("/devices/rotate", response_model=RotateOut, responses=errors(404))
 def rotate_token(body: RotateIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> RotateOut:
     """The provider replaced a token: every user of this service holding old_token gets new_token,
     keeping the device's registration time and subscriptions."""
-    return RotateOut(
-        rotated=registry.rotate_token(runtime, db, service, old_token=body.old_token, new_token=body.new_token)
-    )
+    rotated = registry.rotate_token(db, runtime.statements, service, old_token=body.old_token, new_token=body.new_token)
+    db.commit()
+    return RotateOut(rotated=rotated)
 
 
 _TOKEN_IN_PATH = re.compile(r"(/devices/)(?!rotate(?:[?\s]|$))([^?\s]+)")

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from notee.api.auth import ServiceDep
-from notee.api.deps import RuntimeDep
+from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, errors
 from notee.domain import subscriptions as subs
 from notee.domain.rules import TYPE_PATTERN
@@ -96,11 +96,17 @@ class BulkOut(BaseModel):
     responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)},
 )
 def subscribe_topic(
-    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, runtime: RuntimeDep, response: Response
+    user_id: UserIdPath,
+    type: TypePath,
+    topic: TopicPath,
+    service: ServiceDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+    response: Response,
 ) -> subs.SubscribeResult:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
-    return _upserted(response, subs.subscribe_topic(runtime, service, str(user_id), type, topic))
+    return _upserted(response, subs.subscribe_topic(db, runtime.statements, service, str(user_id), type, topic))
 
 
 def _upserted(response: Response, result: subs.SubscribeResult) -> subs.SubscribeResult:
@@ -116,10 +122,10 @@ def _upserted(response: Response, result: subs.SubscribeResult) -> subs.Subscrib
     responses=errors(404, 422),
 )
 def unsubscribe_topic(
-    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, runtime: RuntimeDep
+    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
 ) -> None:
     """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
-    subs.unsubscribe_topic(runtime, service, str(user_id), type, topic)
+    subs.unsubscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
 
 
 @router.put(
@@ -128,34 +134,46 @@ def unsubscribe_topic(
     responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)},
 )
 def subscribe_cycle(
-    user_id: UserIdPath, type: TypePath, body: CycleIn, service: ServiceDep, runtime: RuntimeDep, response: Response
+    user_id: UserIdPath,
+    type: TypePath,
+    body: CycleIn,
+    service: ServiceDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+    response: Response,
 ) -> subs.SubscribeResult:
     """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
     replaces the previous one of this type (201); the same schedule again changes nothing (200)."""
     return _upserted(
         response,
-        subs.subscribe_cycle(runtime, service, str(user_id), type, body.days, body.hour, body.minute, body.timezone),
+        subs.subscribe_cycle(
+            db, runtime.statements, service, str(user_id), type, body.days, body.hour, body.minute, body.timezone
+        ),
     )
 
 
 @router.delete(
     "/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response, responses=errors(404)
 )
-def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, runtime: RuntimeDep) -> None:
+def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Remove the user's recurring schedule for this type (every device)."""
-    subs.unsubscribe_cycle(runtime, service, str(user_id), type)
+    subs.unsubscribe_cycle(db, runtime.statements, service, str(user_id), type)
 
 
 @router.get("/users/{user_id}/subscriptions", response_model=SubscriptionList, responses=errors(404))
-def list_subscriptions(user_id: UserIdPath, service: ServiceDep, runtime: RuntimeDep) -> SubscriptionList:
+def list_subscriptions(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> SubscriptionList:
     """The user's subscriptions, from the per-user index."""
-    return SubscriptionList.model_validate({"items": subs.list_subscriptions(runtime, service, str(user_id))})
+    return SubscriptionList.model_validate(
+        {"items": subs.list_subscriptions(db, runtime.statements, service, str(user_id))}
+    )
 
 
 @router.post("/topics/{type}/{topic}/subscribers", response_model=BulkOut, responses=errors(404, 422))
-def bulk_subscribe(type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, runtime: RuntimeDep) -> BulkOut:
+def bulk_subscribe(
+    type: TypePath, topic: TopicPath, body: BulkIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep
+) -> BulkOut:
     """Subscribe up to 1,000 users to a topic; one result per distinct user id (unknown ids are
     reported as not_found, the others are still subscribed)."""
-    results = subs.bulk_subscribe_topic(runtime, service, type, topic, [str(u) for u in body.user_ids])
+    results = subs.bulk_subscribe_topic(db, runtime.statements, service, type, topic, [str(u) for u in body.user_ids])
     tally = {s: sum(1 for r in results if r["status"] == s) for s in ("subscribed", "already_subscribed", "not_found")}
     return BulkOut.model_validate({"results": results, **tally})

@@ -34,8 +34,8 @@ def put_template(
     """Create or update (201 when created). notification_key never changes; the version is bumped.
     A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
     template = registry.put_template(
-        runtime,
         db,
+        runtime.statements,
         service,
         method,
         type_,
@@ -46,6 +46,7 @@ def put_template(
         priority=body.priority,
         defaults=body.defaults,
     )
+    db.commit()
     response.status_code = 201 if template.created else 200
     return template
 
@@ -53,7 +54,9 @@ def put_template(
 @router.get("", response_model=TemplateList)
 def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> TemplateList:
     """Every template of the service."""
-    return TemplateList(items=[TemplateOut.model_validate(t) for t in registry.list_templates(runtime, db, service)])
+    return TemplateList(
+        items=[TemplateOut.model_validate(t) for t in registry.list_templates(db, runtime.statements, service)]
+    )
 
 
 @router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
@@ -61,10 +64,11 @@ def get_template(
     method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
 ) -> registry.Template:
     """One template by method and type."""
-    return registry.get_template(runtime, db, service, method, type_)
+    return registry.get_template(db, runtime.statements, service, method, type_)
 
 
 @router.delete("/{method}/{type}", status_code=204, response_class=Response, responses=errors(404))
 def delete_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the template and its subscriptions."""
-    registry.delete_template(runtime, db, service, method, type_)
+    registry.delete_template(db, runtime.statements, service, method, type_)
+    db.commit()

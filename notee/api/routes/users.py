@@ -28,6 +28,7 @@ def put_user(
 ) -> registry.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
     user = registry.upsert_user(db, service, service_user_id, name=body.name)
+    db.commit()
     response.status_code = 201 if user.created else 200
     return user
 
@@ -41,4 +42,5 @@ def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> registry.Us
 @router.delete("/{user_id}", status_code=204, response_class=Response, responses=errors(404))
 def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the user, its devices and its subscriptions."""
-    registry.delete_user(runtime, db, service, str(user_id))
+    registry.delete_user(db, runtime.statements, service, str(user_id))
+    db.commit()
