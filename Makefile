@@ -5,15 +5,26 @@ PY := $(VENV)/bin/python
 NOTEE := $(VENV)/bin/notee
 STAMP := $(VENV)/.installed
 
-.PHONY: run lint test test-faults soak bench bench-quick services-up services-down migrate venv cluster-up cluster-down
+.PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv lock cluster-up cluster-down
 
+## The exact, hash-checked versions of requirements-dev.lock (runtime + test + bench + dev extras),
+## then Notee itself without resolving anything again.
 venv: $(STAMP)
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml requirements-dev.lock setup.py clients/python/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q --require-hashes -r requirements-dev.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	$(VENV)/bin/pip install -q --no-deps -e clients/python  # the SDK (httpx and pydantic are already there)
 	touch $(STAMP)
+
+## Re-resolve both lock files from pyproject.toml (after changing a dependency or to take upgrades).
+## requirements.lock (runtime only, the image's) is constrained to requirements-dev.lock's versions.
+LOCK_VENV := .venv-lock
+LOCK := $(LOCK_VENV)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11
+lock:
+	test -x $(LOCK_VENV)/bin/uv || (python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q 'uv>=0.9,<1')
+	$(LOCK) --extra test --extra bench --extra dev -o requirements-dev.lock pyproject.toml
+	$(LOCK) -c requirements-dev.lock -o requirements.lock pyproject.toml
 
 services-up:
 	services/up.sh

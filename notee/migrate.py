@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
 from string import Template
 
@@ -51,7 +52,18 @@ from notee.store.cassandra import keyspaces
 
 log = logging.getLogger(__name__)
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+def schema_dir() -> Path:
+    """The folder holding ``mysql/`` and ``cql/``: inside an installed wheel ``notee/_schema`` (the
+    build copies the repository's ``schema/`` there, see setup.py), in a source checkout or an
+    editable install the repository's own ``schema/``."""
+    packaged = Path(str(resources.files("notee") / "_schema"))
+    source = Path(__file__).resolve().parent.parent / "schema"
+    if not packaged.is_dir() and (source / "mysql").is_dir() and (source.parent / "pyproject.toml").is_file():
+        return source
+    return packaged
+
+
+SCHEMA_DIR = schema_dir()
 _FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.(sql|cql)$")
 
 
@@ -83,6 +95,8 @@ GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3, 
 
 
 def load(folder: Path) -> list[Migration]:
+    if not folder.is_dir():
+        raise MigrationError(f"no migrations at {folder}: this notee was built without schema/ (see setup.py)")
     found = []
     for path in sorted(folder.iterdir()):
         m = _FILE.match(path.name)

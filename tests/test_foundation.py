@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from pathlib import Path
+from datetime import datetime, timezone
 
 import pytest
 from cassandra.policies import TokenAwarePolicy
@@ -94,13 +95,13 @@ def test_migrations_applied_twice_change_nothing(runtime, settings):
     assert migrate.migrate_cassandra(runtime.cql, settings) == []
     with runtime.engine.connect() as conn:
         versions = conn.execute(text("SELECT name FROM schema_version ORDER BY version")).scalars().all()
-    assert versions == [m.name for m in migrate.load(migrate.SCHEMA_DIR / "mysql")]
+    assert versions == [m.name for m in migrate.load(migrate.schema_dir() / "mysql")]
 
 
 def test_changed_migration_is_refused(tmp_path, runtime):
     folder = tmp_path / "mysql"
     folder.mkdir()
-    first = migrate.load(migrate.SCHEMA_DIR / "mysql")[0]
+    first = migrate.load(migrate.schema_dir() / "mysql")[0]
     (folder / first.name).write_text(first.text + "\n-- edited after landing\n")
     with pytest.raises(migrate.MigrationError, match="changed after it was applied"):
         migrate.migrate_mysql(runtime.engine, folder)
@@ -150,7 +151,7 @@ def _comment_block_above(lines: list[str], i: int) -> list[str]:
 def test_every_table_declares_retention_and_every_index_its_query():
     import re
 
-    for path in sorted(migrate.SCHEMA_DIR.glob("*/*.*ql")):
+    for path in sorted((Path(__file__).resolve().parent.parent / "schema").glob("*/*.*ql")):
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
             if re.match(r"\s*CREATE TABLE", line, re.I):

@@ -1,0 +1,254 @@
+"""The package as it is shipped (issue 15 items 4 and 5): declared dependencies match the imports,
+both lock files pin every requirement with hashes, and a wheel built from this checkout installs into
+a clean virtualenv from requirements.lock alone and migrates the stores from there."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from notee.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+# Declared but never named in an import statement, each for a stated reason.
+LOADED_BY_NAME = {
+    "pymysql": "SQLAlchemy loads it for the mysql+pymysql:// URL of NOTEE_MYSQL_URL",
+}
+
+
+def _requirements(group: str | None) -> list[Requirement]:
+    project = PYPROJECT["project"]
+    raw = project["dependencies"] if group is None else project["optional-dependencies"][group]
+    return [Requirement(r) for r in raw]
+
+
+def _imported_modules(folder: Path) -> set[str]:
+    """Every absolute module named by an import statement anywhere in *folder* (function-level
+    imports included)."""
+    found: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+    return {m for m in found if m.split(".")[0] not in sys.stdlib_module_names}
+
+
+def _distribution_of(module: str, owners: dict[str, list[str]]) -> str | None:
+    """The installed distribution providing *module*; a namespace package (``google``) is shared by
+    several, so the one whose files hold the module's own folder or file wins."""
+    top = module.split(".")[0]
+    candidates = owners.get(top, [])
+    if len(set(candidates)) <= 1:
+        return canonicalize_name(candidates[0]) if candidates else None
+    parts = module.split(".")
+    for depth in range(len(parts), 1, -1):
+        prefix = "/".join(parts[:depth])
+        holders = {c for c in candidates
+                   if any(str(f).startswith((prefix + "/", prefix + ".py")) for f in md.distribution(c).files or [])}
+        if len(holders) == 1:
+            return canonicalize_name(holders.pop())
+    return None
+
+
+def _distributions(modules: Iterable[str]) -> dict[str, str]:
+    owners = md.packages_distributions()
+    out: dict[str, str] = {}
+    for module in sorted(modules):
+        if module.split(".")[0] in ("notee", "tests", "bench"):
+            continue
+        dist = _distribution_of(module, owners)
+        assert dist is not None, f"{module} is imported but no installed distribution provides it"
+        out[module] = dist
+    return out
+
+
+def test_every_runtime_dependency_is_imported_and_every_import_declared() -> None:
+    declared = {canonicalize_name(r.name) for r in _requirements(None)}
+    imported = _distributions(_imported_modules(ROOT / "notee"))
+    undeclared = {m: d for m, d in imported.items() if d not in declared}
+    assert not undeclared, f"notee/ imports distributions missing from [project.dependencies]: {undeclared}"
+    unused = declared - set(imported.values()) - set(LOADED_BY_NAME)
+    assert not unused, f"declared runtime dependencies notee/ never imports (move to an extra or drop): {unused}"
+
+
+@pytest.mark.parametrize(("folder", "groups"), [("tests", ("test",)), ("bench", ("bench",))])
+def test_test_and_bench_imports_are_declared_in_their_extras(folder: str, groups: tuple[str, ...]) -> None:
+    declared = {canonicalize_name(r.name) for g in (None, *groups) for r in _requirements(g)}
+    imported = _distributions(_imported_modules(ROOT / folder))
+    undeclared = {m: d for m, d in imported.items() if d not in declared}
+    assert not undeclared, f"{folder}/ imports distributions missing from {groups}: {undeclared}"
+
+
+def test_major_versions_are_bounded() -> None:
+    unbounded = [str(r) for g in (None, *PYPROJECT["project"]["optional-dependencies"]) for r in _requirements(g)
+                 if r.name != "tzdata" and not any(s.operator in ("<", "==", "~=") for s in r.specifier)]
+    assert not unbounded, f"requirements without an upper bound: {unbounded}"
+
+
+def _closure(requirements: list[Requirement]) -> set[str]:
+    """The installed distributions *requirements* need, transitively (markers and extras honoured)."""
+    seen: set[str] = set()
+    todo = [(r, "") for r in requirements]
+    while todo:
+        req, extra = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(req.name)
+        requires = [Requirement(r) for r in md.distribution(name).requires or []]
+        for wanted in ("", *req.extras):
+            key = f"{name}[{wanted}]"
+            if key in seen:
+                continue
+            seen.add(key)
+            todo.extend((r, wanted) for r in requires)
+    return {k.split("[")[0] for k in seen}
+
+
+def _lock(name: str) -> dict[str, tuple[Version, int]]:
+    """``{distribution: (pinned version, number of hashes)}`` of a pip/uv lock file."""
+    pins: dict[str, tuple[Version, int]] = {}
+    current = None
+    for line in (ROOT / name).read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)(\[[^\]]*\])?==([^\s;\\]+)", line)
+        if m:
+            current = canonicalize_name(m.group(1))
+            pins[current] = (Version(m.group(3)), 0)
+        elif current and line.strip().startswith("--hash=sha256:"):
+            version, hashes = pins[current]
+            pins[current] = (version, hashes + 1)
+        elif line and not line.startswith((" ", "#")):
+            current = None
+    return pins
+
+
+@pytest.mark.parametrize(("lock", "groups"), [
+    ("requirements.lock", (None,)),
+    ("requirements-dev.lock", (None, *PYPROJECT["project"]["optional-dependencies"])),
+])
+def test_lock_files_pin_every_requirement_with_hashes(lock: str, groups: tuple[str | None, ...]) -> None:
+    pins = _lock(lock)
+    assert pins, f"{lock} pins nothing"
+    unhashed = [d for d, (_, n) in pins.items() if n == 0]
+    assert not unhashed, f"{lock}: pins without --hash: {unhashed}"
+    for group in groups:
+        for req in _requirements(group):
+            name = canonicalize_name(req.name)
+            assert name in pins, f"{lock} lacks {req} (run `make lock`)"
+            assert req.specifier.contains(pins[name][0], prereleases=True), \
+                f"{lock} pins {name}=={pins[name][0]}, outside pyproject's {req} (run `make lock`)"
+    if lock == "requirements.lock":  # the image's lock holds what the runtime needs, nothing more
+        closure = _closure(_requirements(None))
+        assert set(pins) == closure, f"requirements.lock differs from the runtime closure: " \
+            f"extra {sorted(set(pins) - closure)}, missing {sorted(closure - set(pins))}"
+        dev = _lock("requirements-dev.lock")
+        drift = {d: (v, dev[d][0]) for d, (v, _) in pins.items() if d in dev and dev[d][0] != v}
+        assert not drift, f"requirements.lock and requirements-dev.lock disagree: {drift}"
+
+
+def test_time_zones_come_from_the_tzdata_package() -> None:
+    import zoneinfo
+
+    import tzdata
+
+    import notee
+
+    assert zoneinfo.TZPATH == (), "zoneinfo would read the host's zone files"
+    assert notee.TZDATA_VERSION == tzdata.IANA_VERSION
+    assert zoneinfo.ZoneInfo("Europe/Kyiv").key == "Europe/Kyiv"  # resolved from the package, no host file
+
+
+# --- the wheel ---------------------------------------------------------------------------------------
+
+def _run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+         timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{args[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sdist first, then the wheel built from that sdist (``python -m build``), as a release would."""
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)])
+    (built,) = out.glob("notee-*.whl")
+    return built
+
+
+def test_wheel_carries_every_module_and_migration(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notee").rglob("*.py")}
+    assert sources <= names, f"modules missing from the wheel: {sorted(sources - names)}"
+    migrations = {f"notee/_schema/{p.parent.name}/{p.name}" for p in (ROOT / "schema").glob("*/*.*ql")}
+    assert migrations and migrations <= names, f"migrations missing: {sorted(migrations - names)}"
+    assert not any(n.startswith(("tests/", "bench/", "schema/")) for n in names)
+
+
+@pytest.fixture(scope="module")
+def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
+    """NOTEE_* settings naming a database and keyspaces of their own, so the installed `notee
+    migrate` starts from nothing; dropped afterwards."""
+    url = make_url(settings.mysql_url.get_secret_value())
+    url = url.set(database=f"{url.database}_wheel")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTEE_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update({
+        "NOTEE_MYSQL_URL": url.render_as_string(hide_password=False),
+        "NOTEE_CASSANDRA_HOSTS": ",".join(settings.cassandra_hosts),
+        "NOTEE_CASSANDRA_PORT": str(settings.cassandra_port),
+        "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": f"{settings.cassandra_keyspace_notification}_wheel",
+        "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": f"{settings.cassandra_keyspace_numbering}_wheel",
+    })
+    yield env
+    server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
+    with server.begin() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
+    server.dispose()
+    from notee.runtime import Runtime
+
+    runtime = Runtime(settings)
+    try:
+        for ks in (env["NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION"], env["NOTEE_CASSANDRA_KEYSPACE_NUMBERING"]):
+            runtime.cql.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
+    finally:
+        runtime.close()
+
+
+def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
+        wheel: Path, wheel_env: dict[str, str], tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    pip, notee = str(venv / "bin" / "pip"), str(venv / "bin" / "notee")
+    _run([pip, "install", "-q", "--require-hashes", "-r", str(ROOT / "requirements.lock")], cwd=tmp_path)
+    _run([pip, "install", "-q", "--no-deps", str(wheel)], cwd=tmp_path)
+    # It runs from the virtualenv, not from this checkout.
+    where = _run([str(venv / "bin" / "python"), "-c", "import notee; print(notee.__file__)"], cwd=tmp_path)
+    assert where.stdout.strip().startswith(str(venv)), where.stdout
+
+    expected = sorted(p.name for p in (ROOT / "schema" / "mysql").glob("*.sql")) + \
+        sorted(p.name for p in (ROOT / "schema" / "cql").glob("*.cql"))
+    first = _run([notee, "migrate"], env=wheel_env, cwd=tmp_path)
+    assert first.stdout.strip() == f"applied {len(expected)} migration(s): " + ", ".join(expected), first.stdout
+    again = _run([notee, "migrate"], env=wheel_env, cwd=tmp_path)
+    assert again.stdout.strip() == "applied 0 migration(s)"
+
+    help_text = _run([notee, "api", "--help"], env=wheel_env, cwd=tmp_path).stdout
+    assert "Serve the HTTP API" in help_text
