@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 
 from notee import cli_http, logs
 from notee.emulator.tls import TlsFiles
@@ -18,7 +19,14 @@ log = logging.getLogger("notee")
 
 
 def _settings() -> Settings:
-    settings = Settings()
+    """The process's settings; an invalid one stops it with one line per setting (never its value)."""
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "NOTEE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+            typer.echo(f"notee: invalid configuration: {name}: {error['msg']}", err=True)
+        raise typer.Exit(2) from None
     logs.setup(settings.log_level, settings.log_format)
     return settings
 
@@ -323,6 +331,36 @@ def dead_letters_replay(
     )
 
 
+credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).",
+                              no_args_is_help=True)
+app.add_typer(credentials_app, name="credentials")
+
+
+@credentials_app.command("rotate-key")
+def rotate_key() -> None:
+    """Re-encrypt every stored provider credential under NOTEE_CREDENTIALS_KEY. Rotation: give every
+    process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
+    this, then drop the old key."""
+    from notee.domain import registry
+    from notee.runtime import Runtime
+    from notee.secrets import SecretsBox
+
+    from notee.errors import ProviderConfigError
+
+    settings = _settings()
+    runtime = Runtime(settings)
+    try:
+        with runtime.sessions() as session, session.begin():
+            counts = registry.rotate_credentials_key(session, SecretsBox.from_settings(settings))
+    except ProviderConfigError as exc:
+        typer.echo(f"notee: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        runtime.close()
+    typer.echo(f"re-encrypted {counts['credentials']} credential(s) of {counts['services']} service(s) "
+               "under NOTEE_CREDENTIALS_KEY")
+
+
 @app.command()
 def openapi(
     markdown: bool = typer.Option(
@@ -333,7 +371,7 @@ def openapi(
     from notee.api import openapi as reference
     from notee.api.app import create_app
 
-    document = create_app(Settings()).openapi()
+    document = create_app(_settings()).openapi()
     typer.echo(reference.markdown(document) if markdown else json.dumps(document, indent=2), nl=not markdown)
 
 

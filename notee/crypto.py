@@ -14,9 +14,12 @@ import hashlib
 import hmac
 import re
 import secrets as _random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, MultiFernet
+
+from notee.settings import Settings
 
 API_KEY_PREFIX = "nk_"
 _KEY_ID_LEN = 16
@@ -69,17 +72,34 @@ def tokens_equal(given: str, expected: str) -> bool:
 
 class SecretsBox:
     """Fernet (AES-128-CBC + HMAC-SHA256) encryption of provider credentials under
-    ``NOTEE_CREDENTIALS_KEY``. Build one from settings; it keeps only the key object."""
+    ``NOTEE_CREDENTIALS_KEY``. Earlier keys (``NOTEE_CREDENTIALS_OLD_KEYS``) still decrypt, so a key
+    can be rotated without downtime: every process gets the new key first and the old one as an old
+    key, then ``notee credentials rotate-key`` re-encrypts every row, then the old key is dropped.
+    Build one from settings; it keeps only the key objects."""
 
-    def __init__(self, key: str) -> None:
-        self._fernet = Fernet(key.encode("ascii"))
+    def __init__(self, key: str, old_keys: Sequence[str] = ()) -> None:
+        self._fernet = MultiFernet([Fernet(k.encode("ascii")) for k in (key, *old_keys)])
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SecretsBox | None:
+        """The box of NOTEE_CREDENTIALS_KEY (+ old keys), or None when no key is configured."""
+        if settings.credentials_key is None:
+            return None
+        return cls(settings.credentials_key.get_secret_value(),
+                   [k.get_secret_value() for k in settings.credentials_old_keys])
 
     def __repr__(self) -> str:
-        return "SecretsBox(<key hidden>)"
+        return "SecretsBox(<keys hidden>)"
 
     def encrypt(self, plaintext: bytes) -> bytes:
+        """Always under the current key."""
         return self._fernet.encrypt(plaintext)
 
     def decrypt(self, token: bytes) -> bytes:
-        """Raises ``cryptography.fernet.InvalidToken`` when the key does not match."""
+        """Under the current or any old key. Raises ``cryptography.fernet.InvalidToken`` when none matches."""
         return self._fernet.decrypt(bytes(token))
+
+    def rotate(self, token: bytes) -> bytes:
+        """The same plaintext re-encrypted under the current key (InvalidToken when no key opens it)."""
+        return self._fernet.rotate(bytes(token))
+

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
+MIN_ADMIN_TOKEN_LEN = 32
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="NOTEE_", extra="ignore")
+    # hide_input_in_errors: a rejected value (a short admin token, a bad key) never appears in the
+    # error text, which may be logged.
+    model_config = SettingsConfigDict(env_prefix="NOTEE_", extra="ignore", hide_input_in_errors=True)
 
     # --- stores -----------------------------------------------------------------------------
     mysql_url: SecretStr = Field(
@@ -57,12 +63,18 @@ class Settings(BaseSettings):
 
     # --- security ---------------------------------------------------------------------------
     admin_token: SecretStr | None = Field(
-        None, description="Bearer token of the admin API (create services and keys). Unset: admin API off."
+        None, description="Bearer token of the admin API (create services and keys), at least 32 characters. "
+        "Unset: admin API off."
     )
     credentials_key: SecretStr | None = Field(
         None,
         description="Fernet key (urlsafe base64, 32 bytes) encrypting provider credentials at rest. "
         "Required before credentials can be stored.",
+    )
+    credentials_old_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated earlier credentials keys, still accepted for reading while "
+        "`notee credentials rotate-key` re-encrypts everything under NOTEE_CREDENTIALS_KEY.",
     )
 
     # --- api ----------------------------------------------------------------------------------
@@ -182,6 +194,32 @@ class Settings(BaseSettings):
         if (self.api_tls_cert_file is None) != (self.api_tls_key_file is None):
             raise ValueError("NOTEE_API_TLS_CERT_FILE and NOTEE_API_TLS_KEY_FILE must be set together")
         return self
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_TOKEN_LEN:
+            # The admin token rules every tenant: a short one could be guessed.
+            raise ValueError(f"must be at least {MIN_ADMIN_TOKEN_LEN} characters (e.g. "
+                             "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return value
+
+    @field_validator("credentials_key", "credentials_old_keys")
+    @classmethod
+    def _fernet_keys(cls, value: SecretStr | list[SecretStr] | None) -> SecretStr | list[SecretStr] | None:
+        for key in value if isinstance(value, list) else [value] if value is not None else []:
+            try:
+                Fernet(key.get_secret_value().encode("ascii"))
+            except (ValueError, UnicodeEncodeError):
+                raise ValueError("must be a Fernet key (32 url-safe base64-encoded bytes)") from None
+        return value
+
+    @field_validator("credentials_old_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
 
     @field_validator("cassandra_hosts", mode="before")
     @classmethod

@@ -134,6 +134,16 @@ class Progress(PageCounts):
 
 # --- provider credentials (decrypted) -------------------------------------------------------------
 
+# Google's OAuth2 token endpoint: the only place a stored service account's signed assertion may go
+# (checked when saved by domain/rules.py, again by providers/fcm.py before it signs anything).
+GOOGLE_TOKEN_URI = "https://oauth2.googleapis.com/token"
+
+
+def allowed_token_uris(emulator_url: str | None) -> list[str]:
+    """Token endpoints a stored service account may name: Google's, and the emulator's when one is
+    configured (NOTEE_EMULATOR_URL)."""
+    return [GOOGLE_TOKEN_URI] + ([emulator_url.rstrip("/") + "/token"] if emulator_url else [])
+
 
 @dataclass(frozen=True)
 class FcmCredentials:

@@ -10,13 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 umask 077  # .run/ holds secrets: readable by this user only
 RUN=${NOTEE_RUN_DIR:-.run}
-mkdir -p "$RUN" && chmod 700 "$RUN"
+workers/dev-secrets.sh   # $RUN (700) with admin-token and credentials.key (600, also when older runs left them readable)
 if [ -z "${NOTEE_ADMIN_TOKEN:-}" ]; then
-  [ -s "$RUN/admin-token" ] || .venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))' > "$RUN/admin-token"
   export NOTEE_ADMIN_TOKEN=$(cat "$RUN/admin-token")
 fi
 if [ -z "${NOTEE_CREDENTIALS_KEY:-}" ]; then
-  [ -s "$RUN/credentials.key" ] || .venv/bin/python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' > "$RUN/credentials.key"
   export NOTEE_CREDENTIALS_KEY=$(cat "$RUN/credentials.key")
 fi
 procfile=workers/Procfile

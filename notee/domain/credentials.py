@@ -38,9 +38,8 @@ _COLUMNS = {"fcm": "fcm_encrypted", "apns": "apns_encrypted"}
 
 def credentials_box(settings: Settings) -> SecretsBox | None:
     """The cipher of ``NOTEE_CREDENTIALS_KEY``, or None when it is not set (storing or reading
-    credentials then fails with ProviderConfigError)."""
-    key = settings.credentials_key
-    return SecretsBox(key.get_secret_value()) if key is not None else None
+    credentials then fails with ProviderConfigError). NOTEE_CREDENTIALS_OLD_KEYS still decrypt."""
+    return SecretsBox.from_settings(settings)
 
 
 def _require_box(box: SecretsBox | None) -> SecretsBox:
@@ -49,10 +48,9 @@ def _require_box(box: SecretsBox | None) -> SecretsBox:
     return box
 
 
-def set_fcm_credentials(
-    session: Session, box: SecretsBox | None, service: str, service_account: dict[str, Any]
-) -> None:
-    check_fcm_service_account(service_account)
+def set_fcm_credentials(session: Session, box: SecretsBox | None, service: str,
+                        service_account: dict[str, Any], *, emulator_url: str | None = None) -> None:
+    check_fcm_service_account(service_account, emulator_url=emulator_url)
     box = _require_box(box)
     get_service(session, service)
     blob = box.encrypt(json.dumps({"service_account": service_account}).encode())
@@ -107,6 +105,28 @@ def delete_credentials(session: Session, service: str, provider: str) -> None:
         raise NotFound(f"no {provider} credentials configured")
     store.upsert_credential(session, service=service, column=_COLUMNS[provider], blob=None, now=utcnow())
     log.info("provider credentials deleted: service=%s provider=%s", service, provider)
+
+
+def rotate_credentials_key(session: Session, box: SecretsBox | None) -> dict[str, int]:
+    """Re-encrypt every stored credential under the box's current key (``notee credentials
+    rotate-key``); rows are locked meanwhile. All or nothing: when a row opens with none of the keys
+    it raises ProviderConfigError and the caller rolls back. The caller commits."""
+    box = _require_box(box)
+    services = blobs = 0
+    for row in store.lock_all_credentials(session):
+        try:
+            fcm = box.rotate(row.fcm_encrypted) if row.fcm_encrypted else None
+            apns = box.rotate(row.apns_encrypted) if row.apns_encrypted else None
+        except InvalidToken:
+            raise ProviderConfigError(f"credentials of {row.service} open with none of NOTEE_CREDENTIALS_KEY and "
+                                      "NOTEE_CREDENTIALS_OLD_KEYS: nothing was re-encrypted") from None
+        if fcm is None and apns is None:
+            continue
+        store.replace_credential_blobs(session, service=row.service, fcm=fcm, apns=apns, now=utcnow())
+        services += 1
+        blobs += (fcm is not None) + (apns is not None)
+    log.info("credentials re-encrypted under the current key: services=%d blobs=%d", services, blobs)
+    return {"services": services, "credentials": blobs}
 
 
 def load_credentials(session: Session, secrets_box: SecretsBox | None, service: str) -> ProviderCredentials | None:

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from notee.errors import InvalidInput
+from notee.vocabulary import allowed_token_uris
 
 SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -32,6 +33,10 @@ TOKEN_RE = re.compile(TOKEN_PATTERN)
 REGION_RE = re.compile(REGION_PATTERN)
 APNS_ID_RE = re.compile(APNS_ID_PATTERN)
 BUNDLE_RE = re.compile(BUNDLE_PATTERN)
+# A Google Cloud project id: 6-30 lowercase letters, digits and hyphens, starting with a letter, not
+# ending with a hyphen (https://cloud.google.com/resource-manager/docs/creating-managing-projects).
+# It becomes a path segment of every FCM request, so nothing else may pass.
+FCM_PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_NEWLINE_RE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
@@ -181,14 +186,21 @@ def check_pem(field_: str, value: Any, *, ec_only: bool) -> str:
     return pem
 
 
-def check_fcm_service_account(sa: Any) -> dict[str, Any]:
+def check_fcm_service_account(sa: Any, *, emulator_url: str | None = None) -> dict[str, Any]:
+    """A Firebase service account Notee can use. Its ``token_uri`` is where Notee posts the signed
+    JWT assertion for an access token: only Google's endpoint (or the configured emulator's) is
+    accepted, so a credential cannot make Notee sign and send assertions to another server."""
     if not isinstance(sa, dict):
         raise bad("service_account", "must be the service-account JSON object", "dict_type")
     if len(json.dumps(sa)) > MAX_CREDENTIALS_JSON:
         raise bad("service_account", f"must be at most {MAX_CREDENTIALS_JSON} bytes")
     if sa.get("type") != "service_account":
         raise bad("service_account", 'must have "type": "service_account"')
-    for name in ("project_id", "client_email"):
-        check_text(f"service_account.{name}", sa.get(name), min_len=1, max_len=320)
+    check_pattern("service_account.project_id", sa.get("project_id"), FCM_PROJECT_ID_RE,
+                  "a Google Cloud project id (6-30 of a-z, 0-9, -)")
+    check_text("service_account.client_email", sa.get("client_email"), min_len=1, max_len=320)
+    allowed = allowed_token_uris(emulator_url)
+    if sa.get("token_uri") not in allowed:
+        raise bad("service_account.token_uri", "must be " + " or ".join(allowed), "token_uri")
     check_pem("service_account.private_key", sa.get("private_key"), ec_only=False)
     return sa

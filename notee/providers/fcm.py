@@ -27,6 +27,7 @@ from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import Pool, TransportError
 from notee.providers.retry import parse_retry_after
+from notee.vocabulary import GOOGLE_TOKEN_URI
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,9 @@ class ServiceAccountTokens:
         info = dict(service_account)
         if token_uri:
             info["token_uri"] = token_uri
+        elif info.get("token_uri") != GOOGLE_TOKEN_URI:
+            # Checked when saved too; again here for credentials stored before that check existed.
+            raise ProviderConfigError(f"FCM service account's token_uri is not {GOOGLE_TOKEN_URI}")
         try:
             self._cert = credentials.Certificate(info)
         except (ValueError, KeyError, TypeError) as exc:

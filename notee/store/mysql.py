@@ -28,6 +28,9 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
         pool_pre_ping=True,  # a connection MySQL dropped (restart, wait_timeout) is replaced, not used
         pool_recycle=1800,
         pool_timeout=settings.mysql_connect_timeout_s,
+        # A failed statement's exception text would otherwise carry its bound values (device
+        # tokens, user ids) into every log line and traceback that prints it.
+        hide_parameters=True,
         connect_args={
             "connect_timeout": settings.mysql_connect_timeout_s,
             "read_timeout": 30,

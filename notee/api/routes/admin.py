@@ -109,9 +109,14 @@ def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
 
 
 @router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))
-def put_fcm_credentials(service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep) -> dict[str, bool]:
-    """Store the Firebase service account (encrypted at rest, never returned)."""
-    credentials.set_fcm_credentials(db, box, service, body.service_account)
+def put_fcm_credentials(
+    service: ServicePath, body: FcmCredentialsIn, db: DbDep, box: BoxDep, runtime: RuntimeDep
+) -> dict[str, bool]:
+    """Store the Firebase service account (encrypted at rest, never returned). Its `token_uri` must
+    be Google's token endpoint and its `project_id` a Google Cloud project id (else 422)."""
+    credentials.set_fcm_credentials(
+        db, box, service, body.service_account, emulator_url=runtime.settings.emulator_url
+    )
     db.commit()
     return credentials.credentials_status(db, service)
 
