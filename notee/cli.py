@@ -116,17 +116,13 @@ def api(
 
 
 @app.command()
-def emulator(
-    host: str | None = None,
-    port: int | None = None,
-    state_dir: str | None = None,
-    realistic: bool = typer.Option(
-        False,
-        help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
-        "rates, APNs stream limits and GOAWAY on --apns-port.",
-    ),
-    apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1)."),
-) -> None:
+def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None,
+             realistic: bool = typer.Option(False, help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
+                                            "rates, APNs stream limits and GOAWAY on --apns-port."),
+             apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1)."),
+             name: list[str] = typer.Option([], help="Another host name its certificate must hold "
+                                                     "(repeatable; e.g. the compose service name)."),
+             ) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
     from notee.emulator.server import serve
 
@@ -146,9 +142,8 @@ def emulator(
                 f"FCM access tokens from https://{host}:{port}/token"
             )
 
-    serve(
-        host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic, apns_port=apns_port
-    )
+    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic,
+          apns_port=apns_port, names=name)
 
 
 @app.command()
@@ -329,6 +324,46 @@ def dead_letters_replay(
             }
         )
     )
+
+
+@app.command()
+def healthcheck(
+    process: str = typer.Argument(..., help="api, worker or scheduler"),
+    url: str | None = typer.Option(None, help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz)."),
+    max_age: float | None = typer.Option(None, help="worker/scheduler: oldest heartbeat accepted, in seconds "
+                                                    "(default worker 30, scheduler 150)."),
+) -> None:
+    """Exit 0 when the process in this container is healthy, 1 (with one line saying why) when not:
+    api answers /healthz with both stores ok; worker/scheduler touched NOTEE_HEARTBEAT_FILE recently.
+    For container healthchecks (compose.yaml)."""
+    from notee import heartbeat
+
+    settings = _settings()
+    if process == "api":
+        import httpx
+
+        target = url or f"http://127.0.0.1:{settings.api_port}/healthz"
+        try:
+            response = httpx.get(target, timeout=5.0, trust_env=False)  # a local probe: no proxy
+            healthy = response.status_code == 200 and response.json().get("status") == "ok"
+            reason = f"{target} answered {response.status_code} {response.text[:200]}"
+        except (httpx.HTTPError, ValueError) as exc:
+            healthy, reason = False, f"{target}: {type(exc).__name__}: {exc}"
+    elif process in heartbeat.MAX_AGE_S:
+        if not settings.heartbeat_file:
+            typer.echo("unhealthy: NOTEE_HEARTBEAT_FILE is not set", err=True)
+            raise typer.Exit(1)
+        limit = max_age if max_age is not None else heartbeat.MAX_AGE_S[process]
+        age = heartbeat.age_s(settings.heartbeat_file)
+        healthy = age is not None and age <= limit
+        reason = "no heartbeat yet" if age is None else f"last heartbeat {age:.0f} s ago (limit {limit:.0f} s)"
+    else:
+        typer.echo(f"unknown process {process!r}: api, worker or scheduler", err=True)
+        raise typer.Exit(2)
+    if not healthy:
+        typer.echo(f"unhealthy: {reason}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"healthy: {reason}")
 
 
 credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).",

@@ -182,6 +182,11 @@ class Settings(BaseSettings):
         "(the scheduler follows the database clock).",
     )
 
+    heartbeat_file: str | None = Field(
+        None, description="File `notee worker` and `notee scheduler` touch while healthy, read by "
+        "`notee healthcheck worker|scheduler`. Unset: no heartbeat."
+    )
+
     log_level: str = Field("INFO", description="Python logging level.")
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -13,6 +13,7 @@ import sys
 import tomllib
 import zipfile
 from collections.abc import Iterable
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,87 @@ def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
 
     help_text = _run([notee, "api", "--help"], env=wheel_env, cwd=tmp_path).stdout
     assert "Serve the HTTP API" in help_text
+
+
+# --- compose.yaml, Dockerfile, .env.example ---------------------------------------------------------
+
+def _compose() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((ROOT / "compose.yaml").read_text())  # safe_load resolves the `<<` merge keys
+
+
+def _notee_help(*args: str) -> str:
+    env = os.environ | {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    return _run([sys.executable, "-m", "notee", *args, "--help"], env=env).stdout
+
+
+def _notee_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: svc for name, svc in compose["services"].items() if svc.get("image") == "notee:local"}
+
+
+def test_compose_runs_only_real_notee_commands_and_options() -> None:
+    compose = _compose()
+    commands = set(re.findall(r"^│ ([a-z][a-z-]*)\s", _notee_help(), flags=re.M))
+    assert {"api", "worker", "scheduler", "migrate", "healthcheck"} <= commands, commands
+    invocations = []
+    for name, svc in _notee_services(compose).items():
+        invocations.append((name, svc["command"]))
+        if "healthcheck" in svc:
+            test = svc["healthcheck"]["test"]
+            assert test[:2] == ["CMD", "notee"], f"{name}: healthcheck must run notee directly: {test}"
+            invocations.append((f"{name} healthcheck", test[2:]))
+    for where, argv in invocations:
+        assert argv[0] in commands, f"{where}: `notee {argv[0]}` is not a command"
+        options = set(re.findall(r"(--[a-z][a-z-]*)", _notee_help(argv[0])))
+        used = [a for a in argv if a.startswith("--")]
+        assert set(used) <= options, f"{where}: notee {argv[0]} has no {set(used) - options}"
+    assert {"migrate", "api", "worker", "scheduler", "emulator"} <= set(_notee_services(compose))
+
+
+def test_compose_and_env_example_name_only_real_settings() -> None:
+    compose = _compose()
+    fields = {f"NOTEE_{name.upper()}" for name in Settings.model_fields}
+    for name, svc in _notee_services(compose).items():
+        unknown = {k for k in svc.get("environment", {}) if k.startswith("NOTEE_")} - fields
+        assert not unknown, f"{name}: not settings: {unknown}"
+    example = (ROOT / ".env.example").read_text()
+    in_example = set(re.findall(r"^#?\s*(NOTEE_[A-Z0-9_]+)=", example, flags=re.M))
+    assert in_example and not in_example - fields, f".env.example names non-settings: {in_example - fields}"
+    required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", (ROOT / "compose.yaml").read_text()))
+    assert required and required <= set(re.findall(r"^([A-Z0-9_]+)=", example, flags=re.M)), \
+        f"compose.yaml requires variables .env.example does not list: {required}"
+    for secret in ("NOTEE_ADMIN_TOKEN", "NOTEE_CREDENTIALS_KEY", "MYSQL_PASSWORD"):
+        assert re.search(rf"^{secret}=$", example, flags=re.M), f".env.example must leave {secret} empty"
+    assert "notee:notee" not in (ROOT / "compose.yaml").read_text()
+
+
+def _default(value: str) -> str:
+    """A compose value with ``${VAR:-default}`` replaced by its default."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_compose_publishes_nothing_beyond_loopback_and_checks_every_notee_process() -> None:
+    compose = _compose()
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            parts = _default(str(port)).split(":")
+            host_ip = parts[0] if len(parts) == 3 else ""  # "8080:8080" publishes on every interface
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} on {host_ip or 'all interfaces'}"
+    services = _notee_services(compose)
+    for name in ("api", "worker", "scheduler"):
+        assert "healthcheck" in services[name], f"{name} has no healthcheck"
+    assert services["emulator"].get("profiles") == ["emulator"], "the emulator must be an optional profile"
+    assert "profiles" not in services["api"]
+
+
+def test_image_is_built_from_the_wheel_and_the_lock_and_runs_unprivileged() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"pip wheel .*--no-deps", dockerfile)
+    assert "pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock" in dockerfile
+    assert re.search(r"pip install --no-cache-dir --no-deps /tmp/notee-\*\.whl", dockerfile)
+    users = re.findall(r"^USER\s+(\S+)", dockerfile, flags=re.M)
+    assert users and users[-1] not in ("root", "0"), "the image must end on a non-root USER"
+    copied = set(re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, flags=re.M))
+    sources = {part for line in copied for part in line.split()}
+    assert {"pyproject.toml", "setup.py", "requirements.lock", "notee", "schema"} <= sources

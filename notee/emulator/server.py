@@ -20,23 +20,17 @@ from notee.emulator.tls import TlsFiles, ensure_tls
 log = logging.getLogger(__name__)
 
 
-def serve(
-    host: str,
-    port: int,
-    state_dir: str | Path,
-    *,
-    on_ready: Callable[[TlsFiles], None] | None = None,
-    realistic: bool = False,
-    apns_port: int | None = None,
-) -> None:
+def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None, realistic: bool = False,
+          apns_port: int | None = None, names: list[str] | None = None) -> None:
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
 
     ``realistic``: behave like the real services (``notee.emulator.app.Realism``); FCM's port
     advertises 100 concurrent streams like Google's front ends, and APNs is served on
     ``apns_port`` by the emulator's own HTTP/2 server (``notee.emulator.peer``: one stream until the
     first valid request, then 1000; GOAWAY), because granian cannot change a connection's limit or
-    send GOAWAY on demand."""
-    files: TlsFiles = ensure_tls(state_dir, [host])
+    send GOAWAY on demand. ``names`` are further host names the certificate must hold (e.g. a
+    container's service name)."""
+    files: TlsFiles = ensure_tls(state_dir, [host, *(names or [])])
     if realistic:
         # read by the ASGI worker (notee.emulator.app) at start-up; granian's worker inherits them
         os.environ.update(

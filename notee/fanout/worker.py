@@ -43,7 +43,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee import logs
+from notee import heartbeat, logs
 from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.errors import ProviderConfigError, ProviderUnavailable
 from notee.logs import announce_emulator
@@ -376,6 +376,13 @@ def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
     return job
 
 
+async def _heartbeat(worker: Worker, path: str | None) -> None:
+    """Beat while the event loop turns (a blocked loop stops the beats; notee healthcheck worker)."""
+    while not worker.stop.is_set():
+        heartbeat.beat(path)
+        await worker._sleep(heartbeat.WORKER_INTERVAL_S)
+
+
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
     announce_emulator(runtime.settings, "worker")
     stop = asyncio.Event()
@@ -402,12 +409,15 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    beats = asyncio.create_task(_heartbeat(worker, runtime.settings.heartbeat_file))
     try:
         await running
     except asyncio.CancelledError:
         if not stop.is_set():
             raise
     finally:
+        worker.stop.set()
+        await beats
         await sender.close()
 
 

@@ -41,7 +41,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.exc import IntegrityError
 
-from notee import retention
+from notee import heartbeat, retention
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.jobs import create_job
 from notee.logs import announce_emulator
@@ -352,6 +352,7 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
             scheduler.tick()
         except Exception:  # the minute stays claimed-running; the next tick reclaims it within grace
             log.exception("scheduler tick failed")
+        heartbeat.beat(runtime.settings.heartbeat_file)  # a tick ended: notee healthcheck scheduler
 
     def safe_prune() -> None:
         try:

@@ -1,0 +1,23 @@
+# The Notee image: the wheel built from this checkout (it carries the schema migrations), installed
+# with the exact, hash-checked versions of requirements.lock, run as an unprivileged user.
+#   docker build -t notee .        (compose.yaml builds it for every Notee service)
+
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml setup.py MANIFEST.in README.md requirements.lock ./
+COPY notee ./notee
+COPY schema ./schema
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock && rm /tmp/requirements.lock
+COPY --from=build /dist/*.whl /tmp/
+RUN pip install --no-cache-dir --no-deps /tmp/notee-*.whl && rm /tmp/notee-*.whl \
+    && useradd --system --uid 10001 --home-dir /var/lib/notee --create-home --shell /usr/sbin/nologin notee \
+    && install -d -o notee -g notee -m 700 /var/lib/notee/emulator
+USER notee
+WORKDIR /var/lib/notee
+ENTRYPOINT ["notee"]
+CMD ["--help"]

@@ -1,0 +1,97 @@
+"""`notee healthcheck api|worker|scheduler`, the container healthchecks of compose.yaml, against real
+processes: healthy while they work, unhealthy once they hang (SIGSTOP) or are gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.api_process import api_process, free_port
+
+
+def _healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "notee", "healthcheck", *args], env=env or dict(os.environ),
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def _wait_for(args: tuple[str, ...], env: dict[str, str], returncode: int, *, within: float = 120) -> str:
+    """Poll the healthcheck until it answers ``returncode`` (a condition, not a timing assertion:
+    the deadline only stops a test that would never pass)."""
+    deadline = time.monotonic() + within
+    while True:
+        done = _healthcheck(*args, env=env)
+        if done.returncode == returncode:
+            return done.stdout + done.stderr
+        assert time.monotonic() < deadline, f"healthcheck {args} stayed {done.returncode}: {done.stderr}"
+        time.sleep(0.5)
+
+
+@contextmanager
+def _process(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-m", "notee", command], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_worker_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> None:
+    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
+    assert _healthcheck("worker", env=env).returncode == 1  # nothing has beaten yet
+    with _process("worker", env) as proc:
+        out = _wait_for(("worker",), env, 0)
+        assert out.startswith("healthy: last heartbeat")
+        proc.send_signal(signal.SIGSTOP)  # hung: alive but doing nothing
+        out = _wait_for(("worker", "--max-age", "10"), env, 1)
+        assert "unhealthy: last heartbeat" in out
+        proc.send_signal(signal.SIGCONT)  # its loop beats every few seconds again
+        _wait_for(("worker", "--max-age", "10"), env, 0)
+
+
+def test_scheduler_beats_after_every_minute_tick(tmp_path: Path, migrated) -> None:
+    beat = tmp_path / "heartbeat"
+    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(beat)}
+    with _process("scheduler", env):
+        out = _wait_for(("scheduler",), env, 0)  # the catch-up tick at start-up
+        assert out.startswith("healthy: last heartbeat")
+        first = beat.stat().st_mtime
+        deadline = time.monotonic() + 180
+        while beat.stat().st_mtime == first:  # the tick at the next minute beats again
+            assert time.monotonic() < deadline, "no second tick within three minutes"
+            time.sleep(1)
+    # Stopped: no tick any more, so the heartbeat ages past a short limit.
+    out = _wait_for(("scheduler", "--max-age", "2"), env, 1)
+    assert "unhealthy: last heartbeat" in out
+
+
+def test_heartbeat_healthcheck_needs_the_setting() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NOTEE_HEARTBEAT_FILE"}
+    done = _healthcheck("worker", env=env)
+    assert done.returncode == 1 and "NOTEE_HEARTBEAT_FILE is not set" in done.stderr
+    assert _healthcheck("cron", env=env).returncode == 2
+
+
+def test_api_healthcheck_answers_for_a_running_api_only(migrated) -> None:
+    with api_process() as api:
+        done = _healthcheck("api", "--url", f"{api.url}/healthz")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"healthy: {api.url}/healthz answered 200")
+    gone = _healthcheck("api", "--url", f"http://127.0.0.1:{api.port}/healthz")
+    assert gone.returncode == 1 and "unhealthy:" in gone.stderr
+    # The default URL is NOTEE_API_PORT on loopback.
+    port = free_port()
+    default = _healthcheck("api", env=os.environ | {"NOTEE_API_PORT": str(port)})
+    assert default.returncode == 1 and f"http://127.0.0.1:{port}/healthz" in default.stderr
