@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
 
     env.use_bench_stores()
-    os.environ.setdefault("NOTEE_ADMIN_TOKEN", "bench-admin-" + secrets.token_urlsafe(12))
+    os.environ.setdefault("NOTEE_ADMIN_TOKEN", "bench-admin-" + secrets.token_urlsafe(32))
     from notee.runtime import Runtime
     from notee.settings import Settings
 
