@@ -26,6 +26,9 @@ from sqlalchemy.engine import make_url
 from notee.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
+# The environment as collection found it: session fixtures (the emulator's) later point SSL_CERT_FILE
+# at a test CA, which would stop pip from reaching the package index.
+_PRISTINE_ENV = dict(os.environ)
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Declared but never named in an import statement, each for a stated reason.
@@ -181,7 +184,7 @@ def test_time_zones_come_from_the_tzdata_package() -> None:
 
 def _run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
          timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(args, env=env if env is not None else _PRISTINE_ENV, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{args[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -210,7 +213,7 @@ def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
     migrate` starts from nothing; dropped afterwards."""
     url = make_url(settings.mysql_url.get_secret_value())
     url = url.set(database=f"{url.database}_wheel")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NOTEE_", "VIRTUAL_ENV", "PYTHON"))}
+    env = {k: v for k, v in _PRISTINE_ENV.items() if not k.startswith(("NOTEE_", "VIRTUAL_ENV", "PYTHON"))}
     env.update({
         "NOTEE_MYSQL_URL": url.render_as_string(hide_password=False),
         "NOTEE_CASSANDRA_HOSTS": ",".join(settings.cassandra_hosts),
@@ -264,7 +267,7 @@ def _compose() -> dict[str, Any]:
 
 
 def _notee_help(*args: str) -> str:
-    env = os.environ | {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    env = _PRISTINE_ENV | {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
     return _run([sys.executable, "-m", "notee", *args, "--help"], env=env).stdout
 
 
