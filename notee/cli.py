@@ -377,10 +377,9 @@ def rotate_key() -> None:
     process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
     this, then drop the old key."""
     from notee.domain import registry
+    from notee.errors import ProviderConfigError
     from notee.runtime import Runtime
     from notee.secrets import SecretsBox
-
-    from notee.errors import ProviderConfigError
 
     settings = _settings()
     runtime = Runtime(settings)

@@ -13,8 +13,8 @@ import sys
 import tomllib
 import zipfile
 from collections.abc import Iterable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -184,7 +184,8 @@ def test_time_zones_come_from_the_tzdata_package() -> None:
 
 def _run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
          timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, env=env if env is not None else _PRISTINE_ENV, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(args, env=env if env is not None else _PRISTINE_ENV, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{args[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 

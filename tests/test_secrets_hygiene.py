@@ -246,7 +246,8 @@ def test_an_idempotency_key_reused_with_another_request_is_422_and_writes_nothin
     same = _publish(client, headers, "k-1", {"variables": {"name": "A"}})
     assert same.status_code == 202 and same.json()["job_id"] == first.json()["job_id"]
     rows = count_rows(client.app.state.runtime, service)
-    for body, topic in (({"variables": {"name": "B"}}, "sports"), ({"variables": {"name": "A"}, "title": "x"}, "sports"),
+    for body, topic in (({"variables": {"name": "B"}}, "sports"),
+                        ({"variables": {"name": "A"}, "title": "x"}, "sports"),
                         ({"variables": {"name": "A"}}, "music")):
         r = _publish(client, headers, "k-1", body, topic)
         assert r.status_code == 422, r.text

@@ -191,7 +191,7 @@ def get_credentials(session: Session, service: str) -> AnyRow | None:
     return session.execute(select(credentials_t).where(credentials_t.c.service == service)).one_or_none()
 
 
-def lock_all_credentials(session: Session) -> list[Row]:
+def lock_all_credentials(session: Session) -> list[Row[Any]]:
     """Every credentials row, locked until the caller's transaction ends (key rotation)."""
     return list(session.execute(select(credentials_t).order_by(credentials_t.c.service).with_for_update()).all())
 
