@@ -376,16 +376,16 @@ def rotate_key() -> None:
     """Re-encrypt every stored provider credential under NOTEE_CREDENTIALS_KEY. Rotation: give every
     process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
     this, then drop the old key."""
-    from notee.domain import registry
+    from notee.crypto import SecretsBox
+    from notee.domain import credentials
     from notee.errors import ProviderConfigError
     from notee.runtime import Runtime
-    from notee.secrets import SecretsBox
 
     settings = _settings()
     runtime = Runtime(settings)
     try:
         with runtime.sessions() as session, session.begin():
-            counts = registry.rotate_credentials_key(session, SecretsBox.from_settings(settings))
+            counts = credentials.rotate_credentials_key(session, SecretsBox.from_settings(settings))
     except ProviderConfigError as exc:
         typer.echo(f"notee: {exc}", err=True)
         raise typer.Exit(1) from None

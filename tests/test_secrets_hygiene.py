@@ -20,12 +20,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from notee import migrate
-from notee.domain import registry
+from notee.crypto import SecretsBox
+from notee.domain import credentials, rules
 from notee.errors import InvalidInput, ProviderConfigError
-from notee.providers.fcm import GOOGLE_TOKEN_URI, ServiceAccountTokens
-from notee.secrets import SecretsBox
+from notee.providers.fcm import ServiceAccountTokens
 from notee.settings import Settings
 from notee.store.mysql import make_engine
+from notee.vocabulary import GOOGLE_TOKEN_URI
 from tests.api_helpers import fcm_service_account, new_service, new_template
 from tests.fanout_helpers import count_rows, topic_job
 
@@ -37,11 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_emulator_token_endpoint_is_accepted_only_when_the_emulator_is_configured() -> None:
     account = fcm_service_account() | {"token_uri": "https://127.0.0.1:8443/token"}
     with pytest.raises(InvalidInput, match="token_uri"):
-        registry.check_fcm_service_account(account)
+        rules.check_fcm_service_account(account)
     with pytest.raises(InvalidInput, match="token_uri"):
-        registry.check_fcm_service_account(account, emulator_url="https://127.0.0.1:9999")
-    assert registry.check_fcm_service_account(account, emulator_url="https://127.0.0.1:8443/") is account
-    assert registry.check_fcm_service_account(fcm_service_account(), emulator_url="https://127.0.0.1:8443")
+        rules.check_fcm_service_account(account, emulator_url="https://127.0.0.1:9999")
+    assert rules.check_fcm_service_account(account, emulator_url="https://127.0.0.1:8443/") is account
+    assert rules.check_fcm_service_account(fcm_service_account(), emulator_url="https://127.0.0.1:8443")
 
 
 def test_a_stored_account_with_a_foreign_token_uri_is_never_used() -> None:
@@ -139,7 +140,7 @@ def _store_credentials(db_url: str, box: SecretsBox, services: list[str]) -> dic
         with Session(engine) as session:
             for service in services:
                 accounts[service] = fcm_service_account()
-                registry.set_fcm_credentials(session, box, service, accounts[service])
+                credentials.set_fcm_credentials(session, box, service, accounts[service])
     finally:
         engine.dispose()
     return accounts
@@ -151,7 +152,7 @@ def _load(db_url: str, box: SecretsBox, service: str):
     engine = create_engine(db_url)
     try:
         with Session(engine) as session:
-            return registry.load_credentials(session, box, service)
+            return credentials.load_credentials(session, box, service)
     finally:
         engine.dispose()
 
