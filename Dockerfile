@@ -7,14 +7,18 @@ WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md requirements.lock ./
 COPY notee ./notee
 COPY schema ./schema
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+COPY clients/python ./clients/python
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist . ./clients/python
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY requirements.lock /tmp/requirements.lock
 RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock && rm /tmp/requirements.lock
 COPY --from=build /dist/*.whl /tmp/
-RUN pip install --no-cache-dir --no-deps /tmp/notee-*.whl && rm /tmp/notee-*.whl \
+# notee_client (clients/python, the SDK) serves the `notee admin|publish|...` commands over HTTP; its
+# dependencies (httpx, pydantic) are already in requirements.lock.
+RUN pip install --no-cache-dir --no-deps /tmp/notee-*.whl && pip install --no-cache-dir --no-deps /tmp/notee_client-*.whl \
+    && rm /tmp/*.whl \
     && useradd --system --uid 10001 --home-dir /var/lib/notee --create-home --shell /usr/sbin/nologin notee \
     && install -d -o notee -g notee -m 700 /var/lib/notee/emulator
 USER notee

@@ -18,10 +18,11 @@ app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True
 log = logging.getLogger("notee")
 
 
-def _settings() -> Settings:
-    """The process's settings; an invalid one stops it with one line per setting (never its value)."""
+def _settings(**overrides: object) -> Settings:
+    """The process's settings (``overrides``: command-line flags over NOTEE_* variables); an invalid one
+    stops it with one line per setting (never its value)."""
     try:
-        settings = Settings()
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         for error in exc.errors():
             name = "NOTEE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
@@ -104,14 +105,9 @@ def api(
     own listener with --admin-port."""
     from notee.api.server import serve
 
-    flags: dict[str, Any] = {
-        "api_tls_cert_file": tls_cert,
-        "api_tls_key_file": tls_key,
-        "api_admin_host": admin_host,
-        "api_admin_port": admin_port,
-    }
-    settings = Settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
-    logs.setup(settings.log_level, settings.log_format)
+    flags = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
+             "api_admin_port": admin_port}
+    settings = _settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
     serve(settings, host or settings.api_host, port or settings.api_port)
 
 

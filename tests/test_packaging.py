@@ -77,7 +77,9 @@ def _distributions(modules: Iterable[str]) -> dict[str, str]:
     owners = md.packages_distributions()
     out: dict[str, str] = {}
     for module in sorted(modules):
-        if module.split(".")[0] in ("notee", "tests", "bench"):
+        # First party: this repository's packages (notee_client is clients/python, the SDK, which
+        # make venv and the image install beside notee).
+        if module.split(".")[0] in ("notee", "notee_client", "tests", "bench"):
             continue
         dist = _distribution_of(module, owners)
         assert dist is not None, f"{module} is imported but no installed distribution provides it"
@@ -340,4 +342,5 @@ def test_image_is_built_from_the_wheel_and_the_lock_and_runs_unprivileged() -> N
     assert users and users[-1] not in ("root", "0"), "the image must end on a non-root USER"
     copied = set(re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, flags=re.M))
     sources = {part for line in copied for part in line.split()}
-    assert {"pyproject.toml", "setup.py", "requirements.lock", "notee", "schema"} <= sources
+    assert {"pyproject.toml", "setup.py", "requirements.lock", "notee", "schema", "clients/python"} <= sources
+    assert re.search(r"pip install --no-cache-dir --no-deps /tmp/notee_client-\*\.whl", dockerfile)
