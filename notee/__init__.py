@@ -2,7 +2,7 @@
 
 import zoneinfo
 
-import tzdata
+import tzdata  # type: ignore[import-untyped]  # (data package, no stubs)
 
 # Every host resolves time zones from the same IANA release, the ``tzdata`` package pinned in the
 # lock file, never the host's /usr/share/zoneinfo (which differs between images and ages): a cycle

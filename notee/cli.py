@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -105,20 +104,31 @@ def api(
     own listener with --admin-port."""
     from notee.api.server import serve
 
-    flags = {"api_tls_cert_file": tls_cert, "api_tls_key_file": tls_key, "api_admin_host": admin_host,
-             "api_admin_port": admin_port}
+    flags = {
+        "api_tls_cert_file": tls_cert,
+        "api_tls_key_file": tls_key,
+        "api_admin_host": admin_host,
+        "api_admin_port": admin_port,
+    }
     settings = _settings(**{k: v for k, v in flags.items() if v is not None})  # flags over NOTEE_* variables
     serve(settings, host or settings.api_host, port or settings.api_port)
 
 
 @app.command()
-def emulator(host: str | None = None, port: int | None = None, state_dir: str | None = None,
-             realistic: bool = typer.Option(False, help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
-                                            "rates, APNs stream limits and GOAWAY on --apns-port."),
-             apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1)."),
-             name: list[str] = typer.Option([], help="Another host name its certificate must hold "
-                                                     "(repeatable; e.g. the compose service name)."),
-             ) -> None:
+def emulator(
+    host: str | None = None,
+    port: int | None = None,
+    state_dir: str | None = None,
+    realistic: bool = typer.Option(
+        False,
+        help="Behave like FCM/APNs: OAuth tokens, quotas, per-device "
+        "rates, APNs stream limits and GOAWAY on --apns-port.",
+    ),
+    apns_port: int | None = typer.Option(None, help="APNs port in --realistic mode (default: port + 1)."),
+    name: list[str] = typer.Option(
+        [], help="Another host name its certificate must hold (repeatable; e.g. the compose service name)."
+    ),
+) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
     from notee.emulator.server import serve
 
@@ -138,8 +148,15 @@ def emulator(host: str | None = None, port: int | None = None, state_dir: str | 
                 f"FCM access tokens from https://{host}:{port}/token"
             )
 
-    serve(host, port, state_dir or settings.emulator_state_dir, on_ready=ready, realistic=realistic,
-          apns_port=apns_port, names=name)
+    serve(
+        host,
+        port,
+        state_dir or settings.emulator_state_dir,
+        on_ready=ready,
+        realistic=realistic,
+        apns_port=apns_port,
+        names=name,
+    )
 
 
 @app.command()
@@ -325,9 +342,12 @@ def dead_letters_replay(
 @app.command()
 def healthcheck(
     process: str = typer.Argument(..., help="api, worker or scheduler"),
-    url: str | None = typer.Option(None, help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz)."),
-    max_age: float | None = typer.Option(None, help="worker/scheduler: oldest heartbeat accepted, in seconds "
-                                                    "(default worker 30, scheduler 150)."),
+    url: str | None = typer.Option(
+        None, help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz)."
+    ),
+    max_age: float | None = typer.Option(
+        None, help="worker/scheduler: oldest heartbeat accepted, in seconds (default worker 30, scheduler 150)."
+    ),
 ) -> None:
     """Exit 0 when the process in this container is healthy, 1 (with one line saying why) when not:
     api answers /healthz with both stores ok; worker/scheduler touched NOTEE_HEARTBEAT_FILE recently.
@@ -362,8 +382,7 @@ def healthcheck(
     typer.echo(f"healthy: {reason}")
 
 
-credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).",
-                              no_args_is_help=True)
+credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).", no_args_is_help=True)
 app.add_typer(credentials_app, name="credentials")
 
 
@@ -387,8 +406,10 @@ def rotate_key() -> None:
         raise typer.Exit(1) from None
     finally:
         runtime.close()
-    typer.echo(f"re-encrypted {counts['credentials']} credential(s) of {counts['services']} service(s) "
-               "under NOTEE_CREDENTIALS_KEY")
+    typer.echo(
+        f"re-encrypted {counts['credentials']} credential(s) of {counts['services']} service(s) "
+        "under NOTEE_CREDENTIALS_KEY"
+    )
 
 
 @app.command()

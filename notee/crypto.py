@@ -85,8 +85,9 @@ class SecretsBox:
         """The box of NOTEE_CREDENTIALS_KEY (+ old keys), or None when no key is configured."""
         if settings.credentials_key is None:
             return None
-        return cls(settings.credentials_key.get_secret_value(),
-                   [k.get_secret_value() for k in settings.credentials_old_keys])
+        return cls(
+            settings.credentials_key.get_secret_value(), [k.get_secret_value() for k in settings.credentials_old_keys]
+        )
 
     def __repr__(self) -> str:
         return "SecretsBox(<keys hidden>)"
@@ -102,4 +103,3 @@ class SecretsBox:
     def rotate(self, token: bytes) -> bytes:
         """The same plaintext re-encrypted under the current key (InvalidToken when no key opens it)."""
         return self._fernet.rotate(bytes(token))
-

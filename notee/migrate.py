@@ -52,6 +52,7 @@ from notee.store.cassandra import keyspaces
 
 log = logging.getLogger(__name__)
 
+
 def schema_dir() -> Path:
     """The folder holding ``mysql/`` and ``cql/``: inside an installed wheel ``notee/_schema`` (the
     build copies the repository's ``schema/`` there, see setup.py), in a source checkout or an

@@ -12,7 +12,6 @@ from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-
 MIN_ADMIN_TOKEN_LEN = 32
 
 
@@ -63,8 +62,9 @@ class Settings(BaseSettings):
 
     # --- security ---------------------------------------------------------------------------
     admin_token: SecretStr | None = Field(
-        None, description="Bearer token of the admin API (create services and keys), at least 32 characters. "
-        "Unset: admin API off."
+        None,
+        description="Bearer token of the admin API (create services and keys), at least 32 characters. "
+        "Unset: admin API off.",
     )
     credentials_key: SecretStr | None = Field(
         None,
@@ -183,8 +183,9 @@ class Settings(BaseSettings):
     )
 
     heartbeat_file: str | None = Field(
-        None, description="File `notee worker` and `notee scheduler` touch while healthy, read by "
-        "`notee healthcheck worker|scheduler`. Unset: no heartbeat."
+        None,
+        description="File `notee worker` and `notee scheduler` touch while healthy, read by "
+        "`notee healthcheck worker|scheduler`. Unset: no heartbeat.",
     )
 
     log_level: str = Field("INFO", description="Python logging level.")
@@ -205,8 +206,10 @@ class Settings(BaseSettings):
     def _admin_token_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_ADMIN_TOKEN_LEN:
             # The admin token rules every tenant: a short one could be guessed.
-            raise ValueError(f"must be at least {MIN_ADMIN_TOKEN_LEN} characters (e.g. "
-                             "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+            raise ValueError(
+                f"must be at least {MIN_ADMIN_TOKEN_LEN} characters (e.g. "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         return value
 
     @field_validator("credentials_key", "credentials_old_keys")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
-from datetime import datetime, timezone
 
 import pytest
 from cassandra.policies import TokenAwarePolicy

@@ -16,8 +16,14 @@ from tests.api_process import api_process, free_port
 
 
 def _healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "notee", "healthcheck", *args], env=env or dict(os.environ),
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "notee", "healthcheck", *args],
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _wait_for(args: tuple[str, ...], env: dict[str, str], returncode: int, *, within: float = 120) -> str:
@@ -34,8 +40,9 @@ def _wait_for(args: tuple[str, ...], env: dict[str, str], returncode: int, *, wi
 
 @contextmanager
 def _process(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-m", "notee", command], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notee", command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         yield proc
     finally:

@@ -67,8 +67,11 @@ def _distribution_of(module: str, owners: dict[str, list[str]]) -> str | None:
     parts = module.split(".")
     for depth in range(len(parts), 1, -1):
         prefix = "/".join(parts[:depth])
-        holders = {c for c in candidates
-                   if any(str(f).startswith((prefix + "/", prefix + ".py")) for f in md.distribution(c).files or [])}
+        holders = {
+            c
+            for c in candidates
+            if any(str(f).startswith((prefix + "/", prefix + ".py")) for f in md.distribution(c).files or [])
+        }
         if len(holders) == 1:
             return canonicalize_name(holders.pop())
     return None
@@ -106,8 +109,12 @@ def test_test_and_bench_imports_are_declared_in_their_extras(folder: str, groups
 
 
 def test_major_versions_are_bounded() -> None:
-    unbounded = [str(r) for g in (None, *PYPROJECT["project"]["optional-dependencies"]) for r in _requirements(g)
-                 if r.name != "tzdata" and not any(s.operator in ("<", "==", "~=") for s in r.specifier)]
+    unbounded = [
+        str(r)
+        for g in (None, *PYPROJECT["project"]["optional-dependencies"])
+        for r in _requirements(g)
+        if r.name != "tzdata" and not any(s.operator in ("<", "==", "~=") for s in r.specifier)
+    ]
     assert not unbounded, f"requirements without an upper bound: {unbounded}"
 
 
@@ -147,10 +154,13 @@ def _lock(name: str) -> dict[str, tuple[Version, int]]:
     return pins
 
 
-@pytest.mark.parametrize(("lock", "groups"), [
-    ("requirements.lock", (None,)),
-    ("requirements-dev.lock", (None, *PYPROJECT["project"]["optional-dependencies"])),
-])
+@pytest.mark.parametrize(
+    ("lock", "groups"),
+    [
+        ("requirements.lock", (None,)),
+        ("requirements-dev.lock", (None, *PYPROJECT["project"]["optional-dependencies"])),
+    ],
+)
 def test_lock_files_pin_every_requirement_with_hashes(lock: str, groups: tuple[str | None, ...]) -> None:
     pins = _lock(lock)
     assert pins, f"{lock} pins nothing"
@@ -160,12 +170,15 @@ def test_lock_files_pin_every_requirement_with_hashes(lock: str, groups: tuple[s
         for req in _requirements(group):
             name = canonicalize_name(req.name)
             assert name in pins, f"{lock} lacks {req} (run `make lock`)"
-            assert req.specifier.contains(pins[name][0], prereleases=True), \
+            assert req.specifier.contains(pins[name][0], prereleases=True), (
                 f"{lock} pins {name}=={pins[name][0]}, outside pyproject's {req} (run `make lock`)"
+            )
     if lock == "requirements.lock":  # the image's lock holds what the runtime needs, nothing more
         closure = _closure(_requirements(None))
-        assert set(pins) == closure, f"requirements.lock differs from the runtime closure: " \
+        assert set(pins) == closure, (
+            f"requirements.lock differs from the runtime closure: "
             f"extra {sorted(set(pins) - closure)}, missing {sorted(closure - set(pins))}"
+        )
         dev = _lock("requirements-dev.lock")
         drift = {d: (v, dev[d][0]) for d, (v, _) in pins.items() if d in dev and dev[d][0] != v}
         assert not drift, f"requirements.lock and requirements-dev.lock disagree: {drift}"
@@ -185,10 +198,19 @@ def test_time_zones_come_from_the_tzdata_package() -> None:
 
 # --- the wheel ---------------------------------------------------------------------------------------
 
-def _run(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-         timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, env=env if env is not None else _PRISTINE_ENV, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+
+def _run(
+    args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        args,
+        env=env if env is not None else _PRISTINE_ENV,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, f"{args[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -218,13 +240,15 @@ def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
     url = make_url(settings.mysql_url.get_secret_value())
     url = url.set(database=f"{url.database}_wheel")
     env = {k: v for k, v in _PRISTINE_ENV.items() if not k.startswith(("NOTEE_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update({
-        "NOTEE_MYSQL_URL": url.render_as_string(hide_password=False),
-        "NOTEE_CASSANDRA_HOSTS": ",".join(settings.cassandra_hosts),
-        "NOTEE_CASSANDRA_PORT": str(settings.cassandra_port),
-        "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": f"{settings.cassandra_keyspace_notification}_wheel",
-        "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": f"{settings.cassandra_keyspace_numbering}_wheel",
-    })
+    env.update(
+        {
+            "NOTEE_MYSQL_URL": url.render_as_string(hide_password=False),
+            "NOTEE_CASSANDRA_HOSTS": ",".join(settings.cassandra_hosts),
+            "NOTEE_CASSANDRA_PORT": str(settings.cassandra_port),
+            "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": f"{settings.cassandra_keyspace_notification}_wheel",
+            "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": f"{settings.cassandra_keyspace_numbering}_wheel",
+        }
+    )
     yield env
     server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
     with server.begin() as conn:
@@ -241,7 +265,8 @@ def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
 
 
 def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
-        wheel: Path, wheel_env: dict[str, str], tmp_path: Path) -> None:
+    wheel: Path, wheel_env: dict[str, str], tmp_path: Path
+) -> None:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)])
     pip, notee = str(venv / "bin" / "pip"), str(venv / "bin" / "notee")
@@ -251,8 +276,9 @@ def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
     where = _run([str(venv / "bin" / "python"), "-c", "import notee; print(notee.__file__)"], cwd=tmp_path)
     assert where.stdout.strip().startswith(str(venv)), where.stdout
 
-    expected = sorted(p.name for p in (ROOT / "schema" / "mysql").glob("*.sql")) + \
-        sorted(p.name for p in (ROOT / "schema" / "cql").glob("*.cql"))
+    expected = sorted(p.name for p in (ROOT / "schema" / "mysql").glob("*.sql")) + sorted(
+        p.name for p in (ROOT / "schema" / "cql").glob("*.cql")
+    )
     first = _run([notee, "migrate"], env=wheel_env, cwd=tmp_path)
     assert first.stdout.strip() == f"applied {len(expected)} migration(s): " + ", ".join(expected), first.stdout
     again = _run([notee, "migrate"], env=wheel_env, cwd=tmp_path)
@@ -263,6 +289,7 @@ def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
 
 
 # --- compose.yaml, Dockerfile, .env.example ---------------------------------------------------------
+
 
 def _compose() -> dict[str, Any]:
     import yaml
@@ -308,8 +335,9 @@ def test_compose_and_env_example_name_only_real_settings() -> None:
     in_example = set(re.findall(r"^#?\s*(NOTEE_[A-Z0-9_]+)=", example, flags=re.M))
     assert in_example and not in_example - fields, f".env.example names non-settings: {in_example - fields}"
     required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", (ROOT / "compose.yaml").read_text()))
-    assert required and required <= set(re.findall(r"^([A-Z0-9_]+)=", example, flags=re.M)), \
+    assert required and required <= set(re.findall(r"^([A-Z0-9_]+)=", example, flags=re.M)), (
         f"compose.yaml requires variables .env.example does not list: {required}"
+    )
     for secret in ("NOTEE_ADMIN_TOKEN", "NOTEE_CREDENTIALS_KEY", "MYSQL_PASSWORD"):
         assert re.search(rf"^{secret}=$", example, flags=re.M), f".env.example must leave {secret} empty"
     assert "notee:notee" not in (ROOT / "compose.yaml").read_text()

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # --- FCM service accounts --------------------------------------------------------------------------
 
+
 def test_emulator_token_endpoint_is_accepted_only_when_the_emulator_is_configured() -> None:
     account = fcm_service_account() | {"token_uri": "https://127.0.0.1:8443/token"}
     with pytest.raises(InvalidInput, match="token_uri"):
@@ -54,6 +55,7 @@ def test_a_stored_account_with_a_foreign_token_uri_is_never_used() -> None:
 
 
 # --- bound values stay out of exception text ------------------------------------------------------
+
 
 def _failing_lookup(engine, token: str) -> str:
     with engine.connect() as conn:
@@ -87,6 +89,7 @@ def test_a_database_error_never_carries_a_device_token_into_the_logs(settings: S
 
 # --- credentials-key rotation -----------------------------------------------------------------------
 
+
 @pytest.fixture()
 def rotation_db(settings: Settings) -> Iterator[str]:
     """A database of its own: rotation re-encrypts every service's credentials, and the shared test
@@ -109,10 +112,17 @@ def rotation_db(settings: Settings) -> Iterator[str]:
 
 def _rotate(db_url: str, key: str, old_keys: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEE_")}
-    env.update({"NOTEE_MYSQL_URL": db_url, "NOTEE_CREDENTIALS_KEY": key,
-                "NOTEE_CREDENTIALS_OLD_KEYS": ",".join(old_keys)})
-    return subprocess.run([sys.executable, "-m", "notee", "credentials", "rotate-key"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    env.update(
+        {"NOTEE_MYSQL_URL": db_url, "NOTEE_CREDENTIALS_KEY": key, "NOTEE_CREDENTIALS_OLD_KEYS": ",".join(old_keys)}
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "notee", "credentials", "rotate-key"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _blobs(db_url: str) -> dict[str, tuple[bytes | None, bytes | None]]:
@@ -131,9 +141,13 @@ def _store_credentials(db_url: str, box: SecretsBox, services: list[str]) -> dic
     try:
         with engine.connect() as conn:
             for service in services:
-                conn.execute(text("INSERT INTO service (service, display_name, timezone, created_at)"
-                                  " VALUES (:s, 'rotation', 'UTC', UTC_TIMESTAMP(6))"),
-                             {"s": service})
+                conn.execute(
+                    text(
+                        "INSERT INTO service (service, display_name, timezone, created_at)"
+                        " VALUES (:s, 'rotation', 'UTC', UTC_TIMESTAMP(6))"
+                    ),
+                    {"s": service},
+                )
             conn.commit()
         from sqlalchemy.orm import Session
 
@@ -198,16 +212,25 @@ def test_old_keys_must_be_fernet_keys() -> None:
 
 # --- start-up checks and local secret files -----------------------------------------------------------
 
+
 def test_a_short_admin_token_stops_start_up_with_one_clear_line() -> None:
     short = "s3cret-but-only-31-characters!!"
     assert len(short) == 31
     env = {k: v for k, v in os.environ.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_ADMIN_TOKEN": short}
-    done = subprocess.run([sys.executable, "-m", "notee", "api", "--port", "1"], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "notee", "api", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert lines == ["notee: invalid configuration: NOTEE_ADMIN_TOKEN: Value error, must be at least 32 characters "
-                     "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"], done.stderr
+    assert lines == [
+        "notee: invalid configuration: NOTEE_ADMIN_TOKEN: Value error, must be at least 32 characters "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    ], done.stderr
     assert short not in done.stderr + done.stdout
     assert Settings(admin_token="x" * 32).admin_token is not None
 
@@ -229,6 +252,7 @@ def test_dev_secret_files_are_owner_only(tmp_path: Path) -> None:
 
 # --- idempotency keys -----------------------------------------------------------------------------
 
+
 @pytest.fixture()
 def tenant(client, settings, service_id):
     headers = new_service(client, settings, service_id)
@@ -247,9 +271,11 @@ def test_an_idempotency_key_reused_with_another_request_is_422_and_writes_nothin
     same = _publish(client, headers, "k-1", {"variables": {"name": "A"}})
     assert same.status_code == 202 and same.json()["job_id"] == first.json()["job_id"]
     rows = count_rows(client.app.state.runtime, service)
-    for body, topic in (({"variables": {"name": "B"}}, "sports"),
-                        ({"variables": {"name": "A"}, "title": "x"}, "sports"),
-                        ({"variables": {"name": "A"}}, "music")):
+    for body, topic in (
+        ({"variables": {"name": "B"}}, "sports"),
+        ({"variables": {"name": "A"}, "title": "x"}, "sports"),
+        ({"variables": {"name": "A"}}, "music"),
+    ):
         r = _publish(client, headers, "k-1", body, topic)
         assert r.status_code == 422, r.text
         error = r.json()["error"]
@@ -261,11 +287,15 @@ def test_an_idempotency_key_reused_with_another_request_is_422_and_writes_nothin
 def test_client_keys_never_reach_the_schedulers_jobs(client, tenant, runtime) -> None:
     service, headers, notification_key = tenant
     scheduler_key = "cycle:" + notification_key + ":UTC:MON0900:2026-03-09T09:00Z"
-    scheduled = topic_job(runtime, service, notification_key, "sports", idempotency_key=scheduler_key,
-                          variables={"name": "A"})
+    scheduled = topic_job(
+        runtime, service, notification_key, "sports", idempotency_key=scheduler_key, variables={"name": "A"}
+    )
     r = _publish(client, headers, scheduler_key, {"variables": {"name": "A"}})
     assert r.status_code == 202 and r.json()["job_id"] != scheduled.job_id
     with runtime.engine.connect() as conn:
-        keys = dict(conn.execute(text("SELECT job_id, idempotency_key FROM fanout_job WHERE service = :s"),
-                                 {"s": service}).all())
+        keys = dict(
+            conn.execute(
+                text("SELECT job_id, idempotency_key FROM fanout_job WHERE service = :s"), {"s": service}
+            ).all()
+        )
     assert keys == {scheduled.job_id: scheduler_key, r.json()["job_id"]: "client:" + scheduler_key}

@@ -48,8 +48,14 @@ def _require_box(box: SecretsBox | None) -> SecretsBox:
     return box
 
 
-def set_fcm_credentials(session: Session, box: SecretsBox | None, service: str,
-                        service_account: dict[str, Any], *, emulator_url: str | None = None) -> None:
+def set_fcm_credentials(
+    session: Session,
+    box: SecretsBox | None,
+    service: str,
+    service_account: dict[str, Any],
+    *,
+    emulator_url: str | None = None,
+) -> None:
     check_fcm_service_account(service_account, emulator_url=emulator_url)
     box = _require_box(box)
     get_service(session, service)
@@ -118,8 +124,10 @@ def rotate_credentials_key(session: Session, box: SecretsBox | None) -> dict[str
             fcm = box.rotate(row.fcm_encrypted) if row.fcm_encrypted else None
             apns = box.rotate(row.apns_encrypted) if row.apns_encrypted else None
         except InvalidToken:
-            raise ProviderConfigError(f"credentials of {row.service} open with none of NOTEE_CREDENTIALS_KEY and "
-                                      "NOTEE_CREDENTIALS_OLD_KEYS: nothing was re-encrypted") from None
+            raise ProviderConfigError(
+                f"credentials of {row.service} open with none of NOTEE_CREDENTIALS_KEY and "
+                "NOTEE_CREDENTIALS_OLD_KEYS: nothing was re-encrypted"
+            ) from None
         if fcm is None and apns is None:
             continue
         store.replace_credential_blobs(session, service=row.service, fcm=fcm, apns=apns, now=utcnow())

@@ -196,8 +196,12 @@ def check_fcm_service_account(sa: Any, *, emulator_url: str | None = None) -> di
         raise bad("service_account", f"must be at most {MAX_CREDENTIALS_JSON} bytes")
     if sa.get("type") != "service_account":
         raise bad("service_account", 'must have "type": "service_account"')
-    check_pattern("service_account.project_id", sa.get("project_id"), FCM_PROJECT_ID_RE,
-                  "a Google Cloud project id (6-30 of a-z, 0-9, -)")
+    check_pattern(
+        "service_account.project_id",
+        sa.get("project_id"),
+        FCM_PROJECT_ID_RE,
+        "a Google Cloud project id (6-30 of a-z, 0-9, -)",
+    )
     check_text("service_account.client_email", sa.get("client_email"), min_len=1, max_len=320)
     allowed = allowed_token_uris(emulator_url)
     if sa.get("token_uri") not in allowed:

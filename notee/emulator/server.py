@@ -20,8 +20,16 @@ from notee.emulator.tls import TlsFiles, ensure_tls
 log = logging.getLogger(__name__)
 
 
-def serve(host: str, port: int, state_dir: str | Path, *, on_ready=None, realistic: bool = False,
-          apns_port: int | None = None, names: list[str] | None = None) -> None:
+def serve(
+    host: str,
+    port: int,
+    state_dir: str | Path,
+    *,
+    on_ready: Callable[[TlsFiles], None] | None = None,
+    realistic: bool = False,
+    apns_port: int | None = None,
+    names: list[str] | None = None,
+) -> None:
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
 
     ``realistic``: behave like the real services (``notee.emulator.app.Realism``); FCM's port

@@ -48,22 +48,46 @@ def client_idempotency_key(key: str | None) -> str | None:
     return None if key is None else CLIENT_KEY_PREFIX + key
 
 
-def request_hash(*, method: str, type_: str, target_kind: str, target: dict[str, Any],
-                 variables: dict[str, Any] | None, overrides: dict[str, Any] | None) -> str:
+def request_hash(
+    *,
+    method: str,
+    type_: str,
+    target_kind: str,
+    target: dict[str, Any],
+    variables: dict[str, Any] | None,
+    overrides: dict[str, Any] | None,
+) -> str:
     """sha256 of what a publish asks for (canonical JSON; an empty and a missing map are the same
     request). Stored with the job: the same idempotency key with another hash is a different request."""
-    canonical = json.dumps({"method": method, "type": type_, "target_kind": target_kind, "target": target,
-                            "variables": variables or None, "overrides": overrides or None},
-                           sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        {
+            "method": method,
+            "type": type_,
+            "target_kind": target_kind,
+            "target": target,
+            "variables": variables or None,
+            "overrides": overrides or None,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _same_request(existing: JobRow, fingerprint: str) -> JobRow:
     """The job an idempotency key already created, if it was created by the same request."""
     if existing.request_hash is not None and existing.request_hash != fingerprint:
-        raise InvalidInput("Idempotency-Key was already used with a different request",
-                           details=[{"loc": ["header", "Idempotency-Key"], "type": "idempotency_key_reused",
-                                     "msg": "reused with a different request body or target"}])
+        raise InvalidInput(
+            "Idempotency-Key was already used with a different request",
+            details=[
+                {
+                    "loc": ["header", "Idempotency-Key"],
+                    "type": "idempotency_key_reused",
+                    "msg": "reused with a different request body or target",
+                }
+            ],
+        )
     return existing
 
 
@@ -88,8 +112,9 @@ def create_job(
     InvalidInput/PayloadTooLarge (rendering);
     InvalidInput when the idempotency key was used by a different request."""
     kind, target_json = encode_target(target)
-    fingerprint = request_hash(method=method, type_=type_, target_kind=kind, target=target_json,
-                               variables=variables, overrides=overrides)
+    fingerprint = request_hash(
+        method=method, type_=type_, target_kind=kind, target=target_json, variables=variables, overrides=overrides
+    )
     if idempotency_key is not None:
         existing = store.job_by_idempotency_key(session, service, idempotency_key)
         if existing is not None:
@@ -114,11 +139,24 @@ def create_job(
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
-            store.insert_job(session, job_id=job_id, service=service, notification_key=notification_key,
-                             method=method, type_=type_, target_kind=kind, target=target_json,
-                             idempotency_key=idempotency_key, request_hash=fingerprint, variables=variables,
-                             overrides=overrides, payload=payload, dry_run=dry_run,
-                             slot_ranges=slot_ranges(top, SLOTS_PER_TASK), deadline_in_s=deadline_in_s)
+            store.insert_job(
+                session,
+                job_id=job_id,
+                service=service,
+                notification_key=notification_key,
+                method=method,
+                type_=type_,
+                target_kind=kind,
+                target=target_json,
+                idempotency_key=idempotency_key,
+                request_hash=fingerprint,
+                variables=variables,
+                overrides=overrides,
+                payload=payload,
+                dry_run=dry_run,
+                slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
+                deadline_in_s=deadline_in_s,
+            )
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -126,8 +164,16 @@ def create_job(
         if existing is None:
             raise
         return _same_request(existing, fingerprint)
-    log.info("job %s created: service=%s %s/%s %s slots 0..%d%s", job_id, service, method, type_, kind, top,
-             " (dry run)" if dry_run else "")
+    log.info(
+        "job %s created: service=%s %s/%s %s slots 0..%d%s",
+        job_id,
+        service,
+        method,
+        type_,
+        kind,
+        top,
+        " (dry run)" if dry_run else "",
+    )
     job = store.get_job(session, job_id)
     assert job is not None
     return replace(job, created=True)
@@ -151,10 +197,18 @@ def publish_topic(
     template = registry_sql.get_template(session, service, "TOPIC", type_)
     if template is None:
         raise NotFound(f"no TOPIC template of type {type_!r}")
-    return create_job(runtime, session, service=service, notification_key=template.notification_key,
-                      method="TOPIC", type_=type_, target=TopicTarget(topic),
-                      idempotency_key=client_idempotency_key(idempotency_key),
-                      variables=variables, overrides=overrides)
+    return create_job(
+        runtime,
+        session,
+        service=service,
+        notification_key=template.notification_key,
+        method="TOPIC",
+        type_=type_,
+        target=TopicTarget(topic),
+        idempotency_key=client_idempotency_key(idempotency_key),
+        variables=variables,
+        overrides=overrides,
+    )
 
 
 def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:

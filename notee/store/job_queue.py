@@ -97,12 +97,24 @@ def _json(value: Any) -> Any:
 
 def _job(row: Any, created: bool = False) -> JobRow:
     return JobRow(
-        job_id=row.job_id, service=row.service, notification_key=row.notification_key,
-        method=row.notification_method, type_=row.notification_type, target_kind=row.target_kind,
-        target=_json(row.target), idempotency_key=row.idempotency_key, request_hash=row.request_hash,
+        job_id=row.job_id,
+        service=row.service,
+        notification_key=row.notification_key,
+        method=row.notification_method,
+        type_=row.notification_type,
+        target_kind=row.target_kind,
+        target=_json(row.target),
+        idempotency_key=row.idempotency_key,
+        request_hash=row.request_hash,
         payload=_json(row.payload),
-        state=row.state, task_count=row.task_count, error=row.error, created_at=row.created_at,
-        started_at=row.started_at, finished_at=row.finished_at, dry_run=bool(row.dry_run), deadline=row.deadline,
+        state=row.state,
+        task_count=row.task_count,
+        error=row.error,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        dry_run=bool(row.dry_run),
+        deadline=row.deadline,
         created=created,
     )
 
@@ -136,26 +148,54 @@ def get_job(session: Session, job_id: str, service: str | None = None) -> JobRow
     return _job(row) if row else None
 
 
-def insert_job(session: Session, *, job_id: str, service: str, notification_key: str, method: str, type_: str,
-               target_kind: str, target: dict[str, Any], idempotency_key: str | None, request_hash: str,
-               variables: dict[str, Any] | None, overrides: dict[str, Any] | None, payload: dict[str, Any],
-               slot_ranges: list[tuple[int, int]], dry_run: bool = False, deadline_in_s: float | None = None) -> None:
+def insert_job(
+    session: Session,
+    *,
+    job_id: str,
+    service: str,
+    notification_key: str,
+    method: str,
+    type_: str,
+    target_kind: str,
+    target: dict[str, Any],
+    idempotency_key: str | None,
+    request_hash: str,
+    variables: dict[str, Any] | None,
+    overrides: dict[str, Any] | None,
+    payload: dict[str, Any],
+    slot_ranges: list[tuple[int, int]],
+    dry_run: bool = False,
+    deadline_in_s: float | None = None,
+) -> None:
     """Insert the job row and one task row per slot range, in the caller's transaction.
     ``deadline_in_s``: the job's deadline, that many seconds from now on the database clock.
 
     Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
     session.execute(
-        text("INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
-             " target_kind, target, idempotency_key, request_hash, variables, overrides, payload, dry_run, state,"
-             " task_count, created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :rh, :v, :o, :p, :dry,"
-             " 'queued', :n, UTC_TIMESTAMP(6),"
-             " CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"),
-        {"j": job_id, "s": service, "k": notification_key, "m": method, "t": type_, "tk": target_kind,
-         "tg": json.dumps(target), "ik": idempotency_key, "rh": request_hash,
-         "v": json.dumps(variables) if variables is not None else None,
-         "o": json.dumps(overrides) if overrides is not None else None,
-         "p": json.dumps(payload), "dry": dry_run, "n": len(slot_ranges),
-         "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000))},
+        text(
+            "INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
+            " target_kind, target, idempotency_key, request_hash, variables, overrides, payload, dry_run, state,"
+            " task_count, created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :rh, :v, :o, :p, :dry,"
+            " 'queued', :n, UTC_TIMESTAMP(6),"
+            " CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"
+        ),
+        {
+            "j": job_id,
+            "s": service,
+            "k": notification_key,
+            "m": method,
+            "t": type_,
+            "tk": target_kind,
+            "tg": json.dumps(target),
+            "ik": idempotency_key,
+            "rh": request_hash,
+            "v": json.dumps(variables) if variables is not None else None,
+            "o": json.dumps(overrides) if overrides is not None else None,
+            "p": json.dumps(payload),
+            "dry": dry_run,
+            "n": len(slot_ranges),
+            "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000)),
+        },
     )
     session.execute(
         text(

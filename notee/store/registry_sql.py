@@ -191,15 +191,19 @@ def get_credentials(session: Session, service: str) -> AnyRow | None:
     return session.execute(select(credentials_t).where(credentials_t.c.service == service)).one_or_none()
 
 
-def lock_all_credentials(session: Session) -> list[Row[Any]]:
+def lock_all_credentials(session: Session) -> list[AnyRow]:
     """Every credentials row, locked until the caller's transaction ends (key rotation)."""
     return list(session.execute(select(credentials_t).order_by(credentials_t.c.service).with_for_update()).all())
 
 
-def replace_credential_blobs(session: Session, *, service: str, fcm: bytes | None, apns: bytes | None,
-                             now: datetime) -> None:
-    session.execute(credentials_t.update().where(credentials_t.c.service == service)
-                    .values(fcm_encrypted=fcm, apns_encrypted=apns, updated_at=now))
+def replace_credential_blobs(
+    session: Session, *, service: str, fcm: bytes | None, apns: bytes | None, now: datetime
+) -> None:
+    session.execute(
+        credentials_t.update()
+        .where(credentials_t.c.service == service)
+        .values(fcm_encrypted=fcm, apns_encrypted=apns, updated_at=now)
+    )
 
 
 # --- users ------------------------------------------------------------------------------------
