@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.api_process import api_process, free_port
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _healthcheck(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -92,13 +97,22 @@ def test_heartbeat_healthcheck_needs_the_setting() -> None:
 
 
 def test_api_healthcheck_answers_for_a_running_api_only(migrated) -> None:
-    with api_process() as api:
-        done = _healthcheck("api", "--url", f"{api.url}/healthz")
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith(f"healthy: {api.url}/healthz answered 200")
-    gone = _healthcheck("api", "--url", f"http://127.0.0.1:{api.port}/healthz")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/healthz"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notee", "api", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        out = _wait_for(("api", "--url", url), dict(os.environ), 0)
+        assert out.startswith(f"healthy: {url} answered 200")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    gone = _healthcheck("api", "--url", url)
     assert gone.returncode == 1 and "unhealthy:" in gone.stderr
     # The default URL is NOTEE_API_PORT on loopback.
-    port = free_port()
-    default = _healthcheck("api", env=os.environ | {"NOTEE_API_PORT": str(port)})
-    assert default.returncode == 1 and f"http://127.0.0.1:{port}/healthz" in default.stderr
+    other = free_port()
+    default = _healthcheck("api", env=os.environ | {"NOTEE_API_PORT": str(other)})
+    assert default.returncode == 1 and f"http://127.0.0.1:{other}/healthz" in default.stderr

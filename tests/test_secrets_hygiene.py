@@ -27,8 +27,8 @@ from notee.providers.fcm import ServiceAccountTokens
 from notee.settings import Settings
 from notee.store.mysql import make_engine
 from notee.vocabulary import GOOGLE_TOKEN_URI
-from tests.api_helpers import fcm_service_account, new_service, new_template
-from tests.fanout_helpers import count_rows, topic_job
+from tests.support.fanout import count_rows, topic_job
+from tests.support.registry import fcm_service_account, new_service, new_template
 
 ROOT = Path(__file__).resolve().parent.parent
 
