@@ -155,6 +155,7 @@ def _store_credentials(db_url: str, box: SecretsBox, services: list[str]) -> dic
             for service in services:
                 accounts[service] = fcm_service_account()
                 credentials.set_fcm_credentials(session, box, service, accounts[service])
+            session.commit()  # the caller owns the transaction
     finally:
         engine.dispose()
     return accounts

@@ -114,9 +114,7 @@ def put_fcm_credentials(
 ) -> dict[str, bool]:
     """Store the Firebase service account (encrypted at rest, never returned). Its `token_uri` must
     be Google's token endpoint and its `project_id` a Google Cloud project id (else 422)."""
-    credentials.set_fcm_credentials(
-        db, box, service, body.service_account, emulator_url=runtime.settings.emulator_url
-    )
+    credentials.set_fcm_credentials(db, box, service, body.service_account, emulator_url=runtime.settings.emulator_url)
     db.commit()
     return credentials.credentials_status(db, service)
 
