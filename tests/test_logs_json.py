@@ -12,10 +12,9 @@ from pathlib import Path
 import httpx
 
 from notee import logs
-from tests.api_helpers import admin_headers
-from tests.api_process import api_process
-from tests.emulator_fixture import emulator, emulator_process  # noqa: F401
-from tests.fanout_helpers import job_progress, seed_topic, start_worker, topic_job, topic_template, wait_for
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
+from tests.support.processes import Processes, wait_for
+from tests.support.registry import admin_headers
 
 JSON_ENV = {"NOTEE_LOG_FORMAT": "json", "NOTEE_LOG_LEVEL": "INFO"}
 
@@ -50,21 +49,25 @@ def _new_service(url: str, settings) -> tuple[str, str]:
     return service, r.json()["api_key"]
 
 
-def test_api_process_logs_json_with_request_id_access_line_and_service(tmp_path, settings, migrated):
-    log_path = tmp_path / "api.log"
-    with api_process(env_extra=JSON_ENV, log_path=log_path) as api:
-        r = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "abc-123"}, timeout=10)
-        assert r.status_code == 200 and r.headers["X-Request-ID"] == "abc-123"
-        insane = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "no spaces or {braces}"}, timeout=10)
-        replaced = insane.headers["X-Request-ID"]
-        assert replaced != "no spaces or {braces}" and replaced.isalnum()
-        service, key = _new_service(api.url, settings)
-        authed_r = httpx.get(
-            api.url + "/v1/users/nobody",
-            headers={"Authorization": f"Bearer {key}", "X-Request-ID": "authed-1"},
-            timeout=10,
-        )
-        assert authed_r.status_code < 500 and authed_r.headers["X-Request-ID"] == "authed-1"
+def test_api_process_logs_json_with_request_id_access_line_and_service(
+    processes: Processes, settings, migrated
+) -> None:
+    api = processes.api(**JSON_ENV)
+    log_path = api.log_path
+    assert log_path is not None
+    r = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "abc-123"}, timeout=10)
+    assert r.status_code == 200 and r.headers["X-Request-ID"] == "abc-123"
+    insane = httpx.get(api.url + "/healthz", headers={"X-Request-ID": "no spaces or {braces}"}, timeout=10)
+    replaced = insane.headers["X-Request-ID"]
+    assert replaced != "no spaces or {braces}" and replaced.isalnum()
+    service, key = _new_service(api.url, settings)
+    authed_r = httpx.get(
+        api.url + "/v1/users/nobody",
+        headers={"Authorization": f"Bearer {key}", "X-Request-ID": "authed-1"},
+        timeout=10,
+    )
+    assert authed_r.status_code < 500 and authed_r.headers["X-Request-ID"] == "authed-1"
+    api.stop()  # every access line is written once the process has stopped
     records = _json_lines(log_path)
     access = [rec for rec in records if rec["logger"] == "notee.access"]
     (health,) = [rec for rec in access if rec.get("request_id") == "abc-123"]
@@ -106,17 +109,20 @@ def test_context_variables_reach_the_json_line() -> None:
     assert "job_id" not in outside and "service" not in outside
 
 
-def test_worker_process_task_lines_carry_job_id_and_service(runtime, service_id, emulator, tmp_path):
+def test_worker_process_task_lines_carry_job_id_and_service(
+    processes: Processes, runtime, service_id, emulator
+) -> None:
     key = topic_template(runtime, service_id)
     seed_topic(runtime, service_id, "news", key, "logs", 5)
     job = topic_job(runtime, service_id, key, "logs")
-    log_path = tmp_path / "worker.log"
-    worker = start_worker(service_id, log_path, lanes=1, env=JSON_ENV)
+    worker = processes.worker(service_id, lanes=1, **JSON_ENV)
     try:
         wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=60, what="job done")
     finally:
-        worker.send_signal(signal.SIGTERM)
+        worker.signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+    log_path = worker.log_path
+    assert log_path is not None
     records = _json_lines(log_path)
     (done,) = [
         rec
