@@ -36,7 +36,7 @@ from notee.store import job_queue as store
 from notee.store.cql import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.vocabulary import FcmCredentials, PageCounts, ProviderCredentials
-from tests.support.emulator import deliveries_per_token, emulator, emulator_process  # noqa: F401
+from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import shared_service_account
 from tests.tcp_switch import TcpSwitch

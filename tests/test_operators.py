@@ -21,7 +21,6 @@ from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store import job_queue as store
 from notee.vocabulary import PageCounts
-from tests.support.emulator import deliveries_per_token, emulator, emulator_process  # noqa: F401
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 

@@ -11,17 +11,20 @@ from notee.providers.fcm import FcmProvider, ServiceAccountTokens, emulator_serv
 from notee.providers.http2 import Pool
 
 
-def emulator_fcm(service: str, fcm_credentials: Any, pool: Pool, emulator_url: str) -> FcmProvider:
+def emulator_fcm(
+    service: str, fcm_credentials: Any, pool: Pool, emulator_url: str, ca_file: str | None = None
+) -> FcmProvider:
     """FCM through the emulator. Access tokens come from the emulator's OAuth endpoint: with the
     service's own service account when it has one (only its token_uri changes), else with a
     throwaway account, so the token path (expiry, refresh on 401) is the production one."""
     token_uri = emulator_url.rstrip("/") + "/token"
     if fcm_credentials is not None:
-        tokens = ServiceAccountTokens(fcm_credentials.service_account, token_uri=token_uri)
+        tokens = ServiceAccountTokens(fcm_credentials.service_account, token_uri=token_uri, ca_file=ca_file)
         return FcmProvider(fcm_credentials.project_id, tokens, pool)
     # the project keeps a recognisable name, so staging logs read like production
     project = f"notee-{service.lower()}"
-    return FcmProvider(project, ServiceAccountTokens(emulator_service_account(project), token_uri=token_uri), pool)
+    account = emulator_service_account(project)
+    return FcmProvider(project, ServiceAccountTokens(account, token_uri=token_uri, ca_file=ca_file), pool)
 
 
 def emulator_apns(apns_credentials: Any, token: ApnsJwt, pool: Pool) -> ApnsProvider:

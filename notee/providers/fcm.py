@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, Protocol
 
@@ -153,10 +154,17 @@ class ServiceAccountTokens:
     (5 minutes, or a tenth of the lifetime for short-lived tokens): one token request per hour per
     service account, none per message.
 
-    ``token_uri`` overrides the account's token endpoint (the emulator's ``/token``)."""
+    ``token_uri`` overrides the account's token endpoint (the emulator's ``/token``); ``ca_file`` is
+    the CA its TLS certificate is checked against. The token request carries that CA itself rather
+    than relying on the process environment (REQUESTS_CA_BUNDLE), which many hosts set globally."""
 
     def __init__(
-        self, service_account: dict[str, Any], *, token_uri: str | None = None, clock: Callable[[], float] = time.time
+        self,
+        service_account: dict[str, Any],
+        *,
+        token_uri: str | None = None,
+        ca_file: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         # deferred: firebase-admin's credentials load google-auth and requests (~0.2 s per process start); processes that never send FCM do not need them
         from firebase_admin import credentials
@@ -171,6 +179,7 @@ class ServiceAccountTokens:
             self._cert = credentials.Certificate(info)
         except (ValueError, KeyError, TypeError) as exc:
             raise ProviderConfigError("FCM service-account JSON is not usable") from exc
+        self._ca_file = ca_file
         self._clock = clock
         self._token = ""
         self._refresh_at = 0.0
@@ -191,7 +200,7 @@ class ServiceAccountTokens:
 
     async def _fetch(self) -> None:
         try:
-            info = await asyncio.to_thread(self._cert.get_access_token)
+            info = await asyncio.to_thread(self._access_token)
         except Exception as exc:  # google-auth's errors; firebase-admin does not wrap them
             if type(exc).__name__ == "TransportError":  # the token endpoint could not be reached
                 raise ProviderUnavailable("the OAuth token endpoint of the FCM service account is unreachable") from exc
@@ -202,6 +211,32 @@ class ServiceAccountTokens:
         lifetime = max(0.0, expiry - now)
         self._token = info.access_token
         self._refresh_at = expiry - min(300.0, lifetime / 10)
+
+    def _access_token(self) -> Any:
+        """firebase-admin's ``get_access_token()``, with the emulator's CA when there is one."""
+        if self._ca_file is None:
+            return self._cert.get_access_token()
+        # deferred: see __init__ (google-auth and requests load only where FCM is used)
+        import requests
+        from google.auth.transport.requests import Request
+
+        session = requests.Session()
+        session.verify = self._ca_file
+        session.trust_env = False  # neither a global CA bundle nor a proxy applies to the emulator
+        try:
+            credential = self._cert.get_credential()
+            credential.refresh(Request(session))
+            return _TokenInfo(credential.token, credential.expiry)
+        finally:
+            session.close()
+
+
+@dataclass(frozen=True)
+class _TokenInfo:
+    """What firebase-admin's ``get_access_token()`` answers: the token and its (naive UTC) expiry."""
+
+    access_token: str
+    expiry: Any
 
 
 def emulator_service_account(project_id: str) -> dict[str, Any]:

@@ -135,7 +135,10 @@ class ProviderSet:
             if apns_c:
                 apns = emulator_apns(apns_c, *self._apns_key(self.settings.emulator_apns_url or url, apns_c))
             built = ServiceProviders(
-                fcm=emulator_fcm(service, fcm_c, self._pool(url), url) if fcm_c or standin else None, apns=apns
+                fcm=emulator_fcm(service, fcm_c, self._pool(url), url, self.settings.emulator_ca_file)
+                if fcm_c or standin
+                else None,
+                apns=apns,
             )
         else:
             fcm: Provider | None = None
