@@ -1,9 +1,9 @@
 """FCM HTTP v1 provider: one POST per message over Notee's lean HTTP/2 client.
 
-firebase-admin is used for what it does well, credentials (google-auth service-account tokens,
-cached until near expiry) and the reference message model; the transport is ours because the
-SDK's senders cost ~1,060-1,180 µs CPU per message against ~114 µs for ours (docs/PROVIDERS.md,
-"Measured CPU per message"). tests/test_providers_fcm.py
+firebase-admin is used for what it does well, credentials (its service-account ``Certificate``
+issues the OAuth access tokens, cached here until near expiry) and the reference message model;
+the transport is ours because the SDK's senders cost ~1,060-1,180 µs CPU per message against
+~114 µs for ours (docs/PROVIDERS.md, "Measured CPU per message"). tests/test_providers_fcm.py
 shows our request bodies equal the SDK's encoding and our classification matches the exception
 the SDK raises for the same emulator response.
 
