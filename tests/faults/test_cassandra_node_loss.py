@@ -28,6 +28,7 @@ KILLED_NODE = 2
 
 
 def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id, settings):
+    fault_cluster.ensure_whole()  # an earlier test may have killed a node
     runtime = fault_cluster.runtime
     key = topic_template(runtime, service_id, "news")
     t0 = time.monotonic()

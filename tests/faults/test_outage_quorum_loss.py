@@ -28,6 +28,7 @@ WORKERS, LANES = 2, 2
 
 
 def test_quorum_lost_for_60_s_mid_publish(fault_cluster, emulator, processes, service_id, settings):
+    fault_cluster.ensure_whole()  # an earlier test may have killed a node
     runtime = fault_cluster.runtime
     key = topic_template(runtime, service_id, "news")
     runtime.statements.allocate_numbers(service_id, "TOPIC", "news", UNUSED)
