@@ -206,18 +206,15 @@ def insert_job(
     )
 
 
-def progress(session: Session, job_id: str) -> Progress:
-    """Roll the tasks' counters up into the job's progress (a job has at most a few hundred tasks)."""
-    row = session.execute(
-        text(
-            "SELECT COALESCE(SUM(state NOT IN ('queued', 'running')), 0) AS tasks_done,"
-            " COALESCE(SUM(targeted), 0) AS targeted, COALESCE(SUM(sent), 0) AS sent,"
-            " COALESCE(SUM(failed), 0) AS failed, COALESCE(SUM(pruned), 0) AS pruned,"
-            " COALESCE(SUM(retried), 0) AS retried, COALESCE(SUM(no_credentials), 0) AS no_credentials"
-            " FROM fanout_task WHERE job_id = :j"
-        ),
-        {"j": job_id},
-    ).one()
+def _rollup(t: str) -> str:
+    """The SELECT list that sums the counters of the task rows aliased ``t`` into a job's progress."""
+    return f"COALESCE(SUM({t}.state NOT IN ('queued', 'running')), 0) AS tasks_done," + ",".join(
+        f" COALESCE(SUM({t}.{c}), 0) AS {c}"
+        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials")
+    )
+
+
+def _progress(row: Any) -> Progress:
     return Progress(
         targeted=int(row.targeted),
         sent=int(row.sent),
@@ -227,6 +224,12 @@ def progress(session: Session, job_id: str) -> Progress:
         no_credentials=int(row.no_credentials),
         tasks_done=int(row.tasks_done),
     )
+
+
+def progress(session: Session, job_id: str) -> Progress:
+    """Roll the tasks' counters up into the job's progress (a job has at most a few hundred tasks)."""
+    row = session.execute(text(f"SELECT {_rollup('t')} FROM fanout_task t WHERE t.job_id = :j"), {"j": job_id}).one()
+    return _progress(row)
 
 
 # --- leasing ------------------------------------------------------------------------------------
@@ -662,10 +665,7 @@ def list_jobs(
     columns = ", ".join(f"j.{c.strip()}" for c in _JOB_COLUMNS.split(","))
     rows = session.execute(
         text(
-            f"SELECT {columns}, COALESCE(SUM(t.state NOT IN ('queued', 'running')), 0) AS tasks_done,"
-            " COALESCE(SUM(t.targeted), 0) AS targeted, COALESCE(SUM(t.sent), 0) AS sent,"
-            " COALESCE(SUM(t.failed), 0) AS failed, COALESCE(SUM(t.pruned), 0) AS pruned,"
-            " COALESCE(SUM(t.retried), 0) AS retried, COALESCE(SUM(t.no_credentials), 0) AS no_credentials"
+            f"SELECT {columns}, {_rollup('t')}"
             f" FROM (SELECT * FROM fanout_job j WHERE {' AND '.join(where)}"
             "       ORDER BY j.created_at DESC, j.job_id DESC LIMIT :n) j"
             " LEFT JOIN fanout_task t ON t.job_id = j.job_id"
@@ -673,18 +673,4 @@ def list_jobs(
         ),
         params,
     ).all()
-    return [
-        (
-            _job(r),
-            Progress(
-                targeted=int(r.targeted),
-                sent=int(r.sent),
-                failed=int(r.failed),
-                pruned=int(r.pruned),
-                retried=int(r.retried),
-                no_credentials=int(r.no_credentials),
-                tasks_done=int(r.tasks_done),
-            ),
-        )
-        for r in rows
-    ]
+    return [(_job(r), _progress(r)) for r in rows]
