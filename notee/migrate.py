@@ -89,6 +89,12 @@ class MigrationError(RuntimeError):
     pass
 
 
+class HistoryMismatch(MigrationError):
+    """The database's recorded history is not this notee's files: an applied file was edited, or a
+    version is recorded that this notee has no file for (a newer Notee or a development branch
+    migrated it). Nothing is applied on top of a history that cannot be reproduced."""
+
+
 # Files that landed numbered below an already landed one, before the in-order rule existed (0003
 # after 0004/0005; 0007 after 0010; 0012 after 0013, with the rule): a database migrated in between
 # applies them late, which is accepted (and only for them) without the flag.
@@ -114,11 +120,19 @@ def _pending(
 ) -> list[Migration]:
     """The files still to apply, in order. Refuses an edited applied file, and (unless allowed) a
     pending file numbered below the highest applied version."""
+    known = {m.version for m in migrations}
+    foreign = sorted(v for v in applied if v not in known)
+    if foreign:
+        raise HistoryMismatch(
+            f"{store}: version(s) {', '.join(f'{v:04d}' for v in foreign)} are recorded as applied but this notee "
+            "has no such file (a newer Notee or a development branch migrated this database); run the notee "
+            "that applied them, or restore the database"
+        )
     pending = []
     for m in migrations:
         if m.version in applied:
             if applied[m.version] != m.checksum:
-                raise MigrationError(f"{m.name} changed after it was applied; add a new migration instead")
+                raise HistoryMismatch(f"{m.name} changed after it was applied; add a new migration instead")
         else:
             pending.append(m)
     highest = max(applied, default=0)

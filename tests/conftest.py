@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from notee.runtime import Runtime
 from notee.settings import Settings
+from tests.support.stores import drop_test_stores
 
 # Whole-session log capture and the final scan for credential material (issue 9); the shared
 # fixtures of tests/support (emulator, processes), available to every test without an import.
@@ -51,9 +52,17 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def migrated(settings: Settings) -> None:
+    """The test database and keyspaces at this checkout's schema. They persist between runs (the
+    MariaDB data directory is the machine's); when another checkout left a history this one cannot
+    continue (a renumbered or edited file), they are dropped and migrated from scratch."""
     from notee import migrate
 
-    migrate.migrate_all(settings)
+    try:
+        migrate.migrate_all(settings)
+    except migrate.HistoryMismatch as mismatch:
+        print(f"test stores reset: {mismatch}")
+        drop_test_stores(settings)
+        migrate.migrate_all(settings)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from notee import migrate
 from notee.settings import Settings
 from tests.security_logscan import log_dir
+from tests.support.stores import drop_test_stores
 
 REPO = Path(__file__).resolve().parents[1]
 MYSQL_FILES = [m.name for m in migrate.load(migrate.SCHEMA_DIR / "mysql")]
@@ -48,18 +49,7 @@ def fresh(settings: Settings) -> Iterator[Settings]:
     try:
         yield fresh_settings
     finally:
-        server = create_engine(url._replace(database=None))
-        with server.begin() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
-        server.dispose()
-        from notee.runtime import Runtime
-
-        rt = Runtime(fresh_settings)
-        try:
-            for ks in (fresh_settings.cassandra_keyspace_notification, fresh_settings.cassandra_keyspace_numbering):
-                rt.cql.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
-        finally:
-            rt.close()
+        drop_test_stores(fresh_settings)
 
 
 @pytest.fixture()

@@ -4,9 +4,12 @@ wrote nothing: ``assert snapshot(runtime, service) == before``."""
 from __future__ import annotations
 
 from cassandra.query import PreparedStatement
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from notee.runtime import Runtime
+from notee.settings import Settings
+from notee.store.cassandra import connect
 
 NOT_DATA = {"rate_bucket"}  # request accounting, changed by every request by design
 # Tables without a ``service`` column that still hold a tenant's rows, with the query selecting them.
@@ -85,3 +88,24 @@ def _cql_statements(runtime: Runtime) -> tuple[PreparedStatement, PreparedStatem
             ),
         )
     return _prepared[key]
+
+
+def drop_test_stores(settings: Settings) -> None:
+    """Drop the MySQL database and both keyspaces these settings name. Refuses names without a test
+    suffix: only a test's own stores are ever dropped."""
+    url = make_url(settings.mysql_url.get_secret_value())
+    names = [url.database or "", settings.cassandra_keyspace_notification, settings.cassandra_keyspace_numbering]
+    if not all("_test" in name for name in names):
+        raise ValueError(f"refusing to drop stores that are not a test's own: {names}")
+    server = create_engine(url._replace(database=None))
+    try:
+        with server.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
+    finally:
+        server.dispose()
+    cluster, session = connect(settings)
+    try:
+        for keyspace in names[1:]:
+            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+    finally:
+        cluster.shutdown()
