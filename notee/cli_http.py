@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, NoReturn
 
 import typer
@@ -261,6 +262,22 @@ def subscribe(
 
 # --- publishing ------------------------------------------------------------------------------------
 
+_SEND_AT_HELP = "Send then, not now: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+09:00 (a scheduled job)."
+
+
+def _instant(value: str | None) -> datetime | None:
+    """``--send-at``: an RFC 3339 time with its offset; anything else is one line and exit 2."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value) if "T" in value.upper() else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        typer.echo(f"error: --send-at {value!r} is not an RFC 3339 time with its offset", err=True)
+        raise typer.Exit(2)
+    return moment
+
 
 def publish(
     type: str = typer.Argument(..., help="The TOPIC template's notification type."),
@@ -270,6 +287,7 @@ def publish(
     title: str | None = typer.Option(None, help="Replaces the template's title."),
     body: str | None = typer.Option(None, help="Replaces the template's body."),
     idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
+    send_at: str | None = typer.Option(None, "--send-at", help=_SEND_AT_HELP),
     wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
     timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
 ) -> None:
@@ -283,6 +301,7 @@ def publish(
             title=title,
             body=body,
             idempotency_key=idempotency_key,
+            send_at=_instant(send_at),
         )
         typer.echo(accepted.job_id)
         if wait:
@@ -338,8 +357,8 @@ class _ProgressLine:
 
 @jobs_app.command("list")
 def jobs_list(
-    state: str | None = typer.Option(None, help="queued, running, done, failed, ..."),
-    method: str | None = typer.Option(None, help="TOPIC (publishes) or CYCLE (schedules)."),
+    state: str | None = typer.Option(None, help="scheduled, queued, running, done, failed, ..."),
+    method: str | None = typer.Option(None, help="TOPIC (publishes), CYCLE (schedules) or SINGLE (scheduled sends)."),
     type: str | None = typer.Option(None, help="Notification type."),
     limit: int = typer.Option(50, min=1, help="At most this many jobs."),
 ) -> None:
@@ -360,7 +379,7 @@ def jobs_show(job_id: str) -> None:
 
 @jobs_app.command("cancel")
 def jobs_cancel(job_id: str) -> None:
-    """Cancel a queued or running job; prints its final state and counts."""
+    """Cancel a scheduled, queued or running job; prints its final state and counts."""
     with _client() as notee:
         job = notee.cancel_job(job_id)
     typer.echo(f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}")
@@ -371,9 +390,22 @@ def send(
     type: str = typer.Argument(..., help="The SINGLE template's notification type."),
     var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
+    send_at: str | None = typer.Option(None, "--send-at", help=_SEND_AT_HELP),
 ) -> None:
-    """Send a SINGLE template to every device of one user, now; prints the counts."""
+    """Send a SINGLE template to every device of one user, now (prints the counts), or at --send-at
+    (prints the scheduled job's id)."""
+    when = _instant(send_at)
     with _client() as notee:
+        if when is not None:
+            accepted = notee.send_to_user(
+                user_id,
+                type,
+                variables=_pairs(var, "--var") or None,
+                data=_pairs(data, "--data") or None,
+                send_at=when,
+            )
+            typer.echo(accepted.job_id)
+            return
         result = notee.send_to_user(
             user_id, type, variables=_pairs(var, "--var") or None, data=_pairs(data, "--data") or None
         )

@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Longest a provider's circuit breaker stays open before it lets a probe through."
     )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
+    schedule_grace_s: int = Field(
+        60,
+        ge=0,
+        description="A send_at up to this many seconds in the past (database clock) is sent at once; older is 422.",
+    )
+    schedule_max_days: int = Field(30, ge=1, le=366, description="Furthest ahead a send_at may be, in days.")
 
     # --- scheduler ------------------------------------------------------------------------------
     scheduler_grace_minutes: int = Field(

@@ -3,7 +3,7 @@
 It imports nothing from Notee, so the API, the domain, the fan-out engine, the scheduler, the stores
 and the providers can all use it without importing each other (docs/ARCHITECTURE.md, layers):
 
-- what a publish job addresses (``TopicTarget`` / ``CycleTarget``) and how a job row stores it;
+- what a publish job addresses (``TopicTarget`` / ``CycleTarget`` / ``UserTarget``) and how a job row stores it;
 - slot arithmetic (``SLOT_SIZE``, ``slot_of``);
 - the notification methods, device OSes, delivery modes and the days of the week;
 - ``Recipient`` (one device, as the fan-out read yields it) and ``PageCounts`` (what sending some
@@ -21,7 +21,8 @@ from typing import Any, Literal, NamedTuple, get_args
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
 Os = Literal["IOS", "AOS"]
 Priority = Literal["high", "normal"]
-JobState = Literal["queued", "running", "done", "failed", "expired", "cancelled"]
+# scheduled: a publish or send with send_at, waiting in MySQL until then (a worker claims it no earlier).
+JobState = Literal["scheduled", "queued", "running", "done", "failed", "expired", "cancelled"]
 METHODS: tuple[Method, ...] = get_args(Method)
 OSES: tuple[Os, ...] = get_args(Os)
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)
@@ -55,7 +56,15 @@ class CycleTarget:
     minute: int  # 0-59, local
 
 
-Target = TopicTarget | CycleTarget
+@dataclass(frozen=True, slots=True)
+class UserTarget:
+    """Every device of one user: a single send scheduled for later (``send_at``) runs as a job of one
+    task whose worker reads the user's devices from MySQL when it runs."""
+
+    user_id: str
+
+
+Target = TopicTarget | CycleTarget | UserTarget
 
 
 def encode_target(target: Target) -> tuple[str, dict[str, Any]]:
@@ -64,6 +73,8 @@ def encode_target(target: Target) -> tuple[str, dict[str, Any]]:
         return "TOPIC", {"topic": target.topic}
     if isinstance(target, CycleTarget):
         return "CYCLE", asdict(target)
+    if isinstance(target, UserTarget):
+        return "USER", {"user_id": target.user_id}
     raise TypeError(f"not a fan-out target: {target!r}")
 
 
@@ -73,6 +84,8 @@ def decode_target(kind: str, value: dict[str, Any]) -> Target:
         return TopicTarget(value["topic"])
     if kind == "CYCLE":
         return CycleTarget(value["timezone"], value["day"], int(value["hour"]), int(value["minute"]))
+    if kind == "USER":
+        return UserTarget(value["user_id"])
     raise ValueError(f"unknown target kind {kind!r}")
 
 

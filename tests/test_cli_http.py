@@ -9,6 +9,7 @@ import os
 import secrets
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,28 @@ def test_a_queued_job_is_cancelled_from_the_cli(admin_env, service_id):
     out = notee("jobs", "cancel", job_id, env=env)
     assert out.returncode == 0 and out.stdout.startswith(f"job {job_id} cancelled"), out.stdout + out.stderr
     assert json.loads(notee("jobs", "show", job_id, env=env).stdout)["state"] == "cancelled"
+
+
+def test_a_scheduled_publish_and_send_from_the_cli_wait_and_can_be_cancelled(admin_env, service_id):
+    notee("admin", "service", "create", service_id, "--name", "Later", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    notee("template", "put", "TOPIC", "news", "--title", "t", "--body", "b", env=env)
+    notee("template", "put", "SINGLE", "otp", "--title", "t", "--body", "b", env=env)
+    user_id = notee("user", "put", "later-1", env=env).stdout.strip()
+    at = "2099-01-01T09:00:00+09:00"
+    bad = notee("publish", "news", "sports", "--send-at", "2099-01-01T09:00:00", env=env)  # no offset
+    assert bad.returncode == 2 and "RFC 3339" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+    far = notee("publish", "news", "sports", "--send-at", at, env=env)  # beyond schedule_max_days: the API's 422
+    assert far.returncode == 1 and far.stderr.startswith("error: 422") and "send_at" in far.stderr, far.stderr
+    soon = "2000-01-01T00:00:00Z"
+    past = notee("send", user_id, "otp", "--send-at", soon, env=env)
+    assert past.returncode == 1 and "in the past" in past.stderr, past.stderr
+    when = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+    topic_job = notee("publish", "news", "sports", "--send-at", when, env=env).stdout.strip()
+    send_job = notee("send", user_id, "otp", "--send-at", when, env=env).stdout.strip()
+    listed = [json.loads(line) for line in notee("jobs", "list", "--state", "scheduled", env=env).stdout.splitlines()]
+    assert sorted(j["job_id"] for j in listed) == sorted([topic_job, send_job])
+    for job_id in (topic_job, send_job):
+        out = notee("jobs", "cancel", job_id, env=env)
+        assert out.returncode == 0 and out.stdout.startswith(f"job {job_id} cancelled"), out.stdout + out.stderr

@@ -13,7 +13,9 @@ from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -54,6 +56,23 @@ def _multi_line(value: str) -> str:
         raise ValueError("must not contain control characters other than \\n")
     return value
 
+
+def _rfc3339_text(value: Any) -> Any:
+    """Only an RFC 3339 date-time string with its offset: pydantic would also take a number (epoch
+    seconds) or a bare date, which a client may not mean."""
+    if not isinstance(value, str) or len(value) > 40:
+        raise ValueError("must be an RFC 3339 date-time string with its offset, e.g. 2026-11-30T09:00:00+09:00")
+    try:
+        moment = datetime.fromisoformat(value) if "T" in value.upper() else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ValueError("must be an RFC 3339 date-time with its offset (Z or ±hh:mm), e.g. 2026-11-30T09:00:00Z")
+    return value
+
+
+# An absolute instant given by a client (send_at): a string with an explicit offset, never a guess.
+Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 
 # Text fields of per-send input follow the templates' rule (notee.domain.rules.check_text).
 OneLineText = Annotated[StrictStr, AfterValidator(_one_line)]

@@ -92,7 +92,11 @@ TAGS: list[dict[str, str]] = [
         "name": "publish",
         "description": "Publishing a TOPIC template to a topic's subscribers, and the jobs that fan it out.",
     },
-    {"name": "sends", "description": "A SINGLE template to every device of one user, delivered synchronously."},
+    {
+        "name": "sends",
+        "description": "A SINGLE template to every device of one user, delivered synchronously (or, with "
+        "send_at, a scheduled job).",
+    },
     {"name": "dead letters", "description": "Pushes that still failed after the retries: list and send again."},
 ]
 
@@ -226,6 +230,7 @@ _SCHEDULE = {
 _JOB_STATUS = {
     "job_id": _JOB,
     "state": "running",
+    "send_at": None,
     "dry_run": False,
     "notification_type": "news",
     "target": {"topic": "sports"},
@@ -299,8 +304,12 @@ EXAMPLES: dict[str, Any] = {
     "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
     "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
     "JobStatus": _JOB_STATUS,
-    "PublishAccepted": {"job_id": _JOB},
-    "PublishRequest": {"variables": {"name": "Alice"}, "data": {"article": "42"}},
+    "PublishAccepted": {"job_id": _JOB, "state": "scheduled", "send_at": "2026-12-01T08:00:00Z"},
+    "PublishRequest": {
+        "variables": {"name": "Alice"},
+        "data": {"article": "42"},
+        "send_at": "2026-12-01T09:00:00+01:00",
+    },
     "RateLimitIn": {"rate": 50.0, "burst": 200},
     "RateLimitList": {"items": [_RATE]},
     "RateLimitOut": _RATE,

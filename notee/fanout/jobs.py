@@ -15,22 +15,23 @@ import json
 import logging
 import uuid
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from notee.domain.render import TemplateContent, render
-from notee.domain.rules import check_send_inputs
+from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.schedule import validate_topic
 from notee.errors import Conflict, InvalidInput, NotFound
 from notee.runtime import Runtime
+from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store import registry_sql
 from notee.store.cql import max_slot
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
-from notee.vocabulary import Progress, Target, TopicTarget, encode_target, slot_ranges
+from notee.vocabulary import Progress, Target, TopicTarget, UserTarget, encode_target, slot_ranges
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +57,23 @@ def request_hash(
     target: dict[str, Any],
     variables: dict[str, Any] | None,
     overrides: dict[str, Any] | None,
+    send_at: datetime | None = None,
 ) -> str:
     """sha256 of what a publish asks for (canonical JSON; an empty and a missing map are the same
-    request). Stored with the job: the same idempotency key with another hash is a different request."""
+    request). Stored with the job: the same idempotency key with another hash is a different request.
+    ``send_at`` enters only when given, so the hashes of unscheduled requests did not change."""
+    fields: dict[str, Any] = {
+        "method": method,
+        "type": type_,
+        "target_kind": target_kind,
+        "target": target,
+        "variables": variables or None,
+        "overrides": overrides or None,
+    }
+    if send_at is not None:
+        fields["send_at"] = send_at.isoformat()
     canonical = json.dumps(
-        {
-            "method": method,
-            "type": type_,
-            "target_kind": target_kind,
-            "target": target,
-            "variables": variables or None,
-            "overrides": overrides or None,
-        },
+        fields,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -91,6 +97,36 @@ def _same_request(existing: JobRow, fingerprint: str) -> JobRow:
     return existing
 
 
+def check_send_at(session: Session, settings: Settings, send_at: datetime | None) -> datetime | None:
+    """``send_at`` (aware) as the naive UTC instant the job row keeps, checked against the database
+    clock (the clock the claim compares it with): at most ``schedule_grace_s`` in the past (then it
+    is sent at once) and at most ``schedule_max_days`` ahead. InvalidInput (422) otherwise."""
+    if send_at is None:
+        return None
+    moment = send_at.astimezone(UTC).replace(tzinfo=None)
+    now = store.db_now(session)
+    earliest = now - timedelta(seconds=settings.schedule_grace_s)
+    latest = now + timedelta(days=settings.schedule_max_days)
+    problem = None
+    if moment < earliest:
+        problem = ("send_at_in_past", f"is more than {settings.schedule_grace_s} s in the past")
+    elif moment > latest:
+        problem = ("send_at_too_far", f"is more than {settings.schedule_max_days} days ahead")
+    if problem is None:
+        return moment
+    raise InvalidInput(
+        f"send_at {problem[1]} (now is {now:%Y-%m-%dT%H:%M:%S}Z on the server)",
+        details=[
+            {
+                "loc": ["body", "send_at"],
+                "type": problem[0],
+                "msg": problem[1],
+                "ctx": {"now": f"{now:%Y-%m-%dT%H:%M:%S.%f}Z"},
+            }
+        ],
+    )
+
+
 def create_job(
     runtime: Runtime,
     session: Session,
@@ -104,16 +140,24 @@ def create_job(
     variables: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
     deadline_in_s: float | None = None,
+    send_at: datetime | None = None,
 ) -> JobRow:
     """Write the job and its tasks in the caller's transaction (the caller commits); with an
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
     False then). ``deadline_in_s``: seconds from now (database clock) after which its unfinished
-    tasks expire instead of sending. Raises NotFound (no such template for the service) and
+    tasks expire instead of sending. ``send_at``: naive UTC, checked by ``check_send_at``; the job is
+    scheduled until then. A USER target (a scheduled single send) has one task. Raises NotFound (no such template for the service) and
     InvalidInput/PayloadTooLarge (rendering);
     InvalidInput when the idempotency key was used by a different request."""
     kind, target_json = encode_target(target)
     fingerprint = request_hash(
-        method=method, type_=type_, target_kind=kind, target=target_json, variables=variables, overrides=overrides
+        method=method,
+        type_=type_,
+        target_kind=kind,
+        target=target_json,
+        variables=variables,
+        overrides=overrides,
+        send_at=send_at,
     )
     if idempotency_key is not None:
         existing = store.job_by_idempotency_key(session, service, idempotency_key)
@@ -134,8 +178,9 @@ def create_job(
     ).as_job_payload()
     service_row = registry_sql.get_service(session, service)
     dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
-    # Read the numbering counter before writing: the job walks every slot that exists now.
-    top = max_slot(runtime.statements, service, method, type_)
+    # Read the numbering counter before writing: the job walks every slot that exists now (a
+    # scheduled job too: docs/API.md "Scheduled sends" says what that means for later subscribers).
+    top = 0 if isinstance(target, UserTarget) else max_slot(runtime.statements, service, method, type_)
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
@@ -156,6 +201,7 @@ def create_job(
                 dry_run=dry_run,
                 slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
                 deadline_in_s=deadline_in_s,
+                send_at=send_at,
             )
     except IntegrityError:
         if idempotency_key is None:
@@ -165,7 +211,7 @@ def create_job(
             raise
         return _same_request(existing, fingerprint)
     log.info(
-        "job %s created: service=%s %s/%s %s slots 0..%d%s",
+        "job %s created: service=%s %s/%s %s slots 0..%d%s%s",
         job_id,
         service,
         method,
@@ -173,6 +219,7 @@ def create_job(
         kind,
         top,
         " (dry run)" if dry_run else "",
+        f" scheduled for {send_at:%Y-%m-%dT%H:%M:%S}Z" if send_at else "",
     )
     job = store.get_job(session, job_id)
     assert job is not None
@@ -189,11 +236,13 @@ def publish_topic(
     idempotency_key: str | None,
     variables: dict[str, Any] | None,
     overrides: dict[str, Any] | None,
+    send_at: datetime | None = None,
 ) -> JobRow:
     """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job`` (in
-    the caller's transaction: the caller commits)."""
+    the caller's transaction: the caller commits). ``send_at`` (aware): sent then, not now."""
     validate_topic(topic)
     check_send_inputs(variables, overrides)
+    when = check_send_at(session, runtime.settings, send_at)
     template = registry_sql.get_template(session, service, "TOPIC", type_)
     if template is None:
         raise NotFound(f"no TOPIC template of type {type_!r}")
@@ -208,6 +257,46 @@ def publish_topic(
         idempotency_key=client_idempotency_key(idempotency_key),
         variables=variables,
         overrides=overrides,
+        send_at=when,
+    )
+
+
+def schedule_single(
+    runtime: Runtime,
+    session: Session,
+    *,
+    service: str,
+    user_id: str,
+    type_: str,
+    send_at: datetime,
+    idempotency_key: str | None,
+    variables: dict[str, Any] | None,
+    data: dict[str, Any] | None,
+) -> JobRow:
+    """A single send with ``send_at`` (aware): instead of sending now, a job of one task addressed to
+    the user (``UserTarget``), rendered now like any job; at send_at a worker sends it to the devices
+    the user has then. The caller commits. Raises NotFound (user, template), InvalidInput."""
+    extra = check_data(data)
+    check_send_inputs(variables, None)
+    when = check_send_at(session, runtime.settings, send_at)
+    assert when is not None
+    if registry_sql.get_user(session, service, user_id) is None:
+        raise NotFound("no such user")
+    template = registry_sql.get_template(session, service, "SINGLE", type_)
+    if template is None:
+        raise NotFound(f"no SINGLE template of type {type_!r}")
+    return create_job(
+        runtime,
+        session,
+        service=service,
+        notification_key=template.notification_key,
+        method="SINGLE",
+        type_=type_,
+        target=UserTarget(user_id),
+        idempotency_key=client_idempotency_key(idempotency_key),
+        variables=variables,
+        overrides={"data": extra} if extra else None,
+        send_at=when,
     )
 
 
@@ -220,7 +309,7 @@ def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Pro
 
 
 def cancel_job(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
-    """Cancel a queued or running job; a finished one is answered as it is (cancelling is idempotent).
+    """Cancel a scheduled, queued or running job; a finished one is answered as it is (cancelling is idempotent).
     The caller commits."""
     if store.get_job(session, job_id, service) is None:
         raise NotFound("no such job")

@@ -51,10 +51,11 @@ from notee.providers.base import Message
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
+from notee.store import registry_sql
 from notee.store.cql import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
-from notee.vocabulary import PageCounts, Recipient, Target, decode_target
+from notee.vocabulary import PageCounts, Recipient, Target, UserTarget, decode_target
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +341,13 @@ class Worker:
         queue: asyncio.Queue[tuple[int, list[Recipient], bytes | None] | Exception],
     ) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
+        if isinstance(target, UserTarget):  # a scheduled single send: the user's devices as they are now
+            try:
+                page = await asyncio.to_thread(_user_devices, self.runtime.sessions, claim.job_id, target)
+                await queue.put((claim.slot_from, page, None))
+            except Exception as exc:
+                await queue.put(exc)
+            return
         statements = await asyncio.to_thread(lambda: self.runtime.statements)
         try:
             for slot in range(claim.current_slot, claim.slot_to + 1):
@@ -366,6 +374,17 @@ class Worker:
                 return
             except Exception as exc:  # transient: the next try or the next checkpoint renews it
                 log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
+
+
+def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarget) -> list[Recipient]:
+    """Every device of a scheduled single send's user, read when it is sent (one MySQL query per job:
+    a user has a handful of devices). A user deleted since has none: the job targets 0."""
+    with sessions() as session:
+        job = store.get_job(session, job_id)
+        if job is None:
+            raise JobGone(f"job {job_id} is gone (pruned?)")
+        rows = registry_sql.list_devices(session, job.service, target.user_id)
+    return [Recipient(r.device_token, r.device_os, target.user_id) for r in rows]
 
 
 def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:

@@ -61,6 +61,7 @@ class JobRow:
     finished_at: datetime | None
     dry_run: bool = False  # made in the service's dry_run delivery mode: the log provider sends it
     deadline: datetime | None = None  # a task not finished by then is expired, not run (cycle jobs)
+    send_at: datetime | None = None  # scheduled: no task is claimed before this instant (UTC)
     created: bool = False  # True only on the call that inserted it
 
 
@@ -82,7 +83,7 @@ class Claim:
 _JOB_COLUMNS = (
     "job_id, service, notification_key, notification_method, notification_type, target_kind, target, "
     "idempotency_key, request_hash, payload, state, task_count, error, created_at, started_at, finished_at, dry_run, "
-    "deadline"
+    "deadline, send_at"
 )
 # A job whose every recipient had no route ends failed with this error (notee/delivery.py says the same per send).
 NO_CREDENTIALS_ERROR = (
@@ -115,6 +116,7 @@ def _job(row: Any, created: bool = False) -> JobRow:
         finished_at=row.finished_at,
         dry_run=bool(row.dry_run),
         deadline=row.deadline,
+        send_at=row.send_at,
         created=created,
     )
 
@@ -166,18 +168,21 @@ def insert_job(
     slot_ranges: list[tuple[int, int]],
     dry_run: bool = False,
     deadline_in_s: float | None = None,
+    send_at: datetime | None = None,
 ) -> None:
     """Insert the job row and one task row per slot range, in the caller's transaction.
     ``deadline_in_s``: the job's deadline, that many seconds from now on the database clock.
+    ``send_at`` (naive UTC): the job is 'scheduled' while it is in the future (database clock) and
+    its tasks are claimable from then on (``lease_until = send_at``): the claim never takes them earlier.
 
     Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
     session.execute(
         text(
             "INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"
             " target_kind, target, idempotency_key, request_hash, variables, overrides, payload, dry_run, state,"
-            " task_count, created_at, deadline) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :rh, :v, :o, :p, :dry,"
-            " 'queued', :n, UTC_TIMESTAMP(6),"
-            " CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END)"
+            " task_count, created_at, deadline, send_at) VALUES (:j, :s, :k, :m, :t, :tk, :tg, :ik, :rh, :v, :o, :p,"
+            " :dry, IF(:sa IS NOT NULL AND :sa > UTC_TIMESTAMP(6), 'scheduled', 'queued'), :n, UTC_TIMESTAMP(6),"
+            " CASE WHEN :dl IS NULL THEN NULL ELSE UTC_TIMESTAMP(6) + INTERVAL :dl MICROSECOND END, :sa)"
         ),
         {
             "j": job_id,
@@ -195,14 +200,15 @@ def insert_job(
             "dry": dry_run,
             "n": len(slot_ranges),
             "dl": None if deadline_in_s is None else max(0, int(deadline_in_s * 1_000_000)),
+            "sa": send_at,
         },
     )
     session.execute(
         text(
             "INSERT INTO fanout_task (job_id, task_no, slot_from, slot_to, current_slot, state, lease_until)"
-            " VALUES (:j, :n, :a, :b, :a, 'queued', UTC_TIMESTAMP(6))"
+            " VALUES (:j, :n, :a, :b, :a, 'queued', GREATEST(UTC_TIMESTAMP(6), COALESCE(:sa, UTC_TIMESTAMP(6))))"
         ),
-        [{"j": job_id, "n": i, "a": a, "b": b} for i, (a, b) in enumerate(slot_ranges)],
+        [{"j": job_id, "n": i, "a": a, "b": b, "sa": send_at} for i, (a, b) in enumerate(slot_ranges)],
     )
 
 
@@ -253,7 +259,7 @@ def claim(
             job_ids = (
                 session.execute(
                     text(
-                        "SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('queued', 'running')"
+                        "SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('scheduled', 'queued', 'running')"
                     ).bindparams(bindparam("s", expanding=True)),
                     {"s": list(services)},
                 )
@@ -315,7 +321,7 @@ def claim(
             session.execute(
                 text(
                     "UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                    " WHERE job_id = :j AND state = 'queued'"
+                    " WHERE job_id = :j AND state IN ('scheduled', 'queued')"
                 ),
                 {"j": row.job_id},
             )
@@ -394,19 +400,25 @@ def checkpoint(
         raise JobCancelled(f"job {claim_.job_id} was cancelled")
 
 
+def db_now(session: Session) -> datetime:
+    """The database clock (naive UTC): the one clock leases, deadlines and send_at are compared with."""
+    now: datetime = session.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    return now
+
+
 def _job_state(session: Session, job_id: str) -> str | None:
     return session.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one_or_none()
 
 
 def cancel_job(session: Session, service: str, job_id: str) -> bool:
-    """Cancel a queued or running job of ``service`` in the caller's transaction: the job is final at
+    """Cancel a scheduled, queued or running job of ``service`` in the caller's transaction: the job is final at
     once, its queued tasks too; running tasks stop at their worker's next checkpoint. False when the
     job had already finished (nothing changes)."""
     changed = affected(
         session.execute(
             text(
                 "UPDATE fanout_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6)"
-                " WHERE job_id = :j AND service = :s AND state IN ('queued', 'running')"
+                " WHERE job_id = :j AND service = :s AND state IN ('scheduled', 'queued', 'running')"
             ),
             {"j": job_id, "s": service},
         )
@@ -512,7 +524,7 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
             # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed
             text(
                 "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
-                " finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND state IN ('queued', 'running')"
+                " finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
             ),
             {"e": error[:500], "j": claim_.job_id},
         )
@@ -520,7 +532,7 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
             text(
                 "UPDATE fanout_job SET state = 'failed', error = :e, finished_at = UTC_TIMESTAMP(6),"
                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                " WHERE job_id = :j AND state IN ('queued', 'running')"
+                " WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
             ),
             {"e": error[:500], "j": claim_.job_id},
         )
@@ -580,7 +592,7 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
             text(
                 "UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
                 " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
-                " WHERE job_id = :j AND state IN ('queued', 'running')"
+                " WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
             ),
             {"st": state, "e": error[:500] if error else None, "j": job_id},
         )

@@ -36,7 +36,7 @@ class SyncMethods:
         return self.call(_ops.bulk_subscribe(type, topic, user_ids))
 
     def cancel_job(self, job_id: str) -> m.Job:
-        """Cancel a queued or running job (workers stop after the page they are sending)."""
+        """Cancel a scheduled, queued or running job (workers stop after the page they are sending)."""
         return self.call(_ops.cancel_job(job_id))
 
     def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
@@ -119,9 +119,10 @@ class SyncMethods:
         """The service's templates."""
         return self.call(_ops.list_templates())
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None) -> m.PublishAccepted:
-        """Publish a TOPIC template to every subscriber of a topic; answers a job id at once."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key))
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
+        """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
+if given: the job is scheduled until then); answers a job id at once."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -163,9 +164,10 @@ class SyncMethods:
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None) -> m.SendResult:
-        """Send a SINGLE template to every device of one user, now; answers the counts."""
-        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data))
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None) -> m.SendResult | m.PublishAccepted:
+        """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
+or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
+        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
@@ -211,7 +213,7 @@ class AsyncMethods:
         return await self.call(_ops.bulk_subscribe(type, topic, user_ids))
 
     async def cancel_job(self, job_id: str) -> m.Job:
-        """Cancel a queued or running job (workers stop after the page they are sending)."""
+        """Cancel a scheduled, queued or running job (workers stop after the page they are sending)."""
         return await self.call(_ops.cancel_job(job_id))
 
     async def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
@@ -294,9 +296,10 @@ class AsyncMethods:
         """The service's templates."""
         return await self.call(_ops.list_templates())
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None) -> m.PublishAccepted:
-        """Publish a TOPIC template to every subscriber of a topic; answers a job id at once."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key))
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
+        """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
+if given: the job is scheduled until then); answers a job id at once."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -338,9 +341,10 @@ class AsyncMethods:
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None) -> m.SendResult:
-        """Send a SINGLE template to every device of one user, now; answers the counts."""
-        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data))
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None) -> m.SendResult | m.PublishAccepted:
+        """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
+or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
+        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""

@@ -55,6 +55,15 @@ def _clean(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _instant(moment: datetime | None) -> str | None:
+    """An aware datetime as RFC 3339 (the API refuses a time without its offset, and so does this)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise ValueError("send_at must be an aware datetime (with tzinfo): the API never guesses a zone")
+    return moment.isoformat()
+
+
 # --- health and admin ------------------------------------------------------------------------------
 
 def health() -> Op[m.Health]:
@@ -242,14 +251,16 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 
 def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
-                  idempotency_key: str | None = None) -> Op[m.PublishAccepted]:
-    """Publish a TOPIC template to every subscriber of a topic; answers a job id at once."""
+                  idempotency_key: str | None = None, send_at: datetime | None = None) -> Op[m.PublishAccepted]:
+    """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
+    if given: the job is scheduled until then); answers a job id at once."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish", _one(m.PublishAccepted),
               json=_clean(variables=dict(variables) if variables is not None else None,
-                          data=dict(data) if data is not None else None, title=title, body=body),
+                          data=dict(data) if data is not None else None, title=title, body=body,
+                          send_at=_instant(send_at)),
               headers={"Idempotency-Key": key})
 
 
@@ -269,19 +280,32 @@ def list_jobs(*, state: str | None = None, method: str | None = None, type: str 
 
 
 def cancel_job(job_id: str) -> Op[m.Job]:
-    """Cancel a queued or running job (workers stop after the page they are sending)."""
+    """Cancel a scheduled, queued or running job (workers stop after the page they are sending)."""
     return Op("POST", f"/v1/jobs/{_seg(job_id)}/cancel", _one(m.Job))
 
 
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
-                 data: Mapping[str, str] | None = None) -> Op[m.SendResult]:
-    """Send a SINGLE template to every device of one user, now; answers the counts."""
-    # Not repeatable: a single send has no idempotency key, so a 503 is not retried (429 is: the
-    # request was refused before anything was sent).
-    return Op("POST", f"/v1/users/{_seg(user_id)}/send", _one(m.SendResult),
+                 data: Mapping[str, str] | None = None, send_at: datetime | None = None,
+                 idempotency_key: str | None = None) -> Op[m.SendResult | m.PublishAccepted]:
+    """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
+    or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
+    if send_at is None:
+        # Not repeatable: a send now has no idempotency key, so a 503 is not retried (429 is: the
+        # request was refused before anything was sent).
+        return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
+                  json=_clean(type=type, variables=dict(variables) if variables is not None else None,
+                              data=dict(data) if data is not None else None),
+                  repeatable=False)
+    # A scheduled send is a job with an Idempotency-Key, so (unlike a send now) a retry is safe.
+    key = idempotency_key or f"sdk-{uuid.uuid4()}"
+    return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                          data=dict(data) if data is not None else None),
-              repeatable=False)
+                          data=dict(data) if data is not None else None, send_at=_instant(send_at)),
+              headers={"Idempotency-Key": key})
+
+
+def _sent_or_scheduled(body: Any) -> m.SendResult | m.PublishAccepted:
+    return m.PublishAccepted.model_validate(body) if "job_id" in body else m.SendResult.model_validate(body)
 
 
 # --- operators -------------------------------------------------------------------------------------

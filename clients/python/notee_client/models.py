@@ -125,11 +125,14 @@ class BulkSubscribed(Model):
 
 class PublishAccepted(Model):
     job_id: str
+    state: str = "queued"  # "scheduled" when send_at is in the future
+    send_at: datetime | None = None
 
 
 class Job(Model):
     job_id: str
     state: str
+    send_at: datetime | None = None  # a scheduled job is sent then
     dry_run: bool = False  # the service was in dry_run mode: nothing was sent
     notification_type: str
     target: dict[str, Any]

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
-from notee.api.models import Answer, MultiLineText, OneLineText
+from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.errors import InvalidInput
@@ -22,6 +22,14 @@ from notee.fanout.jobs import JobRow
 from notee.vocabulary import JobState, Progress
 
 router = APIRouter(prefix="/v1", tags=["publish"])
+
+SEND_AT_FIELD: Any = Field(
+    None,
+    description="Send then instead of now: an RFC 3339 date-time with its offset (an absolute instant, "
+    "so a DST change does not move it). At most NOTEE_SCHEDULE_GRACE_S (60) seconds in the past (sent at "
+    "once) and NOTEE_SCHEDULE_MAX_DAYS (30) days ahead, else 422. The job is `scheduled` until then and "
+    "can be cancelled (POST /v1/jobs/{job_id}/cancel).",
+)
 
 VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")]
 DataKey = Annotated[OneLineText, StringConstraints(min_length=1, max_length=128)]
@@ -46,15 +54,19 @@ class PublishRequest(BaseModel):
     body: MultiLineText | None = Field(
         None, min_length=1, max_length=2000, description="Replaces the template's body (may contain \\n)."
     )
+    send_at: Rfc3339 | None = SEND_AT_FIELD
 
 
-class PublishAccepted(BaseModel):
+class PublishAccepted(Answer):
     job_id: str
+    state: JobState = Field(description="scheduled (send_at in the future) or queued.")
+    send_at: datetime | None = Field(None, description="When the job is sent (UTC); null: now.")
 
 
 class JobStatus(Answer):
     job_id: str
     state: JobState
+    send_at: datetime | None = Field(None, description="A scheduled job is sent then (UTC); null: sent at once.")
     dry_run: bool = Field(
         description="The service was in dry_run delivery mode when the job was made: the log "
         "provider recorded every push and nothing was sent."
@@ -107,7 +119,8 @@ def publish(
     idempotency_key: IdempotencyKey = None,
 ) -> PublishAccepted:
     """Send a TOPIC template to every device subscribed to the topic. Returns at once (202) with the
-    job id; workers fan out in the background. Progress: ``GET /v1/jobs/{job_id}``."""
+    job id; workers fan out in the background (with ``send_at``: from then on; the job is
+    ``scheduled`` until then). Progress: ``GET /v1/jobs/{job_id}``."""
     request = request or PublishRequest()
     overrides = {
         k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
@@ -121,9 +134,10 @@ def publish(
         idempotency_key=idempotency_key,
         variables=request.variables,
         overrides=overrides or None,
+        send_at=request.send_at,
     )
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
-    return PublishAccepted(job_id=job.job_id)
+    return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at)
 
 
 @router.get(
@@ -181,8 +195,10 @@ def list_jobs(
     service: ServiceDep,
     state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
     method: Annotated[
-        Literal["TOPIC", "CYCLE"] | None,
-        Query(description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes."),
+        Literal["TOPIC", "CYCLE", "SINGLE"] | None,
+        Query(
+            description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes; SINGLE: scheduled single sends."
+        ),
     ] = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
     created_from: Annotated[
@@ -196,7 +212,8 @@ def list_jobs(
     cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> JobList:
-    """This service's jobs, newest first: topic publishes and cycle minutes, with their counts."""
+    """This service's jobs, newest first: topic publishes, cycle minutes and scheduled single sends,
+    with their counts (``state=scheduled``: the ones waiting for their send_at)."""
     rows = jobs.list_jobs(
         db,
         service,
@@ -233,6 +250,7 @@ def status_of(job: JobRow, progress: Progress) -> JobStatus:
     return JobStatus(
         job_id=job.job_id,
         state=job.state,
+        send_at=job.send_at,
         dry_run=job.dry_run,
         notification_type=job.type_,
         target=job.target,

@@ -1,18 +1,25 @@
-"""Single sends: one SINGLE template to every device of one user, delivered synchronously."""
+"""Single sends: one SINGLE template to every device of one user, delivered synchronously; with
+``send_at``, a scheduled job instead (202), sent by a worker then (docs/API.md "Scheduled sends")."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
-from notee.api.models import MultiLineText, OneLineText, errors
+from notee.api.deps import RuntimeDep
+from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
+from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.delivery import DeliverySender
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
+from notee.fanout import jobs
+from notee.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 
@@ -33,6 +40,7 @@ class SendIn(BaseModel):
     data: dict[OneLineText, MultiLineText] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
+    send_at: Rfc3339 | None = SEND_AT_FIELD
 
 
 class SendOut(BaseModel):
@@ -57,14 +65,52 @@ def sender_of(request: Request) -> DeliverySender:
     return sender
 
 
-@router.post("/users/{user_id}/send", response_model=SendOut, responses=errors(404, 422, 424))
+def _schedule(runtime: Runtime, service: str, user_id: str, body: SendIn, idempotency_key: str | None) -> Any:
+    send_at = body.send_at
+    assert send_at is not None  # the route only schedules a send that has one
+    with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
+        job = jobs.schedule_single(
+            runtime,
+            session,
+            service=service,
+            user_id=user_id,
+            type_=body.type,
+            send_at=send_at,
+            idempotency_key=idempotency_key,
+            variables=body.variables,
+            data=body.data,
+        )
+    return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at).model_dump(mode="json")
+
+
+@router.post(
+    "/users/{user_id}/send",
+    response_model=SendOut,
+    responses={
+        202: {"model": PublishAccepted, "description": "Scheduled (send_at given): the job that sends it then"},
+        **errors(404, 422, 424),
+    },
+)
 async def send_to_user(
-    user_id: Annotated[UUID, Path(description="Platform user id")], body: SendIn, service: ServiceDep, request: Request
-) -> SendOut:
+    user_id: Annotated[UUID, Path(description="Platform user id")],
+    body: SendIn,
+    service: ServiceDep,
+    request: Request,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> SendOut | JSONResponse:
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
     over a provider's 4,096-byte limit answers 422 and nothing is sent. A device of a platform the
     service has no credentials for is counted failed (``no_credentials``); when that is every
-    device, or a provider rejects the service's credentials, the answer is 424."""
+    device, or a provider rejects the service's credentials, the answer is 424.
+
+    With ``send_at`` nothing is sent now: the answer is 202 with a job (``scheduled``) that a worker
+    sends at send_at to the devices the user has then; its counts are the job's (GET /v1/jobs/{job_id}),
+    and it can be cancelled. ``Idempotency-Key`` applies to such scheduled sends (the same key returns
+    the same job); an immediate send is not a job and ignores it."""
+    if body.send_at is not None:
+        accepted = await asyncio.to_thread(_schedule, runtime, service, str(user_id), body, idempotency_key)
+        return JSONResponse(accepted, status_code=202)
     devices, result = await sender_of(request).send_single(
         service,
         str(user_id),
