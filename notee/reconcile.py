@@ -3,6 +3,8 @@
 1. ``count`` per (service, method, type) := the number of users with at least one live subscription
    (a user-level index row whose notification_key is still a template's). Fixed with a counter
    *delta* (actual - current), the only way to set a counter.
+1b. ``subscribers`` per (service, type, topic) (numbering.topic_subscribers) := the number of users
+   with a live user-level index row for that topic; fixed with a delta the same way.
 2. Rows of deleted templates (their notification_key is gone from MySQL) are deleted: slot rows and
    index rows (templates are disabled on deletion and cleaned here, docs/SCHEMA.md).
 3. ``cycle_due`` buckets and ``cycle_timezone`` zones with no live subscription are deleted, with
@@ -53,6 +55,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
     with runtime.sessions() as s:
         live = subsql.live_template_keys(s, service)
     actual: Counter[tuple[str, str, str]] = Counter()
+    topic_actual: Counter[tuple[str, str, str]] = Counter()
     buckets: set[tuple[str, str, int, int, str]] = set()
     zones: set[str] = set()
     dead = 0
@@ -81,6 +84,8 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
             if not r.is_user_level or r.data.get("key") not in live:
                 continue
             types.add((svc, r.method, r.type_))
+            if r.method == "TOPIC":
+                topic_actual[(svc, r.type_, r.target)] += 1  # one user-level row per (user, type, topic)
             if r.method == "CYCLE":
                 sch = parse_canonical(r.target)
                 zones.add(sch.timezone)
@@ -103,6 +108,8 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
             st.add_count(*key, n)
             fixed += 1
 
+    topics_fixed = _fix_topic_counts(st, topic_actual, service, fetch_size)
+
     due_removed = 0
     for tz, day, hour, minute, notification_key, svc in st.scan_due(fetch_size):
         if service is not None and svc != service:
@@ -118,9 +125,34 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
                 zones_removed += 1
     report = {
         "counts_fixed": fixed,
+        "topic_counts_fixed": topics_fixed,
         "dead_rows_removed": dead,
         "due_buckets_removed": due_removed,
         "timezones_removed": zones_removed,
     }
     log.info("reconcile%s: %s", f" of {service}" if service else "", report)
     return report
+
+
+def _fix_topic_counts(
+    st: Statements, actual: Counter[tuple[str, str, str]], service: str | None, fetch_size: int
+) -> int:
+    """Apply ``actual - current`` to every per-topic counter that differs (one service, or all)."""
+    if service is None:
+        current = st.scan_topic_subscribers(fetch_size)
+    else:
+        current = ((service, t, topic, n) for t, topic, n in st.topic_subscribers(service, fetch_size=fetch_size))
+    fixed = 0
+    seen = set()
+    for svc, type_, topic, count in current:
+        seen.add((svc, type_, topic))
+        delta = actual.get((svc, type_, topic), 0) - count
+        if delta:
+            st.run([st.add_topic_subscribers_async(svc, type_, topic, delta)])
+            log.info("reconcile: subscribers of topic %s/%s/%r %d -> %d", svc, type_, topic, count, count + delta)
+            fixed += 1
+    for (svc, type_, topic), n in actual.items():
+        if (svc, type_, topic) not in seen and n:
+            st.run([st.add_topic_subscribers_async(svc, type_, topic, n)])
+            fixed += 1
+    return fixed

@@ -219,10 +219,14 @@ def _subscribe_one_topic(
     )
     if not already:
         st.run([st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at)])
+        # Per-topic count (issue 16; docs/SCHEMA.md decision 3): one counter statement, only once the
+        # subscription row exists, in flight while the per-type check below reads.
+        counted = st.add_topic_subscribers_async(service, tpl.type_, topic, +1)
         if not had_type:
             after = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
             if _first_of_type(after, tpl.key, topic, at):
                 st.add_count(service, "TOPIC", tpl.type_, +1)
+        st.run([counted])
     return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
@@ -231,7 +235,10 @@ def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: s
     tpl = _template(session, service, "TOPIC", type_)
     if reg.get_user(session, service, user_id) is None:
         raise NotFound("user not found")
-    return _unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
+    removed = _unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
+    if removed:
+        st.run([st.add_topic_subscribers_async(service, type_, topic, -1)])
+    return removed
 
 
 def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match: Callable[[IndexRow], bool]) -> bool:
@@ -306,11 +313,14 @@ def bulk_subscribe_topic(
         if u in fresh and not missing:
             futures.append(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at))
     st.run(futures)
+    # The topic's count: one counter statement for the whole request (docs/SCHEMA.md decision 3).
+    topic_counted = [st.add_topic_subscribers_async(service, type_, topic, len(fresh))] if fresh else []
     first_timers = [u for u in new_users if not _live_user_level(before[u], tpl.key)]
     if first_timers:
         reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in first_timers}
         counted = sum(1 for u, f in reads.items() if _first_of_type(st.index_rows_of(f), tpl.key, topic, at))
         st.add_count(service, "TOPIC", type_, counted)
+    st.run(topic_counted)
     for u, _ in todo:
         results[u] = {"user_id": u, "status": "subscribed" if u in fresh else "already_subscribed"}
     return [results.get(u, {"user_id": u, "status": "not_found"}) for u in ordered]
@@ -522,6 +532,10 @@ def on_user_deleted(session: Session, st: Statements, service: str, user_id: str
     st.delete_user_index(user_id, service)
     for method, type_ in sorted(types):
         st.add_count(service, method, type_, -1)
+    topics = {
+        (r.type_, r.target) for r in rows if r.is_user_level and r.method == "TOPIC" and r.data.get("key") in live
+    }
+    st.run(st.add_topic_subscribers_async(service, t, topic, -1) for t, topic in sorted(topics))
 
 
 def on_template_deleted(st: Statements, service: str, method: str, type_: str, notification_key: str) -> None:
@@ -531,6 +545,12 @@ def on_template_deleted(st: Statements, service: str, method: str, type_: str, n
     `notee reconcile` deletes the dead rows later (finding them needs a scan of the index)."""
     _, count, _ = st.counters(service, method, type_)
     st.add_count(service, method, type_, -count)
+    if method == "TOPIC":  # every topic of the type restarts at 0 as well
+        st.run(
+            st.add_topic_subscribers_async(service, type_, topic, -n)
+            for _, topic, n in st.topic_subscribers(service, type_)
+            if n
+        )
     log.info("template %s/%s of %s deleted: %d subscriber(s) disabled until reconcile", method, type_, service, count)
 
 

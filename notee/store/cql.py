@@ -158,6 +158,25 @@ class Statements:
         self.counter_versions = p(
             f"SELECT notification_method, notification_type, version FROM {c}.notification WHERE service = ?"
         )
+        self.counter_counts = p(
+            f"SELECT notification_method, notification_type, count FROM {c}.notification WHERE service = ?"
+        )
+
+        # --- per-topic subscriber counters (numbering.topic_subscribers, docs/SCHEMA.md decision 3) ----
+        topic_key = "WHERE service = ? AND notification_type = ? AND topic = ?"
+        self.counter_add_topic = p(f"UPDATE {c}.topic_subscribers SET subscribers = subscribers + ? {topic_key}")
+        topic_cols = f"SELECT notification_type, topic, subscribers FROM {c}.topic_subscribers WHERE service = ?"
+        self.topic_counts = p(topic_cols)
+        self.topic_counts_after = p(f"{topic_cols} AND (notification_type, topic) > (?, ?)")
+        self.topic_counts_of_type = p(f"{topic_cols} AND notification_type = ?")
+        self.topic_counts_of_type_after = p(f"{topic_cols} AND notification_type = ? AND topic > ?")
+        self.topic_counts_scan = p(f"SELECT service, notification_type, topic, subscribers FROM {c}.topic_subscribers")
+
+        # --- the cycle calendar: how many slot rows one bucket of a template has in one slot -----------
+        self.cycle_count = p(
+            f"SELECT COUNT(*) FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
+            " AND day = ? AND hour = ? AND minute = ?"
+        )
 
         # Everything but a counter increment can be resent safely: marking it idempotent lets the
         # driver retry it on another replica when a node dies mid-request (RELIABILITY.md, node loss).
@@ -208,6 +227,51 @@ class Statements:
         """Every (method, type) -> template cache version of one service: one partition read."""
         rows = self.session.execute(self.counter_versions, (service,))
         return {(r.notification_method, r.notification_type): int(r.version or 0) for r in rows}
+
+    def counts(self, service: str) -> dict[tuple[str, str], int]:
+        """Every (method, type) -> ``count`` (subscribed users) of one service: one partition read."""
+        rows = self.session.execute(self.counter_counts, (service,))
+        return {(r.notification_method, r.notification_type): int(r.count or 0) for r in rows}
+
+    # Per-topic subscriber counters. Increments are never retried (COUNTER_PROFILE); drift is
+    # repaired by `notee reconcile`.
+    def add_topic_subscribers_async(self, service: str, type_: str, topic: str, delta: int) -> ResponseFuture:
+        return self.session.execute_async(
+            self.counter_add_topic, (delta, service, type_, topic), execution_profile=COUNTER_PROFILE
+        )
+
+    def topic_subscribers(
+        self, service: str, type_: str | None = None, after: tuple[str, str] | None = None, fetch_size: int = 500
+    ) -> Iterator[tuple[str, str, int]]:
+        """(type, topic, subscribers) of one service in (type, topic) order, paged by the driver;
+        ``after`` resumes after a (type, topic) key; with ``type_``, only that type's topics."""
+        if type_ is None:
+            stmt = self.topic_counts_after.bind((service, *after)) if after else self.topic_counts.bind((service,))
+        elif after is not None and after[0] == type_:
+            stmt = self.topic_counts_of_type_after.bind((service, type_, after[1]))
+        else:
+            stmt = self.topic_counts_of_type.bind((service, type_))
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield r.notification_type, r.topic, int(r.subscribers or 0)
+
+    def scan_topic_subscribers(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
+        """(service, type, topic, subscribers) of every service (reconcile)."""
+        stmt = self.topic_counts_scan.bind(())
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield r.service, r.notification_type, r.topic, int(r.subscribers or 0)
+
+    def cycle_rows_async(self, notification_key: str, bucket: CycleTarget, slot: int) -> ResponseFuture:
+        """Start counting one slot's rows of a (template, local bucket): ``count_of`` reads the answer."""
+        return self.session.execute_async(
+            self.cycle_count, (slot, notification_key, bucket.timezone, bucket.day, bucket.hour, bucket.minute)
+        )
+
+    @staticmethod
+    def count_of(future: ResponseFuture) -> int:
+        row = future.result().one()
+        return int(row[0]) if row is not None else 0
 
     def scan_counts(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
         stmt = self.counter_scan.bind(())

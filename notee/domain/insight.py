@@ -1,0 +1,293 @@
+"""What Notee is doing, for operators and the console: subscriber counts (per type and per topic),
+the cycle calendar (what the scheduler will send in the next hours) and a delivery summary (what a
+service's jobs did in the last hours).
+
+Read-only. Each function takes the caller's MySQL Session (and the process's ``Statements`` when it
+reads Cassandra) and reads one service's data, or every service's for the admin variants; the web
+console calls these functions directly, the HTTP API (``notee/api/routes/insight.py``) wraps them.
+
+* Per-type counts are the seed's ``count`` counters (users with a live subscription of the type);
+  per-topic counts are ``numbering.topic_subscribers`` (docs/SCHEMA.md, decision 3). Both may drift
+  until ``notee reconcile`` repairs them, and say so in their name: they are counters, not a scan.
+* The calendar uses the scheduler's own structures and rules: the timezones in ``cycle_timezone``,
+  the local buckets ``notee.scheduler.clock.due_buckets`` makes due at each UTC minute (DST gaps and
+  repeats included), the templates ``cycle_due`` lists per bucket, resolved against MySQL as the
+  scheduler resolves them, and the rows of each bucket's slot partitions (what the minute's job will
+  read). "Now" is the database clock, as for the scheduler.
+* The summary counts jobs *created* in the window (by state) and what their tasks did so far, and
+  the dead letters recorded in the window. Single sends (``POST /v1/users/{id}/send``) are not jobs:
+  only their dead letters are counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from notee.errors import InvalidInput
+from notee.scheduler.clock import due_buckets, floor_minute
+from notee.store import activity_sql
+from notee.store import registry_sql as reg
+from notee.store.cql import Statements, max_slot, timezones_in_use
+from notee.store.ticks import database_now
+from notee.vocabulary import CycleTarget, JobState
+
+log = logging.getLogger(__name__)
+
+CALENDAR_MAX_HOURS = 24 * 7
+CALENDAR_MAX_ENTRIES = 5000  # a response stays bounded however busy the week is
+SUMMARY_MAX_HOURS = 24 * 14  # finished jobs are kept retention_days (14 by default)
+TOPICS_MAX_PAGE = 1000
+_COUNT_IN_FLIGHT = 256  # concurrent COUNT reads of slot partitions
+JOB_STATES: tuple[JobState, ...] = ("queued", "running", "done", "failed", "expired", "cancelled")
+
+
+# ---------------------------------------------------------------------- subscriber counts
+@dataclass(frozen=True, slots=True)
+class TypeCount:
+    method: str
+    type_: str
+    subscribers: int  # users with at least one live subscription of (method, type)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCount:
+    type_: str
+    topic: str
+    subscribers: int  # users subscribed to (type, topic)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPage:
+    items: list[TopicCount]
+    next_after: tuple[str, str] | None  # (type, topic) to resume after; None at the end
+
+
+def subscriber_counts(session: Session, st: Statements, service: str) -> list[TypeCount]:
+    """Subscribed users per TOPIC and CYCLE template of the service (SINGLE templates have no
+    subscriptions), in (method, type) order; a template nobody subscribed to is listed with 0."""
+    counts = st.counts(service)
+    return [
+        TypeCount(
+            t.notification_method, t.notification_type, counts.get((t.notification_method, t.notification_type), 0)
+        )
+        for t in reg.list_templates(session, service)
+        if t.notification_method in ("TOPIC", "CYCLE")
+    ]
+
+
+def topic_counts(
+    session: Session,
+    st: Statements,
+    service: str,
+    *,
+    type_: str | None = None,
+    after: tuple[str, str] | None = None,
+    limit: int = 100,
+) -> TopicPage:
+    """The service's topics with at least one subscriber, in (type, topic) order, ``limit`` at a time.
+    Only types that still have a TOPIC template are listed (a deleted template's counts were reset)."""
+    if not 1 <= limit <= TOPICS_MAX_PAGE:
+        raise InvalidInput(
+            f"limit must be 1..{TOPICS_MAX_PAGE}",
+            details=[{"field": "limit", "reason": "out_of_range", "min": 1, "max": TOPICS_MAX_PAGE}],
+        )
+    live = {t.notification_type for t in reg.list_templates(session, service) if t.notification_method == "TOPIC"}
+    if type_ is not None and type_ not in live:
+        return TopicPage([], None)
+    items: list[TopicCount] = []
+    for t, topic, n in st.topic_subscribers(service, type_, after, fetch_size=min(limit * 2, 1000)):
+        if t not in live or n == 0:
+            continue
+        items.append(TopicCount(t, topic, n))
+        if len(items) == limit:
+            return TopicPage(items, (t, topic))
+    return TopicPage(items, None)
+
+
+# ---------------------------------------------------------------------- cycle calendar
+@dataclass(frozen=True, slots=True)
+class DueTemplate:
+    service: str
+    type_: str
+    notification_key: str
+    bucket: CycleTarget  # the local (timezone, day, hour, minute) that falls due
+    subscriptions: int  # slot rows of the bucket: the devices the minute's job will read
+
+
+@dataclass(frozen=True, slots=True)
+class CalendarMinute:
+    minute: datetime  # UTC, aware
+    templates: list[DueTemplate]
+
+
+@dataclass(frozen=True, slots=True)
+class Calendar:
+    start: datetime  # the first UTC minute looked at (the next tick)
+    end: datetime  # exclusive
+    minutes: list[CalendarMinute] = field(default_factory=list)
+    truncated: bool = False  # more than CALENDAR_MAX_ENTRIES due templates: the rest are left out
+
+
+def _check_hours(hours: int, maximum: int) -> None:
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= maximum:
+        raise InvalidInput(
+            f"hours must be 1..{maximum}",
+            details=[{"field": "hours", "reason": "out_of_range", "min": 1, "max": maximum}],
+        )
+
+
+def _cycle_templates(session: Session, service: str | None) -> dict[str, tuple[str, str]]:
+    """notification_key -> (service, type) of every live CYCLE template (of one service, or all)."""
+    services = [service] if service is not None else [s.service for s in reg.list_services(session)]
+    return {
+        t.notification_key: (svc, t.notification_type)
+        for svc in services
+        for t in reg.list_templates(session, svc)
+        if t.notification_method == "CYCLE"
+    }
+
+
+def cycle_calendar(
+    session: Session,
+    st: Statements,
+    service: str | None,
+    *,
+    hours: int = 24,
+    now: datetime | None = None,
+    max_entries: int = CALENDAR_MAX_ENTRIES,
+) -> Calendar:
+    """Every UTC minute of the next ``hours`` hours at which cycle templates fall due (of one
+    service, or every service's with ``service=None``), each with its due templates and how many
+    subscriptions each will target. Minutes with nothing due are left out. ``now`` defaults to the
+    database clock; the calendar starts at the minute after it (the next one the scheduler ticks)."""
+    _check_hours(hours, CALENDAR_MAX_HOURS)
+    start = floor_minute(now or database_now(session)) + timedelta(minutes=1)
+    end = start + timedelta(hours=hours)
+    templates = _cycle_templates(session, service)
+    # bucket -> due template keys, from the scheduler's due index of the buckets in use
+    keys_at: dict[CycleTarget, list[str]] = {}
+    for tz, day, hour, minute, key, svc in st.scan_due():
+        if key in templates and (service is None or svc == service):
+            keys_at.setdefault(CycleTarget(tz, day, hour, minute), []).append(key)
+    zones = sorted({b.timezone for b in keys_at} & set(timezones_in_use(st)))  # what the scheduler evaluates
+    due: list[tuple[datetime, CycleTarget, str]] = []
+    truncated = False
+    moment = start
+    while moment < end and not truncated:
+        for tz in zones:
+            try:
+                buckets = due_buckets(moment, tz)
+            except ValueError:  # a zone this host does not know: the scheduler skips it too (and logs)
+                continue
+            for bucket in buckets:
+                for key in sorted(keys_at.get(bucket, ()), key=templates.__getitem__):  # by (service, type)
+                    if len(due) == max_entries:
+                        truncated = True
+                        break
+                    due.append((moment, bucket, key))
+        moment += timedelta(minutes=1)
+    counts = _count_subscriptions(st, [(templates[k], k, b) for _, b, k in due])
+    by_minute: dict[datetime, list[DueTemplate]] = {}
+    for (m, bucket, key), n in zip(due, counts, strict=True):
+        svc, type_ = templates[key]
+        by_minute.setdefault(m, []).append(DueTemplate(svc, type_, key, bucket, n))
+    return Calendar(start, end, [CalendarMinute(m, items) for m, items in by_minute.items()], truncated)
+
+
+def _count_subscriptions(st: Statements, due: Sequence[tuple[tuple[str, str], str, CycleTarget]]) -> list[int]:
+    """Rows of each (template, bucket) over its slots 0..max_slot, read ``_COUNT_IN_FLIGHT`` at a time."""
+    top: dict[tuple[str, str], int] = {}
+    reads: list[tuple[int, str, CycleTarget, int]] = []  # (index in due, key, bucket, slot)
+    for i, ((svc, type_), key, bucket) in enumerate(due):
+        if (svc, type_) not in top:
+            top[(svc, type_)] = max_slot(st, svc, "CYCLE", type_)
+        reads += [(i, key, bucket, slot) for slot in range(top[(svc, type_)] + 1)]
+    totals = [0] * len(due)
+    for chunk in range(0, len(reads), _COUNT_IN_FLIGHT):
+        batch = reads[chunk : chunk + _COUNT_IN_FLIGHT]
+        futures = [(i, st.cycle_rows_async(key, bucket, slot)) for i, key, bucket, slot in batch]
+        for i, future in futures:
+            totals[i] += st.count_of(future)
+    return totals
+
+
+# ---------------------------------------------------------------------- delivery summary
+@dataclass(frozen=True, slots=True)
+class Deliveries:
+    """What jobs did (their tasks' counts) and how many dead letters were recorded."""
+
+    jobs: int = 0
+    targeted: int = 0
+    sent: int = 0
+    failed: int = 0
+    pruned: int = 0
+    no_credentials: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HourSummary:
+    hour: datetime  # UTC, aware, the start of the hour
+    deliveries: Deliveries
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySummary:
+    service: str
+    since: datetime  # UTC, aware: the start of the first hour
+    until: datetime  # the database clock when it was read
+    totals: Deliveries
+    jobs_by_state: dict[str, int]  # every state, 0 included
+    hours: list[HourSummary]  # every hour of the window, oldest first, empty hours included
+
+
+def _utc(moment: datetime) -> datetime:
+    """Aware UTC (a naive time is taken as UTC, as the stores keep it)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _add(a: Deliveries, b: Deliveries) -> Deliveries:
+    return Deliveries(*(x + y for x, y in zip(_values(a), _values(b), strict=True)))
+
+
+def _values(d: Deliveries) -> tuple[int, ...]:
+    return (d.jobs, d.targeted, d.sent, d.failed, d.pruned, d.no_credentials, d.retried, d.dead_lettered)
+
+
+def delivery_summary(
+    session: Session, service: str, *, hours: int = 24, now: datetime | None = None
+) -> DeliverySummary:
+    """The service's jobs created in the current UTC hour and the ``hours - 1`` before it (by state,
+    and what their tasks did so far), and its dead letters recorded in that window, per hour."""
+    _check_hours(hours, SUMMARY_MAX_HOURS)
+    until = _utc(now or database_now(session))
+    first = floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1)
+    naive_first = first.replace(tzinfo=None)
+    per_hour: dict[datetime, Deliveries] = {first + timedelta(hours=h): Deliveries() for h in range(hours)}
+    by_state: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
+    for row in activity_sql.job_activity(session, service, naive_first):
+        hour = row.hour.replace(tzinfo=UTC)
+        by_state[row.state] = by_state.get(row.state, 0) + row.jobs
+        done = Deliveries(row.jobs, row.targeted, row.sent, row.failed, row.pruned, row.no_credentials, row.retried, 0)
+        per_hour[hour] = _add(per_hour.get(hour, Deliveries()), done)
+    for naive_hour, n in activity_sql.dead_letters_per_hour(session, service, naive_first).items():
+        hour = naive_hour.replace(tzinfo=UTC)
+        per_hour[hour] = _add(per_hour.get(hour, Deliveries()), Deliveries(dead_lettered=n))
+    totals = Deliveries()
+    for d in per_hour.values():
+        totals = _add(totals, d)
+    hours_out = [HourSummary(h, d) for h, d in sorted(per_hour.items())]
+    return DeliverySummary(service, first, until, totals, by_state, hours_out)
+
+
+def delivery_summaries(session: Session, *, hours: int = 24, now: datetime | None = None) -> list[DeliverySummary]:
+    """``delivery_summary`` of every service (admin), one clock reading for all of them."""
+    _check_hours(hours, SUMMARY_MAX_HOURS)
+    until = now or database_now(session)
+    return [delivery_summary(session, s.service, hours=hours, now=until) for s in reg.list_services(session)]
