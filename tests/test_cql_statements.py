@@ -10,6 +10,7 @@ def test_only_counter_increments_are_not_idempotent(runtime):
         "counter_add_no",
         "counter_add_count",
         "counter_add_version",
+        "counter_add_topic",
     }
     bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1))
     assert bound.is_idempotent
