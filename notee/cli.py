@@ -206,8 +206,8 @@ def reconcile(
     service: str | None = typer.Option(None, help="Only this service (default: all)."),
     fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page."),
 ) -> None:
-    """Recompute subscription `count`s from the per-user index, delete rows of deleted templates and
-    stale cycle due buckets (safe to run any time)."""
+    """Recompute subscription `count`s and per-topic subscriber counts from the per-user index, delete
+    rows of deleted templates and stale cycle due buckets (safe to run any time)."""
     from notee import reconcile as rec
     from notee.runtime import Runtime
 

@@ -18,7 +18,10 @@ from typing import Any, NoReturn
 
 import typer
 
-admin_app = typer.Typer(help="Operator commands (NOTEE_ADMIN_TOKEN): services and API keys.", no_args_is_help=True)
+admin_app = typer.Typer(
+    help="Operator commands (NOTEE_ADMIN_TOKEN): services, API keys, the calendar and delivery summary of every service.",
+    no_args_is_help=True,
+)
 service_app = typer.Typer(help="Services (tenants).", no_args_is_help=True)
 key_app = typer.Typer(help="A service's API keys.", no_args_is_help=True)
 credentials_app = typer.Typer(help="A service's provider credentials (never printed back).", no_args_is_help=True)
@@ -416,6 +419,73 @@ def send(
         raise typer.Exit(1)
 
 
+# --- insight: subscriber counts, the cycle calendar, the delivery summary ----------------------------
+
+
+def subscribers() -> None:
+    """Subscribed users per TOPIC and CYCLE template, one JSON object a line."""
+    with _client() as notee:
+        for count in notee.get_subscriber_counts().items:
+            _print_json(count)
+
+
+def topics(
+    type: str | None = typer.Option(None, help="Only this TOPIC template's topics."),
+    limit: int = typer.Option(1000, min=1, help="At most this many topics."),
+) -> None:
+    """The service's topics that have subscribers, with their counts, one JSON object a line."""
+    shown = 0
+    cursor: str | None = None
+    with _client() as notee:
+        while shown < limit:
+            page = notee.list_topics(type=type, cursor=cursor, limit=min(limit - shown, 1000))
+            for topic in page.items:
+                _print_json(topic)
+            shown += len(page.items)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+
+
+def calendar(hours: int = typer.Option(24, min=1, help="How far ahead, in hours (at most a week).")) -> None:
+    """The cycle calendar: one JSON object a line per coming minute at which templates fall due."""
+    with _client() as notee:
+        cal = notee.get_calendar(hours=hours)
+    _print_calendar(cal)
+
+
+def _print_calendar(cal: Any) -> None:
+    for minute in cal.minutes:
+        _print_json(minute)
+    more = " (truncated: more were due)" if cal.truncated else ""
+    typer.echo(f"{len(cal.minutes)} minute(s), {cal.subscriptions:,} subscription(s) due{more}", err=True)
+
+
+def summary(hours: int = typer.Option(24, min=1, help="The current hour and this many - 1 before it.")) -> None:
+    """What the service's jobs did in the last hours, per hour, as JSON."""
+    with _client() as notee:
+        _print_json(notee.get_delivery_summary(hours=hours))
+
+
+@admin_app.command("calendar")
+def admin_calendar(
+    hours: int = typer.Option(24, min=1, help="How far ahead, in hours (at most a week)."),
+    service: str | None = typer.Option(None, help="Only this service (default: every service)."),
+) -> None:
+    """The cycle calendar of every service (or one), one JSON object a line per minute."""
+    with _client() as notee:
+        cal = notee.admin_get_calendar(hours=hours, service=service)
+    _print_calendar(cal)
+
+
+@admin_app.command("summary")
+def admin_summary(hours: int = typer.Option(24, min=1, help="The current hour and this many - 1 before it.")) -> None:
+    """The delivery summary of every service, one JSON object a line."""
+    with _client() as notee:
+        for item in notee.admin_list_delivery_summaries(hours=hours):
+            _print_json(item)
+
+
 def install(app: typer.Typer) -> None:
     """Add these commands to the `notee` command."""
     app.add_typer(admin_app, name="admin")
@@ -425,3 +495,7 @@ def install(app: typer.Typer) -> None:
     app.command("subscribe")(subscribe)
     app.command("publish")(publish)
     app.command("send")(send)
+    app.command("subscribers")(subscribers)
+    app.command("topics")(topics)
+    app.command("calendar")(calendar)
+    app.command("summary")(summary)

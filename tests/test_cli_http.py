@@ -9,6 +9,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -168,3 +169,47 @@ def test_a_scheduled_publish_and_send_from_the_cli_wait_and_can_be_cancelled(adm
     for job_id in (topic_job, send_job):
         out = notee("jobs", "cancel", job_id, env=env)
         assert out.returncode == 0 and out.stdout.startswith(f"job {job_id} cancelled"), out.stdout + out.stderr
+
+
+def test_subscriber_counts_calendar_and_summary_from_the_cli(admin_env, service_id, runtime):
+    notee("admin", "service", "create", service_id, "--name", "Insight", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    notee("template", "put", "TOPIC", "news", "--title", "t", "--body", "b", env=env)
+    notee("template", "put", "CYCLE", "daily", "--title", "Morning", "--body", "Summary", env=env)
+    users = [notee("user", "put", f"in-{i}", env=env).stdout.strip() for i in range(2)]
+    for u in users:
+        assert notee("subscribe", u, "news", "sports", env=env).returncode == 0
+    notee("user", "device", users[0], random_token("in"), "--os", "AOS", env=env)
+    notee("subscribe", users[0], "daily", "--days", "mon,fri", "--at", "09:30", "--timezone", "Asia/Tokyo", env=env)
+    try:
+        counts = [json.loads(line) for line in notee("subscribers", env=env).stdout.splitlines()]
+        assert counts == [
+            {"method": "CYCLE", "type": "daily", "subscribers": 1},
+            {"method": "TOPIC", "type": "news", "subscribers": 2},
+        ]
+        topics = [json.loads(line) for line in notee("topics", "--limit", "5", env=env).stdout.splitlines()]
+        assert topics == [{"type": "news", "topic": "sports", "subscribers": 2}]
+        cal = notee("calendar", "--hours", "168", env=env)  # a week: both of the schedule's days
+        minutes = [json.loads(line) for line in cal.stdout.splitlines()]
+        assert cal.returncode == 0 and len(minutes) == 2, cal.stdout + cal.stderr
+        assert {(t["day"], t["hour"], t["minute"], t["subscriptions"]) for m in minutes for t in m["templates"]} == {
+            ("MON", 9, 30, 1),
+            ("FRI", 9, 30, 1),
+        }
+        assert cal.stderr.strip() == "2 minute(s), 2 subscription(s) due"
+        notee("publish", "news", "sports", env=env)
+        summary = json.loads(notee("summary", "--hours", "2", env=env).stdout)
+        assert summary["service"] == service_id and summary["totals"]["jobs"] == 1 and len(summary["hours"]) == 2
+        every = [json.loads(line) for line in notee("admin", "summary", env=admin_env).stdout.splitlines()]
+        assert next(s for s in every if s["service"] == service_id)["totals"]["jobs"] == 1
+        admin_cal = notee("admin", "calendar", "--hours", "168", "--service", service_id, env=admin_env)
+        assert admin_cal.returncode == 0 and len(admin_cal.stdout.splitlines()) == 2, admin_cal.stderr
+        bad = notee("calendar", "--hours", "1000", env=env)
+        assert bad.returncode == 1 and bad.stderr.startswith("error: 422") and bad.stderr.count("\n") == 1
+    finally:  # the scheduler tests share the due index
+        st = runtime.statements
+        stamp = time.time_ns() // 1000 + 1
+        for tz, day, hour, minute, due_key, service in list(st.scan_due()):
+            if service == service_id:
+                st.delete_due(stamp, tz, day, hour, minute, due_key)

@@ -30,6 +30,11 @@ OWN = {
     # dead letters: the caller's own only; tests/test_operators.py checks another tenant's ids are not found
     "GET /v1/dead-letters",
     "POST /v1/dead-letters/replay",
+    # insight: counts, calendar and summary of the caller's own service (tests/test_insight_api.py too)
+    "GET /v1/subscriber-counts",
+    "GET /v1/topics",
+    "GET /v1/calendar",
+    "GET /v1/delivery-summary",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -210,6 +215,14 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     r = client.get("/v1/jobs", headers=a_auth)
     assert r.status_code == 200 and b_ids["job_id"] not in r.text
     assert b_ids["job_id"] in client.get("/v1/jobs", headers=tenants["b_auth"]).text  # the check can fail
+    for path in ("/v1/subscriber-counts", "/v1/topics", "/v1/calendar?hours=168", "/v1/delivery-summary"):
+        mine, theirs = client.get(path, headers=a_auth), client.get(path, headers=tenants["b_auth"])
+        assert mine.status_code == theirs.status_code == 200, (path, mine.text)
+        assert tenants["b"] not in mine.text and not any(k in mine.text for k in b_ids["keys"]), path
+        assert '"all"' not in mine.text, path  # B's topic
+    assert '"all"' in client.get("/v1/topics", headers=tenants["b_auth"]).text  # the checks can fail
+    assert b_ids["keys"][1] in client.get("/v1/calendar?hours=168", headers=tenants["b_auth"]).text
+    assert tenants["b"] in client.get("/v1/delivery-summary", headers=tenants["b_auth"]).text
     r = client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=a_auth)
     assert r.status_code in (200, 201) and r.json()["notification_key"] not in b_ids["keys"]
     assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {

@@ -9,10 +9,21 @@ from typing import Literal
 
 from fastapi import FastAPI
 
-from notee.api import errors, openapi
+from notee.api import docs_ui, errors, openapi
 from notee.api.access import RequestContext
 from notee.api.edge import EdgeGuard
-from notee.api.routes import admin, deadletters, devices, health, publish, sends, subscriptions, templates, users
+from notee.api.routes import (
+    admin,
+    deadletters,
+    devices,
+    health,
+    insight,
+    publish,
+    sends,
+    subscriptions,
+    templates,
+    users,
+)
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -50,6 +61,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         responses=errors.COMMON_ERRORS,
         openapi_tags=openapi.TAGS,
         generate_unique_id_function=openapi.operation_id,
+        docs_url=None,  # /docs and /redoc come from docs_ui, with Notee's own copies of their assets
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.serves_admin = part in ("all", "admin")
@@ -60,10 +73,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     modules = [health]
     if app.state.serves_admin:
         modules.append(admin)
+        app.include_router(insight.admin_router)
     if app.state.serves_tenant:
-        modules += [users, devices, templates, subscriptions, publish, sends, deadletters]
+        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight]
     for module in modules:
         app.include_router(module.router)
+    docs_ui.install(app)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     document = app.openapi
     app.openapi = lambda: openapi.with_examples(document())  # type: ignore[method-assign]

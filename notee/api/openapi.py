@@ -63,6 +63,15 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/services/{service}/dead-letters"): "adminListDeadLetters",
     ("POST", "/v1/admin/services/{service}/dead-letters/replay"): "adminReplayDeadLetters",
     ("POST", "/v1/users/{user_id}/send"): "sendToUser",
+    # insight: subscriber counts, the cycle calendar, the delivery summary
+    ("GET", "/v1/subscriber-counts"): "getSubscriberCounts",
+    ("GET", "/v1/topics"): "listTopics",
+    ("GET", "/v1/calendar"): "getCalendar",
+    ("GET", "/v1/delivery-summary"): "getDeliverySummary",
+    ("GET", "/v1/admin/services/{service}/subscriber-counts"): "adminGetSubscriberCounts",
+    ("GET", "/v1/admin/services/{service}/topics"): "adminListTopics",
+    ("GET", "/v1/admin/calendar"): "adminGetCalendar",
+    ("GET", "/v1/admin/delivery-summary"): "adminListDeliverySummaries",
 }
 
 TAGS: list[dict[str, str]] = [
@@ -98,6 +107,11 @@ TAGS: list[dict[str, str]] = [
         "send_at, a scheduled job).",
     },
     {"name": "dead letters", "description": "Pushes that still failed after the retries: list and send again."},
+    {
+        "name": "insight",
+        "description": "What Notee is doing for the service: subscriber counts per template and per topic, "
+        "the cycle calendar of the coming hours, and a delivery summary of the last hours.",
+    },
 ]
 
 
@@ -260,6 +274,36 @@ _DEAD_LETTER = {
     "created_at": _T,
 }
 _DETAIL = {"loc": ["body", "variables", "name"], "type": "missing", "msg": "required by the template"}
+_DUE = {
+    "service": "SHOP",
+    "notification_type": "digest",
+    "notification_key": _KEY,
+    "timezone": "Europe/Berlin",
+    "day": "MON",
+    "hour": 9,
+    "minute": 30,
+    "subscriptions": 1200,
+}
+_CALENDAR_MINUTE = {"minute": "2026-11-30T08:30:00Z", "subscriptions": 1200, "templates": [_DUE]}
+_COUNTS = {
+    "jobs": 3,
+    "targeted": 12000,
+    "sent": 11950,
+    "failed": 12,
+    "pruned": 38,
+    "no_credentials": 0,
+    "retried": 20,
+    "dead_lettered": 12,
+}
+_SUMMARY = {
+    "service": "SHOP",
+    "since": "2026-11-29T10:00:00Z",
+    "until": "2026-11-30T09:12:00.5Z",
+    "totals": _COUNTS,
+    "jobs_by_state": {"queued": 0, "running": 1, "done": 2, "failed": 0, "expired": 0, "cancelled": 0},
+    "hours": [{"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS}],
+}
+_TOPIC_COUNT = {"type": "news", "topic": "sports", "subscribers": 4200}
 EXAMPLES: dict[str, Any] = {
     "ApiKeyCreated": _API_KEY | {"api_key": "nk_k3y1d4b2c5_s3cr3t-shown-once"},
     "ApiKeyIn": {"label": "backend"},
@@ -280,10 +324,21 @@ EXAMPLES: dict[str, Any] = {
         "not_found": 0,
     },
     "BulkResult": {"user_id": _USER, "status": "subscribed"},
+    "CalendarMinuteOut": _CALENDAR_MINUTE,
+    "CalendarOut": {
+        "start": "2026-11-30T08:01:00Z",
+        "end": "2026-12-01T08:01:00Z",
+        "subscriptions": 1200,
+        "truncated": False,
+        "minutes": [_CALENDAR_MINUTE],
+    },
     "CredentialsStatus": {"fcm": True, "apns": False},
     "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
     "DeadLetterList": {"items": [_DEAD_LETTER], "next_before_id": None},
     "DeadLetterOut": _DEAD_LETTER,
+    "DeliveryCounts": _COUNTS,
+    "DeliverySummaryList": {"items": [_SUMMARY]},
+    "DeliverySummaryOut": _SUMMARY,
     "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE"},
     "DeviceList": {"items": [_DEVICE]},
     "DeviceOut": _DEVICE,
@@ -301,7 +356,9 @@ EXAMPLES: dict[str, Any] = {
             "token_uri": "https://oauth2.googleapis.com/token",
         }
     },
+    "DueTemplateOut": _DUE,
     "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
+    "HourOut": {"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS},
     "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
     "JobStatus": _JOB_STATUS,
     "PublishAccepted": {"job_id": _JOB, "state": "scheduled", "send_at": "2026-12-01T08:00:00Z"},
@@ -324,6 +381,12 @@ EXAMPLES: dict[str, Any] = {
     "ServiceList": {"items": [_SERVICE_OUT]},
     "ServiceOut": _SERVICE_OUT,
     "ServiceUpdate": {"delivery_mode": "dry_run"},
+    "SubscriberCounts": {
+        "items": [
+            {"method": "CYCLE", "type": "digest", "subscribers": 1200},
+            {"method": "TOPIC", "type": "news", "subscribers": 5100},
+        ]
+    },
     "SubscribeOut": {"status": "subscribed", "devices": 1, "schedule": None},
     "SubscriptionList": {
         "items": [
@@ -355,6 +418,9 @@ EXAMPLES: dict[str, Any] = {
     },
     "TemplateList": {"items": [_TEMPLATE]},
     "TemplateOut": _TEMPLATE,
+    "TopicCountOut": _TOPIC_COUNT,
+    "TopicList": {"items": [_TOPIC_COUNT], "next_cursor": "WyJuZXdzIiwgInNwb3J0cyJd"},
+    "TypeCountOut": {"method": "TOPIC", "type": "news", "subscribers": 5100},
     "UserIn": {"name": "Alice"},
     "UserOut": {"user_id": _USER, "service_user_id": "alice-1", "name": "Alice", "created_at": _T, "updated_at": _T},
 }

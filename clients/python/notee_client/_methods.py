@@ -23,9 +23,25 @@ class SyncMethods:
         """Register (or refresh) one of the user's devices."""
         return self.call(_ops.add_device(user_id, token, os, region))
 
+    def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
+        """The cycle calendar of every service, or of one. Admin token."""
+        return self.call(_ops.admin_get_calendar(hours=hours, service=service))
+
+    def admin_get_subscriber_counts(self, service: str) -> m.SubscriberCounts:
+        """Any service's subscribed users per template. Admin token."""
+        return self.call(_ops.admin_get_subscriber_counts(service))
+
     def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
         """One page of any service's dead letters, newest first. Admin token."""
         return self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+
+    def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
+        """The delivery summary of every service. Admin token."""
+        return self.call(_ops.admin_list_delivery_summaries(hours=hours))
+
+    def admin_list_topics(self, service: str, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
+        """One page of any service's topics with their counts. Admin token."""
+        return self.call(_ops.admin_list_topics(service, type=type, cursor=cursor, limit=limit))
 
     def admin_replay_dead_letters(self, service: str, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send any service's dead letters again. Admin token."""
@@ -63,9 +79,17 @@ class SyncMethods:
         """Delete a user with their devices, subscriptions and dead letters."""
         return self.call(_ops.delete_user(user_id))
 
+    def get_calendar(self, *, hours: int = 24) -> m.Calendar:
+        """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
+        return self.call(_ops.get_calendar(hours=hours))
+
     def get_credentials(self, service: str) -> m.CredentialsStatus:
         """Which providers a service has credentials for. Admin token."""
         return self.call(_ops.get_credentials(service))
+
+    def get_delivery_summary(self, *, hours: int = 24) -> m.DeliverySummary:
+        """What the service's jobs did in the last hours, per hour, with dead letters."""
+        return self.call(_ops.get_delivery_summary(hours=hours))
 
     def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
@@ -78,6 +102,10 @@ class SyncMethods:
     def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
         return self.call(_ops.get_service(service))
+
+    def get_subscriber_counts(self) -> m.SubscriberCounts:
+        """Subscribed users per TOPIC and CYCLE template of the service."""
+        return self.call(_ops.get_subscriber_counts())
 
     def get_template(self, method: str, type: str) -> m.Template:
         """One template."""
@@ -118,6 +146,10 @@ class SyncMethods:
     def list_templates(self) -> list[m.Template]:
         """The service's templates."""
         return self.call(_ops.list_templates())
+
+    def list_topics(self, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
+        """One page of the service's topics that have subscribers, with their counts."""
+        return self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
 
     def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
@@ -200,9 +232,25 @@ class AsyncMethods:
         """Register (or refresh) one of the user's devices."""
         return await self.call(_ops.add_device(user_id, token, os, region))
 
+    async def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
+        """The cycle calendar of every service, or of one. Admin token."""
+        return await self.call(_ops.admin_get_calendar(hours=hours, service=service))
+
+    async def admin_get_subscriber_counts(self, service: str) -> m.SubscriberCounts:
+        """Any service's subscribed users per template. Admin token."""
+        return await self.call(_ops.admin_get_subscriber_counts(service))
+
     async def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
         """One page of any service's dead letters, newest first. Admin token."""
         return await self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+
+    async def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
+        """The delivery summary of every service. Admin token."""
+        return await self.call(_ops.admin_list_delivery_summaries(hours=hours))
+
+    async def admin_list_topics(self, service: str, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
+        """One page of any service's topics with their counts. Admin token."""
+        return await self.call(_ops.admin_list_topics(service, type=type, cursor=cursor, limit=limit))
 
     async def admin_replay_dead_letters(self, service: str, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send any service's dead letters again. Admin token."""
@@ -240,9 +288,17 @@ class AsyncMethods:
         """Delete a user with their devices, subscriptions and dead letters."""
         return await self.call(_ops.delete_user(user_id))
 
+    async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
+        """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
+        return await self.call(_ops.get_calendar(hours=hours))
+
     async def get_credentials(self, service: str) -> m.CredentialsStatus:
         """Which providers a service has credentials for. Admin token."""
         return await self.call(_ops.get_credentials(service))
+
+    async def get_delivery_summary(self, *, hours: int = 24) -> m.DeliverySummary:
+        """What the service's jobs did in the last hours, per hour, with dead letters."""
+        return await self.call(_ops.get_delivery_summary(hours=hours))
 
     async def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
@@ -255,6 +311,10 @@ class AsyncMethods:
     async def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
         return await self.call(_ops.get_service(service))
+
+    async def get_subscriber_counts(self) -> m.SubscriberCounts:
+        """Subscribed users per TOPIC and CYCLE template of the service."""
+        return await self.call(_ops.get_subscriber_counts())
 
     async def get_template(self, method: str, type: str) -> m.Template:
         """One template."""
@@ -295,6 +355,10 @@ class AsyncMethods:
     async def list_templates(self) -> list[m.Template]:
         """The service's templates."""
         return await self.call(_ops.list_templates())
+
+    async def list_topics(self, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
+        """One page of the service's topics that have subscribers, with their counts."""
+        return await self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
 
     async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,

@@ -340,3 +340,47 @@ def admin_replay_dead_letters(service: str, *, ids: Sequence[int] | None = None,
 def requeue_job(job_id: str) -> Op[m.Job]:
     """Resume a failed job from its checkpoints. Admin token."""
     return Op("POST", f"/v1/admin/jobs/{_seg(job_id)}/requeue", _one(m.Job), repeatable=False)
+
+
+# --- insight ---------------------------------------------------------------------------------------
+
+def get_subscriber_counts() -> Op[m.SubscriberCounts]:
+    """Subscribed users per TOPIC and CYCLE template of the service."""
+    return Op("GET", "/v1/subscriber-counts", _one(m.SubscriberCounts))
+
+
+def list_topics(*, type: str | None = None, cursor: str | None = None, limit: int = 100) -> Op[m.TopicPage]:
+    """One page of the service's topics that have subscribers, with their counts."""
+    return Op("GET", "/v1/topics", _one(m.TopicPage), params=_clean(type=type, cursor=cursor, limit=limit))
+
+
+def get_calendar(*, hours: int = 24) -> Op[m.Calendar]:
+    """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
+    return Op("GET", "/v1/calendar", _one(m.Calendar), params={"hours": hours})
+
+
+def get_delivery_summary(*, hours: int = 24) -> Op[m.DeliverySummary]:
+    """What the service's jobs did in the last hours, per hour, with dead letters."""
+    return Op("GET", "/v1/delivery-summary", _one(m.DeliverySummary), params={"hours": hours})
+
+
+def admin_get_subscriber_counts(service: str) -> Op[m.SubscriberCounts]:
+    """Any service's subscribed users per template. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/subscriber-counts", _one(m.SubscriberCounts))
+
+
+def admin_list_topics(service: str, *, type: str | None = None, cursor: str | None = None,
+                      limit: int = 100) -> Op[m.TopicPage]:
+    """One page of any service's topics with their counts. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/topics", _one(m.TopicPage),
+              params=_clean(type=type, cursor=cursor, limit=limit))
+
+
+def admin_get_calendar(*, hours: int = 24, service: str | None = None) -> Op[m.Calendar]:
+    """The cycle calendar of every service, or of one. Admin token."""
+    return Op("GET", "/v1/admin/calendar", _one(m.Calendar), params=_clean(hours=hours, service=service))
+
+
+def admin_list_delivery_summaries(*, hours: int = 24) -> Op[list[m.DeliverySummary]]:
+    """The delivery summary of every service. Admin token."""
+    return Op("GET", "/v1/admin/delivery-summary", _items(m.DeliverySummary), params={"hours": hours})

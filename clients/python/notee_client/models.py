@@ -198,3 +198,76 @@ class Replayed(Model):
     delivered: int
     pruned: int
     failed: int
+
+
+# --- insight: subscriber counts, the cycle calendar, the delivery summary ----------------------------
+
+class TypeCount(Model):
+    method: str
+    type: str
+    subscribers: int
+
+
+class SubscriberCounts(Model):
+    items: list[TypeCount]
+
+
+class TopicCount(Model):
+    type: str
+    topic: str
+    subscribers: int
+
+
+class TopicPage(Model):
+    items: list[TopicCount]
+    next_cursor: str | None
+
+
+class DueTemplate(Model):
+    service: str
+    notification_type: str
+    notification_key: str
+    timezone: str
+    day: str
+    hour: int
+    minute: int
+    subscriptions: int
+
+
+class CalendarMinute(Model):
+    minute: datetime
+    subscriptions: int
+    templates: list[DueTemplate]
+
+
+class Calendar(Model):
+    start: datetime
+    end: datetime
+    subscriptions: int
+    truncated: bool
+    minutes: list[CalendarMinute]
+
+
+class DeliveryCounts(Model):
+    jobs: int
+    targeted: int
+    sent: int
+    failed: int
+    pruned: int
+    no_credentials: int
+    retried: int
+    dead_lettered: int
+
+
+class HourCounts(Model):
+    hour: datetime
+    counts: DeliveryCounts
+
+
+class DeliverySummary(Model):
+    service: str
+    since: datetime
+    until: datetime
+    totals: DeliveryCounts
+    jobs_by_state: dict[str, int]
+    hours: list[HourCounts]
