@@ -325,7 +325,15 @@ def test_the_delivery_summary_counts_jobs_by_state_and_hour_with_dead_letters(ru
         summary = insight.delivery_summary(s, svc, now=now)
     assert summary.service == svc and summary.until == now
     assert summary.since == now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
-    assert summary.jobs_by_state == {"queued": 1, "running": 0, "done": 1, "failed": 1, "expired": 0, "cancelled": 1}
+    assert summary.jobs_by_state == {
+        "scheduled": 0,
+        "queued": 1,
+        "running": 0,
+        "done": 1,
+        "failed": 1,
+        "expired": 0,
+        "cancelled": 1,
+    }
     t = summary.totals
     assert (t.jobs, t.targeted, t.sent, t.failed, t.pruned, t.no_credentials, t.retried, t.dead_lettered) == (
         4,

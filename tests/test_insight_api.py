@@ -109,7 +109,7 @@ def test_the_delivery_summary_counts_the_services_jobs(client, settings, two):
     body = r.json()
     assert body["service"] == a["service"] and len(body["hours"]) == 24
     assert body["totals"]["jobs"] == 1 and sum(body["jobs_by_state"].values()) == 1
-    assert set(body["jobs_by_state"]) == {"queued", "running", "done", "failed", "expired", "cancelled"}
+    assert set(body["jobs_by_state"]) == {"scheduled", "queued", "running", "done", "failed", "expired", "cancelled"}
     assert sum(h["counts"]["jobs"] for h in body["hours"]) == 1
     assert len(client.get("/v1/delivery-summary", params={"hours": 3}, headers=a["auth"]).json()["hours"]) == 3
     every = client.get("/v1/admin/delivery-summary", headers=admin_headers(settings)).json()["items"]

@@ -300,7 +300,7 @@ _SUMMARY = {
     "since": "2026-11-29T10:00:00Z",
     "until": "2026-11-30T09:12:00.5Z",
     "totals": _COUNTS,
-    "jobs_by_state": {"queued": 0, "running": 1, "done": 2, "failed": 0, "expired": 0, "cancelled": 0},
+    "jobs_by_state": {"scheduled": 0, "queued": 0, "running": 1, "done": 2, "failed": 0, "expired": 0, "cancelled": 0},
     "hours": [{"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS}],
 }
 _TOPIC_COUNT = {"type": "news", "topic": "sports", "subscribers": 4200}

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import get_args
 
 from sqlalchemy.orm import Session
 
@@ -43,7 +44,7 @@ CALENDAR_MAX_ENTRIES = 5000  # a response stays bounded however busy the week is
 SUMMARY_MAX_HOURS = 24 * 14  # finished jobs are kept retention_days (14 by default)
 TOPICS_MAX_PAGE = 1000
 _COUNT_IN_FLIGHT = 256  # concurrent COUNT reads of slot partitions
-JOB_STATES: tuple[JobState, ...] = ("queued", "running", "done", "failed", "expired", "cancelled")
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 
 
 # ---------------------------------------------------------------------- subscriber counts
