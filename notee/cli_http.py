@@ -478,6 +478,30 @@ def admin_calendar(
     _print_calendar(cal)
 
 
+@admin_app.command("jobs")
+def admin_jobs(
+    service: str = typer.Argument(..., help="The service (tenant)."),
+    state: str | None = typer.Option(None, help="scheduled, queued, running, done, failed, expired, cancelled."),
+    method: str | None = typer.Option(None, help="TOPIC, CYCLE or SINGLE."),
+    type: str | None = typer.Option(None, help="Notification type."),
+    limit: int = typer.Option(50, min=1, help="At most this many jobs."),
+) -> None:
+    """Any service's jobs, newest first, one JSON object a line."""
+    shown = 0
+    cursor: str | None = None
+    with _client() as notee:
+        while shown < limit:
+            page = notee.admin_list_jobs(
+                service, state=state, method=method, type=type, cursor=cursor, limit=min(limit - shown, 200)
+            )
+            for job in page.items:
+                _print_json(job)
+            shown += len(page.items)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+
+
 @admin_app.command("summary")
 def admin_summary(hours: int = typer.Option(24, min=1, help="The current hour and this many - 1 before it.")) -> None:
     """The delivery summary of every service, one JSON object a line."""

@@ -203,6 +203,8 @@ def test_subscriber_counts_calendar_and_summary_from_the_cli(admin_env, service_
         assert summary["service"] == service_id and summary["totals"]["jobs"] == 1 and len(summary["hours"]) == 2
         every = [json.loads(line) for line in notee("admin", "summary", env=admin_env).stdout.splitlines()]
         assert next(s for s in every if s["service"] == service_id)["totals"]["jobs"] == 1
+        listed = notee("admin", "jobs", service_id, "--method", "TOPIC", env=admin_env).stdout.splitlines()
+        assert [json.loads(line)["target"] for line in listed] == [{"topic": "sports"}]
         admin_cal = notee("admin", "calendar", "--hours", "168", "--service", service_id, env=admin_env)
         assert admin_cal.returncode == 0 and len(admin_cal.stdout.splitlines()) == 2, admin_cal.stderr
         bad = notee("calendar", "--hours", "1000", env=env)

@@ -57,6 +57,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs/{job_id}"): "getJob",
     ("POST", "/v1/jobs/{job_id}/cancel"): "cancelJob",
     ("POST", "/v1/admin/jobs/{job_id}/requeue"): "requeueJob",
+    ("GET", "/v1/admin/services/{service}/jobs"): "adminListJobs",
     # dead letters
     ("GET", "/v1/dead-letters"): "listDeadLetters",
     ("POST", "/v1/dead-letters/replay"): "replayDeadLetters",

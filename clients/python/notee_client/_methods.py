@@ -39,6 +39,10 @@ class SyncMethods:
         """The delivery summary of every service. Admin token."""
         return self.call(_ops.admin_list_delivery_summaries(hours=hours))
 
+    def admin_list_jobs(self, service: str, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
+        """One page of any service's jobs, newest first, with list_jobs' filters. Admin token."""
+        return self.call(_ops.admin_list_jobs(service, state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
     def admin_list_topics(self, service: str, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
         """One page of any service's topics with their counts. Admin token."""
         return self.call(_ops.admin_list_topics(service, type=type, cursor=cursor, limit=limit))
@@ -247,6 +251,10 @@ class AsyncMethods:
     async def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
         """The delivery summary of every service. Admin token."""
         return await self.call(_ops.admin_list_delivery_summaries(hours=hours))
+
+    async def admin_list_jobs(self, service: str, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
+        """One page of any service's jobs, newest first, with list_jobs' filters. Admin token."""
+        return await self.call(_ops.admin_list_jobs(service, state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
 
     async def admin_list_topics(self, service: str, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
         """One page of any service's topics with their counts. Admin token."""

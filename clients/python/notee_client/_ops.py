@@ -337,6 +337,17 @@ def admin_replay_dead_letters(service: str, *, ids: Sequence[int] | None = None,
               json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
 
 
+def admin_list_jobs(service: str, *, state: str | None = None, method: str | None = None,
+                    type: str | None = None, created_from: datetime | None = None,
+                    created_to: datetime | None = None, cursor: str | None = None,
+                    limit: int = 50) -> Op[m.JobPage]:
+    """One page of any service's jobs, newest first, with list_jobs' filters. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/jobs", _one(m.JobPage),
+              params=_clean(state=state, method=method, type=type, cursor=cursor, limit=limit,
+                            created_from=created_from.isoformat() if created_from else None,
+                            created_to=created_to.isoformat() if created_to else None))
+
+
 def requeue_job(job_id: str) -> Op[m.Job]:
     """Resume a failed job from its checkpoints. Admin token."""
     return Op("POST", f"/v1/admin/jobs/{_seg(job_id)}/requeue", _one(m.Job), repeatable=False)

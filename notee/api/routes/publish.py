@@ -9,6 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from sqlalchemy.orm import Session
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
@@ -189,37 +190,43 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         ) from exc
 
 
-@router.get("/jobs", response_model=JobList)
-def list_jobs(
-    db: DbDep,
-    service: ServiceDep,
-    state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
-    method: Annotated[
-        Literal["TOPIC", "CYCLE", "SINGLE"] | None,
-        Query(
-            description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes; SINGLE: scheduled single sends."
-        ),
-    ] = None,
-    type: Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")] = None,
-    created_from: Annotated[
-        str | None,
-        Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created at or after (RFC 3339)."),
-    ] = None,
-    created_to: Annotated[
-        str | None,
-        Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created before (RFC 3339)."),
-    ] = None,
-    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+StateQuery = Annotated[JobState | None, Query(description="Only jobs in this state.")]
+MethodQuery = Annotated[
+    Literal["TOPIC", "CYCLE", "SINGLE"] | None,
+    Query(description="TOPIC: publishes; CYCLE: the scheduler's recurring minutes; SINGLE: scheduled single sends."),
+]
+JobTypeQuery = Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this notification type.")]
+CreatedFromQuery = Annotated[
+    str | None,
+    Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created at or after (RFC 3339)."),
+]
+CreatedToQuery = Annotated[
+    str | None,
+    Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created before (RFC 3339)."),
+]
+JobCursorQuery = Annotated[str | None, Query(max_length=200, description="From the previous page.")]
+JobLimitQuery = Annotated[int, Query(ge=1, le=200)]
+
+
+def job_page(
+    db: Session,
+    service: str,
+    *,
+    state: JobState | None,
+    method: str | None,
+    type_: str | None,
+    created_from: str | None,
+    created_to: str | None,
+    cursor: str | None,
+    limit: int,
 ) -> JobList:
-    """This service's jobs, newest first: topic publishes, cycle minutes and scheduled single sends,
-    with their counts (``state=scheduled``: the ones waiting for their send_at)."""
+    """One page of a service's jobs (the tenant's listing and the admin's)."""
     rows = jobs.list_jobs(
         db,
         service,
         state=state,
         method=method,
-        type_=type,
+        type_=type_,
         created_from=_rfc3339(created_from, "created_from"),
         created_to=_rfc3339(created_to, "created_to"),
         before=_decode_cursor(cursor) if cursor else None,
@@ -227,6 +234,33 @@ def list_jobs(
     )
     items = [status_of(job, progress) for job, progress in rows]
     return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
+
+
+@router.get("/jobs", response_model=JobList)
+def list_jobs(
+    db: DbDep,
+    service: ServiceDep,
+    state: StateQuery = None,
+    method: MethodQuery = None,
+    type: JobTypeQuery = None,
+    created_from: CreatedFromQuery = None,
+    created_to: CreatedToQuery = None,
+    cursor: JobCursorQuery = None,
+    limit: JobLimitQuery = 50,
+) -> JobList:
+    """This service's jobs, newest first: topic publishes, cycle minutes and scheduled single sends,
+    with their counts (``state=scheduled``: the ones waiting for their send_at)."""
+    return job_page(
+        db,
+        service,
+        state=state,
+        method=method,
+        type_=type,
+        created_from=created_from,
+        created_to=created_to,
+        cursor=cursor,
+        limit=limit,
+    )
 
 
 def _rfc3339(value: str | None, name: str) -> datetime | None:
