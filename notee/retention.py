@@ -1,6 +1,6 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
 jobs (their tasks cascade), scheduler tick rows and dead letters are kept ``settings.retention_days``
-and then deleted here.
+and then deleted here; expired web console sessions are deleted too.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
 replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.runtime import Runtime
-from notee.store import deadletter, job_queue, ticks
+from notee.store import console_sql, deadletter, job_queue, ticks
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,17 @@ def prune_dead_letters(runtime: Runtime, *, now: datetime | None = None) -> int:
     return _drain(runtime, lambda s: deadletter.prune(s, older_than=cutoff, batch=BATCH))
 
 
+def prune_console_sessions(runtime: Runtime) -> int:
+    """Web console sessions past their expiry (they no longer sign anyone in; the row is only waste)."""
+    return _drain(runtime, lambda s: console_sql.prune_expired(s, batch=BATCH))
+
+
 def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int]:
     counts = {
         "jobs": prune_jobs(runtime),
         "ticks": prune_ticks(runtime, now=now),
         "dead_letters": prune_dead_letters(runtime, now=now),
+        "console_sessions": prune_console_sessions(runtime),
     }
     if any(counts.values()):
         log.info("retention (%d days): pruned %s", runtime.settings.retention_days, counts)

@@ -111,6 +111,17 @@ class Settings(BaseSettings):
         "retry at once and dead-letter what waited).",
     )
 
+    # --- web console (/console, docs/CONSOLE.md) -------------------------------------------------
+    console_session_ttl_s: int = Field(
+        28800, ge=60, le=604800, description="A console sign-in lasts this long (seconds), then signs in again."
+    )
+    console_signin_failures: int = Field(
+        10,
+        ge=1,
+        description="Failed console sign-ins allowed per client address per minute (per `notee api` "
+        "process); more answer 429 until the minute has passed.",
+    )
+
     # --- per-tenant rate limits (defaults; the admin API sets them per service) -------------------
     rate_limits_enabled: bool = Field(True, description="Check per-tenant rate limits (one MySQL UPDATE per request).")
     rate_limit_publish_rate: float = Field(50.0, gt=0, description="Topic publishes per second per service.")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from fastapi import FastAPI
 
-from notee.api import docs_ui, errors, openapi
+from notee.api import console, docs_ui, errors, openapi
 from notee.api.access import RequestContext
 from notee.api.edge import EdgeGuard
 from notee.api.routes import (
@@ -79,6 +79,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     for module in modules:
         app.include_router(module.router)
     docs_ui.install(app)
+    if app.state.serves_admin:  # the console (docs/CONSOLE.md): with split listeners, on the admin one only
+        console.install(app)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     document = app.openapi
     app.openapi = lambda: openapi.with_examples(document())  # type: ignore[method-assign]

@@ -686,3 +686,59 @@ def list_jobs(
         params,
     ).all()
     return [(_job(r), _progress(r)) for r in rows]
+
+
+# --- the web console's health page ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLeases:
+    owner: str  # the worker's id (host:pid:suffix)
+    tasks: int  # tasks it holds a live lease on
+    lease_until: datetime  # its latest lease end (workers extend leases while they work)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    queued: int  # tasks waiting for a worker
+    oldest_queued_at: datetime | None  # created_at of the oldest job with a queued task
+    running: int  # tasks under a live lease
+    stale: int  # tasks whose lease expired without finishing (a worker died): the next claim takes them
+    workers: list[WorkerLeases]
+    now: datetime  # the database clock the figures were read at
+
+
+def queue_overview(session: Session, service: str | None = None) -> QueueOverview:
+    """Open work and the workers holding it, from the task leases (all services, or one). A worker
+    shows while it holds a lease; an idle worker is not visible here (it has no row to show)."""
+    scope = "" if service is None else " AND j.service = :s"
+    params: dict[str, Any] = {"s": service}
+    now = session.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    counts = session.execute(
+        text(
+            "SELECT SUM(t.state = 'queued') AS queued_,"
+            " MIN(CASE WHEN t.state = 'queued' THEN j.created_at END) AS oldest_,"
+            " SUM(t.state = 'running' AND t.lease_until > :now) AS running_,"
+            " SUM(t.state = 'running' AND t.lease_until <= :now) AS stale_"
+            " FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
+            f" WHERE t.state IN ('queued', 'running'){scope}"
+        ),
+        params | {"now": now},
+    ).one()
+    owners = session.execute(
+        text(
+            "SELECT t.lease_owner AS owner, COUNT(*) AS tasks, MAX(t.lease_until) AS lease_until"
+            " FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
+            f" WHERE t.state = 'running' AND t.lease_until > :now AND t.lease_owner IS NOT NULL{scope}"
+            " GROUP BY t.lease_owner ORDER BY t.lease_owner"
+        ),
+        params | {"now": now},
+    ).all()
+    return QueueOverview(
+        queued=int(counts.queued_ or 0),
+        oldest_queued_at=counts.oldest_,
+        running=int(counts.running_ or 0),
+        stale=int(counts.stale_ or 0),
+        workers=[WorkerLeases(r.owner, int(r.tasks), r.lease_until) for r in owners],
+        now=now,
+    )

@@ -186,3 +186,21 @@ def prune_ticks(session: Session, *, older_than: datetime, batch: int = 5000) ->
 
 def retention_cutoff(now_utc: datetime, retention_days: int) -> datetime:
     return _naive(now_utc) - timedelta(days=retention_days)
+
+
+def recent_minutes(session: Session, limit: int = 5) -> list[AnyRow]:
+    """The latest claimed minutes of every namespace, newest first (the web console's health page)."""
+    return list(
+        session.execute(
+            select(
+                cycle_tick.c.namespace,
+                cycle_tick.c.minute_utc,
+                cycle_tick.c.state,
+                cycle_tick.c.owner,
+                cycle_tick.c.jobs,
+                cycle_tick.c.finished_at,
+            )
+            .order_by(cycle_tick.c.minute_utc.desc())
+            .limit(limit)
+        ).all()
+    )

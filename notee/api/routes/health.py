@@ -26,7 +26,7 @@ class Health(BaseModel):
     )
 
 
-def _check(runtime: Runtime, emulator_url: str | None) -> Health:
+def check_stores(runtime: Runtime, emulator_url: str | None) -> Health:
     def probe(fn: Callable[[], None]) -> str:
         try:
             fn()
@@ -49,5 +49,5 @@ def _check(runtime: Runtime, emulator_url: str | None) -> Health:
 async def healthz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """Ready when both stores answer; 503 with the failing store otherwise. ``emulator_url`` says
     when pushes go to an emulator rather than FCM/APNs."""
-    health = await asyncio.to_thread(_check, runtime, request.app.state.settings.emulator_url)
+    health = await asyncio.to_thread(check_stores, runtime, request.app.state.settings.emulator_url)
     return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)

@@ -1,0 +1,169 @@
+"""Console pages outside one service: sign-in and sign-out, the home redirect, services and keys
+(admin), and store and worker health."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from notee.api.console import web
+from notee.api.console.web import FormDep, PostedForm, SessionDep
+from notee.api.deps import DbDep, RuntimeDep
+from notee.api.routes.health import check_stores
+from notee.domain import console, registry
+from notee.errors import NoteeError, NotFound, Unauthorized
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix=web.PREFIX, include_in_schema=False)
+
+
+@router.get("/")
+@router.get("")
+def home(who: SessionDep) -> Response:
+    if who.principal.is_admin:
+        return web.redirect(f"{web.PREFIX}/services")
+    return web.redirect(f"{web.PREFIX}/s/{who.principal.service}/jobs")
+
+
+def _sign_in_page(request: Request, status_code: int, next_path: str, error: str | None) -> Response:
+    """The form, with a fresh pre-session CSRF token in a cookie and in the form (double submit:
+    another site cannot sign a browser in to a session of its choosing)."""
+    token = secrets.token_urlsafe(24)
+    page = web.render(request, "sign_in.html", None, status_code, next=next_path, error=error, signin_csrf=token)
+    web.set_sign_in_cookie(request, page, token)
+    return page
+
+
+@router.get("/sign-in")
+def sign_in_form(request: Request, next: str | None = None) -> Response:
+    return _sign_in_page(request, 200, web.safe_next(next), None)
+
+
+@router.post("/sign-in")
+def sign_in(request: Request, form: FormDep, runtime: RuntimeDep) -> Response:
+    """The pasted admin token or API key opens a session; it is never stored, logged or echoed."""
+    throttle: web.SignInThrottle = request.app.state.console_throttle
+    address = web.client_address(request)
+    next_path = web.safe_next(form.get("next"))
+    if not web.sign_in_csrf_matches(request, form.get("csrf")):
+        raise web.CsrfRejected
+    wait_s = throttle.blocked_for(address)
+    if wait_s:
+        page = _sign_in_page(
+            request, 429, next_path, f"Too many failed sign-ins from this address; try again in {wait_s} s."
+        )
+        page.headers["Retry-After"] = str(wait_s)
+        return page
+    settings = runtime.settings
+    with runtime.sessions() as db:
+        try:
+            principal = console.identify(db, form.get("secret", ""), web.admin_token(settings))
+            session_id, _ = console.open_session(
+                db, principal, admin_token=web.admin_token(settings), ttl_s=settings.console_session_ttl_s
+            )
+        except Unauthorized:
+            throttle.failed(address)
+            log.info("console sign-in refused from %s", address)
+            return _sign_in_page(request, 401, next_path, "Unknown admin token or API key.")
+        db.commit()
+    log.info(
+        "console sign-in: %s",
+        "admin" if principal.is_admin else f"service={principal.service} key_id={principal.key_id}",
+    )
+    response = web.redirect(next_path)
+    web.set_session_cookie(request, response, session_id, settings.console_session_ttl_s)
+    web.clear_sign_in_cookie(request, response)
+    return response
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, form: PostedForm, db: DbDep) -> Response:
+    console.close_session(db, request.cookies.get(web.COOKIE))
+    db.commit()
+    response = web.redirect(f"{web.PREFIX}/sign-in")
+    web.clear_session_cookie(request, response)
+    return response
+
+
+# --- services and keys (admin) ---------------------------------------------------------------------
+
+
+def _require_admin(who: console.ConsoleSession) -> None:
+    if not who.principal.is_admin:
+        raise NotFound("no such page")  # a service's session does not learn the admin pages exist
+
+
+def _services_page(
+    request: Request,
+    who: console.ConsoleSession,
+    db: DbDep,
+    status_code: int = 200,
+    *,
+    error: str | None = None,
+    new_key: dict[str, str] | None = None,
+) -> Response:
+    services = registry.list_services(db)
+    keys = {s.service: registry.list_api_keys(db, s.service) for s in services}
+    return web.render(
+        request, "services.html", who, status_code, services=services, keys=keys, error=error, new_key=new_key
+    )
+
+
+@router.get("/services")
+def services(request: Request, who: SessionDep, db: DbDep) -> Response:
+    _require_admin(who)
+    return _services_page(request, who, db)
+
+
+@router.post("/services")
+def create_service(request: Request, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
+    _require_admin(who)
+    try:
+        registry.create_service(
+            db,
+            service=form.get("service", "").strip(),
+            display_name=form.get("display_name", "").strip(),
+            timezone=form.get("timezone", "").strip() or None,
+            delivery_mode=form.get("delivery_mode", "live"),
+        )
+        db.commit()
+    except NoteeError as exc:
+        db.rollback()
+        return _services_page(request, who, db, exc.status, error=exc.message)
+    return web.redirect(f"{web.PREFIX}/services")
+
+
+@router.post("/services/{service}/keys")
+def create_key(request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
+    """The new key is on this one page (not stored, not in a redirect URL); Notee keeps its hash."""
+    _require_admin(who)
+    created = registry.create_api_key(db, service, label=form.get("label", "").strip()[:100])
+    db.commit()
+    return _services_page(request, who, db, new_key={"service": service, "api_key": created.api_key})
+
+
+@router.post("/services/{service}/keys/{key_id}/revoke")
+def revoke_key(service: str, key_id: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
+    _require_admin(who)
+    registry.revoke_api_key(db, service, key_id)
+    db.commit()
+    return web.redirect(f"{web.PREFIX}/services")
+
+
+# --- health ----------------------------------------------------------------------------------------
+
+
+@router.get("/health")
+async def health(request: Request, who: SessionDep, runtime: RuntimeDep) -> Response:
+    stores = await asyncio.to_thread(check_stores, runtime, runtime.settings.emulator_url)
+
+    def work() -> tuple[console.QueueOverview, list[object]]:
+        with runtime.sessions() as db:
+            return console.queue_overview(db, who.principal), list(console.recent_scheduler_minutes(db))
+
+    queue, minutes = await asyncio.to_thread(work)
+    return web.render(request, "health.html", who, stores=stores, queue=queue, minutes=minutes)

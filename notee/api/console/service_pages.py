@@ -1,0 +1,303 @@
+"""Console pages of one service (``/console/s/{service}/...``): templates, topics and their
+subscriber counts, publish, jobs with live progress, a job with cancel, dead letters with replay,
+and the cycle calendar. A service's session may open only its own service (any other answers 404,
+as for a service that does not exist); the admin may open every service."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, get_args
+from urllib.parse import urlencode
+from uuid import UUID
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+
+from notee.api.console import web
+from notee.api.console.web import PostedForm, SessionDep
+from notee.api.deps import DbDep, RuntimeDep
+from notee.api.routes.deadletters import MAX_REPLAY, list_letters
+from notee.api.routes.publish import status_of
+from notee.api.routes.sends import sender_of
+from notee.domain import console, registry
+from notee.domain.console import ConsoleSession
+from notee.errors import InvalidInput, NoteeError, NotFound
+from notee.fanout import jobs
+from notee.vocabulary import JobState
+
+router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
+
+METHODS = ("TOPIC", "CYCLE", "SINGLE")
+JOB_STATES: tuple[str, ...] = get_args(JobState)
+LIST_LIMIT = 50
+
+
+def _open(db: DbDep, who: ConsoleSession, service: str) -> registry.Service:
+    """The service, if this session may see it (404 otherwise, whichever the reason)."""
+    who.principal.check_service(service)
+    return registry.get_service(db, service)
+
+
+def _job_id(job_id: str) -> str:
+    try:
+        return str(UUID(job_id))
+    except ValueError:
+        raise NotFound("no such job") from None
+
+
+def _page(
+    request: Request, name: str, who: ConsoleSession, service: str, status_code: int = 200, **ctx: Any
+) -> Response:
+    return web.render(request, name, who, status_code, service=service, base=f"{web.PREFIX}/s/{service}", **ctx)
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+
+def _templates_page(
+    request: Request,
+    who: ConsoleSession,
+    service: str,
+    db: DbDep,
+    runtime: RuntimeDep,
+    status_code: int = 200,
+    **ctx: Any,
+) -> Response:
+    templates = registry.list_templates(db, runtime.statements, service)
+    ctx.setdefault("error", None)
+    ctx.setdefault("saved", None)
+    ctx.setdefault("form", {})
+    return _page(request, "templates.html", who, service, status_code, templates=templates, methods=METHODS, **ctx)
+
+
+@router.get("/templates")
+def templates(
+    request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep, saved: str | None = None
+) -> Response:
+    _open(db, who, service)
+    return _templates_page(request, who, service, db, runtime, saved=saved)
+
+
+def _pairs(text: str, what: str) -> dict[str, str] | None:
+    """``name=value`` lines of a textarea as a map (None when empty); a line without ``=`` is 422."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            raise InvalidInput(f"{what}: each line is name=value", details=[{"loc": [what], "type": "format"}])
+        out[name.strip()] = value.strip()
+    return out or None
+
+
+@router.post("/templates")
+def save_template(
+    request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep, runtime: RuntimeDep
+) -> Response:
+    _open(db, who, service)
+    method, type_ = form.get("method", ""), form.get("type", "").strip()
+    try:
+        ttl = form.get("ttl_seconds", "").strip()
+        registry.put_template(
+            db,
+            runtime.statements,
+            service,
+            method,
+            type_,
+            title=form.get("title", ""),
+            body=form.get("body", "").replace("\r\n", "\n"),
+            data=_pairs(form.get("data", ""), "data"),
+            defaults=_pairs(form.get("defaults", ""), "defaults"),
+            ttl_seconds=int(ttl) if ttl.isdigit() else None,
+            priority=form.get("priority", "high"),
+        )
+        db.commit()
+    except NoteeError as exc:
+        db.rollback()
+        return _templates_page(request, who, service, db, runtime, exc.status, error=exc.message, form=form)
+    return web.redirect(f"{web.PREFIX}/s/{service}/templates?{urlencode({'saved': f'{method} {type_}'})}")
+
+
+# --- topics ----------------------------------------------------------------------------------------
+
+
+@router.get("/topics")
+def topics(request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
+    _open(db, who, service)
+    counts = console.subscriber_counts_by_type(db, runtime.statements, service)
+    return _page(request, "topics.html", who, service, counts=counts)
+
+
+# --- publish ---------------------------------------------------------------------------------------
+
+
+def _publish_page(
+    request: Request,
+    who: ConsoleSession,
+    service: str,
+    db: DbDep,
+    runtime: RuntimeDep,
+    status_code: int = 200,
+    **ctx: Any,
+) -> Response:
+    types = [t.type for t in registry.list_templates(db, runtime.statements, service) if t.method == "TOPIC"]
+    ctx.setdefault("error", None)
+    ctx.setdefault("form", {})
+    return _page(request, "publish.html", who, service, status_code, types=types, **ctx)
+
+
+@router.get("/publish")
+def publish_form(request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
+    _open(db, who, service)
+    return _publish_page(request, who, service, db, runtime)
+
+
+@router.post("/publish")
+def publish(
+    request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep, runtime: RuntimeDep
+) -> Response:
+    """The same domain call as POST /v1/topics/{type}/{topic}/publish; then the job's live page."""
+    _open(db, who, service)
+    try:
+        job = jobs.publish_topic(
+            runtime,
+            db,
+            service=service,
+            type_=form.get("type", ""),
+            topic=form.get("topic", "").strip(),
+            idempotency_key=None,
+            variables=_pairs(form.get("variables", ""), "variables"),
+            overrides=None,
+        )
+        db.commit()
+    except NoteeError as exc:
+        db.rollback()
+        return _publish_page(request, who, service, db, runtime, exc.status, error=exc.message, form=form)
+    return web.redirect(f"{web.PREFIX}/s/{service}/jobs/{job.job_id}")
+
+
+# --- jobs ------------------------------------------------------------------------------------------
+
+
+def _job_filters(state: str | None, method: str | None) -> dict[str, str | None]:
+    return {
+        "state": state if state in JOB_STATES else None,
+        "method": method if method in ("TOPIC", "CYCLE") else None,
+    }
+
+
+def _job_items(db: DbDep, service: str, filters: dict[str, str | None]) -> list[dict[str, Any]]:
+    rows = jobs.list_jobs(db, service, state=filters["state"], method=filters["method"], limit=LIST_LIMIT)
+    return [status_of(job, progress).model_dump(mode="json") for job, progress in rows]
+
+
+@router.get("/jobs")
+def jobs_page(
+    request: Request,
+    service: str,
+    who: SessionDep,
+    db: DbDep,
+    state: str | None = None,
+    method: str | None = None,
+) -> Response:
+    _open(db, who, service)
+    filters = _job_filters(state, method)
+    query = urlencode({k: v for k, v in filters.items() if v})
+    return _page(
+        request,
+        "jobs.html",
+        who,
+        service,
+        items=_job_items(db, service, filters),
+        filters=filters,
+        states=JOB_STATES,
+        poll_url=f"{web.PREFIX}/s/{service}/jobs.json" + (f"?{query}" if query else ""),
+    )
+
+
+@router.get("/jobs.json")
+def jobs_json(
+    service: str, who: SessionDep, db: DbDep, state: str | None = None, method: str | None = None
+) -> Response:
+    """What the jobs page polls every second (console.js) to update its rows without a reload."""
+    _open(db, who, service)
+    return web.json_answer({"items": _job_items(db, service, _job_filters(state, method))})
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
+    _open(db, who, service)
+    job = status_of(*jobs.job_status(db, service, _job_id(job_id))).model_dump(mode="json")
+    return _page(
+        request, "job.html", who, service, job=job, poll_url=f"{web.PREFIX}/s/{service}/jobs/{job['job_id']}.json"
+    )
+
+
+@router.get("/jobs/{job_id}.json")
+def job_json(service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
+    _open(db, who, service)
+    return web.json_answer(status_of(*jobs.job_status(db, service, _job_id(job_id))).model_dump(mode="json"))
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(service: str, job_id: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
+    """The same domain call as POST /v1/jobs/{job_id}/cancel."""
+    _open(db, who, service)
+    job, _ = jobs.cancel_job(db, service, _job_id(job_id))
+    db.commit()
+    return web.redirect(f"{web.PREFIX}/s/{service}/jobs/{job.job_id}")
+
+
+# --- dead letters ----------------------------------------------------------------------------------
+
+
+@router.get("/dead-letters")
+def dead_letters(
+    request: Request,
+    service: str,
+    who: SessionDep,
+    db: DbDep,
+    replayed: int | None = Query(None, ge=0),
+    delivered: int | None = Query(None, ge=0),
+    pruned: int | None = Query(None, ge=0),
+    failed: int | None = Query(None, ge=0),
+) -> Response:
+    _open(db, who, service)
+    letters = list_letters(db, service, 100, None, None)
+    outcome = (
+        {"replayed": replayed, "delivered": delivered, "pruned": pruned, "failed": failed}
+        if replayed is not None
+        else None
+    )
+    return _page(request, "dead_letters.html", who, service, letters=letters.items, outcome=outcome)
+
+
+@router.post("/dead-letters/replay")
+async def replay(request: Request, service: str, who: SessionDep, form: PostedForm, runtime: RuntimeDep) -> Response:
+    """Send again: one letter (``id``) or the oldest ones (up to 1,000), as POST /v1/dead-letters/replay."""
+
+    def check() -> None:
+        with runtime.sessions() as db:
+            _open(db, who, service)
+
+    await asyncio.to_thread(check)
+    letter = form.get("id", "")
+    ids = [int(letter)] if letter.isdigit() and int(letter) > 0 else None
+    result = await sender_of(request).replay(service, ids=ids, job_id=None, limit=MAX_REPLAY)
+    counts = {
+        "replayed": result.replayed,
+        "delivered": result.delivered,
+        "pruned": result.pruned,
+        "failed": result.failed,
+    }
+    return web.redirect(f"{web.PREFIX}/s/{service}/dead-letters?{urlencode(counts)}")
+
+
+# --- cycle calendar --------------------------------------------------------------------------------
+
+
+@router.get("/calendar")
+def calendar(request: Request, service: str, who: SessionDep, db: DbDep) -> Response:
+    _open(db, who, service)
+    return _page(request, "calendar.html", who, service)
