@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 NOTEE := $(VENV)/bin/notee
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv lock cluster-up cluster-down
+.PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv lock cluster-up cluster-down browser
 
 ## The exact, hash-checked versions of requirements-dev.lock (runtime + test + bench + dev extras),
 ## then Notee itself without resolving anything again.
@@ -32,6 +32,10 @@ services-up:
 services-down:
 	services/down.sh
 
+## Debian's headless chromium + chromedriver for the console's browser test (apt-get, like MariaDB).
+browser:
+	services/chromium.sh
+
 migrate: venv services-up
 	$(NOTEE) migrate
 
@@ -46,7 +50,7 @@ lint: venv
 	$(VENV)/bin/mypy --strict notee
 
 ## Every test except the long fault suite and the soak, after `make lint` (a lint or type regression fails it).
-test: venv lint services-up
+test: venv lint services-up browser
 	$(PY) -m pytest -m "not faults and not soak" $(PYTEST_ARGS)
 
 ## Long fault-injection tests (3-node Cassandra cluster, restarts, storms).

@@ -46,6 +46,10 @@ def sign_in(c: TestClient, secret: str, next_path: str | None = None) -> TestCli
     return c
 
 
+def new_template_key(client, key: str) -> str:
+    return client.get("/v1/templates/TOPIC/news", headers={"Authorization": f"Bearer {key}"}).json()["notification_key"]
+
+
 def _key(headers: dict[str, str]) -> str:
     return headers["Authorization"].removeprefix("Bearer ")
 
@@ -198,6 +202,10 @@ def test_a_tenant_session_never_reaches_another_tenants_data(app, client, settin
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", path
     own = c.get(f"/console/s/{service_id}/jobs.json").json()["items"]
     assert own == []
+    mine = topic_job(runtime, service_id, new_template_key(client, tenant), "mytopic")
+    r = c.get(f"/console/s/{service_id}/jobs/{mine.job_id}.json")
+    assert r.status_code == 200 and r.json()["job_id"] == mine.job_id and r.json()["state"] == "queued"
+    assert [j["job_id"] for j in c.get(f"/console/s/{service_id}/jobs.json").json()["items"]] == [mine.job_id]
     token = _csrf(c.get(f"/console/s/{service_id}/jobs").text)
     r = c.post(f"/console/s/{service_id}/jobs/{job.job_id}/cancel", data={"csrf": token})
     assert r.status_code == 404

@@ -225,6 +225,13 @@ def jobs_json(
     return web.json_answer({"items": _job_items(db, service, _job_filters(state, method))})
 
 
+# Before "/jobs/{job_id}", which would take "<id>.json" as the id.
+@router.get("/jobs/{job_id}.json")
+def job_json(service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
+    _open(db, who, service)
+    return web.json_answer(status_of(*jobs.job_status(db, service, _job_id(job_id))).model_dump(mode="json"))
+
+
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
     _open(db, who, service)
@@ -232,12 +239,6 @@ def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: D
     return _page(
         request, "job.html", who, service, job=job, poll_url=f"{web.PREFIX}/s/{service}/jobs/{job['job_id']}.json"
     )
-
-
-@router.get("/jobs/{job_id}.json")
-def job_json(service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
-    _open(db, who, service)
-    return web.json_answer(status_of(*jobs.job_status(db, service, _job_id(job_id))).model_dump(mode="json"))
 
 
 @router.post("/jobs/{job_id}/cancel")

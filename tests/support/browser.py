@@ -1,0 +1,145 @@
+"""A real browser for the console's tests: Debian's headless Chromium (services/chromium.sh
+installs /usr/bin/chromium and /usr/bin/chromedriver), driven by selenium through that chromedriver
+(selenium never downloads a driver or a browser when given their paths).
+
+``Browser`` keeps a screenshot of every page it visits and each page's load time as the browser
+measured it (Navigation Timing: navigation start to the end of the load event), in ``folder``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+DESKTOP = (1280, 900)
+PHONE = (390, 844)  # an iPhone 12-14's CSS viewport
+
+_NAV_TIMING = """
+const n = performance.getEntriesByType('navigation')[0];
+return n ? {url: location.pathname, load_ms: n.loadEventEnd - n.startTime,
+            response_ms: n.responseEnd - n.requestStart, dom_content_loaded_ms: n.domContentLoadedEventEnd - n.startTime,
+            transfer_bytes: n.transferSize} : null;
+"""
+
+
+def available() -> bool:
+    return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+
+
+@dataclass
+class Browser:
+    base_url: str
+    folder: Path
+    timings: list[dict[str, Any]] = field(default_factory=list)
+    shots: list[Path] = field(default_factory=list)
+    _profile: str = ""
+    driver: webdriver.Chrome | None = None
+
+    def __enter__(self) -> Browser:
+        if not available():
+            raise RuntimeError(f"{CHROMIUM} or {CHROMEDRIVER} is missing: run services/chromium.sh (make test does)")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._profile = tempfile.mkdtemp(prefix="notee-chromium-")
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for flag in FLAGS:
+            options.add_argument(flag)
+        options.add_argument(f"--user-data-dir={self._profile}")
+        options.add_argument(f"--window-size={DESKTOP[0]},{DESKTOP[1]}")
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        self.driver.set_page_load_timeout(60)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.driver is not None:
+            self.driver.quit()
+        shutil.rmtree(self._profile, ignore_errors=True)
+        (self.folder / "page-load-times.json").write_text(json.dumps(self.timings, indent=2))
+
+    @property
+    def d(self) -> webdriver.Chrome:
+        assert self.driver is not None
+        return self.driver
+
+    # --- navigation ------------------------------------------------------------------------------
+
+    def record(self, name: str) -> dict[str, Any]:
+        """Screenshot the current page as ``<name>.png`` and keep its Navigation Timing."""
+        WebDriverWait(self.d, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+        timing: dict[str, Any] = {}
+        for _ in range(50):  # loadEventEnd is 0 until the load event handlers returned
+            timing = self.d.execute_script(_NAV_TIMING) or {}
+            if timing.get("load_ms", 0) > 0:
+                break
+            time.sleep(0.05)
+        timing["page"] = name
+        self.timings.append(timing)
+        path = self.folder / f"{name}.png"
+        self.d.save_screenshot(str(path))
+        self.shots.append(path)
+        return timing
+
+    def visit(self, path: str, name: str) -> dict[str, Any]:
+        self.d.get(self.base_url + path)
+        return self.record(name)
+
+    def submit(self, form_id: str, fields: dict[str, str] | None = None, button: str = "button[type=submit]") -> None:
+        form = self.d.find_element(By.ID, form_id)
+        for name, value in (fields or {}).items():
+            element = form.find_element(By.NAME, name)
+            if element.tag_name == "select":
+                element.find_element(By.XPATH, f".//option[normalize-space()='{value}']").click()
+            else:
+                element.clear()
+                element.send_keys(value)
+        form.find_element(By.CSS_SELECTOR, button).click()
+
+    def find(self, css: str) -> WebElement:
+        return self.d.find_element(By.CSS_SELECTOR, css)
+
+    def text(self, css: str) -> str:
+        return self.find(css).text
+
+    def wait(self, predicate: Any, timeout: float, what: str) -> Any:
+        return WebDriverWait(self.d, timeout, poll_frequency=0.2).until(lambda d: predicate(), message=what)
+
+    # --- phone width -----------------------------------------------------------------------------
+
+    def phone(self) -> None:
+        """A phone's viewport (390 x 844 CSS px, touch, mobile) from now on."""
+        self.d.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 2, "mobile": True},
+        )
+
+    def horizontal_overflow(self) -> int:
+        """CSS pixels the page is wider than the viewport (0: nothing sticks out sideways)."""
+        return int(
+            self.d.execute_script(
+                "return Math.max(document.documentElement.scrollWidth, document.body.scrollWidth) - window.innerWidth"
+            )
+        )
