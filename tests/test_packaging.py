@@ -230,6 +230,9 @@ def test_wheel_carries_every_module_and_migration(wheel: Path) -> None:
     assert sources <= names, f"modules missing from the wheel: {sorted(sources - names)}"
     migrations = {f"notee/_schema/{p.parent.name}/{p.name}" for p in (ROOT / "schema").glob("*/*.*ql")}
     assert migrations and migrations <= names, f"migrations missing: {sorted(migrations - names)}"
+    console = ROOT / "notee" / "api" / "console"  # the web console's pages and assets (package data)
+    assets = {p.relative_to(ROOT).as_posix() for p in console.glob("*/*") if p.suffix in (".html", ".css", ".js")}
+    assert assets and assets <= names, f"console assets missing: {sorted(assets - names)}"
     assert not any(n.startswith(("tests/", "bench/", "schema/")) for n in names)
 
 
