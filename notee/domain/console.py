@@ -21,7 +21,6 @@ from notee.domain import registry
 from notee.errors import NotFound, Unauthorized
 from notee.store import console_sql as store
 from notee.store import job_queue, ticks
-from notee.store.cql import Statements
 from notee.store.job_queue import QueueOverview as QueueOverview  # re-exported for the console pages
 from notee.store.mysql import AnyRow
 
@@ -122,25 +121,7 @@ def prune_expired(session: Session, *, batch: int) -> int:
     return store.prune_expired(session, batch=batch)
 
 
-# --- what the pages show that no API route does (yet) -----------------------------------------------
-
-
-@dataclass(frozen=True)
-class TypeCount:
-    method: str
-    type_: str
-    subscribers: int  # the (service, method, type) count counter (reconciled by `notee reconcile`)
-
-
-def subscriber_counts_by_type(session: Session, st: Statements, service: str) -> list[TypeCount]:
-    """Subscriptions per TOPIC and CYCLE template of the service, from the counters subscribe keeps."""
-    out = []
-    for template in registry.list_templates(session, st, service):
-        if template.method in ("TOPIC", "CYCLE"):
-            out.append(
-                TypeCount(template.method, template.type, st.counters(service, template.method, template.type)[1])
-            )
-    return out
+# --- what the health page shows that no API route does -------------------------------------------
 
 
 def queue_overview(session: Session, principal: Principal) -> QueueOverview:

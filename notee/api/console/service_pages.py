@@ -6,6 +6,8 @@ as for a service that does not exist); the admin may open every service."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, get_args
 from urllib.parse import urlencode
 from uuid import UUID
@@ -19,7 +21,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.deadletters import MAX_REPLAY, list_letters
 from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
-from notee.domain import console, registry
+from notee.domain import insight, registry
 from notee.domain.console import ConsoleSession
 from notee.errors import InvalidInput, NoteeError, NotFound
 from notee.fanout import jobs
@@ -30,6 +32,7 @@ router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
 METHODS = ("TOPIC", "CYCLE", "SINGLE")
 JOB_STATES: tuple[str, ...] = get_args(JobState)
 LIST_LIMIT = 50
+TOPICS_PAGE = 100
 
 
 def _open(db: DbDep, who: ConsoleSession, service: str) -> registry.Service:
@@ -123,10 +126,21 @@ def save_template(
 
 
 @router.get("/topics")
-def topics(request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
+def topics(
+    request: Request,
+    service: str,
+    who: SessionDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+    after_type: str | None = None,
+    after_topic: str | None = None,
+) -> Response:
+    """Subscribers per type and per topic: the same domain calls as GET /v1/subscriber-counts and /v1/topics."""
     _open(db, who, service)
-    counts = console.subscriber_counts_by_type(db, runtime.statements, service)
-    return _page(request, "topics.html", who, service, counts=counts)
+    counts = insight.subscriber_counts(db, runtime.statements, service)
+    after = (after_type, after_topic) if after_type is not None and after_topic is not None else None
+    page = insight.topic_counts(db, runtime.statements, service, after=after, limit=TOPICS_PAGE)
+    return _page(request, "topics.html", who, service, counts=counts, topics=page.items, next_after=page.next_after)
 
 
 # --- publish ---------------------------------------------------------------------------------------
@@ -148,9 +162,17 @@ def _publish_page(
 
 
 @router.get("/publish")
-def publish_form(request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
+def publish_form(
+    request: Request,
+    service: str,
+    who: SessionDep,
+    db: DbDep,
+    runtime: RuntimeDep,
+    type: str | None = None,
+    topic: str | None = None,
+) -> Response:
     _open(db, who, service)
-    return _publish_page(request, who, service, db, runtime)
+    return _publish_page(request, who, service, db, runtime, form={"type": type or "", "topic": topic or ""})
 
 
 @router.post("/publish")
@@ -209,6 +231,7 @@ def jobs_page(
         "jobs.html",
         who,
         service,
+        summary=insight.delivery_summary(db, service, hours=24),
         items=_job_items(db, service, filters),
         filters=filters,
         states=JOB_STATES,
@@ -298,7 +321,32 @@ async def replay(request: Request, service: str, who: SessionDep, form: PostedFo
 # --- cycle calendar --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CalendarHour:
+    start: datetime
+    entries: list[tuple[datetime, insight.DueTemplate]]
+    total: int  # subscriptions due in this hour
+
+
+def calendar_hours(calendar: insight.Calendar) -> list[CalendarHour]:
+    """The calendar as one block per UTC hour it touches (25 when it starts mid-hour), empty hours too."""
+    first = calendar.start.replace(minute=0, second=0, microsecond=0)
+    hours: dict[datetime, list[tuple[datetime, insight.DueTemplate]]] = {}
+    moment = first
+    while moment < calendar.end:
+        hours[moment] = []
+        moment += timedelta(hours=1)
+    for minute in calendar.minutes:
+        hour = minute.minute.replace(minute=0, second=0, microsecond=0)
+        hours.setdefault(hour, []).extend((minute.minute, t) for t in minute.templates)
+    return [CalendarHour(h, e, sum(t.subscriptions for _, t in e)) for h, e in sorted(hours.items())]
+
+
 @router.get("/calendar")
-def calendar(request: Request, service: str, who: SessionDep, db: DbDep) -> Response:
+def calendar(request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
+    """The next 24 hours of cycle minutes: the same domain call as GET /v1/calendar."""
     _open(db, who, service)
-    return _page(request, "calendar.html", who, service)
+    due = insight.cycle_calendar(db, runtime.statements, service, hours=24)
+    hours = calendar_hours(due)
+    peak = max([h.total for h in hours] + [1])
+    return _page(request, "calendar.html", who, service, calendar=due, hours=hours, peak=peak)
