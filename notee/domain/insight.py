@@ -30,12 +30,13 @@ from typing import get_args
 from sqlalchemy.orm import Session
 
 from notee.errors import InvalidInput
-from notee.scheduler.clock import due_buckets, floor_minute
+from notee.scheduler.clock import due_buckets, floor_minute, zone
 from notee.store import activity_sql
 from notee.store import registry_sql as reg
+from notee.store import subscription_sql as subsql
 from notee.store.cql import Statements, max_slot, timezones_in_use
 from notee.store.ticks import database_now
-from notee.vocabulary import CycleTarget, JobState
+from notee.vocabulary import DAYS, CycleTarget, JobState
 
 log = logging.getLogger(__name__)
 
@@ -142,17 +143,6 @@ def _check_hours(hours: int, maximum: int) -> None:
         )
 
 
-def _cycle_templates(session: Session, service: str | None) -> dict[str, tuple[str, str]]:
-    """notification_key -> (service, type) of every live CYCLE template (of one service, or all)."""
-    services = [service] if service is not None else [s.service for s in reg.list_services(session)]
-    return {
-        t.notification_key: (svc, t.notification_type)
-        for svc in services
-        for t in reg.list_templates(session, svc)
-        if t.notification_method == "CYCLE"
-    }
-
-
 def cycle_calendar(
     session: Session,
     st: Statements,
@@ -165,39 +155,57 @@ def cycle_calendar(
     """Every UTC minute of the next ``hours`` hours at which cycle templates fall due (of one
     service, or every service's with ``service=None``), each with its due templates and how many
     subscriptions each will target. Minutes with nothing due are left out. ``now`` defaults to the
-    database clock; the calendar starts at the minute after it (the next one the scheduler ticks)."""
+    database clock; the calendar starts at the minute after it (the next one the scheduler ticks).
+    At most ``max_entries`` due templates, the earliest (``truncated`` says when more were due)."""
     _check_hours(hours, CALENDAR_MAX_HOURS)
     start = floor_minute(now or database_now(session)) + timedelta(minutes=1)
     end = start + timedelta(hours=hours)
-    templates = _cycle_templates(session, service)
-    # bucket -> due template keys, from the scheduler's due index of the buckets in use
+    templates = subsql.live_cycle_templates(session, service)
+    # bucket -> due template keys, from the scheduler's due index, in the zones the scheduler evaluates
+    zones = set(timezones_in_use(st))
     keys_at: dict[CycleTarget, list[str]] = {}
     for tz, day, hour, minute, key, svc in st.scan_due():
-        if key in templates and (service is None or svc == service):
+        if key in templates and (service is None or svc == service) and tz in zones:
             keys_at.setdefault(CycleTarget(tz, day, hour, minute), []).append(key)
-    zones = sorted({b.timezone for b in keys_at} & set(timezones_in_use(st)))  # what the scheduler evaluates
-    due: list[tuple[datetime, CycleTarget, str]] = []
-    truncated = False
-    moment = start
-    while moment < end and not truncated:
-        for tz in zones:
-            try:
-                buckets = due_buckets(moment, tz)
-            except ValueError:  # a zone this host does not know: the scheduler skips it too (and logs)
-                continue
-            for bucket in buckets:
-                for key in sorted(keys_at.get(bucket, ()), key=templates.__getitem__):  # by (service, type)
-                    if len(due) == max_entries:
-                        truncated = True
-                        break
-                    due.append((moment, bucket, key))
-        moment += timedelta(minutes=1)
-    counts = _count_subscriptions(st, [(templates[k], k, b) for _, b, k in due])
+    due: list[tuple[datetime, tuple[str, str], CycleTarget, str]] = []
+    for bucket, keys in keys_at.items():
+        for moment in _fires(bucket, start, end):
+            due += [(moment, templates[k], bucket, k) for k in keys]
+    due.sort(key=lambda d: (d[0], d[1], d[2].timezone, d[2].hour, d[2].minute, d[3]))  # minute, (service, type)
+    truncated = len(due) > max_entries
+    due = due[:max_entries]
+    counts = _count_subscriptions(st, [(owner, k, b) for _, owner, b, k in due])
     by_minute: dict[datetime, list[DueTemplate]] = {}
-    for (m, bucket, key), n in zip(due, counts, strict=True):
-        svc, type_ = templates[key]
+    for (m, (svc, type_), bucket, key), n in zip(due, counts, strict=True):
         by_minute.setdefault(m, []).append(DueTemplate(svc, type_, key, bucket, n))
     return Calendar(start, end, [CalendarMinute(m, items) for m, items in by_minute.items()], truncated)
+
+
+def _fires(bucket: CycleTarget, start: datetime, end: datetime) -> list[datetime]:
+    """The UTC minutes in [start, end) at which the scheduler makes ``bucket`` due.
+
+    The scheduler's own rule decides (``clock.due_buckets``); it is asked only around each local date
+    of the bucket's weekday in the window: at the wall time's two readings (fold 0 and 1), and every
+    minute between them, where a DST gap or repeat puts the firing minute."""
+    try:
+        tz = zone(bucket.timezone)
+    except ValueError:  # a zone this host does not know: the scheduler skips it too (and logs)
+        return []
+    first_day = start.astimezone(tz).date() - timedelta(days=1)
+    last_day = end.astimezone(tz).date() + timedelta(days=1)
+    found: list[datetime] = []
+    day = first_day
+    while day <= last_day:
+        if DAYS[day.weekday()] == bucket.day:
+            wall = datetime(day.year, day.month, day.day, bucket.hour, bucket.minute)
+            readings = [floor_minute(wall.replace(tzinfo=tz, fold=f).astimezone(UTC)) for f in (0, 1)]
+            moment, last = min(readings), max(readings)
+            while moment <= last:
+                if start <= moment < end and moment not in found and bucket in due_buckets(moment, bucket.timezone):
+                    found.append(moment)
+                moment += timedelta(minutes=1)
+        day += timedelta(days=1)
+    return found
 
 
 def _count_subscriptions(st: Statements, due: Sequence[tuple[tuple[str, str], str, CycleTarget]]) -> list[int]:
@@ -261,34 +269,51 @@ def _values(d: Deliveries) -> tuple[int, ...]:
     return (d.jobs, d.targeted, d.sent, d.failed, d.pruned, d.no_credentials, d.retried, d.dead_lettered)
 
 
+def _summaries(session: Session, service: str | None, hours: int, now: datetime | None) -> dict[str, DeliverySummary]:
+    """Summaries of one service (always present) or of every service with activity in the window:
+    two queries whatever the number of services."""
+    _check_hours(hours, SUMMARY_MAX_HOURS)
+    until = _utc(now or database_now(session))
+    first = floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1)
+    naive_first = first.replace(tzinfo=None)
+    per_hour: dict[str, dict[datetime, Deliveries]] = {}
+    by_state: dict[str, dict[str, int]] = {}
+
+    def hours_of(svc: str) -> dict[datetime, Deliveries]:
+        if svc not in per_hour:
+            per_hour[svc] = {first + timedelta(hours=h): Deliveries() for h in range(hours)}
+            by_state[svc] = dict.fromkeys(JOB_STATES, 0)
+        return per_hour[svc]
+
+    if service is not None:
+        hours_of(service)
+    for row in activity_sql.job_activity(session, service, naive_first):
+        buckets, hour = hours_of(row.service), row.hour.replace(tzinfo=UTC)
+        by_state[row.service][row.state] = by_state[row.service].get(row.state, 0) + row.jobs
+        done = Deliveries(row.jobs, row.targeted, row.sent, row.failed, row.pruned, row.no_credentials, row.retried, 0)
+        buckets[hour] = _add(buckets.get(hour, Deliveries()), done)
+    for (svc, naive_hour), n in activity_sql.dead_letters_per_hour(session, service, naive_first).items():
+        buckets, hour = hours_of(svc), naive_hour.replace(tzinfo=UTC)
+        buckets[hour] = _add(buckets.get(hour, Deliveries()), Deliveries(dead_lettered=n))
+    out = {}
+    for svc, buckets in sorted(per_hour.items()):
+        totals = Deliveries()
+        for d in buckets.values():
+            totals = _add(totals, d)
+        hours_out = [HourSummary(h, d) for h, d in sorted(buckets.items())]
+        out[svc] = DeliverySummary(svc, first, until, totals, by_state[svc], hours_out)
+    return out
+
+
 def delivery_summary(
     session: Session, service: str, *, hours: int = 24, now: datetime | None = None
 ) -> DeliverySummary:
     """The service's jobs created in the current UTC hour and the ``hours - 1`` before it (by state,
     and what their tasks did so far), and its dead letters recorded in that window, per hour."""
-    _check_hours(hours, SUMMARY_MAX_HOURS)
-    until = _utc(now or database_now(session))
-    first = floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1)
-    naive_first = first.replace(tzinfo=None)
-    per_hour: dict[datetime, Deliveries] = {first + timedelta(hours=h): Deliveries() for h in range(hours)}
-    by_state: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
-    for row in activity_sql.job_activity(session, service, naive_first):
-        hour = row.hour.replace(tzinfo=UTC)
-        by_state[row.state] = by_state.get(row.state, 0) + row.jobs
-        done = Deliveries(row.jobs, row.targeted, row.sent, row.failed, row.pruned, row.no_credentials, row.retried, 0)
-        per_hour[hour] = _add(per_hour.get(hour, Deliveries()), done)
-    for naive_hour, n in activity_sql.dead_letters_per_hour(session, service, naive_first).items():
-        hour = naive_hour.replace(tzinfo=UTC)
-        per_hour[hour] = _add(per_hour.get(hour, Deliveries()), Deliveries(dead_lettered=n))
-    totals = Deliveries()
-    for d in per_hour.values():
-        totals = _add(totals, d)
-    hours_out = [HourSummary(h, d) for h, d in sorted(per_hour.items())]
-    return DeliverySummary(service, first, until, totals, by_state, hours_out)
+    return _summaries(session, service, hours, now)[service]
 
 
 def delivery_summaries(session: Session, *, hours: int = 24, now: datetime | None = None) -> list[DeliverySummary]:
-    """``delivery_summary`` of every service (admin), one clock reading for all of them."""
-    _check_hours(hours, SUMMARY_MAX_HOURS)
-    until = now or database_now(session)
-    return [delivery_summary(session, s.service, hours=hours, now=until) for s in reg.list_services(session)]
+    """``delivery_summary`` of every service that had a job or a dead letter in the window (admin),
+    by service, from one clock reading and two queries; a service without activity is left out."""
+    return list(_summaries(session, None, hours, now).values())

@@ -1,9 +1,11 @@
 """Read-only aggregates for the operator views (``notee.domain.insight``): what a service's jobs did
 and how many dead letters it got, per UTC hour, since a given time.
 
-Each query reads one service through an index that starts with ``service`` (``ix_job_service_created``
-on fanout_job, ``ix_dead_letter_service`` on dead_letter) and the task rows of those jobs by primary
-key, so its cost is that service's activity in the window, never a scan of every tenant's history.
+For one service each query reads through an index that starts with ``service``
+(``ix_job_service_created`` on fanout_job, ``ix_dead_letter_service`` on dead_letter); for every
+service (``service=None``, the admin) through ``ix_job_created`` / ``ix_dead_letter_created``; and the
+task rows of those jobs by primary key. Either way the cost is the activity in the window, never a
+scan of the history.
 Functions take the caller's Session and never commit.
 """
 
@@ -23,6 +25,7 @@ _HOUR = "DATE_FORMAT({col}, '%Y-%m-%d %H:00:00')"
 class JobActivity:
     """Jobs created in one UTC hour that are now in ``state``, and what their tasks did so far."""
 
+    service: str
     hour: datetime
     state: str
     jobs: int
@@ -34,24 +37,26 @@ class JobActivity:
     retried: int
 
 
-def job_activity(session: Session, service: str, since: datetime) -> list[JobActivity]:
-    """Per (UTC hour of creation, current state): the service's jobs created at or after ``since``
-    (naive UTC) and the sums of their tasks' counts."""
+def job_activity(session: Session, service: str | None, since: datetime) -> list[JobActivity]:
+    """Per (service, UTC hour of creation, current state): the jobs of ``service`` (or of every
+    service) created at or after ``since`` (naive UTC) and the sums of their tasks' counts."""
     hour = _HOUR.format(col="j.created_at")
+    which = "j.service = :s AND " if service is not None else ""
     rows = session.execute(
         text(
-            f"SELECT {hour} AS hour_, j.state AS state_, COUNT(DISTINCT j.job_id) AS jobs_,"
+            f"SELECT j.service AS service_, {hour} AS hour_, j.state AS state_, COUNT(DISTINCT j.job_id) AS jobs_,"
             " COALESCE(SUM(t.targeted), 0) AS targeted_, COALESCE(SUM(t.sent), 0) AS sent_,"
             " COALESCE(SUM(t.failed), 0) AS failed_, COALESCE(SUM(t.pruned), 0) AS pruned_,"
             " COALESCE(SUM(t.no_credentials), 0) AS no_credentials_, COALESCE(SUM(t.retried), 0) AS retried_"
             " FROM fanout_job j LEFT JOIN fanout_task t ON t.job_id = j.job_id"
-            " WHERE j.service = :s AND j.created_at >= :since"
-            " GROUP BY hour_, state_ ORDER BY hour_, state_"
+            f" WHERE {which}j.created_at >= :since"
+            " GROUP BY service_, hour_, state_ ORDER BY service_, hour_, state_"
         ),
         {"s": service, "since": since},
     ).all()
     return [
         JobActivity(
+            service=r.service_,
             hour=datetime.fromisoformat(r.hour_),
             state=r.state_,
             jobs=int(r.jobs_),
@@ -66,15 +71,16 @@ def job_activity(session: Session, service: str, since: datetime) -> list[JobAct
     ]
 
 
-def dead_letters_per_hour(session: Session, service: str, since: datetime) -> dict[datetime, int]:
-    """UTC hour -> dead letters of the service recorded in it, at or after ``since`` (naive UTC).
-    Dead letters replayed since are gone from the table and not counted."""
+def dead_letters_per_hour(session: Session, service: str | None, since: datetime) -> dict[tuple[str, datetime], int]:
+    """(service, UTC hour) -> dead letters recorded in it at or after ``since`` (naive UTC), of
+    ``service`` or of every service. Dead letters replayed since are gone and not counted."""
     hour = _HOUR.format(col="created_at")
+    which = "service = :s AND " if service is not None else ""
     rows = session.execute(
         text(
-            f"SELECT {hour} AS hour_, COUNT(*) AS n FROM dead_letter"
-            " WHERE service = :s AND created_at >= :since GROUP BY hour_"
+            f"SELECT service AS service_, {hour} AS hour_, COUNT(*) AS n FROM dead_letter"
+            f" WHERE {which}created_at >= :since GROUP BY service_, hour_"
         ),
         {"s": service, "since": since},
     ).all()
-    return {datetime.fromisoformat(r.hour_): int(r.n) for r in rows}
+    return {(r.service_, datetime.fromisoformat(r.hour_)): int(r.n) for r in rows}

@@ -1,5 +1,6 @@
 """The few MySQL reads the subscription domain needs beyond notee/store/registry_sql.py: bulk lookups
-for the 1,000-user subscribe, and every live template key for `notee reconcile`. SQLAlchemy Core over
+for the 1,000-user subscribe, every live template key for `notee reconcile`, the live CYCLE templates for
+the cycle calendar. SQLAlchemy Core over
 registry_sql.py's Table objects; the caller owns the Session."""
 
 from __future__ import annotations
@@ -41,3 +42,13 @@ def live_template_keys(session: Session, service: str | None = None) -> set[str]
     if service is not None:
         q = q.where(template_t.c.service == service)
     return {r.notification_key for r in session.execute(q)}
+
+
+def live_cycle_templates(session: Session, service: str | None = None) -> dict[str, tuple[str, str]]:
+    """notification_key -> (service, type) of every CYCLE template (of one service, or all): one query."""
+    q = select(template_t.c.notification_key, template_t.c.service, template_t.c.notification_type).where(
+        template_t.c.notification_method == "CYCLE"
+    )
+    if service is not None:
+        q = q.where(template_t.c.service == service)
+    return {r.notification_key: (r.service, r.notification_type) for r in session.execute(q)}
