@@ -12,6 +12,7 @@ import secrets
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 from sqlalchemy import text
 
 from notee.api.app import create_app
@@ -25,7 +26,8 @@ SERVICE_PAGES = ["jobs", "publish", "templates", "topics", "dead-letters", "cale
 
 
 def _browser(app) -> TestClient:
-    """A fresh cookie jar on the shared app (the session-scoped ``client`` must not keep cookies)."""
+    """A fresh cookie jar on the shared app (the session-scoped ``client`` must not keep cookies;
+    the test requests ``client`` too, whose lifespan gave the app its runtime)."""
     return TestClient(app, follow_redirects=False)
 
 
@@ -282,3 +284,14 @@ def test_sign_in_goes_back_only_to_a_console_page(app, tenant):
         page = c.get("/console/sign-in")
         r = c.post("/console/sign-in", data={"csrf": _csrf(page.text), "secret": tenant, "next": target})
         assert r.headers["location"] == expected, target
+
+
+def test_changing_the_admin_token_ends_every_admin_session(app, client, settings: Settings, runtime: Runtime):
+    c = sign_in(_browser(app), settings.admin_token.get_secret_value())
+    assert c.get("/console/services").status_code == 200
+    rotated = settings.model_copy(update={"admin_token": SecretStr("rotated-" + secrets.token_urlsafe(32))})
+    with TestClient(create_app(rotated, runtime=runtime), follow_redirects=False) as after:
+        after.cookies.set("notee_console", c.cookies.get("notee_console"), path="/console")
+        r = after.get("/console/services")
+        assert r.status_code == 303 and r.headers["location"].startswith("/console/sign-in")
+    assert c.get("/console/services").status_code == 200  # the deployment that kept its token keeps it

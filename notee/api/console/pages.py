@@ -16,6 +16,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.health import check_stores
 from notee.domain import console, registry
 from notee.errors import NoteeError, NotFound, Unauthorized
+from notee.settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix=web.PREFIX, include_in_schema=False)
@@ -58,7 +59,7 @@ def sign_in(request: Request, form: FormDep, runtime: RuntimeDep) -> Response:
         )
         page.headers["Retry-After"] = str(wait_s)
         return page
-    settings = runtime.settings
+    settings: Settings = request.app.state.settings  # the app's own (the admin token it checks)
     with runtime.sessions() as db:
         try:
             principal = console.identify(db, form.get("secret", ""), web.admin_token(settings))
@@ -159,7 +160,7 @@ def revoke_key(service: str, key_id: str, who: SessionDep, form: PostedForm, db:
 
 @router.get("/health")
 async def health(request: Request, who: SessionDep, runtime: RuntimeDep) -> Response:
-    stores = await asyncio.to_thread(check_stores, runtime, runtime.settings.emulator_url)
+    stores = await asyncio.to_thread(check_stores, runtime, request.app.state.settings.emulator_url)
 
     def work() -> tuple[console.QueueOverview, list[object]]:
         with runtime.sessions() as db:

@@ -175,7 +175,7 @@ async def form_of(request: Request) -> dict[str, str]:
 
 def signed_in(request: Request, runtime: RuntimeDep) -> ConsoleSession:
     with runtime.sessions() as db:
-        who = console.current_session(db, request.cookies.get(COOKIE), admin_token(runtime.settings))
+        who = console.current_session(db, request.cookies.get(COOKIE), admin_token(request.app.state.settings))
     if who is None:
         raise SignInRequired(request.url.path)
     return who
