@@ -65,7 +65,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         assert not [c for c in b.d.get_cookies() if c["name"] == "notee_console"]
 
         b.submit("sign-in", {"secret": admin_token})
-        b.record("services")
+        b.record("services-signed-in")
         [cookie] = [c for c in b.d.get_cookies() if c["name"] == "notee_console"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and admin_token not in cookie["value"]
         assert "notee_console" not in b.d.execute_script("return document.cookie")  # no script can read it
@@ -74,7 +74,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         b.submit("new-service", {"service": service, "display_name": "Browser shop", "timezone": "Europe/Berlin"})
         assert b.find(f'tr[data-service="{service}"]')
         b.find(f'tr[data-service="{service}"] input[name="label"]').send_keys("browser")
-        b.find(f'tr[data-service="{service}"] form[action$="/keys"] button').click()
+        b.click(b.find(f'tr[data-service="{service}"] form[action$="/keys"] button'))
         key = b.text("#new-key code")
         remember_secret(key)  # the session's log scan looks for it in every log
         assert key.startswith("nk_")
@@ -87,7 +87,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         )
         assert r.status_code == 200, r.text
         b.visit("/console/health", "health-admin")
-        b.find("#who + form button").click()  # sign out
+        b.click(b.find("#who + form button"))  # sign out
 
         # --- the tenant signs in with its key and creates a template ---------------------------------
         b.visit(f"/console/s/{service}/templates", "sign-in-tenant")
@@ -130,7 +130,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         assert "/jobs/" in b.d.current_url and _state(b) == "queued"
         job_id = b.d.current_url.rsplit("/", 1)[1]
         b.d.execute_script("window.noteeSamePage = true")  # gone if the page reloads
-        worker = processes.worker(service, lanes=1, NOTEE_FANOUT_FETCH_SIZE="100", NOTEE_FANOUT_SEND_CONCURRENCY="20")
+        worker = processes.worker(service, lanes=1, NOTEE_FANOUT_FETCH_SIZE="100", NOTEE_FANOUT_SEND_CONCURRENCY="10")
         b.wait(lambda: _state(b) == "done", 120, "the job to reach done on the page")
         assert b.d.execute_script("return window.noteeSamePage === true"), "the page reloaded"
         b.record("job-done")
@@ -142,16 +142,21 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
 
         # --- a long job (3,000 devices, a slow provider) is cancelled while it runs ------------------
         seed_topic(runtime, service, "news", notification_key, "big", 3000)
-        emulator.latency(20)
+        emulator.latency(50)  # 10 pushes in flight, 50 ms each: the 3,000 take ~15 s
         try:
-            b.visit(f"/console/s/{service}/publish", "publish")
+            b.visit(f"/console/s/{service}/publish", "publish-long-job")
             b.submit("publish", {"type": "news", "topic": "big", "variables": "name=Many"})
             big_id = b.d.current_url.rsplit("/", 1)[1]
             b.d.execute_script("window.noteeSamePage = true")
             b.wait(lambda: _count(b, "sent") > 0, 120, "the long job to send its first page")
             assert _state(b) == "running" and b.d.execute_script("return window.noteeSamePage === true")
             b.record("job-running")
-            b.find("#cancel button").click()
+            b.visit("/console/health", "health-busy")  # the worker holding the task shows on the health page
+            [busy] = b.d.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+            assert busy.find_element(By.CSS_SELECTOR, "td.num").text == "1", busy.text
+            b.visit(f"/console/s/{service}/jobs/{big_id}", "job-before-cancel")
+            assert _state(b) == "running"
+            b.click(b.find("#cancel button"))
             b.record("job-cancelled")
             assert _state(b) == "cancelled"
             tasks = api.get(f"/v1/jobs/{big_id}", headers=bearer(key)).json()["tasks"]
@@ -184,7 +189,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         letters = b.d.find_elements(By.CSS_SELECTOR, "tr[data-letter]")
         assert len(letters) == 1 and "gave up after 5 attempts" in letters[0].text
         emulator.reset()
-        letters[0].find_element(By.CSS_SELECTOR, "button").click()
+        b.click(letters[0].find_element(By.CSS_SELECTOR, "button"))
         b.record("dead-letters-replayed")
         assert b.text("#replay-outcome") == "Replayed 1: delivered 1, pruned 0, failed again 0."
         assert not b.d.find_elements(By.CSS_SELECTOR, "tr[data-letter]")
@@ -217,7 +222,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
             assert "Not Found" in page or "no such" in page, path
             assert "privatenews" not in page and "privatetopic" not in page and other_job.job_id not in page, path
         b.record("other-tenant-refused")
-        b.visit(f"/console/s/{service}/jobs", "jobs")
+        b.visit(f"/console/s/{service}/jobs", "jobs-own-only")
         assert other_job.job_id not in b.d.page_source and other not in b.d.page_source
 
         # --- every page at a phone's width ----------------------------------------------------------
@@ -230,7 +235,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         assert b.horizontal_overflow() <= 0
         b.visit("/console/health", "phone-health")
         assert b.horizontal_overflow() <= 0
-        b.find("#who + form button").click()
+        b.click(b.find("#who + form button"))
         b.record("phone-signed-out")
         b.submit("sign-in", {"secret": admin_token})
         b.visit("/console/services", "phone-services")

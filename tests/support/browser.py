@@ -20,6 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -116,7 +117,14 @@ class Browser:
             else:
                 element.clear()
                 element.send_keys(value)
-        form.find_element(By.CSS_SELECTOR, button).click()
+        self.click(form.find_element(By.CSS_SELECTOR, button))
+
+    def click(self, element: WebElement) -> None:
+        """Click something that loads a new page, and wait until the old page is gone (a form's
+        POST answered by a redirect: otherwise the next read could still see the old page)."""
+        old = self.d.find_element(By.TAG_NAME, "html")
+        element.click()
+        WebDriverWait(self.d, 60).until(expected_conditions.staleness_of(old))
 
     def find(self, css: str) -> WebElement:
         return self.d.find_element(By.CSS_SELECTOR, css)
