@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -60,19 +61,24 @@ def authenticate_service(
         return service
 
 
-def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:
+# ``async def`` (no I/O, or I/O on a worker thread): FastAPI would run a plain ``def`` dependency on
+# a worker thread, one more hop per request.
+async def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:
     check_admin(request.app.state.settings, creds.credentials if creds is not None else None)
 
 
-def require_service(request: Request, runtime: RuntimeDep, creds: Annotated[Credentials, Security(_key_scheme)]) -> str:
+async def require_service(
+    request: Request, runtime: RuntimeDep, creds: Annotated[Credentials, Security(_key_scheme)]
+) -> str:
     """The service the edge middleware authenticated (looked up here only if it did not run)."""
     service = getattr(request.state, "service", None)
     if isinstance(service, str):
         return service
-    return authenticate_service(runtime, request.app.state.settings, creds.credentials if creds is not None else None)
+    token = creds.credentials if creds is not None else None
+    return await to_thread.run_sync(authenticate_service, runtime, request.app.state.settings, token)
 
 
-def get_secrets_box(request: Request) -> crypto.SecretsBox | None:
+async def get_secrets_box(request: Request) -> crypto.SecretsBox | None:
     return credentials_box(request.app.state.settings)
 
 

@@ -16,7 +16,9 @@ from notee.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-def get_runtime(request: Request) -> Runtime:
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency on a worker
+# thread, a hop that costs more than the dependency itself.
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -42,7 +44,7 @@ def get_db(runtime: RuntimeDep) -> Iterator[Session]:
 DbDep = Annotated[Session, Depends(get_db)]
 
 
-def get_cql(runtime: RuntimeDep) -> CqlSession:
+async def get_cql(runtime: RuntimeDep) -> CqlSession:
     return runtime.cql
 
 

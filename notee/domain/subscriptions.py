@@ -185,10 +185,29 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 def subscribe_topic(
     session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str
 ) -> SubscribeResult:
+    """Round trips of a first subscription: one MySQL read, with the user's index rows of the type
+    read from Cassandra at the same time; the ``no`` counter (+n, read); one logged batch per device
+    (the user-level row rides in the last one); the re-read that decides who counts the user; ``count``."""
     validate_topic(topic)
-    tpl = _template(session, service, "TOPIC", type_)
-    devices = _user_devices(session, service, user_id)
-    return _subscribe_one_topic(st, service, user_id, tpl, topic, devices)
+    pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
+    ctx = subsql.subscribe_context(session, service, type_, user_id)
+    tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
+    if not ctx.user_exists:
+        raise NotFound("user not found")
+    return _subscribe_one_topic(st, service, user_id, tpl, topic, ctx.devices, st.index_rows_of(pending))
+
+
+def _template_of(keys: dict[str, str], service: str, method: str, type_: str) -> _Template:
+    """The template of (method, type) from ``subscribe_context``'s keys, with ``_template``'s errors."""
+    if method in keys:
+        return _Template(method, type_, keys[method])
+    other = [m for m in METHODS if m in keys]
+    if other:
+        raise InvalidInput(
+            f"template {type_!r} is a {other[0]} template, not {method}",
+            details=[{"field": "type", "reason": "wrong_method", "method": other[0]}],
+        )
+    raise NotFound(f"no {method} template {type_!r}")
 
 
 def _subscribe_one_topic(
@@ -198,10 +217,8 @@ def _subscribe_one_topic(
     tpl: _Template,
     topic: str,
     devices: Sequence[tuple[str, str]],
-    before: list[IndexRow] | None = None,
+    before: list[IndexRow],
 ) -> SubscribeResult:
-    if before is None:
-        before = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
     stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
     rows = [r for r in before if r.data.get("key") == tpl.key]
     had_type = bool(_live_user_level(rows, tpl.key))
@@ -214,11 +231,30 @@ def _subscribe_one_topic(
     if stale:
         remove_rows(st, service, user_id, stale)
     at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
-    st.run(
-        _materialise(st, service=service, user_id=user_id, tpl=tpl, target=topic, schedule=None, devices=missing, at=at)
-    )
+    futures: list[ResponseFuture] = []
+    if missing:
+        last = st.allocate_numbers(service, "TOPIC", tpl.type_, len(missing))
+        for i, (token, os_) in enumerate(missing):
+            futures.append(
+                st.add_topic_device(
+                    user_id=user_id,
+                    service=service,
+                    type_=tpl.type_,
+                    topic=topic,
+                    notification_key=tpl.key,
+                    no=last - len(missing) + 1 + i,
+                    device_token=token,
+                    device_os=os_,
+                    registered_at=at,
+                    # A new subscription's user-level row rides in its last device's batch: written
+                    # with (never before) the device rows, in the same index partition.
+                    with_user_level=not already and i == len(missing) - 1,
+                )
+            )
+    elif not already:
+        futures.append(st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at))
+    st.run(futures)
     if not already:
-        st.run([st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at)])
         # Per-topic count (issue 16; docs/SCHEMA.md decision 3): one counter statement, only once the
         # subscription row exists, in flight while the per-type check below reads.
         counted = st.add_topic_subscribers_async(service, tpl.type_, topic, +1)

@@ -7,11 +7,55 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 
-from sqlalchemy import and_, select
+from sqlalchemy import DateTime, String, and_, select, text
 from sqlalchemy.orm import Session
 
 from notee.store.registry_sql import device_t, template_t, user_t
+
+# The subscribe path's whole MySQL read in one round trip: every template of the type (whatever its
+# method: the caller tells "no such template" from "a template of the other method"), and the user
+# with its devices (a user without devices is one row with NULL device columns; an unknown user, none).
+# PRIMARY KEY prefix (service) of notification_template; uq_user_user_id; device PRIMARY KEY prefix.
+_SUBSCRIBE_CONTEXT = text(
+    "SELECT 'T' AS kind, t.notification_method AS a, t.notification_key AS b, NULL AS c, NULL AS created_at"
+    " FROM notification_template t WHERE t.service = :service AND t.notification_type = :type"
+    " UNION ALL"
+    " SELECT 'U', u.user_id, d.device_token, d.device_os, d.created_at"
+    " FROM `user` u LEFT JOIN device d ON d.service = u.service AND d.user_id = u.user_id"
+    " WHERE u.service = :service AND u.user_id = :user_id"
+).columns(  # typed result columns: the statement is cached with its result metadata
+    kind=String, a=String, b=String, c=String, created_at=DateTime
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeContext:
+    """What one subscribe request needs from MySQL."""
+
+    template_keys: dict[str, str]  # notification_method -> notification_key, of the requested type
+    user_exists: bool
+    devices: list[tuple[str, str]] = field(default_factory=list)  # (device_token, device_os), oldest first
+
+
+def subscribe_context(session: Session, service: str, type_: str, user_id: str) -> SubscribeContext:
+    """Templates of ``type_`` and the user's devices, in one statement."""
+    keys: dict[str, str] = {}
+    user_exists = False
+    devices: list[tuple[datetime, str, str]] = []
+    for kind, a, b, c, created_at in session.execute(
+        _SUBSCRIBE_CONTEXT, {"service": service, "type": type_, "user_id": user_id}
+    ):
+        if kind == "T":
+            keys[a] = b
+        else:
+            user_exists = True
+            if b is not None:
+                devices.append((created_at, b, c))
+    devices.sort()  # registration order, as registry_sql.list_devices
+    return SubscribeContext(keys, user_exists, [(token, os_) for _, token, os_ in devices])
 
 
 def existing_users(session: Session, service: str, user_ids: Sequence[str]) -> set[str]:
