@@ -34,9 +34,13 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "send_cpu_ratio_apns": (">=", 0.8, "APNs: Notee sender msgs per CPU-s / bare h2 client req per CPU-s"),
     "fanout_ratio": (">=", 0.7, "topic publish pushes/s / min(slot walk, bare sender) pushes/s"),
     "cycle_minute_s": ("<", 60.0, "tick -> last cycle push acknowledged, seconds"),
-    "subscribe_ratio": (">=", 0.5, "API topic subscriptions/s / raw driver same writes/s"),
+    "subscribe_ratio": (">=", 0.6, "API topic subscriptions/s / raw driver same writes/s"),
+    "bulk_subscribe_ratio": (">=", 3000.0, "bulk endpoint users/s / raw driver same writes users/s (goal: users/s)"),
     "worker_rss_growth": ("<=", 1.2, "worker RSS at end of publish / after its first page"),
 }
+# Figures whose value is a ratio but whose goal is on the numerator, an absolute rate (issue 19:
+# "at least 3,000 users/s" through the bulk endpoint; the ratio says how close to the raw writes).
+ON_NUMERATOR = {"bulk_subscribe_ratio"}
 _OPS = {">=": operator.ge, "<=": operator.le, "<": operator.lt, ">": operator.gt}
 
 
@@ -71,10 +75,11 @@ def figure(
         if denominator.value <= 0:
             return missing(f"denominator {denominator.name} measured {denominator.value}")
         value = numerator.value / denominator.value
+    judged = numerator.value if name in ON_NUMERATOR else value
     out: dict[str, Any] = {
         "value": _round(value),
-        "goal": f"{op} {goal:g}",
-        "met": bool(_OPS[op](value, goal)),
+        "goal": f"numerator {op} {goal:g}" if name in ON_NUMERATOR else f"{op} {goal:g}",
+        "met": bool(_OPS[op](judged, goal)),
         "numerator": numerator.as_dict(),
         "denominator": denominator.as_dict(),
         "sizes": sizes,
@@ -122,7 +127,8 @@ def table(figures: dict[str, dict[str, Any]]) -> str:
     for name in GOALS:
         f = figures.get(name) or missing("not run")
         if f.get("missing"):
-            lines.append(f"| {name} | missing | {GOALS[name][0]} {GOALS[name][1]:g} | — | {f['reason']} | | |")
+            on = "numerator " if name in ON_NUMERATOR else ""
+            lines.append(f"| {name} | missing | {on}{GOALS[name][0]} {GOALS[name][1]:g} | — | {f['reason']} | | |")
             continue
         n, d = f["numerator"], f["denominator"]
         sizes = ", ".join(f"{k}={v}" for k, v in f["sizes"].items())

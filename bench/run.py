@@ -28,6 +28,8 @@ SIZES = {
         "cycle_devices": 20_000,
         "sub_users": 500,
         "sub_repeats": 2,
+        "bulk_users": 4_000,
+        "bulk_repeats": 2,
     },
     "full": {
         "walk_rows": 300_000,
@@ -38,6 +40,8 @@ SIZES = {
         "cycle_devices": 100_000,
         "sub_users": 5_000,
         "sub_repeats": 2,
+        "bulk_users": 20_000,
+        "bulk_repeats": 2,
     },
 }
 log = logging.getLogger("bench")
@@ -123,6 +127,17 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["subscribe_ratio"] = subscribe.run(runtime, users=sizes["sub_users"], repeats=sizes["sub_repeats"])
 
         attempt(("subscribe_ratio",), sub)
+
+    if want("bulk_subscribe_ratio"):
+
+        def bulk() -> None:
+            from bench import subscribe
+
+            figures["bulk_subscribe_ratio"] = subscribe.run_bulk(
+                runtime, users=sizes["bulk_users"], repeats=sizes["bulk_repeats"]
+            )
+
+        attempt(("bulk_subscribe_ratio",), bulk)
     return figures
 
 

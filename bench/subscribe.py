@@ -225,3 +225,156 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             "api_server_cpu_ms_per_sub": statistics.median(x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000,
         },
     )
+
+
+# ---------------------------------------------------------------------- bulk_subscribe_ratio
+BULK_TYPE = "bench_bulk"
+
+
+def bulk_api_side(
+    port: int, api_key: str, users: list[str], topic: str, chunk: int, concurrency: int
+) -> dict[str, Any]:
+    """``POST /v1/topics/{type}/{topic}/subscribers`` with ``chunk`` user ids per request, from
+    ``concurrency`` client threads; every result must be ``subscribed``."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    chunks = [users[i : i + chunk] for i in range(0, len(users), chunk)]
+
+    def work(mine: list[list[str]]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for ids in mine:
+            body = json.dumps({"user_ids": ids}).encode()
+            headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+            t = time.perf_counter()
+            conn.request("POST", f"/v1/topics/{BULK_TYPE}/{topic}/subscribers", body=body, headers=headers)
+            r = conn.getresponse()
+            raw = r.read()
+            took = time.perf_counter() - t
+            with lock:
+                latencies.append(took)
+                if r.status != 200:
+                    errors.append(f"{r.status} {raw[:200]!r}")
+                elif json.loads(raw)["subscribed"] != len(ids):
+                    errors.append(f"not every user subscribed: {raw[:200]!r}")
+        conn.close()
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in _split(chunks, concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise AssertionError(f"{len(errors)} bulk requests failed, first: {errors[0]}")
+    return {"n": len(users), "wall_s": wall, "latencies": latencies}
+
+
+def bulk_raw_side(
+    runtime, service: str, key: str, users: list[tuple[str, str]], topic: str, chunk: int, concurrency: int
+) -> dict[str, Any]:
+    """The writes a bulk subscribe of new one-device users cannot do without, done the leanest way
+    the driver allows, per chunk: one ``no`` counter +n and its read; per user its slot row, device
+    index row and user-level row in a logged batch, users sharing batches up to the same byte budget
+    as Notee's (``notee.store.cql.BATCH_BYTES``), all in flight at once; one ``count`` +n. No reads:
+    Notee also reads every user's index rows before (idempotency) and after (who counts the user)."""
+    from cassandra.query import BatchStatement, BatchType
+
+    from notee.store.cassandra import COUNTER_PROFILE
+    from notee.store.cql import BATCH_BYTES
+
+    s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
+    where = "WHERE service = ? AND notification_method = ? AND notification_type = ?"
+    add_no = s.prepare(f"UPDATE {c}.notification SET no = no + ? {where}")
+    read_no = s.prepare(f"SELECT no FROM {c}.notification {where}")
+    add_count = s.prepare(f"UPDATE {c}.notification SET count = count + ? {where}")
+    slot_row = s.prepare(
+        f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
+        " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    index_row = s.prepare(
+        f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
+        " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
+
+    def weight(values: tuple) -> int:  # the same estimate as notee.store.cql._row_bytes
+        return 32 + sum(len(v) if isinstance(v, str) else 8 for v in values)
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    chunks = [users[i : i + chunk] for i in range(0, len(users), chunk)]
+
+    def work(mine: list[list[tuple[str, str]]]) -> None:
+        for part in mine:
+            t = time.perf_counter()
+            at = time.time_ns() // 1_000_000
+            s.execute(add_no, (len(part), service, "TOPIC", BULK_TYPE), execution_profile=COUNTER_PROFILE)
+            no = int(s.execute(read_no, (service, "TOPIC", BULK_TYPE)).one().no) - len(part)
+            futures = []
+            batch, size = BatchStatement(batch_type=BatchType.LOGGED), 0
+            for uid, token in part:
+                no += 1
+                data = json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at})
+                rows = [
+                    (slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at)),
+                    (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, token, data)),
+                    (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, "", json.dumps({"key": key, "at": at}))),
+                ]
+                unit = sum(weight(v) for _, v in rows)
+                if size and size + unit > BATCH_BYTES:
+                    futures.append(s.execute_async(batch))
+                    batch, size = BatchStatement(batch_type=BatchType.LOGGED), 0
+                for stmt, values in rows:
+                    batch.add(stmt, values)
+                size += unit
+            if size:
+                futures.append(s.execute_async(batch))
+            for f in futures:
+                f.result()
+            s.execute(add_count, (len(part), service, "TOPIC", BULK_TYPE), execution_profile=COUNTER_PROFILE)
+            with lock:
+                latencies.append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=work, args=(c_,)) for c_ in _split(chunks, concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"n": len(users), "wall_s": time.perf_counter() - t0, "latencies": latencies}
+
+
+def run_bulk(runtime, *, users: int, chunk: int = 1000, concurrency: int = 2, repeats: int = 2) -> dict[str, Any]:
+    """bulk_subscribe_ratio: users/s through the bulk endpoint (``chunk`` users per request, new
+    one-device users) against the raw writes those subscriptions need; raw, API, raw, API; medians."""
+    tenant = make_tenant(runtime)
+    key = make_template(runtime, tenant.service, "TOPIC", BULK_TYPE)
+    people = bulk_users(runtime, tenant.service, users * repeats * 2)
+    api = ApiProcess()
+    runs: dict[str, list[dict[str, Any]]] = {"raw": [], "api": []}
+    try:
+        for r in range(repeats):
+            base = r * 2 * users
+            raw_users = [(uid, toks[0]) for uid, toks in people[base : base + users]]
+            api_users = [uid for uid, _ in people[base + users : base + 2 * users]]
+            runs["raw"].append(bulk_raw_side(runtime, tenant.service, key, raw_users, f"raw-{r}", chunk, concurrency))
+            before = api.cpu_s()
+            runs["api"].append(bulk_api_side(api.port, tenant.api_key, api_users, f"api-{r}", chunk, concurrency))
+            runs["api"][-1]["server_cpu_s"] = api.cpu_s() - before
+    finally:
+        api.stop()
+    api_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["api"])
+    raw_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["raw"])
+    api_lat = [v for x in runs["api"] for v in x["latencies"]]
+    return figure(
+        "bulk_subscribe_ratio",
+        Measure("API POST bulk subscribe", api_rate, "users/s"),
+        Measure("raw driver same writes", raw_rate, "users/s"),
+        {"users": users, "per_request": chunk, "devices_per_user": 1, "concurrency": concurrency, "repeats": repeats},
+        extra={
+            "api_request_p50_ms": _pct(api_lat, 50) * 1000,
+            "api_request_max_ms": max(api_lat) * 1000,
+            "api_server_cpu_ms_per_user": statistics.median(x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000,
+        },
+    )

@@ -372,3 +372,72 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
     call(runtime, subs.unsubscribe_cycle, svc, users[0], "remind")
     reconcile.reconcile(runtime, service=svc)
     assert (svc, ckey, "remind") not in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+
+
+def _fcm_like(prefix: str) -> str:
+    return token(prefix) + "y" * 140  # FCM tokens are ~163 characters: rows heavy enough to split batches
+
+
+def test_a_user_with_many_devices_is_subscribed_whole(runtime, st, svc):
+    """A user whose rows outweigh one logged batch (MAX_UNIT_BYTES) is written in several batches, the
+    user-level row after its device rows; every device gets exactly one slot row and one index row."""
+    key = make_template(runtime, svc, "TOPIC", "news")
+    many, few = make_user(runtime, svc), make_user(runtime, svc)
+    tokens = [make_device(runtime, svc, many, _fcm_like("many")) for _ in range(70)]
+    few_token = make_device(runtime, svc, few, _fcm_like("few"))
+    rows = st.topic_subscription_rows(
+        user_id=many,
+        service=svc,
+        type_="news",
+        topic="t",
+        notification_key=key,
+        devices=[(i, t, "AOS") for i, t in enumerate(tokens)],
+        registered_at=1,
+        with_user_level=True,
+    )
+    assert sum(cqlstore._row_bytes(r) for r in rows) > cqlstore.MAX_UNIT_BYTES  # the case under test
+
+    assert call(runtime, subs.subscribe_topic, svc, many, "news", "t") == {"status": "subscribed", "devices": 70}
+    res = call(runtime, subs.bulk_subscribe_topic, svc, "news", "u", [many, few])
+    assert [r["status"] for r in res] == ["subscribed", "subscribed"]
+    for topic, expected in (("t", tokens), ("u", [*tokens, few_token])):
+        got = [r.device_token for r in recipients(st, key, TopicTarget(topic), svc, "TOPIC", "news")]
+        assert sorted(got) == sorted(expected)
+    listed = {s["topic"]: s["devices"] for s in call(runtime, subs.list_subscriptions, svc, many)}
+    assert listed == {"t": 70, "u": 70}
+    assert st.counters(svc, "TOPIC", "news")[1] == 2  # each user counted once for the type
+
+
+def test_bulk_users_share_logged_batches_and_are_counted_once(runtime, st, svc):
+    """Many one-device users share logged batches (write_together); each gets its rows and its
+    user-level row, nothing twice, and a second identical request changes nothing."""
+    key = make_template(runtime, svc, "TOPIC", "news")
+    users = [make_user(runtime, svc) for _ in range(120)]
+    tokens = {make_device(runtime, svc, u, _fcm_like("bulk")): u for u in users}
+    units = [
+        st.topic_subscription_rows(
+            user_id=u,
+            service=svc,
+            type_="news",
+            topic="t",
+            notification_key=key,
+            devices=[(1, t, "AOS")],
+            registered_at=1,
+            with_user_level=True,
+        )
+        for t, u in tokens.items()
+    ]
+    unit_bytes = sum(cqlstore._row_bytes(r) for r in units[0])
+    assert 2 * unit_bytes <= cqlstore.BATCH_BYTES  # so users do share batches here
+
+    assert {r["status"] for r in call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", users)} == {"subscribed"}
+    got = [(r.device_token, r.user_id) for r in recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news")]
+    assert sorted(got) == sorted(tokens.items())
+    _, count, no = st.counters(svc, "TOPIC", "news")
+    assert (count, no) == (120, 120)
+    for u in users[:5]:
+        assert call(runtime, subs.list_subscriptions, svc, u)[0]["devices"] == 1
+
+    again = call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", users)
+    assert {r["status"] for r in again} == {"already_subscribed"}
+    assert st.counters(svc, "TOPIC", "news")[1:] == (120, 120)

@@ -231,29 +231,23 @@ def _subscribe_one_topic(
     if stale:
         remove_rows(st, service, user_id, stale)
     at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
-    futures: list[ResponseFuture] = []
+    numbered: list[tuple[int, str, str]] = []
     if missing:
-        last = st.allocate_numbers(service, "TOPIC", tpl.type_, len(missing))
-        for i, (token, os_) in enumerate(missing):
-            futures.append(
-                st.add_topic_device(
-                    user_id=user_id,
-                    service=service,
-                    type_=tpl.type_,
-                    topic=topic,
-                    notification_key=tpl.key,
-                    no=last - len(missing) + 1 + i,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                    # A new subscription's user-level row rides in its last device's batch: written
-                    # with (never before) the device rows, in the same index partition.
-                    with_user_level=not already and i == len(missing) - 1,
-                )
-            )
-    elif not already:
-        futures.append(st.write_user_level(user_id, service, "TOPIC", tpl.type_, topic, tpl.key, at))
-    st.run(futures)
+        first = st.allocate_numbers(service, "TOPIC", tpl.type_, len(missing)) - len(missing) + 1
+        numbered = [(first + i, token, os_) for i, (token, os_) in enumerate(missing)]
+    # One logged batch: the devices' slot and index rows and, for a new subscription, the user-level
+    # row (same index partition), so the subscription is written whole or not at all.
+    unit = st.topic_subscription_rows(
+        user_id=user_id,
+        service=service,
+        type_=tpl.type_,
+        topic=topic,
+        notification_key=tpl.key,
+        devices=numbered,
+        registered_at=at,
+        with_user_level=not already,
+    )
+    st.run(st.write_together([unit]))
     if not already:
         # Per-topic count (issue 16; docs/SCHEMA.md decision 3): one counter statement, only once the
         # subscription row exists, in flight while the per-type check below reads.
@@ -303,58 +297,52 @@ def bulk_subscribe_topic(
             details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
         )
     ordered = list(dict.fromkeys(user_ids))
+    # The index reads (IN over the users' partitions) run while MySQL answers: read-only, and only the
+    # users MySQL knows in this service are used.
+    reads = st.users_type_rows_async(ordered, service, "TOPIC", type_)
     tpl = _template(session, service, "TOPIC", type_)
-    found = subsql.existing_users(session, service, ordered)
-    devices = subsql.devices_of_users(session, service, [u for u in ordered if u in found])
-    users = [u for u in ordered if u in found]
-    # Read every user's index rows of this type concurrently, then decide and write per user.
-    reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in users}
-    before = {u: st.index_rows_of(f) for u, f in reads.items()}
+    devices = subsql.users_with_devices(session, service, ordered)
+    users = [u for u in ordered if u in devices]
+    before = st.users_rows_of(reads)
     results: dict[str, BulkOutcome] = {}
     todo: list[tuple[str, list[tuple[str, str]]]] = []
     for u in users:
-        rows = [r for r in before[u] if r.target == topic and r.data.get("key") == tpl.key]
+        rows = [r for r in before.get(u, []) if r.target == topic and r.data.get("key") == tpl.key]
         have = {r.device_token for r in rows if not r.is_user_level}
-        missing = [(t, o) for t, o in devices.get(u, []) if t not in have]
+        missing = [(t, o) for t, o in devices[u] if t not in have]
         if any(r.is_user_level for r in rows) and not missing:
             results[u] = {"user_id": u, "status": "already_subscribed"}
         else:
             todo.append((u, missing))
     # One counter increment numbers every device of the request.
     total = sum(len(m) for _, m in todo)
-    last = st.allocate_numbers(service, "TOPIC", type_, total) if total else 0
-    next_no = last - total + 1
+    next_no = st.allocate_numbers(service, "TOPIC", type_, total) - total + 1 if total else 0
     at = _now_ms()
-    new_users = [u for u, _ in todo if not _live_user_level([r for r in before[u] if r.target == topic], tpl.key)]
-    fresh = set(new_users)
-    futures = []
+    fresh = {u for u, _ in todo if not _live_user_level([r for r in before.get(u, []) if r.target == topic], tpl.key)}
+    units = []
     for u, missing in todo:
-        for i, (token, os_) in enumerate(missing):
-            # A new user's user-level row rides in its last device's batch (written with, never before, it).
-            futures.append(
-                st.add_topic_device(
-                    user_id=u,
-                    service=service,
-                    type_=type_,
-                    topic=topic,
-                    notification_key=tpl.key,
-                    no=next_no,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                    with_user_level=u in fresh and i == len(missing) - 1,
-                )
+        numbered = [(next_no + i, token, os_) for i, (token, os_) in enumerate(missing)]
+        next_no += len(missing)
+        # Each user's rows are one unit of a logged batch: a user is subscribed whole or not at all.
+        units.append(
+            st.topic_subscription_rows(
+                user_id=u,
+                service=service,
+                type_=type_,
+                topic=topic,
+                notification_key=tpl.key,
+                devices=numbered,
+                registered_at=at,
+                with_user_level=u in fresh,
             )
-            next_no += 1
-        if u in fresh and not missing:
-            futures.append(st.write_user_level(u, service, "TOPIC", type_, topic, tpl.key, at))
-    st.run(futures)
+        )
+    st.run(st.write_together(units))
     # The topic's count: one counter statement for the whole request (docs/SCHEMA.md decision 3).
     topic_counted = [st.add_topic_subscribers_async(service, type_, topic, len(fresh))] if fresh else []
-    first_timers = [u for u in new_users if not _live_user_level(before[u], tpl.key)]
+    first_timers = [u for u in fresh if not _live_user_level(before.get(u, []), tpl.key)]
     if first_timers:
-        reads = {u: st.user_type_rows_async(u, service, "TOPIC", type_) for u in first_timers}
-        counted = sum(1 for u, f in reads.items() if _first_of_type(st.index_rows_of(f), tpl.key, topic, at))
+        after = st.users_rows_of(st.users_type_rows_async(first_timers, service, "TOPIC", type_))
+        counted = sum(1 for u in first_timers if _first_of_type(after.get(u, []), tpl.key, topic, at))
         st.add_count(service, "TOPIC", type_, counted)
     st.run(topic_counted)
     for u, _ in todo:

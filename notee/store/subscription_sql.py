@@ -5,7 +5,6 @@ registry_sql.py's Table objects; the caller owns the Session."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,24 +57,26 @@ def subscribe_context(session: Session, service: str, type_: str, user_id: str) 
     return SubscribeContext(keys, user_exists, [(token, os_) for _, token, os_ in devices])
 
 
-def existing_users(session: Session, service: str, user_ids: Sequence[str]) -> set[str]:
-    """Which of ``user_ids`` exist in ``service`` (uq_user_user_id)."""
-    if not user_ids:
-        return set()
-    q = select(user_t.c.user_id).where(and_(user_t.c.service == service, user_t.c.user_id.in_(list(user_ids))))
-    return {r.user_id for r in session.execute(q)}
-
-
-def devices_of_users(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-    """user_id -> [(device_token, device_os)] for many users in one query (device primary key prefix)."""
-    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """user_id -> [(device_token, device_os)] of those of ``user_ids`` that exist in ``service`` (a
+    user without devices maps to []), in one query (uq_user_user_id, device primary key prefix)."""
+    out: dict[str, list[tuple[str, str]]] = {}
     if not user_ids:
         return out
-    q = select(device_t.c.user_id, device_t.c.device_token, device_t.c.device_os).where(
-        and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids)))
+    q = (
+        select(user_t.c.user_id, device_t.c.device_token, device_t.c.device_os)
+        .select_from(
+            user_t.outerjoin(
+                device_t, and_(device_t.c.service == user_t.c.service, device_t.c.user_id == user_t.c.user_id)
+            )
+        )
+        .where(and_(user_t.c.service == service, user_t.c.user_id.in_(list(user_ids))))
+        .order_by(user_t.c.user_id, device_t.c.created_at, device_t.c.device_token)
     )
-    for r in session.execute(q):
-        out[r.user_id].append((r.device_token, r.device_os))
+    for user_id, token, os_ in session.execute(q):
+        devices = out.setdefault(user_id, [])
+        if token is not None:
+            devices.append((token, os_))
     return out
 
 
