@@ -10,7 +10,11 @@ performing the same Cassandra writes, at the same concurrency.
   logged batch of slot row + index row, the user-level index row and ``count`` +1.
 
 Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
-topic. Sides run raw, API, raw, API; medians are reported.
+topic. Sides run raw, API, raw, API; medians are reported. Then one more API pass with rate limits
+on (the tenant at the highest limits): its rate and CPU per subscription are side figures.
+
+``run_bulk`` (bulk_subscribe_ratio): the bulk endpoint, 1,000 users per request, against the raw
+writes those subscriptions need (see ``bulk_raw_side``).
 """
 
 from __future__ import annotations
@@ -35,15 +39,16 @@ TYPE = "bench_sub"
 
 
 class ApiProcess:
-    def __init__(self) -> None:
+    def __init__(self, *, rate_limits: bool = False) -> None:
         self.port = free_port()
         self.log = Path(tempfile.mkstemp(prefix="notee-bench-api-", suffix=".log")[1])
         self._out = self.log.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port", str(self.port)],
             # The figure is the subscribe path's throughput; tenant rate limits are a policy with their
-            # own tests (tests/test_rate_limits.py) and would cap or refuse the load here.
-            env={**os.environ, "NOTEE_RATE_LIMITS_ENABLED": "false"},
+            # own tests (tests/test_rate_limits.py) and would cap or refuse the load here. Their cost
+            # per request is measured apart (``rate_limits=True``, the tenant's limits at the maximum).
+            env={**os.environ, "NOTEE_RATE_LIMITS_ENABLED": "true" if rate_limits else "false"},
             stdout=self._out,
             stderr=subprocess.STDOUT,
         )
@@ -193,7 +198,7 @@ def _pct(values: list[float], p: float) -> float:
 def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict[str, Any]:
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
-    people = bulk_users(runtime, tenant.service, users * repeats * 2)
+    people = bulk_users(runtime, tenant.service, users * (repeats * 2 + 1))
     api = ApiProcess()
     runs: dict[str, list[dict[str, Any]]] = {"raw": [], "api": []}
     try:
@@ -207,6 +212,16 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             runs["api"][-1]["server_cpu_s"] = api.cpu_s() - before
     finally:
         api.stop()
+    # Once more with rate limits on (the bench tenant's limits are the highest an admin can set, so
+    # nothing is refused): what the per-request bucket UPDATE costs. Any 429 fails the figure.
+    limited = ApiProcess(rate_limits=True)
+    try:
+        before = limited.cpu_s()
+        extra_users = [uid for uid, _ in people[repeats * 2 * users :]]
+        with_limits = api_side(limited.port, tenant.api_key, extra_users, "api-limited", concurrency)
+        with_limits_cpu = limited.cpu_s() - before
+    finally:
+        limited.stop()
     api_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["api"])
     raw_rate = statistics.median(x["n"] / x["wall_s"] for x in runs["raw"])
     api_lat = [v for x in runs["api"] for v in x["latencies"]]
@@ -223,6 +238,8 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             "raw_p99_ms": _pct(raw_lat, 99) * 1000,
             # CPU of the API process per subscription: one process serves them all
             "api_server_cpu_ms_per_sub": statistics.median(x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000,
+            "rate_limited_subs_per_s": with_limits["n"] / with_limits["wall_s"],
+            "rate_limited_server_cpu_ms_per_sub": with_limits_cpu / with_limits["n"] * 1000,
         },
     )
 

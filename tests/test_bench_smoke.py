@@ -98,6 +98,8 @@ def test_subscribe_smoke(runtime):
     fig = subscribe.run(runtime, users=40, concurrency=4, repeats=1)
     _measured(fig, "subscribe_ratio")
     assert fig["extra"]["api_p99_ms"] >= fig["extra"]["api_p50_ms"] > 0
+    # the pass with rate limits on subscribed every user too (a 429 fails the figure)
+    assert fig["extra"]["rate_limited_subs_per_s"] > 0 and fig["extra"]["rate_limited_server_cpu_ms_per_sub"] > 0
 
 
 def test_bulk_subscribe_smoke(runtime):
