@@ -263,6 +263,35 @@ def subscribe(
     typer.echo(f"{result.status}: {result.devices} device(s)" + (f", {result.schedule}" if result.schedule else ""))
 
 
+BULK_CHUNK = 1000  # user ids per request: the bulk endpoint's maximum
+
+
+def subscribe_bulk(
+    type: str = typer.Argument(..., help="The TOPIC template's notification type."),
+    topic: str = typer.Argument(..., help="The topic."),
+    user_ids: list[str] = typer.Argument(None, help="Notee user_ids; none: read them from --file."),
+    file: typer.FileText | None = typer.Option(None, help="One user_id a line ('-': standard input)."),
+) -> None:
+    """Subscribe many users to a topic, 1,000 per request; prints the counts and one JSON line per
+    user not found (exit 1 then)."""
+    ids = list(user_ids or [])
+    if file is not None:
+        ids += [line.strip() for line in file if line.strip()]
+    if not ids:
+        raise typer.BadParameter("give user ids, or --file with one a line")
+    counts = {"subscribed": 0, "already_subscribed": 0, "not_found": 0}
+    with _client() as notee:
+        for i in range(0, len(ids), BULK_CHUNK):
+            result = notee.bulk_subscribe(type, topic, ids[i : i + BULK_CHUNK])
+            for item in result.results:
+                counts[item.status] += 1
+                if item.status == "not_found":
+                    _print_json(item)
+    typer.echo(" · ".join(f"{name} {n}" for name, n in counts.items()))
+    if counts["not_found"]:
+        raise typer.Exit(1)
+
+
 # --- publishing ------------------------------------------------------------------------------------
 
 _SEND_AT_HELP = "Send then, not now: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+09:00 (a scheduled job)."
@@ -517,6 +546,7 @@ def install(app: typer.Typer) -> None:
     app.add_typer(user_app, name="user")
     app.add_typer(jobs_app, name="jobs")
     app.command("subscribe")(subscribe)
+    app.command("subscribe-bulk")(subscribe_bulk)
     app.command("publish")(publish)
     app.command("send")(send)
     app.command("subscribers")(subscribers)

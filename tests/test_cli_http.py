@@ -89,6 +89,31 @@ def test_a_recurring_subscription_from_the_cli(admin_env, service_id):
     assert sub.returncode == 0 and "MON,FRI 09:30 Asia/Tokyo" in sub.stdout, sub.stdout + sub.stderr
 
 
+def test_many_users_subscribed_from_the_cli(admin_env, service_id):
+    notee("admin", "service", "create", service_id, "--name", "Bulk", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    users = [notee("user", "put", f"bulk-{i}", env=env).stdout.strip() for i in range(3)]
+    notee("user", "device", users[0], random_token("bulk"), "--os", "AOS", env=env)
+    notee("template", "put", "TOPIC", "news", "--title", "t", "--body", "b", env=env)
+    unknown = "00000000-0000-4000-8000-000000000000"
+    stdin = f"{users[2]}\n{unknown}\n"
+    out = subprocess.run(
+        [sys.executable, "-m", "notee", "subscribe-bulk", "news", "sports", users[0], users[1], "--file", "-"],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1, out.stdout + out.stderr  # an unknown user is reported, and fails the command
+    assert json.loads(lines[0]) == {"user_id": unknown, "status": "not_found"}
+    assert lines[-1] == "subscribed 3 · already_subscribed 0 · not_found 1"
+    again = notee("subscribe-bulk", "news", "sports", *users, env=env)
+    assert again.returncode == 0 and again.stdout.strip() == "subscribed 0 · already_subscribed 3 · not_found 0"
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
