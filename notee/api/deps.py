@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+from anyio import to_thread
 from cassandra.cluster import Session as CqlSession
 from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError
@@ -26,15 +27,19 @@ async def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_db(runtime: RuntimeDep) -> Iterator[Session]:
+async def get_db(runtime: RuntimeDep) -> AsyncIterator[Session]:
     """One session per request: the route owns it and commits after its domain call; whatever is
-    not committed rolls back when it closes."""
+    not committed rolls back when it closes. Opening a session does no I/O, and closing one that
+    holds no transaction (committed, or never used) neither: only a rollback goes to a worker thread."""
     session = runtime.sessions()
     try:
         yield session
     finally:
         try:
-            session.close()
+            if session.in_transaction():
+                await to_thread.run_sync(session.close)
+            else:
+                session.close()
         except DBAPIError as exc:
             # MySQL went away mid-request: the response (503) is already on its way and the pool
             # discards the dead connection; raising here would make the server drop the connection.
