@@ -171,9 +171,18 @@ def worker(
 
 
 @app.command()
+def webhooks() -> None:
+    """Run the webhook dispatcher until SIGTERM/SIGINT: send the outbox's events to the services'
+    endpoints, signed, retrying with backoff (docs/WEBHOOKS.md). Any number may run."""
+    from notee import webhook_dispatcher
+
+    webhook_dispatcher.run(_settings())
+
+
+@app.command()
 def prune(days: int | None = typer.Option(None, help="Override settings.retention_days.")) -> None:
-    """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters. The scheduler
-    also does this every hour."""
+    """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters, finished webhook
+    deliveries. The scheduler also does this every hour."""
     from notee import retention
     from notee.runtime import Runtime
 
@@ -392,7 +401,7 @@ def rotate_key() -> None:
     process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
     this, then drop the old key."""
     from notee.crypto import SecretsBox
-    from notee.domain import credentials
+    from notee.domain import credentials, webhooks
     from notee.errors import ProviderConfigError
     from notee.runtime import Runtime
 
@@ -401,6 +410,7 @@ def rotate_key() -> None:
     try:
         with runtime.sessions() as session, session.begin():
             counts = credentials.rotate_credentials_key(session, SecretsBox.from_settings(settings))
+            secrets_n = webhooks.rotate_secrets_key(session, SecretsBox.from_settings(settings))
     except ProviderConfigError as exc:
         typer.echo(f"notee: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -408,7 +418,7 @@ def rotate_key() -> None:
         runtime.close()
     typer.echo(
         f"re-encrypted {counts['credentials']} credential(s) of {counts['services']} service(s) "
-        "under NOTEE_CREDENTIALS_KEY"
+        f"and {secrets_n} webhook secret(s) under NOTEE_CREDENTIALS_KEY"
     )
 
 

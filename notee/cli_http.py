@@ -31,6 +31,9 @@ admin_app.add_typer(credentials_app, name="credentials")
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
 jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).", no_args_is_help=True)
+webhook_app = typer.Typer(
+    help="Delivery webhooks: endpoints and their deliveries (NOTEE_API_KEY; docs/WEBHOOKS.md).", no_args_is_help=True
+)
 
 
 @contextmanager
@@ -539,12 +542,63 @@ def admin_summary(hours: int = typer.Option(24, min=1, help="The current hour an
             _print_json(item)
 
 
+# --- delivery webhooks -----------------------------------------------------------------------------
+
+
+@webhook_app.command("create")
+def webhook_create(
+    url: str = typer.Argument(..., help="The HTTPS URL Notee POSTs events to."),
+    event: list[str] = typer.Option([], "--event", help="An event it receives (repeatable; default all four)."),
+    description: str | None = typer.Option(None, help="A note for you."),
+) -> None:
+    """Register an endpoint; prints it as JSON with its signing secret, which is shown only now."""
+    with _client() as notee:
+        _print_json(notee.create_webhook(url, events=event or None, description=description))
+
+
+@webhook_app.command("list")
+def webhook_list() -> None:
+    """The service's endpoints, one JSON object a line (never a secret)."""
+    with _client() as notee:
+        for endpoint in notee.list_webhooks():
+            _print_json(endpoint)
+
+
+@webhook_app.command("delete")
+def webhook_delete(endpoint_id: str) -> None:
+    """Delete an endpoint and its deliveries."""
+    with _client() as notee:
+        notee.delete_webhook(endpoint_id)
+    typer.echo(f"webhook {endpoint_id} deleted")
+
+
+@webhook_app.command("deliveries")
+def webhook_deliveries(
+    endpoint_id: str,
+    state: str | None = typer.Option(None, help="pending, delivered or failed."),
+    limit: int = typer.Option(50, min=1, max=200, help="At most this many, newest first."),
+) -> None:
+    """An endpoint's recent deliveries, one JSON object a line."""
+    with _client() as notee:
+        for delivery in notee.list_webhook_deliveries(endpoint_id, state=state, limit=limit).items:
+            _print_json(delivery)
+
+
+@webhook_app.command("resend")
+def webhook_resend(endpoint_id: str, delivery_id: int) -> None:
+    """Send a delivery again (same event id and body)."""
+    with _client() as notee:
+        delivery = notee.resend_webhook_delivery(endpoint_id, delivery_id)
+    typer.echo(f"delivery {delivery.delivery_id} ({delivery.event_type} {delivery.event_id}) {delivery.state}")
+
+
 def install(app: typer.Typer) -> None:
     """Add these commands to the `notee` command."""
     app.add_typer(admin_app, name="admin")
     app.add_typer(template_app, name="template")
     app.add_typer(user_app, name="user")
     app.add_typer(jobs_app, name="jobs")
+    app.add_typer(webhook_app, name="webhook")
     app.command("subscribe")(subscribe)
     app.command("subscribe-bulk")(subscribe_bulk)
     app.command("publish")(publish)

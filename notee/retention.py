@@ -1,6 +1,6 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
-jobs (their tasks cascade), scheduler tick rows and dead letters are kept ``settings.retention_days``
-and then deleted here; expired web console sessions are deleted too.
+jobs (their tasks cascade), scheduler tick rows, dead letters and finished webhook deliveries are kept
+``settings.retention_days`` and then deleted here; expired web console sessions are deleted too.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
 replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.runtime import Runtime
-from notee.store import console_sql, deadletter, job_queue, ticks
+from notee.store import console_sql, deadletter, job_queue, ticks, webhooks_sql
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,20 @@ def prune_console_sessions(runtime: Runtime) -> int:
     return _drain(runtime, lambda s: console_sql.prune_expired(s, batch=BATCH))
 
 
+def prune_webhook_deliveries(runtime: Runtime) -> int:
+    """Delivered and failed webhook deliveries finished more than retention_days ago (pending ones
+    are kept until they finish: at most webhook_retry_hours)."""
+    days = runtime.settings.retention_days
+    return _drain(runtime, lambda s: webhooks_sql.prune_finished(s, older_than_days=days, batch=BATCH))
+
+
 def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int]:
     counts = {
         "jobs": prune_jobs(runtime),
         "ticks": prune_ticks(runtime, now=now),
         "dead_letters": prune_dead_letters(runtime, now=now),
         "console_sessions": prune_console_sessions(runtime),
+        "webhook_deliveries": prune_webhook_deliveries(runtime),
     }
     if any(counts.values()):
         log.info("retention (%d days): pruned %s", runtime.settings.retention_days, counts)

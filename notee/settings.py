@@ -178,6 +178,26 @@ class Settings(BaseSettings):
     )
     schedule_max_days: int = Field(30, ge=1, le=366, description="Furthest ahead a send_at may be, in days.")
 
+    # --- delivery webhooks (docs/WEBHOOKS.md) -----------------------------------------------------
+    webhook_ca_file: str | None = Field(
+        None, description="PEM CA bundle `notee webhooks` trusts besides the system's (a private CA, tests)."
+    )
+    webhook_allow_http: bool = Field(
+        False, description="Accept http:// endpoints (development only; production endpoints are HTTPS)."
+    )
+    webhook_allow_private_addresses: bool = Field(
+        False,
+        description="Accept endpoints on loopback, private, link-local or otherwise non-public addresses "
+        "(development and tests; off, they are refused when registered and again when sent to).",
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60, description="Per-attempt timeout of a webhook POST.")
+    webhook_retry_hours: int = Field(24, ge=1, le=72, description="A delivery is retried this long, then failed.")
+    webhook_backoff_base_s: float = Field(
+        5.0, gt=0, description="Wait after a webhook's first failed attempt; doubles per attempt up to an hour."
+    )
+    webhook_concurrency: int = Field(32, ge=1, le=512, description="Webhook POSTs in flight per dispatcher.")
+    webhook_max_endpoints: int = Field(10, ge=1, le=100, description="Webhook endpoints a service may register.")
+
     # --- scheduler ------------------------------------------------------------------------------
     scheduler_grace_minutes: int = Field(
         10, ge=0, description="Missed minutes younger than this are run late; older ones are skipped."

@@ -34,6 +34,10 @@ RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
 # A service's delivery mode: live sends through its providers; dry_run only records (log provider).
 DeliveryMode = Literal["live", "dry_run"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = get_args(DeliveryMode)
+# Delivery webhook events (docs/WEBHOOKS.md), and the states of one event's delivery to one endpoint.
+WebhookEvent = Literal["job.finished", "job.failed", "token.pruned", "dead_letter.created"]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
+WebhookDeliveryState = Literal["pending", "delivered", "failed"]
 
 
 # --- targets --------------------------------------------------------------------------------------

@@ -240,3 +240,24 @@ def test_subscriber_counts_calendar_and_summary_from_the_cli(admin_env, service_
         for tz, day, hour, minute, due_key, service in list(st.scan_due()):
             if service == service_id:
                 st.delete_due(stamp, tz, day, hour, minute, due_key)
+
+
+def test_webhook_endpoints_from_the_cli(admin_env, service_id):
+    from tests.security_logscan import remember_secret
+
+    notee("admin", "service", "create", service_id, "--name", "Hooks", env=admin_env)
+    key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
+    env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
+    bad = notee("webhook", "create", "https://127.0.0.1/x", env=env)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: 422") and "url" in bad.stderr, bad.stderr
+    made = notee("webhook", "create", "https://hooks.example.com/x", "--event", "token.pruned", env=env)
+    assert made.returncode == 0, made.stderr
+    created = json.loads(made.stdout)
+    remember_secret(created["secret"])
+    assert created["secret"].startswith("whsec_") and created["events"] == ["token.pruned"]
+    listed = notee("webhook", "list", env=env).stdout
+    assert created["endpoint_id"] in listed and created["secret"] not in listed and "secret" not in listed
+    assert notee("webhook", "deliveries", created["endpoint_id"], env=env).stdout == ""
+    gone = notee("webhook", "delete", created["endpoint_id"], env=env)
+    assert gone.returncode == 0 and gone.stdout.startswith(f"webhook {created['endpoint_id']} deleted")
+    assert notee("webhook", "list", env=env).stdout == ""

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("notee.fanout", 2, "domain"),
     ("notee.scheduler", 2, "domain"),
     ("notee.delivery", 2, "domain"),
+    ("notee.webhook_dispatcher", 2, "domain"),
     ("notee.reconcile", 2, "domain"),
     ("notee.retention", 2, "domain"),
     ("notee.migrate", 2, "domain"),

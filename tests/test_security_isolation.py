@@ -18,6 +18,7 @@ import uuid
 import pytest
 from fastapi.routing import APIRoute
 
+from notee.store import webhooks_sql
 from tests.support.registry import new_service, new_template, new_user, random_token
 from tests.support.stores import snapshot
 
@@ -35,6 +36,9 @@ OWN = {
     "GET /v1/topics",
     "GET /v1/calendar",
     "GET /v1/delivery-summary",
+    # webhook endpoints: created in and listed from the caller's own tenant (checked below)
+    "POST /v1/webhooks",
+    "GET /v1/webhooks",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -47,6 +51,7 @@ BODIES: dict[str, dict] = {
     "POST /v1/users/{user_id}/send": {"type": "{single_type}", "variables": {"name": "x"}},
     "PUT /v1/users/{service_user_id}": {"name": "x"},
     "PUT /v1/templates/{method}/{type}": {"title": "t", "body": "b"},
+    "POST /v1/webhooks": {"url": "https://hooks.example.com/notee"},
 }
 
 
@@ -114,8 +119,13 @@ def tenants(client, settings, runtime):
         f"/v1/users/{user_id}/subscriptions/cycle/daily", json={"days": ["MON"], "hour": 9, "minute": 0}, headers=b_auth
     )
     assert r.status_code == 201, r.text
+    hook = client.post("/v1/webhooks", json={"url": "https://hooks.example.com/b"}, headers=b_auth)
+    assert hook.status_code == 201, hook.text
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "b"}}, headers=b_auth)
     assert r.status_code == 202, r.text
+    with runtime.sessions.begin() as s:  # one event in B's outbox, as a finished job would write it
+        webhooks_sql.emit(s, b, "job.finished", {"job_id": r.json()["job_id"]})
+    delivery = client.get(f"/v1/webhooks/{hook.json()['endpoint_id']}/deliveries", headers=b_auth).json()["items"][0]
     b_ids = {
         "user_id": user_id,
         "service_user_id": b_suid,
@@ -124,6 +134,8 @@ def tenants(client, settings, runtime):
         "job_id": r.json()["job_id"],
         "keys": [topic_t["notification_key"], cycle_t["notification_key"], single_t["notification_key"]],
         "types": {"topic": "news", "cycle": "daily", "single": "ping"},
+        "endpoint_id": hook.json()["endpoint_id"],
+        "delivery_id": str(delivery["delivery_id"]),
     }
     return {"a": a, "b": b, "a_auth": a_auth, "b_auth": b_auth, "b_ids": b_ids}
 
@@ -163,6 +175,8 @@ def _ids_for(path: str, which: dict) -> dict[str, str]:
         "method": method,
         "single_type": which["types"]["single"],
         "new_token": which["new_token"],
+        "endpoint_id": which["endpoint_id"],
+        "delivery_id": which["delivery_id"],
     }
 
 
@@ -174,6 +188,8 @@ def _missing() -> dict:
         "topic": "t" + secrets.token_hex(3),
         "job_id": str(uuid.uuid4()),
         "types": {k: "missing" + secrets.token_hex(3) for k in ("topic", "cycle", "single")},
+        "endpoint_id": str(uuid.uuid4()),
+        "delivery_id": str(secrets.randbelow(10**9) + 10**9),
     }
 
 
@@ -212,6 +228,9 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert r.status_code in (200, 201) and r.json()["user_id"] != b_ids["user_id"]
     r = client.get("/v1/templates", headers=a_auth)
     assert r.status_code == 200 and not any(k in r.text for k in b_ids["keys"])
+    r = client.get("/v1/webhooks", headers=a_auth)
+    assert r.status_code == 200 and b_ids["endpoint_id"] not in r.text
+    assert b_ids["endpoint_id"] in client.get("/v1/webhooks", headers=tenants["b_auth"]).text  # the check can fail
     r = client.get("/v1/jobs", headers=a_auth)
     assert r.status_code == 200 and b_ids["job_id"] not in r.text
     assert b_ids["job_id"] in client.get("/v1/jobs", headers=tenants["b_auth"]).text  # the check can fail

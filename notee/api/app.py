@@ -23,6 +23,7 @@ from notee.api.routes import (
     subscriptions,
     templates,
     users,
+    webhooks,
 )
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
@@ -75,7 +76,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         modules.append(admin)
         app.include_router(insight.admin_router)
     if app.state.serves_tenant:
-        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight]
+        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight, webhooks]
     for module in modules:
         app.include_router(module.router)
     docs_ui.install(app)

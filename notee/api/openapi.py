@@ -73,6 +73,13 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/services/{service}/topics"): "adminListTopics",
     ("GET", "/v1/admin/calendar"): "adminGetCalendar",
     ("GET", "/v1/admin/delivery-summary"): "adminListDeliverySummaries",
+    # delivery webhooks
+    ("POST", "/v1/webhooks"): "createWebhook",
+    ("GET", "/v1/webhooks"): "listWebhooks",
+    ("GET", "/v1/webhooks/{endpoint_id}"): "getWebhook",
+    ("DELETE", "/v1/webhooks/{endpoint_id}"): "deleteWebhook",
+    ("GET", "/v1/webhooks/{endpoint_id}/deliveries"): "listWebhookDeliveries",
+    ("POST", "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend"): "resendWebhookDelivery",
 }
 
 TAGS: list[dict[str, str]] = [
@@ -112,6 +119,11 @@ TAGS: list[dict[str, str]] = [
         "name": "insight",
         "description": "What Notee is doing for the service: subscriber counts per template and per topic, "
         "the cycle calendar of the coming hours, and a delivery summary of the last hours.",
+    },
+    {
+        "name": "webhooks",
+        "description": "Signed event callbacks (job.finished, job.failed, token.pruned, dead_letter.created) "
+        "to a service's HTTPS endpoints, and their recent deliveries (docs/WEBHOOKS.md).",
     },
 ]
 
@@ -263,6 +275,33 @@ _JOB_STATUS = {
     "finished_at": None,
 }
 _RATE = {"class": "publish", "rate": 50.0, "burst": 200, "custom": True}
+_WEBHOOK = {
+    "endpoint_id": "0b7c6a55-3f0e-4a8e-9d55-0f1e2d3c4b5a",
+    "url": "https://shop.example/notee/events",
+    "events": ["job.finished", "token.pruned"],
+    "description": "order backend",
+    "created_at": _T,
+}
+_WEBHOOK_DELIVERY = {
+    "delivery_id": 42,
+    "event_id": "5d1f0c7e-2a7b-4c1e-8f0a-6b9d3e2c1a00",
+    "event_type": "token.pruned",
+    "state": "pending",
+    "attempts": 2,
+    "last_status": 500,
+    "last_error": "HTTP 500",
+    "next_attempt_at": _T,
+    "created_at": _T,
+    "resent_at": None,
+    "finished_at": None,
+    "event": {
+        "id": "5d1f0c7e-2a7b-4c1e-8f0a-6b9d3e2c1a00",
+        "type": "token.pruned",
+        "created_at": _T,
+        "service": "SHOP",
+        "data": {"tokens": [_TOKEN], "user_ids": [_JOB], "reason": "fcm UNREGISTERED"},
+    },
+}
 _DEAD_LETTER = {
     "id": 7,
     "job_id": _JOB,
@@ -389,6 +428,12 @@ EXAMPLES: dict[str, Any] = {
         ]
     },
     "SubscribeOut": {"status": "subscribed", "devices": 1, "schedule": None},
+    "WebhookIn": {"url": "https://shop.example/notee/events", "events": ["job.finished", "token.pruned"]},
+    "WebhookOut": _WEBHOOK,
+    "WebhookCreated": {**_WEBHOOK, "secret": "whsec_" + "x" * 43},
+    "WebhookList": {"items": [_WEBHOOK]},
+    "WebhookDeliveryOut": _WEBHOOK_DELIVERY,
+    "WebhookDeliveryList": {"items": [_WEBHOOK_DELIVERY], "next_before_id": None},
     "SubscriptionList": {
         "items": [
             {

@@ -30,6 +30,7 @@ from notee.domain.schedule import Schedule, make_schedule, parse_canonical, vali
 from notee.errors import InvalidInput, NotFound
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
+from notee.store import webhooks_sql
 from notee.store.cql import IndexRow, Statements
 from notee.vocabulary import METHODS
 
@@ -588,4 +589,9 @@ def prune_token(session: Session, st: Statements, service: str, device_token: st
         remove_rows(st, service, user_id, rows)
     for user_id in holders:
         reg.delete_device(session, service, user_id, device_token)
+    # Committed with the device rows' deletion (the caller's transaction): the service hears of every
+    # token Notee removed, so it can clean its own tables.
+    webhooks_sql.emit(
+        session, service, "token.pruned", {"tokens": [device_token], "user_ids": holders, "reason": reason}
+    )
     log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders), reason)

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, delete, insert, select
 from sqlalchemy.orm import Session
 
+from notee.store import webhooks_sql
 from notee.store.mysql import affected
 
 metadata = MetaData()
@@ -45,9 +46,27 @@ class DeadLetter:
 
 
 def record(session: Session, letters: Iterable[DeadLetter], *, now: datetime) -> int:
+    """Insert the dead letters and, in the same transaction, one ``dead_letter.created`` webhook event
+    per (service, job) among them (for the service's endpoints that receive it)."""
     rows = [{**letter.__dict__, "reason": letter.reason[:255], "created_at": now} for letter in letters]
     if rows:
         session.execute(insert(dead_letter), rows)
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["service"], row["job_id"]), []).append(row)
+    for (service, job_id), group in groups.items():
+        webhooks_sql.emit(
+            session,
+            service,
+            "dead_letter.created",
+            {
+                "job_id": job_id,
+                "count": len(group),
+                "letters": [
+                    {k: r[k] for k in ("device_token", "device_os", "provider", "reason", "attempts")} for r in group
+                ],
+            },
+        )
     return len(rows)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.store import webhooks_sql
 from notee.store.mysql import affected
 from notee.vocabulary import JobState, PageCounts, Progress
 
@@ -431,6 +432,7 @@ def cancel_job(session: Session, service: str, job_id: str) -> bool:
             ),
             {"j": job_id},
         )
+        _emit_job_event(session, job_id)
     return bool(changed)
 
 
@@ -528,7 +530,7 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
             ),
             {"e": error[:500], "j": claim_.job_id},
         )
-        session.execute(
+        failed = session.execute(
             text(
                 "UPDATE fanout_job SET state = 'failed', error = :e, finished_at = UTC_TIMESTAMP(6),"
                 " started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
@@ -536,6 +538,8 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
             ),
             {"e": error[:500], "j": claim_.job_id},
         )
+        if affected(failed):
+            _emit_job_event(session, claim_.job_id)
 
 
 def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
@@ -588,7 +592,7 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
             state, error = "expired", f"{int(row.expired_)} of {int(row.tasks_)} task(s) expired: {row.error_}"
         elif int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
             state, error = "failed", NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
-        session.execute(
+        closed = session.execute(
             text(
                 "UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
                 " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
@@ -596,6 +600,44 @@ def _finish_task(session: Session, job_id: str, task_no: int, state: str, error:
             ),
             {"st": state, "e": error[:500] if error else None, "j": job_id},
         )
+        if affected(closed):
+            _emit_job_event(session, job_id)
+
+
+def _emit_job_event(session: Session, job_id: str) -> None:
+    """The job just reached its final state in this transaction: its webhook event goes into the
+    outbox in the same transaction (job.finished for done/cancelled, job.failed for failed/expired)."""
+    job = get_job(session, job_id)
+    if job is None:
+        return
+    counts = progress(session, job_id)
+    webhooks_sql.emit(
+        session,
+        job.service,
+        "job.failed" if job.state in ("failed", "expired") else "job.finished",
+        {
+            "job_id": job.job_id,
+            "state": job.state,
+            "method": job.method,
+            "notification_type": job.type_,
+            "target": job.target,
+            "dry_run": job.dry_run,
+            "targeted": counts.targeted,
+            "sent": counts.sent,
+            "failed": counts.failed,
+            "no_credentials": counts.no_credentials,
+            "pruned": counts.pruned,
+            "retried": counts.retried,
+            "error": job.error,
+            "created_at": _rfc3339(job.created_at),
+            "send_at": _rfc3339(job.send_at),
+            "finished_at": _rfc3339(job.finished_at),
+        },
+    )
+
+
+def _rfc3339(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def reclaim_expired(session: Session) -> int:

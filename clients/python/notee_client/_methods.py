@@ -67,6 +67,10 @@ class SyncMethods:
         """Create a service (tenant). Admin token."""
         return self.call(_ops.create_service(service, display_name, timezone))
 
+    def create_webhook(self, url: str, *, events: Sequence[str] | None = None, description: str | None = None) -> m.WebhookCreated:
+        """Register an HTTPS endpoint for this service's events; the answer holds its secret, once."""
+        return self.call(_ops.create_webhook(url, events=events, description=description))
+
     def delete_credentials(self, service: str, provider: str) -> None:
         """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
         return self.call(_ops.delete_credentials(service, provider))
@@ -82,6 +86,10 @@ class SyncMethods:
     def delete_user(self, user_id: str) -> None:
         """Delete a user with their devices, subscriptions and dead letters."""
         return self.call(_ops.delete_user(user_id))
+
+    def delete_webhook(self, endpoint_id: str) -> None:
+        """Delete a webhook endpoint and its deliveries."""
+        return self.call(_ops.delete_webhook(endpoint_id))
 
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -119,6 +127,10 @@ class SyncMethods:
         """One user by platform ``user_id``."""
         return self.call(_ops.get_user(user_id))
 
+    def get_webhook(self, endpoint_id: str) -> m.Webhook:
+        """One webhook endpoint."""
+        return self.call(_ops.get_webhook(endpoint_id))
+
     def health(self) -> m.Health:
         """Liveness of the API and its stores."""
         return self.call(_ops.health())
@@ -155,6 +167,14 @@ class SyncMethods:
         """One page of the service's topics that have subscribers, with their counts."""
         return self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
 
+    def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
+        """One page of an endpoint's recent deliveries, newest first."""
+        return self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, before_id=before_id, limit=limit))
+
+    def list_webhooks(self) -> list[m.Webhook]:
+        """This service's webhook endpoints (never their secrets)."""
+        return self.call(_ops.list_webhooks())
+
     def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once."""
@@ -187,6 +207,10 @@ if given: the job is scheduled until then); answers a job id at once."""
     def requeue_job(self, job_id: str) -> m.Job:
         """Resume a failed job from its checkpoints. Admin token."""
         return self.call(_ops.requeue_job(job_id))
+
+    def resend_webhook_delivery(self, endpoint_id: str, delivery_id: int) -> m.WebhookDelivery:
+        """Send a delivery again (same event id and body)."""
+        return self.call(_ops.resend_webhook_delivery(endpoint_id, delivery_id))
 
     def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""
@@ -280,6 +304,10 @@ class AsyncMethods:
         """Create a service (tenant). Admin token."""
         return await self.call(_ops.create_service(service, display_name, timezone))
 
+    async def create_webhook(self, url: str, *, events: Sequence[str] | None = None, description: str | None = None) -> m.WebhookCreated:
+        """Register an HTTPS endpoint for this service's events; the answer holds its secret, once."""
+        return await self.call(_ops.create_webhook(url, events=events, description=description))
+
     async def delete_credentials(self, service: str, provider: str) -> None:
         """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
         return await self.call(_ops.delete_credentials(service, provider))
@@ -295,6 +323,10 @@ class AsyncMethods:
     async def delete_user(self, user_id: str) -> None:
         """Delete a user with their devices, subscriptions and dead letters."""
         return await self.call(_ops.delete_user(user_id))
+
+    async def delete_webhook(self, endpoint_id: str) -> None:
+        """Delete a webhook endpoint and its deliveries."""
+        return await self.call(_ops.delete_webhook(endpoint_id))
 
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -332,6 +364,10 @@ class AsyncMethods:
         """One user by platform ``user_id``."""
         return await self.call(_ops.get_user(user_id))
 
+    async def get_webhook(self, endpoint_id: str) -> m.Webhook:
+        """One webhook endpoint."""
+        return await self.call(_ops.get_webhook(endpoint_id))
+
     async def health(self) -> m.Health:
         """Liveness of the API and its stores."""
         return await self.call(_ops.health())
@@ -368,6 +404,14 @@ class AsyncMethods:
         """One page of the service's topics that have subscribers, with their counts."""
         return await self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
 
+    async def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
+        """One page of an endpoint's recent deliveries, newest first."""
+        return await self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, before_id=before_id, limit=limit))
+
+    async def list_webhooks(self) -> list[m.Webhook]:
+        """This service's webhook endpoints (never their secrets)."""
+        return await self.call(_ops.list_webhooks())
+
     async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once."""
@@ -400,6 +444,10 @@ if given: the job is scheduled until then); answers a job id at once."""
     async def requeue_job(self, job_id: str) -> m.Job:
         """Resume a failed job from its checkpoints. Admin token."""
         return await self.call(_ops.requeue_job(job_id))
+
+    async def resend_webhook_delivery(self, endpoint_id: str, delivery_id: int) -> m.WebhookDelivery:
+        """Send a delivery again (same event id and body)."""
+        return await self.call(_ops.resend_webhook_delivery(endpoint_id, delivery_id))
 
     async def reset_rate_limit(self, service: str, rate_class: str) -> None:
         """Back to the deployment's default limit for one class. Admin token."""

@@ -395,3 +395,43 @@ def admin_get_calendar(*, hours: int = 24, service: str | None = None) -> Op[m.C
 def admin_list_delivery_summaries(*, hours: int = 24) -> Op[list[m.DeliverySummary]]:
     """The delivery summary of every service. Admin token."""
     return Op("GET", "/v1/admin/delivery-summary", _items(m.DeliverySummary), params={"hours": hours})
+
+
+# --- delivery webhooks -----------------------------------------------------------------------------
+
+def create_webhook(url: str, *, events: Sequence[str] | None = None,
+                   description: str | None = None) -> Op[m.WebhookCreated]:
+    """Register an HTTPS endpoint for this service's events; the answer holds its secret, once."""
+    # Not repeatable: a retry after a lost answer would register a second endpoint.
+    return Op("POST", "/v1/webhooks", _one(m.WebhookCreated),
+              json=_clean(url=url, events=list(events) if events is not None else None, description=description),
+              repeatable=False)
+
+
+def list_webhooks() -> Op[list[m.Webhook]]:
+    """This service's webhook endpoints (never their secrets)."""
+    return Op("GET", "/v1/webhooks", _items(m.Webhook))
+
+
+def get_webhook(endpoint_id: str) -> Op[m.Webhook]:
+    """One webhook endpoint."""
+    return Op("GET", f"/v1/webhooks/{_seg(endpoint_id)}", _one(m.Webhook))
+
+
+def delete_webhook(endpoint_id: str) -> Op[None]:
+    """Delete a webhook endpoint and its deliveries."""
+    return Op("DELETE", f"/v1/webhooks/{_seg(endpoint_id)}", _nothing)
+
+
+def list_webhook_deliveries(endpoint_id: str, *, state: str | None = None, before_id: int | None = None,
+                            limit: int = 50) -> Op[m.WebhookDeliveryPage]:
+    """One page of an endpoint's recent deliveries, newest first."""
+    return Op("GET", f"/v1/webhooks/{_seg(endpoint_id)}/deliveries", _one(m.WebhookDeliveryPage),
+              params=_clean(state=state, before_id=before_id, limit=limit))
+
+
+def resend_webhook_delivery(endpoint_id: str, delivery_id: int) -> Op[m.WebhookDelivery]:
+    """Send a delivery again (same event id and body)."""
+    # Repeatable: re-sending twice only makes the same delivery due again.
+    return Op("POST", f"/v1/webhooks/{_seg(endpoint_id)}/deliveries/{_seg(str(delivery_id))}/resend",
+              _one(m.WebhookDelivery))

@@ -271,3 +271,35 @@ class DeliverySummary(Model):
     totals: DeliveryCounts
     jobs_by_state: dict[str, int]
     hours: list[HourCounts]
+
+
+class Webhook(Model):
+    endpoint_id: str
+    url: str
+    events: list[str]
+    description: str | None = None
+    created_at: datetime
+
+
+class WebhookCreated(Webhook):
+    secret: str  # the signing secret: shown only in this answer
+
+
+class WebhookDelivery(Model):
+    delivery_id: int
+    event_id: str
+    event_type: str
+    state: str  # pending | delivered | failed
+    attempts: int
+    last_status: int | None = None
+    last_error: str | None = None
+    next_attempt_at: datetime | None = None
+    created_at: datetime
+    resent_at: datetime | None = None
+    finished_at: datetime | None = None
+    event: dict[str, Any]
+
+
+class WebhookDeliveryPage(Model):
+    items: list[WebhookDelivery]
+    next_before_id: int | None
