@@ -91,7 +91,6 @@ class Dispatcher:
             follow_redirects=False,
             headers={"User-Agent": USER_AGENT},
         )
-        self.limit = asyncio.Semaphore(runtime.settings.webhook_concurrency)
         self.attempts = {"delivered": 0, "retry": 0, "failed": 0}  # outcomes recorded by this process
 
     async def close(self) -> None:
@@ -100,23 +99,33 @@ class Dispatcher:
     async def run(self, *, until_idle: bool = False) -> None:
         """Claim and send until ``stop`` (or, with ``until_idle``, until nothing is due)."""
         backoff = 0
-        while not self.stop.is_set():
-            try:
-                batch = await asyncio.to_thread(
-                    store.claim, self.runtime.sessions, limit=self.settings.webhook_concurrency, lease_s=LEASE_S
-                )
-                backoff = 0
-            except Exception as exc:  # MySQL away: the outbox waits, nothing is lost
-                backoff += 1
-                log.warning("webhooks: claim failed (%s); retrying", type(exc).__name__)
-                await self._sleep(min(30.0, 2.0**backoff))
-                continue
-            if not batch:
-                if until_idle:
-                    return
-                await self._sleep(IDLE_POLL_S)
-                continue
-            await asyncio.gather(*(self._attempt(c) for c in batch))
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not self.stop.is_set():
+                free = self.settings.webhook_concurrency - len(in_flight)
+                if free <= 0:  # a slow endpoint holds one slot, never the next claim
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                try:
+                    batch = await asyncio.to_thread(store.claim, self.runtime.sessions, limit=free, lease_s=LEASE_S)
+                    backoff = 0
+                except Exception as exc:  # MySQL away: the outbox waits, nothing is lost
+                    backoff += 1
+                    log.warning("webhooks: claim failed (%s); retrying", type(exc).__name__)
+                    await self._sleep(min(30.0, 2.0**backoff))
+                    continue
+                for claimed in batch:
+                    task = asyncio.create_task(self._attempt(claimed))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                if not batch:
+                    if until_idle and not in_flight:
+                        return
+                    await self._sleep(IDLE_POLL_S)
+        finally:
+            # On stop, attempts under way finish (each is bounded by webhook_timeout_s) and record.
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
 
     async def _sleep(self, seconds: float) -> None:
         try:
@@ -125,8 +134,7 @@ class Dispatcher:
             pass
 
     async def _attempt(self, claimed: Claimed) -> None:
-        async with self.limit:
-            delivered, status, error = await self._post(claimed)
+        delivered, status, error = await self._post(claimed)
         attempts = claimed.delivery.attempts + 1
         delay = 0.0 if delivered else retry_delay(attempts, self.settings.webhook_backoff_base_s)
         state = await self._record(claimed, delivered, status, error, delay)

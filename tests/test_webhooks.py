@@ -265,7 +265,9 @@ def test_an_endpoint_resolving_to_a_private_address_is_refused_at_send_time(
     created = _register(erun, service_id, receiver.url.replace("127.0.0.1", "localhost"))
     with erun.sessions.begin() as s:
         webhooks_sql.emit(s, service_id, "job.finished", {"job_id": "j"})
-    _dispatch_until_idle(_dispatcher_settings(receiver, webhook_allow_private_addresses=False))
+    _dispatch_until_idle(
+        _dispatcher_settings(receiver, webhook_allow_private_addresses=False, webhook_backoff_base_s=60)
+    )
     [delivery] = _deliveries(erun, created.endpoint.endpoint_id)
     assert delivery.state == "pending" and delivery.attempts == 1 and delivery.last_status is None
     assert "loopback address" in (delivery.last_error or "")
