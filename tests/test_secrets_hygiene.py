@@ -21,12 +21,13 @@ from sqlalchemy.exc import DBAPIError
 
 from notee import migrate
 from notee.crypto import SecretsBox
-from notee.domain import credentials, rules
+from notee.domain import credentials, rules, webhooks
 from notee.errors import InvalidInput, ProviderConfigError
 from notee.providers.fcm import ServiceAccountTokens
 from notee.settings import Settings
 from notee.store.mysql import make_engine
 from notee.vocabulary import GOOGLE_TOKEN_URI
+from tests.security_logscan import remember_secret
 from tests.support.fanout import count_rows, topic_job
 from tests.support.registry import fcm_service_account, new_service, new_template
 
@@ -161,6 +162,32 @@ def _store_credentials(db_url: str, box: SecretsBox, services: list[str]) -> dic
     return accounts
 
 
+def _store_webhook_secret(db_url: str, box: SecretsBox, service: str) -> tuple[str, bytes]:
+    """A webhook endpoint of ``service`` whose signing secret ``box`` encrypts: (secret, stored blob)."""
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(db_url)
+    try:
+        with Session(engine) as session:
+            created = webhooks.create_endpoint(
+                session, box, Settings(), service, url="https://hooks.example.com/r", events=None, description=None
+            )
+            session.commit()
+    finally:
+        engine.dispose()
+    remember_secret(created.secret)
+    return created.secret, _webhook_secret_blob(db_url)
+
+
+def _webhook_secret_blob(db_url: str) -> bytes:
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return bytes(conn.execute(text("SELECT secret FROM webhook_endpoint")).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def _load(db_url: str, box: SecretsBox, service: str):
     from sqlalchemy.orm import Session
 
@@ -181,9 +208,17 @@ def test_rotate_key_re_encrypts_every_credential_and_both_keys_read_meanwhile(ro
     both = SecretsBox(new, [old])
     assert _load(rotation_db, both, "ROTA").fcm.service_account == accounts["ROTA"]
 
+    hook_secret, sealed_before = _store_webhook_secret(rotation_db, SecretsBox(old), "ROTA")
+
     done = _rotate(rotation_db, new, [old])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "re-encrypted 2 credential(s) of 2 service(s) under NOTEE_CREDENTIALS_KEY"
+    assert (
+        done.stdout.strip()
+        == "re-encrypted 2 credential(s) of 2 service(s) and 1 webhook secret(s) under NOTEE_CREDENTIALS_KEY"
+    )
+    sealed_after = _webhook_secret_blob(rotation_db)
+    assert sealed_after != sealed_before and SecretsBox(new).decrypt(sealed_after).decode() == hook_secret
+    assert hook_secret not in done.stdout + done.stderr
     after = _blobs(rotation_db)
     assert all(after[s][0] != before[s][0] for s in before)
     for service, account in accounts.items():
