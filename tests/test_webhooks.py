@@ -442,3 +442,38 @@ def test_the_verification_snippet_of_the_docs_accepts_a_real_request_and_rejects
     old = webhooks.signature(created.secret, t - 3600, got.body)
     assert verify(created.secret, old, got.body) is False  # a replay outside the tolerance
     assert verify(created.secret, "garbage", got.body) is False
+
+
+# --- the address and URL rules (pure) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.7", "private"),
+        ("192.168.1.1", "private"),
+        ("172.16.0.1", "private"),
+        ("169.254.169.254", "link-local"),  # cloud metadata
+        ("fe80::1", "link-local"),
+        ("::ffff:127.0.0.1", "loopback"),  # an IPv4-mapped IPv6 address is judged as the IPv4 one
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "not public"),  # carrier-grade NAT
+        ("93.184.216.34", None),
+        ("2606:4700::1111", None),
+    ],
+)
+def test_address_rules(address, refused):
+    assert webhooks.address_refused(address) == refused
+
+
+def test_plain_http_and_private_addresses_only_behind_their_settings():
+    strict = Settings()
+    dev = strict.model_copy(update={"webhook_allow_http": True, "webhook_allow_private_addresses": True})
+    for url in ("http://hooks.example.com/x", "https://127.0.0.1:8443/x"):
+        with pytest.raises(webhooks.InvalidInput):
+            webhooks.check_url(url, strict)
+        assert webhooks.check_url(url, dev) == url
+    assert webhooks.check_url("https://hooks.example.com/x?a=1", strict) == "https://hooks.example.com/x?a=1"

@@ -58,7 +58,8 @@ def address_refused(address: str) -> str | None:
     ip = ipaddress.ip_address(address.split("%")[0])
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    for kind in ("loopback", "private", "link_local", "multicast", "reserved", "unspecified"):
+    # Most specific first: Python counts link-local and unspecified addresses as private too.
+    for kind in ("loopback", "link_local", "unspecified", "multicast", "reserved", "private"):
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
     if not ip.is_global:
