@@ -350,7 +350,7 @@ def dead_letters_replay(
 
 @app.command()
 def healthcheck(
-    process: str = typer.Argument(..., help="api, worker or scheduler"),
+    process: str = typer.Argument(..., help="api, worker, scheduler or webhooks"),
     url: str | None = typer.Option(
         None, help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz)."
     ),
@@ -359,7 +359,7 @@ def healthcheck(
     ),
 ) -> None:
     """Exit 0 when the process in this container is healthy, 1 (with one line saying why) when not:
-    api answers /healthz with both stores ok; worker/scheduler touched NOTEE_HEARTBEAT_FILE recently.
+    api answers /healthz with both stores ok; worker/scheduler/webhooks touched NOTEE_HEARTBEAT_FILE recently.
     For container healthchecks (compose.yaml)."""
     from notee import heartbeat
 

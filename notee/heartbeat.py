@@ -13,7 +13,7 @@ from pathlib import Path
 
 WORKER_INTERVAL_S = 5.0
 # What `notee healthcheck` tolerates by default: a few missed worker beats; a missed minute tick.
-MAX_AGE_S = {"worker": 30.0, "scheduler": 150.0}
+MAX_AGE_S = {"worker": 30.0, "scheduler": 150.0, "webhooks": 30.0}  # webhooks: the dispatcher beats like a worker
 
 
 def beat(path: str | None) -> None:

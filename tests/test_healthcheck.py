@@ -73,6 +73,17 @@ def test_worker_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> 
         _wait_for(("worker", "--max-age", "10"), env, 0)
 
 
+def test_webhook_dispatcher_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> None:
+    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
+    assert _healthcheck("webhooks", env=env).returncode == 1  # nothing has beaten yet
+    with _process("webhooks", env) as proc:
+        assert _wait_for(("webhooks",), env, 0).startswith("healthy: last heartbeat")
+        proc.send_signal(signal.SIGSTOP)
+        assert "unhealthy: last heartbeat" in _wait_for(("webhooks", "--max-age", "10"), env, 1)
+        proc.send_signal(signal.SIGCONT)
+        _wait_for(("webhooks", "--max-age", "10"), env, 0)
+
+
 def test_scheduler_beats_after_every_minute_tick(tmp_path: Path, migrated) -> None:
     beat = tmp_path / "heartbeat"
     env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(beat)}
