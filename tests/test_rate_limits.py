@@ -13,6 +13,7 @@ import pytest
 from notee.api.edge import rate_class
 from notee.domain import ratelimit
 from notee.errors import RateLimited
+from notee.store import ratelimit_sql
 from tests.support.registry import admin_headers, new_service, new_template
 from tests.support.stores import snapshot
 
@@ -148,6 +149,31 @@ def test_concurrent_takes_never_over_admit(client, runtime, settings):
     for t in threads:
         t.join()
     assert (len(admitted), len(refused)) == (15, 25)
+
+
+def test_a_bucket_made_by_a_concurrent_first_request_is_no_refusal(client, runtime, settings):
+    """Two first requests of a new bucket race: one's UPDATE finds no bucket, the other creates the
+    bucket before the first checks whether one exists. The first is admitted, not refused (this
+    answered 429 at rate 1e6, burst 1e7 in `make bench`)."""
+    service, _ = _service(client, settings)
+    with runtime.sessions.begin() as session:
+        ratelimit.set_limit(session, settings, service, "write", rate=1e6, burst=10_000_000)
+    first_update: list[int] = []
+    with runtime.sessions() as session:
+        real_execute = session.execute
+
+        def execute(statement, params=None, **kwargs):
+            result = real_execute(statement, params, **kwargs)
+            if not first_update:  # this request's UPDATE has looked: now the other request makes the bucket
+                first_update.append(result.rowcount)
+                with runtime.sessions.begin() as other:
+                    ratelimit_sql.create(other, service, "write")
+            return result
+
+        session.execute = execute  # type: ignore[method-assign]
+        assert ratelimit_sql.take(session, service, "write", rate=1000.0, burst=5000.0) is True
+        session.commit()
+    assert first_update == [0]  # the race really happened: the first UPDATE found no bucket
 
 
 def test_two_api_processes_share_one_limit(processes, client, settings):

@@ -10,9 +10,10 @@ function takes the caller's session; the caller owns the transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import CursorResult
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.orm import Session
 
 # The database clock is the only clock, so API hosts need not agree. SYSDATE, not NOW: NOW is fixed
@@ -59,15 +60,24 @@ class Refusal:
 def take(session: Session, service: str, klass: str, *, rate: float, burst: float) -> bool | None:
     """Admit one request: True; refused: False; no bucket yet: None (``rate``/``burst``: the defaults,
     used where the admin set none)."""
-    result = session.execute(_TAKE, {"service": service, "class": klass, "rate": rate, "burst": burst})
-    assert isinstance(result, CursorResult)
-    if result.rowcount == 1:
+    params = {"service": service, "class": klass, "rate": rate, "burst": burst}
+    if _matched(session.execute(_TAKE, params)) == 1:
         return True
     exists = session.execute(
         text("SELECT 1 FROM rate_bucket WHERE service = :service AND class = :class"),
         {"service": service, "class": klass},
     ).first()
-    return False if exists is not None else None
+    if exists is None:
+        return None
+    # The bucket exists now, but a concurrent first request may have created it after our UPDATE
+    # looked for it (this refused the very first requests of a new bucket at 1e6/s, burst 1e7):
+    # only an UPDATE that finds the bucket and still matches nothing is a refusal.
+    return _matched(session.execute(_TAKE, params)) == 1
+
+
+def _matched(result: Result[Any]) -> int:
+    assert isinstance(result, CursorResult)
+    return result.rowcount
 
 
 def create(session: Session, service: str, klass: str) -> None:
