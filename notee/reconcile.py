@@ -15,6 +15,20 @@ The index is read with one paged token-range scan (fetch_size rows at a time); a
 are contiguous in that order, so the per-user work needs the memory of one user only. Run it
 off-peak; it is safe to run at any time and any number of times. A subscribe racing with the count
 fix can still leave an off-by-one that the next run corrects.
+
+4. Rows of users and devices MySQL no longer has (issue 14.5) are deleted: a missing user's whole
+   index partition with its slot rows, a missing device's rows. A device is judged under the user's
+   exclusive row lock (re-read after taking it), so a rotation or registration in progress, which
+   holds that lock while it writes Cassandra before its MySQL commit, is never mistaken for one.
+   Token index rows (``notification_per_token``) of what is removed go too; those of live devices
+   are written (a blind upsert), which fills the index for rows older than it.
+
+``reconcile_batch`` runs 2-4 as a bounded batch on a schedule (``notee scheduler``, one replica per
+run, like retention): it walks ``notification_per_user`` from a cursor kept in
+``reconcile_cursor`` (the last partition token done), ``RECONCILE_BATCH_ROWS`` index rows per run,
+starting again at the first partition after the last; ``cycle_due`` rows are checked one by one
+against their bucket's slot partitions (a bounded read each) and ``cycle_timezone`` zones against
+``cycle_due``. The count fix needs a whole walk and stays with the full `notee reconcile`.
 """
 
 from __future__ import annotations
@@ -22,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscriptions import remove_rows
@@ -33,6 +47,74 @@ from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
 
 log = logging.getLogger(__name__)
+
+RECONCILE_BATCH_ROWS = 20_000  # index rows one scheduled run walks (then it stops at a partition end)
+MYSQL_CHECK_USERS = 500  # users whose existence and devices are read in one MySQL query
+WALK = "notification_per_user"  # the cursor's name
+MIN_TOKEN = -(2**63)  # Murmur3: below every partition token
+
+Partition = tuple[str, str, list[IndexRow]]  # (user_id, service, its index rows)
+
+
+def _remove_missing(runtime: Runtime, parts: Sequence[Partition]) -> tuple[dict[str, int], set[tuple[str, str]]]:
+    """Delete the rows of users and devices MySQL no longer has, among ``parts``; note the token index
+    rows of the live devices. Returns counts and the (user_id, service) partitions whose user is gone."""
+    st = runtime.statements
+    counts = {"users_removed": 0, "device_rows_removed": 0}
+    gone_users: set[tuple[str, str]] = set()
+    by_service: dict[str, list[Partition]] = {}
+    for p in parts:
+        by_service.setdefault(p[1], []).append(p)
+    for svc, group in by_service.items():
+        for i in range(0, len(group), MYSQL_CHECK_USERS):
+            chunk = group[i : i + MYSQL_CHECK_USERS]
+            with runtime.sessions() as s:
+                devices = subsql.users_with_devices(s, svc, [u for u, _, _ in chunk])
+            users = set(devices)
+            suspects = []
+            for user_id, _, rows in chunk:
+                if user_id not in users:
+                    # No user row: nothing can write for this user any more (writers hold its lock).
+                    device_rows = [r for r in rows if not r.is_user_level]
+                    remove_rows(st, svc, user_id, device_rows)
+                    st.delete_user_index(user_id, svc)
+                    st.run(
+                        st.forget_token_holder(svc, t, user_id) for t in sorted({r.device_token for r in device_rows})
+                    )
+                    counts["users_removed"] += 1
+                    gone_users.add((user_id, svc))
+                    continue
+                have = {t for t, _ in devices.get(user_id, [])}
+                if any(not r.is_user_level and r.device_token not in have for r in rows):
+                    suspects.append(user_id)
+                st.run(
+                    st.note_token_holder(svc, t, user_id)
+                    for t in sorted({r.device_token for r in rows if not r.is_user_level} & have)
+                )
+            for user_id in suspects:
+                counts["device_rows_removed"] += _remove_missing_devices(runtime, svc, user_id)
+    return counts, gone_users
+
+
+def _remove_missing_devices(runtime: Runtime, service: str, user_id: str) -> int:
+    """Under the user's exclusive row lock, re-read its devices and its index rows and delete the rows
+    of devices it no longer has (a rotation or registration holding the lock has committed by then)."""
+    st = runtime.statements
+    with runtime.sessions.begin() as s:
+        if not reg.lock_users(s, service, [user_id], exclusive=True):
+            return 0  # deleted meanwhile: the next walk removes the whole partition
+        have = {d.device_token for d in reg.list_devices(s, service, user_id)}
+        rows = [r for r in st.user_rows(user_id, service) if not r.is_user_level and r.device_token not in have]
+        if rows:
+            remove_rows(st, service, user_id, rows)
+            st.run(st.forget_token_holder(service, t, user_id) for t in sorted({r.device_token for r in rows}))
+            log.info(
+                "reconcile: %d row(s) of %d removed device(s) of a user of %s",
+                len(rows),
+                len({r.device_token for r in rows}),
+                service,
+            )
+    return len(rows)
 
 
 def _partitions(st: Statements, fetch_size: int) -> Iterator[tuple[str, str, list[IndexRow]]]:
@@ -72,6 +154,29 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         (live if found else gone).add(key)
         return found
 
+    missing = {"users_removed": 0, "device_rows_removed": 0}
+    pending: list[Partition] = []
+
+    def settle(parts: list[Partition]) -> None:
+        counts, gone_users = _remove_missing(runtime, parts)
+        for k, v in counts.items():
+            missing[k] += v
+        for user_id, svc, rows in parts:
+            if (user_id, svc) in gone_users:
+                continue
+            types = set()
+            for r in rows:
+                if not r.is_user_level or r.data.get("key") not in live:
+                    continue
+                types.add((svc, r.method, r.type_))
+                if r.method == "TOPIC":
+                    topic_actual[(svc, r.type_, r.target)] += 1  # one user-level row per (user, type, topic)
+                if r.method == "CYCLE":
+                    sch = parse_canonical(r.target)
+                    zones.add(sch.timezone)
+                    buckets.update((sch.timezone, d, sch.hour, sch.minute, r.data["key"]) for d in sch.days)
+            actual.update(types)
+
     for user_id, svc, rows in _partitions(st, fetch_size):
         if service is not None and svc != service:
             continue
@@ -79,18 +184,12 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         if dead_rows:
             remove_rows(st, svc, user_id, dead_rows)
             dead += len(dead_rows)
-        types = set()
-        for r in rows:
-            if not r.is_user_level or r.data.get("key") not in live:
-                continue
-            types.add((svc, r.method, r.type_))
-            if r.method == "TOPIC":
-                topic_actual[(svc, r.type_, r.target)] += 1  # one user-level row per (user, type, topic)
-            if r.method == "CYCLE":
-                sch = parse_canonical(r.target)
-                zones.add(sch.timezone)
-                buckets.update((sch.timezone, d, sch.hour, sch.minute, r.data["key"]) for d in sch.days)
-        actual.update(types)
+            rows = [r for r in rows if r not in dead_rows]
+        pending.append((user_id, svc, rows))
+        if len(pending) >= MYSQL_CHECK_USERS:
+            settle(pending)
+            pending = []
+    settle(pending)
 
     fixed = 0
     seen = set()
@@ -127,6 +226,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         "counts_fixed": fixed,
         "topic_counts_fixed": topics_fixed,
         "dead_rows_removed": dead,
+        **missing,
         "due_buckets_removed": due_removed,
         "timezones_removed": zones_removed,
     }
@@ -156,3 +256,93 @@ def _fix_topic_counts(
             st.run([st.add_topic_subscribers_async(svc, type_, topic, n)])
             fixed += 1
     return fixed
+
+
+def reconcile_batch(
+    runtime: Runtime, *, max_rows: int = RECONCILE_BATCH_ROWS, fetch_size: int = 1000
+) -> dict[str, int]:
+    """One bounded scheduled run (module doc): walk at most ``max_rows`` index rows from the cursor
+    (finishing the partition it is in), remove dead-template rows and rows of missing users and
+    devices, then check every ``cycle_due`` row and ``cycle_timezone`` zone. Returns a report."""
+    st = runtime.statements
+    started_us = time.time_ns() // 1000
+    after = st.reconcile_cursor(WALK)
+    start = MIN_TOKEN if after is None else after
+    live: set[str] = set()
+    gone: set[str] = set()
+
+    def is_live(key: str | None) -> bool:
+        if key is None or key in gone:
+            return False
+        if key in live:
+            return True
+        with runtime.sessions() as s:
+            found = reg.get_template_by_key(s, key) is not None
+        (live if found else gone).add(key)
+        return found
+
+    parts: list[Partition] = []
+    seen = 0
+    last_token: int | None = None
+    current: tuple[int, str, str] | None = None
+    for token, user_id, svc, row in st.scan_index_from(start, fetch_size):
+        if current is None or current[0] != token or current[1:] != (user_id, svc):
+            if seen >= max_rows:
+                break  # a partition boundary after the budget: resume here next run
+            current = (token, user_id, svc)
+            parts.append((user_id, svc, []))
+            last_token = token
+        parts[-1][2].append(row)
+        seen += 1
+    else:
+        last_token = None  # the walk reached the end: the next run starts again from the first partition
+    dead = 0
+    for user_id, svc, rows in parts:
+        dead_rows = [r for r in rows if not is_live(r.data.get("key"))]
+        if dead_rows:
+            remove_rows(st, svc, user_id, dead_rows)
+            dead += len(dead_rows)
+            rows[:] = [r for r in rows if r not in dead_rows]
+    counts, _ = _remove_missing(runtime, parts)
+    st.set_reconcile_cursor(WALK, last_token)
+    due_removed, zones_removed = _clean_due_index(runtime, started_us, is_live)
+    report = {
+        "index_rows_walked": seen,
+        "walk_done": int(last_token is None),
+        "dead_rows_removed": dead,
+        **counts,
+        "due_buckets_removed": due_removed,
+        "timezones_removed": zones_removed,
+    }
+    log.info("reconcile batch: %s", report)
+    return report
+
+
+def _clean_due_index(runtime: Runtime, started_us: int, is_live: Callable[[str | None], bool]) -> tuple[int, int]:
+    """Delete ``cycle_due`` rows whose bucket has no slot row left (or whose template is gone), then
+    zones with no ``cycle_due`` row, each with ``USING TIMESTAMP <run start>``: a subscribe writes its
+    slot rows, then its due row, so a due row written after the check started survives the delete."""
+    st = runtime.statements
+    due_removed = 0
+    zones_used: set[str] = set()
+    max_slots: dict[str, int | None] = {}  # notification_key -> its type's highest slot (None: template gone)
+    for tz, day, hour, minute, key, svc in st.scan_due():
+        if key not in max_slots:
+            tpl = None
+            if is_live(key):
+                with runtime.sessions() as s:
+                    tpl = reg.get_template_by_key(s, key)
+            max_slots[key] = None if tpl is None else cqlstore.max_slot(st, svc, "CYCLE", tpl.notification_type)
+        top = max_slots[key]
+        alive = top is not None and st.cycle_bucket_has_rows(key, tz, day, hour, minute, top)
+        if alive:
+            zones_used.add(tz)
+        else:
+            st.delete_due(started_us, tz, day, hour, minute, key)
+            due_removed += 1
+    zones_removed = 0
+    for tz in cqlstore.timezones_in_use(st):
+        if tz not in zones_used:
+            st.delete_timezone(started_us, tz)
+            zones_removed += 1
+    return due_removed, zones_removed

@@ -126,6 +126,14 @@ class Recipient(NamedTuple):
     device_os: str  # "IOS" | "AOS"
     user_id: str
     no: int = 0  # the slot row's number: with device_token, the row's key (resume after a rejected paging state)
+    # The device's first token when this row was moved by a token rotation (it keeps its ``no``), else
+    # None: a page meeting a device's old and new row at one ``no`` sends one (docs/SCHEMA.md, races).
+    origin: str | None = None
+
+    @property
+    def device(self) -> str:
+        """The device across rotations: its first token."""
+        return self.origin or self.device_token
 
 
 @dataclass(frozen=True, slots=True)

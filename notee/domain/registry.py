@@ -47,7 +47,7 @@ from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
 from notee.store import deadletter
 from notee.store import registry_sql as store
 from notee.store.cql import Statements
-from notee.store.mysql import AnyRow
+from notee.store.mysql import AnyRow, read_committed
 from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 
 log = logging.getLogger(__name__)
@@ -271,8 +271,13 @@ def get_user(session: Session, service: str, user_id: str) -> User:
 
 def delete_user(session: Session, st: Statements, service: str, user_id: str) -> None:
     """Removes the user, its devices (cascade) and its subscriptions (Cassandra now, MySQL when the
-    caller commits)."""
-    user = get_user(session, service, user_id)
+    caller commits). The user's row is locked exclusively first, so a subscribe or device copy in
+    progress finishes before its rows are read here, and one that comes later finds no user
+    (deletion wins: notee/domain/subscriptions.py)."""
+    row = store.get_user(session, service, check_user_id(user_id), for_update=True)
+    if row is None:
+        raise NotFound("user not found")
+    user = _user(row)
     subscriptions.on_user_deleted(session, st, service, user.user_id)
     # Its dead letters go too (their payloads were addressed to it), except those of a token another
     # user of the service still holds (a shared device: the letter is that user's as well).
@@ -314,9 +319,13 @@ def list_devices(session: Session, service: str, user_id: str) -> list[Device]:
 
 
 def remove_device(session: Session, st: Statements, service: str, user_id: str, token: str) -> None:
-    """Cassandra rows now, the MySQL row when the caller commits."""
+    """Cassandra rows now, the MySQL row when the caller commits; under the user's exclusive row lock
+    (deletion wins: notee/domain/subscriptions.py)."""
     check_token(token)  # a non-ASCII token would reach MySQL's ascii column and fail there (503)
-    user = get_user(session, service, user_id)
+    row = store.get_user(session, service, check_user_id(user_id), for_update=True)
+    if row is None:
+        raise NotFound("user not found")
+    user = _user(row)
     if not isinstance(token, str) or store.get_device(session, service, user.user_id, token) is None:
         raise NotFound("device not found")
     subscriptions.on_device_removed(st, service, user.user_id, token)
@@ -327,15 +336,35 @@ def rotate_token(session: Session, st: Statements, service: str, *, old_token: s
     """The provider replaced ``old_token`` by ``new_token``: every user of the service holding the old
     one now holds the new one, keeping the device's created_at and its subscriptions. Returns the
     number of users rotated. Cassandra first (the old rows are removed there), MySQL when the caller
-    commits; a retry after a MySQL failure finds the old token again and converges."""
+    commits; a retry after a MySQL failure finds the old token again and converges.
+
+    The rows of every user holding either token are locked exclusively while their subscription
+    rows move (deletion wins: a user deleted or a device removed meanwhile waits, then finds the
+    moved rows; notee/domain/subscriptions.py). Only the locked users' devices are rewritten: a user
+    who registers the old token meanwhile keeps it (that registration comes after the rotation)."""
     check_token(old_token, "old_token")
     check_token(new_token, "new_token")
     if old_token == new_token:
         raise bad("new_token", "must differ from old_token")
-    if not store.holders_of_token(session, service, old_token):
+    # No gap locks on the device token index (concurrent rotations deadlocked on them, each inserting
+    # its new token into a gap the other's locking read held), and reads that see the latest commits.
+    read_committed(session)
+    holders = store.holders_of_token(session, service, old_token)
+    if not holders:
         raise NotFound("no device with this token")
-    subscriptions.on_token_rotated(session, st, service, old_token, new_token)
-    return store.rotate_token(session, service=service, old=old_token, new=new_token, now=utcnow())
+    locked = set(
+        store.lock_users(
+            session, service, holders + store.holders_of_token(session, service, new_token), exclusive=True
+        )
+    )
+    # Under the locks, a current read (the plain reads above saw the snapshot before them).
+    current = {u: os_ for u, os_ in store.token_devices(session, service, old_token, for_update=True) if u in locked}
+    if not current:  # every holder went away while we waited for the locks
+        raise NotFound("no device with this token")
+    subscriptions.on_token_rotated(session, st, service, old_token, new_token, holders=current)
+    return store.rotate_token(
+        session, service=service, old=old_token, new=new_token, now=utcnow(), users=sorted(current)
+    )
 
 
 # --- templates -----------------------------------------------------------------------------------

@@ -13,13 +13,19 @@ here, except ``prune_token``'s device deletes, which the caller commits) and the
 Every request validates everything (both stores are read-only until then), so bad input writes
 nothing. Writes are idempotent per (user, method, type, target, device): a retried request, or two
 requests racing, converge on the same rows.
+
+Deletion wins (issue 14.5, docs/SCHEMA.md "Races"): whoever writes a user's rows holds a lock on the
+user's MySQL row for the whole write: a shared one to add rows (subscribe, a device's copy), an
+exclusive one to change the user's devices or delete it (registry, ``prune_token``). The lock is the
+first statement of the transaction, so the MySQL reads after it (REPEATABLE READ snapshot) see every
+deletion committed before it; a deletion waits for a write in progress, then finds its rows.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
@@ -31,7 +37,7 @@ from notee.errors import InvalidInput, NotFound
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store import webhooks_sql
-from notee.store.cql import IndexRow, Statements
+from notee.store.cql import IndexRow, Statements, slot_ref
 from notee.vocabulary import METHODS
 
 log = logging.getLogger(__name__)
@@ -92,8 +98,15 @@ def _template(session: Session, service: str, method: str, type_: str) -> _Templ
     return _Template(method, type_, row.notification_key)
 
 
-def _user_devices(session: Session, service: str, user_id: str) -> list[tuple[str, str]]:
-    if reg.get_user(session, service, user_id) is None:
+def _lock_user(session: Session, service: str, user_id: str) -> bool:
+    """Take the shared user-row lock of a writer that adds rows (module doc); False: no such user.
+    Call it before any other read of the transaction."""
+    return reg.get_user(session, service, user_id, for_share=True) is not None
+
+
+def _user_devices(session: Session, service: str, user_id: str, *, locked: bool) -> list[tuple[str, str]]:
+    """The devices of a user whose row ``_lock_user`` locked (``locked``: it exists)."""
+    if not locked:
         raise NotFound("user not found")
     return [(d.device_token, d.device_os) for d in reg.list_devices(session, service, user_id)]
 
@@ -159,12 +172,45 @@ def _materialise(
     return futures
 
 
-def remove_rows(st: Statements, service: str, user_id: str, rows: Sequence[IndexRow]) -> None:
+def remove_rows(
+    st: Statements, service: str, user_id: str, rows: Sequence[IndexRow], *, every_holder: bool = False
+) -> None:
     """Delete slot rows and index rows: device rows first, user-level rows last, so a failure halfway
-    leaves the subscription listed and a retry finishes the job."""
+    leaves the subscription listed and a retry finishes the job.
+
+    A shared device (its token has other users in the token index) may have one slot row that two
+    users' index rows refer to: two racing subscribes read the same ``no`` (docs/SCHEMA.md, "A device
+    shared by several users"). Such a slot row is deleted only by whoever drops the last reference:
+    our index row goes first, then the others' are read, so of two racing removals at least one
+    sees the other's gone and deletes the row. ``every_holder``: all holders' rows are going (a
+    pruned token), no check needed."""
     device_rows = [r for r in rows if not r.is_user_level]
-    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in device_rows)
+    others: dict[str, list[str]] = {}
+    if device_rows and not every_holder:
+        reads = {t: st.token_holders_async(service, t) for t in sorted({r.device_token for r in device_rows})}
+        others = {t: [u for u in st.holders_of(f) if u != user_id] for t, f in reads.items()}
+    alone = [r for r in device_rows if not others.get(r.device_token)]
+    shared = [r for r in device_rows if others.get(r.device_token)]
+    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in alone)
+    if shared:
+        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), slot_rows=False) for r in shared)
+        unreferenced = [r for r in shared if not _referenced_by_others(st, service, r, others[r.device_token])]
+        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), index_row=False) for r in unreferenced)
     st.run(st.delete_index_row(user_id, service, r) for r in rows if r.is_user_level)
+
+
+def _referenced_by_others(st: Statements, service: str, row: IndexRow, users: Sequence[str]) -> bool:
+    """Does another user's index row point at the slot row(s) of ``row`` (same device, target, key,
+    slot and no)?"""
+    ref = slot_ref(row)
+    if ref is None:
+        return False
+    reads = [st.user_type_rows_async(u, service, row.method, row.type_) for u in users]
+    return any(
+        r.device_token == row.device_token and r.target == row.target and slot_ref(r) == ref
+        for f in reads
+        for r in st.index_rows_of(f)
+    )
 
 
 def _live_user_level(rows: Sequence[IndexRow], key: str) -> list[IndexRow]:
@@ -190,6 +236,10 @@ def subscribe_topic(
     read from Cassandra at the same time; the ``no`` counter (+n, read); one logged batch per device
     (the user-level row rides in the last one); the re-read that decides who counts the user; ``count``."""
     validate_topic(topic)
+    # Deletion wins (issue 14.5, module doc): the user's shared row lock comes first, and the index
+    # read starts only once it is held, so it sees whatever a racing deletion or rotation did (one
+    # more MySQL round trip; the index read still overlaps the context read).
+    _lock_user(session, service, user_id)
     pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
     ctx = subsql.subscribe_context(session, service, type_, user_id)
     tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
@@ -298,8 +348,10 @@ def bulk_subscribe_topic(
             details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
         )
     ordered = list(dict.fromkeys(user_ids))
-    # The index reads (IN over the users' partitions) run while MySQL answers: read-only, and only the
+    # Deletion wins (issue 14.5, module doc): the users' shared row locks first (one statement), then
+    # the index reads (IN over the users' partitions) run while MySQL answers: read-only, and only the
     # users MySQL knows in this service are used.
+    reg.lock_users(session, service, ordered, exclusive=False)
     reads = st.users_type_rows_async(ordered, service, "TOPIC", type_)
     tpl = _template(session, service, "TOPIC", type_)
     devices = subsql.users_with_devices(session, service, ordered)
@@ -369,12 +421,13 @@ def subscribe_cycle(
     we re-read the type and delete every schedule that is not the maximum (registered_at, target).
     Racing re-subscribes all compute the same maximum from what they see, so they converge on one
     schedule and no slot row is left without its index row."""
+    locked = _lock_user(session, service, user_id)  # first: deletion wins (module doc)
     if timezone is None:
         svc = reg.get_service(session, service)
         timezone = svc.timezone if svc is not None else "Asia/Seoul"
     schedule = make_schedule(days, hour, minute, timezone)
     tpl = _template(session, service, "CYCLE", type_)
-    devices = _user_devices(session, service, user_id)
+    devices = _user_devices(session, service, user_id, locked=locked)
     target = schedule.canonical
     before = st.user_type_rows(user_id, service, "CYCLE", type_)
     live = _live_user_level(before, tpl.key)
@@ -475,7 +528,11 @@ def list_subscriptions(session: Session, st: Statements, service: str, user_id: 
 def on_device_added(
     session: Session, st: Statements, service: str, user_id: str, device_token: str, device_os: str
 ) -> None:
-    """Copy the user's existing subscriptions to a newly registered device (idempotent)."""
+    """Copy the user's existing subscriptions to a newly registered device (idempotent). Runs after
+    the device's commit, in a transaction of its own that the caller ends: it holds the user's shared
+    lock (module doc) and copies nothing when the user or the device is gone by then."""
+    if not _lock_user(session, service, user_id) or reg.get_device(session, service, user_id, device_token) is None:
+        return
     rows = st.user_rows(user_id, service)
     if not any(r.is_user_level for r in rows):
         return
@@ -519,30 +576,105 @@ def _copy_to_device(
 
 
 def on_device_removed(st: Statements, service: str, user_id: str, device_token: str) -> None:
-    """Remove one device's slot rows and index rows (all subscriptions of that user)."""
+    """Remove one device's slot rows and index rows (all subscriptions of that user), then its token
+    index row. The caller holds the user's row exclusively (registry.remove_device)."""
     rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token and device_token]
     remove_rows(st, service, user_id, rows)
+    st.run([st.forget_token_holder(service, device_token, user_id)])
 
 
-def on_token_rotated(session: Session, st: Statements, service: str, old_token: str, new_token: str) -> None:
+def on_token_rotated(
+    session: Session,
+    st: Statements,
+    service: str,
+    old_token: str,
+    new_token: str,
+    holders: Mapping[str, str] | None = None,
+) -> None:
     """Move every subscription row of ``old_token`` to ``new_token`` for every user holding either
-    (works whether the registry has already rewritten MySQL or not)."""
-    users = set(reg.holders_of_token(session, service, old_token)) | set(
-        reg.holders_of_token(session, service, new_token)
-    )
+    (works whether the registry has already rewritten MySQL or not). The caller holds those users'
+    rows exclusively (registry.rotate_token).
+
+    A moved row keeps the old row's ``no`` (so its slot and its place in a fan-out's walk) and
+    records the device's first token as ``origin``: a publish in progress meets the device once —
+    before the move through the old row, after it through the new one, and a page read between the
+    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/fanout/worker.py).
+    The new rows are written before the old ones are deleted, so a failure halfway loses nothing.
+
+    ``holders``: user_id -> device_os of the users whose old device the registry is rewriting (read
+    under their locks); each also gets every live subscription its new device still lacks (fresh
+    numbers), e.g. when the rotation overtook a registration's copy (``on_device_added``)."""
+    if holders is None:
+        users = set(reg.holders_of_token(session, service, old_token)) | set(
+            reg.holders_of_token(session, service, new_token)
+        )
+    else:
+        users = set(holders)
+    live = {t.notification_key for t in reg.list_templates(session, service)} if holders else set()
     for user_id in sorted(users):
         rows = st.user_rows(user_id, service)
         old_rows = [r for r in rows if r.device_token == old_token]
+        if holders is not None and user_id in holders and any(r.is_user_level for r in rows):
+            moved = {(r.method, r.type_, r.target) for r in old_rows}
+            _copy_to_device(
+                st,
+                service,
+                user_id,
+                [r for r in rows if (r.method, r.type_, r.target) not in moved or r.device_token == new_token],
+                live,
+                new_token,
+                holders[user_id],
+            )
         if not old_rows:
             continue
-        os_ = old_rows[0].data.get("os", "AOS")
-        # Only the subscriptions the old token had: copy them, then drop the old rows.
-        wanted = {(r.method, r.type_, r.target) for r in old_rows}
-        user_level = [r for r in rows if r.is_user_level and (r.method, r.type_, r.target) in wanted]
-        _copy_to_device(
-            st, service, user_id, user_level + [r for r in rows if r.device_token == new_token], None, new_token, os_
-        )
+        have_new = {(r.method, r.type_, r.target) for r in rows if r.device_token == new_token}
+        futures = [
+            _move_row(st, service, user_id, r, new_token)
+            for r in old_rows
+            if (r.method, r.type_, r.target) not in have_new and slot_ref(r) is not None
+        ]
+        st.run(futures)
         remove_rows(st, service, user_id, old_rows)
+        st.run([st.forget_token_holder(service, old_token, user_id)])
+
+
+def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_token: str) -> ResponseFuture:
+    """Write ``row``'s subscription for ``new_token`` at the same slot and ``no``."""
+    ref = slot_ref(row)
+    assert ref is not None
+    origin = str(row.data.get("origin") or row.device_token)
+    os_ = str(row.data.get("os", "AOS"))
+    at = int(row.data.get("at", 0))
+    if row.method == "TOPIC":
+        return st.add_topic_device(
+            user_id=user_id,
+            service=service,
+            type_=row.type_,
+            topic=row.target,
+            notification_key=ref.notification_key,
+            no=ref.no,
+            device_token=new_token,
+            device_os=os_,
+            registered_at=at,
+            origin=origin,
+        )
+    schedule = parse_canonical(row.target)
+    return st.add_cycle_device(
+        user_id=user_id,
+        service=service,
+        type_=row.type_,
+        target=row.target,
+        notification_key=ref.notification_key,
+        timezone=schedule.timezone,
+        days=schedule.days,
+        hour=schedule.hour,
+        minute=schedule.minute,
+        no=ref.no,
+        device_token=new_token,
+        device_os=os_,
+        registered_at=at,
+        origin=origin,
+    )
 
 
 def on_user_deleted(session: Session, st: Statements, service: str, user_id: str) -> None:
@@ -553,8 +685,9 @@ def on_user_deleted(session: Session, st: Statements, service: str, user_id: str
     live = {t.notification_key for t in reg.list_templates(session, service)}
     types = {(r.method, r.type_) for r in rows if r.is_user_level and r.data.get("key") in live}
     device_rows = [r for r in rows if not r.is_user_level]
-    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in device_rows)
+    remove_rows(st, service, user_id, device_rows)
     st.delete_user_index(user_id, service)
+    st.run(st.forget_token_holder(service, t, user_id) for t in sorted({r.device_token for r in device_rows}))
     for method, type_ in sorted(types):
         st.add_count(service, method, type_, -1)
     topics = {
@@ -582,16 +715,22 @@ def on_template_deleted(st: Statements, service: str, method: str, type_: str, n
 def prune_token(session: Session, st: Statements, service: str, device_token: str, reason: str) -> None:
     """The provider rejected ``device_token``: delete it from every subscription of every user of the
     service holding it, then (when the caller commits) from MySQL. Cassandra first, so a failure
-    leaves MySQL able to find the rows again on the next attempt."""
-    holders = reg.holders_of_token(session, service, device_token)
+    leaves MySQL able to find the rows again on the next attempt. Holders come from MySQL *and* the
+    token index, so rows MySQL no longer knows a holder of (a failure halfway, an old race) go too.
+    The MySQL holders' rows are locked exclusively first (deletion wins, module doc); a user who
+    registers the token meanwhile keeps it (that registration comes after the prune)."""
+    known = reg.holders_of_token(session, service, device_token)
+    locked = reg.lock_users(session, service, known, exclusive=True)
+    holders = sorted(set(locked) | set(st.token_holders(service, device_token)))
     for user_id in holders:
         rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]
-        remove_rows(st, service, user_id, rows)
-    for user_id in holders:
+        remove_rows(st, service, user_id, rows, every_holder=True)
+    st.run(st.forget_token_holder(service, device_token, u) for u in holders)
+    for user_id in locked:
         reg.delete_device(session, service, user_id, device_token)
     # Committed with the device rows' deletion (the caller's transaction): the service hears of every
-    # token Notee removed, so it can clean its own tables.
+    # token Notee removed, so it can clean its own tables (the users whose device rows went).
     webhooks_sql.emit(
-        session, service, "token.pruned", {"tokens": [device_token], "user_ids": holders, "reason": reason}
+        session, service, "token.pruned", {"tokens": [device_token], "user_ids": locked, "reason": reason}
     )
     log.info("pruned device token %s… of service %s (%d user(s)): %s", device_token[:8], service, len(holders), reason)

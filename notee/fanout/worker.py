@@ -95,8 +95,45 @@ def is_outage(exc: BaseException) -> bool:
 # what the page did before the error) when the service's credentials are missing or unusable: the
 # whole job fails once. Production: ``notee.delivery.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
-# What the reader hands the sender: (slot, page, paging state after it), or the error that stopped it.
-_ReadItem = tuple[int, list[Recipient], bytes | None] | Exception
+# What the reader hands the sender: (slot, page, paging state after it, key (no, device_token) of the
+# last row read), or the error that stopped it.
+_ReadItem = tuple[int, list[Recipient], bytes | None, tuple[int, str] | None] | Exception
+
+
+class MovedRowFilter:
+    """Drops the second row of a device met twice at one ``no`` of a slot: a token rotation writes the
+    device's new row at the old row's ``no`` (with ``origin`` = the device's first token) before it
+    deletes the old one, so a page read in between, or two pages split between the two rows, may
+    hold both (docs/SCHEMA.md, "Rotation during a publish"). Rows come in (no, device_token) order,
+    so remembering the devices of the last ``no`` is enough; pages without a moved row, that do not
+    continue the last ``no``, pass through untouched (the hot path: one scan of ``origin``)."""
+
+    __slots__ = ("devices", "no")
+
+    def __init__(self, after: tuple[int, str] | None = None) -> None:
+        # Resuming after a checkpointed row: its device counts as sent (its origin is not stored).
+        self.no: int | None = after[0] if after else None
+        self.devices: set[str] = {after[1]} if after else set()
+
+    def __call__(self, page: list[Recipient]) -> list[Recipient]:
+        if not page:
+            return page
+        if page[0].no != self.no and all(r.origin is None for r in page):
+            last, i = page[-1].no, len(page) - 1
+            while i and page[i - 1].no == last:  # the rows of the last `no`: usually just one
+                i -= 1
+            self.no, self.devices = last, {r.device_token for r in page[i:]}
+            return page
+        kept = []
+        for r in page:
+            if r.no != self.no:
+                self.no, self.devices = r.no, set()
+            device = r.device
+            if device in self.devices:
+                continue
+            self.devices.add(device)
+            kept.append(r)
+        return kept
 
 
 def messages_for(page: Sequence[Recipient], payload: dict[str, Any]) -> list[Message]:
@@ -197,7 +234,7 @@ class Worker:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         raise item
-                    slot, page, next_state = item
+                    slot, page, next_state, last_read = item
                     if lost.is_set():
                         raise LeaseLost(f"lease of {name} lost")
                     if self.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
@@ -218,8 +255,8 @@ class Worker:
                     self.backoff.reset()
                     if slot != key_slot:
                         key_slot, last_key = slot, None
-                    if page:
-                        last_key = (page[-1].no, page[-1].device_token)
+                    if last_read is not None:  # the last row read, sent or dropped as a moved duplicate
+                        last_key = last_read
                     last = next_state is None and slot == claim.slot_to
                     if last:
                         await asyncio.to_thread(store.complete, sessions, claim, counts=counts)
@@ -338,13 +375,13 @@ class Worker:
         claim: Claim,
         key: str,
         target: Target,
-        queue: asyncio.Queue[tuple[int, list[Recipient], bytes | None] | Exception],
+        queue: asyncio.Queue[_ReadItem],
     ) -> None:
         """Producer: page the task's slots from its checkpoint into the bounded queue."""
         if isinstance(target, UserTarget):  # a scheduled single send: the user's devices as they are now
             try:
                 page = await asyncio.to_thread(_user_devices, self.runtime.sessions, claim.job_id, target)
-                await queue.put((claim.slot_from, page, None))
+                await queue.put((claim.slot_from, page, None, (page[-1].no, page[-1].device_token) if page else None))
             except Exception as exc:
                 await queue.put(exc)
             return
@@ -354,13 +391,15 @@ class Worker:
                 first = slot == claim.current_slot
                 state = claim.paging_state if first else None
                 after = claim.resume_key if first and state is None else None
+                moved = MovedRowFilter(claim.resume_key if first else None)
                 pages = stream_recipients(statements, key, target, slot, self.fetch_size, state, after=after)
                 while True:
                     item = await asyncio.to_thread(next, pages, None)
                     if item is None:
                         break
                     page, next_state = item
-                    await queue.put((slot, page, next_state))
+                    last_read = (page[-1].no, page[-1].device_token) if page else None
+                    await queue.put((slot, moved(page), next_state, last_read))
         except Exception as exc:  # handed to the consumer, which releases the task
             await queue.put(exc)
 

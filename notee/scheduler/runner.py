@@ -41,7 +41,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.exc import IntegrityError
 
-from notee import heartbeat, retention
+from notee import heartbeat, reconcile, retention
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.jobs import create_job
 from notee.logs import announce_emulator
@@ -316,6 +316,39 @@ class Scheduler:
             )
         return counts
 
+    def reconcile_periodic(self, now: datetime | None = None) -> dict[str, int] | None:
+        """A bounded `notee reconcile` batch (notee/reconcile.py ``reconcile_batch``: rows of deleted
+        templates, users and devices; stale ``cycle_due``/``cycle_timezone`` rows), on one replica
+        per ``RECONCILE_EVERY_MINUTES`` period: the same insert-once claim in the tick ledger
+        (namespace ``<namespace>/reconcile``). None: another replica has (or had) this period."""
+        now = now or self.clock()
+        minute = clock.floor_minute(now)
+        period = minute.replace(minute=minute.minute - minute.minute % RECONCILE_EVERY_MINUTES)
+        space = reconcile_namespace(self.namespace)
+        with self.runtime.sessions.begin() as session:
+            mine = ticks.claim(session, namespace=space, minute_utc=period, owner=self.owner, lease_s=self.lease_s)
+        if not mine:
+            return None
+        report = reconcile.reconcile_batch(self.runtime)
+        with self.runtime.sessions.begin() as session:
+            ticks.finish(
+                session,
+                namespace=space,
+                minute_utc=period,
+                owner=self.owner,
+                state="done",
+                jobs=report["index_rows_walked"],
+            )
+        return report
+
+
+RECONCILE_EVERY_MINUTES = 10
+
+
+def reconcile_namespace(namespace: str) -> str:
+    """The tick-ledger namespace of a scheduler namespace's reconcile claims (64 chars max)."""
+    return namespace[:54] + "/reconcile"
+
 
 def retention_namespace(namespace: str) -> str:
     """The tick-ledger namespace of a scheduler namespace's hourly retention claims (64 chars max)."""
@@ -360,6 +393,12 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         except Exception:  # the hour stays claimed-running; another replica takes it over after the lease
             log.exception("scheduler retention run failed")
 
+    def safe_reconcile() -> None:
+        try:
+            scheduler.reconcile_periodic()
+        except Exception:  # the period stays claimed-running; the next period's run goes on from the cursor
+            log.exception("scheduler reconcile run failed")
+
     log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
     safe_tick()
     aps = BackgroundScheduler(timezone=UTC)
@@ -377,6 +416,16 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         max_instances=1,
         coalesce=True,
         misfire_grace_time=600,
+    )
+    # Reconcile (deletion leftovers, stale due index) in bounded batches, every 10 minutes at second
+    # 45, one replica per period (issue 14.5).
+    aps.add_job(
+        safe_reconcile,
+        CronTrigger(minute=f"*/{RECONCILE_EVERY_MINUTES}", second=45, timezone=UTC),
+        id="reconcile",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=300,
     )
     aps.start()
     try:

@@ -74,6 +74,11 @@ class Statements:
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
             " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        # A rotated row: same key as a fresh one plus the device's first token (issue 14.6).
+        self.topic_insert_moved = p(
+            f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
+            " user_id, registered_at, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.topic_delete = p(
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
             " AND no = ? AND device_token = ?"
@@ -81,11 +86,11 @@ class Statements:
         # Columns in Recipient's field order. The *_after variants resume a slot after a row's
         # clustering key (no, device_token) when the server rejects a checkpointed paging state.
         self.topic_page = p(
-            f"SELECT device_token, device_os, user_id, no FROM {n}.topic_notification"
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
             " WHERE slot = ? AND notification_key = ? AND topic = ?"
         )
         self.topic_page_after = p(
-            f"SELECT device_token, device_os, user_id, no FROM {n}.topic_notification"
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
             " WHERE slot = ? AND notification_key = ? AND topic = ? AND (no, device_token) > (?, ?)"
         )
         self.topic_users = p(
@@ -95,16 +100,25 @@ class Statements:
             f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
             " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        self.cycle_insert_moved = p(
+            f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
+            " device_token, device_os, user_id, registered_at, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.cycle_delete = p(
             f"DELETE FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
             " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?"
         )
+        # Does a cycle bucket still have a row in this slot (reconcile's check of a cycle_due row)?
+        self.cycle_any = p(
+            f"SELECT no FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
+            " AND day = ? AND hour = ? AND minute = ? LIMIT 1"
+        )
         self.cycle_page = p(
-            f"SELECT device_token, device_os, user_id, no FROM {n}.cycle_notification WHERE slot = ?"
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.cycle_notification WHERE slot = ?"
             " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?"
         )
         self.cycle_page_after = p(
-            f"SELECT device_token, device_os, user_id, no FROM {n}.cycle_notification WHERE slot = ?"
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.cycle_notification WHERE slot = ?"
             " AND notification_key = ? AND timezone = ? AND day = ? AND hour = ? AND minute = ?"
             " AND (no, device_token) > (?, ?)"
         )
@@ -139,6 +153,25 @@ class Statements:
             f"SELECT user_id, service, notification_method, notification_type, target, device_token, data"
             f" FROM {n}.notification_per_user"
         )
+
+        # Maintenance (the scheduled reconcile batch): the index walked from a partition token on.
+        self.index_scan_from = p(
+            f"SELECT token(user_id, service) AS t, user_id, service, notification_method, notification_type,"
+            f" target, device_token, data FROM {n}.notification_per_user WHERE token(user_id, service) > ?"
+        )
+        self.cursor_select = p(f"SELECT last_token FROM {n}.reconcile_cursor WHERE name = ?")
+        self.cursor_update = p(
+            f"INSERT INTO {n}.reconcile_cursor (name, last_token, updated_at) VALUES (?, ?, toTimestamp(now()))"
+        )
+
+        # --- token index: who may hold rows of a device token (schema/cql/0003) -------------------
+        self.token_insert = p(
+            f"INSERT INTO {n}.notification_per_token (service, device_token, user_id) VALUES (?, ?, ?)"
+        )
+        self.token_delete = p(
+            f"DELETE FROM {n}.notification_per_token WHERE service = ? AND device_token = ? AND user_id = ?"
+        )
+        self.token_users = p(f"SELECT user_id FROM {n}.notification_per_token WHERE service = ? AND device_token = ?")
 
         # --- scheduler's due index -----------------------------------------------------------------
         self.due_insert = p(
@@ -392,14 +425,16 @@ class Statements:
         registered_at: int,
         with_user_level: bool,
     ) -> list[Row]:
-        """The rows of one user's topic subscription: per device ``(no, token, os)`` its slot row and
-        index row, then (``with_user_level``) the user-level row. ``write_together`` writes them."""
+        """The rows of one user's topic subscription: per device ``(no, token, os)`` its slot row, index
+        row and token index row (``ROWS_PER_DEVICE``), then (``with_user_level``) the user-level row.
+        ``write_together`` writes them."""
         rows: list[Row] = []
         for no, token, os_ in devices:
             slot = slot_of(no)
             rows.append((self.topic_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at)))
             data = _device_data(notification_key, slot, no, os_, registered_at)
             rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, token, data)))
+            rows.append((self.token_insert, (service, token, user_id)))  # the token index (issue 14.5)
         if with_user_level:
             data = json.dumps({"key": notification_key, "at": registered_at})
             rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, USER_LEVEL, data)))
@@ -432,10 +467,10 @@ class Statements:
         return futures
 
     def _write_big_unit(self, unit: list[Row]) -> list[ResponseFuture]:
-        # topic_subscription_rows' shape: (slot row, index row) per device, then maybe the user-level row.
-        user_level = unit[-1:] if len(unit) % 2 else []
+        # topic_subscription_rows' shape: ROWS_PER_DEVICE rows per device, then maybe the user-level row.
+        user_level = unit[-1:] if len(unit) % ROWS_PER_DEVICE else []
         body = unit[: len(unit) - len(user_level)]
-        per_batch = 16  # rows: 8 devices
+        per_batch = 8 * ROWS_PER_DEVICE  # rows: 8 devices
         futures = []
         for i in range(0, len(body), per_batch):
             batch = _logged_batch()
@@ -460,14 +495,19 @@ class Statements:
         device_token: str,
         device_os: str,
         registered_at: int,
+        origin: str | None = None,
     ) -> ResponseFuture:
-        """Slot row + device index row in one logged batch."""
+        """Slot row + device index row + token index row in one logged batch. ``origin``: the row is a
+        rotated device's (it keeps the old row's ``no``; docs/SCHEMA.md, races)."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
-        batch.add(
-            self.topic_insert, (slot, notification_key, topic, no, device_token, device_os, user_id, registered_at)
-        )
+        row = (slot, notification_key, topic, no, device_token, device_os, user_id, registered_at)
+        if origin is None:
+            batch.add(self.topic_insert, row)
+        else:
+            batch.add(self.topic_insert_moved, (*row, origin))
+        batch.add(self.token_insert, (service, device_token, user_id))
         batch.add(
             self.index_insert,
             (
@@ -477,7 +517,7 @@ class Statements:
                 type_,
                 topic,
                 device_token,
-                _device_data(notification_key, slot, no, device_os, registered_at),
+                _device_data(notification_key, slot, no, device_os, registered_at, origin),
             ),
         )
         return self.session.execute_async(batch)
@@ -498,27 +538,18 @@ class Statements:
         device_token: str,
         device_os: str,
         registered_at: int,
+        origin: str | None = None,
     ) -> ResponseFuture:
+        """Slot rows (one per day) + device index row + token index row in one logged batch."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
         for day in days:
-            batch.add(
-                self.cycle_insert,
-                (
-                    slot,
-                    notification_key,
-                    timezone,
-                    day,
-                    hour,
-                    minute,
-                    no,
-                    device_token,
-                    device_os,
-                    user_id,
-                    registered_at,
-                ),
-            )
+            row = (slot, notification_key, timezone, day, hour, minute, no, device_token, device_os, user_id)
+            if origin is None:
+                batch.add(self.cycle_insert, (*row, registered_at))
+            else:
+                batch.add(self.cycle_insert_moved, (*row, registered_at, origin))
         batch.add(
             self.index_insert,
             (
@@ -528,20 +559,30 @@ class Statements:
                 type_,
                 target,
                 device_token,
-                _device_data(notification_key, slot, no, device_os, registered_at),
+                _device_data(notification_key, slot, no, device_os, registered_at, origin),
             ),
         )
+        batch.add(self.token_insert, (service, device_token, user_id))
         return self.session.execute_async(batch)
 
     def remove_device_rows(
-        self, user_id: str, service: str, row: IndexRow, schedule_parts: tuple[str, Sequence[str], int, int] | None
+        self,
+        user_id: str,
+        service: str,
+        row: IndexRow,
+        schedule_parts: tuple[str, Sequence[str], int, int] | None,
+        *,
+        slot_rows: bool = True,
+        index_row: bool = True,
     ) -> ResponseFuture:
         """Delete one device's slot rows of one subscription and its index row, in one logged batch.
-        ``schedule_parts`` = (timezone, days, hour, minute) for CYCLE rows, None for TOPIC."""
+        ``schedule_parts`` = (timezone, days, hour, minute) for CYCLE rows, None for TOPIC. A slot row
+        another user of a shared device still refers to is kept (``slot_rows=False``); it is deleted
+        alone (``index_row=False``) once nobody refers to it."""
         ref = slot_ref(row)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
-        if ref is not None:
+        if ref is not None and slot_rows:
             if row.method == "TOPIC":
                 batch.add(self.topic_delete, (ref.slot, ref.notification_key, row.target, ref.no, row.device_token))
             elif schedule_parts is not None:
@@ -551,8 +592,63 @@ class Statements:
                         self.cycle_delete,
                         (ref.slot, ref.notification_key, tz, day, hour, minute, ref.no, row.device_token),
                     )
-        batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
+        if index_row:
+            batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
         return self.session.execute_async(batch)
+
+    # ------------------------------------------------------------------ token index
+    def token_holders_async(self, service: str, device_token: str) -> ResponseFuture:
+        return self.session.execute_async(self.token_users, (service, device_token))
+
+    @staticmethod
+    def holders_of(future: ResponseFuture) -> list[str]:
+        return [r.user_id for r in future.result()]
+
+    def token_holders(self, service: str, device_token: str) -> list[str]:
+        """Users that may hold rows of ``device_token`` (the token index; a superset)."""
+        return self.holders_of(self.token_holders_async(service, device_token))
+
+    def forget_token_holder(self, service: str, device_token: str, user_id: str) -> ResponseFuture:
+        return self.session.execute_async(self.token_delete, (service, device_token, user_id))
+
+    def note_token_holder(self, service: str, device_token: str, user_id: str) -> ResponseFuture:
+        return self.session.execute_async(self.token_insert, (service, device_token, user_id))
+
+    # ------------------------------------------------------------------ reconcile walk
+    def scan_index_from(self, after_token: int, fetch_size: int) -> Iterator[tuple[int, str, str, IndexRow]]:
+        """(partition token, user_id, service, row) of the index after ``after_token``, in token order."""
+        stmt = self.index_scan_from.bind((after_token,))
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield (
+                int(r.t),
+                r.user_id,
+                r.service,
+                IndexRow(
+                    r.notification_method,
+                    r.notification_type,
+                    r.target,
+                    r.device_token,
+                    json.loads(r.data) if r.data else {},
+                ),
+            )
+
+    def reconcile_cursor(self, name: str) -> int | None:
+        row = self.session.execute(self.cursor_select, (name,)).one()
+        return None if row is None or row.last_token is None else int(row.last_token)
+
+    def set_reconcile_cursor(self, name: str, last_token: int | None) -> None:
+        self.session.execute(self.cursor_update, (name, last_token))
+
+    def cycle_bucket_has_rows(
+        self, notification_key: str, timezone: str, day: str, hour: int, minute: int, max_slot: int
+    ) -> bool:
+        """Whether any slot 0..max_slot of a cycle bucket holds a live row (one LIMIT 1 read per slot)."""
+        futures = [
+            self.session.execute_async(self.cycle_any, (slot, notification_key, timezone, day, hour, minute))
+            for slot in range(max_slot + 1)
+        ]
+        return any(f.result().one() is not None for f in futures)
 
     # ------------------------------------------------------------------ scheduler's due index
     def mark_due(
@@ -600,6 +696,7 @@ class Statements:
 # (statement, bound values) of one row to write in a batch.
 Row = tuple[PreparedStatement, tuple[Any, ...]]
 IN_USERS = 50  # partitions per IN read
+ROWS_PER_DEVICE = 3  # topic_subscription_rows: slot row, index row, token index row
 # Cassandra warns about logged batches over 5 KiB (batch_size_warn_threshold) and refuses them over
 # 50 KiB: units share a batch up to the first, a unit over MAX_UNIT_BYTES is split.
 BATCH_BYTES = 4096
@@ -617,8 +714,13 @@ def _logged_batch() -> BatchStatement:
     return batch
 
 
-def _device_data(notification_key: str, slot: int, no: int, device_os: str, registered_at: int) -> str:
-    return json.dumps({"key": notification_key, "slot": slot, "no": no, "os": device_os, "at": registered_at})
+def _device_data(
+    notification_key: str, slot: int, no: int, device_os: str, registered_at: int, origin: str | None = None
+) -> str:
+    data: dict[str, Any] = {"key": notification_key, "slot": slot, "no": no, "os": device_os, "at": registered_at}
+    if origin is not None:
+        data["origin"] = origin  # the device's first token: a later rotation carries it on
+    return json.dumps(data)
 
 
 def slot_ref(row: IndexRow) -> SlotRef | None:

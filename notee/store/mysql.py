@@ -7,12 +7,14 @@ own.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pymysql.connections import Connection as PyMySQLConnection
 from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event
+from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.settings import Settings
@@ -56,6 +58,14 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose work commits on success and rolls back on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+def read_committed(session: Session) -> None:
+    """Run the session's transaction at READ COMMITTED (row locks only, no gap locks; every plain
+    read sees the latest commits) when it has not run a statement yet; otherwise it keeps its level."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # "Connection is already established": level kept
+        session.connection(execution_options={"isolation_level": "READ COMMITTED"})
 
 
 def affected(result: Result[Any]) -> int:

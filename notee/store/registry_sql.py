@@ -7,6 +7,7 @@ and never commits: the domain function that owns the unit of work does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -231,11 +232,30 @@ def upsert_user(
     ).one()
 
 
-def get_user(session: Session, service: str, user_id: str, *, for_update: bool = False) -> AnyRow | None:
+def get_user(
+    session: Session, service: str, user_id: str, *, for_update: bool = False, for_share: bool = False
+) -> AnyRow | None:
+    """One user; ``for_update`` / ``for_share`` lock its row (exclusive / shared) until the caller's
+    transaction ends: the user-row lock every writer of the user's subscription rows holds
+    (docs/SCHEMA.md, "Deletion wins")."""
     q = select(user_t).where(and_(user_t.c.service == service, user_t.c.user_id == user_id))
-    if for_update:
-        q = q.with_for_update()
+    if for_update or for_share:
+        q = q.with_for_update(read=not for_update)
     return session.execute(q).one_or_none()
+
+
+def lock_users(session: Session, service: str, user_ids: Sequence[str], *, exclusive: bool) -> list[str]:
+    """Lock the rows of those of ``user_ids`` that exist (one statement, in index order, so two
+    callers lock overlapping sets in the same order); returns them, sorted."""
+    if not user_ids:
+        return []
+    q = (
+        select(user_t.c.user_id)
+        .where(and_(user_t.c.service == service, user_t.c.user_id.in_(sorted(set(user_ids)))))
+        .order_by(user_t.c.user_id)
+        .with_for_update(read=not exclusive)
+    )
+    return [r.user_id for r in session.execute(q)]
 
 
 def delete_user(session: Session, service: str, user_id: str) -> int:
@@ -300,10 +320,25 @@ def holders_of_token(session: Session, service: str, token: str, *, for_update: 
     return [r.user_id for r in session.execute(q)]
 
 
-def rotate_token(session: Session, *, service: str, old: str, new: str, now: datetime) -> int:
-    """Replace ``old`` by ``new`` for every user of the service holding it, keeping created_at (the
-    device's place). A user who already holds ``new`` just loses the old row. Returns users rotated."""
+def token_devices(session: Session, service: str, token: str, *, for_update: bool = False) -> list[tuple[str, str]]:
+    """(user_id, device_os) of every device of this service with ``token`` (ix_device_token)."""
+    q = select(device_t.c.user_id, device_t.c.device_os).where(
+        and_(device_t.c.service == service, device_t.c.device_token == token)
+    )
+    if for_update:
+        q = q.with_for_update()
+    return [(r.user_id, r.device_os) for r in session.execute(q)]
+
+
+def rotate_token(
+    session: Session, *, service: str, old: str, new: str, now: datetime, users: Sequence[str] | None = None
+) -> int:
+    """Replace ``old`` by ``new`` for every user of the service holding it (only among ``users``, the
+    user rows the caller locked, when given), keeping created_at (the device's place). A user who
+    already holds ``new`` just loses the old row. Returns users rotated."""
     holders = holders_of_token(session, service, old, for_update=True)
+    if users is not None:
+        holders = [u for u in holders if u in set(users)]
     if not holders:
         return 0
     already = set(holders_of_token(session, service, new, for_update=True))
@@ -316,7 +351,7 @@ def rotate_token(session: Session, *, service: str, old: str, new: str, now: dat
         )
     session.execute(
         update(device_t)
-        .where(and_(device_t.c.service == service, device_t.c.device_token == old))
+        .where(and_(device_t.c.service == service, device_t.c.device_token == old, device_t.c.user_id.in_(holders)))
         .values(device_token=new, updated_at=now)
     )
     return len(holders)

@@ -32,6 +32,7 @@ def add_device(
     device = registry.add_device(db, service, str(user_id), token=body.token, os=body.os, region=body.region)
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
     subscriptions.on_device_added(db, runtime.statements, service, str(user_id), body.token, body.os)
+    db.commit()  # ends the copy's transaction: releases the user's shared row lock
     response.status_code = 201 if device.created else 200
     return device
 
