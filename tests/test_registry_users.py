@@ -152,7 +152,7 @@ class _Recorder:
     def on_device_removed(self, st, service, user_id, token):
         self.calls.append(("device_removed", self._seen(service, user_id, token)))
 
-    def on_token_rotated(self, session, st, service, old, new):
+    def on_token_rotated(self, session, st, service, old, new, holders=None):
         with self.runtime.sessions() as s:
             self.calls.append(("token_rotated", bool(store.holders_of_token(s, service, old))))
 

@@ -220,23 +220,18 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
         for u in (a, b):
             make_device(runtime, svc, u, tok)
         no = st.allocate_numbers(svc, "TOPIC", "news", 1)
-        for u in (a, b):
-            st.run(
-                [
-                    st.add_topic_device(
-                        user_id=u,
-                        service=svc,
-                        type_="news",
-                        topic=f"x{i}",
-                        notification_key=key,
-                        no=no,
-                        device_token=tok,
-                        device_os="AOS",
-                        registered_at=1,
-                        with_user_level=True,
-                    )
-                ]
+        for u in (a, b):  # what two subscribes that read the same `no` write (subscribe_topic's rows)
+            rows = st.topic_subscription_rows(
+                user_id=u,
+                service=svc,
+                type_="news",
+                topic=f"x{i}",
+                notification_key=key,
+                devices=[(no, tok, "AOS")],
+                registered_at=1,
+                with_user_level=True,
             )
+            st.run(st.write_together([rows]))
         assert slot_tokens(st, svc, key, f"x{i}") == [tok]
         barrier = threading.Barrier(2)
 
