@@ -56,6 +56,7 @@ ADMIN_ROUTES = [
     ("PUT", "/v1/admin/services/{service}/rate-limits/{rate_class}", {"rate": 1.0, "burst": 1}),
     ("DELETE", "/v1/admin/services/{service}/rate-limits/{rate_class}", None),
     ("POST", "/v1/admin/jobs/{job_id}/requeue", None),
+    ("GET", "/v1/admin/services/{service}/jobs", None),
     ("GET", "/v1/admin/services/{service}/dead-letters", None),
     ("POST", "/v1/admin/services/{service}/dead-letters/replay", {}),
 ]
