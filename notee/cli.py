@@ -153,6 +153,8 @@ def emulator(
         port,
         state_dir or settings.emulator_state_dir,
         on_ready=ready,
+        log_level=settings.log_level,
+        log_format=settings.log_format,
         realistic=realistic,
         apns_port=apns_port,
         names=name,

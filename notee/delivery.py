@@ -42,6 +42,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from notee import metrics
 from notee.domain import registry
 from notee.domain.credentials import credentials_box, load_credentials
 from notee.domain.render import TemplateContent, render
@@ -174,7 +175,13 @@ async def deliver(
     invalid: dict[str, str] = {}
     dead: list[deadletter.DeadLetter] = []
 
-    def fail(m: Message, provider: str, reason: str, tries: int) -> None:
+    # this delivery's pushes by (provider, outcome) and retries by (provider, cause): counted in
+    # the metrics once, at the end, not per push
+    ended: dict[tuple[str, str], int] = {}
+    retried: dict[tuple[str, str], int] = {}
+
+    def fail(m: Message, provider: str, reason: str, tries: int, outcome: str = "failed") -> None:
+        ended[provider, outcome] = ended.get((provider, outcome), 0) + 1
         result.failed.append((m.device_token, reason))
         dead.append(
             deadletter.DeadLetter(
@@ -190,7 +197,7 @@ async def deliver(
         )
 
     for i in unroutable:  # never sent, never pruned: the token may be fine once credentials exist
-        fail(messages[i], "none", NO_CREDENTIALS, 0)
+        fail(messages[i], "none", NO_CREDENTIALS, 0, "no_credentials")
     result.no_credentials = len(unroutable)
     skip = set(unroutable)
     pending = [i for i in range(len(messages)) if i not in skip]
@@ -211,28 +218,35 @@ async def deliver(
                 except ProviderUnavailable:  # the breaker opened: keep what was learned, hand the work back
                     await _keep(runtime, service, job_id, invalid if prune else {}, dead)
                     raise
+                name, delivered = provider.name, 0
                 for j, outcome in zip(idx, outcomes, strict=False):
                     i, m = pending[j], batch[j]
                     if isinstance(outcome, RetryAfter) and outcome.transport:
                         retry.append(i)  # the provider never answered about this device
-                        last_reason[i] = (provider.name, outcome.reason)
+                        last_reason[i] = (name, outcome.reason)
+                        retried[name, "unreachable"] = retried.get((name, "unreachable"), 0) + 1
                         continue
                     answered = True
                     attempts[i] += 1
                     if isinstance(outcome, Delivered):
-                        result.delivered += 1
+                        delivered += 1
                     elif isinstance(outcome, InvalidToken):
-                        invalid.setdefault(m.device_token, f"{provider.name} {outcome.reason}")
+                        invalid.setdefault(m.device_token, f"{name} {outcome.reason}")
+                        ended[name, "invalid_token"] = ended.get((name, "invalid_token"), 0) + 1
                     elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
                         retry.append(i)
-                        last_reason[i] = (provider.name, outcome.reason)
+                        last_reason[i] = (name, outcome.reason)
+                        retried[name, "provider"] = retried.get((name, "provider"), 0) + 1
                         if outcome.seconds is not None:
                             wait = max(wait or 0.0, outcome.seconds)
                     else:
                         reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
                         if isinstance(outcome, RetryAfter):
                             reason = f"gave up after {attempts[i]} attempts: {reason}"
-                        fail(m, provider.name, reason, attempts[i])
+                        fail(m, name, reason, attempts[i])
+                if delivered:
+                    result.delivered += delivered
+                    ended[name, "sent"] = ended.get((name, "sent"), 0) + delivered
             outage_rounds = 0 if answered else outage_rounds + 1
             if retry and outage_rounds >= bound:
                 # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
@@ -263,6 +277,11 @@ async def deliver(
             pending = retry
     except ProviderConfigError as exc:  # kept below, then raised: the caller fails the send/job once
         aborted = exc
+    finally:  # what ended (and what waited for another attempt) is counted, also when the send stops
+        for (provider_name, how), n in ended.items():
+            metrics.pushes(provider_name, service, how).inc(n)
+        for (provider_name, cause), n in retried.items():
+            metrics.push_retries(provider_name, service, cause).inc(n)
 
     result.invalid_tokens = list(invalid)
     await _keep(runtime, service, job_id, invalid if prune else {}, dead)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from notee.settings import Settings
@@ -67,6 +67,25 @@ def setup(level: str = "INFO", log_format: LogFormat = "text") -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler])  # a no-op under a test runner's handlers
     for name in QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def dict_config(loggers: Sequence[str], level: str = "INFO", log_format: LogFormat = "text") -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` giving ``loggers`` (and the root) Notee's handler and format, for a
+    library that sets up its own logging from one (granian, in the emulator and its worker process)."""
+    formatter: dict[str, Any] = (
+        {"()": f"{__name__}.JsonFormatter"}
+        if log_format == "json"
+        else {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"}
+    )
+    handler = {"class": "logging.StreamHandler", "formatter": "notee", "stream": "ext://sys.stderr"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"notee": formatter},
+        "handlers": {"notee": handler},
+        "loggers": {name: {"handlers": ["notee"], "level": level.upper(), "propagate": False} for name in loggers},
+        "root": {"handlers": ["notee"], "level": level.upper()},
+    }
 
 
 @contextmanager

@@ -219,6 +219,22 @@ class Settings(BaseSettings):
         "(the scheduler follows the database clock).",
     )
 
+    # --- metrics (the API serves /metrics itself; docs/OPERATIONS.md "Metrics") -------------------
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address the worker's and the scheduler's metrics port binds (no authentication)."
+    )
+    worker_metrics_port: str | None = Field(
+        None,
+        pattern=r"^[0-9]{1,5}(-[0-9]{1,5})?$",
+        description="`notee worker` serves Prometheus metrics on /metrics at this port; a range `9101-9110` takes "
+        "the first free one (several workers per host), `0` any free port (logged). Unset: off.",
+    )
+    scheduler_metrics_port: str | None = Field(
+        None,
+        pattern=r"^[0-9]{1,5}(-[0-9]{1,5})?$",
+        description="`notee scheduler`'s metrics port, as worker_metrics_port. Unset: off.",
+    )
+
     heartbeat_file: str | None = Field(
         None,
         description="File `notee worker` and `notee scheduler` touch while healthy, read by "
@@ -237,6 +253,16 @@ class Settings(BaseSettings):
         if (self.api_tls_cert_file is None) != (self.api_tls_key_file is None):
             raise ValueError("NOTEE_API_TLS_CERT_FILE and NOTEE_API_TLS_KEY_FILE must be set together")
         return self
+
+    @field_validator("worker_metrics_port", "scheduler_metrics_port")
+    @classmethod
+    def _port_range(cls, value: str | None) -> str | None:
+        if value is not None:
+            first, _, last = value.partition("-")
+            lo, hi = int(first), int(last or first)
+            if not (0 <= lo <= hi <= 65535) or (lo == 0 and hi != 0):
+                raise ValueError("must be a port (0: any free one) or a range low-high of ports")
+        return value
 
     @field_validator("admin_token")
     @classmethod

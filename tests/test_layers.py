@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("notee.errors", 0, "shared"),
     ("notee.logs", 0, "shared"),
     ("notee.crypto", 0, "shared"),
+    ("notee.metrics", 0, "shared"),  # every Prometheus metric: counted by store, transport, domain and api
     ("notee.store", 1, "store"),
     ("notee.runtime", 1, "store"),  # the process's store connections
     ("notee.providers", 1, "transport"),

@@ -1,19 +1,21 @@
-"""NOTEE_LOG_FORMAT=json (issue 16.2): one JSON object per line from real `notee api` and `notee worker`
-processes, with the request id, job id and service where there is one; the access log included;
-third-party chatter at WARNING."""
+"""NOTEE_LOG_FORMAT=json (issue 16.2): one JSON object per line from real `notee api`, `notee worker`
+and `notee emulator` processes (the scheduler's: tests/test_metrics.py), with the request id, job id
+and service where there is one; the access log included; third-party chatter at WARNING."""
 
 from __future__ import annotations
 
 import json
 import logging
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 
 from notee import logs
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
-from tests.support.processes import Processes, wait_for
+from tests.support.processes import Processes, free_port, subprocess_env, wait_for
 from tests.support.registry import admin_headers
 
 JSON_ENV = {"NOTEE_LOG_FORMAT": "json", "NOTEE_LOG_LEVEL": "INFO"}
@@ -131,3 +133,28 @@ def test_worker_process_task_lines_carry_job_id_and_service(
     ]
     assert done["job_id"] == job.job_id and done["service"] == service_id
     assert all("job_id" not in rec for rec in records if "stopped after" in str(rec["message"]))
+
+
+def test_emulator_process_logs_json_including_granian_and_its_worker_process(tmp_path: Path) -> None:
+    """granian logs through its own dictConfig: Notee hands it the JSON formatter, in its worker
+    process too. The start banner for a person stays on stdout."""
+    port = free_port()
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "notee", "emulator", "--port", str(port), "--state-dir", str(tmp_path / "emu")],
+            env=subprocess_env(**JSON_ENV),
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        wait_for(lambda: "Started worker" in err.read_text(), timeout=60, what="granian's worker to start")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    records = _json_lines(err)
+    granian = [rec for rec in records if str(rec["logger"]).startswith("_granian")]
+    assert any("Listening at" in str(rec["message"]) for rec in granian), records
+    assert len({rec["pid"] for rec in granian}) == 2, granian  # the server and its worker process
+    assert "notee emulator on https://" in out.read_text()

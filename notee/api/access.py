@@ -1,10 +1,16 @@
-"""The outermost middleware: a request id per request, and (JSON logs) one access line per request.
+"""The outermost middleware: a request id per request, its metrics, and (JSON logs) one access line.
 
 The id is the caller's ``X-Request-ID`` when it is sane (``[A-Za-z0-9._-]{1,64}``), else a new one;
 it is echoed in the response's ``X-Request-ID`` and carried by every line logged while the request
 runs (``notee.logs.request_id``). With ``log_format="json"`` uvicorn's own access log is off and this
 middleware writes ``notee.access`` lines with method, path (device tokens shortened), status and
 duration_ms, after the response, so the authenticated service is on the line too.
+
+Every request is counted in ``notee_http_requests_total`` and timed in
+``notee_http_request_duration_seconds`` by its route *template* (``/v1/users/{user_id}``), never its
+raw path: ids and device tokens would make a series per value. A request the edge answered before
+routing (401, 413, 429, ...) is matched against the routes here; one that matches none is
+``unmatched``.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ import logging
 import re
 import time
 import uuid
+from typing import Any
 
+from fastapi.routing import iter_route_contexts
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee import logs
+from notee import logs, metrics
 from notee.api.routes.devices import shorten_tokens_in_path
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -31,6 +40,41 @@ def request_id_of(scope: Scope) -> str:
                 return candidate
             break
     return uuid.uuid4().hex
+
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"
+
+
+def _route_table(app: Any) -> list[tuple[re.Pattern[str], frozenset[str], str]]:
+    """(path regex, methods, template) of every route of ``app``, built once per app. FastAPI nests
+    included routers, so the flat list comes from its route contexts (each with its full path)."""
+    table: list[tuple[re.Pattern[str], frozenset[str], str]] | None = getattr(app.state, "route_table", None)
+    if table is None:
+        table = []
+        for context in iter_route_contexts(app.router.routes):
+            if context.path is not None:
+                methods = getattr(context.original_route, "methods", None) or ()
+                table.append((compile_path(context.path)[0], frozenset(methods), context.path))
+        app.state.route_table = table
+    return table
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that served (or would serve) the request, for metric labels."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str):
+        return path
+    # answered before routing (the edge), or no route: the template the path was meant for
+    partial = UNMATCHED  # the path matches but not the method (405)
+    for regex, methods, template in _route_table(scope["app"]):
+        if regex.match(scope["path"]):
+            if not methods or scope["method"] in methods:
+                return template
+            if partial == UNMATCHED:
+                partial = template
+    return partial
 
 
 class RequestContext:
@@ -57,6 +101,11 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            elapsed = time.perf_counter() - started
+            method = scope["method"] if scope["method"] in METHODS else "other"
+            route = route_template(scope)
+            metrics.http_requests(method, route, status).inc()
+            metrics.http_duration(method, route).observe(elapsed)
             if scope["app"].state.settings.log_format == "json":
                 access_log.info(
                     "%s %s %d",
@@ -67,7 +116,7 @@ class RequestContext:
                         "method": scope["method"],
                         "path": shorten_tokens_in_path(scope["path"]),
                         "status": status,
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                        "duration_ms": round(elapsed * 1000, 1),
                     },
                 )
             logs.service.reset(service_token)

@@ -18,6 +18,7 @@ from notee.api.routes import (
     devices,
     health,
     insight,
+    prometheus,
     publish,
     sends,
     subscriptions,
@@ -25,6 +26,7 @@ from notee.api.routes import (
     users,
     webhooks,
 )
+from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
 from notee.settings import Settings
@@ -44,6 +46,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         app.state.runtime = runtime or Runtime(settings)
         app.state.loop = asyncio.get_running_loop()
         app.state.stopping = asyncio.Event()  # set by begin_shutdown: in-flight sends stop waiting to retry
+        watch_queue(app.state.runtime)  # /metrics reports the job queue
         try:
             yield
         finally:
@@ -73,7 +76,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
     app.add_middleware(RequestContext)  # outermost: the request id (and JSON access line) covers edge answers too
     modules = [health]
     if app.state.serves_admin:
-        modules.append(admin)
+        modules += [admin, prometheus]  # /metrics: admin token (its labels name every service)
         app.include_router(insight.admin_router)
     if app.state.serves_tenant:
         modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight, webhooks]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from notee import metrics
 from notee.errors import InvalidInput, RateLimited
 from notee.settings import Settings
 from notee.store import ratelimit_sql as store
@@ -62,6 +63,7 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass) 
     if verdict:
         return
     refused = store.refusal(session, service, klass, **args)
+    metrics.rate_limit_rejections(service, klass).inc()
     retry_after = max(1, math.ceil(refused.wait_s))
     raise RateLimited(
         f"rate limit of {klass} requests exceeded, retry after {retry_after}s",

@@ -190,14 +190,17 @@ def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterato
         apns_port = free_port()
         apns_url = f"https://localhost:{apns_port}"
         args += ["--realistic", "--apns-port", str(apns_port)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # its log into a file, not a pipe: nobody reads a pipe while it runs, and a full one would stall it
+    log_path = state_dir / "emulator.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log_file)
     client = None
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                err = proc.stderr.read() if proc.stderr is not None else b""
-                raise RuntimeError(f"emulator exited: {err.decode()[-2000:]}")
+                err = log_path.read_bytes()
+                raise RuntimeError(f"emulator exited: {err.decode(errors='replace')[-2000:]}")
             if Path(ca_file).exists():
                 try:
                     client = client or _client(url, ca_file)

@@ -16,8 +16,10 @@ from granian.http import HTTP2Settings
 from granian.log import LogLevels
 
 from notee.emulator.tls import TlsFiles, ensure_tls
+from notee.logs import LogFormat, dict_config
 
 log = logging.getLogger(__name__)
+GRANIAN_LOGGERS = ("_granian", "granian.access")  # granian's server and access loggers (granian.log)
 
 
 def serve(
@@ -25,6 +27,8 @@ def serve(
     port: int,
     state_dir: str | Path,
     *,
+    log_level: str = "WARNING",
+    log_format: LogFormat = "text",
     on_ready: Callable[[TlsFiles], None] | None = None,
     realistic: bool = False,
     apns_port: int | None = None,
@@ -37,7 +41,9 @@ def serve(
     ``apns_port`` by the emulator's own HTTP/2 server (``notee.emulator.peer``: one stream until the
     first valid request, then 1000; GOAWAY), because granian cannot change a connection's limit or
     send GOAWAY on demand. ``names`` are further host names the certificate must hold (e.g. a
-    container's service name)."""
+    container's service name). ``log_level`` / ``log_format``: granian's own lines (its start, its
+    worker, its errors) and the worker process's are written like every Notee process's
+    (NOTEE_LOG_FORMAT=json: one JSON object per line)."""
     files: TlsFiles = ensure_tls(state_dir, [host, *(names or [])])
     if realistic:
         # read by the ASGI worker (notee.emulator.app) at start-up; granian's worker inherits them
@@ -61,7 +67,8 @@ def serve(
         workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
         ssl_cert=files.server_cert,
         ssl_key=files.server_key,
-        log_level=LogLevels.warning,
+        log_level=LogLevels(log_level.lower()),
+        log_dictconfig=dict_config(GRANIAN_LOGGERS, log_level, log_format),
         backpressure=4096,
         http2_settings=HTTP2Settings(max_concurrent_streams=100) if realistic else None,
     ).serve()

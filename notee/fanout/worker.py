@@ -43,9 +43,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee import heartbeat, logs
+from notee import heartbeat, logs, metrics
 from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.errors import ProviderConfigError, ProviderUnavailable
+from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.providers.base import Message
 from notee.runtime import Runtime
@@ -203,6 +204,16 @@ class Worker:
                     return
                 await self._sleep(IDLE_POLL_S)
                 continue
+            metrics.TASKS_CLAIMED.inc()
+            if claim.taken_over:
+                metrics.LEASE_TAKEOVERS.inc()
+                log.info(
+                    "worker %s lane %d: took over %s/%s (its lease had expired)",
+                    self.worker_id,
+                    lane,
+                    claim.job_id,
+                    claim.task_no,
+                )
             with logs.task_context(claim.job_id):  # job_id (and service, once read) on the task's log lines
                 await self.run_task(claim)
 
@@ -239,6 +250,7 @@ class Worker:
                         raise LeaseLost(f"lease of {name} lost")
                     if self.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
                         await asyncio.to_thread(store.release, sessions, claim)
+                        metrics.task_releases("stop").inc()
                         log.info("task %s released on stop after %d pages", name, pages)
                         return
                     counts = PageCounts()
@@ -280,6 +292,7 @@ class Worker:
                     )
                     if self.stop.is_set():
                         await asyncio.to_thread(store.release, sessions, claim)
+                        metrics.task_releases("stop").inc()
                         log.info("task %s released on stop at slot %d after %d pages", name, resume_slot, pages)
                         return
             finally:
@@ -296,6 +309,7 @@ class Worker:
             # this page was recorded, so the next owner re-sends it whole).
             try:
                 await asyncio.to_thread(store.release, sessions, claim)
+                metrics.task_releases("stop").inc()
                 log.info("task %s released on stop while a page waited to retry; checkpoint unchanged", name)
             except LeaseLost:
                 pass
@@ -313,6 +327,7 @@ class Worker:
                 "(start)" if claim.resume_key is None else claim.resume_key[0],
             )
             self.releases["paging_state"] += 1
+            metrics.task_releases("paging_state").inc()
             try:
                 await asyncio.to_thread(store.forget_paging_state, sessions, claim)
             except Exception as forget_exc:  # the next claim meets the same state and comes back here
@@ -328,12 +343,14 @@ class Worker:
                     "task %s: outage (%s); released without advancing, retry in %.1f s", name, error[:200], delay
                 )
                 self.releases["outage"] += 1
+                metrics.task_releases("outage").inc()
                 await self._release(claim, delay_s=delay, error=error)
             else:
                 log.exception(
                     "task %s: unexpected error; released, counted as an attempt, retry in %.1f s", name, delay
                 )
                 self.releases["error"] += 1
+                metrics.task_releases("error").inc()
                 await self._release(claim, delay_s=delay, error=error, counts_as_attempt=True)
         finally:
             keeper.cancel()
@@ -443,6 +460,8 @@ async def _heartbeat(worker: Worker, path: str | None) -> None:
 
 async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) -> None:
     announce_emulator(runtime.settings, "worker")
+    exporter = metrics.serve(runtime.settings.worker_metrics_port, runtime.settings.metrics_host, "worker")
+    watch_queue(runtime)  # the job queue's levels on every scrape
     stop = asyncio.Event()
     sender = DeliverySender(runtime, stop)
     worker = Worker(runtime, sender, lanes=lanes, services=services, stop=stop)
@@ -477,6 +496,8 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
         worker.stop.set()
         await beats
         await sender.close()
+        if exporter is not None:
+            exporter.close()
 
 
 def run(settings: Settings, *, lanes: int = 2, services: Sequence[str] | None = None) -> None:

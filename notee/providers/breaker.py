@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from notee import metrics
+
 # A page opens the breaker when more than this share of its requests to one provider were unreachable.
 OPEN_RATIO = 0.5
 
@@ -36,6 +38,12 @@ class CircuitBreaker:
         self.clock = clock
         self._providers: dict[str, _State] = {}
         self.opened = 0  # how many times a breaker opened (for logs and tests)
+        metrics.SCRAPE_TIME.track_breaker(self)  # notee_circuit_breaker_state, read when Prometheus scrapes
+
+    def states(self) -> dict[str, str]:
+        """provider -> ``open`` or ``half_open`` (due for a probe); closed providers are not listed."""
+        now = self.clock()
+        return {p: "open" if now < s.open_until else "half_open" for p, s in list(self._providers.items())}
 
     def blocked_for(self, provider: str) -> float:
         """Seconds until ``provider`` may be tried again (0: closed or due for a probe)."""
@@ -57,6 +65,7 @@ class CircuitBreaker:
             open_s = min(self.max_open_s, state.open_s * 2 if state else self.first_open_s)
             self._providers[provider] = _State(self.clock() + open_s, open_s)
             self.opened += 1
+            metrics.BREAKER_OPENED.labels(provider).inc()
             return True
         self._providers.pop(provider, None)  # the provider answered: closed
         return False

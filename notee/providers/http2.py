@@ -29,6 +29,8 @@ import h2.settings
 import hpack
 from hyperframe.frame import GoAwayFrame
 
+from notee import metrics
+
 log = logging.getLogger(__name__)
 # hpack logs every header it encodes at DEBUG, bearer tokens and JWTs included: never let it.
 logging.getLogger("hpack").setLevel(logging.INFO)
@@ -149,8 +151,10 @@ class Connection:
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
         max_streams: int = 100,
+        provider: str = "unknown",
     ) -> None:
         self.host, self.port = host, port
+        self._latency = metrics.provider_latency(provider)  # notee_provider_response_seconds
         self._ssl, self._sni = ssl_context, server_hostname or host
         self._max_streams = max_streams
         self._limit = 0  # streams we may have open: min(max_streams, the peer's current limit)
@@ -327,6 +331,8 @@ class Connection:
         assert conn is not None
         authority = self._sni.encode()
         mine: dict[int, int] = {}  # stream id -> item index, for the timeout
+        opened = [0.0] * n  # when each item's stream was opened (its response latency starts there)
+        observe = self._latency.observe
         nxt, left = 0, n
         last_progress = time.monotonic()
 
@@ -336,6 +342,8 @@ class Connection:
                 results[i] = result
                 left -= 1
                 last_progress = time.monotonic()
+                if result.__class__ is Response:
+                    observe(last_progress - opened[i])
                 if left == 0 and not finished.done():
                     finished.set_result(None)
 
@@ -381,6 +389,7 @@ class Connection:
                     continue
                 streams[stream_id] = _Stream(on_done(nxt))
                 mine[stream_id] = nxt
+                opened[nxt] = time.monotonic()
                 nxt += 1
             self._pumps.discard(pump)
 
@@ -453,7 +462,10 @@ class Connection:
 class Pool:
     """``size`` connections to one origin, (re)opened lazily, used round-robin."""
 
-    def __init__(self, url: str, ssl_context: ssl.SSLContext, *, size: int = 1, max_streams: int = 100) -> None:
+    def __init__(
+        self, url: str, ssl_context: ssl.SSLContext, *, size: int = 1, max_streams: int = 100, provider: str = "unknown"
+    ) -> None:
+        """``provider``: the label of this pool's metrics (``fcm``, ``apns``)."""
         parts = urlsplit(url)
         if parts.scheme != "https" or not parts.hostname:
             raise ValueError("HTTP/2 push transport needs an https:// URL")
@@ -465,6 +477,18 @@ class Pool:
         self._next = 0
         self._retired: set[Connection] = set()
         self.connections_opened = 0
+        self._provider = provider
+        self._opened_metric = metrics.HTTP2_CONNECTIONS.labels(provider)
+        metrics.SCRAPE_TIME.track_pool(self)  # notee_http2_open_streams, read when Prometheus scrapes
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+    @property
+    def open_streams(self) -> int:
+        """Streams open on this pool's connections now (retired ones finishing included)."""
+        return sum(c.open_streams for c in [*self._conns, *self._retired] if c is not None)
 
     async def _get(self) -> Connection:
         i = self._next = (self._next + 1) % len(self._conns)
@@ -476,10 +500,13 @@ class Pool:
             if conn is None or not conn.usable:
                 if conn is not None:
                     self._retire(conn)
-                conn = Connection(self.host, self.port, self._ssl, max_streams=self._max_streams)
+                conn = Connection(
+                    self.host, self.port, self._ssl, max_streams=self._max_streams, provider=self._provider
+                )
                 self._conns[i] = None
                 await conn.connect()
                 self.connections_opened += 1
+                self._opened_metric.inc()
                 self._conns[i] = conn
             return conn
 

@@ -95,8 +95,8 @@ class ProviderSet:
             self._dry_run[service] = ServiceProviders(fcm=logger, apns=logger)
         return self._dry_run[service]
 
-    def _pool(self, url: str, *key: str) -> Pool:
-        """The pool of ``url`` (FCM), or of ``url`` and one APNs signing key."""
+    def _pool(self, provider: str, url: str, *key: str) -> Pool:
+        """The pool of ``url`` (FCM), or of ``url`` and one APNs signing key; ``provider`` labels its metrics."""
         pool_key = (url, *key)
         if pool_key not in self._pools:
             if self._ssl is None:
@@ -105,7 +105,9 @@ class ProviderSet:
             # HTTP/2 connection (the common server limit): 200 -> 2 connections of 100. Servers that
             # advertise less are obeyed (providers/http2.py).
             concurrency = self.settings.fanout_send_concurrency
-            self._pools[pool_key] = Pool(url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100))
+            self._pools[pool_key] = Pool(
+                url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100), provider=provider
+            )
         return self._pools[pool_key]
 
     def _apns_key(self, url: str, c: ApnsCredentials) -> tuple[ApnsJwt, Pool]:
@@ -115,7 +117,7 @@ class ProviderSet:
         token = self._apns_tokens.get(key)
         if token is None:
             token = self._apns_tokens[key] = ApnsJwt(c.private_key, c.key_id, c.team_id)
-        return token, self._pool(url, *key)
+        return token, self._pool("apns", url, *key)
 
     def for_service(self, service: str, credentials: ProviderCredentials | None) -> ServiceProviders:
         """Providers of ``service`` given its decrypted credentials, which the caller loaded (the
@@ -135,7 +137,7 @@ class ProviderSet:
             if apns_c:
                 apns = emulator_apns(apns_c, *self._apns_key(self.settings.emulator_apns_url or url, apns_c))
             built = ServiceProviders(
-                fcm=emulator_fcm(service, fcm_c, self._pool(url), url, self.settings.emulator_ca_file)
+                fcm=emulator_fcm(service, fcm_c, self._pool("fcm", url), url, self.settings.emulator_ca_file)
                 if fcm_c or standin
                 else None,
                 apns=apns,
@@ -143,7 +145,9 @@ class ProviderSet:
         else:
             fcm: Provider | None = None
             if fcm_c:
-                fcm = FcmProvider(fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool(FCM_URL))
+                fcm = FcmProvider(
+                    fcm_c.project_id, ServiceAccountTokens(fcm_c.service_account), self._pool("fcm", FCM_URL)
+                )
             apns = None
             if apns_c:
                 apns = ApnsProvider(

@@ -32,6 +32,7 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.exc import IntegrityError
 
-from notee import heartbeat, reconcile, retention
+from notee import heartbeat, metrics, reconcile, retention
 from notee.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.fanout.jobs import create_job
 from notee.logs import announce_emulator
@@ -109,6 +110,7 @@ class Scheduler:
         self.lease_s = s.scheduler_lease_s if lease_s is None else lease_s
         self.grace = timedelta(minutes=s.scheduler_grace_minutes if grace_minutes is None else grace_minutes)
         self.concurrency = s.scheduler_job_concurrency
+        self.newest_minute: datetime | None = None  # the newest minute this replica ran (metrics)
 
     def database_now(self) -> datetime:
         """The database server's UTC clock: the one clock every replica (and every lease) shares."""
@@ -141,8 +143,12 @@ class Scheduler:
             )
         if not mine:
             return MinuteResult(minute, "taken")
+        started = time.monotonic()
         result = self._create_jobs(minute, now)
         result.state = "late" if clock.floor_minute(now) > minute else "done"
+        # the lag: from the minute's start to now (``now`` was read when the tick began)
+        aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+        lag_s = (aware_now - minute).total_seconds() + time.monotonic() - started
         with self.runtime.sessions.begin() as session:
             kept = ticks.finish(
                 session,
@@ -154,6 +160,12 @@ class Scheduler:
             )
         if not kept:  # our lease expired and another replica took the minute over; its jobs = ours
             log.warning("minute %s: claim taken over by another scheduler before it finished", _iso(minute))
+        metrics.scheduler_minutes(result.state).inc()
+        metrics.SCHEDULER_JOBS.inc(result.jobs_created)
+        metrics.SCHEDULER_LAG.set(lag_s)
+        if self.newest_minute is None or minute > self.newest_minute:
+            self.newest_minute = minute
+            metrics.SCHEDULER_LAST_MINUTE.set(minute.timestamp())
         log.log(
             logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
             "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) skipped",
@@ -284,6 +296,7 @@ class Scheduler:
                     skipped = ticks.record_skipped(
                         session, namespace=self.namespace, minutes=gap, owner=self.owner, before=window_start
                     )
+                    metrics.scheduler_minutes("skipped").inc(skipped)
                     if gap:
                         log.warning(
                             "minutes %s .. %s missed beyond the %s grace window: recorded as skipped, not sent",
@@ -400,6 +413,7 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
             log.exception("scheduler reconcile run failed")
 
     log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
+    exporter = metrics.serve(runtime.settings.scheduler_metrics_port, runtime.settings.metrics_host, "scheduler")
     safe_tick()
     aps = BackgroundScheduler(timezone=UTC)
     # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
@@ -432,4 +446,6 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         stop.wait()
     finally:
         aps.shutdown(wait=True)
+        if exporter is not None:
+            exporter.close()
         log.info("scheduler %s stopped", scheduler.owner)

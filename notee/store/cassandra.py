@@ -16,6 +16,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, 
 from cassandra.query import tuple_factory
 
 from notee.settings import Settings
+from notee.store.outage import count_cassandra_error, watch_cassandra
 
 # Named execution profile for counter updates: same routing, but the default retry policy could
 # resend a timed-out write, and counters are not idempotent (DATA-RULES.md). The driver's
@@ -89,10 +90,16 @@ def assert_token_aware(session: Session) -> None:
 def connect(settings: Settings) -> tuple[Cluster, Session]:
     """Open the process's cluster connection. Call once per process, after any fork."""
     cluster = make_cluster(settings)
-    session = cluster.connect()
+    try:
+        session = cluster.connect()
+    except Exception as exc:
+        count_cassandra_error(exc)
+        cluster.shutdown()
+        raise
     try:
         assert_token_aware(session)
     except Exception:
         cluster.shutdown()
         raise
+    watch_cassandra(session)  # notee_store_errors_total{store="cassandra"}
     return cluster, session

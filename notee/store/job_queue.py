@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.metrics import QueueLevels
 from notee.store import webhooks_sql
 from notee.store.mysql import affected
 from notee.vocabulary import JobState, PageCounts, Progress
@@ -79,6 +80,7 @@ class Claim:
     attempts: int
     lease_token: str
     resume_key: tuple[int, str] | None = None  # (no, device_token) after which current_slot resumes
+    taken_over: bool = False  # claimed from a worker whose lease expired (it died or stalled)
 
 
 _JOB_COLUMNS = (
@@ -273,7 +275,7 @@ def claim(
         while True:
             stmt = text(
                 "SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts,"
-                " resume_no, resume_token, error"
+                " resume_no, resume_token, error, state"
                 " FROM fanout_task WHERE state IN ('queued', 'running') AND lease_until <= UTC_TIMESTAMP(6)"
                 + scope
                 + " ORDER BY state, lease_until LIMIT 1 FOR UPDATE SKIP LOCKED"
@@ -336,6 +338,7 @@ def claim(
                 row.attempts + 1,
                 token,
                 (int(row.resume_no), row.resume_token) if row.resume_token is not None else None,
+                taken_over=row.state == "running",
             )
 
 
@@ -638,6 +641,22 @@ def _emit_job_event(session: Session, job_id: str) -> None:
 
 def _rfc3339(moment: datetime | None) -> str | None:
     return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def queue_levels(session: Session) -> QueueLevels:
+    """The work queue now, for the metrics: tasks waiting for a worker (queued, or leased by a worker
+    whose lease expired), tasks under a live lease, and the age of the oldest job with a waiting task.
+    One range read of ix_task_claim (open tasks only)."""
+    row = session.execute(
+        text(
+            "SELECT COALESCE(SUM(t.state = 'queued' OR t.lease_until <= UTC_TIMESTAMP(6)), 0) AS waiting,"
+            " COALESCE(SUM(t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)), 0) AS running,"
+            " TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN t.state = 'queued' OR t.lease_until <= UTC_TIMESTAMP(6)"
+            " THEN j.created_at END), UTC_TIMESTAMP(6)) AS oldest_us"
+            " FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id WHERE t.state IN ('queued', 'running')"
+        )
+    ).one()
+    return QueueLevels(int(row.waiting), int(row.running), max(0.0, (row.oldest_us or 0) / 1e6))
 
 
 def reclaim_expired(session: Session) -> int:

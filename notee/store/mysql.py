@@ -18,6 +18,7 @@ from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.settings import Settings
+from notee.store.outage import watch_mysql
 
 AnyRow = Row[*tuple[Any, ...]]  # a result row of any shape, read by column name
 
@@ -46,6 +47,7 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
         with dbapi_conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
 
+    watch_mysql(engine)  # notee_store_errors_total{store="mysql"}
     return engine
 
 

@@ -1,0 +1,299 @@
+"""Every Prometheus metric of Notee, defined once, on prometheus_client's default registry.
+
+Shared layer: imports no Notee module, so the stores, the transport, the domain and the API all
+count through it, each at the one place that owns the concern (docs/OPERATIONS.md, "Metrics", lists
+every metric with its labels). The API serves the registry on ``/metrics`` (admin token); the
+worker and the scheduler on their own metrics port (``serve``). Each process has one registry: the
+API's listeners and the worker's lanes share one process (lanes are coroutines, not forked
+processes), so no multiprocess mode is needed.
+
+Cheap on the hot path: labelled children are looked up once per label set (``_child``, cached), a
+page's pushes are counted once per (provider, outcome), and what is a level rather than an event
+(open HTTP/2 streams, circuit breakers, the job queue) is read only when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Protocol
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+PREFIX = "notee_"
+
+# --- HTTP API (notee/api/access.py) ------------------------------------------------------------------
+HTTP_REQUESTS = Counter(
+    "notee_http_requests_total",
+    "HTTP requests answered by the API, by method, route template (never the raw path) and status.",
+    ["method", "route", "status"],
+)
+HTTP_DURATION = Histogram(
+    "notee_http_request_duration_seconds",
+    "Time from a request's arrival to the end of its response, by method and route template.",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+RATE_LIMIT_REJECTIONS = Counter(
+    "notee_rate_limit_rejections_total",
+    "Tenant requests refused with 429 by the service's rate limit, by service and rate class.",
+    ["service", "class"],
+)
+
+# --- delivery (notee/delivery.py) -------------------------------------------------------------------
+PUSHES = Counter(
+    "notee_pushes_total",
+    "Pushes by their final outcome (sent, invalid_token, failed, no_credentials), by provider and service. "
+    "A push re-sent after a retryable answer is counted once, when it ends.",
+    ["provider", "service", "outcome"],
+)
+PUSH_RETRIES = Counter(
+    "notee_push_retries_total",
+    "Push attempts that left the push waiting for another one: a retryable answer (cause=provider: 429, "
+    "5xx) or none at all (cause=unreachable: connect failure, reset, timeout).",
+    ["provider", "service", "cause"],
+)
+
+# --- transport (notee/providers/http2.py, notee/providers/breaker.py) --------------------------------
+PROVIDER_LATENCY = Histogram(
+    "notee_provider_response_seconds",
+    "Time from opening a push's HTTP/2 stream to the provider's complete response, by provider.",
+    ["provider"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+HTTP2_CONNECTIONS = Counter(
+    "notee_http2_connections_opened_total", "HTTP/2 connections opened to a push provider.", ["provider"]
+)
+BREAKER_OPENED = Counter(
+    "notee_circuit_breaker_opened_total",
+    "Times a provider's circuit breaker opened (most of a page unreachable, or a failed probe).",
+    ["provider"],
+)
+
+# --- fan-out work queue (notee/store/job_queue.py, notee/fanout/worker.py) --------------------------
+TASKS_CLAIMED = Counter("notee_tasks_claimed_total", "Fan-out tasks leased by this worker.")
+LEASE_TAKEOVERS = Counter(
+    "notee_task_lease_takeovers_total",
+    "Fan-out tasks claimed from another worker whose lease had expired (it died or stalled).",
+)
+TASK_RELEASES = Counter(
+    "notee_task_releases_total",
+    "Fan-out tasks handed back unfinished, by cause (outage, error, paging_state, stop).",
+    ["cause"],
+)
+
+# --- scheduler (notee/scheduler/runner.py) -----------------------------------------------------------
+SCHEDULER_MINUTES = Counter(
+    "notee_scheduler_minutes_total",
+    "Cycle minutes this scheduler recorded, by state: done (in its minute), late (after it, within the "
+    "grace), skipped (missed beyond the grace; never sent).",
+    ["state"],
+)
+SCHEDULER_LAG = Gauge(
+    "notee_scheduler_minute_lag_seconds",
+    "Seconds from the start of the last minute this scheduler ran to the moment its jobs were created.",
+)
+SCHEDULER_LAST_MINUTE = Gauge(
+    "notee_scheduler_last_minute_timestamp_seconds",
+    "Unix time of the start of the newest minute this scheduler ran (done or late).",
+)
+SCHEDULER_JOBS = Counter("notee_scheduler_jobs_created_total", "Cycle fan-out jobs created by this scheduler.")
+
+# --- stores (notee/store/outage.py) ------------------------------------------------------------------
+STORE_ERRORS = Counter(
+    "notee_store_errors_total",
+    "Errors a store answered (or failed to answer) this process, by store (mysql, cassandra) and kind "
+    "(outage: unreachable, timeout, unavailable; error: anything else except duplicate keys).",
+    ["store", "kind"],
+)
+
+
+@cache
+def _child(metric: Counter, *labels: str) -> Counter:
+    """The labelled child of ``metric``, looked up once per label set (``labels()`` costs a lock)."""
+    return metric.labels(*labels)
+
+
+def pushes(provider: str, service: str, outcome: str) -> Counter:
+    return _child(PUSHES, provider, service, outcome)
+
+
+def push_retries(provider: str, service: str, cause: str) -> Counter:
+    return _child(PUSH_RETRIES, provider, service, cause)
+
+
+def rate_limit_rejections(service: str, rate_class: str) -> Counter:
+    return _child(RATE_LIMIT_REJECTIONS, service, rate_class)
+
+
+def task_releases(cause: str) -> Counter:
+    return _child(TASK_RELEASES, cause)
+
+
+def scheduler_minutes(state: str) -> Counter:
+    return _child(SCHEDULER_MINUTES, state)
+
+
+def http_requests(method: str, route: str, status: int) -> Counter:
+    return _child(HTTP_REQUESTS, method, route, str(status))
+
+
+@cache
+def http_duration(method: str, route: str) -> Histogram:
+    return HTTP_DURATION.labels(method, route)
+
+
+@cache
+def provider_latency(provider: str) -> Histogram:
+    return PROVIDER_LATENCY.labels(provider)
+
+
+def store_error(store: str, outage: bool) -> None:
+    _child(STORE_ERRORS, store, "outage" if outage else "error").inc()
+
+
+# --- levels read at scrape time ----------------------------------------------------------------------
+class StreamSource(Protocol):
+    """An HTTP/2 pool: its provider and how many streams are open on its connections now."""
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def open_streams(self) -> int: ...
+
+
+class BreakerSource(Protocol):
+    def states(self) -> dict[str, str]:
+        """provider -> ``open`` or ``half_open`` (a closed breaker is not listed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class QueueLevels:
+    waiting: int  # tasks queued, or running with an expired lease: claimable work
+    running: int  # tasks under a live lease
+    oldest_waiting_age_s: float  # age of the oldest job with a waiting task (0 when none waits)
+
+
+BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
+
+
+class _ScrapeTime(Collector):
+    """The gauges that are levels: computed from live objects when Prometheus scrapes, so the send
+    path never pays for them. Objects are held weakly (a closed pool drops out by itself)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: weakref.WeakSet[StreamSource] = weakref.WeakSet()
+        self._breakers: weakref.WeakSet[BreakerSource] = weakref.WeakSet()
+        self.queue: Callable[[], QueueLevels] | None = None
+
+    def track_pool(self, pool: StreamSource) -> None:
+        with self._lock:
+            self._pools.add(pool)
+
+    def track_breaker(self, breaker: BreakerSource) -> None:
+        with self._lock:
+            self._breakers.add(breaker)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # computed on collect; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            pools, breakers, queue = list(self._pools), list(self._breakers), self.queue
+        streams = GaugeMetricFamily(
+            "notee_http2_open_streams", "HTTP/2 streams open to push providers now, by provider.", labels=["provider"]
+        )
+        totals: dict[str, int] = {}
+        for pool in pools:
+            totals[pool.provider] = totals.get(pool.provider, 0) + pool.open_streams
+        for provider, n in sorted(totals.items()):
+            streams.add_metric([provider], n)
+        yield streams
+        state = GaugeMetricFamily(
+            "notee_circuit_breaker_state",
+            "A provider's circuit breaker in this process: 0 closed, 1 open, 2 half-open (the next send is a probe).",
+            labels=["provider"],
+        )
+        seen: dict[str, int] = {}
+        for breaker in breakers:
+            for provider, name in breaker.states().items():
+                seen[provider] = max(seen.get(provider, 0), BREAKER_STATES[name])
+        for provider, code in sorted(seen.items()):
+            state.add_metric([provider], code)
+        yield state
+        if queue is None:
+            return
+        try:
+            levels = queue()
+        except Exception as exc:  # a store outage: no queue figures in this scrape (the error is counted)
+            log.debug("job queue levels unavailable: %s", type(exc).__name__)
+            return
+        yield GaugeMetricFamily(
+            "notee_job_queue_depth",
+            "Fan-out tasks waiting for a worker (queued, or leased by a worker whose lease expired).",
+            value=levels.waiting,
+        )
+        yield GaugeMetricFamily("notee_job_queue_running", "Fan-out tasks under a live lease.", value=levels.running)
+        yield GaugeMetricFamily(
+            "notee_job_queue_oldest_age_seconds",
+            "Age of the oldest job that has a task waiting for a worker (0 when nothing waits).",
+            value=levels.oldest_waiting_age_s,
+        )
+
+
+SCRAPE_TIME = _ScrapeTime()
+REGISTRY.register(SCRAPE_TIME)
+
+
+# --- the worker's and the scheduler's metrics port ---------------------------------------------------
+def parse_ports(spec: str) -> list[int]:
+    """``"9101"``, ``"9101-9110"`` (the first free one) or ``"0"`` (any free port)."""
+    first, _, last = spec.partition("-")
+    lo, hi = int(first), int(last or first)
+    if not (0 <= lo <= hi <= 65535) or (lo == 0 and hi != 0):
+        raise ValueError(f"not a port or port range: {spec!r}")
+    return list(range(lo, hi + 1))
+
+
+@dataclass
+class MetricsServer:
+    host: str
+    port: int
+    server: WSGIServer
+    thread: threading.Thread
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve(spec: str | None, host: str, process: str) -> MetricsServer | None:
+    """Serve ``/metrics`` (the default registry) on a thread, at the first free port of ``spec``;
+    None when ``spec`` is unset. Logs the port chosen; OSError when no port of the range is free."""
+    if not spec:
+        return None
+    ports = parse_ports(spec)
+    last_error: OSError | None = None
+    for port in ports:
+        try:
+            server, thread = start_http_server(port, addr=host)
+        except OSError as exc:  # in use (another process of this host took it): try the next one
+            last_error = exc
+            continue
+        bound = int(server.server_address[1])
+        log.info("%s: metrics on http://%s:%d/metrics", process, host, bound)
+        return MetricsServer(host, bound, server, thread)
+    raise OSError(f"{process}: no free metrics port in {spec} on {host}: {last_error}")
