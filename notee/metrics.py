@@ -180,9 +180,10 @@ class BreakerSource(Protocol):
 
 @dataclass(frozen=True)
 class QueueLevels:
-    waiting: int  # tasks queued, or running with an expired lease: claimable work
+    waiting: int  # tasks a worker may claim now: queued and due, or leased by a worker whose lease expired
     running: int  # tasks under a live lease
-    oldest_waiting_age_s: float  # age of the oldest job with a waiting task (0 when none waits)
+    delayed: int  # queued tasks not due yet: scheduled (send_at) or backing off after an outage
+    oldest_waiting_age_s: float  # how long the oldest claimable task's job has been due (0 when none waits)
 
 
 BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
@@ -237,18 +238,24 @@ class _ScrapeTime(Collector):
             return
         try:
             levels = queue()
-        except Exception as exc:  # a store outage: no queue figures in this scrape (the error is counted)
-            log.debug("job queue levels unavailable: %s", type(exc).__name__)
+        except Exception as exc:  # no queue figures in this scrape rather than wrong ones
+            log.warning("metrics: the job queue's levels could not be read: %s", type(exc).__name__)
             return
         yield GaugeMetricFamily(
             "notee_job_queue_depth",
-            "Fan-out tasks waiting for a worker (queued, or leased by a worker whose lease expired).",
+            "Fan-out tasks a worker may claim now (queued and due, or leased by a worker whose lease expired).",
             value=levels.waiting,
         )
         yield GaugeMetricFamily("notee_job_queue_running", "Fan-out tasks under a live lease.", value=levels.running)
         yield GaugeMetricFamily(
+            "notee_job_queue_delayed",
+            "Queued fan-out tasks not due yet: scheduled for a later send_at, or backing off after an outage.",
+            value=levels.delayed,
+        )
+        yield GaugeMetricFamily(
             "notee_job_queue_oldest_age_seconds",
-            "Age of the oldest job that has a task waiting for a worker (0 when nothing waits).",
+            "How long the job of the oldest claimable task has been due (since its send_at, else its creation); "
+            "0 when nothing waits.",
             value=levels.oldest_waiting_age_s,
         )
 

@@ -155,10 +155,34 @@ def test_worker_counts_pushes_retries_latency_claims_and_a_lease_takeover(
     assert m.value("notee_http2_open_streams", provider="fcm") == 0  # nothing in flight once the job is done
     assert m.value("notee_tasks_claimed_total") == 1
     assert m.value("notee_task_lease_takeovers_total") == 1
-    assert m.has("notee_job_queue_depth") and m.has("notee_job_queue_running")
+    assert m.has("notee_job_queue_depth") and m.has("notee_job_queue_running") and m.has("notee_job_queue_delayed")
     assert "took over" in worker.output()
     for token in tokens:
         assert token not in m.text
+
+
+def test_the_job_queue_levels_follow_the_queue(processes: Processes, runtime, settings, service_id) -> None:
+    """No worker serves this tenant: a new job's task waits (depth +1); a job scheduled for tomorrow
+    is delayed (+1), not waiting; both leave the queue when cancelled."""
+    api = processes.api()
+    token = settings.admin_token.get_secret_value()
+    key = topic_template(runtime, service_id)
+    seed_topic(runtime, service_id, "news", key, "queue", 3)
+    before = scrape(api.url + "/metrics", token)
+    now_job = topic_job(runtime, service_id, key, "queue")
+    with runtime.sessions.begin() as s:
+        tomorrow = ticks.database_now(s).replace(tzinfo=None) + timedelta(days=1)
+    later_job = topic_job(runtime, service_id, key, "queue", send_at=tomorrow, idempotency_key="later")
+    during = scrape(api.url + "/metrics", token)
+    assert during.value("notee_job_queue_depth") - before.value("notee_job_queue_depth") == 1
+    assert during.value("notee_job_queue_delayed") - before.value("notee_job_queue_delayed") == 1
+    assert during.value("notee_job_queue_oldest_age_seconds") >= 0
+    with runtime.sessions.begin() as s:
+        assert job_queue.cancel_job(s, service_id, now_job.job_id)
+        assert job_queue.cancel_job(s, service_id, later_job.job_id)
+    after = scrape(api.url + "/metrics", token)
+    assert after.value("notee_job_queue_depth") == before.value("notee_job_queue_depth")
+    assert after.value("notee_job_queue_delayed") == before.value("notee_job_queue_delayed")
 
 
 def test_workers_on_one_host_take_distinct_ports_of_a_range_or_any_free_port(
@@ -239,7 +263,10 @@ def test_scheduler_counts_done_late_and_skipped_minutes_and_logs_json_without_ap
         counts = {st: sum(1 for m_, v in states.items() if v == st and m_ != old) for st in ("done", "late", "skipped")}
         seen = {st: int(m.value("notee_scheduler_minutes_total", state=st)) for st in counts}
         last[:] = [seen, counts]
-        return (m, counts, states) if seen == counts and counts["done"] >= 1 else None
+        with runtime.sessions() as s:
+            minutes_since_old = int((ticks.database_now(s) - old).total_seconds() // 60)
+        caught_up = sum(counts.values()) >= minutes_since_old  # every minute since the old one recorded
+        return (m, counts, states) if seen == counts and caught_up else None
 
     try:
         m, counts, states = wait_for(agreed, timeout=60, what="the scheduler's counters to match its tick rows")

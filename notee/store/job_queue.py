@@ -644,19 +644,21 @@ def _rfc3339(moment: datetime | None) -> str | None:
 
 
 def queue_levels(session: Session) -> QueueLevels:
-    """The work queue now, for the metrics: tasks waiting for a worker (queued, or leased by a worker
-    whose lease expired), tasks under a live lease, and the age of the oldest job with a waiting task.
-    One range read of ix_task_claim (open tasks only)."""
+    """The work queue now, for the metrics: tasks a worker may claim now (queued or with an expired
+    lease, due), tasks under a live lease, queued tasks not due yet (scheduled for ``send_at``, or
+    backing off after an outage), and how long the oldest claimable task's job has been due (since
+    its ``send_at``, else its creation). One range read of ix_task_claim (open tasks only)."""
     row = session.execute(
         text(
-            "SELECT COALESCE(SUM(t.state = 'queued' OR t.lease_until <= UTC_TIMESTAMP(6)), 0) AS waiting,"
+            "SELECT COALESCE(SUM(t.lease_until <= UTC_TIMESTAMP(6)), 0) AS waiting,"
             " COALESCE(SUM(t.state = 'running' AND t.lease_until > UTC_TIMESTAMP(6)), 0) AS running,"
-            " TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN t.state = 'queued' OR t.lease_until <= UTC_TIMESTAMP(6)"
-            " THEN j.created_at END), UTC_TIMESTAMP(6)) AS oldest_us"
+            " COALESCE(SUM(t.state = 'queued' AND t.lease_until > UTC_TIMESTAMP(6)), 0) AS not_due,"
+            " TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN t.lease_until <= UTC_TIMESTAMP(6)"
+            " THEN COALESCE(j.send_at, j.created_at) END), UTC_TIMESTAMP(6)) AS oldest_us"
             " FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id WHERE t.state IN ('queued', 'running')"
         )
     ).one()
-    return QueueLevels(int(row.waiting), int(row.running), max(0.0, (row.oldest_us or 0) / 1e6))
+    return QueueLevels(int(row.waiting), int(row.running), int(row.not_due), max(0.0, (row.oldest_us or 0) / 1e6))
 
 
 def reclaim_expired(session: Session) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Any
 
 from cassandra.concurrent import execute_concurrent
@@ -76,6 +77,7 @@ def topic_job(
     idempotency_key: str | None = None,
     variables: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    send_at: datetime | None = None,
 ) -> store.JobRow:
     with runtime.sessions.begin() as session:  # the caller owns the commit
         return jobs.create_job(
@@ -89,6 +91,7 @@ def topic_job(
             idempotency_key=idempotency_key,
             variables=variables if variables is not None else {"name": "there"},
             overrides=overrides,
+            send_at=send_at,
         )
 
 
