@@ -183,6 +183,13 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
             "dead_lettered": 1,
         }, summary
         assert b.text('[data-sum="jobs"]') == "2 · 1 done, 1 cancelled"
+        b.submit("job-filters", {"type": "news", "state": "cancelled"})
+        b.record("jobs-filtered")
+        assert [r.get_attribute("data-job") for r in b.d.find_elements(By.CSS_SELECTOR, "tr[data-job]")] == [big_id]
+        assert "state=cancelled" in b.find("#jobs").get_attribute("data-poll")  # the live refresh keeps the filter
+        before = b.find("#jobs").get_attribute("data-updated")
+        b.wait(lambda: b.find("#jobs").get_attribute("data-updated") not in (None, before), 30, "a filtered refresh")
+        assert [r.get_attribute("data-job") for r in b.d.find_elements(By.CSS_SELECTOR, "tr[data-job]")] == [big_id]
 
         # --- the dead letter of the failing device is replayed once the provider recovered ----------
         b.visit(f"/console/s/{service}/dead-letters", "dead-letters")
@@ -240,6 +247,9 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         b.submit("sign-in", {"secret": admin_token})
         b.visit("/console/services", "phone-services")
         assert b.horizontal_overflow() <= 0
+        row = f'tr[data-service="{service}"]'
+        assert b.text(f'{row} [data-activity="jobs"]') == "2"
+        assert b.text(f'{row} [data-activity="sent"]') == str(39 + big["sent"])
 
         worker.stop(timeout=30)
     api.close()

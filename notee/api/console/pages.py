@@ -14,7 +14,7 @@ from notee.api.console import web
 from notee.api.console.web import FormDep, PostedForm, SessionDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.health import check_stores
-from notee.domain import console, registry
+from notee.domain import console, insight, registry
 from notee.errors import NoteeError, NotFound, Unauthorized
 from notee.settings import Settings
 
@@ -109,8 +109,17 @@ def _services_page(
 ) -> Response:
     services = registry.list_services(db)
     keys = {s.service: registry.list_api_keys(db, s.service) for s in services}
+    activity = {summary.service: summary.totals for summary in insight.delivery_summaries(db, hours=24)}
     return web.render(
-        request, "services.html", who, status_code, services=services, keys=keys, error=error, new_key=new_key
+        request,
+        "services.html",
+        who,
+        status_code,
+        services=services,
+        keys=keys,
+        activity=activity,
+        error=error,
+        new_key=new_key,
     )
 
 

@@ -6,6 +6,7 @@ as for a service that does not exist); the admin may open every service."""
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, get_args
@@ -23,6 +24,7 @@ from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
 from notee.domain import insight, registry
 from notee.domain.console import ConsoleSession
+from notee.domain.rules import TYPE_PATTERN
 from notee.errors import InvalidInput, NoteeError, NotFound
 from notee.fanout import jobs
 from notee.vocabulary import JobState
@@ -202,15 +204,19 @@ def publish(
 # --- jobs ------------------------------------------------------------------------------------------
 
 
-def _job_filters(state: str | None, method: str | None) -> dict[str, str | None]:
+def _job_filters(state: str | None, method: str | None, type_: str | None) -> dict[str, str | None]:
+    """The filters the jobs page offers; an unknown value is no filter (the select cannot send one)."""
     return {
         "state": state if state in JOB_STATES else None,
         "method": method if method in ("TOPIC", "CYCLE") else None,
+        "type": type_ if type_ and re.fullmatch(TYPE_PATTERN, type_) else None,
     }
 
 
 def _job_items(db: DbDep, service: str, filters: dict[str, str | None]) -> list[dict[str, Any]]:
-    rows = jobs.list_jobs(db, service, state=filters["state"], method=filters["method"], limit=LIST_LIMIT)
+    rows = jobs.list_jobs(
+        db, service, state=filters["state"], method=filters["method"], type_=filters["type"], limit=LIST_LIMIT
+    )
     return [status_of(job, progress).model_dump(mode="json") for job, progress in rows]
 
 
@@ -220,11 +226,14 @@ def jobs_page(
     service: str,
     who: SessionDep,
     db: DbDep,
+    runtime: RuntimeDep,
     state: str | None = None,
     method: str | None = None,
+    type: str | None = None,
 ) -> Response:
     _open(db, who, service)
-    filters = _job_filters(state, method)
+    filters = _job_filters(state, method, type)
+    types = sorted({t.type for t in registry.list_templates(db, runtime.statements, service) if t.method != "SINGLE"})
     query = urlencode({k: v for k, v in filters.items() if v})
     return _page(
         request,
@@ -235,17 +244,23 @@ def jobs_page(
         items=_job_items(db, service, filters),
         filters=filters,
         states=JOB_STATES,
+        types=types,
         poll_url=f"{web.PREFIX}/s/{service}/jobs.json" + (f"?{query}" if query else ""),
     )
 
 
 @router.get("/jobs.json")
 def jobs_json(
-    service: str, who: SessionDep, db: DbDep, state: str | None = None, method: str | None = None
+    service: str,
+    who: SessionDep,
+    db: DbDep,
+    state: str | None = None,
+    method: str | None = None,
+    type: str | None = None,
 ) -> Response:
     """What the jobs page polls every second (console.js) to update its rows without a reload."""
     _open(db, who, service)
-    return web.json_answer({"items": _job_items(db, service, _job_filters(state, method))})
+    return web.json_answer({"items": _job_items(db, service, _job_filters(state, method, type))})
 
 
 # Before "/jobs/{job_id}", which would take "<id>.json" as the id.

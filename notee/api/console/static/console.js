@@ -65,7 +65,15 @@
       setFields(row, job);
       return row;
     });
-    if (rows.length) { body.replaceChildren.apply(body, rows); }
+    if (!rows.length) {  // nothing (left) matches the filter
+      var empty = document.createElement("tr");
+      empty.className = "empty";
+      var td = cell("No jobs.", "muted");
+      td.colSpan = 9;
+      empty.appendChild(td);
+      rows = [empty];
+    }
+    body.replaceChildren.apply(body, rows);
     return true;
   }
 
