@@ -78,7 +78,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         key = b.text("#new-key code")
         remember_secret(key)  # the session's log scan looks for it in every log
         assert key.startswith("nk_")
-        b.visit("/console/services", "services")  # the key is not on the page any more
+        b.visit(f"/console/services?q={service}", "services")  # the key is not on the page any more
         assert key not in b.d.page_source
         r = api.put(
             f"/v1/admin/services/{service}/credentials/fcm",
@@ -245,7 +245,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
         b.click(b.find("#who + form button"))
         b.record("phone-signed-out")
         b.submit("sign-in", {"secret": admin_token})
-        b.visit("/console/services", "phone-services")
+        b.visit(f"/console/services?q={service}", "phone-services")
         assert b.horizontal_overflow() <= 0
         row = f'tr[data-service="{service}"]'
         assert b.text(f'{row} [data-activity="jobs"]') == "2"

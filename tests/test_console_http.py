@@ -229,8 +229,8 @@ def test_a_tenant_session_never_reaches_another_tenants_data(app, client, settin
     # The admin sees both.
     admin = sign_in(_browser(app), settings.admin_token.get_secret_value())
     assert admin.get(f"/console/s/{other}/jobs/{job.job_id}").status_code == 200
-    services_page = admin.get("/console/services").text
-    assert other in services_page and service_id in services_page
+    assert other in admin.get(f"/console/services?q={other}").text
+    assert service_id in admin.get(f"/console/services?q={service_id}").text
 
 
 def test_the_key_is_never_in_a_page_a_cookie_or_the_logs(app, service_id, tenant, caplog):
@@ -295,3 +295,21 @@ def test_changing_the_admin_token_ends_every_admin_session(app, client, settings
         r = after.get("/console/services")
         assert r.status_code == 303 and r.headers["location"].startswith("/console/sign-in")
     assert c.get("/console/services").status_code == 200  # the deployment that kept its token keeps it
+
+
+def test_the_services_page_finds_services_by_prefix_a_page_at_a_time(app, client, settings):
+    prefix = "P" + secrets.token_hex(5).upper()
+    admin_auth = {"Authorization": f"Bearer {settings.admin_token.get_secret_value()}"}
+    made = [f"{prefix}{i:02d}" for i in range(51)]
+    for service in made:
+        body = {"service": service, "display_name": "Paged"}
+        assert client.post("/v1/admin/services", json=body, headers=admin_auth).status_code == 201
+    admin = sign_in(_browser(app), settings.admin_token.get_secret_value())
+    first = admin.get(f"/console/services?q={prefix.lower()}")  # ids are upper case: the search is too
+    shown = re.findall(r'data-service="([A-Z0-9_]+)"', first.text)
+    assert shown == made[:50]
+    next_link = re.search(r'id="next-services" href="([^"]+)"', first.text)
+    assert next_link, "no link to the next page"
+    second = admin.get(next_link.group(1).replace("&amp;", "&"))
+    assert re.findall(r'data-service="([A-Z0-9_]+)"', second.text) == made[50:]
+    assert 'id="next-services"' not in second.text

@@ -191,6 +191,11 @@ def list_services(session: Session) -> list[Service]:
     return [_service(row) for row in store.list_services(session)]
 
 
+def services_page(session: Session, *, prefix: str = "", after: str | None = None, limit: int = 50) -> list[Service]:
+    """One page of services in id order: those whose id starts with ``prefix``, after ``after``."""
+    return [_service(row) for row in store.services_page(session, prefix=prefix, after=after, limit=limit)]
+
+
 def get_service(session: Session, service: str) -> Service:
     row = store.get_service(session, service)
     if row is None:
@@ -226,6 +231,14 @@ def create_api_key(session: Session, service: str, *, label: str = "") -> Create
 def list_api_keys(session: Session, service: str) -> list[ApiKeyInfo]:
     get_service(session, service)
     return [_key(r) for r in store.list_api_keys(session, service)]
+
+
+def api_keys_by_service(session: Session, services: list[str]) -> dict[str, list[ApiKeyInfo]]:
+    """Every key (revoked ones too, never a secret) of each of ``services``, in one query."""
+    out: dict[str, list[ApiKeyInfo]] = {s: [] for s in services}
+    for row in store.api_keys_of(session, services):
+        out[row.service].append(_key(row))
+    return out
 
 
 def revoke_api_key(session: Session, service: str, key_id: str) -> None:

@@ -137,6 +137,14 @@ def list_services(session: Session) -> list[AnyRow]:
     return list(session.execute(select(service_t).order_by(service_t.c.service)).all())
 
 
+def services_page(session: Session, *, prefix: str, after: str | None, limit: int) -> list[AnyRow]:
+    """Services whose id starts with ``prefix``, after ``after``, in id order (a primary-key range)."""
+    query = select(service_t).where(service_t.c.service.startswith(prefix, autoescape=True))
+    if after is not None:
+        query = query.where(service_t.c.service > after)
+    return list(session.execute(query.order_by(service_t.c.service).limit(limit)).all())
+
+
 # --- api keys ---------------------------------------------------------------------------------
 
 
@@ -160,6 +168,25 @@ def list_api_keys(session: Session, service: str) -> list[AnyRow]:
             select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
             .where(api_key_t.c.service == service)
             .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
+        )
+    )
+
+
+def api_keys_of(session: Session, services: list[str]) -> list[AnyRow]:
+    """The keys of several services in one query (the console's services page)."""
+    if not services:
+        return []
+    return list(
+        session.execute(
+            select(
+                api_key_t.c.service,
+                api_key_t.c.key_id,
+                api_key_t.c.label,
+                api_key_t.c.created_at,
+                api_key_t.c.revoked_at,
+            )
+            .where(api_key_t.c.service.in_(services))
+            .order_by(api_key_t.c.service, api_key_t.c.created_at, api_key_t.c.key_id)
         )
     )
 

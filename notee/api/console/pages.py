@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -20,6 +21,7 @@ from notee.settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix=web.PREFIX, include_in_schema=False)
+SERVICES_PAGE = 50
 
 
 @router.get("/")
@@ -106,9 +108,16 @@ def _services_page(
     *,
     error: str | None = None,
     new_key: dict[str, str] | None = None,
+    find: str | None = None,
 ) -> Response:
-    services = registry.list_services(db)
-    keys = {s.service: registry.list_api_keys(db, s.service) for s in services}
+    """One page of services (50, in id order), those whose id starts with ``find`` or ``?q=``."""
+    query = request.query_params
+    prefix = (find if find is not None else query.get("q") or "").strip().upper()[:32]
+    after = query.get("after") or None
+    services = registry.services_page(db, prefix=prefix, after=after, limit=SERVICES_PAGE + 1)
+    more = len(services) > SERVICES_PAGE
+    services = services[:SERVICES_PAGE]
+    keys = registry.api_keys_by_service(db, [s.service for s in services])
     activity = {summary.service: summary.totals for summary in insight.delivery_summaries(db, hours=24)}
     return web.render(
         request,
@@ -118,6 +127,8 @@ def _services_page(
         services=services,
         keys=keys,
         activity=activity,
+        prefix=prefix,
+        next_after=services[-1].service if more else None,
         error=error,
         new_key=new_key,
     )
@@ -144,7 +155,7 @@ def create_service(request: Request, who: SessionDep, form: PostedForm, db: DbDe
     except NoteeError as exc:
         db.rollback()
         return _services_page(request, who, db, exc.status, error=exc.message)
-    return web.redirect(f"{web.PREFIX}/services")
+    return web.redirect(f"{web.PREFIX}/services?{urlencode({'q': form.get('service', '').strip()})}")
 
 
 @router.post("/services/{service}/keys")
@@ -153,7 +164,7 @@ def create_key(request: Request, service: str, who: SessionDep, form: PostedForm
     _require_admin(who)
     created = registry.create_api_key(db, service, label=form.get("label", "").strip()[:100])
     db.commit()
-    return _services_page(request, who, db, new_key={"service": service, "api_key": created.api_key})
+    return _services_page(request, who, db, new_key={"service": service, "api_key": created.api_key}, find=service)
 
 
 @router.post("/services/{service}/keys/{key_id}/revoke")
@@ -161,7 +172,7 @@ def revoke_key(service: str, key_id: str, who: SessionDep, form: PostedForm, db:
     _require_admin(who)
     registry.revoke_api_key(db, service, key_id)
     db.commit()
-    return web.redirect(f"{web.PREFIX}/services")
+    return web.redirect(f"{web.PREFIX}/services?{urlencode({'q': service})}")
 
 
 # --- health ----------------------------------------------------------------------------------------
