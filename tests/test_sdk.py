@@ -10,6 +10,7 @@ import asyncio
 import secrets
 import subprocess
 import sys
+import threading
 import tomllib
 from datetime import UTC
 from pathlib import Path
@@ -151,7 +152,16 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
 
     slept: list[float] = []
     real_sleep = notee_client.client.time.sleep
-    notee_client.client.time.sleep = slept.append  # type: ignore[assignment]
+    this_thread = threading.get_ident()
+
+    def record_sleep(seconds: float) -> None:
+        # `time.sleep` is patched process-wide: the stores' driver threads still really sleep.
+        if threading.get_ident() == this_thread:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    notee_client.client.time.sleep = record_sleep  # type: ignore[assignment]
     try:
         with Client(
             "http://notee.invalid",
