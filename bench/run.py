@@ -30,6 +30,7 @@ SIZES = {
         "sub_repeats": 2,
         "bulk_users": 4_000,
         "bulk_repeats": 2,
+        "local_devices": 20_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -42,6 +43,7 @@ SIZES = {
         "sub_repeats": 2,
         "bulk_users": 20_000,
         "bulk_repeats": 2,
+        "local_devices": 100_000,
     },
 }
 log = logging.getLogger("bench")
@@ -138,6 +140,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             )
 
         attempt(("bulk_subscribe_ratio",), bulk)
+
+    if want("local_time_cpu_ratio"):
+
+        def local() -> None:
+            from bench import local_time
+
+            figures["local_time_cpu_ratio"] = local_time.run(runtime, emulator, devices=sizes["local_devices"])
+
+        attempt(("local_time_cpu_ratio",), local)
     return figures
 
 

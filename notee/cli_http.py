@@ -214,10 +214,17 @@ def template_list() -> None:
 def user_put(
     service_user_id: str = typer.Argument(..., help="Your own id of the user."),
     name: str = typer.Option("", help="The user's name."),
+    locale: str | None = typer.Option(None, help="BCP 47 tag choosing templates' locale variants, e.g. pt-BR."),
+    timezone: str | None = typer.Option(None, help="IANA time zone (local-time publishes, quiet hours)."),
+    quiet: str | None = typer.Option(None, help="Quiet hours HH:MM-HH:MM local, e.g. 22:00-07:00."),
 ) -> None:
     """Create or update a user; prints Notee's user_id."""
+    window = None
+    if quiet is not None:
+        start, _, end = quiet.partition("-")
+        window = {"start": start, "end": end}
     with _client() as notee:
-        user = notee.put_user(service_user_id, name)
+        user = notee.put_user(service_user_id, name, locale=locale, timezone=timezone, quiet_hours=window)
     typer.echo(user.user_id)
 
 
@@ -321,6 +328,9 @@ def publish(
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
     title: str | None = typer.Option(None, help="Replaces the template's title."),
     body: str | None = typer.Option(None, help="Replaces the template's body."),
+    local_time: str | None = typer.Option(
+        None, "--local-time", help="HH:MM: reach each recipient when its time zone's clock next shows it."
+    ),
     idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
     send_at: str | None = typer.Option(None, "--send-at", help=_SEND_AT_HELP),
     wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
@@ -335,6 +345,7 @@ def publish(
             data=_pairs(data, "--data") or None,
             title=title,
             body=body,
+            local_time=local_time,
             idempotency_key=idempotency_key,
             send_at=_instant(send_at),
         )
@@ -592,6 +603,24 @@ def webhook_resend(endpoint_id: str, delivery_id: int) -> None:
     typer.echo(f"delivery {delivery.delivery_id} ({delivery.event_type} {delivery.event_id}) {delivery.state}")
 
 
+def quiet_hours(
+    window: str | None = typer.Argument(
+        None, help="HH:MM-HH:MM local (22:00-07:00 crosses midnight); 'off' clears; nothing: show."
+    ),
+) -> None:
+    """The service's quiet hours: TOPIC pushes due inside them are held (or dropped, per template)."""
+    with _client() as notee:
+        if window is None:
+            answer = notee.get_quiet_hours()
+        elif window == "off":
+            answer = notee.put_quiet_hours(None)
+        else:
+            start, _, end = window.partition("-")
+            answer = notee.put_quiet_hours(start, end)
+    q = answer.quiet_hours
+    typer.echo(f"{q['start']}-{q['end']}" if q else "off")
+
+
 def install(app: typer.Typer) -> None:
     """Add these commands to the `notee` command."""
     app.add_typer(admin_app, name="admin")
@@ -607,3 +636,4 @@ def install(app: typer.Typer) -> None:
     app.command("topics")(topics)
     app.command("calendar")(calendar)
     app.command("summary")(summary)
+    app.command("quiet-hours")(quiet_hours)

@@ -45,17 +45,19 @@ from sqlalchemy.orm import Session
 from notee import metrics
 from notee.domain import registry
 from notee.domain.credentials import credentials_box, load_credentials
-from notee.domain.render import TemplateContent, render
+from notee.domain.render import Rendered, choose_variant, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.subscriptions import prune_token
-from notee.errors import ProviderConfigError, ProviderUnavailable
+from notee.errors import ProviderConfigError, ProviderUnavailable, QuietDropped, QuietHoursNow
 from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet
 from notee.runtime import Runtime
+from notee.scheduler import clock
 from notee.store import deadletter
+from notee.store.mysql import db_now
 from notee.vocabulary import PageCounts, ProviderCredentials
 
 log = logging.getLogger(__name__)
@@ -462,6 +464,7 @@ def prepare_single(
     *,
     variables: dict[str, str] | None = None,
     data: dict[str, str] | None = None,
+    quiet_hours: bool = False,
 ) -> tuple[list[Message], bool]:
     """Render the SINGLE template ``type_`` once for every device of ``user_id``: (messages, dry_run).
     Raises NotFound (user or template), InvalidInput (missing variables, bad data) or
@@ -469,29 +472,51 @@ def prepare_single(
     extra = check_data(data)
     check_send_inputs(variables, None)
     with runtime.sessions() as session:
-        dry_run = registry.get_service(session, service).delivery_mode == "dry_run"
-        registry.get_user(session, service, user_id)
+        service_row = registry.get_service(session, service)
+        dry_run = service_row.delivery_mode == "dry_run"
+        user = registry.get_user(session, service, user_id)
         template = registry.get_template(session, runtime.statements, service, "SINGLE", type_)
         devices = registry.list_devices(session, service, user_id)
-    push = render(
-        TemplateContent(
-            template.title, template.body, template.data, template.defaults, template.ttl_seconds, template.priority
-        ),
-        variables,
-        {"data": extra} if extra else None,
-    )
-    return [
-        Message(
-            device_token=d.token,
-            device_os=d.os,
-            title=push.title,
-            body=push.body,
-            data=push.data,
-            ttl_seconds=push.ttl_seconds,
-            priority=push.priority,
+        now = db_now(session) if quiet_hours else None
+    window = user.quiet_hours or service_row.quiet_hours
+    if now is not None and window is not None:
+        _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
+    content = template.content()
+    tags = list((content.variants or {}).keys())
+    overrides = {"data": extra} if extra else None
+    pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
+    messages = []
+    for d in devices:
+        key = choose_variant(d.locale or user.locale, tags)
+        if key not in pushes:
+            pushes[key] = render(content.content_for(key), variables, overrides)
+        push = pushes[key]
+        messages.append(
+            Message(
+                device_token=d.token,
+                device_os=d.os,
+                title=push.title,
+                body=push.body,
+                data=push.data,
+                ttl_seconds=push.ttl_seconds,
+                priority=push.priority,
+            )
         )
-        for d in devices
-    ], dry_run
+    if not devices:  # nothing to send, but a request that cannot render is still refused
+        render(content, variables, overrides)
+    return messages, dry_run
+
+
+def _check_quiet(now: datetime, zone_name: str, window: tuple[int, int], mode: str, devices: int) -> None:
+    """An opted-in single send inside the user's quiet hours: QuietDropped (the template drops) or
+    QuietHoursNow (it holds: the caller may send again when they end)."""
+    moment = now.replace(tzinfo=UTC)
+    if not clock.in_window(moment, zone_name, *window):
+        return
+    if mode == "drop":
+        raise QuietDropped(devices)
+    until = clock.window_end(moment, zone_name, *window)
+    raise QuietHoursNow(f"the user is in quiet hours until {until:%Y-%m-%dT%H:%M}Z", until_at=until)
 
 
 async def send_single(
@@ -504,12 +529,14 @@ async def send_single(
     variables: dict[str, str] | None = None,
     data: dict[str, str] | None = None,
     stop: asyncio.Event | None = None,
+    quiet_hours: bool = False,
 ) -> tuple[int, DeliveryResult]:
-    """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API is
+    """``POST /v1/users/{user_id}/send``: (devices targeted, result). ``quiet_hours``: the send
+    opted in to the user's quiet hours (QuietDropped / QuietHoursNow inside them). When ``stop`` is set (the API is
     shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead letters
     are recorded, and the counts say so."""
     messages, dry_run = await asyncio.to_thread(
-        prepare_single, runtime, service, user_id, type_, variables=variables, data=data
+        prepare_single, runtime, service, user_id, type_, variables=variables, data=data, quiet_hours=quiet_hours
     )
     result = await deliver(runtime, providers, service, messages, dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
     log.info(
@@ -605,10 +632,19 @@ class DeliverySender:
         variables: dict[str, str] | None = None,
         data: dict[str, str] | None = None,
         stop: asyncio.Event | None = None,
+        quiet_hours: bool = False,
     ) -> tuple[int, DeliveryResult]:
         """``POST /v1/users/{user_id}/send`` (see ``send_single``; ``stop``: the API is shutting down)."""
         return await send_single(
-            self.runtime, self.providers, service, user_id, type_, variables=variables, data=data, stop=stop
+            self.runtime,
+            self.providers,
+            service,
+            user_id,
+            type_,
+            variables=variables,
+            data=data,
+            stop=stop,
+            quiet_hours=quiet_hours,
         )
 
     async def replay(

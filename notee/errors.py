@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 
@@ -80,3 +81,31 @@ class ProviderUnavailable(NoteeError):
     def __init__(self, message: str, *, retry_in: float = 0.0) -> None:
         super().__init__(message)
         self.retry_in = retry_in
+
+
+class QuietHoursNow(NoteeError):
+    """A single send that opted in to quiet hours, in the user's quiet hours, of a template that holds:
+    nothing was sent now; ``until_at`` (aware UTC) is when they end (the API schedules the send then)."""
+
+    status = 409
+    code = "quiet_hours"
+
+    def __init__(self, message: str, *, until_at: datetime) -> None:
+        until = until_at.isoformat().replace("+00:00", "Z")
+        super().__init__(
+            message,
+            details=[{"loc": ["body", "quiet_hours"], "type": "quiet_hours", "msg": message, "ctx": {"until": until}}],
+        )
+        self.until_at = until_at
+
+
+class QuietDropped(NoteeError):
+    """A single send that opted in to quiet hours, in the user's quiet hours, of a template that drops:
+    nothing was sent (the route answers 200 with the count)."""
+
+    status = 200
+    code = "quiet_dropped"
+
+    def __init__(self, devices: int) -> None:
+        super().__init__(f"{devices} device(s) not sent: quiet hours")
+        self.devices = devices

@@ -148,6 +148,7 @@ class PageCounts:
     pruned: int = 0
     retried: int = 0
     no_credentials: int = 0  # of failed: no credentials for the recipient's platform (not sent, not pruned)
+    quiet_dropped: int = 0  # not sent, not in targeted: in quiet hours, and the template drops (topic only)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,16 @@ def test_bulk_subscribe_smoke(runtime):
     assert fig["extra"]["api_server_cpu_ms_per_user"] > 0
 
 
+def test_local_time_smoke(runtime, bench_emulator):
+    from bench import local_time
+
+    fig = local_time.run(runtime, bench_emulator, devices=480)
+    _measured(fig, "local_time_cpu_ratio")
+    assert fig["sizes"]["zones"] == 24 and fig["sizes"]["parts"] == 24  # one part per zone (24 release minutes)
+    assert fig["extra"]["local_tasks"] == 24 * fig["extra"]["plain_tasks"]
+    assert bench_emulator.delivered() >= 2 * 480  # both publishes reached every device
+
+
 def test_results_files(tmp_path):
     from datetime import datetime
 

@@ -109,7 +109,15 @@ def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, s
     caplog.set_level(logging.INFO)
     r = client.post(f"/v1/users/{user}/send", json={"type": "hi", "variables": {"name": "A"}}, headers=headers)
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 2, "delivered": 2, "pruned": 0, "retried": 0, "failed": 0, "dry_run": True}
+    assert r.json() == {
+        "devices": 2,
+        "delivered": 2,
+        "pruned": 0,
+        "retried": 0,
+        "failed": 0,
+        "dry_run": True,
+        "quiet_dropped": 0,
+    }
     assert emu_client.stats()["counts"] == {}  # nothing left the process
     assert "dry run" in caplog.text
 
@@ -148,7 +156,15 @@ def test_device_of_a_platform_without_credentials_is_a_counted_failure(
     new_template(client, headers, "SINGLE", "hi", title="Hi", body="b")
     r = client.post(f"/v1/users/{user}/send", json={"type": "hi"}, headers=headers)
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 0, "retried": 0, "failed": 1, "dry_run": False}
+    assert r.json() == {
+        "devices": 2,
+        "delivered": 1,
+        "pruned": 0,
+        "retried": 0,
+        "failed": 1,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     assert emu_client.deliveries(ios)["apns"] == 1
     assert emu_client.deliveries(aos)["attempts"] == 0  # not sent
     assert _devices(client, headers, user) == sorted([ios, aos])  # not pruned

@@ -34,11 +34,17 @@ def test_mysql_round_trip_through_seed_tables(runtime, service_id):
             {"s": service_id, "now": now},
         )
         s.execute(
-            text("INSERT INTO `user` VALUES (:s, 'svc-user-1', 'daehwan', :u, :now, :now)"),
+            text(
+                "INSERT INTO `user` (service, service_user_id, service_user_name, user_id, created_at, updated_at)"
+                " VALUES (:s, 'svc-user-1', 'daehwan', :u, :now, :now)"
+            ),
             {"s": service_id, "u": user_id, "now": now},
         )
         s.execute(
-            text("INSERT INTO device VALUES (:s, :u, 'tok-1', 'IOS', 'KR', :now, :now)"),
+            text(
+                "INSERT INTO device (service, user_id, device_token, device_os, region, created_at, updated_at)"
+                " VALUES (:s, :u, 'tok-1', 'IOS', 'KR', :now, :now)"
+            ),
             {"s": service_id, "u": user_id, "now": now},
         )
     with runtime.sessions() as s:
@@ -50,7 +56,10 @@ def test_mysql_round_trip_through_seed_tables(runtime, service_id):
     # the store itself checks enumerations, not only the API
     with pytest.raises(OperationalError, match="ck_device_os"), runtime.sessions.begin() as s:
         s.execute(
-            text("INSERT INTO device VALUES (:s, :u, 'tok-2', 'WIN', 'KR', :now, :now)"),
+            text(
+                "INSERT INTO device (service, user_id, device_token, device_os, region, created_at, updated_at)"
+                " VALUES (:s, :u, 'tok-2', 'WIN', 'KR', :now, :now)"
+            ),
             {"s": service_id, "u": user_id, "now": now},
         )
     # deleting the user cascades to its devices

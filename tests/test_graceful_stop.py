@@ -138,7 +138,15 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
     r = answer["r"]
     assert isinstance(r, httpx.Response), r
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 4, "delivered": 0, "pruned": 1, "retried": 3, "failed": 3, "dry_run": False}
+    assert r.json() == {
+        "devices": 4,
+        "delivered": 0,
+        "pruned": 1,
+        "retried": 3,
+        "failed": 3,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     with runtime.sessions() as s:
         letters = s.execute(
             text("SELECT device_token, reason FROM dead_letter WHERE service = :s"), {"s": service_id}

@@ -65,7 +65,15 @@ def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
 
     r = _send(client, headers, user, type="welcome", variables={"name": "Ann", "order": "42"})
     assert r.status_code == 200, r.text
-    assert r.json() == {"devices": 3, "delivered": 3, "pruned": 0, "retried": 0, "failed": 0, "dry_run": False}
+    assert r.json() == {
+        "devices": 3,
+        "delivered": 3,
+        "pruned": 0,
+        "retried": 0,
+        "failed": 0,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     for token in tokens:  # no APNs credentials: the IOS device goes through FCM too
         assert emu_app.deliveries(token)["fcm"] == 1
     seen = emu_app.last_request(tokens[0])["body"]
@@ -158,7 +166,15 @@ def test_invalid_tokens_are_pruned_from_mysql_and_cassandra(client, runtime, ten
 
     caplog.set_level(logging.INFO)
     r = _send(client, headers, user, type="hi")
-    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 1, "retried": 0, "failed": 0, "dry_run": False}
+    assert r.json() == {
+        "devices": 2,
+        "delivered": 1,
+        "pruned": 1,
+        "retried": 0,
+        "failed": 0,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     devices = [d["token"] for d in client.get(f"/v1/users/{user}/devices", headers=headers).json()["items"]]
     assert devices == [alive]
     rows = runtime.cql.execute(
@@ -178,7 +194,15 @@ def test_retryables_are_retried_then_delivered(client, tenant, emu_app):
     new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
     emu_app.fault("fcm", 503, match=token, times=2, retry_after=0)
     r = _send(client, headers, user, type="hi")
-    assert r.json() == {"devices": 1, "delivered": 1, "pruned": 0, "retried": 2, "failed": 0, "dry_run": False}
+    assert r.json() == {
+        "devices": 1,
+        "delivered": 1,
+        "pruned": 0,
+        "retried": 2,
+        "failed": 0,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     assert emu_app.deliveries(token) == {"token": token, "fcm": 1, "apns": 0, "attempts": 3}
 
 
@@ -190,7 +214,15 @@ def test_what_still_fails_is_dead_lettered(client, runtime, tenant, emu_app):
     emu_app.fault("fcm", 429, match=token, times=100, retry_after=0)
     r = _send(client, headers, user, type="hi")
     bound = runtime.settings.fanout_max_attempts
-    assert r.json() == {"devices": 2, "delivered": 1, "pruned": 0, "retried": bound - 1, "failed": 1, "dry_run": False}
+    assert r.json() == {
+        "devices": 2,
+        "delivered": 1,
+        "pruned": 0,
+        "retried": bound - 1,
+        "failed": 1,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    }
     assert emu_app.deliveries(token)["attempts"] == bound
     with runtime.sessions() as s:
         [letter] = deadletter.list_for_service(s, service)

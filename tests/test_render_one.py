@@ -383,17 +383,15 @@ def test_template_data_stored_as_json_text_is_read():
 
 def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_runtime, monkeypatch):
     """Rendering happens when the job is made (once), never in the worker (per page or device)."""
-    import notee.fanout.jobs as fanout_jobs
-
     service, headers = tenant
     calls: list[str] = []
-    real = fanout_jobs.render
+    real = render.render
 
     def counting(*args, **kwargs):
         calls.append("render")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fanout_jobs, "render", counting)
+    monkeypatch.setattr(render, "render", counting)  # render_all (the job's) calls it through the module
     tokens = [random_token("r") for _ in range(3)]
     user = new_user(client, headers, devices=[(t, "AOS") for t in tokens])
     assert (

@@ -20,6 +20,7 @@ from notee.api.routes import (
     insight,
     prometheus,
     publish,
+    quiet,
     sends,
     subscriptions,
     templates,
@@ -79,7 +80,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         modules += [admin, prometheus]  # /metrics: admin token (its labels name every service)
         app.include_router(insight.admin_router)
     if app.state.serves_tenant:
-        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight, webhooks]
+        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight, webhooks, quiet]
     for module in modules:
         app.include_router(module.router)
     docs_ui.install(app)

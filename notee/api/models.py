@@ -9,7 +9,7 @@ too.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -29,6 +29,7 @@ from notee.api.errors import ErrorResponse
 from notee.domain.rules import (
     APNS_ID_PATTERN,
     BUNDLE_PATTERN,
+    LOCALE_PATTERN,
     MAX_PEM_LEN,
     MAX_TTL_SECONDS,
     REGION_PATTERN,
@@ -36,6 +37,7 @@ from notee.domain.rules import (
     TOKEN_PATTERN,
     control_free,
 )
+from notee.domain.schedule import LOCAL_TIME_PATTERN
 from notee.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
 
 _DELIVERY_MODE = (
@@ -73,6 +75,46 @@ def _rfc3339_text(value: Any) -> Any:
 
 # An absolute instant given by a client (send_at): a string with an explicit offset, never a guess.
 Rfc3339 = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
+
+
+# A BCP 47 language tag (notee.domain.rules.LOCALE_PATTERN); stored in canonical case (pt-br -> pt-BR).
+Locale = Annotated[
+    StrictStr,
+    Field(
+        pattern=LOCALE_PATTERN,
+        max_length=35,
+        description="BCP 47 language tag: language[-Script][-REGION], e.g. de, pt-BR, zh-Hant-TW, es-419",
+        examples=["pt-BR"],
+    ),
+]
+_LOCALE_FIELD = (
+    "BCP 47 language tag (language[-Script][-REGION]) choosing a template's locale variant; "
+    "null clears it; left out: unchanged."
+)
+
+
+class QuietHours(BaseModel):
+    """A daily local-time window; start after end crosses midnight (22:00-07:00)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: StrictStr = Field(pattern=LOCAL_TIME_PATTERN, description="HH:MM, local", examples=["22:00"])
+    end: StrictStr = Field(pattern=LOCAL_TIME_PATTERN, description="HH:MM, local (exclusive)", examples=["07:00"])
+
+
+def quiet_out(window: tuple[int, int] | None) -> QuietHours | None:
+    """(start, end) minutes of the day as the API shows them."""
+    if window is None:
+        return None
+    return QuietHours(
+        start=f"{window[0] // 60:02d}:{window[0] % 60:02d}", end=f"{window[1] // 60:02d}:{window[1] % 60:02d}"
+    )
+
+
+_QUIET_FIELD = (
+    "Quiet hours in the user's time zone: TOPIC pushes due inside the window are held until it ends (or "
+    "dropped, as the template says). Replaces the service's window; null: the service's; left out: unchanged."
+)
 
 # Text fields of per-send input follow the templates' rule (notee.domain.rules.check_text).
 OneLineText = Annotated[StrictStr, AfterValidator(_one_line)]
@@ -206,12 +248,32 @@ class CredentialsStatus(BaseModel):
 
 class UserIn(_In):
     name: StrictStr = Field("", max_length=191, description="The user's name in the service")
+    locale: Locale | None = Field(None, description=_LOCALE_FIELD + " A device's own locale wins over it.")
+    timezone: StrictStr | None = Field(
+        None,
+        max_length=64,
+        description="IANA time zone of the user (local-time publishes); null: the service's; left out: unchanged.",
+        examples=["Europe/Berlin"],
+    )
+    quiet_hours: QuietHours | None = Field(None, description=_QUIET_FIELD)
 
 
 class UserOut(_Out):
     user_id: str = Field(description="Platform user id (UUID), stable for a service_user_id")
     service_user_id: str
     name: str
+    locale: str | None = Field(None, description="BCP 47 tag, canonical case; null: none")
+    timezone: str | None = Field(None, description="IANA time zone; null: the service's")
+    quiet_hours: QuietHours | None = Field(None, description="The user's own quiet hours; null: the service's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _quiet(cls, value: Any) -> Any:
+        window = getattr(value, "quiet_hours", None)
+        if isinstance(window, tuple):  # the domain's (start, end) minutes
+            return {f: getattr(value, f, None) for f in cls.model_fields} | {"quiet_hours": quiet_out(window)}
+        return value
+
     created_at: datetime
     updated_at: datetime
 
@@ -222,12 +284,14 @@ class DeviceIn(_In):
     )
     os: Os
     region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
+    locale: Locale | None = Field(None, description=_LOCALE_FIELD + " Wins over the user's locale.")
 
 
 class DeviceOut(_Out):
     token: str
     os: Os
     region: str
+    locale: str | None = Field(None, description="BCP 47 tag, canonical case; null: the user's")
     created_at: datetime
     updated_at: datetime
 
@@ -248,6 +312,18 @@ class RotateOut(BaseModel):
 # --- templates -------------------------------------------------------------------------------------
 
 
+class VariantIn(_In):
+    title: StrictStr = Field(min_length=1, max_length=200)
+    body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    data: dict[StrictStr, StrictStr] | None = Field(None, description="Merged over the template's data")
+
+
+class VariantOut(BaseModel):
+    title: str
+    body: str
+    data: dict[str, str] | None = None
+
+
 class TemplateIn(_In):
     title: StrictStr = Field(min_length=1, max_length=200)
     body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
@@ -261,6 +337,18 @@ class TemplateIn(_In):
     )
     ttl_seconds: StrictInt | None = Field(None, ge=0, le=MAX_TTL_SECONDS)
     priority: Priority = "high"
+    quiet_hours: Literal["hold", "drop"] = Field(
+        "hold",
+        description="A TOPIC push due in a recipient's quiet hours: hold (sent when they end) or drop (not "
+        "sent, counted in the job's quiet_dropped). Also what an opted-in single send does.",
+    )
+    variants: dict[Locale, VariantIn] | None = Field(
+        None,
+        description="The text per locale (BCP 47 tag -> title, body, data merged over the template's): a "
+        "recipient gets the variant of its locale's best match (language-Script-REGION, then shorter, "
+        "then the template's own title and body). Placeholders and defaults as for the template.",
+        examples=[{"de": {"title": "Hallo {{name}}", "body": "Etwas ist passiert"}}],
+    )
 
 
 class TemplateOut(_Out):
@@ -270,6 +358,8 @@ class TemplateOut(_Out):
     body: str
     data: dict[str, str] | None
     defaults: dict[str, str] | None
+    variants: dict[str, VariantOut] | None = Field(None, description="Locale variants (canonical BCP 47 tags)")
+    quiet_hours: Literal["hold", "drop"] = "hold"
     ttl_seconds: int | None
     priority: Priority
     notification_key: str = Field(description="UUID created with the template; stable across updates")

@@ -33,6 +33,8 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/admin/services/{service}/credentials/{provider}"): "deleteCredentials",
     # users and devices
     ("PUT", "/v1/users/{service_user_id}"): "putUser",
+    ("GET", "/v1/service/quiet-hours"): "getQuietHours",
+    ("PUT", "/v1/service/quiet-hours"): "putQuietHours",
     ("GET", "/v1/users/{user_id}"): "getUser",
     ("DELETE", "/v1/users/{user_id}"): "deleteUser",
     ("POST", "/v1/users/{user_id}/devices"): "addDevice",
@@ -95,6 +97,11 @@ TAGS: list[dict[str, str]] = [
         "(`service_user_id`) and by Notee's `user_id`.",
     },
     {"name": "devices", "description": "Push tokens of a user's devices; token rotation."},
+    {
+        "name": "quiet hours",
+        "description": "The service's quiet hours: a local-time window in which TOPIC pushes are held "
+        "until it ends, or dropped (as the template says). Users may carry their own.",
+    },
     {
         "name": "templates",
         "description": "The notification text of each (method, type): TOPIC templates are "
@@ -232,7 +239,8 @@ _SERVICE_OUT = {
     "created_at": _T,
 }
 _API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
-_DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "created_at": _T, "updated_at": _T}
+_DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE", "created_at": _T, "updated_at": _T}
+_VARIANT = {"title": "Hallo {{name}}", "body": "Neues in {{topic}}", "data": {"screen": "news"}}
 _TEMPLATE = {
     "method": "TOPIC",
     "type": "news",
@@ -240,8 +248,10 @@ _TEMPLATE = {
     "body": "Something new in {{topic}}",
     "data": {"screen": "news"},
     "defaults": {"topic": "sports"},
+    "variants": {"de": _VARIANT},
     "ttl_seconds": 3600,
     "priority": "high",
+    "quiet_hours": "hold",
     "notification_key": _KEY,
     "version": 3,
     "created_at": _T,
@@ -267,6 +277,7 @@ _JOB_STATUS = {
     "no_credentials": 0,
     "pruned": 38,
     "retried": 20,
+    "quiet_dropped": 0,
     "tasks": 2,
     "tasks_done": 1,
     "error": None,
@@ -379,7 +390,7 @@ EXAMPLES: dict[str, Any] = {
     "DeliveryCounts": _COUNTS,
     "DeliverySummaryList": {"items": [_SUMMARY]},
     "DeliverySummaryOut": _SUMMARY,
-    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE"},
+    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE"},
     "DeviceList": {"items": [_DEVICE]},
     "DeviceOut": _DEVICE,
     "ErrorBody": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]},
@@ -406,6 +417,7 @@ EXAMPLES: dict[str, Any] = {
         "variables": {"name": "Alice"},
         "data": {"article": "42"},
         "send_at": "2026-12-01T09:00:00+01:00",
+        "local_time": "09:00",
     },
     "RateLimitIn": {"rate": 50.0, "burst": 200},
     "RateLimitList": {"items": [_RATE]},
@@ -415,8 +427,16 @@ EXAMPLES: dict[str, Any] = {
     "RotateIn": {"old_token": _TOKEN, "new_token": _TOKEN + "-v2"},
     "RotateOut": {"rotated": 1},
     "ScheduleOut": _SCHEDULE,
-    "SendIn": {"type": "otp", "variables": {"code": "123456"}},
-    "SendOut": {"devices": 2, "delivered": 2, "pruned": 0, "retried": 0, "failed": 0, "dry_run": False},
+    "SendIn": {"type": "otp", "variables": {"code": "123456"}, "quiet_hours": False},
+    "SendOut": {
+        "devices": 2,
+        "delivered": 2,
+        "pruned": 0,
+        "retried": 0,
+        "failed": 0,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    },
     "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
     "ServiceList": {"items": [_SERVICE_OUT]},
     "ServiceOut": _SERVICE_OUT,
@@ -459,16 +479,36 @@ EXAMPLES: dict[str, Any] = {
         "body": "Something new in {{topic}}",
         "data": {"screen": "news"},
         "defaults": {"topic": "sports"},
+        "variants": {"de": _VARIANT, "pt-BR": {"title": "Olá {{name}}", "body": "Novidades em {{topic}}"}},
         "ttl_seconds": 3600,
         "priority": "high",
+        "quiet_hours": "hold",
     },
     "TemplateList": {"items": [_TEMPLATE]},
     "TemplateOut": _TEMPLATE,
     "TopicCountOut": _TOPIC_COUNT,
     "TopicList": {"items": [_TOPIC_COUNT], "next_cursor": "WyJuZXdzIiwgInNwb3J0cyJd"},
     "TypeCountOut": {"method": "TOPIC", "type": "news", "subscribers": 5100},
-    "UserIn": {"name": "Alice"},
-    "UserOut": {"user_id": _USER, "service_user_id": "alice-1", "name": "Alice", "created_at": _T, "updated_at": _T},
+    "UserIn": {
+        "name": "Alice",
+        "locale": "de-DE",
+        "timezone": "Europe/Berlin",
+        "quiet_hours": {"start": "22:00", "end": "07:00"},
+    },
+    "QuietHours": {"start": "22:00", "end": "07:00"},
+    "ServiceQuietHours": {"quiet_hours": {"start": "22:00", "end": "07:00"}},
+    "UserOut": {
+        "user_id": _USER,
+        "service_user_id": "alice-1",
+        "name": "Alice",
+        "locale": "de-DE",
+        "timezone": "Europe/Berlin",
+        "quiet_hours": {"start": "22:00", "end": "07:00"},
+        "created_at": _T,
+        "updated_at": _T,
+    },
+    "VariantIn": _VARIANT,
+    "VariantOut": _VARIANT,
 }
 
 

@@ -29,11 +29,13 @@ from notee.domain import render, subscriptions
 from notee.domain.rules import (
     DEFAULT_TIMEZONE,
     MAX_TEMPLATE_BYTES,
+    MAX_VARIANTS,
     REGION_RE,
     TYPE_RE,
     bad,
     check_choice,
     check_data,
+    check_locale,
     check_pattern,
     check_service_id,
     check_text,
@@ -43,7 +45,8 @@ from notee.domain.rules import (
     check_user_id,
     template_size,
 )
-from notee.errors import Conflict, NotFound, PayloadTooLarge, Unauthorized
+from notee.domain.schedule import parse_local_time
+from notee.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from notee.store import deadletter
 from notee.store import registry_sql as store
 from notee.store.cql import Statements
@@ -72,6 +75,7 @@ class Service:
     timezone: str
     created_at: datetime
     delivery_mode: str = "live"
+    quiet_hours: tuple[int, int] | None = None  # (start, end) minutes of the day, local to timezone
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,9 @@ class User:
     created_at: datetime
     updated_at: datetime
     created: bool = False
+    locale: str | None = None
+    timezone: str | None = None
+    quiet_hours: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ class Device:
     created_at: datetime
     updated_at: datetime
     created: bool = False
+    locale: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,10 +131,58 @@ class Template:
     created_at: datetime
     updated_at: datetime
     created: bool = False
+    variants: dict[str, dict[str, Any]] | None = None
+    quiet_hours: str = "hold"
+
+    def content(self) -> render.TemplateContent:
+        """What the renderer needs of this template."""
+        return render.TemplateContent(
+            self.title,
+            self.body,
+            self.data,
+            self.defaults,
+            self.ttl_seconds,
+            self.priority,
+            render.variants_from_json(self.variants),
+        )
 
 
 def _service(row: AnyRow) -> Service:
-    return Service(row.service, row.display_name, row.timezone, _utc(row.created_at), row.delivery_mode)
+    return Service(
+        row.service,
+        row.display_name,
+        row.timezone,
+        _utc(row.created_at),
+        row.delivery_mode,
+        _window(row.quiet_start, row.quiet_end),
+    )
+
+
+def _window(start: int | None, end: int | None) -> tuple[int, int] | None:
+    return None if start is None or end is None else (int(start), int(end))
+
+
+def check_quiet_hours(value: Any, field_: str = "quiet_hours") -> tuple[int, int] | None:
+    """``{"start": "HH:MM", "end": "HH:MM"}`` (or None) as (start, end) minutes of the day; a start
+    after the end crosses midnight (22:00-07:00); equal start and end are refused."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"start", "end"}:
+        raise bad(field_, 'must be {"start": "HH:MM", "end": "HH:MM"} or null', "dict_type")
+    try:
+        (sh, sm), (eh, em) = parse_local_time(value["start"]), parse_local_time(value["end"])
+    except InvalidInput:
+        raise bad(field_, "start and end must be HH:MM, 00:00..23:59", "local_time") from None
+    if (sh, sm) == (eh, em):
+        raise bad(field_, "start and end must differ", "value_error")
+    return sh * 60 + sm, eh * 60 + em
+
+
+def set_quiet_hours(session: Session, service: str, window: tuple[int, int] | None) -> Service:
+    """A service's quiet hours (None: none), when the caller commits."""
+    if not store.set_service_quiet(session, service, window):
+        raise NotFound("service not found")
+    return get_service(session, service)
 
 
 def _key(row: AnyRow) -> ApiKeyInfo:
@@ -135,12 +191,22 @@ def _key(row: AnyRow) -> ApiKeyInfo:
 
 def _user(row: AnyRow, created: bool = False) -> User:
     return User(
-        row.user_id, row.service_user_id, row.service_user_name, _utc(row.created_at), _utc(row.updated_at), created
+        row.user_id,
+        row.service_user_id,
+        row.service_user_name,
+        _utc(row.created_at),
+        _utc(row.updated_at),
+        created,
+        row.locale,
+        row.timezone,
+        _window(row.quiet_start, row.quiet_end),
     )
 
 
 def _device(row: AnyRow, created: bool = False) -> Device:
-    return Device(row.device_token, row.device_os, row.region, _utc(row.created_at), _utc(row.updated_at), created)
+    return Device(
+        row.device_token, row.device_os, row.region, _utc(row.created_at), _utc(row.updated_at), created, row.locale
+    )
 
 
 def _template(row: AnyRow, version: int, created: bool = False) -> Template:
@@ -158,6 +224,8 @@ def _template(row: AnyRow, version: int, created: bool = False) -> Template:
         _utc(row.created_at),
         _utc(row.updated_at),
         created,
+        row.variants,
+        row.quiet_hours,
     )
 
 
@@ -264,13 +332,42 @@ def authenticate(session: Session, raw_key: str | None) -> str:
 # --- users -----------------------------------------------------------------------------------
 
 
-def upsert_user(session: Session, service: str, service_user_id: str, *, name: str = "") -> User:
-    """Create or rename; the same service_user_id always maps to the same platform user_id."""
+# A profile field left out of a request keeps its stored value; None clears it.
+KEEP: Any = object()
+
+
+def upsert_user(
+    session: Session,
+    service: str,
+    service_user_id: str,
+    *,
+    name: str = "",
+    locale: str | None = KEEP,
+    timezone: str | None = KEEP,
+    quiet_hours: dict[str, str] | None = KEEP,
+) -> User:
+    """Create or rename; the same service_user_id always maps to the same platform user_id.
+    ``locale`` (BCP 47, canonicalised) and ``timezone`` (IANA; None: the service's): set, cleared
+    with None, kept when left out."""
     check_text("service_user_id", service_user_id, min_len=1, max_len=191)
     check_text("name", name, max_len=191)
+    profile: dict[str, Any] = {}
+    if locale is not KEEP:
+        profile["locale"] = None if locale is None else check_locale(locale)
+    if timezone is not KEEP:
+        profile["timezone"] = None if timezone is None else check_timezone(timezone)
+    if quiet_hours is not KEEP:
+        window = check_quiet_hours(quiet_hours)
+        profile["quiet_start"], profile["quiet_end"] = window if window is not None else (None, None)
     new_id = str(uuid.uuid4())
     row = store.upsert_user(
-        session, service=service, service_user_id=service_user_id, name=name, new_user_id=new_id, now=utcnow()
+        session,
+        service=service,
+        service_user_id=service_user_id,
+        name=name,
+        new_user_id=new_id,
+        now=utcnow(),
+        profile=profile,
     )
     return _user(row, created=row.user_id == new_id)
 
@@ -305,14 +402,27 @@ def delete_user(session: Session, st: Statements, service: str, user_id: str) ->
 # --- devices -----------------------------------------------------------------------------------
 
 
-def add_device(session: Session, service: str, user_id: str, *, token: str, os: str, region: str = "") -> Device:
-    """Register (or update os/region of) a device, in MySQL. The caller commits, then copies the
+def add_device(
+    session: Session,
+    service: str,
+    user_id: str,
+    *,
+    token: str,
+    os: str,
+    region: str = "",
+    locale: str | None = KEEP,
+) -> Device:
+    """Register (or update os/region/locale of) a device, in MySQL. ``locale`` (BCP 47): the
+    device's own, which wins over its user's; set, cleared with None, kept when left out. The caller commits, then copies the
     user's subscriptions to it with ``subscriptions.on_device_added`` every time, not only for a new
     device: that step is idempotent (it copies only what the device lacks), so repeating a
     registration whose Cassandra step failed completes it."""
     check_token(token)
     check_choice("os", os, OSES)
     check_pattern("region", region, REGION_RE, "up to 8 letters, digits, _ or -")
+    profile: dict[str, Any] = {}
+    if locale is not KEEP:
+        profile["locale"] = None if locale is None else check_locale(locale)
     user = store.get_user(session, service, check_user_id(user_id), for_update=True)
     if user is None:
         raise NotFound("user not found")
@@ -321,7 +431,14 @@ def add_device(session: Session, service: str, user_id: str, *, token: str, os: 
     # other users' devices (seen in the soak). The upsert below is correct either way.
     before = store.get_device(session, service, user.user_id, token)
     row = store.upsert_device(
-        session, service=service, user_id=user.user_id, token=token, os=os, region=region, now=utcnow()
+        session,
+        service=service,
+        user_id=user.user_id,
+        token=token,
+        os=os,
+        region=region,
+        now=utcnow(),
+        profile=profile,
     )
     return _device(row, created=before is None)
 
@@ -401,25 +518,37 @@ def put_template(
     ttl_seconds: int | None = None,
     priority: str = "high",
     defaults: dict[str, str] | None = None,
+    variants: dict[str, dict[str, Any]] | None = None,
+    quiet_hours: str = "hold",
 ) -> Template:
     """Create or update. notification_key is created once and never changes; every write bumps the
     cache version counter before the caller commits: a counter timeout is reported (never retried)
     and the write is not committed, so no template changes without its version; a commit that
     fails after the bump costs one needless cache reload. Placeholders and defaults follow
-    notee/domain/render.py (a CYCLE template needs a default for each placeholder)."""
+    notee/domain/render.py (a CYCLE template needs a default for each placeholder). ``variants``:
+    {BCP 47 tag: {title, body, data?}}, the text per locale (tags canonicalised)."""
     _check_template_id(method, type_)
     check_text("title", title, min_len=1, max_len=200)
     check_text("body", body, min_len=1, max_len=2000, newlines=True)
     data = check_data(data)
     ttl_seconds = check_ttl(ttl_seconds)
     check_choice("priority", priority, PRIORITIES)
-    render.check_template(method, render.TemplateContent(title, body, data, defaults, ttl_seconds, priority))
-    size = template_size(title, body, data)
-    if size > MAX_TEMPLATE_BYTES:
-        raise PayloadTooLarge(
-            f"title + body + data take {size} bytes; at most {MAX_TEMPLATE_BYTES}",
-            details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}],
-        )
+    checked = _check_variants(variants)
+    check_choice("quiet_hours", quiet_hours, ("hold", "drop"))
+    render.check_template(
+        method,
+        render.TemplateContent(title, body, data, defaults, ttl_seconds, priority, render.variants_from_json(checked)),
+    )
+    for where, (t, b, d) in [("", (title, body, data))] + [
+        (f"variants.{tag}: ", (v["title"], v["body"], {**(data or {}), **(v.get("data") or {})}))
+        for tag, v in (checked or {}).items()
+    ]:
+        size = template_size(t, b, d)
+        if size > MAX_TEMPLATE_BYTES:
+            raise PayloadTooLarge(
+                f"{where}title + body + data take {size} bytes; at most {MAX_TEMPLATE_BYTES}",
+                details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}],
+            )
     new_key = str(uuid.uuid4())
     row = store.upsert_template(
         session,
@@ -430,6 +559,8 @@ def put_template(
         body=body,
         data=data,
         defaults=dict(defaults) if defaults else None,
+        variants=checked,
+        quiet_hours=quiet_hours,
         ttl_seconds=ttl_seconds,
         priority=priority,
         new_key=new_key,
@@ -438,6 +569,33 @@ def put_template(
     st.add_version(service, method, type_)  # counter: never retried on timeout
     version = st.counters(service, method, type_)[0]
     return _template(row, version, created=row.notification_key == new_key)
+
+
+def _check_variants(variants: Any) -> dict[str, dict[str, Any]] | None:
+    """A template's locale variants: at most MAX_VARIANTS, BCP 47 keys (canonicalised, distinct),
+    each {title, body, data?} under the template's own text rules. None or {}: no variants."""
+    if variants is None or variants == {}:
+        return None
+    if not isinstance(variants, dict):
+        raise bad("variants", "must be an object of locale -> {title, body, data}", "dict_type")
+    if len(variants) > MAX_VARIANTS:
+        raise bad("variants", f"at most {MAX_VARIANTS} locales")
+    out: dict[str, dict[str, Any]] = {}
+    for tag, v in variants.items():
+        key = check_locale(tag, f"variants.{str(tag)[:40]}")
+        if key in out:
+            raise bad(
+                f"variants.{str(tag)[:40]}",
+                f"the same locale as another key ({key}; tags are case-insensitive)",
+                "duplicate",
+            )
+        if not isinstance(v, dict) or set(v) - {"title", "body", "data"}:
+            raise bad(f"variants.{key}", "must be an object with title, body and optional data", "dict_type")
+        check_text(f"variants.{key}.title", v.get("title"), min_len=1, max_len=200)
+        check_text(f"variants.{key}.body", v.get("body"), min_len=1, max_len=2000, newlines=True)
+        vdata = check_data(v.get("data"))
+        out[key] = {"title": v["title"], "body": v["body"], **({"data": vdata} if vdata else {})}
+    return out
 
 
 def get_template(session: Session, st: Statements, service: str, method: str, type_: str) -> Template:

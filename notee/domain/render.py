@@ -13,13 +13,20 @@ Size: after rendering, each provider's own rule (``notee.providers.fcm.payload_b
 ``notee.providers.apns.payload_bytes``, both 4,096 bytes); a topic or cycle job may reach either
 platform, so both are checked. Topic and cycle jobs render once per job (``notee.fanout.jobs``),
 single sends once per send (``notee.delivery``), never once per device.
+
+Locales: a template may hold variants per locale (BCP 47 tags, ``{"de": {"title", "body",
+"data"?}}``); a variant replaces title and body, its data merges over the template's, and it shares
+the template's defaults, ttl and priority. A recipient gets the variant of the best match for its
+locale (``choose_variant``: language-Script-REGION, then language-Script, then language, then the
+template's own text). A topic or cycle job renders the default and every variant once when it is
+made (``render_all``): rendering stays once per job and variant, never per device.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +46,18 @@ _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """A template's text in one locale: title and body replace the template's, data merges over it."""
+
+    title: str
+    body: str
+    data: Mapping[str, str] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"title": self.title, "body": self.body, **({"data": dict(self.data)} if self.data else {})}
+
+
+@dataclass(frozen=True, slots=True)
 class TemplateContent:
     """What a template says, whatever its method: the renderer's input."""
 
@@ -48,6 +67,46 @@ class TemplateContent:
     defaults: Mapping[str, str] | None
     ttl_seconds: int | None
     priority: str
+    variants: Mapping[str, Variant] | None = None  # canonical BCP 47 tag -> its text
+
+    def content_for(self, locale_key: str | None) -> TemplateContent:
+        """The template as the renderer sees it in one variant (``None``: the template's own text)."""
+        if locale_key is None:
+            return TemplateContent(self.title, self.body, self.data, self.defaults, self.ttl_seconds, self.priority)
+        v = (self.variants or {})[locale_key]
+        base = _data_map(self.data)
+        data = {**base, **(v.data or {})} if (base or v.data) else None
+        return TemplateContent(v.title, v.body, data, self.defaults, self.ttl_seconds, self.priority)
+
+
+def variants_from_json(value: Any) -> dict[str, Variant] | None:
+    """A template row's ``variants`` column (JSON object, possibly read as text) as Variants."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    return {k: Variant(v["title"], v["body"], v.get("data") or None) for k, v in value.items()} or None
+
+
+def choose_variant(locale: str | None, variants: Collection[str]) -> str | None:
+    """The variant a recipient of ``locale`` gets: the longest prefix of its tag that is a variant
+    (RFC 4647 "lookup": ``zh-Hant-TW`` -> ``zh-Hant`` -> ``zh``), else None (the template's own text).
+    ``locale`` and the variant keys are canonical BCP 47 tags."""
+    if not locale or not variants:
+        return None
+    parts = locale.split("-")
+    while parts:
+        tag = "-".join(parts)
+        if tag in variants:
+            return tag
+        parts.pop()
+    return None
+
+
+def _data_map(data: Any) -> dict[str, str]:
+    if isinstance(data, (str, bytes)):  # a JSON column read as text
+        data = json.loads(data)
+    return dict(data or {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +155,19 @@ def _invalid_braces(text: str) -> str | None:
     return found.group(0) if found else None
 
 
+def _all_fields(template: TemplateContent) -> list[tuple[list[str], str]]:
+    """Every field of the template and of its variants (``["body", "variants", tag, ...]``)."""
+    fields = _fields(template.title, template.body, template.data)
+    for tag, v in (template.variants or {}).items():
+        fields += [(["body", "variants", tag, *loc[1:]], text) for loc, text in _fields(v.title, v.body, v.data)]
+    return fields
+
+
 def check_template(method: str, template: TemplateContent) -> None:
     """The rules a template must meet to be saved; every problem is reported in one InvalidInput."""
     problems: list[dict[str, Any]] = []
     used: set[str] = set()
-    for loc, text in _fields(template.title, template.body, template.data):
+    for loc, text in _all_fields(template):
         bad = _invalid_braces(text)
         if bad is not None:
             problems.append(
@@ -210,6 +277,50 @@ def render(
         )
     check_size(rendered)
     return rendered
+
+
+@dataclass(frozen=True, slots=True)
+class Localized:
+    """A job's push: the template's own rendering and one per locale variant."""
+
+    default: Rendered
+    variants: dict[str, Rendered]
+
+    def as_job_payload(self) -> dict[str, Any]:
+        """The job's stored payload: the default push, plus ``variants`` {tag: {title, body, data}}
+        when the template has any (ttl and priority are the template's for every variant)."""
+        payload = self.default.as_job_payload()
+        if self.variants:
+            payload["variants"] = {
+                tag: {"title": r.title, "body": r.body, "data": r.data} for tag, r in self.variants.items()
+            }
+        return payload
+
+
+def render_all(
+    template: TemplateContent, variables: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> Localized:
+    """``render`` once for the template's own text and once per variant (a topic or cycle job's
+    push, made once per job). Overrides apply to every variant. Every missing variable of every
+    variant is reported in one InvalidInput; a variant over a provider's size limit is PayloadTooLarge."""
+    keys: list[str | None] = [None, *(template.variants or {})]
+    done: dict[str | None, Rendered] = {}
+    missing: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        try:
+            done[key] = render(template.content_for(key), variables, overrides)
+        except PayloadTooLarge as exc:
+            if key is None:
+                raise
+            raise PayloadTooLarge(f"variant {key}: {exc.message}", details=exc.details) from None
+        except InvalidInput as exc:
+            if not all(d.get("type") == "missing" for d in exc.details):
+                raise
+            for d in exc.details:
+                missing.setdefault(d["loc"][-1], d)
+    if missing:
+        raise InvalidInput(f"missing template variable(s): {', '.join(missing)}", details=list(missing.values()))
+    return Localized(done.pop(None), {k: v for k, v in done.items() if k is not None})
 
 
 def check_size(rendered: Rendered) -> None:

@@ -133,6 +133,34 @@ def check_timezone(value: Any) -> str:
     return value
 
 
+# A BCP 47 language tag of the shape Notee matches on (RFC 5646 langtag without variants, extensions
+# or private use): language (2-3 letters), optional script (4 letters), optional region (2 letters
+# or 3 digits), e.g. "de", "pt-BR", "zh-Hant-TW", "es-419".
+LOCALE_PATTERN = r"^[A-Za-z]{2,3}(?:-[A-Za-z]{4})?(?:-(?:[A-Za-z]{2}|[0-9]{3}))?$"
+LOCALE_RE = re.compile(LOCALE_PATTERN)
+MAX_VARIANTS = 50
+
+
+def canonical_locale(tag: str) -> str:
+    """The BCP 47 case conventions (RFC 5646 2.1.1): ``pt-br`` -> ``pt-BR``, ``ZH-hant`` -> ``zh-Hant``."""
+    parts = tag.split("-")
+    out = [parts[0].lower()]
+    for part in parts[1:]:
+        out.append(part.title() if len(part) == 4 else part.upper())
+    return "-".join(out)
+
+
+def check_locale(value: Any, field_: str = "locale") -> str:
+    """A BCP 47 tag (``LOCALE_PATTERN``), returned in canonical case."""
+    if not isinstance(value, str) or not LOCALE_RE.match(value):
+        raise bad(
+            field_,
+            "must be a BCP 47 language tag: language[-Script][-REGION], e.g. de, pt-BR, zh-Hant-TW, es-419",
+            "locale",
+        )
+    return canonical_locale(value)
+
+
 def check_token(value: Any, field_: str = "token") -> str:
     return check_pattern(field_, value, TOKEN_RE, "8..512 printable ASCII characters without spaces")
 

@@ -8,6 +8,7 @@ the days came in, so "subscribe twice changes nothing" is a string comparison.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,20 @@ def validate_topic(topic: str) -> str:
             "topic must not contain control characters", details=[{"field": "topic", "reason": "control_character"}]
         )
     return topic
+
+
+LOCAL_TIME_PATTERN = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+_LOCAL_TIME_RE = re.compile(LOCAL_TIME_PATTERN)
+
+
+def parse_local_time(text: Any) -> tuple[int, int]:
+    """``"HH:MM"`` (00:00..23:59) as (hour, minute); InvalidInput otherwise."""
+    if not isinstance(text, str) or not _LOCAL_TIME_RE.match(text):
+        raise InvalidInput(
+            "local_time must be HH:MM, 00:00..23:59",
+            details=[{"loc": ["body", "local_time"], "type": "local_time", "msg": "must be HH:MM, 00:00..23:59"}],
+        )
+    return int(text[:2]), int(text[3:])
 
 
 def validate_timezone(name: str) -> str:

@@ -14,23 +14,25 @@ import hashlib
 import json
 import logging
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee.domain.render import TemplateContent, render
-from notee.domain.rules import check_data, check_send_inputs
-from notee.domain.schedule import validate_topic
+from notee.domain.render import TemplateContent, render_all, variants_from_json
+from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
+from notee.domain.schedule import parse_local_time, validate_topic
 from notee.errors import Conflict, InvalidInput, NotFound
 from notee.runtime import Runtime
+from notee.scheduler import clock
 from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store import registry_sql
 from notee.store.cql import max_slot
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
+from notee.store.mysql import db_now
 from notee.vocabulary import Progress, Target, TopicTarget, UserTarget, encode_target, slot_ranges
 
 log = logging.getLogger(__name__)
@@ -141,6 +143,8 @@ def create_job(
     overrides: dict[str, Any] | None = None,
     deadline_in_s: float | None = None,
     send_at: datetime | None = None,
+    local_time: str | None = None,
+    at: datetime | None = None,
 ) -> JobRow:
     """Write the job and its tasks in the caller's transaction (the caller commits); with an
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
@@ -148,13 +152,18 @@ def create_job(
     tasks expire instead of sending. ``send_at``: naive UTC, checked by ``check_send_at``; the job is
     scheduled until then. A USER target (a scheduled single send) has one task. Raises NotFound (no such template for the service) and
     InvalidInput/PayloadTooLarge (rendering);
-    InvalidInput when the idempotency key was used by a different request."""
+    InvalidInput when the idempotency key was used by a different request.
+
+    ``local_time`` ("HH:MM", a TOPIC target): the job reaches each recipient when the clock of its
+    zone shows that time (``local_parts``); ``at`` (naive UTC) replaces the database clock's now as
+    the instant the releases are computed from (tests simulate a date with it)."""
     kind, target_json = encode_target(target)
+    asked = target_json if local_time is None else target_json | {"local_time": local_time}
     fingerprint = request_hash(
         method=method,
         type_=type_,
         target_kind=kind,
-        target=target_json,
+        target=asked,
         variables=variables,
         overrides=overrides,
         send_at=send_at,
@@ -168,10 +177,17 @@ def create_job(
         raise NotFound("no such notification template")
     if (template.notification_method, template.notification_type) != (method, type_):
         raise InvalidInput("notification_key does not belong to this method and type")
-    # Rendered once here for every recipient of the job (docs/FANOUT.md); the workers never render.
-    payload = render(
+    # Rendered once here for every recipient of the job, once per locale variant (docs/FANOUT.md);
+    # the workers never render, they pick each recipient's variant.
+    payload = render_all(
         TemplateContent(
-            template.title, template.body, template.data, template.defaults, template.ttl_seconds, template.priority
+            template.title,
+            template.body,
+            template.data,
+            template.defaults,
+            template.ttl_seconds,
+            template.priority,
+            variants_from_json(template.variants),
         ),
         variables,
         overrides,
@@ -181,6 +197,41 @@ def create_job(
     # Read the numbering counter before writing: the job walks every slot that exists now (a
     # scheduled job too: docs/API.md "Scheduled sends" says what that means for later subscribers).
     top = 0 if isinstance(target, UserTarget) else max_slot(runtime.statements, service, method, type_)
+    ranges = slot_ranges(top, SLOTS_PER_TASK)
+    parts: list[Part] = []
+    if method == "TOPIC" and kind == "TOPIC":  # local time and quiet hours concern topic publishes only
+        start = at or send_at or db_now(session)
+        default_zone = service_row.timezone if service_row is not None else DEFAULT_TIMEZONE
+        service_quiet = _window(service_row.quiet_start, service_row.quiet_end) if service_row is not None else None
+        plan: dict[str, Any] = {
+            "from": _iso(start),
+            "default_timezone": default_zone,
+            "service_quiet": list(service_quiet) if service_quiet else None,
+            "quiet_mode": template.quiet_hours,
+        }
+        if local_time is not None:
+            plan["local_time"] = local_time
+        zones = {z or default_zone for z in registry_sql.zones_in_use(session, service)} | {default_zone}
+        clocks = {(z, service_quiet) for z in zones} | {
+            (z or default_zone, w) for z, w in registry_sql.quiet_in_use(session, service)
+        }
+        parts = plan_parts(plan, sorted(clocks, key=repr))
+        if local_time is not None and not parts:
+            raise InvalidInput(f"local_time: no time zone of this service is known on this host ({default_zone})")
+        now_minute = clock.floor_minute(_aware(start))
+        quiet_now = any(placement(plan, z, w) != (now_minute, True) for z, w in clocks)
+        if local_time is not None or quiet_now:
+            target_json = (
+                asked
+                | plan
+                | {
+                    "tasks_per_part": len(ranges),
+                    "parts": [{"at": _iso(p.at), "zones": list(p.zones)} for p in parts],
+                }
+            )
+            ranges = ranges * len(parts)  # part i = tasks i*S .. i*S+S-1, each walking every slot once
+        else:
+            parts = []  # nobody in quiet hours now and no local time: a plain job, no per-page lookups
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
@@ -199,10 +250,16 @@ def create_job(
                 overrides=overrides,
                 payload=payload,
                 dry_run=dry_run,
-                slot_ranges=slot_ranges(top, SLOTS_PER_TASK),
+                slot_ranges=ranges,
                 deadline_in_s=deadline_in_s,
                 send_at=send_at,
             )
+            per_part = len(ranges) // max(len(parts), 1)
+            for i, part in enumerate(parts):  # each part becomes claimable at its release minute
+                release = part.at.replace(tzinfo=None)
+                if send_at is not None:
+                    release = max(release, send_at)  # never before a scheduled publish's send_at
+                store.hold_tasks(session, job_id, i * per_part, (i + 1) * per_part - 1, release)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -226,6 +283,91 @@ def create_job(
     return replace(job, created=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One release of a topic job planned by recipient clocks (local time, quiet hours): the UTC
+    minute ``at`` and the zones whose recipients may be due then. The part's tasks send to the
+    recipients whose due minute falls after the previous part's ``at`` and at or before this one's
+    (``in_part``)."""
+
+    at: datetime  # aware UTC
+    zones: tuple[str, ...]
+
+
+Window = tuple[int, int]  # quiet hours: (start, end) minutes of the day, local
+
+
+def _window(start: int | None, end: int | None) -> Window | None:
+    return None if start is None or end is None else (int(start), int(end))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def placement(plan: dict[str, Any], zone_name: str | None, window: Window | None) -> tuple[datetime, bool]:
+    """Where a recipient of ``zone_name`` (None: the service's) with quiet hours ``window`` (None:
+    the service's) goes in a planned job: (the minute that decides its part, is it sent). Its base
+    minute is the publish's (``from``) or, with ``local_time``, when its clock next shows that time
+    (``clock.local_release``). If its clock then shows a minute of its quiet window, it is held
+    until the window ends (``clock.window_end``), or, when the template drops, not sent (it is
+    counted, in the part of its base minute). A zone unknown on this host counts as the service's."""
+    zone_name = zone_name or plan["default_timezone"]
+    if window is None and plan.get("service_quiet"):
+        window = (int(plan["service_quiet"][0]), int(plan["service_quiet"][1]))
+    start = datetime.fromisoformat(plan["from"])
+    try:
+        clock.zone(zone_name)
+    except ValueError:
+        zone_name = plan["default_timezone"]
+    if plan.get("local_time"):
+        hour, minute = parse_local_time(plan["local_time"])
+        base = clock.local_release(start, hour, minute, zone_name)
+    else:
+        base = clock.floor_minute(start)
+    if window is None or not clock.in_window(base, zone_name, *window):
+        return base, True
+    if plan.get("quiet_mode") == "drop":
+        return base, False
+    return clock.window_end(base, zone_name, *window), True
+
+
+def plan_parts(plan: dict[str, Any], clocks: list[tuple[str, Window | None]]) -> list[Part]:
+    """The releases of a planned job: one per distinct minute that decides some (zone, window)'s
+    part (``placement``), earliest first. Zones this host does not know are logged and counted as
+    the service's."""
+    by_minute: dict[datetime, set[str]] = {}
+    for zone_name, window in clocks:
+        try:
+            clock.zone(zone_name)
+        except ValueError:
+            log.error("planned publish: time zone %r unknown on this host; its users get the default's", zone_name)
+        minute, _ = placement(plan, zone_name, window)
+        by_minute.setdefault(minute, set()).add(zone_name)
+    return [Part(at, tuple(sorted(zs))) for at, zs in sorted(by_minute.items())]
+
+
+def local_parts(start: datetime, hour: int, minute: int, zones: list[str]) -> list[Part]:
+    """The releases of a local-time publish without quiet hours made at ``start`` (see ``plan_parts``)."""
+    plan = {"from": _iso(start), "default_timezone": zones[0], "local_time": f"{hour:02d}:{minute:02d}"}
+    return plan_parts(plan, [(z, None) for z in zones])
+
+
+def in_part(target: dict[str, Any], part: int, release: datetime) -> bool:
+    """Does a recipient whose deciding minute is ``release`` belong to ``part``? Part i takes the
+    minutes after part i-1's up to its own; the first takes everything up to its minute, the last
+    everything after the one before it, so each recipient is in exactly one part even if its zone
+    or window was not in use when the job was made."""
+    ats = [datetime.fromisoformat(p["at"]) for p in target["parts"]]
+    low = ats[part - 1] if part > 0 else None
+    high = ats[part] if part < len(ats) - 1 else None
+    return (low is None or release > low) and (high is None or release <= high)
+
+
+def _iso(moment: datetime) -> str:
+    return _aware(moment).astimezone(UTC).isoformat()
+
+
 def publish_topic(
     runtime: Runtime,
     session: Session,
@@ -237,10 +379,15 @@ def publish_topic(
     variables: dict[str, Any] | None,
     overrides: dict[str, Any] | None,
     send_at: datetime | None = None,
+    local_time: str | None = None,
+    at: datetime | None = None,
 ) -> JobRow:
     """The topic publish API's one domain call: resolve the TOPIC template, then ``create_job`` (in
-    the caller's transaction: the caller commits). ``send_at`` (aware): sent then, not now."""
+    the caller's transaction: the caller commits). ``send_at`` (aware): sent then, not now;
+    ``local_time``: see ``create_job``."""
     validate_topic(topic)
+    if local_time is not None:
+        parse_local_time(local_time)
     check_send_inputs(variables, overrides)
     when = check_send_at(session, runtime.settings, send_at)
     template = registry_sql.get_template(session, service, "TOPIC", type_)
@@ -258,6 +405,8 @@ def publish_topic(
         variables=variables,
         overrides=overrides,
         send_at=when,
+        local_time=local_time,
+        at=at,
     )
 
 

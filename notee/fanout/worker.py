@@ -39,13 +39,16 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee import heartbeat, logs, metrics
 from notee.delivery import DeliverySender, PageAborted, Stopping
+from notee.domain.render import choose_variant
 from notee.errors import ProviderConfigError, ProviderUnavailable
+from notee.fanout.jobs import in_part, placement
 from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.providers.base import Message
@@ -56,6 +59,7 @@ from notee.store import registry_sql
 from notee.store.cql import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
+from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.vocabulary import PageCounts, Recipient, Target, UserTarget, decode_target
 
 log = logging.getLogger(__name__)
@@ -96,9 +100,23 @@ def is_outage(exc: BaseException) -> bool:
 # what the page did before the error) when the service's credentials are missing or unusable: the
 # whole job fails once. Production: ``notee.delivery.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
-# What the reader hands the sender: (slot, page, paging state after it, key (no, device_token) of the
-# last row read), or the error that stopped it.
-_ReadItem = tuple[int, list[Recipient], bytes | None, tuple[int, str] | None] | Exception
+# What the reader hands the sender, or the error that stopped it: (slot, page, paging state after
+# it, key (no, device_token) of the last row read, the page's recipient locales or None when the job
+# has no variants, the recipients of the page to send: all of it, or those of the task's part, and
+# how many of the part's it drops: quiet hours)
+_ReadItem = (
+    tuple[
+        int,
+        list[Recipient],
+        bytes | None,
+        tuple[int, str] | None,
+        dict[tuple[str, str], str] | None,
+        list[Recipient],
+        int,
+    ]
+    | Exception
+)
+_NO_CLOCK: UserClock = (None, None)
 
 
 class MovedRowFilter:
@@ -137,11 +155,50 @@ class MovedRowFilter:
         return kept
 
 
-def messages_for(page: Sequence[Recipient], payload: dict[str, Any]) -> list[Message]:
-    """Render one page: every recipient of a publish gets the same payload (pure, no I/O)."""
-    title, body, data = payload["title"], payload["body"], payload.get("data") or {}
+class _Part:
+    """The recipient filter of one part of a planned job (local time, quiet hours): a recipient
+    belongs to the part its deciding minute falls in (``jobs.placement``, ``jobs.in_part``), and is
+    sent or, held in quiet hours by a dropping template, counted dropped. Computed once per
+    (zone, window) per task."""
+
+    SKIP, SEND, DROP = 0, 1, 2
+
+    def __init__(self, target: dict[str, Any], part: int) -> None:
+        self.target, self.part = target, part
+        self._seen: dict[UserClock, int] = {}
+
+    def decide(self, user_clock: UserClock) -> int:
+        hit = self._seen.get(user_clock)
+        if hit is None:
+            minute, send = placement(self.target, *user_clock)
+            hit = (self.SEND if send else self.DROP) if in_part(self.target, self.part, minute) else self.SKIP
+            self._seen[user_clock] = hit
+        return hit
+
+
+def messages_for(
+    page: Sequence[Recipient], payload: dict[str, Any], locales: dict[tuple[str, str], str] | None = None
+) -> list[Message]:
+    """One page's messages (pure, no I/O): every recipient gets the job's rendered payload, or, when
+    the template has locale variants, the variant its locale (``locales``: (user_id, device_token) ->
+    tag) matches best; nothing is rendered here."""
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
-    return [Message(r.device_token, r.device_os, title, body, data, ttl, priority) for r in page]
+    default = (payload["title"], payload["body"], payload.get("data") or {})
+    variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
+    if not variants or not locales:
+        title, body, data = default
+        return [Message(r.device_token, r.device_os, title, body, data, ttl, priority) for r in page]
+    by_locale: dict[str | None, tuple[str, str, dict[str, str]]] = {None: default}
+    out = []
+    for r in page:
+        locale = locales.get((r.user_id, r.device_token))
+        text = by_locale.get(locale)
+        if text is None:
+            tag = choose_variant(locale, variants)
+            v = variants[tag] if tag is not None else None
+            text = by_locale[locale] = default if v is None else (v["title"], v["body"], v.get("data") or {})
+        out.append(Message(r.device_token, r.device_os, text[0], text[1], text[2], ttl, priority))
+    return out
 
 
 class Worker:
@@ -239,13 +296,19 @@ class Worker:
             logs.service.set(job.service)
             target = decode_target(job.target_kind, job.target)
             queue: asyncio.Queue[_ReadItem] = asyncio.Queue(maxsize=READ_AHEAD)
-            reader = asyncio.create_task(self._read(claim, job.notification_key, target, queue))
+            service = job.service if job.payload.get("variants") else None  # locales needed: one query a page
+            local = None
+            if job.target.get("parts"):  # a planned job: this task sends only its part's recipients
+                local = _Part(job.target, claim.task_no // int(job.target["tasks_per_part"]))
+            reader = asyncio.create_task(
+                self._read(claim, job.notification_key, target, queue, locales_of=service, local=(job.service, local))
+            )
             try:
                 while True:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         raise item
-                    slot, page, next_state, last_read = item
+                    slot, _page, next_state, last_read, locales, to_send, dropped = item
                     if lost.is_set():
                         raise LeaseLost(f"lease of {name} lost")
                     if self.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
@@ -254,14 +317,16 @@ class Worker:
                         log.info("task %s released on stop after %d pages", name, pages)
                         return
                     counts = PageCounts()
-                    if page:
+                    if to_send:
                         try:
                             counts = await self.send_page(
-                                job.service, job.job_id, messages_for(page, job.payload), job.dry_run
+                                job.service, job.job_id, messages_for(to_send, job.payload, locales), job.dry_run
                             )
                         except PageAborted as exc:
                             aborted = exc.counts
                             raise
+                    if dropped:
+                        counts = replace(counts, quiet_dropped=dropped)
                     pages += 1
                     sent += counts.sent
                     self.backoff.reset()
@@ -393,12 +458,23 @@ class Worker:
         key: str,
         target: Target,
         queue: asyncio.Queue[_ReadItem],
+        *,
+        locales_of: str | None = None,
+        local: tuple[str, _Part | None] = ("", None),
     ) -> None:
-        """Producer: page the task's slots from its checkpoint into the bounded queue."""
+        """Producer: page the task's slots from its checkpoint into the bounded queue; with
+        ``locales_of`` (the job's service, when its template has locale variants) each page comes
+        with its recipients' locales, read in one MySQL query; with a ``local`` part (a planned
+        job: local time, quiet hours) only the page's recipients of that part are to be sent (their
+        zones and windows: one query)."""
         if isinstance(target, UserTarget):  # a scheduled single send: the user's devices as they are now
             try:
                 page = await asyncio.to_thread(_user_devices, self.runtime.sessions, claim.job_id, target)
-                await queue.put((claim.slot_from, page, None, (page[-1].no, page[-1].device_token) if page else None))
+                locales = None
+                if locales_of is not None and page:
+                    locales = await asyncio.to_thread(self._locales, locales_of, page)
+                last = (page[-1].no, page[-1].device_token) if page else None
+                await queue.put((claim.slot_from, page, None, last, locales, page, 0))
             except Exception as exc:
                 await queue.put(exc)
             return
@@ -416,9 +492,33 @@ class Worker:
                         break
                     page, next_state = item
                     last_read = (page[-1].no, page[-1].device_token) if page else None
-                    await queue.put((slot, moved(page), next_state, last_read))
+                    page = moved(page)
+                    to_send, dropped = page, 0
+                    if local[1] is not None and page:
+                        to_send, dropped = await asyncio.to_thread(self._of_part, local[0], local[1], page)
+                    locales = None
+                    if locales_of is not None and to_send:
+                        locales = await asyncio.to_thread(self._locales, locales_of, to_send)
+                    await queue.put((slot, page, next_state, last_read, locales, to_send, dropped))
         except Exception as exc:  # handed to the consumer, which releases the task
             await queue.put(exc)
+
+    def _of_part(self, service: str, local: _Part, page: list[Recipient]) -> tuple[list[Recipient], int]:
+        """The page's recipients this part sends, and how many it drops (quiet hours)."""
+        with self.runtime.sessions() as session:
+            clocks = user_clocks(session, service, {r.user_id for r in page})
+        send, dropped = [], 0
+        for r in page:
+            verdict = local.decide(clocks.get(r.user_id, _NO_CLOCK))
+            if verdict == _Part.SEND:
+                send.append(r)
+            elif verdict == _Part.DROP:
+                dropped += 1
+        return send, dropped
+
+    def _locales(self, service: str, page: list[Recipient]) -> dict[tuple[str, str], str]:
+        with self.runtime.sessions() as session:
+            return recipient_locales(session, service, {r.user_id for r in page})
 
     async def _keep_lease(self, claim: Claim, lost: asyncio.Event) -> None:
         while True:

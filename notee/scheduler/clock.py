@@ -111,3 +111,63 @@ def idempotency_key(notification_key: str, target: CycleTarget, minute_utc: date
         f"cycle:{notification_key}:{target.timezone}:{target.day}{target.hour:02d}{target.minute:02d}:"
         f"{m.strftime('%Y-%m-%dT%H:%MZ')}"
     )
+
+
+def local_release(after_utc: datetime, hour: int, minute: int, tz_name: str) -> datetime:
+    """The UTC minute at which the wall clock of ``tz_name`` next shows ``hour:minute``, counting the
+    minute containing ``after_utc`` (a local-time publish: "at 09:00 in each recipient's zone").
+
+    It is the minute the cycle scheduler fires that wall time (``due_walls``), so the DST rules are
+    the same: a time inside a spring-forward gap is reached at the first minute after the gap (02:30
+    on a New York spring-forward day -> 03:00 EDT), a time repeated by a fall-back at its first
+    occurrence (01:30 EDT, not 01:30 EST). The result is at most one local day (24 hours, 25 on a
+    day that falls back) after ``after_utc``."""
+    tz = zone(tz_name)
+    start = floor_minute(after_utc)
+    today = _wall(start, tz).replace(hour=hour, minute=minute)
+    for wall in (today, today + timedelta(days=1), today + timedelta(days=2)):
+        fires = _fires_at(wall, tz, tz_name)
+        if fires >= start:
+            return fires
+    raise ValueError(f"{tz_name}: {hour:02d}:{minute:02d} not reached within two days of {start.isoformat()}")
+
+
+def _fires_at(wall: datetime, tz: ZoneInfo, tz_name: str) -> datetime:
+    """The UTC minute whose ``due_walls`` include the naive local ``wall``."""
+    first = _first_occurrence_utc(wall, tz)
+    if first is not None:
+        return first
+    # In a gap: due at the first minute after it, which lies between the wall read with the
+    # offset after the transition (fold=1, earlier) and with the one before it (fold=0, later).
+    m = floor_minute(wall.replace(tzinfo=tz, fold=1).astimezone(UTC))
+    last = floor_minute(wall.replace(tzinfo=tz, fold=0).astimezone(UTC)) + _MAX_GAP
+    while m <= last:
+        if wall in due_walls(m, tz_name):
+            return m
+        m += MINUTE
+    raise ValueError(f"{tz_name}: {wall.isoformat()} is never due")
+
+
+def in_window(moment_utc: datetime, tz_name: str, start: int, end: int) -> bool:
+    """Does the wall clock of ``tz_name`` at ``moment_utc`` show a minute of the daily window
+    [start, end) (minutes of the day; start > end crosses midnight: 22:00-07:00)?"""
+    wall = _wall(floor_minute(moment_utc), zone(tz_name))
+    m = wall.hour * 60 + wall.minute
+    return start <= m < end if start < end else (m >= start or m < end)
+
+
+def window_end(moment_utc: datetime, tz_name: str, start: int, end: int) -> datetime:
+    """The first UTC minute at or after ``moment_utc`` at which the wall clock of ``tz_name`` shows a
+    minute outside the window [start, end): when quiet hours end. Walks wall-clock minutes, so a DST
+    change is whatever the clock shows: an end inside a spring-forward gap is reached at the first
+    minute after the gap; in a repeated (fall-back) hour the window is quiet each time the clock
+    shows its minutes."""
+    m = floor_minute(moment_utc)
+    tz = zone(tz_name)
+    for _ in range(2 * 24 * 60):
+        wall = _wall(m, tz)
+        w = wall.hour * 60 + wall.minute
+        if not (start <= w < end if start < end else (w >= start or w < end)):
+            return m
+        m += MINUTE
+    raise ValueError(f"{tz_name}: window {start}-{end} never ends")

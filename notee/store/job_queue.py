@@ -215,11 +215,21 @@ def insert_job(
     )
 
 
+def hold_tasks(session: Session, job_id: str, task_from: int, task_to: int, until: datetime) -> None:
+    """Tasks ``task_from..task_to`` of a job just inserted become claimable at ``until`` (naive UTC,
+    database clock) instead of at once: the claim takes a queued task only when lease_until <= now
+    (the release of one part of a local-time publish)."""
+    session.execute(
+        text("UPDATE fanout_task SET lease_until = :u WHERE job_id = :j AND task_no BETWEEN :a AND :b"),
+        {"u": until, "j": job_id, "a": task_from, "b": task_to},
+    )
+
+
 def _rollup(t: str) -> str:
     """The SELECT list that sums the counters of the task rows aliased ``t`` into a job's progress."""
     return f"COALESCE(SUM({t}.state NOT IN ('queued', 'running')), 0) AS tasks_done," + ",".join(
         f" COALESCE(SUM({t}.{c}), 0) AS {c}"
-        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials")
+        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials", "quiet_dropped")
     )
 
 
@@ -231,6 +241,7 @@ def _progress(row: Any) -> Progress:
         pruned=int(row.pruned),
         retried=int(row.retried),
         no_credentials=int(row.no_credentials),
+        quiet_dropped=int(row.quiet_dropped),
         tasks_done=int(row.tasks_done),
     )
 
@@ -381,7 +392,8 @@ def checkpoint(
             claim_,
             "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, resume_no = :rn, resume_token = :rt,"
             " targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr,"
-            " retried = retried + :re, no_credentials = no_credentials + :nc, pages = pages + 1, attempts = 1,"
+            " retried = retried + :re, no_credentials = no_credentials + :nc, quiet_dropped = quiet_dropped + :qd,"
+            " pages = pages + 1, attempts = 1,"
             " error = NULL, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
             {
                 "cs": current_slot,
@@ -394,6 +406,7 @@ def checkpoint(
                 "pr": counts.pruned,
                 "re": counts.retried,
                 "nc": counts.no_credentials,
+                "qd": counts.quiet_dropped,
                 "ms": int(lease_s * 1000),
             },
         )
@@ -551,7 +564,7 @@ def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
         claim_,
         "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
         " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
-        " pages = pages + :pg",
+        " quiet_dropped = quiet_dropped + :qd, pages = pages + :pg",
         {
             "tg": counts.targeted,
             "se": counts.sent,
@@ -559,7 +572,8 @@ def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
             "pr": counts.pruned,
             "re": counts.retried,
             "nc": counts.no_credentials,
-            "pg": 1 if counts.targeted else 0,
+            "qd": counts.quiet_dropped,
+            "pg": 1 if counts.targeted or counts.quiet_dropped else 0,
         },
     )
 

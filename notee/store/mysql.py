@@ -10,10 +10,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from pymysql.connections import Connection as PyMySQLConnection
-from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event
+from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event, text
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -75,3 +76,10 @@ def affected(result: Result[Any]) -> int:
     ``Result``; for these statements it is always a ``CursorResult``, which has the count."""
     assert isinstance(result, CursorResult)
     return result.rowcount
+
+
+def db_now(session: Session) -> datetime:
+    """The database server's clock (naive UTC): the clock leases and task release times compare with."""
+    value = session.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    assert isinstance(value, datetime)
+    return value

@@ -7,7 +7,7 @@ and never commits: the domain function that owns the unit of work does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +40,8 @@ service_t = Table(
     Column("service", String(32), primary_key=True),
     Column("display_name", String(200)),
     Column("timezone", String(64)),
+    Column("quiet_start", Integer, nullable=True),
+    Column("quiet_end", Integer, nullable=True),
     Column("delivery_mode", String(7)),
     Column("created_at", DateTime),
 )
@@ -70,6 +72,10 @@ user_t = Table(
     Column("service", String(32), primary_key=True),
     Column("service_user_id", String(191), primary_key=True),
     Column("service_user_name", String(191)),
+    Column("locale", String(35), nullable=True),
+    Column("timezone", String(64), nullable=True),
+    Column("quiet_start", Integer, nullable=True),
+    Column("quiet_end", Integer, nullable=True),
     Column("user_id", String(36)),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
@@ -83,6 +89,7 @@ device_t = Table(
     Column("device_token", String(512), primary_key=True),
     Column("device_os", String(3)),
     Column("region", String(8)),
+    Column("locale", String(35), nullable=True),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
 )
@@ -97,8 +104,10 @@ template_t = Table(
     Column("body", String(2000)),
     Column("data", JSON, nullable=True),
     Column("defaults", JSON, nullable=True),
+    Column("variants", JSON, nullable=True),
     Column("ttl_seconds", Integer, nullable=True),
     Column("priority", String(6)),
+    Column("quiet_hours", String(4)),
     Column("notification_key", String(36)),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
@@ -238,10 +247,19 @@ def replace_credential_blobs(
 
 
 def upsert_user(
-    session: Session, *, service: str, service_user_id: str, name: str, new_user_id: str, now: datetime
+    session: Session,
+    *,
+    service: str,
+    service_user_id: str,
+    name: str,
+    new_user_id: str,
+    now: datetime,
+    profile: dict[str, Any] | None = None,
 ) -> AnyRow:
     """Create or rename the user; the platform user_id is only set on creation. Race-free: two
-    concurrent first calls both end with the one row the database kept."""
+    concurrent first calls both end with the one row the database kept. ``profile``: the user
+    columns the request set (``locale``; absent keys are left as they are)."""
+    profile = profile or {}
     stmt = mysql_insert(user_t).values(
         service=service,
         service_user_id=service_user_id,
@@ -249,9 +267,12 @@ def upsert_user(
         user_id=new_user_id,
         created_at=now,
         updated_at=now,
+        **profile,
     )
     stmt = stmt.on_duplicate_key_update(
-        service_user_name=stmt.inserted.service_user_name, updated_at=stmt.inserted.updated_at
+        service_user_name=stmt.inserted.service_user_name,
+        updated_at=stmt.inserted.updated_at,
+        **{k: getattr(stmt.inserted, k) for k in profile},
     )
     session.execute(stmt)
     return session.execute(
@@ -307,8 +328,18 @@ def get_device(session: Session, service: str, user_id: str, token: str, *, for_
 
 
 def upsert_device(
-    session: Session, *, service: str, user_id: str, token: str, os: str, region: str, now: datetime
+    session: Session,
+    *,
+    service: str,
+    user_id: str,
+    token: str,
+    os: str,
+    region: str,
+    now: datetime,
+    profile: dict[str, Any] | None = None,
 ) -> AnyRow:
+    """``profile``: the device columns the request set (``locale``; absent keys are left as they are)."""
+    profile = profile or {}
     stmt = mysql_insert(device_t).values(
         service=service,
         user_id=user_id,
@@ -317,9 +348,13 @@ def upsert_device(
         region=region,
         created_at=now,
         updated_at=now,
+        **profile,
     )
     stmt = stmt.on_duplicate_key_update(
-        device_os=stmt.inserted.device_os, region=stmt.inserted.region, updated_at=stmt.inserted.updated_at
+        device_os=stmt.inserted.device_os,
+        region=stmt.inserted.region,
+        updated_at=stmt.inserted.updated_at,
+        **{k: getattr(stmt.inserted, k) for k in profile},
     )
     session.execute(stmt)
     return session.execute(select(device_t).where(_device_key(service, user_id, token))).one()
@@ -333,6 +368,66 @@ def list_devices(session: Session, service: str, user_id: str) -> list[AnyRow]:
             .order_by(device_t.c.created_at, device_t.c.device_token)
         )
     )
+
+
+def recipient_locales(session: Session, service: str, user_ids: Collection[str]) -> dict[tuple[str, str], str]:
+    """(user_id, device_token) -> locale (the device's, else its user's) of every device of these
+    users that has one: one query per fan-out page (uq_user_user_id, the device primary key)."""
+    if not user_ids:
+        return {}
+    locale = func.coalesce(device_t.c.locale, user_t.c.locale)
+    rows = session.execute(
+        select(device_t.c.user_id, device_t.c.device_token, locale)
+        .join(user_t, and_(user_t.c.service == device_t.c.service, user_t.c.user_id == device_t.c.user_id))
+        .where(and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids)), locale.is_not(None)))
+    )
+    return {(r[0], r[1]): r[2] for r in rows}
+
+
+# A user's time zone and quiet-hours window as a recipient filter reads them: (timezone or None,
+# (start, end) minutes of the day or None). None for either: the service's.
+UserClock = tuple[str | None, tuple[int, int] | None]
+
+
+def user_clocks(session: Session, service: str, user_ids: Collection[str]) -> dict[str, UserClock]:
+    """user_id -> (time zone, quiet window) of those of these users that carry either (the others
+    use the service's): one query per page of a local-time or quiet-hours job (uq_user_user_id)."""
+    if not user_ids:
+        return {}
+    rows = session.execute(
+        select(user_t.c.user_id, user_t.c.timezone, user_t.c.quiet_start, user_t.c.quiet_end).where(
+            and_(
+                user_t.c.service == service,
+                user_t.c.user_id.in_(list(user_ids)),
+                (user_t.c.timezone.is_not(None)) | (user_t.c.quiet_start.is_not(None)),
+            )
+        )
+    )
+    return {r[0]: (r[1], (int(r[2]), int(r[3])) if r[2] is not None else None) for r in rows}
+
+
+def quiet_in_use(session: Session, service: str) -> list[UserClock]:
+    """The distinct (time zone, window) pairs of a service's users with quiet hours (ix_user_quiet)."""
+    rows = session.execute(
+        select(user_t.c.timezone, user_t.c.quiet_start, user_t.c.quiet_end)
+        .where(and_(user_t.c.service == service, user_t.c.quiet_start.is_not(None)))
+        .distinct()
+    )
+    return [(r[0], (int(r[1]), int(r[2]))) for r in rows]
+
+
+def set_service_quiet(session: Session, service: str, window: tuple[int, int] | None) -> bool:
+    """Set (or clear, None) a service's quiet hours; False when no such service."""
+    start, end = window if window is not None else (None, None)
+    result = session.execute(
+        update(service_t).where(service_t.c.service == service).values(quiet_start=start, quiet_end=end)
+    )
+    return affected(result) == 1 or get_service(session, service) is not None
+
+
+def zones_in_use(session: Session, service: str) -> list[str | None]:
+    """The distinct time zones of a service's users (None: users without one), ix_user_timezone."""
+    return [r[0] for r in session.execute(select(user_t.c.timezone).where(user_t.c.service == service).distinct())]
 
 
 def delete_device(session: Session, service: str, user_id: str, token: str) -> int:
@@ -409,6 +504,8 @@ def upsert_template(
     priority: str,
     new_key: str,
     now: datetime,
+    variants: dict[str, Any] | None = None,
+    quiet_hours: str = "hold",
 ) -> AnyRow:
     """Create or update; notification_key is only written on creation, so it stays stable."""
     stmt = mysql_insert(template_t).values(
@@ -419,8 +516,10 @@ def upsert_template(
         body=body,
         data=data,
         defaults=defaults,
+        variants=variants,
         ttl_seconds=ttl_seconds,
         priority=priority,
+        quiet_hours=quiet_hours,
         notification_key=new_key,
         created_at=now,
         updated_at=now,
@@ -430,6 +529,8 @@ def upsert_template(
         body=stmt.inserted.body,
         data=stmt.inserted.data,
         defaults=stmt.inserted.defaults,
+        variants=stmt.inserted.variants,
+        quiet_hours=stmt.inserted.quiet_hours,
         ttl_seconds=stmt.inserted.ttl_seconds,
         priority=stmt.inserted.priority,
         updated_at=stmt.inserted.updated_at,

@@ -19,9 +19,10 @@ class SyncMethods:
     def call(self, op: Op[T]) -> T:
         raise NotImplementedError
 
-    def add_device(self, user_id: str, token: str, os: str, region: str = "") -> m.Device:
-        """Register (or refresh) one of the user's devices."""
-        return self.call(_ops.add_device(user_id, token, os, region))
+    def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> m.Device:
+        """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
+wins over the user's (None: left as it is)."""
+        return self.call(_ops.add_device(user_id, token, os, region, locale))
 
     def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -107,6 +108,10 @@ class SyncMethods:
         """A publish job's state and counts."""
         return self.call(_ops.get_job(job_id))
 
+    def get_quiet_hours(self) -> m.ServiceQuietHours:
+        """The service's quiet hours (``quiet_hours`` None: none)."""
+        return self.call(_ops.get_quiet_hours())
+
     def get_rate_limits(self, service: str) -> list[m.RateLimit]:
         """A service's rate limit per class (publish, send, write, read). Admin token."""
         return self.call(_ops.get_rate_limits(service))
@@ -175,10 +180,11 @@ class SyncMethods:
         """This service's webhook endpoints (never their secrets)."""
         return self.call(_ops.list_webhooks())
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
-if given: the job is scheduled until then); answers a job id at once."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at))
+if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
+reach each recipient when its time zone's clock next shows it."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -188,17 +194,26 @@ if given: the job is scheduled until then); answers a job id at once."""
         """Store a service's Firebase service account (encrypted at rest). Admin token."""
         return self.call(_ops.put_fcm_credentials(service, service_account))
 
+    def put_quiet_hours(self, start: str | None, end: str | None = None) -> m.ServiceQuietHours:
+        """Set the service's quiet hours ("HH:MM" each, local; start after end crosses midnight), or
+clear them with ``start=None``."""
+        return self.call(_ops.put_quiet_hours(start, end))
+
     def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
 
-    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.Template:
-        """Create or update the template of ``(method, type)``."""
-        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority))
+    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+        """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
+        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    def put_user(self, service_user_id: str, name: str = "") -> m.User:
-        """Create or update a user by the service's own id; answers the platform ``user_id``."""
-        return self.call(_ops.put_user(service_user_id, name))
+    def put_user(self, service_user_id: str, name: str = "", locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+        """Create or update a user by the service's own id; answers the platform ``user_id``.
+``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
+local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
+(None: each left as it is)."""
+        return self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
 
     def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""
@@ -224,10 +239,12 @@ if given: the job is scheduled until then); answers a job id at once."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
-or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
-        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key))
+or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
+``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
+held: a job scheduled for their end, a PublishAccepted)."""
+        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
@@ -256,9 +273,10 @@ class AsyncMethods:
     def call(self, op: Op[T]) -> Awaitable[T]:
         raise NotImplementedError
 
-    async def add_device(self, user_id: str, token: str, os: str, region: str = "") -> m.Device:
-        """Register (or refresh) one of the user's devices."""
-        return await self.call(_ops.add_device(user_id, token, os, region))
+    async def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> m.Device:
+        """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
+wins over the user's (None: left as it is)."""
+        return await self.call(_ops.add_device(user_id, token, os, region, locale))
 
     async def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -344,6 +362,10 @@ class AsyncMethods:
         """A publish job's state and counts."""
         return await self.call(_ops.get_job(job_id))
 
+    async def get_quiet_hours(self) -> m.ServiceQuietHours:
+        """The service's quiet hours (``quiet_hours`` None: none)."""
+        return await self.call(_ops.get_quiet_hours())
+
     async def get_rate_limits(self, service: str) -> list[m.RateLimit]:
         """A service's rate limit per class (publish, send, write, read). Admin token."""
         return await self.call(_ops.get_rate_limits(service))
@@ -412,10 +434,11 @@ class AsyncMethods:
         """This service's webhook endpoints (never their secrets)."""
         return await self.call(_ops.list_webhooks())
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
-if given: the job is scheduled until then); answers a job id at once."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at))
+if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
+reach each recipient when its time zone's clock next shows it."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -425,17 +448,26 @@ if given: the job is scheduled until then); answers a job id at once."""
         """Store a service's Firebase service account (encrypted at rest). Admin token."""
         return await self.call(_ops.put_fcm_credentials(service, service_account))
 
+    async def put_quiet_hours(self, start: str | None, end: str | None = None) -> m.ServiceQuietHours:
+        """Set the service's quiet hours ("HH:MM" each, local; start after end crosses midnight), or
+clear them with ``start=None``."""
+        return await self.call(_ops.put_quiet_hours(start, end))
+
     async def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return await self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
 
-    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.Template:
-        """Create or update the template of ``(method, type)``."""
-        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority))
+    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+        """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
+        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    async def put_user(self, service_user_id: str, name: str = "") -> m.User:
-        """Create or update a user by the service's own id; answers the platform ``user_id``."""
-        return await self.call(_ops.put_user(service_user_id, name))
+    async def put_user(self, service_user_id: str, name: str = "", locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+        """Create or update a user by the service's own id; answers the platform ``user_id``.
+``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
+local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
+(None: each left as it is)."""
+        return await self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
 
     async def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""
@@ -461,10 +493,12 @@ if given: the job is scheduled until then); answers a job id at once."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
-or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
-        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key))
+or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
+``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
+held: a job scheduled for their end, a PublishAccepted)."""
+        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""

@@ -150,9 +150,27 @@ def delete_credentials(service: str, provider: str) -> Op[None]:
 
 # --- users and devices -----------------------------------------------------------------------------
 
-def put_user(service_user_id: str, name: str = "") -> Op[m.User]:
-    """Create or update a user by the service's own id; answers the platform ``user_id``."""
-    return Op("PUT", f"/v1/users/{_seg(service_user_id)}", _one(m.User), json={"name": name})
+def put_user(service_user_id: str, name: str = "", locale: str | None = None,
+             timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> Op[m.User]:
+    """Create or update a user by the service's own id; answers the platform ``user_id``.
+    ``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
+    local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
+    (None: each left as it is)."""
+    return Op("PUT", f"/v1/users/{_seg(service_user_id)}", _one(m.User),
+              json={"name": name} | _clean(locale=locale, timezone=timezone,
+                                           quiet_hours=dict(quiet_hours) if quiet_hours is not None else None))
+
+
+def get_quiet_hours() -> Op[m.ServiceQuietHours]:
+    """The service's quiet hours (``quiet_hours`` None: none)."""
+    return Op("GET", "/v1/service/quiet-hours", _one(m.ServiceQuietHours))
+
+
+def put_quiet_hours(start: str | None, end: str | None = None) -> Op[m.ServiceQuietHours]:
+    """Set the service's quiet hours ("HH:MM" each, local; start after end crosses midnight), or
+    clear them with ``start=None``."""
+    window = {"start": start, "end": end} if start is not None else None
+    return Op("PUT", "/v1/service/quiet-hours", _one(m.ServiceQuietHours), json={"quiet_hours": window})
 
 
 def get_user(user_id: str) -> Op[m.User]:
@@ -165,10 +183,11 @@ def delete_user(user_id: str) -> Op[None]:
     return Op("DELETE", f"/v1/users/{_seg(user_id)}", _nothing)
 
 
-def add_device(user_id: str, token: str, os: str, region: str = "") -> Op[m.Device]:
-    """Register (or refresh) one of the user's devices."""
+def add_device(user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> Op[m.Device]:
+    """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
+    wins over the user's (None: left as it is)."""
     return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
-              json={"token": token, "os": os, "region": region})
+              json={"token": token, "os": os, "region": region} | _clean(locale=locale))
 
 
 def list_devices(user_id: str) -> Op[list[m.Device]]:
@@ -189,11 +208,16 @@ def rotate_token(old_token: str, new_token: str) -> Op[m.Rotated]:
 # --- templates -------------------------------------------------------------------------------------
 
 def put_template(method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None,
-                 ttl_seconds: int | None = None, priority: str | None = None) -> Op[m.Template]:
-    """Create or update the template of ``(method, type)``."""
+                 ttl_seconds: int | None = None, priority: str | None = None,
+                 variants: Mapping[str, Mapping[str, Any]] | None = None,
+                 quiet_hours: str | None = None) -> Op[m.Template]:
+    """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
+    ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
     return Op("PUT", f"/v1/templates/{_seg(method)}/{_seg(type)}", _one(m.Template),
               json=_clean(title=title, body=body, data=dict(data) if data is not None else None,
-                          ttl_seconds=ttl_seconds, priority=priority))
+                          ttl_seconds=ttl_seconds, priority=priority,
+                          variants={k: dict(v) for k, v in variants.items()} if variants is not None else None,
+                          quiet_hours=quiet_hours))
 
 
 def get_template(method: str, type: str) -> Op[m.Template]:
@@ -251,16 +275,18 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 
 def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
-                  idempotency_key: str | None = None, send_at: datetime | None = None) -> Op[m.PublishAccepted]:
+                  idempotency_key: str | None = None, send_at: datetime | None = None,
+                  local_time: str | None = None) -> Op[m.PublishAccepted]:
     """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
-    if given: the job is scheduled until then); answers a job id at once."""
+    if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
+    reach each recipient when its time zone's clock next shows it."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish", _one(m.PublishAccepted),
               json=_clean(variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, title=title, body=body,
-                          send_at=_instant(send_at)),
+                          send_at=_instant(send_at), local_time=local_time),
               headers={"Idempotency-Key": key})
 
 
@@ -286,15 +312,18 @@ def cancel_job(job_id: str) -> Op[m.Job]:
 
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
                  data: Mapping[str, str] | None = None, send_at: datetime | None = None,
-                 idempotency_key: str | None = None) -> Op[m.SendResult | m.PublishAccepted]:
+                 idempotency_key: str | None = None, quiet_hours: bool = False
+                 ) -> Op[m.SendResult | m.PublishAccepted]:
     """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
-    or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted)."""
+    or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
+    ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
+    held: a job scheduled for their end, a PublishAccepted)."""
     if send_at is None:
         # Not repeatable: a send now has no idempotency key, so a 503 is not retried (429 is: the
         # request was refused before anything was sent).
         return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
                   json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                              data=dict(data) if data is not None else None),
+                              data=dict(data) if data is not None else None, quiet_hours=quiet_hours or None),
                   repeatable=False)
     # A scheduled send is a job with an Idempotency-Key, so (unlike a send now) a retry is safe.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"

@@ -60,6 +60,13 @@ class User(Model):
     name: str
     created_at: datetime
     updated_at: datetime
+    locale: str | None = None
+    timezone: str | None = None
+    quiet_hours: dict[str, str] | None = None
+
+
+class ServiceQuietHours(Model):
+    quiet_hours: dict[str, str] | None = None
 
 
 class Device(Model):
@@ -68,6 +75,7 @@ class Device(Model):
     region: str
     created_at: datetime
     updated_at: datetime
+    locale: str | None = None
 
 
 class Rotated(Model):
@@ -86,6 +94,8 @@ class Template(Model):
     version: int
     created_at: datetime
     updated_at: datetime
+    variants: dict[str, dict[str, Any]] | None = None
+    quiet_hours: str = "hold"
 
 
 class Subscribed(Model):
@@ -142,6 +152,7 @@ class Job(Model):
     no_credentials: int = 0  # devices of a platform the service has no credentials for (counted in failed)
     pruned: int
     retried: int
+    quiet_dropped: int = 0  # not sent: in quiet hours, and the template drops
     tasks: int
     tasks_done: int
     error: str | None
@@ -167,6 +178,7 @@ class SendResult(Model):
     retried: int
     failed: int
     dry_run: bool = False
+    quiet_dropped: int = 0
 
 
 class RateLimit(Model):

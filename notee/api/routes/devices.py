@@ -29,7 +29,15 @@ def add_device(
     user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
 ) -> registry.Device:
     """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
-    device = registry.add_device(db, service, str(user_id), token=body.token, os=body.os, region=body.region)
+    device = registry.add_device(
+        db,
+        service,
+        str(user_id),
+        token=body.token,
+        os=body.os,
+        region=body.region,
+        locale=body.locale if "locale" in body.model_fields_set else registry.KEEP,
+    )
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
     subscriptions.on_device_added(db, runtime.statements, service, str(user_id), body.token, body.os)
     db.commit()  # ends the copy's transaction: releases the user's shared row lock

@@ -17,6 +17,7 @@ from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
+from notee.domain.schedule import LOCAL_TIME_PATTERN
 from notee.errors import InvalidInput
 from notee.fanout import jobs
 from notee.fanout.jobs import JobRow
@@ -56,6 +57,15 @@ class PublishRequest(BaseModel):
         None, min_length=1, max_length=2000, description="Replaces the template's body (may contain \\n)."
     )
     send_at: Rfc3339 | None = SEND_AT_FIELD
+    local_time: StrictStr | None = Field(
+        None,
+        pattern=LOCAL_TIME_PATTERN,
+        description="HH:MM: reach each recipient when the clock of its time zone (the user's, else the "
+        "service's) next shows this time, counting the current minute (at most one local day ahead). A time "
+        "skipped by a DST change is reached at the first minute after the gap; a repeated one at its first "
+        "occurrence.",
+        examples=["09:00"],
+    )
 
 
 class PublishAccepted(Answer):
@@ -83,6 +93,11 @@ class JobStatus(Answer):
     )
     pruned: int = Field(description="Recipients whose token the provider rejected as invalid (removed).")
     retried: int = Field(description="Extra send attempts after retryable provider answers.")
+    quiet_dropped: int = Field(
+        0,
+        description="Recipients not sent because the push was due in their quiet hours and the template drops "
+        "(not part of targeted).",
+    )
     tasks: int
     tasks_done: int
     error: str | None
@@ -136,6 +151,7 @@ def publish(
         variables=request.variables,
         overrides=overrides or None,
         send_at=request.send_at,
+        local_time=request.local_time,
     )
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
     return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at)
@@ -294,6 +310,7 @@ def status_of(job: JobRow, progress: Progress) -> JobStatus:
         no_credentials=progress.no_credentials,
         pruned=progress.pruned,
         retried=progress.retried,
+        quiet_dropped=progress.quiet_dropped,
         tasks=job.task_count,
         tasks_done=progress.tasks_done,
         error=job.error,

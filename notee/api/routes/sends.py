@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
@@ -18,6 +19,7 @@ from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccep
 from notee.delivery import DeliverySender
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
+from notee.errors import QuietDropped, QuietHoursNow
 from notee.fanout import jobs
 from notee.runtime import Runtime
 
@@ -41,6 +43,12 @@ class SendIn(BaseModel):
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
     send_at: Rfc3339 | None = SEND_AT_FIELD
+    quiet_hours: StrictBool = Field(
+        False,
+        description="Opt in to the user's quiet hours (its own window, else the service's, in its time zone): "
+        "inside them nothing is sent now; a template that drops answers 200 with quiet_dropped, one that holds "
+        "answers 202 with a job scheduled for the end of the window.",
+    )
 
 
 class SendOut(BaseModel):
@@ -52,6 +60,9 @@ class SendOut(BaseModel):
     dry_run: bool = Field(
         description="The service is in dry_run delivery mode: the log provider recorded the "
         "pushes and nothing was sent."
+    )
+    quiet_dropped: int = Field(
+        0, description="Devices not sent: the send opted in to quiet hours, the user is in them, the template drops."
     )
 
 
@@ -65,8 +76,15 @@ def sender_of(request: Request) -> DeliverySender:
     return sender
 
 
-def _schedule(runtime: Runtime, service: str, user_id: str, body: SendIn, idempotency_key: str | None) -> Any:
-    send_at = body.send_at
+def _schedule(
+    runtime: Runtime,
+    service: str,
+    user_id: str,
+    body: SendIn,
+    idempotency_key: str | None,
+    send_at: datetime | None = None,
+) -> Any:
+    send_at = send_at or body.send_at
     assert send_at is not None  # the route only schedules a send that has one
     with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
         job = jobs.schedule_single(
@@ -107,18 +125,33 @@ async def send_to_user(
     With ``send_at`` nothing is sent now: the answer is 202 with a job (``scheduled``) that a worker
     sends at send_at to the devices the user has then; its counts are the job's (GET /v1/jobs/{job_id}),
     and it can be cancelled. ``Idempotency-Key`` applies to such scheduled sends (the same key returns
-    the same job); an immediate send is not a job and ignores it."""
+    the same job); an immediate send is not a job and ignores it.
+
+    With ``quiet_hours: true`` the user's quiet hours apply: inside them nothing is sent now; a
+    template that drops answers 200 with ``quiet_dropped``, one that holds answers 202 with a job
+    scheduled for the end of the window (as with ``send_at``)."""
     if body.send_at is not None:
         accepted = await asyncio.to_thread(_schedule, runtime, service, str(user_id), body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
-    devices, result = await sender_of(request).send_single(
-        service,
-        str(user_id),
-        body.type,
-        variables=body.variables,
-        data=body.data,
-        stop=getattr(request.app.state, "stopping", None),
-    )
+    try:
+        devices, result = await sender_of(request).send_single(
+            service,
+            str(user_id),
+            body.type,
+            variables=body.variables,
+            data=body.data,
+            stop=getattr(request.app.state, "stopping", None),
+            quiet_hours=body.quiet_hours,
+        )
+    except QuietDropped as exc:
+        return SendOut(
+            devices=exc.devices, delivered=0, pruned=0, retried=0, failed=0, dry_run=False, quiet_dropped=exc.devices
+        )
+    except QuietHoursNow as exc:  # held: a scheduled single send at the end of the window
+        accepted = await asyncio.to_thread(
+            _schedule, runtime, service, str(user_id), body, idempotency_key, exc.until_at
+        )
+        return JSONResponse(accepted, status_code=202)
     return SendOut(
         devices=devices,
         delivered=result.delivered,

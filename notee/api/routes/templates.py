@@ -45,6 +45,8 @@ def put_template(
         ttl_seconds=body.ttl_seconds,
         priority=body.priority,
         defaults=body.defaults,
+        variants={k: v.model_dump(exclude_none=True) for k, v in body.variants.items()} if body.variants else None,
+        quiet_hours=body.quiet_hours,
     )
     db.commit()
     response.status_code = 201 if template.created else 200

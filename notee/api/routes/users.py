@@ -11,6 +11,7 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import UserIn, UserOut, errors
 from notee.domain import registry
+from notee.domain.registry import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
@@ -27,7 +28,16 @@ def put_user(
     response: Response,
 ) -> registry.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
-    user = registry.upsert_user(db, service, service_user_id, name=body.name)
+    given = body.model_fields_set
+    user = registry.upsert_user(
+        db,
+        service,
+        service_user_id,
+        name=body.name,
+        locale=body.locale if "locale" in given else KEEP,
+        timezone=body.timezone if "timezone" in given else KEEP,
+        quiet_hours=(body.quiet_hours.model_dump() if body.quiet_hours else None) if "quiet_hours" in given else KEEP,
+    )
     db.commit()
     response.status_code = 201 if user.created else 200
     return user

@@ -1,0 +1,278 @@
+"""Quiet hours (issue 18 item 3): a service and a user may set a daily local-time window in which
+TOPIC pushes are held until it ends (or dropped, as the template says); cycle pushes are not
+affected; a single send opts in. The window follows the recipient's clock: tested across midnight
+and across DST changes (pure), and end to end on a simulated date and on the database clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from notee.fanout import jobs
+from notee.scheduler import clock
+from notee.store.mysql import db_now
+from tests.support.emulator import deliveries_per_token
+from tests.support.fanout import run_worker_until_idle
+from tests.support.registry import new_service, random_token
+from tests.support.stores import snapshot
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def hm(text_: str) -> int:
+    return int(text_[:2]) * 60 + int(text_[3:])
+
+
+NIGHT = (hm("22:00"), hm("07:00"))
+
+# --- the window (pure) -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "moment, inside",
+    [
+        (utc(2026, 11, 30, 12, 59), False),  # 21:59 KST
+        (utc(2026, 11, 30, 13, 0), True),  # 22:00
+        (utc(2026, 11, 30, 15, 0), True),  # 00:00, across midnight
+        (utc(2026, 11, 30, 21, 59), True),  # 06:59
+        (utc(2026, 11, 30, 22, 0), False),  # 07:00: the end is not quiet
+    ],
+)
+def test_a_window_across_midnight(moment, inside):
+    assert clock.in_window(moment, "Asia/Seoul", *NIGHT) is inside
+
+
+def test_a_window_within_a_day():
+    assert clock.in_window(utc(2026, 11, 30, 3, 30), "Asia/Seoul", hm("12:00"), hm("13:00"))
+    assert not clock.in_window(utc(2026, 11, 30, 4, 0), "Asia/Seoul", hm("12:00"), hm("13:00"))
+
+
+@pytest.mark.parametrize(
+    "moment, zone, window, end",
+    [
+        # across midnight: 23:30 KST -> 07:00 KST the next day
+        (utc(2026, 11, 30, 14, 30), "Asia/Seoul", NIGHT, utc(2026, 11, 30, 22, 0)),
+        # outside: now
+        (utc(2026, 11, 30, 5, 0), "Asia/Seoul", NIGHT, utc(2026, 11, 30, 5, 0)),
+        # New York springs forward 2026-03-08 02:00 EST -> 03:00 EDT: an end at 02:30 (in the gap) is
+        # reached at the first minute after it, 03:00 EDT
+        (utc(2026, 3, 8, 6, 50), "America/New_York", (hm("22:00"), hm("02:30")), utc(2026, 3, 8, 7, 0)),
+        # the night the clocks spring forward is an hour shorter: 23:00 EST -> 07:00 EDT = 7 hours
+        (utc(2026, 3, 8, 4, 0), "America/New_York", NIGHT, utc(2026, 3, 8, 11, 0)),
+        # New York falls back 2026-11-01 02:00 EDT -> 01:00 EST: a 22:00-07:00 night is an hour longer
+        (utc(2026, 11, 1, 3, 0), "America/New_York", NIGHT, utc(2026, 11, 1, 12, 0)),
+        # a window ending in the repeated hour ends each time the clock reaches its end: 01:10 EDT -> 01:30 EDT
+        (utc(2026, 11, 1, 5, 10), "America/New_York", (hm("00:00"), hm("01:30")), utc(2026, 11, 1, 5, 30)),
+        # ... and at 01:10 EST (the clock shows 01:10 again: quiet again) -> 01:30 EST
+        (utc(2026, 11, 1, 6, 10), "America/New_York", (hm("00:00"), hm("01:30")), utc(2026, 11, 1, 6, 30)),
+        # Berlin falls back 2026-10-25 03:00 CEST -> 02:00 CET
+        (utc(2026, 10, 24, 21, 0), "Europe/Berlin", NIGHT, utc(2026, 10, 25, 6, 0)),
+    ],
+)
+def test_window_end(moment, zone, window, end):
+    assert clock.window_end(moment, zone, *window) == end
+
+
+def _plan(**extra):
+    return {
+        "from": utc(2026, 11, 30, 14, 30).isoformat(),
+        "default_timezone": "Asia/Seoul",
+        "quiet_mode": "hold",
+    } | extra
+
+
+def test_placement_holds_drops_or_sends():
+    at = utc(2026, 11, 30, 14, 30)  # 23:30 KST
+    assert jobs.placement(_plan(), None, None) == (at, True)  # no window anywhere
+    assert jobs.placement(_plan(), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)  # held to 07:00 KST
+    assert jobs.placement(_plan(service_quiet=list(NIGHT)), None, None) == (utc(2026, 11, 30, 22, 0), True)
+    assert jobs.placement(_plan(service_quiet=list(NIGHT)), "Europe/Berlin", None) == (at, True)  # 15:30 there
+    assert jobs.placement(_plan(quiet_mode="drop"), None, NIGHT) == (at, False)  # dropped, in the part of now
+    # with a local time: 06:00 local is inside the night, so it waits for 07:00
+    assert jobs.placement(_plan(local_time="06:00"), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)
+    assert jobs.placement(_plan(local_time="08:00"), None, NIGHT) == (utc(2026, 11, 30, 23, 0), True)
+
+
+# --- end to end --------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def tenant(client, settings, service_id):
+    return service_id, new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
+
+
+@pytest.fixture(scope="module")
+def emu_runtime(emulator_process):
+    from tests.support.fanout import emulator_runtime
+
+    rt = emulator_runtime()
+    yield rt
+    rt.close()
+
+
+def _user(client, headers, *, quiet=None, timezone=None, topic="all"):
+    body = {"name": "q"} | ({"quiet_hours": quiet} if quiet else {}) | ({"timezone": timezone} if timezone else {})
+    r = client.put(f"/v1/users/q-{random_token()[-10:]}", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    user, token = r.json()["user_id"], random_token("q")
+    assert r.json()["quiet_hours"] == quiet
+    assert (
+        client.post(f"/v1/users/{user}/devices", json={"token": token, "os": "AOS"}, headers=headers).status_code == 201
+    )
+    if topic:
+        assert client.put(f"/v1/users/{user}/subscriptions/topic/news/{topic}", headers=headers).status_code in (
+            200,
+            201,
+        )
+    return user, token
+
+
+def _tasks(runtime, job_id):
+    with runtime.sessions() as s:
+        return s.execute(
+            text(
+                "SELECT task_no, lease_until, state, targeted, sent, quiet_dropped FROM fanout_task WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        ).all()
+
+
+def _publish(runtime, service, at):
+    with runtime.sessions.begin() as s:
+        return jobs.publish_topic(
+            runtime,
+            s,
+            service=service,
+            type_="news",
+            topic="all",
+            idempotency_key=None,
+            variables=None,
+            overrides=None,
+            at=at.replace(tzinfo=None),
+        )
+
+
+@pytest.mark.parametrize("mode", ["hold", "drop"])
+def test_a_topic_push_in_quiet_hours_is_held_until_they_end_or_dropped(
+    client, runtime, tenant, emulator, emu_runtime, mode
+):
+    service, headers = tenant
+    r = client.put(
+        "/v1/templates/TOPIC/news", json={"title": "News", "body": "b", "quiet_hours": mode}, headers=headers
+    )
+    assert r.status_code == 201 and r.json()["quiet_hours"] == mode, r.text
+    _, awake = _user(client, headers)  # no window: the service has none either
+    _, asleep = _user(client, headers, quiet={"start": "22:00", "end": "07:00"})  # Seoul night
+    _, berlin = _user(client, headers, quiet={"start": "22:00", "end": "07:00"}, timezone="Europe/Berlin")
+    at = utc(2026, 11, 29, 14, 30)  # simulated, in the past: 23:30 in Seoul, 15:30 in Berlin
+    job = _publish(runtime, service, at)
+    held = {
+        t.lease_until for t in _tasks(runtime, job.job_id) if t.task_no >= job.target.get("tasks_per_part", 1 << 30)
+    }
+    run_worker_until_idle(emu_runtime, [service])  # every part's minute is past: all of them run
+    got = deliveries_per_token(emulator, [awake, asleep, berlin])
+    status = client.get(f"/v1/jobs/{job.job_id}", headers=headers).json()
+    assert status["state"] == "done", status
+    if mode == "hold":
+        assert [p["at"] for p in job.target["parts"]] == [at.isoformat(), utc(2026, 11, 29, 22, 0).isoformat()]
+        assert got == {awake: 1, asleep: 1, berlin: 1}
+        per_part = job.target["tasks_per_part"]
+        second = [t for t in _tasks(runtime, job.job_id) if t.task_no >= per_part]
+        assert sum(t.sent for t in second) == 1  # the sleeper, in the part released at 07:00 KST
+        assert held == {datetime(2026, 11, 29, 22, 0)}  # released at 07:00 KST
+        assert (status["targeted"], status["sent"], status["quiet_dropped"]) == (3, 3, 0)
+    else:
+        assert got == {awake: 1, asleep: 0, berlin: 1}
+        assert (status["targeted"], status["sent"], status["quiet_dropped"]) == (2, 2, 1)
+
+
+def test_the_service_window_applies_to_users_without_one_and_waits_for_its_minute(
+    client, runtime, tenant, emulator, emu_runtime
+):
+    service, headers = tenant
+    assert (
+        client.put("/v1/templates/TOPIC/news", json={"title": "News", "body": "b"}, headers=headers).status_code == 201
+    )
+    with runtime.sessions() as s:
+        now = db_now(s)
+    seoul = (now + timedelta(hours=9)).replace(second=0, microsecond=0)
+    window = {"start": f"{(seoul - timedelta(hours=1)):%H:%M}", "end": f"{(seoul + timedelta(hours=2)):%H:%M}"}
+    r = client.put("/v1/service/quiet-hours", json={"quiet_hours": window}, headers=headers)
+    assert r.status_code == 200 and r.json() == {"quiet_hours": window}, r.text
+    assert client.get("/v1/service/quiet-hours", headers=headers).json() == {"quiet_hours": window}
+    _, quiet_user = _user(client, headers)  # the service's window, in Seoul
+    later = {"start": f"{now + timedelta(hours=3):%H:%M}", "end": f"{now + timedelta(hours=4):%H:%M}"}
+    _, own = _user(client, headers, quiet=later, timezone="UTC")  # its own window (not now) replaces the service's
+    r = client.post("/v1/topics/news/all/publish", headers=headers)
+    assert r.status_code == 202, r.text
+    run_worker_until_idle(emu_runtime, [service])
+    assert deliveries_per_token(emulator, [quiet_user, own]) == {quiet_user: 0, own: 1}
+    held = [t for t in _tasks(runtime, r.json()["job_id"]) if t.state == "queued"]
+    assert held and {t.lease_until for t in held} == {
+        (seoul + timedelta(hours=2) - timedelta(hours=9)).replace(tzinfo=None)
+    }
+    assert client.put("/v1/service/quiet-hours", json={"quiet_hours": None}, headers=headers).json() == {
+        "quiet_hours": None
+    }
+
+
+def test_cycle_pushes_are_not_affected(client, runtime, tenant, emulator, emu_runtime):
+    from tests.support.scheduler import scheduler
+
+    service, headers = tenant
+    body = {"title": "Remind", "body": "b", "quiet_hours": "drop"}
+    assert client.put("/v1/templates/CYCLE/remind", json=body, headers=headers).status_code == 201
+    user, token = _user(client, headers, quiet={"start": "22:00", "end": "07:00"}, topic=None)
+    r = client.put(
+        f"/v1/users/{user}/subscriptions/cycle/remind",
+        json={"days": ["MON"], "hour": 23, "minute": 30, "timezone": "Asia/Seoul"},
+        headers=headers,
+    )
+    assert r.status_code in (200, 201), r.text
+    minute = utc(2031, 3, 3, 14, 30)  # Monday 23:30 in Seoul: inside the user's night
+    scheduler(runtime).run_minute(minute, now=minute)
+    run_worker_until_idle(emu_runtime, [service])
+    assert deliveries_per_token(emulator, [token]) == {token: 1}
+
+
+def test_a_single_send_opts_in(client, runtime, tenant, emulator):
+    _, headers = tenant
+    with runtime.sessions() as s:
+        now = db_now(s)
+    window = {"start": f"{(now - timedelta(hours=1)):%H:%M}", "end": f"{(now + timedelta(hours=1)):%H:%M}"}
+    user, token = _user(client, headers, quiet=window, timezone="UTC", topic=None)
+    for mode in ("hold", "drop"):
+        assert client.put(
+            "/v1/templates/SINGLE/s", json={"title": "t", "body": "b", "quiet_hours": mode}, headers=headers
+        ).status_code in (200, 201)
+        r = client.post(f"/v1/users/{user}/send", json={"type": "s", "quiet_hours": True}, headers=headers)
+        if mode == "hold":  # held: a scheduled single send at the end of the window
+            assert r.status_code == 202 and r.json()["state"] == "scheduled", r.text
+            assert r.json()["send_at"].startswith(f"{now + timedelta(hours=1):%Y-%m-%dT%H:%M}")
+        else:
+            assert r.status_code == 200 and r.json()["quiet_dropped"] == 1 and r.json()["delivered"] == 0, r.text
+    assert emulator.deliveries(token)["attempts"] == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"quiet_hours": {"start": "22:00", "end": "22:00"}},
+        {"quiet_hours": {"start": "25:00", "end": "07:00"}},
+        {"quiet_hours": {"start": "22:00"}},
+        {"quiet_hours": {"start": "22:00", "end": "07:00", "tz": "UTC"}},
+        {"quiet_hours": "22:00-07:00"},
+    ],
+)
+def test_bad_quiet_hours_are_422_and_nothing_is_written(client, runtime, tenant, body):
+    service, headers = tenant
+    before = snapshot(runtime, service)
+    assert client.put("/v1/users/bad-q", json=body, headers=headers).status_code == 422
+    assert client.put("/v1/service/quiet-hours", json=body, headers=headers).status_code == 422
+    r = client.put("/v1/templates/TOPIC/x", json={"title": "t", "body": "b", "quiet_hours": "later"}, headers=headers)
+    assert r.status_code == 422
+    assert snapshot(runtime, service) == before
