@@ -220,6 +220,15 @@ def test_the_service_window_applies_to_users_without_one_and_waits_for_its_minut
     }
 
 
+def test_a_service_sets_only_its_own_quiet_hours(client, settings, tenant):
+    _, headers = tenant
+    other = new_service(client, settings, "O" + random_token()[-10:].upper().replace("-", "X"))
+    window = {"quiet_hours": {"start": "22:00", "end": "07:00"}}
+    assert client.put("/v1/service/quiet-hours", json=window, headers=headers).json() == window
+    assert client.get("/v1/service/quiet-hours", headers=other).json() == {"quiet_hours": None}
+    assert client.get("/v1/service/quiet-hours", headers=headers).json() == window
+
+
 def test_cycle_pushes_are_not_affected(client, runtime, tenant, emulator, emu_runtime):
     from tests.support.scheduler import scheduler
 

@@ -39,6 +39,9 @@ OWN = {
     # webhook endpoints: created in and listed from the caller's own tenant (checked below)
     "POST /v1/webhooks",
     "GET /v1/webhooks",
+    # quiet hours: the caller's own service's (tests/test_quiet_hours.py checks another tenant's stay unchanged)
+    "GET /v1/service/quiet-hours",
+    "PUT /v1/service/quiet-hours",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -52,6 +55,7 @@ BODIES: dict[str, dict] = {
     "PUT /v1/users/{service_user_id}": {"name": "x"},
     "PUT /v1/templates/{method}/{type}": {"title": "t", "body": "b"},
     "POST /v1/webhooks": {"url": "https://hooks.example.com/notee"},
+    "PUT /v1/service/quiet-hours": {"quiet_hours": None},
 }
 
 
