@@ -125,6 +125,7 @@ class Browser:
         old = self.d.find_element(By.TAG_NAME, "html")
         element.click()
         WebDriverWait(self.d, 60).until(expected_conditions.staleness_of(old))
+        WebDriverWait(self.d, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def find(self, css: str) -> WebElement:
         return self.d.find_element(By.CSS_SELECTOR, css)
