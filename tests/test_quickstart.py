@@ -122,6 +122,9 @@ def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migra
         assert healthy and emulating, (tmp_path / "run.log").read_text()
         banner = (tmp_path / "run.log").read_text()
         assert f"API           http://127.0.0.1:{api_port}" in banner and "/docs" in banner
+        assert f"console       http://127.0.0.1:{api_port}/console" in banner
+        signin = httpx.get(f"http://127.0.0.1:{api_port}/console", follow_redirects=True, timeout=10)
+        assert signin.status_code == 200 and "/console/sign-in" in str(signin.url), signin.url
         assert f"every push goes to the embedded emulator at https://127.0.0.1:{emu_port}" in banner
         assert "admin token" in banner and "Quickstart" in banner
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600

@@ -43,6 +43,7 @@ api="http://${NOTEE_API_HOST:-127.0.0.1}:${NOTEE_API_PORT:-8080}"
 cat <<MSG
 Notee is starting: api, worker, scheduler$([ "$procfile" = workers/Procfile ] || echo ", emulator").
   API           $api   (OpenAPI: $api/docs, health: $api/healthz)
+  console       $api/console   (sign in with the admin token, or a service's API key)
   admin token   $RUN/admin-token   (every variable a shell needs: source $RUN/env)
   delivery      $delivery
   first push    in another shell: source $RUN/env, then README.md "Quickstart", e.g.
