@@ -57,6 +57,12 @@ start() {
         -e "s|@HINTS@|$HINTS|" -e "s|^storage_port: .*|storage_port: $STORAGE_PORT|" \
         "$HERE/cassandra.yaml.in" > "$RUN/cassandra.yaml"
     mapfile -t JVM_OPTS < <(grep -v '^\s*#' "$HERE/jvm.options" | grep -v '^\s*$')
+    if [ "$SIZE" -gt 1 ]; then
+      # Cluster nodes are killed and restarted by the fault tests: their schema must survive a
+      # SIGKILL as on a real node (without durable system tables a restarted node forgets the
+      # keyspaces' tables and answers INCOMPATIBLE_SCHEMA until it has pulled them again).
+      mapfile -t JVM_OPTS < <(printf '%s\n' "${JVM_OPTS[@]}" | grep -v -e unsafesystem -e flush_local_schema_changes)
+    fi
     JVM_OPTS+=(-Xms"${CASSANDRA_HEAP_MIN:-512M}" -Xmx"${CASSANDRA_HEAP:-1G}"
       -javaagent:"$LIB/jamm-0.4.0.jar"
       -Dcassandra.config="file://$RUN/cassandra.yaml" -Dcassandra.storagedir="$RUN/data"
