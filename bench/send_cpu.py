@@ -1,16 +1,17 @@
 """send_cpu_ratio: messages per client CPU-second of Notee's sending path against the leanest bare
-client loop: raw ``h2`` over TLS on asyncio, same emulator, same request (path, headers, bearer token,
-JSON body), same number of requests in flight.
+client loop measured (bench/engines.py, docs/PROVIDERS.md "HTTP/2 engines"): libcurl's multi
+interface through pycurl, driven by asyncio, over TLS; same emulator, same request (path, headers,
+bearer token, JSON body), same number of requests in flight on one connection.
 
 * Notee's side is the path the fan-out worker uses for a page: ``notee.delivery.deliver`` (routing,
   the FCM provider, Notee's HTTP/2 pool, outcome classification, retry bookkeeping), called with
   pages of ``fetch_size`` messages as the worker does.
-* The bare side is one ``asyncio.Protocol`` driving one ``h2`` connection by callbacks: no coroutine,
-  future or object per request; each response that ends immediately sends the next request. It
-  uses the same h2 settings Notee uses (no header validation, no Huffman coding), so the ceiling is
-  what this transport can do at best, not a strawman. Its body is the same JSON Notee sends for the
-  same message (``fcm_message``), built per request the lean way: the page's JSON around the
-  token is rendered once and each request splices its JSON-quoted token in.
+* The bare side is the leanest engine's bare loop of bench/engines.py (``LEANEST``: pycurl, or jh2
+  where pycurl is not installed): no coroutine or future per request, each finished transfer
+  starts the next, the body is the same JSON Notee sends for the same message (``fcm_message``),
+  the page's JSON rendered once and each request's JSON-quoted token spliced in (asserted byte for
+  byte). ``bare_side`` (the fan-out's wall-clock ceiling, bench/fanout.py) is still the bare
+  ``h2`` loop below.
 
 Each side runs in its own freshly spawned process; CPU is ``time.process_time()`` of that process
 only (the emulator's CPU is not counted). Sides alternate, ``repeats`` times; medians are reported.
@@ -236,42 +237,6 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     return {"n": n, "cpu_s": cpu, "wall_s": wall}
 
 
-async def _bare_apns(url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
-    from urllib.parse import urlsplit
-
-    from notee.providers.apns import apns_payload
-
-    messages = _apns_messages(n)
-    m = messages[0]
-    payload = json.dumps(apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False).encode()
-    expiration = str(int(time.time()) + (m.ttl_seconds or 0)).encode()
-    head = [
-        (b":authority", urlsplit(url).hostname.encode()),
-        (b"authorization", bearer.encode()),
-        (b"apns-topic", APNS_TOPIC.encode()),
-        (b"apns-push-type", b"alert"),
-        (b"apns-priority", b"10"),
-        (b"apns-expiration", expiration),
-    ]
-    done = asyncio.get_running_loop().create_future()
-    cpu, wall, proto = await _drive(
-        url,
-        ca_file,
-        lambda: _BareClient(
-            [x.device_token for x in messages],
-            (b"", payload),
-            (b"/3/device/", b""),
-            head,
-            IN_FLIGHT,
-            done,
-            apns_id=True,
-        ),
-    )
-    if proto.ok != n:
-        raise AssertionError(f"bare APNs client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")
-    return {"n": n, "cpu_s": cpu, "wall_s": wall}
-
-
 # ----------------------------------------------------------------------------------------- notee
 async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     from bench.tenant import bench_service_account
@@ -315,10 +280,6 @@ def notee_side(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     return asyncio.run(_notee(n, page, api))
 
 
-def bare_apns_side(url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
-    return asyncio.run(_bare_apns(url, ca_file, n, bearer))
-
-
 def in_child(fn, *args):
     """Run ``fn(*args)`` in a freshly spawned process (clean CPU accounting, no shared threads)."""
     ctx = multiprocessing.get_context("spawn")
@@ -326,10 +287,34 @@ def in_child(fn, *args):
         return pool.apply(fn, args)
 
 
-def measure(url: str, ca_file: str, *, n: int, page: int, repeats: int) -> dict[str, list[dict[str, Any]]]:
+def leanest() -> str:
+    """The engine whose bare loop is the ceiling: the leanest measured (docs/PROVIDERS.md)."""
+    try:
+        import pycurl
+
+        if pycurl.version_info()[4] & pycurl.VERSION_HTTP2:
+            return "pycurl"
+    except ImportError:
+        pass
+    return "jh2"
+
+
+def lean_side(api: str, url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
+    from bench import engines
+
+    return engines.one_run(leanest(), api, url, ca_file, n, bearer)
+
+
+def _label(engine: str, api: str) -> str:
+    what = "pycurl (libcurl multi)" if engine == "pycurl" else engine
+    return f"bare {what} loop" + (" APNs" if api == "apns" else "")
+
+
+def measure(emulator, *, n: int, page: int, repeats: int) -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "notee": []}
+    bearer = emulator.access_token()
     for _ in range(repeats):
-        runs["bare"].append(in_child(bare_side, url, ca_file, n))
+        runs["bare"].append(in_child(lean_side, "fcm", emulator.url, emulator.ca_file, n, bearer))
         runs["notee"].append(in_child(notee_side, n, page))
     return runs
 
@@ -345,27 +330,28 @@ def run_apns(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> dict[st
     bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "notee": []}
     for _ in range(repeats):
-        runs["bare"].append(in_child(bare_apns_side, url, emulator.ca_file, n, bearer))
+        runs["bare"].append(in_child(lean_side, "apns", url, emulator.ca_file, n, bearer))
         runs["notee"].append(in_child(notee_side, n, page, "apns"))
     bare_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["bare"])
     notee_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["notee"])
     return figure(
         "send_cpu_ratio_apns",
         Measure("notee deliver() APNs", notee_cpu, "msgs/CPU-s"),
-        Measure("bare h2 APNs client", bare_cpu, "req/CPU-s"),
+        Measure(_label(leanest(), "apns"), bare_cpu, "req/CPU-s"),
         {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
         extra={
             "notee_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["notee"]),
             "bare_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["bare"]),
             "notee_us_per_msg": 1e6 / notee_cpu,
             "bare_us_per_req": 1e6 / bare_cpu,
+            "bare_engine": leanest(),
         },
     )
 
 
 def run(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> tuple[dict[str, Any], dict[str, float]]:
     """The figure, plus the bare client's wall-clock rate (pushes/s) for fanout_ratio's ceiling."""
-    runs = measure(emulator.url, emulator.ca_file, n=n, page=page, repeats=repeats)
+    runs = measure(emulator, n=n, page=page, repeats=repeats)
     bare_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["bare"])
     notee_cpu = statistics.median(r["n"] / r["cpu_s"] for r in runs["notee"])
     bare_wall = statistics.median(r["n"] / r["wall_s"] for r in runs["bare"])
@@ -373,13 +359,14 @@ def run(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> tuple[dict[s
     fig = figure(
         "send_cpu_ratio",
         Measure("notee deliver()", notee_cpu, "msgs/CPU-s"),
-        Measure("bare h2 client", bare_cpu, "req/CPU-s"),
+        Measure(_label(leanest(), "fcm"), bare_cpu, "req/CPU-s"),
         {"messages": n, "page": page, "in_flight": IN_FLIGHT, "repeats": repeats},
         extra={
             "notee_wall_per_s": notee_wall,
             "bare_wall_per_s": bare_wall,
             "notee_us_per_msg": 1e6 / notee_cpu,
             "bare_us_per_req": 1e6 / bare_cpu,
+            "bare_engine": leanest(),
         },
     )
     return fig, {"bare_wall_per_s": bare_wall, "notee_wall_per_s": notee_wall}

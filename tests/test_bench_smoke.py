@@ -162,3 +162,23 @@ def test_goal_comparison(name, value, met):
 def test_zero_denominator_is_missing_not_a_value():
     fig = report.figure("slot_walk_ratio", report.Measure("n", 5.0, "rows/s"), report.Measure("d", 0.0, "rows/s"), {})
     assert fig["missing"] is True and "value" not in fig
+
+
+@pytest.mark.parametrize("engine", ["h2", "jh2", "pycurl", "curl_cffi", "pyreqwest"])
+def test_engines_smoke(bench_emulator, engine):
+    # every bare loop of bench/engines.py really sends what Notee sends and gets 200 for each
+    # request (one_run raises otherwise), on both APIs; the APNs port starts at one stream
+    from bench import engines
+    from bench.send_cpu import _apns_credentials
+    from notee.providers.apns import ApnsJwt
+
+    c = _apns_credentials().apns
+    apns_bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
+    before = bench_emulator.stats()
+    fcm = engines.one_run(engine, "fcm", bench_emulator.url, bench_emulator.ca_file, 120, bench_emulator.access_token())
+    apns = engines.one_run(engine, "apns", bench_emulator.apns_url, bench_emulator.ca_file, 120, apns_bearer)
+    after = bench_emulator.stats()
+    assert fcm["n"] == apns["n"] == 120 and fcm["cpu_s"] > 0 and apns["cpu_s"] > 0
+    assert after["counts"]["fcm.ok"] - before["counts"].get("fcm.ok", 0) == 120
+    assert after["counts"]["apns.ok"] - before["counts"].get("apns.ok", 0) == 120
+    assert after["apns_peer"]["protocol_errors"] == before["apns_peer"]["protocol_errors"]

@@ -1,17 +1,18 @@
-"""h2, hpack and hyperframe are pinned to exact versions because notee/providers/http2.py reaches
-past h2's documented API (``new_h2_connection``): it replaces the connection's own HPACK ``encoder``
-with one that never Huffman-codes, wraps the GOAWAY handler in its private ``_frame_dispatch_table``
-(keyed by hyperframe's frame classes) to keep its ``state_machine`` open after a GOAWAY, and
-replaces ``local_settings`` before ``initiate_connection``.
+"""jh2 (the h2 fork with a native HPACK codec that notee/providers/http2.py drives) is pinned to an
+exact version because ``new_h2_connection`` reaches past its documented API: it wraps the GOAWAY
+handler in the connection's private ``_frame_dispatch_table`` (keyed by jh2's vendored hyperframe
+frame classes) to keep its ``state_machine`` open after a GOAWAY, and replaces ``local_settings``
+before ``initiate_connection``. Its CPU advantage (docs/PROVIDERS.md, "HTTP/2 engines") is the
+native HPACK encoder and decoder: jh2 silently falls back to pure Python without them.
 
-These tests fail loudly, naming the versions and the internal concerned, when the installed
-versions differ from the pins or when one of those internals stops working as relied on. After an
-upgrade: check each internal below against the new release, then move both pins together.
+These tests fail loudly, naming the version and the internal concerned, when the installed version
+differs from the pin or when one of those internals stops working as relied on. After an upgrade:
+check each internal below against the new release, then move the pin. The server side of these
+tests is the plain ``h2`` state machine (the emulator's), so they also check that both interoperate.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import tomllib
@@ -21,20 +22,22 @@ from pathlib import Path
 import h2.config
 import h2.connection
 import h2.events
-import h2.exceptions
 import h2.settings
-import hpack
-from hyperframe.frame import GoAwayFrame
+import jh2.config
+import jh2.connection
+import jh2.events
+import jh2.exceptions
+from jh2.hyperframe.frame import GoAwayFrame
 
 from notee.providers import http2
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-PINNED = ("h2", "hpack", "hyperframe")
+PINNED = ("jh2",)
 INTERNALS = (
-    "H2Connection.encoder is a plain hpack.Encoder, replaced per connection, and its encode(headers, "
-    "huffman=...) is what h2 calls for every header block; H2Connection._frame_dispatch_table[GoAwayFrame] "
-    "handles GOAWAY and H2Connection.state_machine.state can be set back to CLIENT_OPEN after it; "
-    "H2Connection.local_settings, replaced before initiate_connection(), is what the first SETTINGS frame sends"
+    "H2Connection.encoder/.decoder are jh2's native (jh2._hazmat) HPACK codec; "
+    "H2Connection._frame_dispatch_table[GoAwayFrame] handles GOAWAY and H2Connection.state_machine.state "
+    "can be set back to CLIENT_OPEN after it; H2Connection.local_settings, replaced before "
+    "initiate_connection(), is what the first SETTINGS frame sends"
 )
 
 
@@ -42,7 +45,7 @@ def _pins() -> dict[str, str]:
     deps = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
     pins = {}
     for dep in deps:
-        m = re.fullmatch(r"(h2|hpack|hyperframe)==([\w.]+)", dep)
+        m = re.fullmatch(r"(jh2)==([\w.]+)", dep)
         if m:
             pins[m[1]] = m[2]
     return pins
@@ -51,13 +54,13 @@ def _pins() -> dict[str, str]:
 def _loud(what: str) -> str:
     installed = ", ".join(f"{name} {version(name)}" for name in PINNED)
     return (
-        f"notee/providers/http2.py relies on h2/hpack/hyperframe internals ({INTERNALS}). {what}. "
+        f"notee/providers/http2.py relies on jh2 internals ({INTERNALS}). {what}. "
         f"Installed: {installed}; pinned in pyproject.toml: {_pins()}. Check new_h2_connection() against "
         "the new release before changing the pins."
     )
 
 
-def _client_and_server() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection]:
+def _client_and_server() -> tuple[jh2.connection.H2Connection, h2.connection.H2Connection]:
     client = http2.new_h2_connection()
     client.initiate_connection()
     server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
@@ -65,55 +68,55 @@ def _client_and_server() -> tuple[h2.connection.H2Connection, h2.connection.H2Co
     return client, server
 
 
-def test_h2_hpack_hyperframe_are_pinned_exactly_to_the_installed_versions():
+def test_jh2_is_pinned_exactly_to_the_installed_version():
     pins = _pins()
-    assert set(pins) == set(PINNED), _loud("pyproject.toml must pin h2, hpack and hyperframe with ==")
+    assert set(pins) == set(PINNED), _loud("pyproject.toml must pin jh2 with ==")
     for name, pinned in pins.items():
         assert version(name) == pinned, _loud(f"{name} {version(name)} is installed, not the pinned {pinned}")
 
 
-def test_the_connection_encoder_is_a_replaceable_hpack_encoder():
-    fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    assert type(getattr(fresh, "encoder", None)) is hpack.Encoder, _loud(
-        "H2Connection no longer keeps a plain hpack.Encoder in .encoder"
-    )
-    assert "huffman" in inspect.signature(hpack.Encoder.encode).parameters, _loud(
-        "hpack.Encoder.encode has no 'huffman' parameter any more"
-    )
-    assert isinstance(http2.new_h2_connection().encoder, hpack.Encoder)
+def test_the_hpack_codec_is_jh2s_native_one():
+    conn = http2.new_h2_connection()
+    for side in ("encoder", "decoder"):
+        module = type(getattr(conn, side, None)).__module__
+        assert module == "jh2._hazmat", _loud(f"the connection's {side} comes from {module}, not jh2's native codec")
 
 
-def test_header_blocks_are_sent_without_huffman_coding():
+def test_header_blocks_index_the_constant_authorization_header():
+    # a long bearer is sent in full once per connection, then as an index: what keeps the
+    # per-request header cost flat (the pure-Python h2 needed Huffman coding turned off for it)
     client, server = _client_and_server()
     server.receive_data(client.data_to_send())
-    secret = b"Bearer plain-literal-" + b"x" * 40
-    stream_id = client.get_next_available_stream_id()
-    client.send_headers(
-        stream_id,
-        [
-            (b":method", b"POST"),
-            (b":scheme", b"https"),
-            (b":path", b"/p"),
-            (b":authority", b"example.test"),
-            (b"authorization", secret),
-        ],
-        end_stream=True,
-    )
-    wire = client.data_to_send()
-    # Huffman coding would have turned the value into other bytes: the replaced encoder was not used.
-    assert secret in wire, _loud("h2 no longer encodes header blocks with the connection's .encoder")
-    events = server.receive_data(wire)
-    received = next(e for e in events if isinstance(e, h2.events.RequestReceived))
-    assert (b"authorization", secret) in received.headers
+    secret = b"Bearer indexed-" + b"x" * 200
+    sizes = []
+    for _ in range(2):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(
+            stream_id,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https"),
+                (b":path", b"/p"),
+                (b":authority", b"example.test"),
+                (b"authorization", secret),
+            ],
+            end_stream=True,
+        )
+        wire = client.data_to_send()
+        sizes.append(len(wire))
+        events = server.receive_data(wire)
+        received = next(e for e in events if isinstance(e, h2.events.RequestReceived))
+        assert (b"authorization", secret) in received.headers
+    assert sizes[1] < 50 < 150 < sizes[0], _loud(f"header blocks of {sizes} bytes: the bearer is not indexed")
 
 
 def test_responses_after_goaway_are_still_accepted():
-    fresh = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    fresh = jh2.connection.H2Connection(jh2.config.H2Configuration(client_side=True))
     table = getattr(fresh, "_frame_dispatch_table", None)
     assert isinstance(table, dict) and GoAwayFrame in table, _loud(
         "H2Connection has no _frame_dispatch_table keyed by hyperframe's GoAwayFrame"
     )
-    assert fresh.state_machine.state == h2.connection.ConnectionState.IDLE, _loud("no state_machine.state")
+    assert fresh.state_machine.state == jh2.connection.ConnectionState.IDLE, _loud("no state_machine.state")
     client, server = _client_and_server()
     server.receive_data(client.data_to_send())
     client.receive_data(server.data_to_send())
@@ -127,13 +130,13 @@ def test_responses_after_goaway_are_still_accepted():
     server.send_headers(stream_id, [(b":status", b"200")], end_stream=True)
     answer = server.data_to_send()
     server.close_connection(last_stream_id=stream_id)
-    # on the wire: GOAWAY, then the answer to a stream it covers (unwrapped, h2 raises ProtocolError)
+    # on the wire: GOAWAY, then the answer to a stream it covers (unwrapped, jh2 raises ProtocolError)
     try:
         events = client.receive_data(server.data_to_send() + answer)
-    except h2.exceptions.ProtocolError as exc:
+    except jh2.exceptions.ProtocolError as exc:
         raise AssertionError(_loud(f"a response after GOAWAY was refused: {exc}")) from exc
     kinds = [type(e) for e in events]
-    assert h2.events.ConnectionTerminated in kinds and h2.events.ResponseReceived in kinds, _loud(
+    assert jh2.events.ConnectionTerminated in kinds and jh2.events.ResponseReceived in kinds, _loud(
         f"after GOAWAY the client got {kinds}"
     )
 
@@ -154,8 +157,8 @@ def test_the_first_settings_frame_carries_the_replaced_local_settings():
 
 
 def test_hpack_debug_logging_of_header_values_stays_off():
-    # hpack logs each encoded header block at DEBUG under its module logger; http2.py raises the
-    # "hpack" logger to INFO so bearer tokens never reach a log even when the root logs DEBUG.
-    logger = logging.getLogger(hpack.hpack.log.name)
-    assert logger.name.startswith("hpack"), _loud(f"hpack now logs as {logger.name!r}, outside 'hpack'")
-    assert not logger.isEnabledFor(logging.DEBUG)
+    # jh2's pure-Python fallback codec (and the emulator's h2) log each header block at DEBUG under
+    # their hpack module loggers; http2.py raises both to INFO so bearer tokens never reach a log
+    # even when the root logs DEBUG.
+    for name in ("jh2.hpack.hpack", "hpack.hpack"):
+        assert not logging.getLogger(name).isEnabledFor(logging.DEBUG), name

@@ -34,7 +34,6 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Declared but never named in an import statement, each for a stated reason.
 LOADED_BY_NAME = {
     "pymysql": "SQLAlchemy loads it for the mysql+pymysql:// URL of NOTEE_MYSQL_URL",
-    "hpack": "pinned with h2, whose HPACK encoder notee/providers/http2.py uses (tests/test_http2_pins.py)",
 }
 
 

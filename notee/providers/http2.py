@@ -1,13 +1,18 @@
-"""A lean HTTP/2 client on ``h2`` + asyncio over TLS: the transport of the FCM and APNs senders.
+"""A lean HTTP/2 client on the ``jh2`` state machine + asyncio over TLS: the transport of the FCM
+and APNs senders.
 
 Why not the SDKs' transports: firebase-admin's senders cost ~1,060 µs CPU per message (requests)
 and ~1,180 µs (its httpx HTTP/2 path); this client multiplexes up to ``max_streams`` requests per
-connection at ~114-124 µs (docs/PROVIDERS.md, "Measured CPU per message"). It does only what the
-two push APIs need: small POSTs, whole responses, flow control, GOAWAY, reconnect.
+connection (docs/PROVIDERS.md, "Measured CPU per message"). It does only what the two push APIs
+need: small POSTs, whole responses, flow control, GOAWAY, reconnect.
 
-CPU notes: outbound header validation/normalisation is off (we build the headers ourselves) and
-HPACK Huffman coding is off, so the constant ``authorization`` header is indexed once per
-connection instead of being Huffman-coded in pure Python on every request.
+Why jh2 and not h2 or libcurl (measured side by side, docs/PROVIDERS.md "HTTP/2 engines"): jh2 is
+h2's API with a native HPACK codec, about a third less CPU per request than the pure-Python h2;
+libcurl (pycurl) costs less still but opens up to 100 streams on a new connection before the
+server's first SETTINGS, which a server starting at one stream (APNs) refuses.
+
+CPU notes: outbound header validation/normalisation is off (we build the headers ourselves); the
+constant ``authorization`` header is indexed once per connection by the HPACK encoder.
 """
 
 from __future__ import annotations
@@ -16,23 +21,24 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-import hpack
-from hyperframe.frame import GoAwayFrame
+import jh2.config
+import jh2.connection
+import jh2.events
+import jh2.exceptions
+import jh2.settings
+from jh2.hyperframe.frame import GoAwayFrame
 
 from notee import metrics
 
 log = logging.getLogger(__name__)
-# hpack logs every header it encodes at DEBUG, bearer tokens and JWTs included: never let it.
+# hpack codecs in Python (jh2's fallback; h2's, in the emulator) log every header at DEBUG, bearer
+# tokens and JWTs included: never let them.
+logging.getLogger("jh2.hpack").setLevel(logging.INFO)
 logging.getLogger("hpack").setLevel(logging.INFO)
 
 
@@ -76,8 +82,8 @@ Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
 _REFUSED_STREAM = 0x7
 
 
-def _answers_after_goaway(conn: h2.connection.H2Connection) -> None:
-    """h2 closes its connection state machine on receiving GOAWAY, and then rejects the responses
+def _answers_after_goaway(conn: jh2.connection.H2Connection) -> None:
+    """jh2 (like h2) closes its connection state machine on receiving GOAWAY, and then rejects the responses
     the server still sends for the streams at or below last_stream_id (RFC 9113 §6.8 lets them
     finish). Keep the state open after a GOAWAY; ``Connection`` opens no stream after one."""
     table = conn._frame_dispatch_table
@@ -86,53 +92,36 @@ def _answers_after_goaway(conn: h2.connection.H2Connection) -> None:
     def receive(frame: GoAwayFrame) -> Any:
         state = conn.state_machine.state
         out = receive_goaway(frame)
-        if state == h2.connection.ConnectionState.CLIENT_OPEN:
+        if state == jh2.connection.ConnectionState.CLIENT_OPEN:
             conn.state_machine.state = state
         return out
 
     table[GoAwayFrame] = receive
 
 
-# What hpack.Encoder.encode accepts (its own annotation).
-_HeaderBlock = (
-    Iterable[hpack.HeaderTuple | tuple[bytes | str, bytes | str] | tuple[bytes | str, bytes | str, bool | None]]
-    | dict[bytes | str, bytes | str]
-)
+def new_h2_connection() -> jh2.connection.H2Connection:
+    """A client-side jh2 state machine set up as this module needs it, not yet initiated.
 
-
-class _PlainEncoder(hpack.Encoder):
-    """HPACK without Huffman coding (see the module doc)."""
-
-    def encode(self, headers: _HeaderBlock, huffman: bool = True) -> bytes:
-        return super().encode(headers, huffman=False)
-
-
-def new_h2_connection() -> h2.connection.H2Connection:
-    """A client-side h2 state machine set up as this module needs it, not yet initiated.
-
-    Three of its steps reach past h2's documented API, which is why h2, hpack and hyperframe are
-    pinned to exact versions (pyproject.toml; tests/test_http2_pins.py fails loudly when they
-    change): the connection's own ``encoder`` (an ``hpack.Encoder``) is replaced by one that never
-    Huffman-codes; its GOAWAY handler in ``_frame_dispatch_table`` is wrapped to keep the state
-    machine open (``_answers_after_goaway``); and ``local_settings`` is replaced before
-    ``initiate_connection`` so that the first SETTINGS frame already carries ours (no second
-    SETTINGS round trip)."""
-    config = h2.config.H2Configuration(
+    Two of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an exact
+    version (pyproject.toml; tests/test_http2_pins.py fails loudly when it changes): its GOAWAY
+    handler in ``_frame_dispatch_table`` is wrapped to keep the state machine open
+    (``_answers_after_goaway``); and ``local_settings`` is replaced before ``initiate_connection``
+    so that the first SETTINGS frame already carries ours (no second SETTINGS round trip)."""
+    config = jh2.config.H2Configuration(
         client_side=True,
         header_encoding=None,
         validate_outbound_headers=False,
         normalize_outbound_headers=False,
         validate_inbound_headers=False,
     )
-    conn = h2.connection.H2Connection(config=config)
-    conn.encoder = _PlainEncoder()
+    conn = jh2.connection.H2Connection(config=config)
     _answers_after_goaway(conn)
-    conn.local_settings = h2.settings.Settings(
+    conn.local_settings = jh2.settings.Settings(
         client=True,
         initial_values={
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
+            jh2.settings.SettingCodes.ENABLE_PUSH: 0,
+            jh2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
+            jh2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
         },
     )
     return conn
@@ -158,7 +147,7 @@ class Connection:
         self._ssl, self._sni = ssl_context, server_hostname or host
         self._max_streams = max_streams
         self._limit = 0  # streams we may have open: min(max_streams, the peer's current limit)
-        self._conn: h2.connection.H2Connection | None = None
+        self._conn: jh2.connection.H2Connection | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._streams: dict[int, _Stream] = {}
@@ -229,7 +218,7 @@ class Connection:
                 for pump in list(self._pumps):  # streams ended, limit or window grew: open more
                     pump()
                 self._flush_soon()
-        except (OSError, ssl.SSLError, h2.exceptions.ProtocolError) as exc:
+        except (OSError, ssl.SSLError, jh2.exceptions.ProtocolError) as exc:
             error = TransportError(f"connection error: {exc!r}")
         except asyncio.CancelledError:
             error = TransportError("connection closed")
@@ -244,24 +233,24 @@ class Connection:
             for pump in list(self._pumps):  # hands back what the batches had not opened yet
                 pump()
 
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.ResponseReceived):
+    def _on_event(self, event: jh2.events.Event) -> None:
+        if isinstance(event, jh2.events.ResponseReceived):
             stream = self._streams.get(event.stream_id)
             if stream:
                 stream.headers = event.headers
-        elif isinstance(event, h2.events.DataReceived):
+        elif isinstance(event, jh2.events.DataReceived):
             assert self._conn is not None
             self._conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             stream = self._streams.get(event.stream_id)
             if stream:
                 stream.body += event.data
-        elif isinstance(event, h2.events.StreamEnded):
+        elif isinstance(event, jh2.events.StreamEnded):
             stream = self._streams.pop(event.stream_id, None)
             if stream:
                 self._unsent.pop(event.stream_id, None)
                 headers = dict(stream.headers)
                 stream.done(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
-        elif isinstance(event, h2.events.StreamReset):
+        elif isinstance(event, jh2.events.StreamReset):
             stream = self._streams.pop(event.stream_id, None)
             self._unsent.pop(event.stream_id, None)
             if stream:
@@ -270,13 +259,13 @@ class Connection:
                         f"stream reset (error {event.error_code})", unprocessed=event.error_code == _REFUSED_STREAM
                     )
                 )
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
+        elif isinstance(event, jh2.events.RemoteSettingsChanged):
             assert self._conn is not None
             self._limit = min(self._max_streams, self._conn.remote_settings.max_concurrent_streams)
             if self._settled is not None and not self._settled.done():
                 self.usable = True
                 self._settled.set_result(None)
-        elif isinstance(event, h2.events.ConnectionTerminated):
+        elif isinstance(event, jh2.events.ConnectionTerminated):
             # GOAWAY: no new stream here. Streams above last_stream_id were not processed and are
             # handed back for another connection; the ones at or below it still get their answers.
             self.usable = False
@@ -381,7 +370,7 @@ class Connection:
                         else:
                             self._unsent[stream_id] = memoryview(body)
                             self._send_unsent()
-                except h2.exceptions.H2Error as exc:
+                except jh2.exceptions.H2Error as exc:
                     # our own bookkeeping should make this impossible; the server never saw the stream
                     self.usable = False
                     complete(nxt, TransportError(f"cannot open a stream: {exc!r}", unprocessed=True))
@@ -405,7 +394,7 @@ class Connection:
                     self._unsent.pop(stream_id, None)
                     try:
                         conn.reset_stream(stream_id)
-                    except h2.exceptions.H2Error:
+                    except jh2.exceptions.H2Error:
                         pass
                     complete(i, TransportError(f"no response within {timeout} s"))
             for i in range(nxt, n):
@@ -443,7 +432,7 @@ class Connection:
             try:
                 self._conn.close_connection()
                 self._writer.write(self._conn.data_to_send())
-            except (h2.exceptions.H2Error, OSError, RuntimeError):
+            except (jh2.exceptions.H2Error, OSError, RuntimeError):
                 pass
         if self._reader_task is not None:
             self._reader_task.cancel()
