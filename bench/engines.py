@@ -2,7 +2,10 @@
 emulator, next to Notee's own ``deliver()`` (issue 19, item 6; docs/PROVIDERS.md "HTTP/2 engines").
 
     flock /tmp/notee-bench.lock .venv/bin/python -m bench.engines [--n 10000] [--repeats 3]
-        [--engines h2 jh2 pycurl curl_cffi pyreqwest notee] [--apis fcm apns]
+        [--engines h2 jh2 pycurl curl_cffi pyreqwest notee] [--apis fcm apns] [--baseline DIR ...]
+
+``--baseline``: also measure ``deliver()`` of the ``notee`` package of other checkouts (e.g. main
+before a transport change, in a ``git worktree``), as engines ``notee@DIR``: before and after in one run.
 
 One realistic ``notee emulator`` (FCM on granian, APNs on its own HTTP/2 server) is started for the
 run. Every engine sends the same requests Notee sends: FCM v1 POSTs with distinct 163-character
@@ -37,7 +40,6 @@ from urllib.parse import urlsplit
 from bench.send_cpu import APNS_TOPIC, IN_FLIGHT, PROJECT, _apns_credentials, _apns_messages, _messages, in_child
 
 ENGINES = ("notee", "h2", "jh2", "pycurl", "curl_cffi", "pyreqwest")
-BASELINE: list[str | None] = [None]  # --baseline DIR: a checkout whose Notee is measured as well
 APIS = ("fcm", "apns")
 
 
@@ -438,15 +440,12 @@ LOOPS: dict[str, Callable[[Work, str], dict[str, Any]]] = {
 MODULES = {"h2": "h2", "jh2": "jh2", "pycurl": "pycurl", "curl_cffi": "curl_cffi", "pyreqwest": "pyreqwest"}
 
 
-def one_run(
-    engine: str, api: str, url: str, ca_file: str, n: int, bearer: str, baseline: str | None = None
-) -> dict[str, Any]:
+def one_run(engine: str, api: str, url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
     """In a spawned child: one engine, one API, ``n`` requests."""
-    BASELINE[0] = baseline
     if engine == "notee":
         return _notee(api, n)
-    if engine == "notee-baseline":
-        return _notee(api, n, BASELINE[0])
+    if engine.startswith("notee@"):
+        return _notee(api, n, engine.removeprefix("notee@"))
     return LOOPS[engine](Work(api, url, n, bearer), ca_file)
 
 
@@ -454,8 +453,12 @@ def version(engine: str) -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as dist_version
 
-    if engine == "notee-baseline":
-        return f"notee of {BASELINE[0]}"
+    if engine.startswith("notee@"):
+        import subprocess
+
+        tree = engine.removeprefix("notee@")
+        rev = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        return f"checkout {rev.stdout.strip() or tree}"
     if engine == "notee":
         import subprocess
 
@@ -501,7 +504,7 @@ def measure(
         for api in apis:
             for e in order:
                 try:
-                    res = in_child(one_run, e, api, urls[api], emulator.ca_file, n, bearers[api], BASELINE[0])
+                    res = in_child(one_run, e, api, urls[api], emulator.ca_file, n, bearers[api])
                 except Exception as exc:
                     out[(e, api)].setdefault("errors", []).append(f"{type(exc).__name__}: {str(exc)[:200]}")
                     print(f"  {e:10} {api:5} run {r + 1}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -537,7 +540,9 @@ def table(results: dict[tuple[str, str], dict[str, Any]], engines: list[str], ap
                 cells.append(f"{entry['us_per_req']:.1f} ({entry['us_min']:.1f}–{entry['us_max']:.1f})")
             else:
                 cells.append(entry.get("missing") or "; ".join(entry.get("errors", ["no run"]))[:80])
-        name = {"notee": "Notee `deliver()`", "notee-baseline": "Notee `deliver()`, baseline"}.get(e, e)
+        name = "Notee `deliver()`" if e == "notee" else e
+        if e.startswith("notee@"):
+            name = f"Notee `deliver()` of {e.removeprefix('notee@')}"
         lines.append(f"| {name} | {ver or 'not installed'} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -548,11 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", nargs="*", default=list(ENGINES), choices=ENGINES)
     parser.add_argument("--apis", nargs="*", default=list(APIS), choices=APIS)
-    parser.add_argument("--baseline", help="also measure deliver() of the notee package in this checkout")
+    parser.add_argument(
+        "--baseline", nargs="*", default=[], help="also measure deliver() of the notee package in these checkouts"
+    )
     args = parser.parse_args(argv)
-    if args.baseline:
-        BASELINE[0] = str(Path(args.baseline).resolve())
-        args.engines = ["notee-baseline", *args.engines]
+    args.engines = [f"notee@{Path(b).resolve()}" for b in args.baseline] + args.engines
     from bench import env
 
     env.use_bench_stores()
