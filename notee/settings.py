@@ -170,6 +170,12 @@ class Settings(BaseSettings):
     fanout_breaker_max_open_s: float = Field(
         30.0, gt=0, description="Longest a provider's circuit breaker stays open before it lets a probe through."
     )
+    fanout_fair_slice_s: float = Field(
+        0.5,
+        ge=0,
+        description="A task keeps its lane at least this long; after it, the task gives the lane back at its next "
+        "checkpoint when another tenant with fewer running tasks waits (docs/FANOUT.md, fairness).",
+    )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
     schedule_grace_s: int = Field(
         60,

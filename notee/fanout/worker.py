@@ -13,6 +13,9 @@ SKIP LOCKED`` + lease), then run it:
   lease expires, another worker claims the task and resumes from the checkpoint, so a device gets
   at most one duplicate.
 * A lease keeper renews the lease every ``lease_s / 3`` while a page is slow.
+* Fairness (docs/FANOUT.md): once a task has held its lane for ``fanout_fair_slice_s``, a checkpoint
+  that finds another tenant waiting with fewer live leases gives the task back (a graceful release
+  at that checkpoint) and the lane claims again; the claim serves that tenant first.
 * SIGTERM/SIGINT: stop claiming; each lane finishes (sends and checkpoints) its in-flight page,
   drops what it read ahead (not checkpointed, so not lost), releases the lease and exits. A page
   waiting to retry (Retry-After, backoff) wakes at once and its task is released *without* a
@@ -66,6 +69,7 @@ log = logging.getLogger(__name__)
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
 IDLE_POLL_S = 0.5  # how often an idle lane asks for work
+FAIR_CHECK_S = 0.25  # how often a busy lane asks whether another tenant waits (once its slice is used)
 OUTAGE_BACKOFF_BASE_S = 1.0  # first wait after an outage; doubles per consecutive outage up to the cap
 
 
@@ -224,7 +228,8 @@ class Worker:
         self.stop = stop or asyncio.Event()  # shared with the sender, so a retry wait ends on stop too
         self.tasks_done = 0
         self.backoff = OutageBackoff(cap_s=runtime.settings.fanout_outage_backoff_cap_s)
-        self.releases = {"outage": 0, "error": 0, "paging_state": 0}  # tasks given back, by cause
+        self.releases = {"outage": 0, "error": 0, "paging_state": 0, "yield": 0}  # tasks given back, by cause
+        self.fair_slice_s = runtime.settings.fanout_fair_slice_s
 
     # ------------------------------------------------------------------ claim loop
     async def run(self, *, until_idle: bool = False) -> None:
@@ -286,7 +291,7 @@ class Worker:
         name = f"{claim.job_id}/{claim.task_no}"
         lost = asyncio.Event()
         keeper = asyncio.create_task(self._keep_lease(claim, lost))
-        started = time.monotonic()
+        started = fair_checked = time.monotonic()
         pages = sent = 0
         aborted = PageCounts()  # what the page a provider configuration error stopped did before it
         last_key = claim.resume_key  # (no, device_token) of the last row sent in the current slot
@@ -360,6 +365,22 @@ class Worker:
                         metrics.task_releases("stop").inc()
                         log.info("task %s released on stop at slot %d after %d pages", name, resume_slot, pages)
                         return
+                    now = time.monotonic()
+                    if now - started >= self.fair_slice_s and now - fair_checked >= FAIR_CHECK_S:
+                        fair_checked = now
+                        if await asyncio.to_thread(store.tenant_waiting, sessions, job.service, self.services):
+                            # At the checkpoint just written: what was read ahead is dropped, the
+                            # next owner resumes here; a graceful release, not an attempt.
+                            await asyncio.to_thread(store.release, sessions, claim)
+                            self.releases["yield"] += 1
+                            metrics.task_releases("yield").inc()
+                            log.info(
+                                "task %s yielded its lane at slot %d after %d pages: another tenant waits",
+                                name,
+                                resume_slot,
+                                pages,
+                            )
+                            return
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)

@@ -1,0 +1,11 @@
+-- The claim is fair between tenants (docs/FANOUT.md, "Fairness between tenants"): it ranks the
+-- claimable tasks by their tenant's live leases and takes expired leases before queued work within a
+-- tenant, and a busy lane asks whether another tenant waits with fewer leases. Those reads, and the
+-- claim of a worker restricted to some tenants (`notee worker --service`), need the open jobs by
+-- tenant. Until now a tenant's open jobs were found through uq_job_idempotency's (service) prefix,
+-- which walks every job the service made (finished ones too, kept for retention_days).
+-- No table changes; retention of fanout_job is unchanged (0004).
+-- serves: the open jobs (state IN ('scheduled','queued','running')) with their tenant: of some
+-- services (a scoped claim), of one service (its live leases), of every other service (is a tenant
+-- waiting?), without reading any finished job
+CREATE INDEX IF NOT EXISTS ix_job_open ON fanout_job (state, service);
