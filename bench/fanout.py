@@ -35,13 +35,14 @@ TYPE = "bench_topic"
 
 
 class WorkerProcess:
-    """``notee worker --service S`` as a subprocess; stopped with SIGTERM by its pid."""
+    """``notee worker --service S [--service T ...]`` as a subprocess; stopped with SIGTERM by its pid."""
 
-    def __init__(self, service: str, lanes: int = 2) -> None:
+    def __init__(self, service: str | list[str], lanes: int = 2) -> None:
         self.log = Path(tempfile.mkstemp(prefix="notee-bench-worker-", suffix=".log")[1])
         self._out = self.log.open("wb")
+        scope = [a for s in ([service] if isinstance(service, str) else service) for a in ("--service", s)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "notee", "worker", "--lanes", str(lanes), "--service", service],
+            [sys.executable, "-m", "notee", "worker", "--lanes", str(lanes), *scope],
             stdout=self._out,
             stderr=subprocess.STDOUT,
         )

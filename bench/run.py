@@ -31,6 +31,7 @@ SIZES = {
         "bulk_users": 4_000,
         "bulk_repeats": 2,
         "local_devices": 20_000,
+        "fair_devices": 40_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -44,6 +45,7 @@ SIZES = {
         "bulk_users": 20_000,
         "bulk_repeats": 2,
         "local_devices": 100_000,
+        "fair_devices": 200_000,
     },
 }
 log = logging.getLogger("bench")
@@ -149,6 +151,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["local_time_cpu_ratio"] = local_time.run(runtime, emulator, devices=sizes["local_devices"])
 
         attempt(("local_time_cpu_ratio",), local)
+
+    if want("fairness_p99_s"):
+
+        def fair() -> None:
+            from bench import fairness
+
+            figures["fairness_p99_s"] = fairness.run(runtime, emulator, devices=sizes["fair_devices"])
+
+        attempt(("fairness_p99_s",), fair)
     return figures
 
 

@@ -122,6 +122,19 @@ def test_local_time_smoke(runtime, bench_emulator):
     assert bench_emulator.delivered() >= 2 * 480  # both publishes reached every device
 
 
+def test_fairness_smoke(runtime, bench_emulator):
+    from bench import fairness
+
+    fig = fairness.run(runtime, bench_emulator, devices=2500, interval_s=0.5)
+    _measured(fig, "fairness_p99_s", ratio=False)
+    assert fig["value"] == fig["numerator"]["value"]
+    assert fig["denominator"]["value"] >= 1  # B published at least once while A ran, and each was acknowledged
+    assert fig["sizes"]["worker_processes"] == 1 and fig["sizes"]["lanes"] == 2
+    assert fig["extra"]["a_state"] == "done"
+    assert fig["extra"]["b_max_s"] >= fig["value"] >= fig["extra"]["b_p50_s"] > 0
+    assert bench_emulator.delivered() == 2500 + fig["denominator"]["value"]  # A's devices and B's pushes, once each
+
+
 def test_results_files(tmp_path):
     from datetime import datetime
 
