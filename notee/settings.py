@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     fanout_breaker_max_open_s: float = Field(
         30.0, gt=0, description="Longest a provider's circuit breaker stays open before it lets a probe through."
     )
+    fanout_spare_lane: bool = Field(
+        True,
+        description="`notee worker` runs one lane more than --lanes that only takes work of a tenant no lane "
+        "serves (docs/FANOUT.md, fairness): a small publish does not wait for a large one's pages.",
+    )
     fanout_fair_slice_s: float = Field(
         0.5,
         ge=0,

@@ -131,9 +131,10 @@ def test_tenant_waiting_says_when_another_tenant_has_fewer_leases_and_due_work(r
     assert store.tenant_waiting(runtime.sessions, b, [a, b]) is False
 
 
-def _two_tenant_worker(processes, services: list[str], name: str):
+def _one_lane_worker(processes, services: list[str], name: str, **env: str):
+    """``notee worker --lanes 1`` for these tenants; without the spare lane unless ``env`` turns it on."""
     args = ["worker", "--lanes", "1", *[x for s in services for x in ("--service", s)]]
-    return processes.start(name, args, subprocess_env(**WORKER_ENV))
+    return processes.start(name, args, subprocess_env(**(WORKER_ENV | {"NOTEE_FANOUT_SPARE_LANE": "false"} | env)))
 
 
 def test_a_lane_busy_with_a_long_task_yields_to_another_tenant_at_a_checkpoint(runtime, emulator, processes):
@@ -144,7 +145,7 @@ def test_a_lane_busy_with_a_long_task_yields_to_another_tenant_at_a_checkpoint(r
     (token_b,) = seed_topic(runtime, b, "news", key_b, "small", 1)
     long_job = _job(runtime, a, [(0, 0)], key=key_a, topic="long")
     emulator.latency(50)
-    worker = _two_tenant_worker(processes, [a, b], "fair-yield")  # one lane: A's task holds it
+    worker = _one_lane_worker(processes, [a, b], "fair-yield")  # one lane: A's task holds it
     wait_for(lambda: job_progress(runtime, long_job)[1].sent >= 2 * FETCH, timeout=60, what="A's first pages")
     small = topic_job(runtime, b, key_b, "small")
     assert job_progress(runtime, long_job)[1].sent < n, "A finished before B published; slow the emulator down"
@@ -152,7 +153,7 @@ def test_a_lane_busy_with_a_long_task_yields_to_another_tenant_at_a_checkpoint(r
     wait_for(lambda: job_progress(runtime, long_job)[0].state == "done", timeout=120, what="A's job")
     (a_task,), (b_task,) = _task_times(runtime, long_job).values(), _task_times(runtime, small.job_id).values()
     assert b_task.finished_at < a_task.finished_at  # B did not wait for A's only task to end
-    assert "yielded its lane" in worker.tail(), worker.tail()
+    assert "yielded its lane" in worker.output(), worker.tail()
     counts = deliveries_per_token(emulator, tokens_a)
     assert set(counts.values()) == {1}, "yielding at a checkpoint neither loses nor duplicates"
     assert deliveries_per_token(emulator, [token_b])[token_b] == 1
@@ -169,7 +170,7 @@ def test_a_killed_workers_task_is_resumed_before_queued_work_of_its_tenant(runti
     tokens = seed_topic(runtime, a, "news", key, "crash", 600)
     job = _job(runtime, a, [(0, 0), (1, 1)], key=key, topic="crash")
     emulator.latency(50)
-    first = _two_tenant_worker(processes, [a], "fair-crash-a")
+    first = _one_lane_worker(processes, [a], "fair-crash-a")
     wait_for(lambda: _task_times(runtime, job)[0].state == "running", timeout=60, what="task 0 claimed")
     wait_for(lambda: job_progress(runtime, job)[1].sent >= 2 * FETCH, timeout=60, what="task 0's first pages")
     first.signal(signal.SIGKILL)
@@ -177,7 +178,7 @@ def test_a_killed_workers_task_is_resumed_before_queued_work_of_its_tenant(runti
     tasks = _task_times(runtime, job)
     assert tasks[0].state == "running" and tasks[1].state == "queued" and tasks[1].started_at is None
     wait_for(lambda: _lease_expired(runtime, job, 0), timeout=30, what="the dead worker's lease to expire")
-    _two_tenant_worker(processes, [a], "fair-crash-b")  # one lane: it runs one task at a time
+    _one_lane_worker(processes, [a], "fair-crash-b")  # one lane: it runs one task at a time
     wait_for(lambda: job_progress(runtime, job)[0].state == "done", timeout=120, what="job done")
     tasks = _task_times(runtime, job)
     # Task 1 was queued (due) since the job was made, but the crashed task 0 was resumed first.
@@ -185,3 +186,27 @@ def test_a_killed_workers_task_is_resumed_before_queued_work_of_its_tenant(runti
     counts = deliveries_per_token(emulator, tokens)
     assert min(counts.values()) >= 1, "a device was missed"
     assert sum(c - 1 for c in counts.values()) <= FETCH, "more duplicates than the one page in flight"
+
+
+def test_the_spare_lane_serves_a_tenant_no_lane_serves_without_any_yield(runtime, emulator, processes):
+    a, b = "FS" + uuid.uuid4().hex[:8].upper(), "FT" + uuid.uuid4().hex[:8].upper()
+    key_a, key_b = topic_template(runtime, a), topic_template(runtime, b)
+    n = 600
+    tokens_a = seed_topic(runtime, a, "news", key_a, "long", n)
+    (token_b,) = seed_topic(runtime, b, "news", key_b, "small", 1)
+    long_job = _job(runtime, a, [(0, 0)], key=key_a, topic="long")  # one task: one lane holds it to the end
+    emulator.latency(50)
+    # One regular lane plus the spare lane; no yielding (a slice of an hour), so only a free lane can send B.
+    worker = _one_lane_worker(
+        processes, [a, b], "fair-spare", NOTEE_FANOUT_SPARE_LANE="true", NOTEE_FANOUT_FAIR_SLICE_S="3600"
+    )
+    wait_for(lambda: job_progress(runtime, long_job)[1].sent >= 2 * FETCH, timeout=60, what="A's first pages")
+    small = topic_job(runtime, b, key_b, "small")
+    assert job_progress(runtime, long_job)[1].sent < n, "A finished before B published; slow the emulator down"
+    wait_for(lambda: job_progress(runtime, small.job_id)[0].state == "done", timeout=60, what="B's job")
+    wait_for(lambda: job_progress(runtime, long_job)[0].state == "done", timeout=120, what="A's job")
+    (a_task,), (b_task,) = _task_times(runtime, long_job).values(), _task_times(runtime, small.job_id).values()
+    assert b_task.finished_at < a_task.finished_at  # sent while A's only task still held the other lane
+    assert "yielded its lane" not in worker.output()
+    assert set(deliveries_per_token(emulator, tokens_a).values()) == {1}
+    assert deliveries_per_token(emulator, [token_b])[token_b] == 1

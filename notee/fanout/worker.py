@@ -15,7 +15,9 @@ SKIP LOCKED`` + lease), then run it:
 * A lease keeper renews the lease every ``lease_s / 3`` while a page is slow.
 * Fairness (docs/FANOUT.md): once a task has held its lane for ``fanout_fair_slice_s``, a checkpoint
   that finds another tenant waiting with fewer live leases gives the task back (a graceful release
-  at that checkpoint) and the lane claims again; the claim serves that tenant first.
+  at that checkpoint) and the lane claims again; the claim serves that tenant first. With
+  ``fanout_spare_lane`` the process runs one lane more, which only takes work of a tenant no lane
+  serves, so such a tenant does not wait for a busy lane's next page.
 * SIGTERM/SIGINT: stop claiming; each lane finishes (sends and checkpoints) its in-flight page,
   drops what it read ahead (not checkpointed, so not lost), releases the lease and exits. A page
   waiting to retry (Retry-After, backoff) wakes at once and its task is released *without* a
@@ -212,6 +214,7 @@ class Worker:
         send_page: SendPage,
         *,
         lanes: int = 2,
+        spare_lane: bool = False,
         worker_id: str | None = None,
         lease_s: float | None = None,
         fetch_size: int | None = None,
@@ -221,6 +224,7 @@ class Worker:
         self.runtime = runtime
         self.send_page = send_page
         self.lanes = lanes
+        self.spare_lane = spare_lane  # one more lane, for tenants no lane serves (docs/FANOUT.md, fairness)
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_s = lease_s or runtime.settings.fanout_lease_s
         self.fetch_size = fetch_size or runtime.settings.fanout_fetch_size
@@ -235,12 +239,20 @@ class Worker:
     async def run(self, *, until_idle: bool = False) -> None:
         """Run the lanes until ``stop`` is set (or, with ``until_idle``, until no task is left)."""
         log.info(
-            "worker %s: %d lanes, fetch_size=%d, lease=%ss", self.worker_id, self.lanes, self.fetch_size, self.lease_s
+            "worker %s: %d lanes%s, fetch_size=%d, lease=%ss",
+            self.worker_id,
+            self.lanes,
+            " + 1 spare" if self.spare_lane else "",
+            self.fetch_size,
+            self.lease_s,
         )
-        await asyncio.gather(*(self._lane(i, until_idle) for i in range(self.lanes)))
+        lanes = [self._lane(i, until_idle) for i in range(self.lanes)]
+        if self.spare_lane:
+            lanes.append(self._lane(self.lanes, until_idle, spare=True))
+        await asyncio.gather(*lanes)
         log.info("worker %s: stopped after %d task(s)", self.worker_id, self.tasks_done)
 
-    async def _lane(self, lane: int, until_idle: bool) -> None:
+    async def _lane(self, lane: int, until_idle: bool, spare: bool = False) -> None:
         while not self.stop.is_set():
             try:
                 claim = await asyncio.to_thread(
@@ -249,6 +261,7 @@ class Worker:
                     owner=self.worker_id,
                     lease_s=self.lease_s,
                     services=self.services,
+                    unserved_only=spare,
                 )
             except Exception as exc:  # store down: keep the process, try again after a backoff
                 delay = self.backoff.next_delay()
@@ -277,7 +290,7 @@ class Worker:
                     claim.task_no,
                 )
             with logs.task_context(claim.job_id):  # job_id (and service, once read) on the task's log lines
-                await self.run_task(claim)
+                await self.run_task(claim, spare=spare)
 
     async def _sleep(self, seconds: float) -> None:
         try:
@@ -286,7 +299,7 @@ class Worker:
             pass
 
     # ------------------------------------------------------------------ one task
-    async def run_task(self, claim: Claim) -> None:
+    async def run_task(self, claim: Claim, *, spare: bool = False) -> None:
         sessions = self.runtime.sessions
         name = f"{claim.job_id}/{claim.task_no}"
         lost = asyncio.Event()
@@ -368,17 +381,18 @@ class Worker:
                     now = time.monotonic()
                     if now - started >= self.fair_slice_s and now - fair_checked >= FAIR_CHECK_S:
                         fair_checked = now
-                        if await asyncio.to_thread(store.tenant_waiting, sessions, job.service, self.services):
+                        if await asyncio.to_thread(self._give_lane_back, job.service, spare):
                             # At the checkpoint just written: what was read ahead is dropped, the
                             # next owner resumes here; a graceful release, not an attempt.
                             await asyncio.to_thread(store.release, sessions, claim)
                             self.releases["yield"] += 1
                             metrics.task_releases("yield").inc()
                             log.info(
-                                "task %s yielded its lane at slot %d after %d pages: another tenant waits",
+                                "task %s yielded its lane at slot %d after %d pages: %s",
                                 name,
                                 resume_slot,
                                 pages,
+                                "its tenant is served by another lane" if spare else "another tenant waits",
                             )
                             return
             finally:
@@ -441,6 +455,17 @@ class Worker:
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
+
+    def _give_lane_back(self, service: str, spare: bool) -> bool:
+        """At a checkpoint: should this lane release its task of ``service``? A regular lane when
+        another tenant waits with fewer live leases; the spare lane as soon as the tenant holds a
+        lease besides this one (the regular lanes serve it; the spare lane stays free for the next)."""
+        if spare:
+            return store.live_leases(self.runtime.sessions, service) > 1
+        # With a spare lane, a waiting tenant gets two idle polls to be claimed by it before the
+        # busy lanes give up their pages for it (no churn for every small publish).
+        waited = 2 * IDLE_POLL_S if self.spare_lane else 0.0
+        return store.tenant_waiting(self.runtime.sessions, service, self.services, waited_s=waited)
 
     async def _release(self, claim: Claim, *, delay_s: float, error: str, counts_as_attempt: bool = False) -> None:
         """Give the task back. While MySQL itself is down, keep trying (with the outage backoff) so
@@ -585,7 +610,9 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     watch_queue(runtime)  # the job queue's levels on every scrape
     stop = asyncio.Event()
     sender = DeliverySender(runtime, stop)
-    worker = Worker(runtime, sender, lanes=lanes, services=services, stop=stop)
+    worker = Worker(
+        runtime, sender, lanes=lanes, spare_lane=runtime.settings.fanout_spare_lane, services=services, stop=stop
+    )
     grace = runtime.settings.fanout_stop_grace_s
     loop = asyncio.get_running_loop()
     running = asyncio.ensure_future(worker.run())

@@ -279,17 +279,21 @@ def _scoped(sql: str, services: Sequence[str] | None) -> Any:
     return text(sql.replace("{scope}", " AND j.service IN :svc")).bindparams(bindparam("svc", expanding=True))
 
 
-def _fair_candidates(session: Session, services: Sequence[str] | None) -> list[tuple[str, int]]:
+def _fair_candidates(
+    session: Session, services: Sequence[str] | None, *, unserved_only: bool = False
+) -> list[tuple[str, int]]:
     """The claimable tasks in the order the fair claim takes them (a plain read, no locks): first the
     tenant with the fewest live leases, within a tenant a task whose lease expired (a crashed or
     stalled worker's, resumed from its checkpoint) before its queued ones, then the longest due.
-    Tenants with as many leases are served longest-due first, which rotates them."""
+    Tenants with as many leases are served longest-due first, which rotates them. ``unserved_only``:
+    only tenants without any live lease (the spare lane's work)."""
     rows = session.execute(
         _scoped(
             "SELECT t.job_id, t.task_no FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
             f" LEFT JOIN {_LEASES} ON l.service = j.service"
             f" WHERE {_CLAIMABLE} AND {_OPEN_JOB}{{scope}}"
-            " ORDER BY COALESCE(l.leased, 0), t.state = 'running' DESC, t.lease_until, t.job_id, t.task_no"
+            + (" AND l.leased IS NULL" if unserved_only else "")
+            + " ORDER BY COALESCE(l.leased, 0), t.state = 'running' DESC, t.lease_until, t.job_id, t.task_no"
             " LIMIT :k",
             services,
         ),
@@ -337,16 +341,21 @@ def _first_claimable(session: Session, services: Sequence[str] | None) -> Any:
     return session.execute(stmt, params).one_or_none()
 
 
-def _next_claimable(session: Session, services: Sequence[str] | None) -> Any:
-    for job_id, task_no in _fair_candidates(session, services):
+def _next_claimable(session: Session, services: Sequence[str] | None, unserved_only: bool) -> Any:
+    for job_id, task_no in _fair_candidates(session, services, unserved_only=unserved_only):
         row = _lock_claimable(session, job_id, task_no)
         if row is not None:
             return row
-    return _first_claimable(session, services)
+    return None if unserved_only else _first_claimable(session, services)
 
 
 def claim(
-    sessions: sessionmaker[Session], *, owner: str, lease_s: float, services: Sequence[str] | None = None
+    sessions: sessionmaker[Session],
+    *,
+    owner: str,
+    lease_s: float,
+    services: Sequence[str] | None = None,
+    unserved_only: bool = False,
 ) -> Claim | None:
     """Lease one open task (queued, or running with an expired lease), in its own transaction.
 
@@ -355,13 +364,14 @@ def claim(
     number of workers claim concurrently without waiting on each other's row locks; each task row
     is handed to exactly one of them. READ COMMITTED: no gap locks, and rows the scan passes over
     are not kept locked. ``services`` restricts the claim to those tenants' jobs (dedicated
-    workers; tests). A task already claimed ``MAX_TASK_ATTEMPTS`` times is failed instead (a
-    poison task must not loop forever)."""
+    workers; tests); ``unserved_only`` to tenants that hold no live lease (a worker's spare lane).
+    A task already claimed ``MAX_TASK_ATTEMPTS`` times is failed instead (a poison task must not
+    loop forever)."""
     token = secrets.token_hex(16)
     with sessions.begin() as session:
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
         while True:
-            row = _next_claimable(session, services)
+            row = _next_claimable(session, services, unserved_only)
             if row is None:
                 return None
             if _job_state(session, row.job_id) == "cancelled":  # a dead worker's task of a cancelled job
@@ -421,26 +431,46 @@ def claim(
             )
 
 
-def tenant_waiting(sessions: sessionmaker[Session], service: str, services: Sequence[str] | None = None) -> bool:
+def tenant_waiting(
+    sessions: sessionmaker[Session], service: str, services: Sequence[str] | None = None, *, waited_s: float = 0.0
+) -> bool:
     """Should a lane running a task of ``service`` give it back at this checkpoint? True when another
-    tenant (within ``services``, the worker's scope) has a claimable task and fewer live leases
-    than ``service`` has (this task's included): the fair claim would give the lane to that tenant.
-    One read, no locks: claimable tasks and live leases (ix_task_claim) and their jobs' tenants."""
+    tenant (within ``services``, the worker's scope) has had a task claimable for ``waited_s`` and
+    has fewer live leases than ``service`` has (this task's included): the fair claim would give
+    the lane to that tenant. One read, no locks: claimable tasks and live leases (ix_task_claim)
+    and their jobs' tenants."""
     with sessions() as session:
         row = session.execute(
             _scoped(
                 "SELECT 1 FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
                 f" LEFT JOIN {_LEASES} ON l.service = j.service"
                 f" WHERE {_CLAIMABLE} AND {_OPEN_JOB} AND j.service <> :me{{scope}}"
+                " AND t.lease_until <= UTC_TIMESTAMP(6) - INTERVAL :waited MICROSECOND"
                 " AND COALESCE(l.leased, 0) < (SELECT COUNT(*) FROM fanout_task mt"
                 " JOIN fanout_job mj ON mj.job_id = mt.job_id WHERE mj.service = :me AND mj.state = 'running'"
                 " AND mt.state = 'running' AND mt.lease_until > UTC_TIMESTAMP(6))"
                 " LIMIT 1",
                 services,
             ),
-            {"me": service, "svc": list(services or ())},
+            {"me": service, "svc": list(services or ()), "waited": int(waited_s * 1_000_000)},
         ).first()
     return row is not None
+
+
+def live_leases(sessions: sessionmaker[Session], service: str) -> int:
+    """How many tasks of ``service`` are under a live lease now, over every worker (its running
+    jobs by ix_job_open, their running tasks)."""
+    with sessions() as session:
+        return int(
+            session.execute(
+                text(
+                    "SELECT COUNT(*) FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
+                    " WHERE j.service = :s AND j.state = 'running' AND t.state = 'running'"
+                    " AND t.lease_until > UTC_TIMESTAMP(6)"
+                ),
+                {"s": service},
+            ).scalar_one()
+        )
 
 
 def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -> None:
