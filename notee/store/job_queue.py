@@ -1,11 +1,12 @@
 """All SQL of the fan-out work queue: publish jobs and their leased slot-range tasks.
 
 Leasing (DATA-RULES.md "Writes"): a worker claims one open task, chosen fairly between tenants
-(``claim``), with ``SELECT … FOR UPDATE SKIP LOCKED``, stamps it with its own ``lease_token`` and a ``lease_until`` from the database clock, and
-every later write (extend, checkpoint, complete, release) is fenced by that token: if another
-worker reclaimed the task after the lease expired, the stale worker's write matches no row and it
-stops (``LeaseLost``). Functions take the caller's Session and never commit, except the ones whose
-docstring says they run their own transaction from a sessionmaker.
+(``claim``), with ``SELECT … FOR UPDATE SKIP LOCKED``, stamps it with its own ``lease_token`` and a
+``lease_until`` from the database clock, and every later write (extend, checkpoint, complete,
+release) is fenced by that token: if another worker reclaimed the task after the lease expired, the
+stale worker's write matches no row and it stops (``LeaseLost``). Functions take the caller's
+Session and never commit, except the ones whose docstring says they run their own transaction from
+a sessionmaker.
 """
 
 from __future__ import annotations
