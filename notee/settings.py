@@ -104,6 +104,14 @@ class Settings(BaseSettings):
     api_max_connections: int = Field(
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
+    api_key_cache_s: float = Field(
+        5.0,
+        ge=0,
+        le=60,
+        description="An API key that authenticated is trusted this long (seconds) without a MySQL lookup; "
+        "a revocation is effective at once in the process that served it, within this time in every "
+        "other `notee api` process. 0: every request looks the key up.",
+    )
     api_shutdown_budget_s: int = Field(
         10,
         ge=1,

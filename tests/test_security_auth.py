@@ -13,7 +13,10 @@ import json
 import logging
 
 import pytest
+from sqlalchemy import event
 
+from notee.api.auth import ApiKeyCache
+from notee.domain import registry
 from tests import security_logscan as logscan
 from tests.support.registry import (
     admin_headers,
@@ -40,6 +43,86 @@ def test_revoked_key_is_refused_at_once(client, settings, service_id):
     # The same answer as a key that never existed: nothing tells revoked from unknown.
     unknown = client.get("/v1/templates", headers=bearer(key["api_key"][:-4] + "AAAA"))
     assert (unknown.status_code, unknown.json()) == (r.status_code, r.json())
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_key_revoked_by_another_process_is_refused_within_the_cache_time(
+    app, client, runtime, settings, service_id, monkeypatch
+):
+    """A revocation this process did not serve (another `notee api`, a change in the database) is
+    effective once the key's cache entry is NOTEE_API_KEY_CACHE_S old (docs/API.md): the bound holds."""
+    clock = _Clock()
+    monkeypatch.setattr(app.state.key_cache, "clock", clock)
+    new_service(client, settings, service_id)
+    key = new_api_key(client, settings, service_id, label="elsewhere")
+    auth = bearer(key["api_key"])
+    assert client.get("/v1/templates", headers=auth).status_code == 200  # now cached
+    with runtime.sessions() as db:  # what another process's revocation leaves in MySQL
+        registry.revoke_api_key(db, service_id, key["key_id"])
+        db.commit()
+    ttl = settings.api_key_cache_s
+    assert ttl > 0
+    clock.now += ttl - 0.001
+    assert client.get("/v1/templates", headers=auth).status_code == 200  # the documented window
+    clock.now += 0.001
+    r = client.get("/v1/templates", headers=auth)
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
+    clock.now += 3600
+    assert client.get("/v1/templates", headers=auth).status_code == 401  # never cached again
+
+
+def test_a_cached_key_costs_no_lookup_and_a_wrong_secret_is_still_refused(app, client, runtime, settings, service_id):
+    headers = new_service(client, settings, service_id)
+    key = headers["Authorization"].removeprefix("Bearer ")
+    assert client.get("/v1/templates", headers=headers).status_code == 200
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, params, context, executemany):
+        statements.append(statement)
+
+    event.listen(runtime.engine, "before_cursor_execute", seen)
+    try:
+        assert client.get("/v1/templates", headers=headers).status_code == 200
+        looked_up = [s for s in statements if "api_key" in s]
+        assert looked_up == [], "a key that authenticated a moment ago was looked up again"
+        wrong = client.get("/v1/templates", headers=bearer(key[:-6] + "AAAAAA"))
+        assert wrong.status_code == 401
+        assert [s for s in statements if "api_key" in s], "a wrong secret must go to MySQL, never the cache"
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", seen)
+
+
+def test_a_lookup_racing_a_revocation_is_not_cached():
+    """The admin route forgets the key after its commit; a lookup that read the row before the
+    commit must not put the key back (it would outlive the revocation by the cache time)."""
+    cache = ApiKeyCache(60)
+    token = "nk_" + "a" * 16 + "_" + "b" * 43
+    generation = cache.generation()  # a lookup starts, reads the not-yet-revoked row ...
+    cache.forget("a" * 16)  # ... the revocation commits and forgets the key ...
+    cache.remember(token, "S1", generation)  # ... then the lookup tries to keep it
+    assert cache.service_of(token) is None
+    cache.remember(token, "S1", cache.generation())
+    assert cache.service_of(token) == "S1"
+    assert cache.service_of(token[:-1] + "c") is None  # same key id, wrong secret
+
+
+def test_a_zero_cache_time_keeps_no_key_and_the_cache_is_bounded():
+    off = ApiKeyCache(0)
+    token = "nk_" + "a" * 16 + "_" + "b" * 43
+    off.remember(token, "S1", off.generation())
+    assert off.service_of(token) is None
+    small = ApiKeyCache(60, max_keys=2)
+    tokens = [f"nk_{str(i) * 16}_" + "b" * 43 for i in range(3)]
+    for t in tokens:
+        small.remember(t, "S1", small.generation())
+    assert [small.service_of(t) for t in tokens] == [None, "S1", "S1"]  # the oldest went first
 
 
 @pytest.mark.parametrize("variant", ["valid", "wrong_secret", "unknown_key_id", "admin_valid", "admin_wrong"])

@@ -255,3 +255,14 @@ def test_concurrent_cycle_resubscribes_converge_on_one_schedule(client, runtime,
         ]
         assert got == ([tok] if hour == winner else [])
     assert len(st.user_rows(u, svc)) == 2
+
+
+@pytest.mark.parametrize("status", ["subscribed", "already_subscribed"])
+@pytest.mark.parametrize("devices", [0, 1, 12])
+def test_the_topic_subscribe_answer_is_its_response_model(status, devices):
+    """The route writes SubscribeOut's JSON itself (no per-request model validation): byte for byte
+    what the model gives."""
+    from notee.api.routes.subscriptions import SubscribeOut, subscribe_out_json
+
+    result = {"status": status, "devices": devices}
+    assert subscribe_out_json(result) == SubscribeOut.model_validate(result).model_dump_json().encode()

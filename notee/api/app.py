@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from notee.api import console, docs_ui, errors, openapi
 from notee.api.access import RequestContext
+from notee.api.auth import ApiKeyCache
 from notee.api.edge import EdgeGuard
 from notee.api.routes import (
     admin,
@@ -35,10 +36,13 @@ from notee.settings import Settings
 Part = Literal["all", "tenant", "admin"]
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = "all") -> FastAPI:
+def create_app(
+    settings: Settings, runtime: Runtime | None = None, part: Part = "all", key_cache: ApiKeyCache | None = None
+) -> FastAPI:
     """Build the app. Pass ``runtime`` to share one (tests, or two listeners in one process);
     otherwise the lifespan makes and closes one. ``part``: every route, or only the tenant API, or
-    only the admin API (for separate listeners; /healthz is in each)."""
+    only the admin API (for separate listeners; /healthz is in each). ``key_cache``: the process's
+    cache of API keys, shared by its listeners so a revocation on the admin one reaches the tenant one."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +74,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, part: Part = 
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.key_cache = key_cache or ApiKeyCache(settings.api_key_cache_s)
     app.state.serves_admin = part in ("all", "admin")
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)

@@ -5,10 +5,19 @@ Both come as ``Authorization: Bearer ...`` and are checked by the edge middlewar
 (and declare the security schemes in OpenAPI). Missing or wrong credentials answer 401 (never a hint
 about which part was wrong); the admin API answers 403 to everyone while ``NOTEE_ADMIN_TOKEN`` is
 unset. Service keys are refused by the admin routes (they do not match the admin token).
+
+An API key that authenticated is remembered for ``api_key_cache_s`` (``ApiKeyCache``), so most
+requests authenticate without a MySQL round trip or a worker-thread hop. A revocation through the
+admin API or the console of a process forgets the key in that process at once; any other process
+(another ``notee api``, a revocation made in the database) stops accepting it within
+``api_key_cache_s`` (default 5 s; docs/API.md "Authentication").
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from anyio import to_thread
@@ -36,6 +45,63 @@ _key_scheme = HTTPBearer(
 Credentials = HTTPAuthorizationCredentials | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    service: str
+    key_hash: bytes  # sha256 of the secret: a cached key is still checked in constant time
+    until: float  # clock() after which it is looked up again
+
+
+class ApiKeyCache:
+    """Keys that authenticated lately, by key id, for ``ttl_s`` seconds (0: nothing is kept). Only
+    keys that authenticated are kept: an unknown, wrong or revoked key always goes to MySQL, and the
+    cache holds at most ``max_keys`` (the oldest go first). One per process, shared by its listeners:
+    the event loop reads it, worker threads fill it (single dict operations, atomic under the GIL)."""
+
+    def __init__(self, ttl_s: float, *, max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.max_keys = max_keys
+        self.clock = clock
+        self._keys: dict[str, _Known] = {}
+        self._generation = 0  # bumped by every forget(): a lookup that began before it is not kept
+
+    def service_of(self, token: str | None) -> str | None:
+        """The service of a cached key whose secret matches; None: look it up in MySQL."""
+        parsed = crypto.parse_api_key(token or "")
+        if parsed is None:
+            return None
+        known = self._keys.get(parsed[0])
+        if known is None:
+            return None
+        if self.clock() >= known.until:
+            self._keys.pop(parsed[0], None)
+            return None
+        return known.service if crypto.secret_matches(parsed[1], known.key_hash) else None
+
+    def generation(self) -> int:
+        return self._generation
+
+    def remember(self, token: str, service: str, generation: int) -> None:
+        """Keep a key that just authenticated, unless a key was forgotten since ``generation`` was
+        read (the lookup may have raced a revocation)."""
+        parsed = crypto.parse_api_key(token)
+        if self.ttl_s <= 0 or parsed is None or generation != self._generation:
+            return
+        while len(self._keys) >= self.max_keys:
+            self._keys.pop(next(iter(self._keys)), None)
+        self._keys[parsed[0]] = _Known(service, crypto.hash_secret(parsed[1]), self.clock() + self.ttl_s)
+
+    def forget(self, key_id: str) -> None:
+        """A key was revoked: refuse it from now on in this process."""
+        self._generation += 1
+        self._keys.pop(key_id, None)
+
+
+def key_cache(request: Request) -> ApiKeyCache:
+    cache: ApiKeyCache = request.app.state.key_cache
+    return cache
+
+
 def check_admin(settings: Settings, token: str | None) -> None:
     expected = settings.admin_token
     if expected is None or not expected.get_secret_value():
@@ -45,14 +111,25 @@ def check_admin(settings: Settings, token: str | None) -> None:
 
 
 def authenticate_service(
-    runtime: Runtime, settings: Settings, token: str | None, rate_class: RateClass | None = None
+    runtime: Runtime,
+    settings: Settings,
+    token: str | None,
+    rate_class: RateClass | None = None,
+    cache: ApiKeyCache | None = None,
+    known: str | None = None,
 ) -> str:
     """The calling service's id: one indexed lookup in a short session of its own (the edge
     middleware runs it before the route's session exists), so its connection is back in the pool
-    before the route runs. With ``rate_class``, one token of the service's bucket is taken on the
-    same connection (RateLimited: 429)."""
+    before the route runs; ``known``: the service ``cache`` already vouched for (no lookup). With
+    ``rate_class``, one token of the service's bucket is taken on the same connection (RateLimited: 429)."""
+    generation = cache.generation() if cache is not None else 0
     with runtime.sessions() as session:
-        service = registry.authenticate(session, token)
+        if known is not None:
+            service = known
+        else:
+            service = registry.authenticate(session, token)
+            if cache is not None and token is not None:
+                cache.remember(token, service, generation)
         if rate_class is not None and settings.rate_limits_enabled:
             try:
                 ratelimit.admit(session, settings, service, rate_class)
@@ -75,7 +152,9 @@ async def require_service(
     if isinstance(service, str):
         return service
     token = creds.credentials if creds is not None else None
-    return await to_thread.run_sync(authenticate_service, runtime, request.app.state.settings, token)
+    return await to_thread.run_sync(
+        authenticate_service, runtime, request.app.state.settings, token, None, key_cache(request)
+    )
 
 
 async def get_secrets_box(request: Request) -> crypto.SecretsBox | None:

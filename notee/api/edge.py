@@ -9,7 +9,8 @@ A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP
 2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
 3. a declared ``Content-Length`` over ``api_max_body_bytes`` answers 413 at once;
 4. credentials are checked from the headers alone — the admin token for ``/v1/admin``, an API key
-   for the rest of ``/v1`` (one indexed MySQL lookup) — so a caller without them never gets a byte
+   for the rest of ``/v1`` (one indexed MySQL lookup, or none for a key that authenticated within
+   ``api_key_cache_s``: ``notee.api.auth.ApiKeyCache``) — so a caller without them never gets a byte
    of its body read (401/403); on the same connection one token of the service's rate limit for the
    request's class is taken (429 with Retry-After; ``notee.domain.ratelimit``);
 5. the body is read into memory up to the limit (a chunked body is cut off there: 413) and its JSON
@@ -207,13 +208,15 @@ class EdgeGuard:
             if is_admin:
                 check_admin(settings, bearer_token(scope))
             elif path.startswith(TENANT_PREFIX):
-                service = await to_thread.run_sync(
-                    authenticate_service,
-                    state.runtime,
-                    settings,
-                    bearer_token(scope),
-                    rate_class(scope["method"], path),
-                )
+                token = bearer_token(scope)
+                cls = rate_class(scope["method"], path) if settings.rate_limits_enabled else None
+                known = state.key_cache.service_of(token)  # a key seen lately: no MySQL, no thread hop
+                if known is None or cls is not None:
+                    service = await to_thread.run_sync(
+                        authenticate_service, state.runtime, settings, token, cls, state.key_cache, known
+                    )
+                else:
+                    service = known
                 scope.setdefault("state", {})["service"] = service
                 logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
         except Exception as exc:

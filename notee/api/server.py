@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from notee.api.app import Part, begin_shutdown, create_app
+from notee.api.auth import ApiKeyCache
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -46,9 +47,9 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _config(settings: Settings, runtime: Runtime, listener: Listener) -> uvicorn.Config:
+def _config(settings: Settings, runtime: Runtime, listener: Listener, key_cache: ApiKeyCache) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings, runtime=runtime, part=listener.part),
+        create_app(settings, runtime=runtime, part=listener.part, key_cache=key_cache),
         host=listener.host,
         port=listener.port,
         log_level=settings.log_level.lower(),
@@ -80,7 +81,8 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
     runtime = Runtime(settings)
     try:
-        configs = [_config(settings, runtime, lst) for lst in listeners(settings, host, port)]
+        key_cache = ApiKeyCache(settings.api_key_cache_s)  # one per process: a revocation on either listener
+        configs = [_config(settings, runtime, lst, key_cache) for lst in listeners(settings, host, port)]
         apps: list[FastAPI] = [config.app for config in configs]  # type: ignore[misc]
         servers: list[uvicorn.Server] = [_Server(config, apps) for config in configs]
         asyncio.run(_serve_all(servers))

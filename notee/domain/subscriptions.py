@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from cassandra.cluster import ResponseFuture
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
@@ -230,18 +231,20 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 
 # ---------------------------------------------------------------------- topic
 def subscribe_topic(
-    session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str
+    db: Session | Connection, st: Statements, service: str, user_id: str, type_: str, topic: str
 ) -> SubscribeResult:
-    """Round trips of a first subscription: one MySQL read, with the user's index rows of the type
-    read from Cassandra at the same time; the ``no`` counter (+n, read); one logged batch per device
-    (the user-level row rides in the last one); the re-read that decides who counts the user; ``count``."""
+    """Round trips of a first subscription: the user-row lock and one MySQL read, with the user's
+    index rows of the type read from Cassandra at the same time; the ``no`` counter (+n, read); one
+    logged batch (the devices' rows and the user-level row); the re-read that decides who counts the
+    user; one counter batch (the topic's subscribers, the type's ``count``). ``db``: a session, or
+    (the API's hot path) a Core connection; the caller ends its transaction."""
     validate_topic(topic)
     # Deletion wins (issue 14.5, module doc): the user's shared row lock comes first, and the index
     # read starts only once it is held, so it sees whatever a racing deletion or rotation did (one
     # more MySQL round trip; the index read still overlaps the context read).
-    _lock_user(session, service, user_id)
+    subsql.lock_user(db, service, user_id)
     pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
-    ctx = subsql.subscribe_context(session, service, type_, user_id)
+    ctx = subsql.subscribe_context(db, service, type_, user_id)
     tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
     if not ctx.user_exists:
         raise NotFound("user not found")
@@ -300,14 +303,12 @@ def _subscribe_one_topic(
     )
     st.run(st.write_together([unit]))
     if not already:
-        # Per-topic count (issue 16; docs/SCHEMA.md decision 3): one counter statement, only once the
-        # subscription row exists, in flight while the per-type check below reads.
-        counted = st.add_topic_subscribers_async(service, tpl.type_, topic, +1)
-        if not had_type:
-            after = st.user_type_rows(user_id, service, "TOPIC", tpl.type_)
-            if _first_of_type(after, tpl.key, topic, at):
-                st.add_count(service, "TOPIC", tpl.type_, +1)
-        st.run([counted])
+        # Per-topic count (issue 16; docs/SCHEMA.md decision 3) and, for the user's first subscription
+        # of the type, ``count``: one counter batch, only once the subscription rows exist.
+        first = not had_type and _first_of_type(
+            st.user_type_rows(user_id, service, "TOPIC", tpl.type_), tpl.key, topic, at
+        )
+        st.add_subscriber_counts(service, "TOPIC", tpl.type_, {topic: +1}, +1 if first else 0)
     return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
@@ -390,14 +391,13 @@ def bulk_subscribe_topic(
             )
         )
     st.run(st.write_together(units))
-    # The topic's count: one counter statement for the whole request (docs/SCHEMA.md decision 3).
-    topic_counted = [st.add_topic_subscribers_async(service, type_, topic, len(fresh))] if fresh else []
     first_timers = [u for u in fresh if not _live_user_level(before.get(u, []), tpl.key)]
+    counted = 0
     if first_timers:
         after = st.users_rows_of(st.users_type_rows_async(first_timers, service, "TOPIC", type_))
         counted = sum(1 for u in first_timers if _first_of_type(after.get(u, []), tpl.key, topic, at))
-        st.add_count(service, "TOPIC", type_, counted)
-    st.run(topic_counted)
+    # The topic's count and ``count``: one counter batch for the whole request (docs/SCHEMA.md decision 3).
+    st.add_subscriber_counts(service, "TOPIC", type_, {topic: len(fresh)}, counted)
     for u, _ in todo:
         results[u] = {"user_id": u, "status": "subscribed" if u in fresh else "already_subscribed"}
     return [results.get(u, {"user_id": u, "status": "not_found"}) for u in ordered]

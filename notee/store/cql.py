@@ -253,6 +253,21 @@ class Statements:
                 self.counter_add_count, (delta, service, method, type_), execution_profile=COUNTER_PROFILE
             )
 
+    def add_subscriber_counts(
+        self, service: str, method: str, type_: str, topics: dict[str, int], count_delta: int
+    ) -> None:
+        """Per-topic subscriber counters (``topics``: topic -> delta; TOPIC only) and the type's
+        ``count``, in one counter batch: one round trip, never retried (a counter batch is not
+        idempotent either). Zero deltas are left out; nothing to add, nothing sent."""
+        batch = BatchStatement(batch_type=BatchType.COUNTER)
+        for topic, delta in topics.items():
+            if delta:
+                batch.add(self.counter_add_topic, (delta, service, type_, topic))
+        if count_delta:
+            batch.add(self.counter_add_count, (count_delta, service, method, type_))
+        if len(batch):
+            self.session.execute(batch, execution_profile=COUNTER_PROFILE)
+
     def add_version(self, service: str, method: str, type_: str, delta: int = 1) -> None:
         self.session.execute(
             self.counter_add_version, (delta, service, method, type_), execution_profile=COUNTER_PROFILE

@@ -9,24 +9,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import DateTime, String, and_, select, text
+from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
 
 from notee.store.registry_sql import device_t, template_t, user_t
 
-# The subscribe path's whole MySQL read in one round trip: every template of the type (whatever its
-# method: the caller tells "no such template" from "a template of the other method"), and the user
-# with its devices (a user without devices is one row with NULL device columns; an unknown user, none).
+# The single subscribe's two statements, sent as driver SQL on a Core connection: it runs several
+# times per second per process, and the ORM session with compiled constructs cost ~0.3 ms of CPU
+# per statement where these cost ~0.1 ms (docs/BENCHMARKS.md, "Subscribe through the API").
+# uq_user_user_id. The shared lock of a writer that adds the user's rows (notee.domain.subscriptions).
+_LOCK_USER = "SELECT 1 FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s LOCK IN SHARE MODE"
+# The rest of its MySQL read in one round trip: every template of the type (whatever its method: the
+# caller tells "no such template" from "a template of the other method"), and the user with its
+# devices (a user without devices is one row with NULL device columns; an unknown user, none).
 # PRIMARY KEY prefix (service) of notification_template; uq_user_user_id; device PRIMARY KEY prefix.
-_SUBSCRIBE_CONTEXT = text(
-    "SELECT 'T' AS kind, t.notification_method AS a, t.notification_key AS b, NULL AS c, NULL AS created_at"
-    " FROM notification_template t WHERE t.service = :service AND t.notification_type = :type"
+_SUBSCRIBE_CONTEXT = (
+    "SELECT 'T', t.notification_method, t.notification_key, NULL, NULL"
+    " FROM notification_template t WHERE t.service = %(service)s AND t.notification_type = %(type)s"
     " UNION ALL"
     " SELECT 'U', u.user_id, d.device_token, d.device_os, d.created_at"
     " FROM `user` u LEFT JOIN device d ON d.service = u.service AND d.user_id = u.user_id"
-    " WHERE u.service = :service AND u.user_id = :user_id"
-).columns(  # typed result columns: the statement is cached with its result metadata
-    kind=String, a=String, b=String, c=String, created_at=DateTime
+    " WHERE u.service = %(service)s AND u.user_id = %(user_id)s"
 )
 
 
@@ -39,14 +42,22 @@ class SubscribeContext:
     devices: list[tuple[str, str]] = field(default_factory=list)  # (device_token, device_os), oldest first
 
 
-def subscribe_context(session: Session, service: str, type_: str, user_id: str) -> SubscribeContext:
+def _connection(db: Session | Connection) -> Connection:
+    return db if isinstance(db, Connection) else db.connection()
+
+
+def lock_user(db: Session | Connection, service: str, user_id: str) -> bool:
+    """Take the shared lock on the user's row until the caller's transaction ends; False: no such user."""
+    return _connection(db).exec_driver_sql(_LOCK_USER, {"service": service, "user_id": user_id}).first() is not None
+
+
+def subscribe_context(db: Session | Connection, service: str, type_: str, user_id: str) -> SubscribeContext:
     """Templates of ``type_`` and the user's devices, in one statement."""
     keys: dict[str, str] = {}
     user_exists = False
     devices: list[tuple[datetime, str, str]] = []
-    for kind, a, b, c, created_at in session.execute(
-        _SUBSCRIBE_CONTEXT, {"service": service, "type": type_, "user_id": user_id}
-    ):
+    params = {"service": service, "type": type_, "user_id": user_id}
+    for kind, a, b, c, created_at in _connection(db).exec_driver_sql(_SUBSCRIBE_CONTEXT, params):
         if kind == "T":
             keys[a] = b
         else:

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from notee.api.auth import key_cache
 from notee.api.console import web
 from notee.api.console.web import FormDep, PostedForm, SessionDep
 from notee.api.deps import DbDep, RuntimeDep
@@ -168,10 +169,11 @@ def create_key(request: Request, service: str, who: SessionDep, form: PostedForm
 
 
 @router.post("/services/{service}/keys/{key_id}/revoke")
-def revoke_key(service: str, key_id: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
+def revoke_key(request: Request, service: str, key_id: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
     _require_admin(who)
     registry.revoke_api_key(db, service, key_id)
     db.commit()
+    key_cache(request).forget(key_id)
     return web.redirect(f"{web.PREFIX}/services?{urlencode({'q': service})}")
 
 

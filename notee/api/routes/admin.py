@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Path, Request, Response
 
-from notee.api.auth import AdminDep, BoxDep
+from notee.api.auth import AdminDep, BoxDep, key_cache
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import (
     ApiKeyCreated,
@@ -114,10 +114,12 @@ def list_api_keys(service: ServicePath, db: DbDep) -> ApiKeyList:
 
 
 @router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response, responses=errors(404))
-def revoke_api_key(service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
-    """Revoke a key; effective on the next request."""
+def revoke_api_key(request: Request, service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
+    """Revoke a key: refused from the next request on by this process, within `NOTEE_API_KEY_CACHE_S`
+    by any other."""
     registry.revoke_api_key(db, service, key_id)
     db.commit()
+    key_cache(request).forget(key_id)
 
 
 @router.put("/services/{service}/credentials/fcm", response_model=CredentialsStatus, responses=errors(404, 424))

@@ -102,18 +102,30 @@ async def subscribe_topic(
     topic: TopicPath,
     service: ServiceDep,
     runtime: RuntimeDep,
-    response: Response,
-) -> subs.SubscribeResult:
+) -> Response:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
 
-    # The hottest write of the API: one worker-thread hop for the whole request (the session is
-    # opened, used and closed in it), where a sync route with DbDep takes three.
+    # The hottest write of the API: one worker-thread hop for the whole request (the connection is
+    # checked out, used and returned in it), where a sync route with DbDep takes three; a Core
+    # connection, not an ORM session (docs/BENCHMARKS.md, "Subscribe through the API").
     def run() -> subs.SubscribeResult:
-        with runtime.sessions() as db:  # read-only; closing it ends the read
+        with runtime.engine.connect() as db:  # read-only; returning it rolls back: the user lock ends
             return subs.subscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
 
-    return _upserted(response, await to_thread.run_sync(run))
+    result = await to_thread.run_sync(run)
+    # SubscribeOut's JSON written directly: validating and serialising the response model cost more
+    # than building it (tests/test_subscriptions.py checks it against the model).
+    return Response(
+        subscribe_out_json(result),
+        status_code=201 if result["status"] == "subscribed" else 200,
+        media_type="application/json",
+    )
+
+
+def subscribe_out_json(result: subs.SubscribeResult) -> bytes:
+    """``SubscribeOut`` of a topic subscription, as FastAPI would serialise it."""
+    return b'{"status":"%s","devices":%d,"schedule":null}' % (result["status"].encode("ascii"), result["devices"])
 
 
 def _upserted(response: Response, result: subs.SubscribeResult) -> subs.SubscribeResult:
