@@ -6,8 +6,10 @@ performing the same Cassandra writes, at the same concurrency.
   client's CPU takes little from the server on a small machine), each user subscribed once:
   ``PUT /v1/users/{user_id}/subscriptions/topic/{type}/{topic}``. Latency p50/p99 per request.
 * Raw side: ``concurrency`` threads with the raw driver doing, per user, what a first topic
-  subscription of a one-device user writes: ``no`` counter +1 and its read (the row's number), the
-  logged batch of slot row + index row, the user-level index row and ``count`` +1.
+  subscription of a one-device user writes: ``no`` counter +1 and its read (the row's number), one
+  logged batch of slot row + device index row + token index row + user-level index row, and one
+  counter batch of the topic's subscribers +1 and ``count`` +1 (4 round trips; Notee also reads the
+  user's index rows before and after: 6).
 
 Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
 topic. Sides run raw, API, raw, API; medians are reported. Then one more API pass with rate limits
@@ -142,6 +144,11 @@ def raw_side(
         f"UPDATE {c}.notification SET count = count + ? WHERE service = ?"
         " AND notification_method = ? AND notification_type = ?"
     )
+    add_topic = s.prepare(
+        f"UPDATE {c}.topic_subscribers SET subscribers = subscribers + ?"
+        " WHERE service = ? AND notification_type = ? AND topic = ?"
+    )
+    token_row = s.prepare(f"INSERT INTO {n}.notification_per_token (service, device_token, user_id) VALUES (?, ?, ?)")
     slot_row = s.prepare(
         f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
         " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -174,9 +181,13 @@ def raw_side(
                     json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at}),
                 ),
             )
+            batch.add(token_row, (service, token, uid))
+            batch.add(index_row, (uid, service, "TOPIC", TYPE, topic, "", json.dumps({"key": key, "at": at})))
             s.execute(batch)
-            s.execute(index_row, (uid, service, "TOPIC", TYPE, topic, "", json.dumps({"key": key, "at": at})))
-            s.execute(add_count, (1, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
+            counters = BatchStatement(batch_type=BatchType.COUNTER)
+            counters.add(add_topic, (1, service, TYPE, topic))
+            counters.add(add_count, (1, service, "TOPIC", TYPE))
+            s.execute(counters, execution_profile=COUNTER_PROFILE)
             mine.append(time.perf_counter() - t)
         with lock:
             latencies.extend(mine)
@@ -293,8 +304,9 @@ def bulk_raw_side(
 ) -> dict[str, Any]:
     """The writes a bulk subscribe of new one-device users cannot do without, done the leanest way
     the driver allows, per chunk: one ``no`` counter +n and its read; per user its slot row, device
-    index row and user-level row in a logged batch, users sharing batches up to the same byte budget
-    as Notee's (``notee.store.cql.BATCH_BYTES``), all in flight at once; one ``count`` +n. No reads:
+    index row, token index row and user-level row in a logged batch, users sharing batches up to the
+    same byte budget as Notee's (``notee.store.cql.BATCH_BYTES``), all in flight at once; one counter
+    batch of the topic's subscribers +n and ``count`` +n. No reads:
     Notee also reads every user's index rows before (idempotency) and after (who counts the user)."""
     from cassandra.query import BatchStatement, BatchType
 
@@ -306,6 +318,11 @@ def bulk_raw_side(
     add_no = s.prepare(f"UPDATE {c}.notification SET no = no + ? {where}")
     read_no = s.prepare(f"SELECT no FROM {c}.notification {where}")
     add_count = s.prepare(f"UPDATE {c}.notification SET count = count + ? {where}")
+    add_topic = s.prepare(
+        f"UPDATE {c}.topic_subscribers SET subscribers = subscribers + ?"
+        " WHERE service = ? AND notification_type = ? AND topic = ?"
+    )
+    token_row = s.prepare(f"INSERT INTO {n}.notification_per_token (service, device_token, user_id) VALUES (?, ?, ?)")
     slot_row = s.prepare(
         f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
         " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -336,6 +353,7 @@ def bulk_raw_side(
                 rows = [
                     (slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at)),
                     (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, token, data)),
+                    (token_row, (service, token, uid)),
                     (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, "", json.dumps({"key": key, "at": at}))),
                 ]
                 unit = sum(weight(v) for _, v in rows)
@@ -349,7 +367,10 @@ def bulk_raw_side(
                 futures.append(s.execute_async(batch))
             for f in futures:
                 f.result()
-            s.execute(add_count, (len(part), service, "TOPIC", BULK_TYPE), execution_profile=COUNTER_PROFILE)
+            counters = BatchStatement(batch_type=BatchType.COUNTER)
+            counters.add(add_topic, (len(part), service, BULK_TYPE, topic))
+            counters.add(add_count, (len(part), service, "TOPIC", BULK_TYPE))
+            s.execute(counters, execution_profile=COUNTER_PROFILE)
             with lock:
                 latencies.append(time.perf_counter() - t)
 
