@@ -313,3 +313,19 @@ def test_the_services_page_finds_services_by_prefix_a_page_at_a_time(app, client
     second = admin.get(next_link.group(1).replace("&amp;", "&"))
     assert re.findall(r'data-service="([A-Z0-9_]+)"', second.text) == made[50:]
     assert 'id="next-services"' not in second.text
+
+
+def test_a_key_revoked_in_the_console_is_refused_at_once(app, client, settings, service_id, tenant):
+    """The API caches keys that authenticated (NOTEE_API_KEY_CACHE_S); a revocation through the
+    console forgets the key in this process, so the very next request with it is 401."""
+    auth = {"Authorization": f"Bearer {tenant}"}
+    assert client.get("/v1/templates", headers=auth).status_code == 200  # cached now
+    key_id = tenant.split("_")[1]
+    c = sign_in(_browser(app), settings.admin_token.get_secret_value(), "/console/services")
+    page = c.get(f"/console/services?q={service_id}")
+    action = f"/console/services/{service_id}/keys/{key_id}/revoke"
+    assert action in page.text
+    r = c.post(action, data={"csrf": _csrf(page.text)})
+    assert r.status_code == 303, r.text
+    r = client.get("/v1/templates", headers=auth)
+    assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
