@@ -1,8 +1,9 @@
 """jh2 (the h2 fork with a native HPACK codec that notee/providers/http2.py drives) is pinned to an
 exact version because ``new_h2_connection`` reaches past its documented API: it wraps the GOAWAY
 handler in the connection's private ``_frame_dispatch_table`` (keyed by jh2's vendored hyperframe
-frame classes) to keep its ``state_machine`` open after a GOAWAY, and replaces ``local_settings``
-before ``initiate_connection``. Its CPU advantage (docs/PROVIDERS.md, "HTTP/2 engines") is the
+frame classes) to keep its ``state_machine`` open after a GOAWAY, replaces ``local_settings``
+before ``initiate_connection``, and bounds the closed-stream record (``MAX_CLOSED_STREAMS``, read when
+the connection is built). Its CPU advantage (docs/PROVIDERS.md, "HTTP/2 engines") is the
 native HPACK encoder and decoder: jh2 silently falls back to pure Python without them.
 
 These tests fail loudly, naming the version and the internal concerned, when the installed version
@@ -37,7 +38,8 @@ INTERNALS = (
     "H2Connection.encoder/.decoder are jh2's native (jh2._hazmat) HPACK codec; "
     "H2Connection._frame_dispatch_table[GoAwayFrame] handles GOAWAY and H2Connection.state_machine.state "
     "can be set back to CLIENT_OPEN after it; H2Connection.local_settings, replaced before "
-    "initiate_connection(), is what the first SETTINGS frame sends"
+    "initiate_connection(), is what the first SETTINGS frame sends; H2Connection.MAX_CLOSED_STREAMS, a class "
+    "attribute, sizes the record of closed streams (_closed_streams)"
 )
 
 
@@ -162,3 +164,48 @@ def test_hpack_debug_logging_of_header_values_stays_off():
     # even when the root logs DEBUG.
     for name in ("jh2.hpack.hpack", "hpack.hpack"):
         assert not logging.getLogger(name).isEnabledFor(logging.DEBUG), name
+
+
+_HEADERS = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"), (b":authority", b"example.test")]
+
+
+def _exchange(client: jh2.connection.H2Connection, server: h2.connection.H2Connection) -> None:
+    """One request, answered by the server and read by the client."""
+    stream_id = client.get_next_available_stream_id()
+    client.send_headers(stream_id, _HEADERS, end_stream=True)
+    server.receive_data(client.data_to_send())
+    server.send_headers(stream_id, [(b":status", b"200")])
+    server.send_data(stream_id, b"{}", end_stream=True)
+    client.receive_data(server.data_to_send())
+
+
+def test_the_closed_stream_record_is_bounded_and_still_answers_a_late_frame_after_a_reset():
+    """jh2 (like h2) remembers 65,536 closed streams per connection by default (~7.5 MiB; the worker's
+    RSS grew by that much per connection over its first pushes). Ours keep CLOSED_STREAMS_KEPT, and
+    an answer that arrives for a stream we reset meanwhile is still refused with RST_STREAM, not a
+    connection error."""
+    assert jh2.connection.H2Connection.MAX_CLOSED_STREAMS == 2**16, _loud("jh2's default MAX_CLOSED_STREAMS changed")
+    client, server = _client_and_server()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    for _ in range(http2.CLOSED_STREAMS_KEPT + 500):
+        _exchange(client, server)
+    # a request reset by the client (a timeout) while the server's answer is on the wire
+    reset = client.get_next_available_stream_id()
+    client.send_headers(reset, _HEADERS, end_stream=True)
+    server.receive_data(client.data_to_send())
+    server.send_headers(reset, [(b":status", b"200")])
+    server.send_data(reset, b"late", end_stream=True)
+    late = server.data_to_send()
+    client.reset_stream(reset)
+    client.data_to_send()  # the RST_STREAM crosses the answer on the wire
+    _exchange(client, server)  # opening a stream is when jh2 moves the closed ones into its record
+    assert len(client.streams) <= 2
+    assert len(getattr(client, "_closed_streams", ())) == http2.CLOSED_STREAMS_KEPT, _loud(
+        "H2Connection._closed_streams is not sized by the MAX_CLOSED_STREAMS class attribute"
+    )
+    try:
+        client.receive_data(late)
+    except jh2.exceptions.ProtocolError as exc:
+        raise AssertionError(_loud(f"a late answer to a reset stream broke the connection: {exc}")) from exc
+    assert client.data_to_send()  # the RST_STREAM refusing it

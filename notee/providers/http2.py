@@ -99,14 +99,28 @@ def _answers_after_goaway(conn: jh2.connection.H2Connection) -> None:
     table[GoAwayFrame] = receive
 
 
+# How many closed streams one connection remembers. jh2 (like h2) keeps the last 65,536 (~7.5 MiB
+# of OrderedDict per connection: the worker's RSS climbed by that much over each long-lived
+# connection's first 65,536 pushes, worker_rss_growth). It reads the record only to answer a frame
+# that arrives for a stream it no longer has: RST_STREAM if the stream was reset, a connection
+# error otherwise; such frames come within a round trip of the reset, while at most
+# ``max_streams`` (100) streams are open, so ten windows of them are plenty.
+CLOSED_STREAMS_KEPT = 1000
+
+
+class _H2Connection(jh2.connection.H2Connection):
+    MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT  # jh2's class attribute: the size of its closed-stream record
+
+
 def new_h2_connection() -> jh2.connection.H2Connection:
     """A client-side jh2 state machine set up as this module needs it, not yet initiated.
 
-    Two of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an exact
+    Three of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an exact
     version (pyproject.toml; tests/test_http2_pins.py fails loudly when it changes): its GOAWAY
     handler in ``_frame_dispatch_table`` is wrapped to keep the state machine open
-    (``_answers_after_goaway``); and ``local_settings`` is replaced before ``initiate_connection``
-    so that the first SETTINGS frame already carries ours (no second SETTINGS round trip)."""
+    (``_answers_after_goaway``); ``local_settings`` is replaced before ``initiate_connection``
+    so that the first SETTINGS frame already carries ours (no second SETTINGS round trip); and its
+    class sets ``MAX_CLOSED_STREAMS`` (``CLOSED_STREAMS_KEPT``)."""
     config = jh2.config.H2Configuration(
         client_side=True,
         header_encoding=None,
@@ -114,7 +128,7 @@ def new_h2_connection() -> jh2.connection.H2Connection:
         normalize_outbound_headers=False,
         validate_inbound_headers=False,
     )
-    conn = jh2.connection.H2Connection(config=config)
+    conn = _H2Connection(config=config)
     _answers_after_goaway(conn)
     conn.local_settings = jh2.settings.Settings(
         client=True,
