@@ -11,7 +11,7 @@ from notee.domain import subscriptions as subs
 from notee.errors import InvalidInput, NotFound
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from notee.vocabulary import CycleTarget, TopicTarget
+from notee.vocabulary import CycleTarget, Recipient, TopicTarget
 from tests.support.registry import make_device, make_service, make_template, make_user
 
 _tok = itertools.count()
@@ -203,6 +203,15 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     first, state = next(gen)
     rest = [r.device_token for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
     assert sorted([r.device_token for r in first] + rest) == sorted(per_slot[1])
+
+
+def test_page_statements_select_the_recipient_fields_in_order(st):
+    """stream_recipients builds each Recipient from its row by position (cql.recipient_of_row, no
+    per-row check): a column added, dropped or moved in a page statement must fail here."""
+    for stmt in (st.topic_page, st.topic_page_after, st.cycle_page, st.cycle_page_after):
+        assert tuple(column[2] for column in stmt.result_metadata) == Recipient._fields
+    r = cqlstore.recipient_of_row(("tok", "AOS", "u1", 7, None))
+    assert type(r) is Recipient and (r.device_token, r.no, r.origin, r.device) == ("tok", 7, None, "tok")
 
 
 def test_bulk_reports_per_user(runtime, st, svc):

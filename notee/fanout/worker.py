@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import os
 import random
 import signal
@@ -123,6 +124,8 @@ _ReadItem = (
     | Exception
 )
 _NO_CLOCK: UserClock = (None, None)
+_ORIGIN = operator.attrgetter("origin")  # the hot path's scan of a page, in C
+_NO_ORIGIN = {None}
 
 
 class MovedRowFilter:
@@ -143,7 +146,7 @@ class MovedRowFilter:
     def __call__(self, page: list[Recipient]) -> list[Recipient]:
         if not page:
             return page
-        if page[0].no != self.no and all(r.origin is None for r in page):
+        if page[0].no != self.no and set(map(_ORIGIN, page)) == _NO_ORIGIN:
             last, i = page[-1].no, len(page) - 1
             while i and page[i - 1].no == last:  # the rows of the last `no`: usually just one
                 i -= 1

@@ -20,9 +20,10 @@ plus its index row go in one LOGGED batch: the atomicity across the two tables i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.protocol import ProtocolException
@@ -34,6 +35,11 @@ from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
 # Reads whose rows are unpacked by position: plain tuples. The driver's default row factory builds
 # a namedtuple *class* per result, which cost ~8 % of the API's CPU on the subscribe path.
 TUPLE_ROWS = PAGE_PROFILE
+
+# A Recipient straight from a page's tuple row, in C: ``Recipient._make`` is a Python-level call per
+# row (its length check included), ~3x the cost (docs/BENCHMARKS.md, slot walk). The page statements
+# select exactly Recipient's fields in order (tests/test_fanout_store.py checks their columns).
+recipient_of_row = cast(Callable[[Sequence[Any]], Recipient], partial(tuple.__new__, Recipient))
 
 USER_LEVEL = ""  # device_token of the per-user index row that records the subscription itself
 
@@ -786,7 +792,7 @@ def stream_recipients(
             raise PagingStateRejected(str(exc)) from exc
         raise
     while True:
-        page = list(map(Recipient._make, result.current_rows))  # columns in Recipient's field order
+        page = list(map(recipient_of_row, result.current_rows))
         state = result.paging_state
         yield page, state
         if state is None:
