@@ -254,3 +254,162 @@ def run(
     else:
         out["worker_rss_growth"] = missing("no sample was taken between the first checkpointed page and the end")
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# fanout_scaling: the same publish with one and with two worker processes
+
+
+def _listener_pid(port: int) -> int | None:
+    """The process listening on a local TCP port (the shared Cassandra / MariaDB), to read its CPU."""
+    import psutil
+
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    except (psutil.AccessDenied, OSError):
+        return None
+    return None
+
+
+class CpuMeter:
+    """CPU seconds of named processes (with their children: the emulator's granian workers) and of the
+    whole machine between ``start()`` and ``stop()``, as cores used over the wall time. The stores are
+    shared with other work on this machine: their CPU includes it, and ``machine`` shows all of it."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid}
+
+    @staticmethod
+    def _tree(pid: int) -> float:
+        import psutil
+
+        try:
+            p = psutil.Process(pid)
+            procs = [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for q in procs:
+            try:
+                t = q.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def start(self) -> None:
+        import psutil
+
+        self.t0 = time.perf_counter()
+        self.cpu0 = {name: self._tree(pid) for name, pid in self.pids.items()}
+        m = psutil.cpu_times()
+        self.machine0 = (
+            m.user + m.system + getattr(m, "nice", 0.0) + getattr(m, "irq", 0.0) + getattr(m, "softirq", 0.0)
+        )
+
+    def stop(self) -> dict[str, float]:
+        import psutil
+
+        wall = time.perf_counter() - self.t0
+        out = {name: round((self._tree(pid) - self.cpu0[name]) / wall, 2) for name, pid in self.pids.items()}
+        m = psutil.cpu_times()
+        busy = m.user + m.system + getattr(m, "nice", 0.0) + getattr(m, "irq", 0.0) + getattr(m, "softirq", 0.0)
+        out["machine"] = round((busy - self.machine0) / wall, 2)
+        return out
+
+
+def run_scaling(
+    runtime,
+    emulator,
+    *,
+    devices: int,
+    processes: tuple[int, ...] = (1, 2, 2, 1),
+    lanes: int = 2,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """fanout_scaling: one topic of ``devices`` recipients published once per entry of ``processes``
+    (1, 2, 2, 1: each side twice, in an order that cancels a drifting machine load), each time with
+    that many ``notee worker`` processes started and idle first. pushes/s = devices / (publish ->
+    last acknowledgement); each side's median; value = two workers' / one worker's. CPU of every
+    process involved during each publish, in cores, is in ``extra``."""
+    import os
+    import statistics
+
+    from notee.fanout.jobs import publish_topic
+
+    tenant = make_tenant(runtime)
+    key = make_template(runtime, tenant.service, "TOPIC", TYPE)
+    topic = "scale-" + uuid.uuid4().hex[:8]
+    insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, devices))
+    set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
+    stores = {
+        "cassandra": _listener_pid(runtime.settings.cassandra_port),
+        "mariadb": _listener_pid(runtime.engine.url.port or 3306),
+    }
+    rates: dict[int, list[float]] = {}
+    runs: list[dict[str, Any]] = []
+    for n in processes:
+        workers = [WorkerProcess(tenant.service, lanes) for _ in range(n)]
+        try:
+            for w in workers:
+                w.wait_ready()
+            meter = CpuMeter(
+                {
+                    **{f"worker_{i}": w.pid for i, w in enumerate(workers)},
+                    "emulator": emulator.pid,
+                    **stores,
+                    "bench": os.getpid(),
+                }
+            )
+            emulator.reset()
+            meter.start()
+            t0 = time.perf_counter()
+            with runtime.sessions.begin() as session:  # the caller owns the commit
+                job = publish_topic(
+                    runtime,
+                    session,
+                    service=tenant.service,
+                    type_=TYPE,
+                    topic=topic,
+                    idempotency_key=None,
+                    variables=None,
+                    overrides=None,
+                )
+            while (delivered := emulator.delivered()) < devices:
+                if time.perf_counter() - t0 > timeout:
+                    raise TimeoutError(f"{delivered} of {devices} acknowledged after {timeout:.0f} s ({n} workers)")
+                dead = [w for w in workers if w.proc.poll() is not None]
+                if dead:
+                    raise RuntimeError(f"worker died: {dead[0].tail()}")
+                time.sleep(0.05)
+            elapsed = time.perf_counter() - t0
+            cores = meter.stop()
+            end = time.monotonic() + 30
+            while time.monotonic() < end and _job_state(runtime, job.job_id) not in ("done", "failed"):
+                time.sleep(0.05)
+            state = _job_state(runtime, job.job_id)
+        finally:
+            for w in workers:
+                w.stop()
+        if state != "done":
+            raise RuntimeError(f"publish with {n} workers ended {state}")
+        rates.setdefault(n, []).append(devices / elapsed)
+        runs.append(
+            {"workers": n, "pushes_per_s": round(devices / elapsed), "elapsed_s": round(elapsed, 2), "cores": cores}
+        )
+    one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    return figure(
+        "fanout_scaling",
+        Measure("two worker processes", two, "pushes/s"),
+        Measure("one worker process", one, "pushes/s"),
+        {
+            "devices": devices,
+            "slots": devices // 30_000 + 1,
+            "lanes_per_worker": lanes,
+            "publishes": len(processes),
+            "fetch_size": runtime.settings.fanout_fetch_size,
+        },
+        extra={"cpus": os.cpu_count(), "runs": runs},
+    )

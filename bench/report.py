@@ -36,6 +36,11 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "cycle_minute_s": ("<", 60.0, "tick -> last cycle push acknowledged, seconds"),
     "subscribe_ratio": (">=", 0.6, "API topic subscriptions/s / raw driver same writes/s"),
     "bulk_subscribe_ratio": (">=", 3000.0, "bulk endpoint users/s / raw driver same writes users/s (goal: users/s)"),
+    "fanout_scaling": (
+        ">=",
+        1.0,
+        "two notee worker processes' pushes/s / one's, same topic publish (more than 1 needs free cores)",
+    ),
     "worker_rss_growth": ("<=", 1.2, "worker RSS at end of publish / after its first page"),
     "local_time_cpu_ratio": (
         "<=",

@@ -18,13 +18,15 @@ from typing import Any
 from bench import env, report
 from bench.report import missing
 
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     "quick": {
         "walk_rows": 60_000,
         "walk_repeats": 5,
         "send_messages": 5_000,
         "send_repeats": 3,
         "fanout_devices": 20_000,
+        "scaling_devices": 20_000,
+        "scaling_publishes": (1, 2),
         "cycle_devices": 20_000,
         "sub_users": 500,
         "sub_repeats": 2,
@@ -39,6 +41,8 @@ SIZES = {
         "send_messages": 10_000,
         "send_repeats": 3,
         "fanout_devices": 100_000,
+        "scaling_devices": 100_000,
+        "scaling_publishes": (1, 2, 2, 1),
         "cycle_devices": 100_000,
         "sub_users": 5_000,
         "sub_repeats": 2,
@@ -113,6 +117,17 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures.update(fanout.run(runtime, emulator, devices=sizes["fanout_devices"]))
 
         attempt(("fanout_ratio", "worker_rss_growth"), fan)
+
+    if want("fanout_scaling"):
+
+        def scaling() -> None:
+            from bench import fanout
+
+            figures["fanout_scaling"] = fanout.run_scaling(
+                runtime, emulator, devices=sizes["scaling_devices"], processes=sizes["scaling_publishes"]
+            )
+
+        attempt(("fanout_scaling",), scaling)
 
     if want("cycle_minute_s"):
 

@@ -195,3 +195,16 @@ def test_engines_smoke(bench_emulator, engine):
     assert after["counts"]["fcm.ok"] - before["counts"].get("fcm.ok", 0) == 120
     assert after["counts"]["apns.ok"] - before["counts"].get("apns.ok", 0) == 120
     assert after["apns_peer"]["protocol_errors"] == before["apns_peer"]["protocol_errors"]
+
+
+def test_fanout_scaling_smoke(runtime, bench_emulator):
+    from bench import fanout
+
+    fig = fanout.run_scaling(runtime, bench_emulator, devices=600, processes=(1, 2))
+    _measured(fig, "fanout_scaling")
+    runs = fig["extra"]["runs"]
+    assert [r["workers"] for r in runs] == [1, 2]
+    # every worker of a run is in its CPU figures, and the machine's total is there to compare (the
+    # emulator's only when the bench started it: the test emulator is attached, its pid unknown)
+    assert set(runs[1]["cores"]) >= {"worker_0", "worker_1", "bench", "machine"}
+    assert bench_emulator.delivered() >= 600
