@@ -278,16 +278,16 @@ class CpuMeter:
     whole machine between ``start()`` and ``stop()``, as cores used over the wall time. The stores are
     shared with other work on this machine: their CPU includes it, and ``machine`` shows all of it."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], alone: tuple[str, ...] = ()) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid}
+        self.alone = set(alone)  # counted without their children (the bench: its children are the workers)
 
-    @staticmethod
-    def _tree(pid: int) -> float:
+    def _tree(self, name: str) -> float:
         import psutil
 
         try:
-            p = psutil.Process(pid)
-            procs = [p, *p.children(recursive=True)]
+            p = psutil.Process(self.pids[name])
+            procs = [p] if name in self.alone else [p, *p.children(recursive=True)]
         except psutil.NoSuchProcess:
             return 0.0
         total = 0.0
@@ -303,7 +303,7 @@ class CpuMeter:
         import psutil
 
         self.t0 = time.perf_counter()
-        self.cpu0 = {name: self._tree(pid) for name, pid in self.pids.items()}
+        self.cpu0 = {name: self._tree(name) for name in self.pids}
         m = psutil.cpu_times()
         self.machine0 = (
             m.user + m.system + getattr(m, "nice", 0.0) + getattr(m, "irq", 0.0) + getattr(m, "softirq", 0.0)
@@ -313,7 +313,7 @@ class CpuMeter:
         import psutil
 
         wall = time.perf_counter() - self.t0
-        out = {name: round((self._tree(pid) - self.cpu0[name]) / wall, 2) for name, pid in self.pids.items()}
+        out = {name: round((self._tree(name) - self.cpu0[name]) / wall, 2) for name in self.pids}
         m = psutil.cpu_times()
         busy = m.user + m.system + getattr(m, "nice", 0.0) + getattr(m, "irq", 0.0) + getattr(m, "softirq", 0.0)
         out["machine"] = round((busy - self.machine0) / wall, 2)
@@ -361,7 +361,8 @@ def run_scaling(
                     "emulator": emulator.pid,
                     **stores,
                     "bench": os.getpid(),
-                }
+                },
+                alone=("bench",),
             )
             emulator.reset()
             meter.start()
