@@ -108,7 +108,7 @@ def _answers_after_goaway(conn: jh2.connection.H2Connection) -> None:
 CLOSED_STREAMS_KEPT = 1000
 
 
-class _H2Connection(jh2.connection.H2Connection):
+class _H2Connection(jh2.connection.H2Connection):  # type: ignore[misc]  # jh2 ships no type hints
     MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT  # jh2's class attribute: the size of its closed-stream record
 
 
