@@ -3,6 +3,10 @@ connections (ECONNREFUSED, the listening socket is closed) and every forwarded c
 Put in front of the emulator, it makes a provider outage at the transport level while the
 emulator itself keeps its state (its delivery counts answer the census afterwards).
 
+``freeze()`` is the other kind of outage: connections stay open and new ones are accepted, but no
+byte is forwarded either way until ``thaw()`` (a peer frozen by SIGSTOP, a GC pause, a partition
+that leaves TCP connections open). Only a client-side timeout can end a request then.
+
     with TcpSwitch("127.0.0.1", emulator_port) as switch:
         url = f"https://localhost:{switch.port}"
         switch.off(); ...; switch.on()
@@ -27,6 +31,8 @@ class TcpSwitch:
         self._server: asyncio.base_events.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
         self.connections = 0  # accepted while on
+        self._flowing = asyncio.Event()  # cleared while frozen
+        self._flowing.set()
 
     def __enter__(self) -> TcpSwitch:
         self._thread.start()
@@ -49,6 +55,20 @@ class TcpSwitch:
     def off(self) -> None:
         """Close the port (new connections are refused) and cut every open connection."""
         self._call(self._close())
+
+    def freeze(self) -> None:
+        """Stop forwarding (bytes read are held back), keeping every connection open."""
+        self._call(self._flow(False))
+
+    def thaw(self) -> None:
+        """Forward again, held-back bytes first."""
+        self._call(self._flow(True))
+
+    async def _flow(self, on: bool) -> None:
+        if on:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
 
     async def _listen(self) -> None:
         if self._server is None:
@@ -76,6 +96,7 @@ class TcpSwitch:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (OSError, ConnectionError):

@@ -3,17 +3,23 @@
 The DataStax driver silently falls back from token-aware to round-robin routing when its murmur3
 extension is missing; ``connect`` refuses to run in that state, because every fan-out page would
 then take an extra network hop through a coordinator.
+
+Multi-page reads go through ``pages`` / ``rows``: each page is its own request with its own
+timeout. The driver's own paging (``ResultSet.fetch_next_page``, or iterating a ``ResultSet``
+past its first page) has none (see ``pages``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra import metadata as cassandra_metadata
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResultSet, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
-from cassandra.query import tuple_factory
+from cassandra.query import Statement, tuple_factory
 
 from notee.settings import Settings
 from notee.store.outage import count_cassandra_error, watch_cassandra
@@ -103,3 +109,35 @@ def connect(settings: Settings) -> tuple[Cluster, Session]:
         raise
     watch_cassandra(session)  # notee_store_errors_total{store="cassandra"}
     return cluster, session
+
+
+def pages(
+    session: Session,
+    statement: Statement,
+    paging_state: bytes | None = None,
+    execution_profile: object = EXEC_PROFILE_DEFAULT,
+) -> Iterator[ResultSet]:
+    """Every page of ``statement`` (from ``paging_state``), each read by its own ``session.execute``
+    with the previous page's paging state, so each page waits at most the profile's
+    ``request_timeout`` and then raises ``OperationTimedOut``. Use only a page's ``current_rows``:
+    iterating a ``ResultSet`` past its first page would fetch the next one the driver's way.
+
+    The driver's way (``ResultSet.fetch_next_page``) starts no client-side timer for a next page
+    (cassandra-driver 3.30: the first page's timer, cancelled but still set, makes
+    ``ResponseFuture._start_timer`` a no-op). A page whose coordinator is frozen (GC pause, network
+    partition with the TCP connection still open) then waits until that node answers again: in the
+    quorum-loss fault test, a worker's read blocked through the whole 60 s freeze instead of
+    failing and releasing its task (docs/RELIABILITY.md, "Quorum loss")."""
+    while True:
+        result = session.execute(statement, paging_state=paging_state, execution_profile=execution_profile)
+        yield result
+        paging_state = result.paging_state
+        if paging_state is None:
+            return
+
+
+def rows(session: Session, statement: Statement, execution_profile: object = EXEC_PROFILE_DEFAULT) -> Iterator[Any]:
+    """Every row of ``statement``, ``statement.fetch_size`` at a time, each page bounded by the
+    request timeout (``pages``)."""
+    for page in pages(session, statement, execution_profile=execution_profile):
+        yield from page.current_rows

@@ -29,7 +29,7 @@ from cassandra.cluster import ResponseFuture, Session
 from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces
+from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces, pages, rows
 from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
 
 # Reads whose rows are unpacked by position: plain tuples. The driver's default row factory builds
@@ -316,14 +316,14 @@ class Statements:
         else:
             stmt = self.topic_counts_of_type.bind((service, type_))
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield r.notification_type, r.topic, int(r.subscribers or 0)
 
     def scan_topic_subscribers(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
         """(service, type, topic, subscribers) of every service (reconcile)."""
         stmt = self.topic_counts_scan.bind(())
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield r.service, r.notification_type, r.topic, int(r.subscribers or 0)
 
     def cycle_rows_async(self, notification_key: str, bucket: CycleTarget, slot: int) -> ResponseFuture:
@@ -340,7 +340,7 @@ class Statements:
     def scan_counts(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
         stmt = self.counter_scan.bind(())
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield r.service, r.notification_method, r.notification_type, int(r.count or 0)
 
     # ------------------------------------------------------------------ per-user index
@@ -397,7 +397,7 @@ class Statements:
         contiguous. For `notee reconcile` only."""
         stmt = self.index_scan.bind(())
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield (
                 r.user_id,
                 r.service,
@@ -640,7 +640,7 @@ class Statements:
         """(partition token, user_id, service, row) of the index after ``after_token``, in token order."""
         stmt = self.index_scan_from.bind((after_token,))
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield (
                 int(r.t),
                 r.user_id,
@@ -704,7 +704,7 @@ class Statements:
         """(timezone, day, hour, minute, notification_key, service) of every due bucket (reconcile)."""
         stmt = self.due_scan.bind(())
         stmt.fetch_size = fetch_size
-        for r in self.session.execute(stmt):
+        for r in rows(self.session, stmt):
             yield r.timezone, r.day, r.hour, r.minute, r.notification_key, r.service
 
     def delete_due(self, timestamp_us: int, timezone: str, day: str, hour: int, minute: int, key: str) -> None:
@@ -785,19 +785,19 @@ def stream_recipients(
         key = (slot, notification_key, target.timezone, target.day, target.hour, target.minute)
         stmt = st.cycle_page_after.bind(key + after) if after else st.cycle_page.bind(key)
     stmt.fetch_size = fetch_size
-    try:
-        result = st.session.execute(stmt, paging_state=paging_state, execution_profile=PAGE_PROFILE)
-    except ProtocolException as exc:
-        if paging_state is not None and "paging state" in str(exc):
-            raise PagingStateRejected(str(exc)) from exc
-        raise
+    # One request per page, each with its own timeout (``pages``): never ``fetch_next_page``, which
+    # can wait for a frozen coordinator for as long as it stays frozen.
+    results = pages(st.session, stmt, paging_state, PAGE_PROFILE)
     while True:
-        page = list(map(recipient_of_row, result.current_rows))
-        state = result.paging_state
-        yield page, state
-        if state is None:
+        try:
+            result = next(results, None)
+        except ProtocolException as exc:
+            if "paging state" in str(exc):
+                raise PagingStateRejected(str(exc)) from exc
+            raise
+        if result is None:
             return
-        result.fetch_next_page()  # the same query, next page: no new plan or bind per page
+        yield list(map(recipient_of_row, result.current_rows)), result.paging_state
 
 
 def max_slot(cql_statements: Statements, service: str, method: str, type_: str) -> int:
