@@ -2,9 +2,10 @@
 same topic (issue 18: "a local-time publish to 100,000 subscribers spread over 24 zones — worker and
 scheduler CPU per push at most 1.2 × a plain publish of the same size").
 
-One tenant, one TOPIC template, ``devices`` subscribers seeded straight into ``topic_notification``,
-each with a MySQL user row whose time zone is one of 24 zones of 24 different UTC offsets (user i
-gets zone i mod 24). One real ``notee worker --lanes 2`` process, idle between jobs. Then:
+One tenant, one TOPIC template, ``devices`` subscribers seeded straight into ``topic_notification``
+(each row with its user's zone, as subscribe stores it: CQL 0004), each with a MySQL user row whose
+time zone is one of 24 zones of 24 different UTC offsets (user i gets zone i mod 24). One real
+``notee worker --lanes 2`` process, idle between jobs. Then:
 
 * plain: ``publish_topic`` (what the API calls), until the job is done;
 * local: ``publish_topic(local_time="09:00")`` made on a simulated instant two days back, so all of
@@ -14,7 +15,9 @@ gets zone i mod 24). One real ``notee worker --lanes 2`` process, idle between j
 CPU is the worker process's user + system time (psutil) from the publish to the job's end, divided
 by the pushes the job sent. The scheduler does no work for either (a local-time job's parts are
 released by the job queue's ``lease_until``), so there is no scheduler CPU to add; the publish
-call's own CPU (in this process: zones, parts, task rows) is reported in ``extra``.
+call's own CPU (in this process: zones, parts, task rows) is reported in ``extra``, and so is the
+local Cassandra node's CPU over each publish (each part filters its zone's rows server-side; on a
+shared machine that figure includes other clients' load).
 """
 
 from __future__ import annotations
@@ -87,17 +90,36 @@ def _job(runtime, job_id: str) -> tuple[str, int]:
     return str(state), int(sent)
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int | None) -> float:
     import psutil
 
+    if pid is None:
+        return float("nan")
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
+
+
+def _cassandra_pid(port: int = 9042) -> int | None:
+    """The local Cassandra node's pid (the process listening on the CQL port), to report its CPU: a
+    local-time part reads its zone's rows with a server-side filter, which the worker's CPU does not
+    show. None when it is not a local process we can see."""
+    import psutil
+
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    except psutil.AccessDenied:
+        return None
+    return None
 
 
 def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: str | None, timeout: float):
     from notee.fanout.jobs import publish_topic
 
+    cassandra = _cassandra_pid()
     cpu0, wall0, own0 = _cpu(worker.pid), time.perf_counter(), time.process_time()
+    cass0 = _cpu(cassandra)
     at = (datetime.now(UTC) - timedelta(days=2)).replace(tzinfo=None) if local_time else None
     with runtime.sessions.begin() as session:  # the caller owns the commit
         job = publish_topic(
@@ -127,10 +149,12 @@ def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: s
         "state": state,
         "sent": sent,
         "worker_cpu_s": _cpu(worker.pid) - cpu0,
+        "cassandra_cpu_s": _cpu(cassandra) - cass0,
         "wall_s": time.perf_counter() - wall0,
         "publish_cpu_s": publish_cpu,
         "tasks": job.task_count,
         "parts": len(job.target.get("parts") or []),
+        "task_sets": len(job.target.get("groups") or job.target.get("parts") or [None]),
     }
 
 
@@ -138,7 +162,7 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
     topic = "bench-local-" + uuid.uuid4().hex[:8]
-    rows = list(topic_rows(key, topic, devices))
+    rows = list(topic_rows(key, topic, devices, zone_of=lambda i: ZONES[i % len(ZONES)]))
     insert_topic_rows(runtime.cql, runtime.keyspaces.notification, rows)
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
     _seed_users(runtime, tenant.service, [r[6] for r in rows])
@@ -162,9 +186,14 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
             "local_wall_s": local["wall_s"],
             "plain_wall_s": plain["wall_s"],
             "local_tasks": local["tasks"],
+            "local_task_sets": local["task_sets"],
             "plain_tasks": plain["tasks"],
             "local_publish_cpu_ms": local["publish_cpu_s"] * 1e3,
             "plain_publish_cpu_ms": plain["publish_cpu_s"] * 1e3,
+            # The Cassandra node's CPU over each publish, per push: it includes whatever else uses
+            # the node meanwhile (other suites on a shared machine), so it is an upper bound.
+            "local_cassandra_cpu_us_per_push": local["cassandra_cpu_s"] / local["sent"] * 1e6,
+            "plain_cassandra_cpu_us_per_push": plain["cassandra_cpu_s"] / plain["sent"] * 1e6,
             "scheduler_cpu_s": "none: parts are released by the job queue (task lease_until), not the scheduler",
         },
     )

@@ -51,18 +51,31 @@ def insert_batched(session, stmt, rows: Iterable[tuple], partition_of, concurren
     return count
 
 
-def topic_rows(key: str, topic: str, n: int, *, start_no: int = 1, ios_every: int = 0) -> Iterator[tuple]:
-    """(slot, notification_key, topic, no, device_token, device_os, user_id, registered_at) rows."""
+def topic_rows(
+    key: str, topic: str, n: int, *, start_no: int = 1, ios_every: int = 0, zone_of=lambda i: ""
+) -> Iterator[tuple]:
+    """(slot, notification_key, topic, no, device_token, device_os, user_id, registered_at, zone) rows;
+    ``zone_of(i)``: the time zone subscribe would store for the i-th row's user ('' = none: the service's)."""
     for i in range(n):
         no = start_no + i
         os_ = "IOS" if ios_every and i % ios_every == 0 else "AOS"
-        yield (no // SLOT_SIZE, key, topic, no, fcm_like_token(no), os_, str(uuid.uuid4()), 1_700_000_000_000 + i)
+        yield (
+            no // SLOT_SIZE,
+            key,
+            topic,
+            no,
+            fcm_like_token(no),
+            os_,
+            str(uuid.uuid4()),
+            1_700_000_000_000 + i,
+            zone_of(i),
+        )
 
 
 def insert_topic_rows(session, keyspace: str, rows) -> int:
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
-        " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     return insert_batched(session, stmt, rows, lambda r: r[0:3])
 

@@ -230,6 +230,21 @@ def reconcile(
     typer.echo(json.dumps(report))
 
 
+@app.command("backfill-zones")
+def backfill_zones(service: str | None = typer.Option(None, help="Only this service (default: all).")) -> None:
+    """Write each user's time zone on its topic slot rows written before they carried one, then mark the
+    service: its local-time publishes read each zone's rows alone from then on (docs/FANOUT.md)."""
+    from notee import reconcile as rec
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        report = rec.backfill_zones(runtime, service=service)
+    finally:
+        runtime.close()
+    typer.echo(json.dumps(report))
+
+
 @app.command("cassandra-ready")
 def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this many seconds (exit 1).")) -> None:
     """Wait until every node of NOTEE_CASSANDRA_HOSTS sees all of them UP, NORMAL (joined) and in

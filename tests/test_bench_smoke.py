@@ -118,7 +118,10 @@ def test_local_time_smoke(runtime, bench_emulator):
     fig = local_time.run(runtime, bench_emulator, devices=480)
     _measured(fig, "local_time_cpu_ratio")
     assert fig["sizes"]["zones"] == 24 and fig["sizes"]["parts"] == 24  # one part per zone (24 release minutes)
-    assert fig["extra"]["local_tasks"] == 24 * fig["extra"]["plain_tasks"]
+    # One task set per zone, each reading only its zone's rows, plus the set of users without a zone
+    # (none here; jobs.zone_groups): 25 sets of the topic's slot tasks.
+    assert fig["extra"]["local_task_sets"] == 25
+    assert fig["extra"]["local_tasks"] == 25 * fig["extra"]["plain_tasks"]
     assert bench_emulator.delivered() >= 2 * 480  # both publishes reached every device
 
 

@@ -12,6 +12,6 @@ def test_only_counter_increments_are_not_idempotent(runtime):
         "counter_add_version",
         "counter_add_topic",
     }
-    bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1))
+    bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1, ""))
     assert bound.is_idempotent
     assert not st.counter_add_no.bind((1, "S", "TOPIC", "t")).is_idempotent

@@ -189,14 +189,19 @@ def test_each_recipient_gets_one_push_in_the_part_of_its_local_0900_across_a_dst
     assert [datetime.fromisoformat(p["at"]) for p in parts] == sorted(ZONES.values())
     tasks = _tasks(runtime, job.job_id)
     per_part = job.target["tasks_per_part"]
+    # One task set per stored zone (the four named ones and '' for the service's), each reading only
+    # that zone's slot rows, in the part of its zone's release (jobs.zone_groups).
+    assert sorted(g["zone"] for g in job.target["groups"]) == sorted(z or "" for z in ZONES)
     assert len(tasks) == per_part * len(ZONES)
     for t in tasks:  # each part's tasks are held until its minute (database clock)
-        assert t.lease_until.replace(tzinfo=UTC) == datetime.fromisoformat(parts[t.task_no // per_part]["at"])
+        part = jobs.task_unit(job.target, t.task_no)[0]
+        assert t.lease_until.replace(tzinfo=UTC) == datetime.fromisoformat(parts[part]["at"])
     run_worker_until_idle(emu_runtime, [service])  # the simulated minutes are all past: every part runs
     assert deliveries_per_token(emulator, list(tokens)) == {t: 1 for t in tokens}
-    by_part = {}
+    by_part: dict[int, int] = {}
     for t in _tasks(runtime, job.job_id):
-        by_part[t.task_no // per_part] = by_part.get(t.task_no // per_part, 0) + t.sent
+        part = jobs.task_unit(job.target, t.task_no)[0]
+        by_part[part] = by_part.get(part, 0) + t.sent
     release = sorted(ZONES.values())
     assert by_part == {release.index(at): 2 for at in ZONES.values()}  # each zone's two users in its own part
     status = client.get(f"/v1/jobs/{job.job_id}", headers=headers).json()

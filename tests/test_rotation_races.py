@@ -230,6 +230,7 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
                 devices=[(no, tok, "AOS")],
                 registered_at=1,
                 with_user_level=True,
+                zone="",
             )
             st.run(st.write_together([rows]))
         assert slot_tokens(st, svc, key, f"x{i}") == [tok]

@@ -403,6 +403,7 @@ def test_a_user_with_many_devices_is_subscribed_whole(runtime, st, svc):
         devices=[(i, t, "AOS") for i, t in enumerate(tokens)],
         registered_at=1,
         with_user_level=True,
+        zone="",
     )
     assert sum(cqlstore._row_bytes(r) for r in rows) > cqlstore.MAX_UNIT_BYTES  # the case under test
 
@@ -433,6 +434,7 @@ def test_bulk_users_share_logged_batches_and_are_counted_once(runtime, st, svc):
             devices=[(1, t, "AOS")],
             registered_at=1,
             with_user_level=True,
+            zone="",
         )
         for t, u in tokens.items()
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -338,6 +339,7 @@ KEEP: Any = object()
 
 def upsert_user(
     session: Session,
+    statements: Callable[[], Statements],
     service: str,
     service_user_id: str,
     *,
@@ -348,7 +350,10 @@ def upsert_user(
 ) -> User:
     """Create or rename; the same service_user_id always maps to the same platform user_id.
     ``locale`` (BCP 47, canonicalised) and ``timezone`` (IANA; None: the service's): set, cleared
-    with None, kept when left out."""
+    with None, kept when left out. A changed ``timezone`` is written to the user's topic slot rows
+    too (``subscriptions.on_user_zone_changed``), under the user's row lock, before the caller
+    commits: a local-time job's parts read rows by zone. ``statements`` is called only then (a
+    PUT that changes no zone needs no Cassandra)."""
     check_text("service_user_id", service_user_id, min_len=1, max_len=191)
     check_text("name", name, max_len=191)
     profile: dict[str, Any] = {}
@@ -359,6 +364,11 @@ def upsert_user(
     if quiet_hours is not KEEP:
         window = check_quiet_hours(quiet_hours)
         profile["quiet_start"], profile["quiet_end"] = window if window is not None else (None, None)
+    before = None
+    if "timezone" in profile and store.user_zone(session, service, service_user_id) is not None:
+        # An existing user: lock its row first (a record lock: no gap lock a racing first PUT could
+        # deadlock on) and read the zone its slot rows carry now; they change with it.
+        before = store.user_zone_for_update(session, service, service_user_id)
     new_id = str(uuid.uuid4())
     row = store.upsert_user(
         session,
@@ -369,7 +379,12 @@ def upsert_user(
         now=utcnow(),
         profile=profile,
     )
-    return _user(row, created=row.user_id == new_id)
+    created = row.user_id == new_id
+    if "timezone" in profile and not created and (before is None or before[1] != row.timezone):
+        # (before None: a racing request created the user after our first read; we hold its lock now)
+        rewritten = subscriptions.on_user_zone_changed(session, statements(), service, row.user_id, row.timezone)
+        log.info("user %s of %s: zone now %s on %d slot row(s)", row.user_id, service, row.timezone, rewritten)
+    return _user(row, created=created)
 
 
 def get_user(session: Session, service: str, user_id: str) -> User:

@@ -38,7 +38,7 @@ from notee.errors import InvalidInput, NotFound
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store import webhooks_sql
-from notee.store.cql import IndexRow, Statements, slot_ref
+from notee.store.cql import IndexRow, Statements, slot_ref, slot_zone
 from notee.vocabulary import METHODS
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,13 @@ def _template(session: Session, service: str, method: str, type_: str) -> _Templ
     return _Template(method, type_, row.notification_key)
 
 
-def _lock_user(session: Session, service: str, user_id: str) -> bool:
-    """Take the shared user-row lock of a writer that adds rows (module doc); False: no such user.
-    Call it before any other read of the transaction."""
-    return reg.get_user(session, service, user_id, for_share=True) is not None
+def _lock_user(session: Session, service: str, user_id: str) -> str | None:
+    """Take the shared user-row lock of a writer that adds rows (module doc); returns the zone its
+    topic slot rows carry (``slot_zone``: read under the lock, so a zone change waits for this
+    writer and then rewrites what it wrote), None: no such user. Call it before any other read of
+    the transaction."""
+    row = reg.get_user(session, service, user_id, for_share=True)
+    return None if row is None else slot_zone(row.timezone)
 
 
 def _user_devices(session: Session, service: str, user_id: str, *, locked: bool) -> list[tuple[str, str]]:
@@ -130,8 +133,10 @@ def _materialise(
     schedule: Schedule | None,
     devices: Sequence[tuple[str, str]],
     at: int,
+    zone: str,
 ) -> list[ResponseFuture]:
-    """Start the logged batches writing slot rows + index rows for ``devices``; return the futures."""
+    """Start the logged batches writing slot rows + index rows for ``devices``; return the futures.
+    ``zone``: the user's, stored on topic slot rows (``slot_zone``)."""
     if not devices:
         return []
     last = st.allocate_numbers(service, tpl.method, tpl.type_, len(devices))
@@ -150,6 +155,7 @@ def _materialise(
                     device_token=token,
                     device_os=os_,
                     registered_at=at,
+                    zone=zone,
                 )
             )
         else:
@@ -242,13 +248,13 @@ def subscribe_topic(
     # Deletion wins (issue 14.5, module doc): the user's shared row lock comes first, and the index
     # read starts only once it is held, so it sees whatever a racing deletion or rotation did (one
     # more MySQL round trip; the index read still overlaps the context read).
-    subsql.lock_user(db, service, user_id)
+    zone = subsql.lock_user_zone(db, service, user_id)
     pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
     ctx = subsql.subscribe_context(db, service, type_, user_id)
     tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
-    if not ctx.user_exists:
+    if not ctx.user_exists or zone is None:
         raise NotFound("user not found")
-    return _subscribe_one_topic(st, service, user_id, tpl, topic, ctx.devices, st.index_rows_of(pending))
+    return _subscribe_one_topic(st, service, user_id, tpl, topic, ctx.devices, st.index_rows_of(pending), zone)
 
 
 def _template_of(keys: dict[str, str], service: str, method: str, type_: str) -> _Template:
@@ -272,6 +278,7 @@ def _subscribe_one_topic(
     topic: str,
     devices: Sequence[tuple[str, str]],
     before: list[IndexRow],
+    zone: str,
 ) -> SubscribeResult:
     stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
     rows = [r for r in before if r.data.get("key") == tpl.key]
@@ -300,6 +307,7 @@ def _subscribe_one_topic(
         devices=numbered,
         registered_at=at,
         with_user_level=not already,
+        zone=zone,
     )
     st.run(st.write_together([unit]))
     if not already:
@@ -314,9 +322,11 @@ def _subscribe_one_topic(
 
 def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:
     validate_topic(topic)
-    tpl = _template(session, service, "TOPIC", type_)
-    if reg.get_user(session, service, user_id) is None:
+    # The shared user-row lock like subscribe: a zone change (exclusive) rewrites the zone of rows it
+    # read from the index, and must not meet a row this removal deletes in between.
+    if _lock_user(session, service, user_id) is None:
         raise NotFound("user not found")
+    tpl = _template(session, service, "TOPIC", type_)
     removed = _unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
     if removed:
         st.run([st.add_topic_subscribers_async(service, type_, topic, -1)])
@@ -355,7 +365,7 @@ def bulk_subscribe_topic(
     reg.lock_users(session, service, ordered, exclusive=False)
     reads = st.users_type_rows_async(ordered, service, "TOPIC", type_)
     tpl = _template(session, service, "TOPIC", type_)
-    devices = subsql.users_with_devices(session, service, ordered)
+    devices, zones = subsql.users_devices_zones(session, service, ordered)
     users = [u for u in ordered if u in devices]
     before = st.users_rows_of(reads)
     results: dict[str, BulkOutcome] = {}
@@ -388,6 +398,7 @@ def bulk_subscribe_topic(
                 devices=numbered,
                 registered_at=at,
                 with_user_level=u in fresh,
+                zone=slot_zone(zones.get(u)),
             )
         )
     st.run(st.write_together(units))
@@ -427,7 +438,7 @@ def subscribe_cycle(
         timezone = svc.timezone if svc is not None else "Asia/Seoul"
     schedule = make_schedule(days, hour, minute, timezone)
     tpl = _template(session, service, "CYCLE", type_)
-    devices = _user_devices(session, service, user_id, locked=locked)
+    devices = _user_devices(session, service, user_id, locked=locked is not None)
     target = schedule.canonical
     before = st.user_type_rows(user_id, service, "CYCLE", type_)
     live = _live_user_level(before, tpl.key)
@@ -444,7 +455,15 @@ def subscribe_cycle(
         at = int(winner.data["at"])  # same schedule: keep its place
     st.run(
         _materialise(
-            st, service=service, user_id=user_id, tpl=tpl, target=target, schedule=schedule, devices=missing, at=at
+            st,
+            service=service,
+            user_id=user_id,
+            tpl=tpl,
+            target=target,
+            schedule=schedule,
+            devices=missing,
+            at=at,
+            zone=locked or "",  # cycle rows carry no zone (their bucket has its own)
         )
     )
     st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
@@ -531,13 +550,14 @@ def on_device_added(
     """Copy the user's existing subscriptions to a newly registered device (idempotent). Runs after
     the device's commit, in a transaction of its own that the caller ends: it holds the user's shared
     lock (module doc) and copies nothing when the user or the device is gone by then."""
-    if not _lock_user(session, service, user_id) or reg.get_device(session, service, user_id, device_token) is None:
+    zone = _lock_user(session, service, user_id)
+    if zone is None or reg.get_device(session, service, user_id, device_token) is None:
         return
     rows = st.user_rows(user_id, service)
     if not any(r.is_user_level for r in rows):
         return
     live = {t.notification_key for t in reg.list_templates(session, service)}
-    _copy_to_device(st, service, user_id, rows, live, device_token, device_os)
+    _copy_to_device(st, service, user_id, rows, live, device_token, device_os, zone)
 
 
 def _copy_to_device(
@@ -548,6 +568,7 @@ def _copy_to_device(
     live: set[str] | None,
     device_token: str,
     device_os: str,
+    zone: str,
 ) -> None:
     have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
     futures = []
@@ -571,6 +592,7 @@ def _copy_to_device(
             schedule=schedule,
             devices=[(device_token, device_os)],
             at=int(r.data.get("at", 0)),
+            zone=zone,
         )
     st.run(futures)
 
@@ -611,7 +633,9 @@ def on_token_rotated(
     else:
         users = set(holders)
     live = {t.notification_key for t in reg.list_templates(session, service)} if holders else set()
+    zones = reg.user_zones(session, service, users)  # read under the callers' exclusive locks
     for user_id in sorted(users):
+        zone = slot_zone(zones.get(user_id))
         rows = st.user_rows(user_id, service)
         old_rows = [r for r in rows if r.device_token == old_token]
         if holders is not None and user_id in holders and any(r.is_user_level for r in rows):
@@ -624,12 +648,13 @@ def on_token_rotated(
                 live,
                 new_token,
                 holders[user_id],
+                zone,
             )
         if not old_rows:
             continue
         have_new = {(r.method, r.type_, r.target) for r in rows if r.device_token == new_token}
         futures = [
-            _move_row(st, service, user_id, r, new_token)
+            _move_row(st, service, user_id, r, new_token, zone)
             for r in old_rows
             if (r.method, r.type_, r.target) not in have_new and slot_ref(r) is not None
         ]
@@ -638,8 +663,8 @@ def on_token_rotated(
         st.run([st.forget_token_holder(service, old_token, user_id)])
 
 
-def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_token: str) -> ResponseFuture:
-    """Write ``row``'s subscription for ``new_token`` at the same slot and ``no``."""
+def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_token: str, zone: str) -> ResponseFuture:
+    """Write ``row``'s subscription for ``new_token`` at the same slot and ``no`` (topic rows with ``zone``)."""
     ref = slot_ref(row)
     assert ref is not None
     origin = str(row.data.get("origin") or row.device_token)
@@ -656,6 +681,7 @@ def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_tok
             device_token=new_token,
             device_os=os_,
             registered_at=at,
+            zone=zone,
             origin=origin,
         )
     schedule = parse_canonical(row.target)
@@ -675,6 +701,40 @@ def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_tok
         registered_at=at,
         origin=origin,
     )
+
+
+def on_user_zone_changed(session: Session, st: Statements, service: str, user_id: str, timezone: str | None) -> int:
+    """Rewrite the zone of every topic slot row of the user (``slot_zone(timezone)``), so a local-time
+    job's parts, which read rows by zone, find it in its new zone. The caller holds the user's row
+    exclusively (``registry.upsert_user`` locks it before changing the zone) and commits after this:
+    every writer of the user's rows waits for that lock and then reads the new zone, and every
+    remover of them (unsubscribe, device removal, pruning, rotation, deletion) holds the lock too,
+    so no row read here is deleted before it is rewritten. Returns the rows rewritten."""
+    zone = slot_zone(timezone)
+    live = subsql.live_template_keys(session, service)
+    rows = [r for r in st.user_rows(user_id, service) if r.method == "TOPIC" and r.data.get("key") in live]
+    futures = [f for f in (st.set_zone(r, zone) for r in rows) if f is not None]
+    st.run(futures)
+    return len(futures)
+
+
+def backfill_zones(session: Session, st: Statements, service: str, user_ids: Sequence[str]) -> int:
+    """Write each of these users' zone on its topic slot rows (rows written before slot rows carried
+    one: CQL 0004), under their shared row locks, so a zone change (exclusive) waits for this and
+    rewrites after it, and a subscribe writes the same zone. The caller commits (releasing the locks).
+    Returns the rows written."""
+    locked = reg.lock_users(session, service, user_ids, exclusive=False)
+    zones = reg.user_zones(session, service, locked)
+    live = subsql.live_template_keys(session, service)
+    reads = {u: st.user_rows_async(u, service) for u in locked}
+    futures = []
+    for user_id, read in reads.items():
+        zone = slot_zone(zones.get(user_id))
+        for r in st.index_rows_of(read):
+            if r.method == "TOPIC" and r.data.get("key") in live and (f := st.set_zone(r, zone)) is not None:
+                futures.append(f)
+    st.run(futures)
+    return len(futures)
 
 
 def on_user_deleted(session: Session, st: Statements, service: str, user_id: str) -> None:

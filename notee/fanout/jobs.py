@@ -30,7 +30,7 @@ from notee.scheduler import clock
 from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store import registry_sql
-from notee.store.cql import max_slot
+from notee.store.cql import max_slot, slot_zone
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.store.mysql import db_now
 from notee.vocabulary import Progress, Target, TopicTarget, UserTarget, encode_target, slot_ranges
@@ -199,6 +199,7 @@ def create_job(
     top = 0 if isinstance(target, UserTarget) else max_slot(runtime.statements, service, method, type_)
     ranges = slot_ranges(top, SLOTS_PER_TASK)
     parts: list[Part] = []
+    units: list[int] = []  # a planned job's task sets: the part each is released with
     if method == "TOPIC" and kind == "TOPIC":  # local time and quiet hours concern topic publishes only
         start = at or send_at or db_now(session)
         default_zone = service_row.timezone if service_row is not None else DEFAULT_TIMEZONE
@@ -211,10 +212,10 @@ def create_job(
         }
         if local_time is not None:
             plan["local_time"] = local_time
-        zones = {z or default_zone for z in registry_sql.zones_in_use(session, service)} | {default_zone}
-        clocks = {(z, service_quiet) for z in zones} | {
-            (z or default_zone, w) for z, w in registry_sql.quiet_in_use(session, service)
-        }
+        in_use = registry_sql.zones_in_use(session, service)
+        quiet_pairs = registry_sql.quiet_in_use(session, service)
+        zones = {z or default_zone for z in in_use} | {default_zone}
+        clocks = {(z, service_quiet) for z in zones} | {(z or default_zone, w) for z, w in quiet_pairs}
         parts = plan_parts(plan, sorted(clocks, key=repr))
         if local_time is not None and not parts:
             raise InvalidInput(f"local_time: no time zone of this service is known on this host ({default_zone})")
@@ -229,7 +230,12 @@ def create_job(
                     "parts": [{"at": _iso(p.at), "zones": list(p.zones)} for p in parts],
                 }
             )
-            ranges = ranges * len(parts)  # part i = tasks i*S .. i*S+S-1, each walking every slot once
+            if service_row is not None and service_row.slot_zones:  # every slot row carries its zone
+                target_json["groups"] = zone_groups(target_json, in_use, quiet_pairs)
+                units = [int(g["part"]) for g in target_json["groups"]]
+            else:  # rows without a zone (before `notee backfill-zones`): every part walks every row
+                units = list(range(len(parts)))
+            ranges = ranges * len(units)  # unit i = tasks i*S .. i*S+S-1, each walking every slot once
         else:
             parts = []  # nobody in quiet hours now and no local time: a plain job, no per-page lookups
     job_id = str(uuid.uuid4())
@@ -254,12 +260,12 @@ def create_job(
                 deadline_in_s=deadline_in_s,
                 send_at=send_at,
             )
-            per_part = len(ranges) // max(len(parts), 1)
-            for i, part in enumerate(parts):  # each part becomes claimable at its release minute
-                release = part.at.replace(tzinfo=None)
+            per_unit = len(ranges) // max(len(units), 1)
+            for i, p in enumerate(units):  # each unit is claimable at its part's minute
+                release = parts[p].at.replace(tzinfo=None)
                 if send_at is not None:
                     release = max(release, send_at)  # never before a scheduled publish's send_at
-                store.hold_tasks(session, job_id, i * per_part, (i + 1) * per_part - 1, release)
+                store.hold_tasks(session, job_id, i * per_unit, (i + 1) * per_unit - 1, release)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -345,6 +351,39 @@ def plan_parts(plan: dict[str, Any], clocks: list[tuple[str, Window | None]]) ->
         minute, _ = placement(plan, zone_name, window)
         by_minute.setdefault(minute, set()).add(zone_name)
     return [Part(at, tuple(sorted(zs))) for at, zs in sorted(by_minute.items())]
+
+
+def zone_groups(
+    target: dict[str, Any], in_use: list[str | None], quiet_pairs: list[tuple[str | None, Window | None]]
+) -> list[dict[str, Any]]:
+    """The task sets of a planned job whose slot rows carry their zone (CQL 0004): one per (part,
+    stored zone) that may hold recipients of that part; its tasks read only that zone's rows. A zone
+    whose users all use the service's window lands in one part (``lookup`` False: the worker decides
+    the whole zone at once, no MySQL query); one with users of their own windows may land in several,
+    and each of those sets reads the zone and keeps its part's recipients (``lookup``: one MySQL
+    query per page, as before). '' (users without a zone) is always read: users created later
+    default to it."""
+    windows: dict[str, set[Window | None]] = {slot_zone(z): {None} for z in [*in_use, None]}
+    for z, w in quiet_pairs:
+        windows.setdefault(slot_zone(z), {None}).add(w)
+    groups = []
+    for stored, ws in sorted(windows.items()):
+        found = {placement(target, stored or None, w)[0] for w in ws}
+        hit = sorted({next(i for i in range(len(target["parts"])) if in_part(target, i, m)) for m in found})
+        groups += [{"part": p, "zone": stored, "lookup": len(ws) > 1} for p in hit]
+    return groups
+
+
+def task_unit(target: dict[str, Any], task_no: int) -> tuple[int, str | None, bool]:
+    """What a task of a planned job does: (its part, the stored zone it reads or None for every row,
+    whether it reads its recipients' clocks from MySQL per page). Task sets are ``tasks_per_part``
+    tasks each: one per part (rows without a zone), or one per ``zone_groups`` group."""
+    per = int(target["tasks_per_part"])
+    groups = target.get("groups")
+    if not groups:
+        return task_no // per, None, True
+    group = groups[task_no // per]
+    return int(group["part"]), str(group["zone"]), bool(group["lookup"])
 
 
 def local_parts(start: datetime, hour: int, minute: int, zones: list[str]) -> list[Part]:

@@ -54,7 +54,7 @@ from notee import heartbeat, logs, metrics
 from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.domain.render import choose_variant
 from notee.errors import ProviderConfigError, ProviderUnavailable
-from notee.fanout.jobs import in_part, placement
+from notee.fanout.jobs import in_part, placement, task_unit
 from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.providers.base import Message
@@ -168,12 +168,17 @@ class _Part:
     """The recipient filter of one part of a planned job (local time, quiet hours): a recipient
     belongs to the part its deciding minute falls in (``jobs.placement``, ``jobs.in_part``), and is
     sent or, held in quiet hours by a dropping template, counted dropped. Computed once per
-    (zone, window) per task."""
+    (zone, window) per task.
+
+    In a job whose slot rows carry their zone (``groups`` in the target, ``jobs.zone_groups``) the
+    task reads only the rows of one stored ``zone``; ``lookup`` False: every one of them has the
+    service's window, so one verdict decides the whole zone and no page needs a MySQL query."""
 
     SKIP, SEND, DROP = 0, 1, 2
 
-    def __init__(self, target: dict[str, Any], part: int) -> None:
-        self.target, self.part = target, part
+    def __init__(self, target: dict[str, Any], task_no: int) -> None:
+        self.target = target
+        self.part, self.zone, self.lookup = task_unit(target, task_no)  # zone None: every row, any zone
         self._seen: dict[UserClock, int] = {}
 
     def decide(self, user_clock: UserClock) -> int:
@@ -320,7 +325,7 @@ class Worker:
             service = job.service if job.payload.get("variants") else None  # locales needed: one query a page
             local = None
             if job.target.get("parts"):  # a planned job: this task sends only its part's recipients
-                local = _Part(job.target, claim.task_no // int(job.target["tasks_per_part"]))
+                local = _Part(job.target, claim.task_no)
             reader = asyncio.create_task(
                 self._read(claim, job.notification_key, target, queue, locales_of=service, local=(job.service, local))
             )
@@ -534,7 +539,8 @@ class Worker:
                 state = claim.paging_state if first else None
                 after = claim.resume_key if first and state is None else None
                 moved = MovedRowFilter(claim.resume_key if first else None)
-                pages = stream_recipients(statements, key, target, slot, self.fetch_size, state, after=after)
+                zone = local[1].zone if local[1] is not None else None
+                pages = stream_recipients(statements, key, target, slot, self.fetch_size, state, after=after, zone=zone)
                 while True:
                     item = await asyncio.to_thread(next, pages, None)
                     if item is None:
@@ -543,7 +549,9 @@ class Worker:
                     last_read = (page[-1].no, page[-1].device_token) if page else None
                     page = moved(page)
                     to_send, dropped = page, 0
-                    if local[1] is not None and page:
+                    if local[1] is not None and page and not local[1].lookup:
+                        to_send, dropped = self._of_part(local[0], local[1], page)  # no I/O
+                    elif local[1] is not None and page:
                         to_send, dropped = await asyncio.to_thread(self._of_part, local[0], local[1], page)
                     locales = None
                     if locales_of is not None and to_send:
@@ -554,6 +562,9 @@ class Worker:
 
     def _of_part(self, service: str, local: _Part, page: list[Recipient]) -> tuple[list[Recipient], int]:
         """The page's recipients this part sends, and how many it drops (quiet hours)."""
+        if not local.lookup:  # one zone, the service's window: the same verdict for every row
+            verdict = local.decide((local.zone or None, None))
+            return (page, 0) if verdict == _Part.SEND else ([], len(page) if verdict == _Part.DROP else 0)
         with self.runtime.sessions() as session:
             clocks = user_clocks(session, service, {r.user_id for r in page})
         send, dropped = [], 0

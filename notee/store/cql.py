@@ -76,14 +76,20 @@ class Statements:
         p = session.prepare
 
         # --- slot rows -------------------------------------------------------------------------
+        # ``zone``: the recipient's time zone ('' = the service's; CQL 0004, docs/FANOUT.md).
         self.topic_insert = p(
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
-            " user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         # A rotated row: same key as a fresh one plus the device's first token (issue 14.6).
         self.topic_insert_moved = p(
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
-            " user_id, registered_at, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " user_id, registered_at, zone, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        # A user's zone changed: rewrite it on one of its rows (under the user's exclusive row lock).
+        self.topic_set_zone = p(
+            f"UPDATE {n}.topic_notification SET zone = ? WHERE slot = ? AND notification_key = ? AND topic = ?"
+            " AND no = ? AND device_token = ?"
         )
         self.topic_delete = p(
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
@@ -98,6 +104,17 @@ class Statements:
         self.topic_page_after = p(
             f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
             " WHERE slot = ? AND notification_key = ? AND topic = ? AND (no, device_token) > (?, ?)"
+        )
+        # One zone's rows of a slot (a part of a local-time job): the server scans the one partition
+        # and ships only the matching rows (a filter on a regular column, hence ALLOW FILTERING).
+        self.topic_page_zone = p(
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
+            " WHERE slot = ? AND notification_key = ? AND topic = ? AND zone = ? ALLOW FILTERING"
+        )
+        self.topic_page_zone_after = p(
+            f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
+            " WHERE slot = ? AND notification_key = ? AND topic = ? AND (no, device_token) > (?, ?) AND zone = ?"
+            " ALLOW FILTERING"
         )
         self.topic_users = p(
             f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
@@ -356,6 +373,9 @@ class Statements:
         """Every index row of one user (one partition; a user's subscriptions x devices)."""
         return self._index_rows(self.session.execute(self.index_user, (user_id, service), execution_profile=TUPLE_ROWS))
 
+    def user_rows_async(self, user_id: str, service: str) -> ResponseFuture:
+        return self.session.execute_async(self.index_user, (user_id, service), execution_profile=TUPLE_ROWS)
+
     def user_type_rows(self, user_id: str, service: str, method: str, type_: str) -> list[IndexRow]:
         return self.index_rows_of(self.user_type_rows_async(user_id, service, method, type_))
 
@@ -445,14 +465,18 @@ class Statements:
         devices: Sequence[tuple[int, str, str]],
         registered_at: int,
         with_user_level: bool,
+        zone: str,
     ) -> list[Row]:
         """The rows of one user's topic subscription: per device ``(no, token, os)`` its slot row, index
         row and token index row (``ROWS_PER_DEVICE``), then (``with_user_level``) the user-level row.
+        ``zone``: the user's time zone ('' = the service's), stored on the slot rows.
         ``write_together`` writes them."""
         rows: list[Row] = []
         for no, token, os_ in devices:
             slot = slot_of(no)
-            rows.append((self.topic_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at)))
+            rows.append(
+                (self.topic_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at, zone))
+            )
             data = _device_data(notification_key, slot, no, os_, registered_at)
             rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, token, data)))
             rows.append((self.token_insert, (service, token, user_id)))  # the token index (issue 14.5)
@@ -516,14 +540,16 @@ class Statements:
         device_token: str,
         device_os: str,
         registered_at: int,
+        zone: str,
         origin: str | None = None,
     ) -> ResponseFuture:
-        """Slot row + device index row + token index row in one logged batch. ``origin``: the row is a
-        rotated device's (it keeps the old row's ``no``; docs/SCHEMA.md, races)."""
+        """Slot row + device index row + token index row in one logged batch. ``zone``: the user's time
+        zone ('' = the service's). ``origin``: the row is a rotated device's (it keeps the old row's
+        ``no``; docs/SCHEMA.md, races)."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
-        row = (slot, notification_key, topic, no, device_token, device_os, user_id, registered_at)
+        row = (slot, notification_key, topic, no, device_token, device_os, user_id, registered_at, zone)
         if origin is None:
             batch.add(self.topic_insert, row)
         else:
@@ -616,6 +642,15 @@ class Statements:
         if index_row:
             batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
         return self.session.execute_async(batch)
+
+    def set_zone(self, row: IndexRow, zone: str) -> ResponseFuture | None:
+        """Rewrite the zone of the topic slot row a device index row points at (None: no slot row)."""
+        ref = slot_ref(row)
+        if ref is None or row.method != "TOPIC":
+            return None
+        return self.session.execute_async(
+            self.topic_set_zone, (zone, ref.slot, ref.notification_key, row.target, ref.no, row.device_token)
+        )
 
     # ------------------------------------------------------------------ token index
     def token_holders_async(self, service: str, device_token: str) -> ResponseFuture:
@@ -748,6 +783,12 @@ def _device_data(
     return json.dumps(data)
 
 
+def slot_zone(timezone: str | None) -> str:
+    """The ``zone`` a topic slot row stores for a user of ``timezone``: '' for none (the service's,
+    whatever it is when a job runs, so a service's zone change rewrites no row)."""
+    return timezone or ""
+
+
 def slot_ref(row: IndexRow) -> SlotRef | None:
     d = row.data
     if row.is_user_level or "slot" not in d:
@@ -770,16 +811,21 @@ def stream_recipients(
     paging_state: bytes | None = None,
     *,
     after: tuple[int, str] | None = None,
+    zone: str | None = None,
 ) -> Iterator[tuple[list[Recipient], bytes | None]]:
     """Yield the recipients of one slot of (template, topic) or (template, cycle bucket), one page of at
     most ``fetch_size`` rows at a time, with the paging state *after* that page (None once the slot is
     exhausted). Resume from a checkpoint by passing the paging state back, or, when the server
     rejected it (``PagingStateRejected``), by passing ``after=(no, device_token)`` of the last row
     already sent. Reads Cassandra only and never holds more than one page. A page may be empty
-    (tombstones) while the state is not None."""
+    (tombstones, or rows of other zones) while the state is not None. ``zone`` (a topic): only the
+    rows that carry that zone (CQL 0004; '' = the service's)."""
     st = cql_statements
-    if isinstance(target, TopicTarget):
+    if isinstance(target, TopicTarget) and zone is not None:
         key: tuple[Any, ...] = (slot, notification_key, target.topic)
+        stmt = st.topic_page_zone_after.bind((*key, *after, zone)) if after else st.topic_page_zone.bind((*key, zone))
+    elif isinstance(target, TopicTarget):
+        key = (slot, notification_key, target.topic)
         stmt = st.topic_page_after.bind(key + after) if after else st.topic_page.bind(key)
     else:
         key = (slot, notification_key, target.timezone, target.day, target.hour, target.minute)

@@ -42,6 +42,7 @@ service_t = Table(
     Column("timezone", String(64)),
     Column("quiet_start", Integer, nullable=True),
     Column("quiet_end", Integer, nullable=True),
+    Column("slot_zones", Integer),  # 1: every topic slot row carries its recipient's zone (0023)
     Column("delivery_mode", String(7)),
     Column("created_at", DateTime),
 )
@@ -119,12 +120,23 @@ template_t = Table(
 def insert_service(
     session: Session, *, service: str, display_name: str, timezone: str, now: datetime, delivery_mode: str = "live"
 ) -> None:
-    """Raises IntegrityError when the service exists."""
+    """Raises IntegrityError when the service exists. A new service has no slot rows yet, and every
+    writer stores the zone, so its rows all carry one (``slot_zones``)."""
     session.execute(
         service_t.insert().values(
-            service=service, display_name=display_name, timezone=timezone, delivery_mode=delivery_mode, created_at=now
+            service=service,
+            display_name=display_name,
+            timezone=timezone,
+            delivery_mode=delivery_mode,
+            created_at=now,
+            slot_zones=1,
         )
     )
+
+
+def set_slot_zones(session: Session, service: str) -> None:
+    """Record that every topic slot row of the service carries its zone (``notee backfill-zones``)."""
+    session.execute(update(service_t).where(service_t.c.service == service).values(slot_zones=1))
 
 
 def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> bool:
@@ -278,6 +290,47 @@ def upsert_user(
     return session.execute(
         select(user_t).where(and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id))
     ).one()
+
+
+def user_ids_page(session: Session, service: str, after: str | None, limit: int) -> list[str]:
+    """A service's user ids in order, after ``after`` (keyset paging, uq_user_user_id)."""
+    q = select(user_t.c.user_id).where(user_t.c.service == service)
+    if after is not None:
+        q = q.where(user_t.c.user_id > after)
+    return [r[0] for r in session.execute(q.order_by(user_t.c.user_id).limit(limit))]
+
+
+def user_zone(session: Session, service: str, service_user_id: str) -> tuple[str, str | None] | None:
+    """(user_id, time zone) of a user by the service's id, without a lock (None: no such user)."""
+    row = session.execute(
+        select(user_t.c.user_id, user_t.c.timezone).where(
+            and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id)
+        )
+    ).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def user_zone_for_update(session: Session, service: str, service_user_id: str) -> tuple[str, str | None] | None:
+    """(user_id, time zone) of a user by the service's id, its row locked exclusively until the caller's
+    transaction ends (a zone change rewrites the zone of the user's slot rows under that lock)."""
+    row = session.execute(
+        select(user_t.c.user_id, user_t.c.timezone)
+        .where(and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id))
+        .with_for_update()
+    ).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def user_zones(session: Session, service: str, user_ids: Collection[str]) -> dict[str, str | None]:
+    """user_id -> time zone (None: the service's) of those of ``user_ids`` that exist (uq_user_user_id)."""
+    if not user_ids:
+        return {}
+    rows = session.execute(
+        select(user_t.c.user_id, user_t.c.timezone).where(
+            and_(user_t.c.service == service, user_t.c.user_id.in_(list(user_ids)))
+        )
+    )
+    return {r[0]: r[1] for r in rows}
 
 
 def get_user(

@@ -12,13 +12,15 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
 
+from notee.store.cql import slot_zone
 from notee.store.registry_sql import device_t, template_t, user_t
 
 # The single subscribe's two statements, sent as driver SQL on a Core connection: it runs several
 # times per second per process, and the ORM session with compiled constructs cost ~0.3 ms of CPU
 # per statement where these cost ~0.1 ms (docs/BENCHMARKS.md, "Subscribe through the API").
 # uq_user_user_id. The shared lock of a writer that adds the user's rows (notee.domain.subscriptions).
-_LOCK_USER = "SELECT 1 FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s LOCK IN SHARE MODE"
+# It reads the user's zone, which the writer stores on the topic slot rows (a zone change waits for it).
+_LOCK_USER = "SELECT timezone FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s LOCK IN SHARE MODE"
 # The rest of its MySQL read in one round trip: every template of the type (whatever its method: the
 # caller tells "no such template" from "a template of the other method"), and the user with its
 # devices (a user without devices is one row with NULL device columns; an unknown user, none).
@@ -46,9 +48,11 @@ def _connection(db: Session | Connection) -> Connection:
     return db if isinstance(db, Connection) else db.connection()
 
 
-def lock_user(db: Session | Connection, service: str, user_id: str) -> bool:
-    """Take the shared lock on the user's row until the caller's transaction ends; False: no such user."""
-    return _connection(db).exec_driver_sql(_LOCK_USER, {"service": service, "user_id": user_id}).first() is not None
+def lock_user_zone(db: Session | Connection, service: str, user_id: str) -> str | None:
+    """Take the shared lock on the user's row until the caller's transaction ends, and return the zone
+    its topic slot rows carry (``cql.slot_zone``: '' for none); None: no such user."""
+    row = _connection(db).exec_driver_sql(_LOCK_USER, {"service": service, "user_id": user_id}).first()
+    return None if row is None else slot_zone(row[0])
 
 
 def subscribe_context(db: Session | Connection, service: str, type_: str, user_id: str) -> SubscribeContext:
@@ -71,11 +75,19 @@ def subscribe_context(db: Session | Connection, service: str, type_: str, user_i
 def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
     """user_id -> [(device_token, device_os)] of those of ``user_ids`` that exist in ``service`` (a
     user without devices maps to []), in one query (uq_user_user_id, device primary key prefix)."""
+    return users_devices_zones(session, service, user_ids)[0]
+
+
+def users_devices_zones(
+    session: Session, service: str, user_ids: Sequence[str]
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str | None]]:
+    """``users_with_devices`` and, in the same query, user_id -> time zone (None: the service's)."""
     out: dict[str, list[tuple[str, str]]] = {}
+    zones: dict[str, str | None] = {}
     if not user_ids:
-        return out
+        return out, zones
     q = (
-        select(user_t.c.user_id, device_t.c.device_token, device_t.c.device_os)
+        select(user_t.c.user_id, device_t.c.device_token, device_t.c.device_os, user_t.c.timezone)
         .select_from(
             user_t.outerjoin(
                 device_t, and_(device_t.c.service == user_t.c.service, device_t.c.user_id == user_t.c.user_id)
@@ -84,11 +96,12 @@ def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) 
         .where(and_(user_t.c.service == service, user_t.c.user_id.in_(list(user_ids))))
         .order_by(user_t.c.user_id, device_t.c.created_at, device_t.c.device_token)
     )
-    for user_id, token, os_ in session.execute(q):
+    for user_id, token, os_, zone in session.execute(q):
         devices = out.setdefault(user_id, [])
+        zones[user_id] = zone
         if token is not None:
             devices.append((token, os_))
-    return out
+    return out, zones
 
 
 def live_template_keys(session: Session, service: str | None = None) -> set[str]:

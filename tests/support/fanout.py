@@ -42,8 +42,8 @@ def seed_topic(
     prefix = prefix or f"{service}-{topic}-"
     tokens = [f"{prefix}{i:07d}" for i in range(n)]
     now = int(time.time() * 1000)
-    rows = [
-        ((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now) for i, tok in enumerate(tokens)
+    rows = [  # zone '': users without one, as subscribe stores them (these users have no MySQL row)
+        ((first + i) // SLOT_SIZE, key, topic, first + i, tok, os, f"user-{i}", now, "") for i, tok in enumerate(tokens)
     ]
     # Single-partition UNLOGGED batches of 100 prepared inserts (one mutation each server-side):
     # rows arrive in number order, so a batch never spans two slots.

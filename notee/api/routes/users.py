@@ -25,12 +25,14 @@ def put_user(
     body: UserIn,
     service: ServiceDep,
     db: DbDep,
+    runtime: RuntimeDep,
     response: Response,
 ) -> registry.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
     given = body.model_fields_set
     user = registry.upsert_user(
         db,
+        lambda: runtime.statements,
         service,
         service_user_id,
         name=body.name,
