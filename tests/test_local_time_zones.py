@@ -294,3 +294,50 @@ def test_a_zone_with_users_of_their_own_quiet_hours_reads_their_clocks_others_do
     parts = [datetime.fromisoformat(p["at"]) for p in job.target["parts"]]
     tokyo_0900 = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
     assert tokyo_0900 in parts and datetime(2026, 11, 1, 1, 0, tzinfo=UTC) in parts  # 09:00 and 10:00 JST
+
+
+def test_a_local_time_job_reads_each_row_once_and_no_clock_per_page(
+    client, runtime, tenant, emulator, emu_runtime, monkeypatch
+):
+    """The structural point of the stored zone (the CPU figure is ``local_time_cpu_ratio`` in
+    docs/BENCHMARKS.md): over 7 parts, the zone-sliced job has Cassandra hand the worker each
+    subscriber's row once and runs no MySQL clock query; the same job on rows without a stored zone
+    (the fallback) reads every row once per part and queries the clocks for every page."""
+    from notee.fanout import worker as worker_mod
+
+    service, headers = tenant
+    zones = ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "Australia/Sydney", "UTC", "Asia/Dubai", None]
+    tokens = [t for z in zones for _ in range(3) for t in _user(client, headers, z)[1]]
+    rows_read: list[int] = []
+    clock_queries: list[int] = []
+    original_stream, original_clocks = worker_mod.stream_recipients, worker_mod.user_clocks
+
+    def counted_stream(*args, **kwargs):
+        for page, state in original_stream(*args, **kwargs):
+            rows_read.append(len(page))
+            yield page, state
+
+    def counted_clocks(*args, **kwargs):
+        clock_queries.append(1)
+        return original_clocks(*args, **kwargs)
+
+    monkeypatch.setattr(worker_mod, "stream_recipients", counted_stream)
+    monkeypatch.setattr(worker_mod, "user_clocks", counted_clocks)
+
+    job = _publish(runtime, service)
+    parts = len(job.target["parts"])
+    assert parts == 7
+    run_worker_until_idle(emu_runtime, [service])
+    assert deliveries_per_token(emulator, tokens) == {t: 1 for t in tokens}
+    assert (sum(rows_read), len(clock_queries)) == (len(tokens), 0)
+
+    rows_read.clear()
+    with runtime.sessions.begin() as s:  # the fallback: as if the rows carried no zone
+        s.execute(text("UPDATE service SET slot_zones = 0 WHERE service = :s"), {"s": service})
+    old = _publish(runtime, service)
+    assert "groups" not in old.target
+    run_worker_until_idle(emu_runtime, [service])
+    assert deliveries_per_token(emulator, tokens) == {t: 2 for t in tokens}
+    pages = len([n for n in rows_read if n])
+    assert sum(rows_read) == parts * len(tokens)  # every part walks every row
+    assert len(clock_queries) == pages  # and reads the clocks of every page's users
