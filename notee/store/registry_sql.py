@@ -42,7 +42,7 @@ service_t = Table(
     Column("timezone", String(64)),
     Column("quiet_start", Integer, nullable=True),
     Column("quiet_end", Integer, nullable=True),
-    Column("slot_zones", Integer),  # 1: every topic slot row carries its recipient's zone (0023)
+    Column("slot_zones", Integer),  # 1: every topic slot row carries its recipient's zone (0024)
     Column("delivery_mode", String(7)),
     Column("created_at", DateTime),
 )
