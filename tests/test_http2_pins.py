@@ -2,8 +2,10 @@
 exact version because ``new_h2_connection`` reaches past its documented API: it wraps the GOAWAY
 handler in the connection's private ``_frame_dispatch_table`` (keyed by jh2's vendored hyperframe
 frame classes) to keep its ``state_machine`` open after a GOAWAY, replaces ``local_settings``
-before ``initiate_connection``, and bounds the closed-stream record (``MAX_CLOSED_STREAMS``, read when
-the connection is built). Its CPU advantage (docs/PROVIDERS.md, "HTTP/2 engines") is the
+before ``initiate_connection``, bounds the closed-stream record (``MAX_CLOSED_STREAMS``, read when
+the connection is built), and overrides ``open_outbound_streams`` in a subclass so that the
+per-request stream check reads the client's own count (the walk and cull of ``_open_streams`` run
+every 64 streams). Its CPU advantage (docs/PROVIDERS.md, "HTTP/2 engines") is the
 native HPACK encoder and decoder: jh2 silently falls back to pure Python without them.
 
 These tests fail loudly, naming the version and the internal concerned, when the installed version
@@ -39,7 +41,9 @@ INTERNALS = (
     "H2Connection._frame_dispatch_table[GoAwayFrame] handles GOAWAY and H2Connection.state_machine.state "
     "can be set back to CLIENT_OPEN after it; H2Connection.local_settings, replaced before "
     "initiate_connection(), is what the first SETTINGS frame sends; H2Connection.MAX_CLOSED_STREAMS, a class "
-    "attribute, sizes the record of closed streams (_closed_streams)"
+    "attribute, sizes the record of closed streams (_closed_streams); send_headers checks the "
+    "open_outbound_streams property (overridden by a subclass) against the peer's limit, and "
+    "H2Connection._open_streams(remainder) counts and culls closed streams from H2Connection.streams"
 )
 
 
@@ -209,3 +213,36 @@ def test_the_closed_stream_record_is_bounded_and_still_answers_a_late_frame_afte
     except jh2.exceptions.ProtocolError as exc:
         raise AssertionError(_loud(f"a late answer to a reset stream broke the connection: {exc}")) from exc
     assert client.data_to_send()  # the RST_STREAM refusing it
+
+
+def test_the_open_stream_check_reads_the_clients_count_and_closed_streams_are_still_culled():
+    client, server = _client_and_server()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    head = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"), (b":authority", b"example.test")]
+    client.counted = lambda: 1 << 30  # more open streams than any peer allows
+    try:
+        client.send_headers(client.get_next_available_stream_id(), head, end_stream=True)
+    except jh2.exceptions.TooManyStreamsError:
+        return
+    raise AssertionError(_loud("send_headers no longer checks open_outbound_streams against the peer's limit"))
+
+
+def test_closed_streams_are_culled_though_the_count_is_the_clients():
+    client, server = _client_and_server()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    head = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", b"/p"), (b":authority", b"example.test")]
+    open_now: set[int] = set()
+    client.counted = open_now.__len__
+    for _ in range(300):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(stream_id, head, end_stream=True)
+        open_now.add(stream_id)
+        server.receive_data(client.data_to_send())
+        server.send_headers(stream_id, [(b":status", b"200")], end_stream=True)
+        for event in client.receive_data(server.data_to_send()):
+            if isinstance(event, jh2.events.StreamEnded):
+                open_now.discard(event.stream_id)
+    assert not open_now
+    assert len(client.streams) <= 64, _loud(f"{len(client.streams)} closed streams kept: _open_streams no longer culls")

@@ -106,17 +106,37 @@ def _answers_after_goaway(conn: jh2.connection.H2Connection) -> None:
 # error otherwise; such frames come within a round trip of the reset, while at most
 # ``max_streams`` (100) streams are open, so ten windows of them are plenty.
 CLOSED_STREAMS_KEPT = 1000
+_CULL_EVERY = 64
 
 
 class _H2Connection(jh2.connection.H2Connection):  # type: ignore[misc]  # jh2 ships no type hints
+    """jh2 counts the open streams on every ``send_headers`` (to refuse one beyond the peer's limit)
+    by walking every stream it still holds, culling the closed ones as it goes: ~60 checks per
+    request at 100 in flight, about a fifth of the sender's time in this module (cProfile,
+    docs/PROVIDERS.md). ``Connection`` already counts the streams it has open and never opens one
+    beyond ``min(max_streams, the peer's limit)``; once it hands that count over (``counted``),
+    jh2's check reads it, and the walk (exact count and cull) runs only every ``_CULL_EVERY``
+    streams."""
+
     MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT  # jh2's class attribute: the size of its closed-stream record
+    counted: Callable[[], int] | None = None
+    _since_cull = 0
+
+    @property
+    def open_outbound_streams(self) -> int:
+        self._since_cull += 1
+        if self.counted is None or self._since_cull >= _CULL_EVERY:
+            self._since_cull = 0
+            return int(self._open_streams(int(self.config.client_side)))
+        return self.counted()
 
 
 def new_h2_connection() -> jh2.connection.H2Connection:
     """A client-side jh2 state machine set up as this module needs it, not yet initiated.
 
-    Three of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an exact
-    version (pyproject.toml; tests/test_http2_pins.py fails loudly when it changes): its GOAWAY
+    Four of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an
+    exact version (pyproject.toml; tests/test_http2_pins.py fails loudly when it changes): it is a
+    subclass whose ``open_outbound_streams`` reads our own count (``_H2Connection``); its GOAWAY
     handler in ``_frame_dispatch_table`` is wrapped to keep the state machine open
     (``_answers_after_goaway``); ``local_settings`` is replaced before ``initiate_connection``
     so that the first SETTINGS frame already carries ours (no second SETTINGS round trip); and its
@@ -198,6 +218,7 @@ class Connection:
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
         conn = new_h2_connection()
+        conn.counted = self._streams.__len__  # our own count of open streams (see _H2Connection)
         conn.initiate_connection()
         conn.increment_flow_control_window(1 << 24)
         writer.write(conn.data_to_send())
@@ -261,7 +282,14 @@ class Connection:
         elif isinstance(event, jh2.events.StreamEnded):
             stream = self._streams.pop(event.stream_id, None)
             if stream:
-                self._unsent.pop(event.stream_id, None)
+                if self._unsent.pop(event.stream_id, None) is not None:
+                    # answered before its whole body was sent: end our side too, so the stream is
+                    # closed for both peers as it is in our count (RFC 9113 §8.1)
+                    assert self._conn is not None
+                    try:
+                        self._conn.reset_stream(event.stream_id, 0)
+                    except jh2.exceptions.H2Error:
+                        pass
                 headers = dict(stream.headers)
                 stream.done(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
         elif isinstance(event, jh2.events.StreamReset):
