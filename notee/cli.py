@@ -245,6 +245,25 @@ def backfill_zones(service: str | None = typer.Option(None, help="Only this serv
     typer.echo(json.dumps(report))
 
 
+@app.command("occupancy-backfill")
+def occupancy_backfill(
+    service: str | None = typer.Option(None, help="Only this service's templates (default: all)."),
+    fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page."),
+) -> None:
+    """Record which slots the targets of templates older than target_slots occupy (from the per-user
+    index), then let their jobs skip the empty slots. Run once every API process writes target_slots;
+    idempotent. Until then such a template's jobs walk every slot (docs/FANOUT.md "Occupancy")."""
+    from notee import occupancy
+    from notee.runtime import Runtime
+
+    runtime = Runtime(_settings())
+    try:
+        report = occupancy.backfill(runtime, service=service, fetch_size=fetch_size)
+    finally:
+        runtime.close()
+    typer.echo(json.dumps(report))
+
+
 @app.command("cassandra-ready")
 def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this many seconds (exit 1).")) -> None:
     """Wait until every node of NOTEE_CASSANDRA_HOSTS sees all of them UP, NORMAL (joined) and in

@@ -23,7 +23,10 @@ fix can still leave an off-by-one that the next run corrects.
    Token index rows (``notification_per_token``) of what is removed go too; those of live devices
    are written (a blind upsert), which fills the index for rows older than it.
 
-``reconcile_batch`` runs 2-4 as a bounded batch on a schedule (``notee scheduler``, one replica per
+5. ``target_slots`` rows of deleted templates and empty blocks are deleted (``notee.occupancy.prune``;
+   the full run walks the whole table, the scheduled batch ``PRUNE_BATCH_ROWS`` rows from its cursor).
+
+``reconcile_batch`` runs 2-5 as a bounded batch on a schedule (``notee scheduler``, one replica per
 run, like retention): it walks ``notification_per_user`` from a cursor kept in
 ``reconcile_cursor`` (the last partition token done), ``RECONCILE_BATCH_ROWS`` index rows per run,
 starting again at the first partition after the last; ``cycle_due`` rows are checked one by one
@@ -38,6 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
+from notee import occupancy
 from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscriptions import remove_rows
@@ -46,6 +50,7 @@ from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
+from notee.vocabulary import CycleTarget
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +268,8 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         "due_buckets_removed": due_removed,
         "timezones_removed": zones_removed,
     }
+    if service is None:  # target_slots of every service: the whole table, cursor untouched
+        report |= occupancy.prune(runtime, max_rows=None, fetch_size=fetch_size)
     log.info("reconcile%s: %s", f" of {service}" if service else "", report)
     return report
 
@@ -347,6 +354,7 @@ def reconcile_batch(
         "due_buckets_removed": due_removed,
         "timezones_removed": zones_removed,
     }
+    report |= occupancy.prune(runtime, fetch_size=fetch_size)  # its own bounded walk (notee/occupancy.py)
     log.info("reconcile batch: %s", report)
     return report
 
@@ -367,7 +375,11 @@ def _clean_due_index(runtime: Runtime, started_us: int, is_live: Callable[[str |
                     tpl = reg.get_template_by_key(s, key)
             max_slots[key] = None if tpl is None else cqlstore.max_slot(st, svc, "CYCLE", tpl.notification_type)
         top = max_slots[key]
-        alive = top is not None and st.cycle_bucket_has_rows(key, tz, day, hour, minute, top)
+        alive = False
+        if top is not None:  # the slots the bucket occupies (target_slots), or all of them when not known
+            occupied = st.occupancy(key, CycleTarget(tz, day, hour, minute))
+            slots = range(top + 1) if occupied is None else sorted(occupied)
+            alive = st.cycle_bucket_has_rows(key, tz, day, hour, minute, slots)
         if alive:
             zones_used.add(tz)
         else:

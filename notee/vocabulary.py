@@ -103,6 +103,37 @@ def slot_of(no: int) -> int:
     return no // SLOT_SIZE
 
 
+BLOCK_SIZE = 1_000  # numbers per occupancy block (target_slots): a slot has SLOT_SIZE // BLOCK_SIZE = 30
+BLOCKS_PER_SLOT = SLOT_SIZE // BLOCK_SIZE
+
+
+def block_of(no: int) -> int:
+    """The occupancy block of subscription number ``no`` (its slot is ``block // BLOCKS_PER_SLOT``)."""
+    return no // BLOCK_SIZE
+
+
+def pack_slots(blocks: dict[int, int], blocks_per_task: int = BLOCKS_PER_SLOT) -> list[tuple[int, int]]:
+    """Task ranges over the occupied slots of a target (slot -> occupied blocks): consecutive occupied
+    slots share a task while their blocks add up to at most ``blocks_per_task`` (a block holds at most
+    BLOCK_SIZE rows, so a task holds at most what one full slot does); a full slot is a task of its
+    own. Each range runs from its first to its last occupied slot; the slots between that are not
+    occupied are skipped by the worker (the job's ``slots``). No occupied slot: one task on slot 0."""
+    ranges: list[tuple[int, int]] = []
+    first = last = -1
+    held = 0
+    for slot in sorted(blocks):
+        n = max(1, blocks[slot])
+        if first >= 0 and held + n > blocks_per_task:
+            ranges.append((first, last))
+            first = -1
+        if first < 0:
+            first, held = slot, 0
+        last, held = slot, held + n
+    if first >= 0:
+        ranges.append((first, last))
+    return ranges or [(0, 0)]
+
+
 def slot_ranges(max_slot: int, slots_per_task: int = 1) -> list[tuple[int, int]]:
     """Split slots ``0..max_slot`` (inclusive) into task ranges of ``slots_per_task`` slots."""
     if max_slot < 0:

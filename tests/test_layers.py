@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, int, str]] = [
     ("notee.delivery", 2, "domain"),
     ("notee.webhook_dispatcher", 2, "domain"),
     ("notee.reconcile", 2, "domain"),
+    ("notee.occupancy", 2, "domain"),
     ("notee.retention", 2, "domain"),
     ("notee.migrate", 2, "domain"),
     ("notee.api", 3, "api"),

@@ -209,10 +209,15 @@ def _fires(bucket: CycleTarget, start: datetime, end: datetime) -> list[datetime
 
 
 def _count_subscriptions(st: Statements, due: Sequence[tuple[tuple[str, str], str, CycleTarget]]) -> list[int]:
-    """Rows of each (template, bucket) over its slots 0..max_slot, read ``_COUNT_IN_FLIGHT`` at a time."""
+    """Rows of each (template, bucket) over the slots it occupies (``target_slots``) or, when its
+    template's occupancy is not known, over its slots 0..max_slot; read ``_COUNT_IN_FLIGHT`` at a time."""
     top: dict[tuple[str, str], int] = {}
     reads: list[tuple[int, str, CycleTarget, int]] = []  # (index in due, key, bucket, slot)
     for i, ((svc, type_), key, bucket) in enumerate(due):
+        occupied = st.occupancy(key, bucket)
+        if occupied is not None:
+            reads += [(i, key, bucket, slot) for slot in sorted(occupied)]
+            continue
         if (svc, type_) not in top:
             top[(svc, type_)] = max_slot(st, svc, "CYCLE", type_)
         reads += [(i, key, bucket, slot) for slot in range(top[(svc, type_)] + 1)]

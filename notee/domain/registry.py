@@ -581,6 +581,11 @@ def put_template(
         new_key=new_key,
         now=utcnow(),
     )
+    if row.notification_key == new_key:
+        # A new template: every slot row it will ever have is written with its target_slots row, so
+        # its jobs may walk only the occupied slots (docs/FANOUT.md "Occupancy"). Before the commit:
+        # no subscription can exist yet; a failed commit leaves a marker no template has (harmless).
+        st.mark_occupancy_known(new_key, "created")
     st.add_version(service, method, type_)  # counter: never retried on timeout
     version = st.counters(service, method, type_)[0]
     return _template(row, version, created=row.notification_key == new_key)

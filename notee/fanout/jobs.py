@@ -30,15 +30,25 @@ from notee.scheduler import clock
 from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store import registry_sql
-from notee.store.cql import max_slot, slot_zone
+from notee.store.cql import Statements, max_slot, slot_zone
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.store.mysql import db_now
-from notee.vocabulary import Progress, Target, TopicTarget, UserTarget, encode_target, slot_ranges
+from notee.vocabulary import (
+    CycleTarget,
+    Progress,
+    Target,
+    TopicTarget,
+    UserTarget,
+    encode_target,
+    pack_slots,
+    slot_ranges,
+)
 
 log = logging.getLogger(__name__)
 
-# One slot (<= ~30,000 rows) per task: the unit of parallelism and of lease loss. 10 M devices are
-# 334 tasks, which any number of workers share.
+# One slot (<= ~30,000 rows) per task when a target's occupancy is unknown: the unit of parallelism.
+# 10 M devices are 334 tasks, which any number of workers share. With occupancy known, tasks hold the
+# occupied slots, as many as add up to one slot's worth of blocks (``task_plan``).
 SLOTS_PER_TASK = 1
 
 # Idempotency-key namespaces: a client's Idempotency-Key is stored as ``client:<key>``; the
@@ -194,10 +204,14 @@ def create_job(
     ).as_job_payload()
     service_row = registry_sql.get_service(session, service)
     dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
-    # Read the numbering counter before writing: the job walks every slot that exists now (a
-    # scheduled job too: docs/API.md "Scheduled sends" says what that means for later subscribers).
-    top = 0 if isinstance(target, UserTarget) else max_slot(runtime.statements, service, method, type_)
-    ranges = slot_ranges(top, SLOTS_PER_TASK)
+    # The slots the job walks, read before writing: the target's occupied slots when its template's
+    # occupancy is known, else every slot that exists now (a scheduled job too: docs/API.md
+    # "Scheduled sends" says what that means for later subscribers).
+    ranges, walked = (
+        ([(0, 0)], None)
+        if isinstance(target, UserTarget)
+        else task_plan(runtime.statements, service, method, type_, notification_key, target)
+    )
     parts: list[Part] = []
     units: list[int] = []  # a planned job's task sets: the part each is released with
     if method == "TOPIC" and kind == "TOPIC":  # local time and quiet hours concern topic publishes only
@@ -238,6 +252,8 @@ def create_job(
             ranges = ranges * len(units)  # unit i = tasks i*S .. i*S+S-1, each walking every slot once
         else:
             parts = []  # nobody in quiet hours now and no local time: a plain job, no per-page lookups
+    if walked is not None:
+        target_json = target_json | {"slots": walked}  # the occupied slots: the tasks skip the others
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
@@ -274,19 +290,52 @@ def create_job(
             raise
         return _same_request(existing, fingerprint)
     log.info(
-        "job %s created: service=%s %s/%s %s slots 0..%d%s%s",
+        "job %s created: service=%s %s/%s %s %d task(s) over %s%s%s",
         job_id,
         service,
         method,
         type_,
         kind,
-        top,
+        len(ranges),
+        f"slots 0..{ranges[-1][1]}" if walked is None else f"{len(walked)} occupied slot(s)",
         " (dry run)" if dry_run else "",
         f" scheduled for {send_at:%Y-%m-%dT%H:%M:%S}Z" if send_at else "",
     )
     job = store.get_job(session, job_id)
     assert job is not None
     return replace(job, created=True)
+
+
+def task_plan(
+    statements: Statements,
+    service: str,
+    method: str,
+    type_: str,
+    notification_key: str,
+    target: TopicTarget | CycleTarget,
+) -> tuple[list[tuple[int, int]], list[int] | None]:
+    """The task ranges of a topic or cycle-bucket job, and the slots they walk (None: every slot of
+    each range). When the template's occupancy is known (target_slots), only the occupied slots, packed
+    by their blocks (``pack_slots``): a 10-subscriber topic is one task whatever the type's counter.
+    Otherwise every slot up to the ``no`` counter's, one per task, as before target_slots: a target
+    whose occupancy is unknown never skips a slot."""
+    blocks = statements.occupancy(notification_key, target)
+    if blocks is None:
+        return slot_ranges(max_slot(statements, service, method, type_), SLOTS_PER_TASK), None
+    ranges = pack_slots(blocks)
+    occupied = sorted(blocks) or [0]
+    if occupied == list(range(occupied[-1] + 1)):
+        return ranges, None  # every slot from 0 is occupied (a dense target): nothing to skip
+    return ranges, occupied
+
+
+def task_slots(target: dict[str, Any], current_slot: int, slot_to: int) -> list[int]:
+    """The slots a task still walks, from its checkpoint's slot to its last: every one, or, in a job
+    planned from occupancy, those in the job's ``slots``."""
+    listed = target.get("slots")
+    if listed is None:
+        return list(range(current_slot, slot_to + 1))
+    return [s for s in listed if current_slot <= s <= slot_to]
 
 
 @dataclass(frozen=True, slots=True)

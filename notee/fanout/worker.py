@@ -36,6 +36,7 @@ SKIP LOCKED`` + lease), then run it:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import operator
 import os
@@ -54,7 +55,7 @@ from notee import heartbeat, logs, metrics
 from notee.delivery import DeliverySender, PageAborted, Stopping
 from notee.domain.render import choose_variant
 from notee.errors import ProviderConfigError, ProviderUnavailable
-from notee.fanout.jobs import in_part, placement, task_unit
+from notee.fanout.jobs import in_part, placement, task_slots, task_unit
 from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.providers.base import Message
@@ -326,8 +327,13 @@ class Worker:
             local = None
             if job.target.get("parts"):  # a planned job: this task sends only its part's recipients
                 local = _Part(job.target, claim.task_no)
+            # The slots left to walk: every slot of the range, or the occupied ones (jobs.task_plan).
+            walk = task_slots(job.target, claim.current_slot, claim.slot_to)
+            after_slot = dict(itertools.pairwise(walk))  # where the checkpoint goes once a slot is done
             reader = asyncio.create_task(
-                self._read(claim, job.notification_key, target, queue, locales_of=service, local=(job.service, local))
+                self._read(
+                    claim, job.notification_key, target, queue, walk, locales_of=service, local=(job.service, local)
+                )
             )
             try:
                 while True:
@@ -369,7 +375,9 @@ class Worker:
                         )
                         return
                     resume_slot, resume_state, resume_key = (
-                        (slot, next_state, last_key) if next_state is not None else (slot + 1, None, None)
+                        (slot, next_state, last_key)
+                        if next_state is not None
+                        else (after_slot.get(slot, slot + 1), None, None)
                     )
                     await asyncio.to_thread(
                         store.checkpoint,
@@ -512,11 +520,12 @@ class Worker:
         key: str,
         target: Target,
         queue: asyncio.Queue[_ReadItem],
+        walk: Sequence[int] = (),
         *,
         locales_of: str | None = None,
         local: tuple[str, _Part | None] = ("", None),
     ) -> None:
-        """Producer: page the task's slots from its checkpoint into the bounded queue; with
+        """Producer: page the task's slots ``walk`` (from its checkpoint's on) into the bounded queue; with
         ``locales_of`` (the job's service, when its template has locale variants) each page comes
         with its recipients' locales, read in one MySQL query; with a ``local`` part (a planned
         job: local time, quiet hours) only the page's recipients of that part are to be sent (their
@@ -534,7 +543,7 @@ class Worker:
             return
         statements = await asyncio.to_thread(lambda: self.runtime.statements)
         try:
-            for slot in range(claim.current_slot, claim.slot_to + 1):
+            for slot in walk:
                 first = slot == claim.current_slot
                 state = claim.paging_state if first else None
                 after = claim.resume_key if first and state is None else None

@@ -30,7 +30,7 @@ from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces, pages, rows
-from notee.vocabulary import CycleTarget, Recipient, TopicTarget, slot_of
+from notee.vocabulary import BLOCK_SIZE, CycleTarget, Recipient, TopicTarget, block_of, slot_of
 
 # Reads whose rows are unpacked by position: plain tuples. The driver's default row factory builds
 # a namedtuple *class* per result, which cost ~8 % of the API's CPU on the subscribe path.
@@ -213,6 +213,38 @@ class Statements:
         self.tz_insert = p(f"INSERT INTO {n}.cycle_timezone (shard, timezone) VALUES (0, ?)")
         self.tz_select = p(f"SELECT timezone FROM {n}.cycle_timezone WHERE shard = 0")
         self.tz_delete = p(f"DELETE FROM {n}.cycle_timezone USING TIMESTAMP ? WHERE shard = 0 AND timezone = ?")
+
+        # --- occupancy: which (slot, block) of a target hold rows (schema/cql/0004) -------------------
+        self.occupancy_insert = p(
+            f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
+        )
+        self.occupancy_select = p(f"SELECT slot, block FROM {n}.target_slots WHERE notification_key = ? AND target = ?")
+        self.occupancy_scan_from = p(
+            f"SELECT token(notification_key, target) AS t, notification_key, target, slot, block, writetime(noted)"
+            f" AS w FROM {n}.target_slots WHERE token(notification_key, target) > ?"
+        )
+        self.occupancy_delete = p(
+            f"DELETE FROM {n}.target_slots USING TIMESTAMP ? WHERE notification_key = ? AND target = ? AND slot = ?"
+            " AND block = ?"
+        )
+        self.occupancy_delete_target = p(
+            f"DELETE FROM {n}.target_slots USING TIMESTAMP ? WHERE notification_key = ? AND target = ?"
+        )
+        self.known_insert = p(
+            f"INSERT INTO {n}.target_slots_known (notification_key, source, since) VALUES (?, ?, toTimestamp(now()))"
+        )
+        self.known_select = p(f"SELECT source FROM {n}.target_slots_known WHERE notification_key = ?")
+        self.known_scan = p(f"SELECT notification_key FROM {n}.target_slots_known")
+        self.known_delete = p(f"DELETE FROM {n}.target_slots_known WHERE notification_key = ?")
+        # Does a slot partition still hold a row in a block's numbers (reconcile's check of a block)?
+        self.topic_any_in = p(
+            f"SELECT no FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
+            " AND no >= ? AND no < ? LIMIT 1"
+        )
+        self.cycle_any_in = p(
+            f"SELECT no FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
+            " AND day = ? AND hour = ? AND minute = ? AND no >= ? AND no < ? LIMIT 1"
+        )
 
         # --- counters (execute with COUNTER_PROFILE) ---------------------------------------------------
         key = "WHERE service = ? AND notification_method = ? AND notification_type = ?"
@@ -467,16 +499,17 @@ class Statements:
         with_user_level: bool,
         zone: str,
     ) -> list[Row]:
-        """The rows of one user's topic subscription: per device ``(no, token, os)`` its slot row, index
-        row and token index row (``ROWS_PER_DEVICE``), then (``with_user_level``) the user-level row.
-        ``zone``: the user's time zone ('' = the service's), stored on the slot rows.
-        ``write_together`` writes them."""
+        """The rows of one user's topic subscription: per device ``(no, token, os)`` its slot row, its
+        target_slots row, index row and token index row (``ROWS_PER_DEVICE``), then
+        (``with_user_level``) the user-level row. ``zone``: the user's time zone ('' = the service's),
+        stored on the slot rows. ``write_together`` writes them."""
         rows: list[Row] = []
         for no, token, os_ in devices:
             slot = slot_of(no)
             rows.append(
                 (self.topic_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at, zone))
             )
+            rows.append((self.occupancy_insert, (notification_key, topic, slot, block_of(no))))
             data = _device_data(notification_key, slot, no, os_, registered_at)
             rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, token, data)))
             rows.append((self.token_insert, (service, token, user_id)))  # the token index (issue 14.5)
@@ -494,6 +527,7 @@ class Statements:
         futures: list[ResponseFuture] = []
         batch: BatchStatement | None = None
         size = 0
+        seen: set[tuple[int, tuple[Any, ...]]] = set()  # rows already in this batch (shared target_slots rows)
         for unit in units:
             unit_size = sum(_row_bytes(r) for r in unit)
             if unit_size > MAX_UNIT_BYTES:
@@ -504,7 +538,11 @@ class Statements:
                     futures.append(self.session.execute_async(batch))
                 batch = _logged_batch()
                 size = 0
+                seen = set()
             for stmt, params in unit:
+                if (id(stmt), params) in seen:
+                    continue  # the same fixed row twice in one batch (users of one block): write it once
+                seen.add((id(stmt), params))
                 batch.add(stmt, params)
             size += unit_size
         if batch is not None:
@@ -543,9 +581,9 @@ class Statements:
         zone: str,
         origin: str | None = None,
     ) -> ResponseFuture:
-        """Slot row + device index row + token index row in one logged batch. ``zone``: the user's time
-        zone ('' = the service's). ``origin``: the row is a rotated device's (it keeps the old row's
-        ``no``; docs/SCHEMA.md, races)."""
+        """Slot row + target_slots row + device index row + token index row in one logged batch.
+        ``zone``: the user's time zone ('' = the service's). ``origin``: the row is a rotated device's
+        (it keeps the old row's ``no``; docs/SCHEMA.md, races)."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
@@ -554,6 +592,7 @@ class Statements:
             batch.add(self.topic_insert, row)
         else:
             batch.add(self.topic_insert_moved, (*row, origin))
+        batch.add(self.occupancy_insert, (notification_key, topic, slot, block_of(no)))
         batch.add(self.token_insert, (service, device_token, user_id))
         batch.add(
             self.index_insert,
@@ -587,7 +626,8 @@ class Statements:
         registered_at: int,
         origin: str | None = None,
     ) -> ResponseFuture:
-        """Slot rows (one per day) + device index row + token index row in one logged batch."""
+        """Slot rows and target_slots rows (one per day) + device index row + token index row in one
+        logged batch."""
         slot = slot_of(no)
         batch = BatchStatement(batch_type=BatchType.LOGGED)
         batch.is_idempotent = True  # inserts/deletes of fixed rows only
@@ -597,6 +637,8 @@ class Statements:
                 batch.add(self.cycle_insert, (*row, registered_at))
             else:
                 batch.add(self.cycle_insert_moved, (*row, registered_at, origin))
+            bucket = target_name(CycleTarget(timezone, day, hour, minute))
+            batch.add(self.occupancy_insert, (notification_key, bucket, slot, block_of(no)))
         batch.add(
             self.index_insert,
             (
@@ -670,6 +712,65 @@ class Statements:
     def note_token_holder(self, service: str, device_token: str, user_id: str) -> ResponseFuture:
         return self.session.execute_async(self.token_insert, (service, device_token, user_id))
 
+    # ------------------------------------------------------------------ occupancy (target_slots)
+    def mark_occupancy_known(self, notification_key: str, source: str) -> None:
+        """Record that every slot row of this template has its target_slots row (``source``: "created"
+        for a new template, "backfill" once ``notee occupancy backfill`` recorded an older one's)."""
+        self.session.execute(self.known_insert, (notification_key, source))
+
+    def occupancy_known_keys(self) -> set[str]:
+        return {r.notification_key for r in self.session.execute(self.known_scan)}
+
+    def forget_occupancy_known(self, notification_key: str) -> None:
+        self.session.execute(self.known_delete, (notification_key,))
+
+    def occupancy(self, notification_key: str, target: TopicTarget | CycleTarget) -> dict[int, int] | None:
+        """slot -> number of occupied blocks of one target, or None when the template's occupancy is not
+        known (created before target_slots and not backfilled: the caller walks every slot). Two
+        reads, in flight together: the template's marker and the target's partition."""
+        known = self.session.execute_async(self.known_select, (notification_key,), execution_profile=TUPLE_ROWS)
+        stmt = self.occupancy_select.bind((notification_key, target_name(target)))
+        stmt.fetch_size = 5000  # a dense target of 10 M numbers has 10,000 rows: two pages
+        rows = self.session.execute_async(stmt, execution_profile=TUPLE_ROWS)
+        blocks: dict[int, int] = {}
+        for slot, _block in rows.result():
+            blocks[slot] = blocks.get(slot, 0) + 1
+        return blocks if known.result().one() is not None else None
+
+    def note_occupancy(self, notification_key: str, target: TopicTarget | CycleTarget, no: int) -> ResponseFuture:
+        """Record (idempotently) that ``no``'s slot and block of a target hold a row (the backfill)."""
+        return self.session.execute_async(
+            self.occupancy_insert, (notification_key, target_name(target), slot_of(no), block_of(no))
+        )
+
+    def scan_occupancy_from(self, after_token: int, fetch_size: int) -> Iterator[tuple[int, str, str, int, int, int]]:
+        """(partition token, notification_key, target, slot, block, writetime µs) after ``after_token``,
+        in token order."""
+        stmt = self.occupancy_scan_from.bind((after_token,))
+        stmt.fetch_size = fetch_size
+        for r in self.session.execute(stmt):
+            yield int(r.t), r.notification_key, r.target, int(r.slot), int(r.block), int(r.w or 0)
+
+    def block_has_rows_async(
+        self, notification_key: str, method: str, target: str, slot: int, block: int
+    ) -> ResponseFuture:
+        """Start reading whether a target's slot partition holds a row numbered in ``block`` (LIMIT 1);
+        ``method``: its template's (how ``target`` is spelled)."""
+        low, high = block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE
+        parsed = parse_target_name(target, method)
+        if isinstance(parsed, TopicTarget):
+            return self.session.execute_async(self.topic_any_in, (slot, notification_key, parsed.topic, low, high))
+        b = parsed
+        return self.session.execute_async(
+            self.cycle_any_in, (slot, notification_key, b.timezone, b.day, b.hour, b.minute, low, high)
+        )
+
+    def delete_occupancy(self, timestamp_us: int, notification_key: str, target: str, slot: int, block: int) -> None:
+        self.session.execute(self.occupancy_delete, (timestamp_us, notification_key, target, slot, block))
+
+    def delete_occupancy_target(self, timestamp_us: int, notification_key: str, target: str) -> None:
+        self.session.execute(self.occupancy_delete_target, (timestamp_us, notification_key, target))
+
     # ------------------------------------------------------------------ reconcile walk
     def scan_index_from(self, after_token: int, fetch_size: int) -> Iterator[tuple[int, str, str, IndexRow]]:
         """(partition token, user_id, service, row) of the index after ``after_token``, in token order."""
@@ -697,12 +798,12 @@ class Statements:
         self.session.execute(self.cursor_update, (name, last_token))
 
     def cycle_bucket_has_rows(
-        self, notification_key: str, timezone: str, day: str, hour: int, minute: int, max_slot: int
+        self, notification_key: str, timezone: str, day: str, hour: int, minute: int, slots: Iterable[int]
     ) -> bool:
-        """Whether any slot 0..max_slot of a cycle bucket holds a live row (one LIMIT 1 read per slot)."""
+        """Whether any of ``slots`` of a cycle bucket holds a live row (one LIMIT 1 read per slot)."""
         futures = [
             self.session.execute_async(self.cycle_any, (slot, notification_key, timezone, day, hour, minute))
-            for slot in range(max_slot + 1)
+            for slot in slots
         ]
         return any(f.result().one() is not None for f in futures)
 
@@ -752,11 +853,27 @@ class Statements:
 # (statement, bound values) of one row to write in a batch.
 Row = tuple[PreparedStatement, tuple[Any, ...]]
 IN_USERS = 50  # partitions per IN read
-ROWS_PER_DEVICE = 3  # topic_subscription_rows: slot row, index row, token index row
+ROWS_PER_DEVICE = 4  # topic_subscription_rows: slot row, target_slots row, index row, token index row
 # Cassandra warns about logged batches over 5 KiB (batch_size_warn_threshold) and refuses them over
 # 50 KiB: units share a batch up to the first, a unit over MAX_UNIT_BYTES is split.
 BATCH_BYTES = 4096
 MAX_UNIT_BYTES = 40_960
+
+
+def target_name(target: TopicTarget | CycleTarget) -> str:
+    """A target's key in target_slots: the topic, or the cycle bucket "<timezone> <DAY> <HH:MM>"."""
+    if isinstance(target, TopicTarget):
+        return target.topic
+    return f"{target.timezone} {target.day} {target.hour:02d}:{target.minute:02d}"
+
+
+def parse_target_name(name: str, method: str) -> TopicTarget | CycleTarget:
+    """Inverse of ``target_name`` for a template of ``method`` (a topic may contain spaces)."""
+    if method != "CYCLE":
+        return TopicTarget(name)
+    zone, day, at = name.rsplit(" ", 2)
+    hour, minute = at.split(":")
+    return CycleTarget(zone, day, int(hour), int(minute))
 
 
 def _row_bytes(row: Row) -> int:

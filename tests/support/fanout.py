@@ -18,7 +18,7 @@ from notee.fanout.worker import Worker
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.store import job_queue as store
-from notee.vocabulary import SLOT_SIZE, Progress, TopicTarget
+from notee.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
 from tests.support import registry
 from tests.support.processes import NoteeProcess
 
@@ -56,6 +56,10 @@ def seed_topic(
                 if r[0] == slot:
                     batch.add(st.topic_insert, r)
             batches.append((batch, ()))
+    # Their target_slots rows, as subscribe writes them (a job of a template created through the
+    # registry walks only the occupied slots).
+    occupied = sorted({(r[0], r[3] // BLOCK_SIZE) for r in rows})
+    batches += [(st.occupancy_insert, (key, topic, slot, block)) for slot, block in occupied]
     for ok, result in execute_concurrent(runtime.cql, batches, concurrency=32, raise_on_first_error=False):
         assert ok, result
     return tokens
