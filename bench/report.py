@@ -42,6 +42,8 @@ GOALS: dict[str, tuple[str, float, str]] = {
         "two notee worker processes' pushes/s / one's, same topic publish (more than 1 needs free cores)",
     ),
     "worker_rss_growth": ("<=", 1.1, "worker RSS at end of publish / after its first page"),
+    "sparse_publish": ("<", 1.0, "10-subscriber topic in a type at 3,000,000: seconds to done (and tasks <= 2)"),
+    "sparse_cycle": ("<", 1.0, "10-subscriber cycle bucket in a type at 3,000,000: tick to done, s (tasks <= 2)"),
     "local_time_cpu_ratio": (
         "<=",
         1.2,

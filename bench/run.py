@@ -158,6 +158,24 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
 
         attempt(("bulk_subscribe_ratio",), bulk)
 
+    if want("sparse_publish"):
+
+        def sparse_publish() -> None:
+            from bench import sparse
+
+            figures["sparse_publish"] = sparse.run_publish(runtime, emulator)
+
+        attempt(("sparse_publish",), sparse_publish)
+
+    if want("sparse_cycle"):
+
+        def sparse_cycle() -> None:
+            from bench import sparse
+
+            figures["sparse_cycle"] = sparse.run_cycle(runtime, emulator)
+
+        attempt(("sparse_cycle",), sparse_cycle)
+
     if want("local_time_cpu_ratio"):
 
         def local() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 
-from notee.vocabulary import SLOT_SIZE
+from notee.vocabulary import BLOCK_SIZE, SLOT_SIZE
 
 
 def fcm_like_token(i: int) -> str:
@@ -72,12 +72,36 @@ def topic_rows(
         )
 
 
+def _noting_occupancy(rows, occupied: set, target_of) -> Iterator[tuple]:
+    """Pass ``rows`` through, noting each one's (notification_key, target, slot, block)."""
+    for r in rows:
+        occupied.add(target_of(r))
+        yield r
+
+
+def insert_occupancy(session, keyspace: str, occupied: set) -> None:
+    """The target_slots rows subscribe writes with every slot row (docs/FANOUT.md "Occupancy")."""
+    stmt = session.prepare(
+        f"INSERT INTO {keyspace}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
+    )
+    insert_batched(session, stmt, sorted(occupied), lambda r: r[0:2])
+
+
 def insert_topic_rows(session, keyspace: str, rows) -> int:
+    """Slot rows and their target_slots rows."""
     stmt = session.prepare(
         f"INSERT INTO {keyspace}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
         " user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    return insert_batched(session, stmt, rows, lambda r: r[0:3])
+    occupied: set = set()
+    n = insert_batched(
+        session,
+        stmt,
+        _noting_occupancy(rows, occupied, lambda r: (r[1], r[2], r[0], r[3] // BLOCK_SIZE)),
+        lambda r: r[0:3],
+    )
+    insert_occupancy(session, keyspace, occupied)
+    return n
 
 
 def cycle_rows(key: str, timezone: str, day: str, hour: int, minute: int, n: int, *, start_no: int = 1):
@@ -103,7 +127,16 @@ def insert_cycle_rows(session, keyspace: str, rows) -> int:
         f"INSERT INTO {keyspace}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
         " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    return insert_batched(session, stmt, rows, lambda r: r[0:6])
+    occupied: set = set()
+    bucket = lambda r: f"{r[2]} {r[3]} {r[4]:02d}:{r[5]:02d}"  # noqa: E731 (cql.target_name of the row's bucket)
+    n = insert_batched(
+        session,
+        stmt,
+        _noting_occupancy(rows, occupied, lambda r: (r[1], bucket(r), r[0], r[6] // BLOCK_SIZE)),
+        lambda r: r[0:6],
+    )
+    insert_occupancy(session, keyspace, occupied)
+    return n
 
 
 def set_no_counter(session, keyspace: str, service: str, method: str, type_: str, value: int) -> None:

@@ -157,6 +157,9 @@ def raw_side(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
         " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
+    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0004)
+        f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
+    )
     latencies: list[float] = []
     lock = threading.Lock()
 
@@ -169,6 +172,7 @@ def raw_side(
             no = int(s.execute(read_no, (service, "TOPIC", TYPE)).one().no)
             batch = BatchStatement(batch_type=BatchType.LOGGED)
             batch.add(slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at))
+            batch.add(occupancy_row, (key, topic, no // 30_000, no // 1_000))
             batch.add(
                 index_row,
                 (
@@ -331,6 +335,9 @@ def bulk_raw_side(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
         " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
+    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0004)
+        f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
+    )
 
     def weight(values: tuple) -> int:  # the same estimate as notee.store.cql._row_bytes
         return 32 + sum(len(v) if isinstance(v, str) else 8 for v in values)
@@ -347,11 +354,13 @@ def bulk_raw_side(
             no = int(s.execute(read_no, (service, "TOPIC", BULK_TYPE)).one().no) - len(part)
             futures = []
             batch, size = BatchStatement(batch_type=BatchType.LOGGED), 0
+            in_batch: set[tuple] = set()
             for uid, token in part:
                 no += 1
                 data = json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at})
                 rows = [
                     (slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at)),
+                    (occupancy_row, (key, topic, no // 30_000, no // 1_000)),
                     (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, token, data)),
                     (token_row, (service, token, uid)),
                     (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, "", json.dumps({"key": key, "at": at}))),
@@ -360,7 +369,11 @@ def bulk_raw_side(
                 if size and size + unit > BATCH_BYTES:
                     futures.append(s.execute_async(batch))
                     batch, size = BatchStatement(batch_type=BatchType.LOGGED), 0
+                    in_batch = set()
                 for stmt, values in rows:
+                    if stmt is occupancy_row and values in in_batch:
+                        continue  # one target_slots row per block and batch, as Notee's write_together
+                    in_batch.add(values)
                     batch.add(stmt, values)
                 size += unit
             if size:

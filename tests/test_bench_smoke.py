@@ -92,6 +92,20 @@ def test_cycle_minute_smoke(runtime, bench_emulator):
     assert fig["extra"]["jobs"] == 1
 
 
+@pytest.mark.parametrize("name", ["sparse_publish", "sparse_cycle"])
+def test_sparse_smoke(runtime, bench_emulator, name):
+    from bench import sparse
+
+    run = sparse.run_publish if name == "sparse_publish" else sparse.run_cycle
+    fig = run(runtime, bench_emulator, subscribers=3, counter=300_000)
+    _measured(fig, name, ratio=False)
+    assert fig["value"] == fig["numerator"]["value"]
+    assert fig["denominator"]["value"] == fig["extra"]["tasks"] == 1  # 3 occupied slots: one task
+    assert fig["extra"]["full_walk_tasks"] == 11  # the same job with occupancy unknown: every slot
+    assert fig["met"] == (fig["value"] < 1.0)
+    assert bench_emulator.delivered() >= 3  # the full walk reached them too (the emulator counts since its reset)
+
+
 def test_subscribe_smoke(runtime):
     from bench import subscribe
 
