@@ -157,7 +157,7 @@ def raw_side(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
         " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
-    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0004)
+    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0005)
         f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
     )
     latencies: list[float] = []
@@ -335,7 +335,7 @@ def bulk_raw_side(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
         " notification_type, target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
-    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0004)
+    occupancy_row = s.prepare(  # the target's (slot, block) row, in the slot row's batch (schema/cql/0005)
         f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
     )
 

@@ -1,4 +1,4 @@
-"""Target occupancy (``target_slots``, schema/cql/0004): its backfill for older templates and its pruning.
+"""Target occupancy (``target_slots``, schema/cql/0005): its backfill for older templates and its pruning.
 
 A job walks only the occupied slots of its target when its template's occupancy is known
 (``target_slots_known``; docs/FANOUT.md "Occupancy"). A template created since target_slots existed

@@ -214,7 +214,7 @@ class Statements:
         self.tz_select = p(f"SELECT timezone FROM {n}.cycle_timezone WHERE shard = 0")
         self.tz_delete = p(f"DELETE FROM {n}.cycle_timezone USING TIMESTAMP ? WHERE shard = 0 AND timezone = ?")
 
-        # --- occupancy: which (slot, block) of a target hold rows (schema/cql/0004) -------------------
+        # --- occupancy: which (slot, block) of a target hold rows (schema/cql/0005) -------------------
         self.occupancy_insert = p(
             f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
         )
