@@ -94,6 +94,25 @@ def _job_state(runtime, job_id: str) -> str:
         return conn.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar()
 
 
+def publish_now(runtime, service: str, type_: str, topic: str) -> str:
+    """A plain topic publish made as the publish API makes it (``publish_topic``, committed here):
+    its job id."""
+    from notee.fanout.jobs import publish_topic
+
+    with runtime.sessions.begin() as session:  # the caller owns the commit
+        job = publish_topic(
+            runtime,
+            session,
+            service=service,
+            type_=type_,
+            topic=topic,
+            idempotency_key=None,
+            variables=None,
+            overrides=None,
+        )
+    return job.job_id
+
+
 def publish_and_wait(
     runtime, emulator, worker: WorkerProcess, *, start, expect: int, job_of, timeout: float
 ) -> dict[str, Any]:
@@ -170,7 +189,6 @@ def run(
     """Both figures from one publish of ``devices`` recipients. ``ceilings`` (pushes/s) replaces the
     measured bracket (tests); None measures it around the publish."""
     from bench import send_cpu
-    from notee.fanout.jobs import publish_topic
 
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
@@ -179,18 +197,7 @@ def run(
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
 
     def start() -> list[str]:
-        with runtime.sessions.begin() as session:  # the caller owns the commit
-            job = publish_topic(
-                runtime,
-                session,
-                service=tenant.service,
-                type_=TYPE,
-                topic=topic,
-                idempotency_key=None,
-                variables=None,
-                overrides=None,
-            )
-        return [job.job_id]
+        return [publish_now(runtime, tenant.service, TYPE, topic)]
 
     worker = WorkerProcess(tenant.service, lanes)
     try:
@@ -337,8 +344,6 @@ def run_scaling(
     import os
     import statistics
 
-    from notee.fanout.jobs import publish_topic
-
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
     topic = "scale-" + uuid.uuid4().hex[:8]
@@ -367,17 +372,7 @@ def run_scaling(
             emulator.reset()
             meter.start()
             t0 = time.perf_counter()
-            with runtime.sessions.begin() as session:  # the caller owns the commit
-                job = publish_topic(
-                    runtime,
-                    session,
-                    service=tenant.service,
-                    type_=TYPE,
-                    topic=topic,
-                    idempotency_key=None,
-                    variables=None,
-                    overrides=None,
-                )
+            job_id = publish_now(runtime, tenant.service, TYPE, topic)
             while (delivered := emulator.delivered()) < devices:
                 if time.perf_counter() - t0 > timeout:
                     raise TimeoutError(f"{delivered} of {devices} acknowledged after {timeout:.0f} s ({n} workers)")
@@ -388,9 +383,9 @@ def run_scaling(
             elapsed = time.perf_counter() - t0
             cores = meter.stop()
             end = time.monotonic() + 30
-            while time.monotonic() < end and _job_state(runtime, job.job_id) not in ("done", "failed"):
+            while time.monotonic() < end and _job_state(runtime, job_id) not in ("done", "failed"):
                 time.sleep(0.05)
-            state = _job_state(runtime, job.job_id)
+            state = _job_state(runtime, job_id)
         finally:
             for w in workers:
                 w.stop()

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.fanout import WorkerProcess
+from bench.fanout import WorkerProcess, publish_now
 from bench.report import Measure, figure
 from bench.seed import fcm_like_token, insert_cycle_rows, insert_topic_rows, set_no_counter
 from bench.tenant import make_template, make_tenant
@@ -99,7 +99,6 @@ def _figure(name: str, sparse: dict[str, Any], full: dict[str, Any], sizes: dict
 def run_publish(
     runtime, emulator, *, subscribers: int = 10, counter: int = 3_000_000, lanes: int = 2, timeout: float = 120.0
 ) -> dict[str, Any]:
-    from notee.fanout.jobs import publish_topic
     from notee.vocabulary import SLOT_SIZE
 
     st = runtime.statements
@@ -114,18 +113,7 @@ def run_publish(
     insert_topic_rows(runtime.cql, runtime.keyspaces.notification, rows)
 
     def publish() -> list[str]:
-        with runtime.sessions.begin() as session:
-            job = publish_topic(
-                runtime,
-                session,
-                service=tenant.service,
-                type_=TOPIC_TYPE,
-                topic=TOPIC,
-                idempotency_key=None,
-                variables=None,
-                overrides=None,
-            )
-        return [job.job_id]
+        return [publish_now(runtime, tenant.service, TOPIC_TYPE, TOPIC)]
 
     worker = WorkerProcess(tenant.service, lanes)
     try:

@@ -245,8 +245,8 @@ def backfill_zones(service: str | None = typer.Option(None, help="Only this serv
     typer.echo(json.dumps(report))
 
 
-@app.command("occupancy-backfill")
-def occupancy_backfill(
+@app.command("backfill-occupancy")
+def backfill_occupancy(
     service: str | None = typer.Option(None, help="Only this service's templates (default: all)."),
     fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page."),
 ) -> None:

@@ -50,15 +50,6 @@ def emu_client(client, settings, emulator):
     client.app.state.sender = None
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 def _set_mode(client, settings, service: str, mode: str):
     return client.patch(f"/v1/admin/services/{service}", json={"delivery_mode": mode}, headers=admin_headers(settings))
 

@@ -117,15 +117,6 @@ def tenant(client, settings, service_id):
     return service_id, new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 def _subscribers(client, headers, zones, per_zone=2):
     """per_zone users with one device each per zone, subscribed to news/all; token -> zone."""
     out = {}

@@ -38,15 +38,6 @@ def tenant(client, settings, service_id):
     return service_id, headers
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 def _user(client, headers, zone: str | None, devices: int = 1, topic: str | None = "all") -> tuple[str, list[str]]:
     body = {"name": "x"} | ({"timezone": zone} if zone else {})
     r = client.put(f"/v1/users/u-{secrets.token_hex(5)}", json=body, headers=headers)

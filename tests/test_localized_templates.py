@@ -129,15 +129,6 @@ def tenant(client, settings, service_id):
     return service_id, new_service(client, settings, service_id, credentials=True)
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 @pytest.fixture()
 def emu_client(client, settings, emulator):
     from notee.delivery import DeliverySender

@@ -105,15 +105,6 @@ def tenant(client, settings, service_id):
     return service_id, new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 def _user(client, headers, *, quiet=None, timezone=None, topic="all"):
     body = {"name": "q"} | ({"quiet_hours": quiet} if quiet else {}) | ({"timezone": timezone} if timezone else {})
     r = client.put(f"/v1/users/q-{random_token()[-10:]}", json=body, headers=headers)

@@ -255,16 +255,6 @@ def emu_client(client, settings, emulator):
     client.app.state.sender = None
 
 
-@pytest.fixture(scope="module")
-def emu_runtime(emulator_process):
-    """A Runtime whose settings route to the emulator, for the in-process workers."""
-    from tests.support.fanout import emulator_runtime
-
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
-
-
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_single_send_delivers_every_shape_rendered(client, tenant, emu_client, shape):
     _, headers = tenant

@@ -715,7 +715,7 @@ class Statements:
     # ------------------------------------------------------------------ occupancy (target_slots)
     def mark_occupancy_known(self, notification_key: str, source: str) -> None:
         """Record that every slot row of this template has its target_slots row (``source``: "created"
-        for a new template, "backfill" once ``notee occupancy backfill`` recorded an older one's)."""
+        for a new template, "backfill" once ``notee backfill-occupancy`` recorded an older one's)."""
         self.session.execute(self.known_insert, (notification_key, source))
 
     def occupancy_known_keys(self) -> set[str]:

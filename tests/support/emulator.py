@@ -16,8 +16,10 @@ import pytest
 
 from notee.emulator.control import EmulatorControl as Emulator
 from notee.emulator.control import local_emulator
+from notee.runtime import Runtime
+from notee.settings import Settings
 
-__all__ = ["Census", "Emulator", "census", "deliveries_per_token", "emulator", "emulator_process"]
+__all__ = ["Census", "Emulator", "census", "deliveries_per_token", "emu_runtime", "emulator", "emulator_process"]
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +42,15 @@ def emulator_process() -> Iterator[Emulator]:
 def emulator(emulator_process: Emulator) -> Emulator:
     emulator_process.reset()
     return emulator_process
+
+
+@pytest.fixture(scope="module")
+def emu_runtime(emulator_process: Emulator) -> Iterator[Runtime]:
+    """A Runtime whose settings route to the emulator (made after it exported its URL and CA), for
+    in-process workers: one per test module."""
+    rt = Runtime(Settings())
+    yield rt
+    rt.close()
 
 
 def deliveries_per_token(emu: Emulator, tokens: list[str], api: str | None = None) -> dict[str, int]:
