@@ -6,10 +6,11 @@ performing the same Cassandra writes, at the same concurrency.
   client's CPU takes little from the server on a small machine), each user subscribed once:
   ``PUT /v1/users/{user_id}/subscriptions/topic/{type}/{topic}``. Latency p50/p99 per request.
 * Raw side: ``concurrency`` threads with the raw driver doing, per user, what a first topic
-  subscription of a one-device user writes: ``no`` counter +1 and its read (the row's number), one
-  logged batch of slot row + device index row + token index row + user-level index row, and one
-  counter batch of the topic's subscribers +1 and ``count`` +1 (4 round trips; Notee also reads the
-  user's index rows before and after: 6).
+  subscription of a one-device user writes: one logged batch of slot row + target_slots row +
+  device index row + token index row + user-level index row, and one counter batch of the topic's
+  subscribers +1 and ``count`` +1 (2 round trips; Notee also reads the user's index rows before:
+  3). The row's number comes from a range the threads share, reserved like Notee's
+  (``notee.store.cql.NUMBER_RANGE`` numbers per ``no`` increment and its read).
 
 Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
 topic. Sides run raw, API, raw, API; medians are reported. Then one more API pass with rate limits
@@ -131,6 +132,7 @@ def raw_side(
     from cassandra.query import BatchStatement, BatchType
 
     from notee.store.cassandra import COUNTER_PROFILE
+    from notee.store.cql import NUMBER_RANGE
 
     s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
     add_no = s.prepare(
@@ -151,7 +153,7 @@ def raw_side(
     token_row = s.prepare(f"INSERT INTO {n}.notification_per_token (service, device_token, user_id) VALUES (?, ?, ?)")
     slot_row = s.prepare(
         f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
-        " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " device_os, user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     index_row = s.prepare(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
@@ -162,16 +164,26 @@ def raw_side(
     )
     latencies: list[float] = []
     lock = threading.Lock()
+    numbers = {"next": 1, "last": 0}
+    numbering = threading.Lock()
+
+    def number() -> int:  # Notee's Statements.take_numbers, for one device
+        with numbering:
+            if numbers["next"] > numbers["last"]:
+                s.execute(add_no, (NUMBER_RANGE, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
+                numbers["last"] = int(s.execute(read_no, (service, "TOPIC", TYPE)).one().no)
+                numbers["next"] = numbers["last"] - NUMBER_RANGE + 1
+            numbers["next"] += 1
+            return numbers["next"] - 1
 
     def work(chunk: list[tuple[str, str]]) -> None:
         mine = []
         for uid, token in chunk:
             t = time.perf_counter()
             at = time.time_ns() // 1_000_000
-            s.execute(add_no, (1, service, "TOPIC", TYPE), execution_profile=COUNTER_PROFILE)
-            no = int(s.execute(read_no, (service, "TOPIC", TYPE)).one().no)
+            no = number()
             batch = BatchStatement(batch_type=BatchType.LOGGED)
-            batch.add(slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at))
+            batch.add(slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at, ""))
             batch.add(occupancy_row, (key, topic, no // 30_000, no // 1_000))
             batch.add(
                 index_row,
@@ -329,7 +341,7 @@ def bulk_raw_side(
     token_row = s.prepare(f"INSERT INTO {n}.notification_per_token (service, device_token, user_id) VALUES (?, ?, ?)")
     slot_row = s.prepare(
         f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token,"
-        " device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " device_os, user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     index_row = s.prepare(
         f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method,"
@@ -359,7 +371,7 @@ def bulk_raw_side(
                 no += 1
                 data = json.dumps({"key": key, "slot": no // 30_000, "no": no, "os": "AOS", "at": at})
                 rows = [
-                    (slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at)),
+                    (slot_row, (no // 30_000, key, topic, no, token, "AOS", uid, at, "")),
                     (occupancy_row, (key, topic, no // 30_000, no // 1_000)),
                     (index_row, (uid, service, "TOPIC", BULK_TYPE, topic, token, data)),
                     (token_row, (service, token, uid)),

@@ -221,8 +221,30 @@ def test_concurrent_topic_subscribes_of_one_user_all_land(client, runtime, st, t
         assert [
             x.device_token for x in recipients(st, news["notification_key"], TopicTarget(t), svc, "TOPIC", "news")
         ] == [tok]
-    reconcile.reconcile(runtime, service=svc)  # whatever the race did to `count`, reconcile makes it exact
+    # The user's exclusive row lock serialises them: the first one written counts the user, once.
     assert st.counters(svc, "TOPIC", "news")[1] == 1
+    assert {t: n for _, t, n in st.topic_subscribers(svc, "news")} == dict.fromkeys(topics, 1)
+    reconcile.reconcile(runtime, service=svc)  # and reconcile finds nothing to repair
+    assert st.counters(svc, "TOPIC", "news")[1] == 1
+
+
+def test_identical_topic_subscribes_racing_count_the_user_once(client, runtime, st, tenant):
+    """Eight identical first subscribes of one user at once: one 201, seven 200, every counter +1 once."""
+    svc, h = tenant
+    new_template(client, h, "TOPIC", "news")
+    users = [new_user(client, h, devices=[(random_token(), "AOS")]) for _ in range(3)]
+    for u in users:
+        barrier = threading.Barrier(8)
+
+        def go(_: int, u: str = u, barrier: threading.Barrier = barrier) -> int:
+            barrier.wait()
+            return client.put(f"/v1/users/{u}/subscriptions/topic/news/same", headers=h).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            assert sorted(pool.map(go, range(8))) == [200] * 7 + [201]
+    assert st.counters(svc, "TOPIC", "news")[1] == len(users)
+    assert {t: n for _, t, n in st.topic_subscribers(svc, "news")} == {"same": len(users)}
+    assert all(len(st.user_rows(u, svc)) == 2 for u in users)  # the device row and the user-level row
 
 
 def test_concurrent_cycle_resubscribes_converge_on_one_schedule(client, runtime, st, tenant):

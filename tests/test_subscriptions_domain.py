@@ -54,10 +54,13 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
     got = recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")
     assert sorted((r.device_token, r.device_os, r.user_id) for r in got) == sorted([(t1, "AOS", u), (t2, "IOS", u)])
     version, count, no = st.counters(svc, "TOPIC", "news")
-    assert (count, no) == (1, 2)
+    # The two devices numbered 1 and 2 from the range this process reserved (one counter increment).
+    assert (count, no) == (1, cqlstore.NUMBER_RANGE)
+    assert sorted(r.data["no"] for r in st.user_rows(u, svc) if not r.is_user_level) == [1, 2]
 
     assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "already_subscribed"
-    assert st.counters(svc, "TOPIC", "news") == (version, 1, 2)  # no number consumed, count unchanged
+    assert st.counters(svc, "TOPIC", "news") == (version, 1, no)  # no number consumed, count unchanged
+    assert sorted(r.data["no"] for r in st.user_rows(u, svc) if not r.is_user_level) == [1, 2]
     assert len(recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")) == 2
     assert call(runtime, subs.list_subscriptions, svc, u) == [
         {
@@ -91,7 +94,27 @@ def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
     assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "b") is False
     assert call(runtime, subs.list_subscriptions, svc, u1) == []
     assert st.user_rows(u1, svc) == []
-    assert st.counters(svc, "TOPIC", "news")[2] == 3  # `no` only grows
+    # `no` only grows: the three numbers handed out came from the process's one reserved range.
+    assert st.counters(svc, "TOPIC", "news")[2] == cqlstore.NUMBER_RANGE
+
+
+def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc):
+    """take_numbers: threads share the process's reserved range (one counter increment per
+    NUMBER_RANGE numbers), never hand out a number twice, and a direct allocation retires the range."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sizes = [1, 2, 3] * 40  # 240 numbers in 120 requests from 8 threads
+    with ThreadPoolExecutor(8) as pool:
+        taken = [no for got in pool.map(lambda n: st.take_numbers(svc, "TOPIC", "ranged", n), sizes) for no in got]
+    assert sorted(taken) == list(range(1, sum(sizes) + 1))  # no gap, no number twice
+    reserved = st.counters(svc, "TOPIC", "ranged")[2]
+    assert reserved == 3 * cqlstore.NUMBER_RANGE  # three reservations for 240 numbers
+
+    last = st.allocate_numbers(svc, "TOPIC", "ranged", 1000)
+    assert last == reserved + 1000
+    assert st.take_numbers(svc, "TOPIC", "ranged", 2) == [last + 1, last + 2]  # after the allocation
+    big = st.take_numbers(svc, "TOPIC", "ranged", 3 * cqlstore.NUMBER_RANGE)  # more than a range: reserved whole
+    assert big == list(range(last + 3, last + 3 + 3 * cqlstore.NUMBER_RANGE))
 
 
 def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):

@@ -15,10 +15,14 @@ nothing. Writes are idempotent per (user, method, type, target, device): a retri
 requests racing, converge on the same rows.
 
 Deletion wins (issue 14.5, docs/SCHEMA.md "Races"): whoever writes a user's rows holds a lock on the
-user's MySQL row for the whole write: a shared one to add rows (subscribe, a device's copy), an
-exclusive one to change the user's devices or delete it (registry, ``prune_token``). The lock is the
-first statement of the transaction, so the MySQL reads after it (REPEATABLE READ snapshot) see every
-deletion committed before it; a deletion waits for a write in progress, then finds its rows.
+user's MySQL row for the whole write: a shared one to add rows (bulk and cycle subscribe, a device's
+copy), an exclusive one to change the user's devices or delete it (registry, ``prune_token``) and for
+the single topic subscribe (its read of the user's rows then decides alone whether the user is new
+to the type). The lock is the first statement of the transaction, so the MySQL reads after it
+(REPEATABLE READ snapshot) see every deletion committed before it; a deletion waits for a write in
+progress, then finds its rows.
+
+Numbers (``no``) come from the process's reserved range (``Statements.take_numbers``).
 """
 
 from __future__ import annotations
@@ -139,10 +143,9 @@ def _materialise(
     ``zone``: the user's, stored on topic slot rows (``slot_zone``)."""
     if not devices:
         return []
-    last = st.allocate_numbers(service, tpl.method, tpl.type_, len(devices))
+    numbers = st.take_numbers(service, tpl.method, tpl.type_, len(devices))
     futures = []
-    for i, (token, os_) in enumerate(devices):
-        no = last - len(devices) + 1 + i
+    for no, (token, os_) in zip(numbers, devices, strict=True):
         if schedule is None:
             futures.append(
                 st.add_topic_device(
@@ -239,16 +242,18 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 def subscribe_topic(
     db: Session | Connection, st: Statements, service: str, user_id: str, type_: str, topic: str
 ) -> SubscribeResult:
-    """Round trips of a first subscription: the user-row lock and one MySQL read, with the user's
-    index rows of the type read from Cassandra at the same time; the ``no`` counter (+n, read); one
-    logged batch (the devices' rows and the user-level row); the re-read that decides who counts the
-    user; one counter batch (the topic's subscribers, the type's ``count``). ``db``: a session, or
-    (the API's hot path) a Core connection; the caller ends its transaction."""
+    """Round trips of a first subscription: MySQL's user-row lock and one read, with the user's
+    index rows of the type read from Cassandra at the same time; one logged batch (the devices' rows
+    and the user-level row); one counter batch (the topic's subscribers, the type's ``count``).
+    Numbers come from the process's reserved range (``Statements.take_numbers``). ``db``: a session,
+    or (the API's hot path) a Core connection; the caller ends its transaction."""
     validate_topic(topic)
-    # Deletion wins (issue 14.5, module doc): the user's shared row lock comes first, and the index
-    # read starts only once it is held, so it sees whatever a racing deletion or rotation did (one
-    # more MySQL round trip; the index read still overlaps the context read).
-    zone = subsql.lock_user_zone(db, service, user_id)
+    # Deletion wins (issue 14.5, module doc): the user's row lock comes first, and the index read
+    # starts only once it is held, so it sees whatever a racing deletion or rotation did (one more
+    # MySQL round trip; the index read still overlaps the context read). The lock is exclusive here:
+    # every other writer of this user's rows has finished, so the read alone tells whether the user
+    # is new to the type (``count``), with no re-read after the write.
+    zone = subsql.lock_user_zone(db, service, user_id, exclusive=True)
     pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
     ctx = subsql.subscribe_context(db, service, type_, user_id)
     tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
@@ -292,10 +297,8 @@ def _subscribe_one_topic(
     if stale:
         remove_rows(st, service, user_id, stale)
     at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
-    numbered: list[tuple[int, str, str]] = []
-    if missing:
-        first = st.allocate_numbers(service, "TOPIC", tpl.type_, len(missing)) - len(missing) + 1
-        numbered = [(first + i, token, os_) for i, (token, os_) in enumerate(missing)]
+    numbers = st.take_numbers(service, "TOPIC", tpl.type_, len(missing)) if missing else []
+    numbered = [(no, token, os_) for no, (token, os_) in zip(numbers, missing, strict=True)]
     # One logged batch: the devices' slot and index rows and, for a new subscription, the user-level
     # row (same index partition), so the subscription is written whole or not at all.
     unit = st.topic_subscription_rows(
@@ -312,11 +315,9 @@ def _subscribe_one_topic(
     st.run(st.write_together([unit]))
     if not already:
         # Per-topic count (issue 16; docs/SCHEMA.md decision 3) and, for the user's first subscription
-        # of the type, ``count``: one counter batch, only once the subscription rows exist.
-        first = not had_type and _first_of_type(
-            st.user_type_rows(user_id, service, "TOPIC", tpl.type_), tpl.key, topic, at
-        )
-        st.add_subscriber_counts(service, "TOPIC", tpl.type_, {topic: +1}, +1 if first else 0)
+        # of the type, ``count``: one counter batch, only once the subscription rows exist. ``before``
+        # was read under the user's exclusive lock: no other writer of the user's rows was running.
+        st.add_subscriber_counts(service, "TOPIC", tpl.type_, {topic: +1}, 0 if had_type else +1)
     return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
@@ -378,15 +379,14 @@ def bulk_subscribe_topic(
             results[u] = {"user_id": u, "status": "already_subscribed"}
         else:
             todo.append((u, missing))
-    # One counter increment numbers every device of the request.
+    # One counter increment (at most two: the rest of the process's range first) numbers every device.
     total = sum(len(m) for _, m in todo)
-    next_no = st.allocate_numbers(service, "TOPIC", type_, total) - total + 1 if total else 0
+    numbers = iter(st.take_numbers(service, "TOPIC", type_, total) if total else [])
     at = _now_ms()
     fresh = {u for u, _ in todo if not _live_user_level([r for r in before.get(u, []) if r.target == topic], tpl.key)}
     units = []
     for u, missing in todo:
-        numbered = [(next_no + i, token, os_) for i, (token, os_) in enumerate(missing)]
-        next_no += len(missing)
+        numbered = [(next(numbers), token, os_) for token, os_ in missing]
         # Each user's rows are one unit of a logged batch: a user is subscribed whole or not at all.
         units.append(
             st.topic_subscription_rows(

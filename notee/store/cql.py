@@ -20,6 +20,7 @@ plus its index row go in one LOGGED batch: the atomicity across the two tables i
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -69,9 +70,20 @@ class SlotRef:
     no: int
 
 
+@dataclass(slots=True)
+class _NumberRange:
+    """Numbers of one ``no`` counter this process reserved and has not handed out: ``next..last``."""
+
+    lock: threading.Lock
+    next: int = 1
+    last: int = 0
+
+
 class Statements:
     def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
         self.session = session
+        self._ranges: dict[tuple[str, str, str], _NumberRange] = {}  # (service, method, type) -> take_numbers'
+        self._ranges_lock = threading.Lock()
         n, c = keyspaces.notification, keyspaces.numbering
         p = session.prepare
 
@@ -298,9 +310,44 @@ class Statements:
     def allocate_numbers(self, service: str, method: str, type_: str, n: int) -> int:
         """Add ``n`` to the ``no`` counter, then read it; return the value read (the caller uses
         ``value - n + 1 .. value``). Concurrent callers may read overlapping values: harmless, because
-        device_token is part of the slot rows' clustering key. Never retried on timeout."""
+        device_token is part of the slot rows' clustering key. Never retried on timeout. Retires this
+        process's range of the counter (``take_numbers``), so every number handed out here after
+        this call comes after it."""
+        last = self._add_no(service, method, type_, n)
+        with self._ranges_lock:
+            held = self._ranges.get((service, method, type_))
+        if held is not None:
+            with held.lock:
+                held.next, held.last = 1, 0
+        return last
+
+    def _add_no(self, service: str, method: str, type_: str, n: int) -> int:
         self.session.execute(self.counter_add_no, (n, service, method, type_), execution_profile=COUNTER_PROFILE)
         return self.counters(service, method, type_)[2]
+
+    def take_numbers(self, service: str, method: str, type_: str, n: int) -> list[int]:
+        """``n`` numbers of the ``no`` counter for new slot rows, from a range this process reserves
+        (``NUMBER_RANGE`` numbers, one increment and its read) and hands out to its threads: two
+        counter round trips per range instead of per request (docs/SCHEMA.md, "Counters"). A request
+        for more than the range holds takes what is left and reserves the rest in one increment. A
+        range another process reads overlapping is as harmless as overlapping reads of
+        ``allocate_numbers``; numbers a process never hands out are a gap (fewer rows in a slot)."""
+        key = (service, method, type_)
+        with self._ranges_lock:
+            held = self._ranges.get(key)
+            if held is None:
+                held = self._ranges[key] = _NumberRange(threading.Lock())
+        out: list[int] = []
+        with held.lock:  # a thread that finds the range spent reserves the next while the others wait
+            while len(out) < n:
+                if held.next > held.last:
+                    want = max(NUMBER_RANGE, n - len(out))
+                    held.last = self._add_no(service, method, type_, want)
+                    held.next = held.last - want + 1
+                take = min(n - len(out), held.last - held.next + 1)
+                out.extend(range(held.next, held.next + take))
+                held.next += take
+        return out
 
     def add_count(self, service: str, method: str, type_: str, delta: int) -> None:
         if delta:
@@ -853,6 +900,9 @@ class Statements:
 # (statement, bound values) of one row to write in a batch.
 Row = tuple[PreparedStatement, tuple[Any, ...]]
 IN_USERS = 50  # partitions per IN read
+# Numbers a process reserves at a time for single subscribes (``take_numbers``): at most this many are
+# left unused per (type, process) when the process stops.
+NUMBER_RANGE = 100
 ROWS_PER_DEVICE = 4  # topic_subscription_rows: slot row, target_slots row, index row, token index row
 # Cassandra warns about logged batches over 5 KiB (batch_size_warn_threshold) and refuses them over
 # 50 KiB: units share a batch up to the first, a unit over MAX_UNIT_BYTES is split.

@@ -18,9 +18,11 @@ from notee.store.registry_sql import device_t, template_t, user_t
 # The single subscribe's two statements, sent as driver SQL on a Core connection: it runs several
 # times per second per process, and the ORM session with compiled constructs cost ~0.3 ms of CPU
 # per statement where these cost ~0.1 ms (docs/BENCHMARKS.md, "Subscribe through the API").
-# uq_user_user_id. The shared lock of a writer that adds the user's rows (notee.domain.subscriptions).
-# It reads the user's zone, which the writer stores on the topic slot rows (a zone change waits for it).
-_LOCK_USER = "SELECT timezone FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s LOCK IN SHARE MODE"
+# uq_user_user_id. The lock of a writer that adds the user's rows (notee.domain.subscriptions), shared
+# or exclusive. It reads the user's zone, which the writer stores on the topic slot rows (a zone
+# change waits for it).
+_USER_ZONE = "SELECT timezone FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s"
+_LOCK_USER = {False: f"{_USER_ZONE} LOCK IN SHARE MODE", True: f"{_USER_ZONE} FOR UPDATE"}
 # The rest of its MySQL read in one round trip: every template of the type (whatever its method: the
 # caller tells "no such template" from "a template of the other method"), and the user with its
 # devices (a user without devices is one row with NULL device columns; an unknown user, none).
@@ -48,10 +50,11 @@ def _connection(db: Session | Connection) -> Connection:
     return db if isinstance(db, Connection) else db.connection()
 
 
-def lock_user_zone(db: Session | Connection, service: str, user_id: str) -> str | None:
-    """Take the shared lock on the user's row until the caller's transaction ends, and return the zone
-    its topic slot rows carry (``cql.slot_zone``: '' for none); None: no such user."""
-    row = _connection(db).exec_driver_sql(_LOCK_USER, {"service": service, "user_id": user_id}).first()
+def lock_user_zone(db: Session | Connection, service: str, user_id: str, *, exclusive: bool = False) -> str | None:
+    """Lock the user's row (shared, or ``exclusive``) until the caller's transaction ends, and return
+    the zone its topic slot rows carry (``cql.slot_zone``: '' for none); None: no such user."""
+    params = {"service": service, "user_id": user_id}
+    row = _connection(db).exec_driver_sql(_LOCK_USER[exclusive], params).first()
     return None if row is None else slot_zone(row[0])
 
 
