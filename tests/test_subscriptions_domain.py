@@ -117,6 +117,49 @@ def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc)
     assert big == list(range(last + 3, last + 3 + 3 * cqlstore.NUMBER_RANGE))
 
 
+def test_the_subscribe_statements_lock_until_the_connection_returns_and_fail_like_sqlalchemys(runtime, svc):
+    """subscription_sql runs the single subscribe's statements on the DBAPI cursor: the user's lock
+    still lasts until the connection goes back to the pool, and a lost connection is still
+    SQLAlchemy's OperationalError (the API's 503), invalidates the connection and is counted."""
+    from prometheus_client import REGISTRY
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import text
+
+    from notee.store import subscription_sql as subsql
+
+    u = make_user(runtime, svc)
+    probe = "SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE NOWAIT"
+
+    def locked_elsewhere() -> bool:
+        with runtime.engine.connect() as other:
+            try:
+                other.execute(text(probe), {"s": svc, "u": u}).all()
+            except sa_exc.OperationalError:
+                return True
+            return False
+
+    with runtime.engine.connect() as db:
+        assert subsql.lock_user_zone(db, svc, u, exclusive=True) == ""
+        assert subsql.subscribe_context(db, svc, "news", u).user_exists
+        assert locked_elsewhere()
+    assert not locked_elsewhere()  # the pool's reset on return rolled the transaction back
+
+    def outages() -> float:
+        return REGISTRY.get_sample_value("notee_store_errors_total", {"store": "mysql", "kind": "outage"}) or 0.0
+
+    before = outages()
+    with runtime.engine.connect() as db:
+        ((conn_id,),) = subsql._driver_rows(db, "SELECT CONNECTION_ID()", {})
+        with runtime.engine.connect() as killer:
+            killer.exec_driver_sql(f"KILL {int(conn_id)}")
+        with pytest.raises(sa_exc.OperationalError) as err:
+            subsql.lock_user_zone(db, svc, u, exclusive=True)
+        assert err.value.connection_invalidated and db.invalidated
+    assert outages() == before + 1
+    with runtime.engine.connect() as db:  # the pool hands out a working connection again
+        assert subsql.lock_user_zone(db, svc, u) == ""
+
+
 def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     key = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)

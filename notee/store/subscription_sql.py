@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
@@ -15,9 +16,10 @@ from sqlalchemy.orm import Session
 from notee.store.cql import slot_zone
 from notee.store.registry_sql import device_t, template_t, user_t
 
-# The single subscribe's two statements, sent as driver SQL on a Core connection: it runs several
-# times per second per process, and the ORM session with compiled constructs cost ~0.3 ms of CPU
-# per statement where these cost ~0.1 ms (docs/BENCHMARKS.md, "Subscribe through the API").
+# The single subscribe's two statements, sent as driver SQL on the DBAPI cursor of a Core connection
+# (``_driver_rows``): it runs several times per second per process, and the ORM session with compiled
+# constructs cost ~0.3 ms of CPU per statement where these cost ~0.04-0.1 ms (docs/BENCHMARKS.md,
+# "Subscribe through the API").
 # uq_user_user_id. The lock of a writer that adds the user's rows (notee.domain.subscriptions), shared
 # or exclusive. It reads the user's zone, which the writer stores on the topic slot rows (a zone
 # change waits for it).
@@ -50,12 +52,31 @@ def _connection(db: Session | Connection) -> Connection:
     return db if isinstance(db, Connection) else db.connection()
 
 
+def _driver_rows(db: Session | Connection, sql: str, params: dict[str, str]) -> tuple[tuple[Any, ...], ...]:
+    """Every row of ``sql`` run on the DBAPI cursor of ``db``'s connection. ``exec_driver_sql`` builds
+    an execution context and a result (its column map) around each statement: ~40-80 µs of CPU of a
+    ~100-190 µs statement (docs/BENCHMARKS.md, "Subscribe through the API, third round"). An error
+    takes SQLAlchemy's own path (``Connection._handle_dbapi_exception``, a private method, the one
+    ``exec_driver_sql`` calls): the same exception types (the API's 503 mapping), the pool's
+    disconnect handling and the ``handle_error`` events (``notee_store_errors_total``). The
+    transaction this opens on the DBAPI connection ends with the caller's, or when the pool resets
+    the connection on its return (a rollback)."""
+    conn = _connection(db)
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(sql, params)
+        return tuple(cursor.fetchall())
+    except Exception as exc:
+        conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+    finally:
+        cursor.close()
+
+
 def lock_user_zone(db: Session | Connection, service: str, user_id: str, *, exclusive: bool = False) -> str | None:
     """Lock the user's row (shared, or ``exclusive``) until the caller's transaction ends, and return
     the zone its topic slot rows carry (``cql.slot_zone``: '' for none); None: no such user."""
-    params = {"service": service, "user_id": user_id}
-    row = _connection(db).exec_driver_sql(_LOCK_USER[exclusive], params).first()
-    return None if row is None else slot_zone(row[0])
+    rows = _driver_rows(db, _LOCK_USER[exclusive], {"service": service, "user_id": user_id})
+    return slot_zone(rows[0][0]) if rows else None
 
 
 def subscribe_context(db: Session | Connection, service: str, type_: str, user_id: str) -> SubscribeContext:
@@ -64,7 +85,7 @@ def subscribe_context(db: Session | Connection, service: str, type_: str, user_i
     user_exists = False
     devices: list[tuple[datetime, str, str]] = []
     params = {"service": service, "type": type_, "user_id": user_id}
-    for kind, a, b, c, created_at in _connection(db).exec_driver_sql(_SUBSCRIBE_CONTEXT, params):
+    for kind, a, b, c, created_at in _driver_rows(db, _SUBSCRIBE_CONTEXT, params):
         if kind == "T":
             keys[a] = b
         else:
