@@ -15,10 +15,11 @@ routing (401, 413, 429, ...) is matched against the routes here; one that matche
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+import secrets
 import time
-import uuid
 from typing import Any
 
 from fastapi.routing import iter_route_contexts
@@ -29,6 +30,10 @@ from notee import logs, metrics
 from notee.api.routes.devices import shorten_tokens_in_path
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# A new id is this process's random prefix and a counter: unique without a getrandom() call per
+# request (uuid4 was ~5 % of the event loop's time on the subscribe path).
+_ID_PREFIX = secrets.token_hex(8)
+_ids = itertools.count(1)
 access_log = logging.getLogger("notee.access")
 
 
@@ -39,7 +44,7 @@ def request_id_of(scope: Scope) -> str:
             if _SANE_ID.fullmatch(candidate):
                 return candidate
             break
-    return uuid.uuid4().hex
+    return f"{_ID_PREFIX}{next(_ids):016x}"
 
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

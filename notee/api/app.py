@@ -80,14 +80,19 @@ def create_app(
     errors.install(app)
     app.add_middleware(EdgeGuard)  # limits and credentials before any body is read
     app.add_middleware(RequestContext)  # outermost: the request id (and JSON access line) covers edge answers too
-    modules = [health]
-    if app.state.serves_admin:
-        modules += [admin, prometheus]  # /metrics: admin token (its labels name every service)
-        app.include_router(insight.admin_router)
+    # Routing tries routes in this order, each a regex match: the busiest first (health probes,
+    # subscriptions), the admin API last (docs/BENCHMARKS.md, "The API's HTTP stack").
+    routers = [health.router]
     if app.state.serves_tenant:
-        modules += [users, devices, templates, subscriptions, publish, sends, deadletters, insight, webhooks, quiet]
-    for module in modules:
-        app.include_router(module.router)
+        routers += [
+            r.router
+            for r in (subscriptions, users, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
+        ]
+    if app.state.serves_admin:
+        # /metrics: admin token (its labels name every service)
+        routers += [insight.admin_router, admin.router, prometheus.router]
+    for router in routers:
+        app.include_router(router)
     docs_ui.install(app)
     if app.state.serves_admin:  # the console (docs/CONSOLE.md): with split listeners, on the admin one only
         console.install(app)

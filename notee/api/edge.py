@@ -3,7 +3,7 @@
 A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP request:
 
 1. the URL (path + query) is at most ``api_max_url_bytes`` (414), the headers at most
-   ``api_max_header_bytes`` (431; h11 also stops buffering a longer head), and the URL
+   ``api_max_header_bytes`` (431; ``notee.api.http1`` also stops reading a longer head), and the URL
    percent-decodes to valid UTF-8 (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
    same user or topic);
 2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
@@ -144,7 +144,7 @@ class EdgeGuard:
             )
             return
         if sum(len(n) + len(v) + 4 for n, v in scope["headers"]) > limits.max_header_bytes:
-            # h11 bounds what it buffers of an incomplete head; a head that arrived whole is measured here.
+            # notee.api.http1 bounds an incomplete head; a head that arrived whole is measured here.
             await self._reject(
                 scope,
                 receive,
