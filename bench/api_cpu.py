@@ -5,8 +5,11 @@ bench's ``ApiProcess``, rate limits off like ``subscribe_ratio``), drives ``n`` 
 from ``concurrency`` keep-alive clients after a warm-up, and reads the API process's CPU (user +
 system, psutil) before and after each kind:
 
-* ``404``: an authenticated ``GET`` of a path no route serves (the key cached): uvicorn, the
-  middlewares, the edge, routing, the error response; the floor of every request;
+* ``floor``: the subscribe route with a user id that is not a UUID (422): the key cached, uvicorn,
+  the middlewares, the edge, routing to the route, its dependencies and path validation, an error
+  answer: everything between the socket and the route function, and nothing of it;
+* ``unmatched``: an authenticated ``GET`` of a path no route serves (404): routing tries every
+  route (the worst case of routing, not a floor);
 * ``get_user``: ``GET /v1/users/{id}`` of an existing user (the floor plus one MySQL query on a
   worker thread, a response model);
 * ``subscribe``: ``PUT /v1/users/{id}/subscriptions/topic/{type}/{topic}``, each user once (what
@@ -32,7 +35,7 @@ from bench import env
 from bench.subscribe import TYPE, ApiProcess, _split
 from bench.tenant import bulk_users, make_template, make_tenant
 
-KINDS = ("404", "get_user", "subscribe")
+KINDS = ("floor", "unmatched", "get_user", "subscribe")
 
 
 def drive(port: int, api_key: str, requests: list[tuple[str, str]], concurrency: int) -> None:
@@ -48,7 +51,7 @@ def drive(port: int, api_key: str, requests: list[tuple[str, str]], concurrency:
             conn.request(method, path, headers=headers)
             r = conn.getresponse()
             body = r.read()
-            expected = (404,) if path.startswith("/v1/nothing") else (200, 201)
+            expected = (404,) if path.startswith("/v1/nothing") else (422,) if "/not-a-uuid-" in path else (200, 201)
             if r.status not in expected:
                 with lock:
                     failures.append(f"{method} {path}: {r.status} {body[:200]!r}")
@@ -64,14 +67,18 @@ def drive(port: int, api_key: str, requests: list[tuple[str, str]], concurrency:
 
 
 def requests_of(kind: str, users: list[str], topic: str) -> list[tuple[str, str]]:
-    if kind == "404":
+    if kind == "floor":
+        return [("PUT", f"/v1/users/not-a-uuid-{i}/subscriptions/topic/{TYPE}/{topic}") for i in range(len(users))]
+    if kind == "unmatched":
         return [("GET", f"/v1/nothing/{uuid.uuid4()}") for _ in users]
     if kind == "get_user":
         return [("GET", f"/v1/users/{u}") for u in users]
     return [("PUT", f"/v1/users/{u}/subscriptions/topic/{TYPE}/{topic}") for u in users]
 
 
-def measure(tree: str | None, label: str, api_key: str, users: list[str], n: int, concurrency: int) -> dict[str, float]:
+def measure(
+    tree: str | None, label: str, api_key: str, users: list[str], n: int, concurrency: int, kinds: list[str]
+) -> dict[str, float]:
     """One API process serving ``tree`` (None: this checkout): ms of its CPU per request, per kind."""
     saved = os.environ.get("PYTHONPATH")
     if tree is not None:
@@ -88,7 +95,7 @@ def measure(tree: str | None, label: str, api_key: str, users: list[str], n: int
         warm = users[: max(50, n // 10)]
         for kind in KINDS:  # warm-up: every code path imported, pools filled, keys cached
             drive(api.port, api_key, requests_of(kind, warm, f"warm-{label}"), concurrency)
-        for kind in KINDS:
+        for kind in kinds:
             batch = requests_of(kind, users[len(warm) : len(warm) + n], label)
             before = api.cpu_s()
             drive(api.port, api_key, batch, concurrency)
@@ -104,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--tree", action="append", default=[], help="another source tree to serve from")
+    parser.add_argument("--kinds", nargs="*", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
     env.use_bench_stores()
     from notee.runtime import Runtime
@@ -121,14 +129,22 @@ def main(argv: list[str] | None = None) -> int:
         chunks = iter(people[i : i + per_process] for i in range(0, len(people), per_process))
         for r in range(args.rounds):
             for tree in trees if r % 2 == 0 else list(reversed(trees)):
-                got = measure(tree, f"t{r}-{trees.index(tree)}", tenant.api_key, next(chunks), args.n, args.concurrency)
+                got = measure(
+                    tree,
+                    f"t{r}-{trees.index(tree)}",
+                    tenant.api_key,
+                    next(chunks),
+                    args.n,
+                    args.concurrency,
+                    args.kinds,
+                )
                 results[tree].append(got)
                 print(f"round {r} {tree or 'this checkout'}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in got.items()))
     finally:
         runtime.close()
     print(f"\nAPI process CPU per request, ms (median of {args.rounds} rounds, {args.n} requests each):")
     for tree, rounds in results.items():
-        line: dict[str, Any] = {k: statistics.median(x[k] for x in rounds) for k in KINDS}
+        line: dict[str, Any] = {k: statistics.median(x[k] for x in rounds) for k in args.kinds}
         print(f"  {tree or 'this checkout'}: " + ", ".join(f"{k} {v:.3f}" for k, v in line.items()))
     return 0
 

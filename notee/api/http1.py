@@ -7,8 +7,8 @@ with the head-size bound Notee needs and a response written in one piece.
   ``headers_too_large`` in the error format and the connection closed, so at most one read beyond the
   limit is ever held. A head that arrived whole is measured by the edge (431, ``notee.api.edge``).
 * **One write per response.** uvicorn writes a response's head and its body with two
-  ``transport.write`` calls, each one ``send()``; on a keep-alive connection of small JSON answers
-  that is most of the server's syscall time. ``CoalescingTransport`` holds what is written in one
+  ``transport.write`` calls, each one ``send()`` (and one TCP segment for the client to wake up
+  to) where one would do. ``CoalescingTransport`` holds what is written in one
   event-loop step and sends it as one piece at the end of the step (anything of 64 KiB or more at
   once, after what it holds).
 """
