@@ -1,18 +1,18 @@
-"""A lean HTTP/2 client on the ``jh2`` state machine + asyncio over TLS: the transport of the FCM
-and APNs senders.
+"""Notee's own lean HTTP/2 client (asyncio over TLS): the transport of the FCM and APNs senders.
 
 Why not the SDKs' transports: firebase-admin's senders cost ~1,060 µs CPU per message (requests)
 and ~1,180 µs (its httpx HTTP/2 path); this client multiplexes up to ``max_streams`` requests per
-connection (docs/PROVIDERS.md, "Measured CPU per message"). It does only what the two push APIs
-need: small POSTs, whole responses, flow control, GOAWAY, reconnect.
+connection (docs/PROVIDERS.md, "Measured CPU per message").
 
-Why jh2 and not h2 or libcurl (measured side by side, docs/PROVIDERS.md "HTTP/2 engines"): jh2 is
-h2's API with a native HPACK codec, about a third less CPU per request than the pure-Python h2;
-libcurl (pycurl) costs less still but opens up to 100 streams on a new connection before the
-server's first SETTINGS, which a server starting at one stream (APNs) refuses.
-
-CPU notes: outbound header validation/normalisation is off (we build the headers ourselves); the
-constant ``authorization`` header is indexed once per connection by the HPACK encoder.
+Why its own framing and not a general HTTP/2 library (measured side by side, docs/PROVIDERS.md
+"HTTP/2 engines"): the push APIs need only a small part of HTTP/2 -- a client that sends one
+HEADERS (+ CONTINUATION) and DATA per request and reads HEADERS, DATA and trailers back, plus
+SETTINGS, PING, WINDOW_UPDATE, RST_STREAM and GOAWAY. ``h2``/``jh2`` pay per frame for what Notee
+never uses (event objects, a state machine per stream, header validation); libcurl (pycurl) is
+cheaper still but opens streams before the server's first SETTINGS. The frames are parsed here with
+``struct`` over one receive buffer; request headers are HPACK-encoded by ``HeaderEncoder`` (no
+Huffman, constant headers indexed once per connection); response header blocks are decoded by jh2's
+native HPACK decoder (``jh2._hazmat``, pinned: tests/test_http2_pins.py).
 """
 
 from __future__ import annotations
@@ -20,24 +20,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import struct
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import jh2.config
-import jh2.connection
-import jh2.events
-import jh2.exceptions
-import jh2.settings
-from jh2.hyperframe.frame import GoAwayFrame
+from jh2._hazmat import Decoder as _NativeHpackDecoder
+from jh2.hpack.table import HeaderTable
 
 from notee import metrics
 
 log = logging.getLogger(__name__)
-# hpack codecs in Python (jh2's fallback; h2's, in the emulator) log every header at DEBUG, bearer
-# tokens and JWTs included: never let them.
+# hpack codecs in Python (the emulator's h2) log every header at DEBUG, bearer tokens and JWTs
+# included: never let them.
 logging.getLogger("jh2.hpack").setLevel(logging.INFO)
 logging.getLogger("hpack").setLevel(logging.INFO)
 
@@ -61,13 +58,6 @@ class Response:
     body: bytes
 
 
-@dataclass(slots=True)
-class _Stream:
-    done: Callable[[Response | TransportError], None]  # called once, with the response or the error
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    body: bytearray = field(default_factory=bytearray)
-
-
 def _answered(results: list[Response | TransportError | None]) -> list[Response | TransportError]:
     """A batch's results once every item has one (each is set exactly once, by its answer, its
     error or the watchdog)."""
@@ -79,93 +69,218 @@ def _answered(results: list[Response | TransportError | None]) -> list[Response 
 
 # One request of a batch: (path, headers, body).
 Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
-_REFUSED_STREAM = 0x7
+
+# ------------------------------------------------------------------------------ HTTP/2 framing (RFC 9113)
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = (
+    0x0,
+    0x1,
+    0x3,
+    0x6,
+    0x7,
+    0x8,
+    0x9,
+)
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
+MAX_WINDOW = 2**31 - 1
+MAX_STREAM_ID = 2**31 - 1
+DEFAULT_WINDOW = 65_535
+DEFAULT_FRAME_SIZE = 16_384  # what we accept (we never raise SETTINGS_MAX_FRAME_SIZE) and send until told more
+MAX_HEADER_BLOCK = 1 << 20  # a response header block (HEADERS + CONTINUATION) larger than this fails the connection
+# What we advertise: responses are small, so generous windows mean a WINDOW_UPDATE only every few
+# thousand responses (sent once half a window is used).
+LOCAL_STREAM_WINDOW = 1 << 20
+LOCAL_CONNECTION_WINDOW = DEFAULT_WINDOW + (1 << 24)
+LOCAL_SETTINGS = ((ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, LOCAL_STREAM_WINDOW), (MAX_CONCURRENT_STREAMS, 100))
+
+_HEAD = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id: the 9-byte frame header
+_U32 = struct.Struct(">I")
+_SETTING = struct.Struct(">HI")
+_GOAWAY = struct.Struct(">II")
 
 
-def _answers_after_goaway(conn: jh2.connection.H2Connection) -> None:
-    """jh2 (like h2) closes its connection state machine on receiving GOAWAY, and then rejects the responses
-    the server still sends for the streams at or below last_stream_id (RFC 9113 §6.8 lets them
-    finish). Keep the state open after a GOAWAY; ``Connection`` opens no stream after one."""
-    table = conn._frame_dispatch_table
-    receive_goaway = table[GoAwayFrame]
-
-    def receive(frame: GoAwayFrame) -> Any:
-        state = conn.state_machine.state
-        out = receive_goaway(frame)
-        if state == jh2.connection.ConnectionState.CLIENT_OPEN:
-            conn.state_machine.state = state
-        return out
-
-    table[GoAwayFrame] = receive
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    return _HEAD.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
 
-# How many closed streams one connection remembers. jh2 (like h2) keeps the last 65,536 (~7.5 MiB
-# of OrderedDict per connection: the worker's RSS climbed by that much over each long-lived
-# connection's first 65,536 pushes, worker_rss_growth). It reads the record only to answer a frame
-# that arrives for a stream it no longer has: RST_STREAM if the stream was reset, a connection
-# error otherwise; such frames come within a round trip of the reset, while at most
-# ``max_streams`` (100) streams are open, so ten windows of them are plenty.
-CLOSED_STREAMS_KEPT = 1000
-_CULL_EVERY = 64
+def client_preface() -> bytes:
+    """The connection preface, our SETTINGS and the connection window raised to LOCAL_CONNECTION_WINDOW."""
+    settings = b"".join(_SETTING.pack(code, value) for code, value in LOCAL_SETTINGS)
+    grow = _U32.pack(LOCAL_CONNECTION_WINDOW - DEFAULT_WINDOW)
+    return PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, grow)
 
 
-class _H2Connection(jh2.connection.H2Connection):  # type: ignore[misc]  # jh2 ships no type hints
-    """jh2 counts the open streams on every ``send_headers`` (to refuse one beyond the peer's limit)
-    by walking every stream it still holds, culling the closed ones as it goes: ~60 checks per
-    request at 100 in flight, about a fifth of the sender's time in this module (cProfile,
-    docs/PROVIDERS.md). ``Connection`` already counts the streams it has open and never opens one
-    beyond ``min(max_streams, the peer's limit)``; once it hands that count over (``counted``),
-    jh2's check reads it, and the walk (exact count and cull) runs only every ``_CULL_EVERY``
-    streams."""
+_SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 
-    MAX_CLOSED_STREAMS = CLOSED_STREAMS_KEPT  # jh2's class attribute: the size of its closed-stream record
-    counted: Callable[[], int] | None = None
-    _since_cull = 0
+
+class ProtocolError(Exception):
+    """The peer broke HTTP/2: the connection ends with GOAWAY ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------- HPACK (RFC 7541)
+_STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
+_STATIC_PAIRS: dict[tuple[bytes, bytes], int] = {}
+_STATIC_NAMES: dict[bytes, int] = {}
+for _i, (_name, _value) in enumerate(_STATIC, 1):
+    _STATIC_PAIRS.setdefault((_name, _value), _i)
+    _STATIC_NAMES.setdefault(_name, _i)
+
+
+def hpack_int(value: int, bits: int, flags: int) -> bytes:
+    """An HPACK integer with a ``bits``-bit prefix, the prefix byte's other bits set to ``flags``."""
+    limit = (1 << bits) - 1
+    if value < limit:
+        return bytes((flags | value,))
+    out = bytearray((flags | limit,))
+    value -= limit
+    while value >= 128:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _hpack_string(s: bytes) -> bytes:
+    return hpack_int(len(s), 7, 0) + s  # raw octets: Huffman coding costs more CPU than the bytes it saves here
+
+
+class HeaderEncoder:
+    """HPACK for request header blocks. A header (name and value) seen a second time on the
+    connection enters the dynamic table and is then sent as an index of one or two bytes: the
+    bearer, content-type, the FCM path, APNs' topic... Values that change per request (an APNs
+    device path, apns-id) are literals that never enter the table. The representation of each
+    header is cached while the table does not change, so a steady-state block is a join of cached
+    bytes. The table never exceeds the server's SETTINGS_HEADER_TABLE_SIZE (a change is signalled at
+    the start of the next block, RFC 7541 §4.2)."""
+
+    SEEN_KEPT = 512  # headers sighted once, remembered to index them on their second sighting
+
+    def __init__(self) -> None:
+        self._max = 4096  # RFC 7541's initial table size, until the server's SETTINGS say otherwise
+        self._size = 0
+        self._entries: deque[tuple[bytes, bytes]] = deque()  # the dynamic table, oldest first
+        self._inserted = 0
+        self._number: dict[tuple[bytes, bytes], int] = {}  # header -> its insertion number
+        self._cached: dict[tuple[bytes, bytes], bytes] = {}  # header -> representation (table unchanged)
+        self._seen: set[tuple[bytes, bytes]] = set()
+        self._resized: list[int] = []
 
     @property
-    def open_outbound_streams(self) -> int:
-        self._since_cull += 1
-        if self.counted is None or self._since_cull >= _CULL_EVERY:
-            self._since_cull = 0
-            return int(self._open_streams(int(self.config.client_side)))
-        return self.counted()
+    def table_size(self) -> int:
+        return self._size
+
+    def set_peer_table_size(self, size: int) -> None:
+        """The server's SETTINGS_HEADER_TABLE_SIZE: our table is at most that (and at most 4096)."""
+        new = min(size, 4096)
+        if new != self._max:
+            self._max = new
+            self._resized.append(new)
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._size > self._max:
+            header = self._entries.popleft()
+            self._size -= len(header[0]) + len(header[1]) + 32
+            del self._number[header]
+            self._cached.pop(header, None)
+
+    def encode(self, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+        out: list[bytes] = []
+        if self._resized:  # the smallest size since the last block, then the current one
+            smallest = min(self._resized)
+            out.append(hpack_int(smallest, 5, 0x20))
+            if self._max != smallest:
+                out.append(hpack_int(self._max, 5, 0x20))
+            self._resized.clear()
+        cached = self._cached
+        for header in headers:
+            out.append(cached.get(header) or self._represent(header))
+        return b"".join(out)
+
+    def _represent(self, header: tuple[bytes, bytes]) -> bytes:
+        static = _STATIC_PAIRS.get(header)
+        if static is not None:
+            rep = self._cached[header] = hpack_int(static, 7, 0x80)
+            return rep
+        number = self._number.get(header)
+        if number is not None:
+            rep = self._cached[header] = hpack_int(62 + self._inserted - number, 7, 0x80)
+            return rep
+        name, value = header
+        name_index = _STATIC_NAMES.get(name, 0)
+        size = len(name) + len(value) + 32
+        if header in self._seen and size <= self._max:  # second sighting: literal with incremental indexing
+            self._seen.discard(header)
+            self._inserted += 1
+            self._number[header] = self._inserted
+            self._entries.append(header)
+            self._size += size
+            self._cached.clear()  # every index moved by one
+            self._evict()
+            return (hpack_int(name_index, 6, 0x40) if name_index else b"\x40" + _hpack_string(name)) + _hpack_string(
+                value
+            )
+        if len(self._seen) >= self.SEEN_KEPT:
+            self._seen.clear()
+        self._seen.add(header)
+        # literal without indexing
+        return (hpack_int(name_index, 4, 0) if name_index else b"\x00" + _hpack_string(name)) + _hpack_string(value)
 
 
-def new_h2_connection() -> jh2.connection.H2Connection:
-    """A client-side jh2 state machine set up as this module needs it, not yet initiated.
+class HeaderDecoder:
+    """jh2's native HPACK decoder (Rust), whose errors are turned into COMPRESSION_ERROR."""
 
-    Four of its steps reach past jh2's (h2's) documented API, which is why jh2 is pinned to an
-    exact version (pyproject.toml; tests/test_http2_pins.py fails loudly when it changes): it is a
-    subclass whose ``open_outbound_streams`` reads our own count (``_H2Connection``); its GOAWAY
-    handler in ``_frame_dispatch_table`` is wrapped to keep the state machine open
-    (``_answers_after_goaway``); ``local_settings`` is replaced before ``initiate_connection``
-    so that the first SETTINGS frame already carries ours (no second SETTINGS round trip); and its
-    class sets ``MAX_CLOSED_STREAMS`` (``CLOSED_STREAMS_KEPT``)."""
-    config = jh2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=False,
-    )
-    conn = _H2Connection(config=config)
-    _answers_after_goaway(conn)
-    conn.local_settings = jh2.settings.Settings(
-        client=True,
-        initial_values={
-            jh2.settings.SettingCodes.ENABLE_PUSH: 0,
-            jh2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20,
-            jh2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
-        },
-    )
-    return conn
+    def __init__(self) -> None:
+        self._decoder = _NativeHpackDecoder()
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes, bool]]:
+        try:
+            return self._decoder.decode(block)  # type: ignore[no-any-return]
+        except Exception as exc:  # jh2._hazmat.HPACKError and friends
+            raise ProtocolError(COMPRESSION_ERROR, f"undecodable header block: {exc!r}") from exc
+        except BaseException as exc:  # a Rust panic (pyo3's PanicException) on some malformed blocks
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise ProtocolError(COMPRESSION_ERROR, f"undecodable header block: {exc!r}") from exc
 
 
-class Connection:
+# One batch's completion callback: (item index, its result).
+_Done = Callable[[int, "Response | TransportError"], None]
+
+
+class _Stream:
+    __slots__ = ("body", "done", "headers", "index", "opened", "recv_window", "send_window", "status")
+
+    def __init__(self, done: _Done, index: int, send_window: int, opened: float) -> None:
+        self.done, self.index, self.opened = done, index, opened
+        self.status = 0  # 0 until the (final) response HEADERS
+        self.headers: dict[bytes, bytes] = {}
+        self.body: bytes | bytearray = b""  # bytes while one DATA frame brought it all
+        self.send_window = send_window
+        self.recv_window = LOCAL_STREAM_WINDOW
+
+
+class Connection(asyncio.Protocol):
     """One HTTP/2 connection that obeys its peer: no stream before the server's first SETTINGS,
     never more open streams than the server's current SETTINGS_MAX_CONCURRENT_STREAMS (or our own
     ``max_streams``, whichever is lower), request bodies only as far as the flow-control windows
-    allow, and on GOAWAY no new stream while the streams at or below last_stream_id finish."""
+    allow (connection and stream, SETTINGS_INITIAL_WINDOW_SIZE changes applied to open streams), our
+    own windows reopened with WINDOW_UPDATE as response data arrives, PING answered, and on GOAWAY
+    no new stream while the streams at or below last_stream_id finish.
+
+    The frames are parsed in ``data_received`` straight from the bytes received; what a callback
+    has to send (SETTINGS ACK, PING ACK, WINDOW_UPDATE, the next requests) goes out in one write
+    at its end. A connection error of the peer (a frame that breaks RFC 9113) ends the connection
+    with GOAWAY and fails its open streams."""
 
     def __init__(
         self,
@@ -177,16 +292,27 @@ class Connection:
         provider: str = "unknown",
     ) -> None:
         self.host, self.port = host, port
-        self._latency = metrics.provider_latency(provider)  # notee_provider_response_seconds
+        self._observe = metrics.provider_latency(provider).observe  # notee_provider_response_seconds
         self._ssl, self._sni = ssl_context, server_hostname or host
         self._max_streams = max_streams
         self._limit = 0  # streams we may have open: min(max_streams, the peer's current limit)
-        self._conn: jh2.connection.H2Connection | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._peer_streams = MAX_STREAM_ID  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until said)
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""  # the start of a frame whose end has not arrived yet
+        self._out: list[bytes] = []  # frames to send at the next flush
+        self._encoder = HeaderEncoder()
+        self._decoder = HeaderDecoder()
+        self._next_id = 1
         self._streams: dict[int, _Stream] = {}
         self._unsent: dict[int, memoryview] = {}  # stream id -> body bytes still waiting for window
+        self._send_window = DEFAULT_WINDOW  # the connection window we may still send into
+        self._peer_stream_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._max_frame = DEFAULT_FRAME_SIZE  # the peer's SETTINGS_MAX_FRAME_SIZE
+        self._recv_window = LOCAL_CONNECTION_WINDOW  # what the peer may still send us
+        self._continuation: tuple[int, int, list[bytes]] | None = None  # (stream, HEADERS flags, fragments)
         self._settled: asyncio.Future[None] | None = None  # the server's first SETTINGS arrived
+        self._closed: asyncio.Future[None] | None = None  # the transport is gone
+        self._closing = ""  # why we are closing it ourselves
         self._flush_pending = False
         self._pumps: set[Callable[[], None]] = set()  # batches waiting for a free stream or window
         self.usable = False
@@ -195,36 +321,29 @@ class Connection:
     def stream_limit(self) -> int:
         return self._limit
 
-    def _flush_soon(self) -> None:
-        """Coalesce the frames of every request started in this loop tick into one TLS write."""
-        if not self._flush_pending:
-            self._flush_pending = True
-            asyncio.get_running_loop().call_soon(self._flush)
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
 
-    def _flush(self) -> None:
-        self._flush_pending = False
-        if self._conn is not None and self._writer is not None and not self._writer.is_closing():
-            data = self._conn.data_to_send()
-            if data:
-                self._writer.write(data)
-
+    # ------------------------------------------------------------------------------ connection life
     async def connect(self, timeout: float = 10.0) -> None:
         """Open the connection and wait for the server's first SETTINGS (its stream limit and
         windows): a stream opened before them could exceed a limit we have not read yet."""
+        loop = asyncio.get_running_loop()
+        self._settled, self._closed = loop.create_future(), loop.create_future()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self._ssl, server_hostname=self._sni), timeout
+            await asyncio.wait_for(
+                loop.create_connection(lambda: self, self.host, self.port, ssl=self._ssl, server_hostname=self._sni),
+                timeout,
             )
         except (TimeoutError, OSError, ssl.SSLError) as exc:
             raise TransportError(f"connect to {self.host}:{self.port} failed: {exc!r}", unprocessed=True) from exc
-        conn = new_h2_connection()
-        conn.counted = self._streams.__len__  # our own count of open streams (see _H2Connection)
-        conn.initiate_connection()
-        conn.increment_flow_control_window(1 << 24)
-        writer.write(conn.data_to_send())
-        self._conn, self._writer = conn, writer
-        self._settled = asyncio.get_running_loop().create_future()
-        self._reader_task = asyncio.create_task(self._read(reader))
+        assert self._transport is not None
+        ssl_object = self._transport.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if alpn not in (None, "h2"):  # None: a server without ALPN, spoken to as HTTP/2 (prior knowledge)
+            await self.close()
+            raise TransportError(f"{self.host}:{self.port} negotiated {alpn}, not HTTP/2", unprocessed=True)
         try:
             await asyncio.wait_for(asyncio.shield(self._settled), timeout)
         except TimeoutError as exc:
@@ -236,105 +355,395 @@ class Connection:
             await self.close()
             raise TransportError(f"{self.host}:{self.port} closed the connection before its SETTINGS", unprocessed=True)
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        conn = self._conn
-        assert conn is not None
-        error = TransportError("connection closed by the server")
-        try:
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                events = conn.receive_data(data)
-                for event in events:
-                    self._on_event(event)
-                if self._unsent:
-                    self._send_unsent()
-                for pump in list(self._pumps):  # streams ended, limit or window grew: open more
-                    pump()
-                self._flush_soon()
-        except (OSError, ssl.SSLError, jh2.exceptions.ProtocolError) as exc:
-            error = TransportError(f"connection error: {exc!r}")
-        except asyncio.CancelledError:
-            error = TransportError("connection closed")
-        finally:
-            self.usable = False
-            if self._settled is not None and not self._settled.done():
-                self._settled.set_result(None)
-            streams, self._streams = list(self._streams.values()), {}
-            self._unsent.clear()
-            for stream in streams:
-                stream.done(error)
-            for pump in list(self._pumps):  # hands back what the batches had not opened yet
-                pump()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(client_preface())
 
-    def _on_event(self, event: jh2.events.Event) -> None:
-        if isinstance(event, jh2.events.ResponseReceived):
-            stream = self._streams.get(event.stream_id)
-            if stream:
-                stream.headers = event.headers
-        elif isinstance(event, jh2.events.DataReceived):
-            assert self._conn is not None
-            self._conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            stream = self._streams.get(event.stream_id)
-            if stream:
-                stream.body += event.data
-        elif isinstance(event, jh2.events.StreamEnded):
-            stream = self._streams.pop(event.stream_id, None)
-            if stream:
-                if self._unsent.pop(event.stream_id, None) is not None:
-                    # answered before its whole body was sent: end our side too, so the stream is
-                    # closed for both peers as it is in our count (RFC 9113 §8.1)
-                    assert self._conn is not None
-                    try:
-                        self._conn.reset_stream(event.stream_id, 0)
-                    except jh2.exceptions.H2Error:
-                        pass
-                headers = dict(stream.headers)
-                stream.done(Response(int(headers.pop(b":status", 0)), headers, bytes(stream.body)))
-        elif isinstance(event, jh2.events.StreamReset):
-            stream = self._streams.pop(event.stream_id, None)
-            self._unsent.pop(event.stream_id, None)
-            if stream:
-                stream.done(
-                    TransportError(
-                        f"stream reset (error {event.error_code})", unprocessed=event.error_code == _REFUSED_STREAM
-                    )
-                )
-        elif isinstance(event, jh2.events.RemoteSettingsChanged):
-            assert self._conn is not None
-            self._limit = min(self._max_streams, self._conn.remote_settings.max_concurrent_streams)
-            if self._settled is not None and not self._settled.done():
-                self.usable = True
-                self._settled.set_result(None)
-        elif isinstance(event, jh2.events.ConnectionTerminated):
-            # GOAWAY: no new stream here. Streams above last_stream_id were not processed and are
-            # handed back for another connection; the ones at or below it still get their answers.
-            self.usable = False
-            last = event.last_stream_id if event.last_stream_id is not None else 0
-            for stream_id in [s for s in self._streams if s > last]:
-                self._unsent.pop(stream_id, None)
-                self._streams.pop(stream_id).done(
-                    TransportError(f"GOAWAY (error {event.error_code})", unprocessed=True)
-                )
-            if self._settled is not None and not self._settled.done():
-                self._settled.set_result(None)
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self._closing or (f"connection error: {exc!r}" if exc else "connection closed by the server")
+        self._teardown(TransportError(reason))
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def _teardown(self, error: TransportError) -> None:
+        """The connection is over: every open stream fails with ``error``, the batches hand back
+        what they had not opened yet (unprocessed)."""
+        self.usable = False
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(None)
+        streams, self._streams = list(self._streams.values()), {}
+        self._unsent.clear()
+        for stream in streams:
+            stream.done(stream.index, error)
+        for pump in list(self._pumps):
+            pump()
+
+    def _fail(self, error: ProtocolError) -> None:
+        """The peer broke the protocol: GOAWAY with its error code, close, fail the open streams."""
+        self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, error.code) + str(error).encode()[:200]))
+        self._flush()
+        self._closing = f"connection error: {error}"
+        if self._transport is not None:
+            self._transport.close()
+        self._teardown(TransportError(f"connection error: {error}"))
+
+    async def close_when_done(self) -> None:
+        """Close once the server has closed (it does after its GOAWAY'd streams)."""
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
+        await self.close()
+
+    async def close(self) -> None:
+        self.usable = False
+        transport = self._transport
+        if transport is None or self._closed is None:
+            return
+        if not transport.is_closing():
+            self._closing = self._closing or "connection closed"
+            self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, NO_ERROR)))
+            self._flush()
+            transport.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._closed), 5.0)
+        except TimeoutError:
+            transport.abort()
+
+    # ------------------------------------------------------------------------------------- writing
+    def _flush_soon(self) -> None:
+        """Coalesce the frames of every request started in this loop tick into one TLS write."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if self._out:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.write(b"".join(self._out))
+            self._out.clear()
+
+    def _open(self, method: bytes, authority: bytes, item: Item, done: _Done, index: int) -> int:
+        """HEADERS (+ CONTINUATION) and as much of the body as the windows allow, for a new stream."""
+        path, headers, body = item
+        stream_id = self._next_id
+        self._next_id = stream_id + 2
+        block = self._encoder.encode(
+            [(b":method", method), (b":scheme", b"https"), (b":path", path), (b":authority", authority), *headers]
+        )
+        out, head = self._out, _HEAD.pack
+        end = 0 if body else END_STREAM
+        size = len(block)
+        if size <= self._max_frame:
+            out.append(head(size << 8 | HEADERS, END_HEADERS | end, stream_id))
+            out.append(block)
+        else:
+            step = self._max_frame
+            out.append(head(step << 8 | HEADERS, end, stream_id))
+            out.append(block[:step])
+            for at in range(step, size, step):
+                part = block[at : at + step]
+                last = END_HEADERS if at + step >= size else 0
+                out.append(head(len(part) << 8 | CONTINUATION, last, stream_id))
+                out.append(part)
+        stream = self._streams[stream_id] = _Stream(done, index, self._peer_stream_window, time.monotonic())
+        if body:
+            n = len(body)
+            if n <= stream.send_window and n <= self._send_window and n <= self._max_frame:
+                out.append(head(n << 8 | DATA, END_STREAM, stream_id))
+                out.append(body)
+                stream.send_window -= n
+                self._send_window -= n
+            else:
+                self._unsent[stream_id] = memoryview(body)
+                self._send_unsent()
+        return stream_id
 
     def _send_unsent(self) -> None:
         """Send the rest of bodies that were waiting for flow-control window."""
-        conn = self._conn
-        assert conn is not None
+        out = self._out
         for stream_id, view in list(self._unsent.items()):
-            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-            while window > 0 and view:
-                chunk, view = view[:window], view[window:]
-                conn.send_data(stream_id, bytes(chunk), end_stream=not view)
-                window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            stream = self._streams[stream_id]
+            while view:
+                n = min(len(view), stream.send_window, self._send_window, self._max_frame)
+                if n <= 0:
+                    break
+                chunk, view = view[:n], view[n:]
+                out.append(frame(DATA, 0 if view else END_STREAM, stream_id, bytes(chunk)))
+                stream.send_window -= n
+                self._send_window -= n
             if view:
                 self._unsent[stream_id] = view
             else:
                 del self._unsent[stream_id]
 
+    def _reset(self, stream_id: int, code: int, error: TransportError) -> None:
+        """End one stream from our side with RST_STREAM ``code``; its item gets ``error``."""
+        stream = self._streams.pop(stream_id, None)
+        self._unsent.pop(stream_id, None)
+        self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+        if stream is not None:
+            stream.done(stream.index, error)
+
+    # ------------------------------------------------------------------------------------- reading
+    def data_received(self, data: bytes) -> None:
+        if self._buffer:
+            data = self._buffer + data
+        try:
+            self._buffer = self._frames(data)
+        except ProtocolError as exc:
+            self._buffer = b""
+            self._fail(exc)
+            return
+        if self._unsent:
+            self._send_unsent()
+        for pump in list(self._pumps):  # streams ended, limit or window grew: open more
+            pump()
+        if not self.usable and not self._streams and self._settled is not None and self._settled.done():
+            # after GOAWAY (or with stream ids used up) and the last answer in: nothing more to come
+            self._closing = self._closing or "connection closed after GOAWAY"
+            self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, NO_ERROR)))
+            if self._transport is not None:
+                self._flush()
+                self._transport.close()
+        self._flush()
+
+    def _frames(self, data: bytes) -> bytes:
+        """Handle every whole frame of ``data``; returns the incomplete rest."""
+        pos, end = 0, len(data)
+        unpack = _HEAD.unpack_from
+        while end - pos >= 9:
+            head, flags, stream_id = unpack(data, pos)
+            length = head >> 8
+            if length > DEFAULT_FRAME_SIZE:
+                raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes (SETTINGS_MAX_FRAME_SIZE 16384)")
+            stop = pos + 9 + length
+            if stop > end:
+                break
+            kind = head & 0xFF
+            stream_id &= MAX_STREAM_ID
+            payload = data[pos + 9 : stop]
+            pos = stop
+            if self._continuation is not None and kind != CONTINUATION:
+                raise ProtocolError(PROTOCOL_ERROR, "a header block interrupted before its END_HEADERS")
+            if kind == HEADERS:
+                self._on_headers(flags, stream_id, payload)
+            elif kind == DATA:
+                self._on_data(flags, stream_id, payload)
+            elif kind == WINDOW_UPDATE:
+                self._on_window_update(stream_id, payload)
+            elif kind == SETTINGS:
+                self._on_settings(flags, stream_id, payload)
+            elif kind == PING:
+                if stream_id or len(payload) != 8:
+                    raise ProtocolError(FRAME_SIZE_ERROR if stream_id == 0 else PROTOCOL_ERROR, "malformed PING")
+                if not flags & ACK:
+                    self._out.append(frame(PING, ACK, 0, payload))
+            elif kind == RST_STREAM:
+                self._on_rst_stream(stream_id, payload)
+            elif kind == GOAWAY:
+                self._on_goaway(stream_id, payload)
+            elif kind == CONTINUATION:
+                self._on_continuation(flags, stream_id, payload)
+            elif kind == PUSH_PROMISE:
+                raise ProtocolError(PROTOCOL_ERROR, "PUSH_PROMISE though SETTINGS_ENABLE_PUSH is 0")
+            # PRIORITY and unknown frame types are ignored (RFC 9113 §5.5, §6.3)
+        return data[pos:]
+
+    def _known(self, stream_id: int) -> _Stream | None:
+        """The open stream, or None for one we ended (reset, timed out): its late frames are
+        dropped. A frame on a stream we never opened is a connection error."""
+        stream = self._streams.get(stream_id)
+        if stream is None and (stream_id == 0 or stream_id >= self._next_id or not stream_id & 1):
+            raise ProtocolError(PROTOCOL_ERROR, f"a frame on stream {stream_id}, which we never opened")
+        return stream
+
+    @staticmethod
+    def _unpad(flags: int, payload: bytes, extra: int = 0) -> bytes:
+        if flags & PADDED:
+            if not payload or payload[0] + 1 + extra > len(payload):
+                raise ProtocolError(PROTOCOL_ERROR, "padding longer than the frame")
+            return payload[1 : len(payload) - payload[0]]
+        return payload
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise ProtocolError(PROTOCOL_ERROR, "HEADERS on stream 0")
+        priority = 5 if flags & PRIORITY_FLAG else 0
+        payload = self._unpad(flags, payload, priority)
+        if priority:
+            if len(payload) < 5:
+                raise ProtocolError(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+            payload = payload[5:]
+        if flags & END_HEADERS:
+            self._on_header_block(flags, stream_id, payload)
+        else:
+            self._continuation = (stream_id, flags, [payload])
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        started = self._continuation
+        if started is None or started[0] != stream_id:
+            raise ProtocolError(PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+        started[2].append(payload)
+        if sum(len(part) for part in started[2]) > MAX_HEADER_BLOCK:
+            raise ProtocolError(PROTOCOL_ERROR, f"a header block over {MAX_HEADER_BLOCK} bytes")
+        if flags & END_HEADERS:
+            self._continuation = None
+            self._on_header_block(started[1], stream_id, b"".join(started[2]))
+
+    def _on_header_block(self, flags: int, stream_id: int, block: bytes) -> None:
+        headers = self._decoder.decode(block)  # always: the decoder's table must follow the server's
+        stream = self._known(stream_id)
+        if stream is None:
+            return
+        if stream.status == 0:  # the response's HEADERS
+            name, value, _ = headers[0] if headers else (b"", b"", False)
+            status = int(value) if name == b":status" and value.isdigit() else 0
+            if not 100 <= status <= 999:
+                self._reset(stream_id, PROTOCOL_ERROR, TransportError("response without a valid :status"))
+                return
+            if status < 200:  # informational (100 Continue, 103 Early Hints): the real answer follows
+                return
+            stream.status = status
+            stream.headers = {n: v for n, v, _ in headers[1:]}
+        elif flags & END_STREAM:  # trailers: kept beside the headers (a header of the same name wins)
+            for n, v, _ in headers:
+                stream.headers.setdefault(n, v)
+        else:
+            self._reset(stream_id, PROTOCOL_ERROR, TransportError("a second header block without END_STREAM"))
+            return
+        if flags & END_STREAM:
+            self._end(stream_id, stream)
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        length = len(payload)  # padding included: it counts against the windows
+        self._recv_window -= length
+        if self._recv_window < 0:
+            raise ProtocolError(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+        if self._recv_window < LOCAL_CONNECTION_WINDOW // 2:
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(LOCAL_CONNECTION_WINDOW - self._recv_window)))
+            self._recv_window = LOCAL_CONNECTION_WINDOW
+        stream = self._known(stream_id)
+        if stream is None:
+            return
+        data = self._unpad(flags, payload)
+        if stream.status == 0:
+            self._reset(stream_id, PROTOCOL_ERROR, TransportError("DATA before the response HEADERS"))
+            return
+        stream.recv_window -= length
+        if stream.recv_window < 0:
+            self._reset(stream_id, FLOW_CONTROL_ERROR, TransportError("DATA beyond the stream window"))
+            return
+        body = stream.body
+        if not body:
+            stream.body = data
+        elif body.__class__ is bytes:
+            stream.body = bytearray(body) + data
+        else:
+            body += data
+        if flags & END_STREAM:
+            self._end(stream_id, stream)
+        elif stream.recv_window < LOCAL_STREAM_WINDOW // 2:
+            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(LOCAL_STREAM_WINDOW - stream.recv_window)))
+            stream.recv_window = LOCAL_STREAM_WINDOW
+
+    def _end(self, stream_id: int, stream: _Stream) -> None:
+        """The server ended the stream: its response is complete."""
+        del self._streams[stream_id]
+        if self._unsent.pop(stream_id, None) is not None:
+            # answered before its whole body was sent: end our side too, so the stream is closed for
+            # both peers as it is in our count (RFC 9113 §8.1)
+            self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(NO_ERROR)))
+        self._observe(time.monotonic() - stream.opened)
+        body = stream.body
+        stream.done(
+            stream.index, Response(stream.status, stream.headers, body if body.__class__ is bytes else bytes(body))
+        )
+
+    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ProtocolError(FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes")
+        increment = _U32.unpack(payload)[0] & MAX_WINDOW
+        if stream_id == 0:
+            if increment == 0:
+                raise ProtocolError(PROTOCOL_ERROR, "connection WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise ProtocolError(FLOW_CONTROL_ERROR, "connection window above 2^31-1")
+            return
+        stream = self._known(stream_id)
+        if stream is None:
+            return
+        if increment == 0:
+            self._reset(stream_id, PROTOCOL_ERROR, TransportError("stream WINDOW_UPDATE of 0"))
+            return
+        stream.send_window += increment
+        if stream.send_window > MAX_WINDOW:
+            self._reset(stream_id, FLOW_CONTROL_ERROR, TransportError("stream window above 2^31-1"))
+
+    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise ProtocolError(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise ProtocolError(FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise ProtocolError(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
+        for at in range(0, len(payload), 6):
+            code, value = _SETTING.unpack_from(payload, at)
+            if code == MAX_CONCURRENT_STREAMS:
+                self._peer_streams = value
+            elif code == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise ProtocolError(FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1")
+                delta, self._peer_stream_window = value - self._peer_stream_window, value
+                for stream in self._streams.values():  # applies to the open streams too (RFC 9113 §6.9.2)
+                    stream.send_window += delta
+                    if stream.send_window > MAX_WINDOW:
+                        raise ProtocolError(FLOW_CONTROL_ERROR, "a stream window above 2^31-1")
+            elif code == MAX_FRAME_SIZE:
+                if not DEFAULT_FRAME_SIZE <= value <= 16_777_215:
+                    raise ProtocolError(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                self._max_frame = value
+            elif code == HEADER_TABLE_SIZE:
+                self._encoder.set_peer_table_size(value)
+            elif code == ENABLE_PUSH and value > 1:
+                raise ProtocolError(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+        self._limit = min(self._max_streams, self._peer_streams)
+        self._out.append(_SETTINGS_ACK)
+        if self._settled is not None and not self._settled.done():
+            self.usable = True
+            self._settled.set_result(None)
+
+    def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise ProtocolError(FRAME_SIZE_ERROR, "RST_STREAM not 4 bytes")
+        stream = self._known(stream_id)
+        if stream is None:
+            return
+        code = _U32.unpack(payload)[0]
+        del self._streams[stream_id]
+        self._unsent.pop(stream_id, None)
+        stream.done(stream.index, TransportError(f"stream reset (error {code})", unprocessed=code == REFUSED_STREAM))
+
+    def _on_goaway(self, stream_id: int, payload: bytes) -> None:
+        # No new stream here. Streams above last_stream_id were not processed and are handed back
+        # for another connection; the ones at or below it still get their answers.
+        if stream_id or len(payload) < 8:
+            raise ProtocolError(PROTOCOL_ERROR, "malformed GOAWAY")
+        last, code = _GOAWAY.unpack_from(payload)
+        last &= MAX_STREAM_ID
+        self.usable = False
+        for above in [s for s in self._streams if s > last]:
+            self._unsent.pop(above, None)
+            stream = self._streams.pop(above)
+            stream.done(stream.index, TransportError(f"GOAWAY (error {code})", unprocessed=True))
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(None)
+
+    # ------------------------------------------------------------------------------------- batches
     async def request_batch(
         self,
         method: bytes,
@@ -358,12 +767,7 @@ class Connection:
             return []
         loop = asyncio.get_running_loop()
         finished = loop.create_future()
-        conn = self._conn
-        assert conn is not None
         authority = self._sni.encode()
-        mine: dict[int, int] = {}  # stream id -> item index, for the timeout
-        opened = [0.0] * n  # when each item's stream was opened (its response latency starts there)
-        observe = self._latency.observe
         nxt, left = 0, n
         last_progress = time.monotonic()
 
@@ -373,54 +777,22 @@ class Connection:
                 results[i] = result
                 left -= 1
                 last_progress = time.monotonic()
-                if result.__class__ is Response:
-                    observe(last_progress - opened[i])
                 if left == 0 and not finished.done():
                     finished.set_result(None)
 
-        def on_done(i: int) -> Callable[[Response | TransportError], None]:
-            return lambda result: complete(i, result)
-
         def pump() -> None:
             nonlocal nxt
-            streams = self._streams
+            streams, open_stream = self._streams, self._open
             while nxt < n:
+                if self.usable and self._next_id > MAX_STREAM_ID:
+                    self.usable = False  # stream ids used up: a new connection takes over
                 if not self.usable:
                     complete(nxt, TransportError("connection closed before the request was sent", unprocessed=True))
                     nxt += 1
                     continue
                 if len(streams) >= self._limit or self._unsent:
-                    return  # the reader pumps again when a stream ends or the window grows
-                path, headers, body = items[nxt]
-                try:
-                    stream_id = conn.get_next_available_stream_id()
-                    conn.send_headers(
-                        stream_id,
-                        [
-                            (b":method", method),
-                            (b":scheme", b"https"),
-                            (b":path", path),
-                            (b":authority", authority),
-                            *headers,
-                        ],
-                        end_stream=not body,
-                    )
-                    if body:
-                        window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-                        if len(body) <= window:
-                            conn.send_data(stream_id, body, end_stream=True)
-                        else:
-                            self._unsent[stream_id] = memoryview(body)
-                            self._send_unsent()
-                except jh2.exceptions.H2Error as exc:
-                    # our own bookkeeping should make this impossible; the server never saw the stream
-                    self.usable = False
-                    complete(nxt, TransportError(f"cannot open a stream: {exc!r}", unprocessed=True))
-                    nxt += 1
-                    continue
-                streams[stream_id] = _Stream(on_done(nxt))
-                mine[stream_id] = nxt
-                opened[nxt] = time.monotonic()
+                    return  # data_received pumps again when a stream ends or the window grows
+                open_stream(method, authority, items[nxt], complete, nxt)
                 nxt += 1
             self._pumps.discard(pump)
 
@@ -431,14 +803,9 @@ class Connection:
             if idle < timeout:
                 timer[0] = loop.call_later(timeout - idle, watchdog)
                 return
-            for stream_id, i in list(mine.items()):
-                if results[i] is None and self._streams.pop(stream_id, None) is not None:
-                    self._unsent.pop(stream_id, None)
-                    try:
-                        conn.reset_stream(stream_id)
-                    except jh2.exceptions.H2Error:
-                        pass
-                    complete(i, TransportError(f"no response within {timeout} s"))
+            for stream_id, stream in list(self._streams.items()):
+                if stream.done is complete:
+                    self._reset(stream_id, CANCEL, TransportError(f"no response within {timeout} s"))
             for i in range(nxt, n):
                 complete(i, TransportError(f"no stream available within {timeout} s", unprocessed=True))
             self._pumps.discard(pump)
@@ -454,40 +821,6 @@ class Connection:
             timer[0].cancel()
             self._pumps.discard(pump)
         return _answered(results)
-
-    @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
-    async def close_when_done(self) -> None:
-        """Close once the reader has ended (the server closes after its GOAWAY'd streams)."""
-        if self._reader_task is not None:
-            try:
-                await asyncio.shield(self._reader_task)
-            except (asyncio.CancelledError, Exception):
-                pass
-        await self.close()
-
-    async def close(self) -> None:
-        self.usable = False
-        if self._conn is not None and self._writer is not None and not self._writer.is_closing():
-            try:
-                self._conn.close_connection()
-                self._writer.write(self._conn.data_to_send())
-            except (jh2.exceptions.H2Error, OSError, RuntimeError):
-                pass
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            try:
-                await self._reader_task
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.close()
-            try:
-                await self._writer.wait_closed()
-            except (OSError, ssl.SSLError):
-                pass
 
 
 class Pool:
