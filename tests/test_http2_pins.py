@@ -21,9 +21,10 @@ import re
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
-import hpack
-import hpack.table
+import h2.config
+import h2.connection
 import pytest
 
 from notee.providers import http2
@@ -56,6 +57,12 @@ def _loud(what: str) -> str:
     )
 
 
+def _h2_codec() -> tuple[Any, Any]:
+    """The HPACK encoder and decoder of the emulator's plain ``h2`` (the ``hpack`` package)."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    return conn.encoder, conn.decoder
+
+
 def test_jh2_is_pinned_exactly_to_the_installed_version() -> None:
     pins = _pins()
     assert set(pins) == set(PINNED), _loud("pyproject.toml must pin jh2 with ==")
@@ -67,7 +74,7 @@ def test_the_response_decoder_is_jh2s_native_one_and_reads_huffman_coded_blocks(
     decoder = http2.HeaderDecoder()
     module = type(decoder._decoder).__module__
     assert module == "jh2._hazmat", _loud(f"the decoder comes from {module}, not jh2's native codec")
-    server = hpack.Encoder()  # what the emulator's h2 sends: Huffman-coded, indexed
+    server, _ = _h2_codec()  # what the emulator's h2 sends: Huffman-coded, indexed
     headers = [(b":status", b"200"), (b"content-type", b"application/json"), (b"apns-id", b"a-b-c")]
     for _ in range(3):
         got = decoder.decode(server.encode(headers, huffman=True))
@@ -83,14 +90,16 @@ def test_a_malformed_header_block_is_a_compression_error_not_a_crash(block: byte
 
 
 def test_the_static_table_is_rfc_7541s() -> None:
-    assert http2._STATIC == hpack.table.HeaderTable.STATIC_TABLE, _loud("jh2's STATIC_TABLE differs from hpack's")
+    _, decoder = _h2_codec()
+    hpack_static = type(decoder.header_table).STATIC_TABLE
+    assert hpack_static == http2._STATIC, _loud("jh2's STATIC_TABLE differs from hpack's")
     assert len(http2._STATIC) == 61 and http2._STATIC[1] == (b":method", b"GET")
 
 
 def test_header_blocks_index_the_constant_authorization_header() -> None:
     # a long bearer is sent in full on the connection's first two requests (the second adds it to
     # the dynamic table), then as an index: what keeps the per-request header cost flat
-    encoder, decoder = http2.HeaderEncoder(), hpack.Decoder()
+    encoder, decoder = http2.HeaderEncoder(), _h2_codec()[1]
     secret = b"Bearer indexed-" + b"x" * 200
     sizes = []
     for i in range(4):
@@ -110,7 +119,7 @@ def test_the_dynamic_table_follows_evictions_and_size_changes() -> None:
     """Thousands of blocks whose repeated headers overflow the 4,096-byte table (evictions), then the
     server's SETTINGS_HEADER_TABLE_SIZE lowered to 200 and to 0 and raised again: h2's decoder,
     which checks every index and every size update, reads every block back exactly."""
-    encoder, decoder = http2.HeaderEncoder(), hpack.Decoder()
+    encoder, decoder = http2.HeaderEncoder(), _h2_codec()[1]
     for i in range(3000):
         if i == 1000:
             encoder.set_peer_table_size(200)

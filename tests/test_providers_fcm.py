@@ -420,3 +420,34 @@ def test_a_batch_larger_than_the_stream_limit_and_a_dropped_connection(emulator)
     # every message of the cut batch has an outcome: delivered, or retryable (never lost, never hung)
     assert len(cut) == 200 and all(isinstance(o, (Delivered, RetryAfter)) for o in cut)
     assert any(isinstance(o, RetryAfter) for o in cut)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"name":"projects/p/messages/1"}',
+        b'{\n  "name": "projects/p/messages/0:1500415314455276%31bd1c96"\n}\n',  # FCM's (and the emulator's) layout
+        b'{"name":"projects/p/messages/\\u00e9\\"x"}',  # escapes: parsed as JSON
+        '{"name":"projects/p/messages/é"}'.encode(),
+        b'{"name":"a","extra":1}',
+        b'{"name":"a"} trailing',
+    ],
+)
+def test_a_sent_answer_names_the_message_exactly_as_json_would(body):
+    import json
+
+    try:
+        expected = Delivered(json.loads(body).get("name", ""))
+    except ValueError:
+        expected = Delivered("")
+    assert classify_fcm(200, body, None) == expected
+
+
+def test_spliced_bodies_quote_every_token_as_json_would():
+    from notee.providers.fcm import _BodyCache, _encode
+
+    tokens = ["plain-token:APA91b_x", 'q"uote', "back\\slash", "ctrl\x01x", "del\x7fx", "line\u2028sep", "é"]
+    cache = _BodyCache()
+    for t in tokens:
+        m = Message(t, "AOS", "T", "B")
+        assert cache.body(m) == _encode(m), t

