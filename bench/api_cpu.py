@@ -80,12 +80,15 @@ def measure(
     tree: str | None, label: str, api_key: str, users: list[str], n: int, concurrency: int, kinds: list[str]
 ) -> dict[str, float]:
     """One API process serving ``tree`` (None: this checkout): ms of its CPU per request, per kind."""
-    saved = os.environ.get("PYTHONPATH")
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     if tree is not None:
+        # `python -m notee` puts its working directory first on sys.path: run it from the tree too
         os.environ["PYTHONPATH"] = tree
+        os.chdir(tree)
     try:
         api = ApiProcess()
     finally:
+        os.chdir(cwd)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
