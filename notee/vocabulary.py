@@ -6,7 +6,7 @@ and the providers can all use it without importing each other (docs/ARCHITECTURE
 - what a publish job addresses (``TopicTarget`` / ``CycleTarget`` / ``UserTarget``) and how a job row stores it;
 - slot arithmetic (``SLOT_SIZE``, ``slot_of``);
 - the notification methods, device OSes, delivery modes and the days of the week;
-- ``Recipient`` (one device, as the fan-out read yields it) and ``PageCounts`` (what sending some
+- ``RecipientRow`` / ``Recipient`` (one device, as the fan-out read yields it) and ``PageCounts`` (what sending some
   devices did: the one counts type of a page, a task and a job's progress);
 - the decrypted provider credentials of a service (read by the domain, used by the providers).
 """
@@ -14,7 +14,7 @@ and the providers can all use it without importing each other (docs/ARCHITECTURE
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 # --- notification methods, device OSes, priorities, days ------------------------------------------------------
 
@@ -147,11 +147,10 @@ def slot_ranges(max_slot: int, slots_per_task: int = 1) -> list[tuple[int, int]]
 
 
 class Recipient(NamedTuple):
-    """One device to push to, as the fan-out read yields it from Cassandra (no MySQL lookup).
-
-    A NamedTuple, not a dataclass: the fan-out read builds one per row straight from the driver's
-    tuple rows (``Recipient._make``), ~0.3 µs against ~0.9 µs for a frozen dataclass
-    (docs/BENCHMARKS.md, slot walk)."""
+    """One device to push to. The fan-out read yields the driver's own row tuples, columns in this
+    order (``RecipientRow``, read by position: ``TOKEN`` ... ``ORIGIN``), no object built per row
+    (docs/BENCHMARKS.md, slot walk); a Recipient is such a row with names, for the few built in
+    Python (a user's devices from MySQL, tests)."""
 
     device_token: str
     device_os: str  # "IOS" | "AOS"
@@ -165,6 +164,21 @@ class Recipient(NamedTuple):
     def device(self) -> str:
         """The device across rotations: its first token."""
         return self.origin or self.device_token
+
+
+# A recipient as the fan-out read yields it: the driver's row (device_token, device_os, user_id, no,
+# origin); a ``Recipient`` is one too. Read its columns by these positions.
+RecipientRow = tuple[str, str, str, int, str | None]
+TOKEN: Final = 0
+OS: Final = 1
+USER: Final = 2
+NO: Final = 3
+ORIGIN: Final = 4
+
+
+def device_of(row: RecipientRow) -> str:
+    """The device across rotations: its first token (``Recipient.device`` for a row)."""
+    return row[ORIGIN] or row[TOKEN]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from notee.settings import Settings
 from notee.store.cassandra import rows
 from notee.store.cql import stream_recipients
 from notee.store.outage import is_store_outage
-from notee.vocabulary import TopicTarget
+from notee.vocabulary import TOKEN, TopicTarget
 from tests.support.fanout import seed_topic
 from tests.tcp_switch import TcpSwitch
 
@@ -85,10 +85,8 @@ def test_a_fan_out_page_after_the_first_fails_while_the_node_is_frozen(
     assert is_store_outage(error)  # so the worker releases its task
 
     # The outage passed: the task's checkpoint (the first page's state) still reads the rest.
-    rest = [
-        r.device_token for page, _ in stream_recipients(linked.statements, key, target, 0, PAGE, state) for r in page
-    ]
-    assert [r.device_token for r in first] + rest == tokens
+    rest = [r[TOKEN] for page, _ in stream_recipients(linked.statements, key, target, 0, PAGE, state) for r in page]
+    assert [r[TOKEN] for r in first] + rest == tokens
 
 
 def test_a_scan_page_after_the_first_fails_while_the_node_is_frozen(

@@ -19,7 +19,7 @@ from notee import reconcile
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from notee.vocabulary import CycleTarget, TopicTarget
+from notee.vocabulary import CycleTarget, Recipient, TopicTarget
 from tests.support.registry import new_service, new_template, new_user, random_token
 from tests.support.scheduler import scheduler
 
@@ -45,7 +45,7 @@ def slot_rows(st, service, key, target, method, type_):
     out = []
     for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
         for page, _ in cqlstore.stream_recipients(st, key, target, slot, 500):
-            out += page
+            out += map(Recipient._make, page)
     return out
 
 

@@ -35,7 +35,7 @@ from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store.cql import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
-from notee.vocabulary import FcmCredentials, PageCounts, ProviderCredentials
+from notee.vocabulary import FcmCredentials, PageCounts, ProviderCredentials, Recipient
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import shared_service_account
@@ -241,7 +241,7 @@ def test_a_rejected_paging_state_resumes_after_the_checkpointed_key(runtime: Run
     from notee.vocabulary import TopicTarget
 
     st = runtime.statements
-    rows = [r for page, _ in stream_recipients(st, key, TopicTarget("k"), 0, 1000) for r in page]
+    rows = [Recipient._make(r) for page, _ in stream_recipients(st, key, TopicTarget("k"), 0, 1000) for r in page]
     assert len(rows) == 250
     c = _claim(runtime, service_id)
     assert c is not None

@@ -21,7 +21,7 @@ from notee.domain import subscriptions as subs
 from notee.fanout import worker as worker_mod
 from notee.fanout.worker import MovedRowFilter, Worker
 from notee.store import cql as cqlstore
-from notee.vocabulary import Recipient, TopicTarget
+from notee.vocabulary import TOKEN, Recipient, TopicTarget
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
@@ -40,7 +40,7 @@ def slot_tokens(st, service, key, topic):
     out = []
     for slot in range(cqlstore.max_slot(st, service, "TOPIC", "news") + 1):
         for page, _ in cqlstore.stream_recipients(st, key, TopicTarget(topic), slot, 500):
-            out += [r.device_token for r in page]
+            out += [r[TOKEN] for r in page]
     return out
 
 
@@ -73,7 +73,7 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
             item = next(pages, None)
             if item is None:
                 return
-            reads.append((started, [r.device_token for r in item[0]]))
+            reads.append((started, [r[TOKEN] for r in item[0]]))
             yield item
 
     monkeypatch.setattr(worker_mod, "stream_recipients", recorded)

@@ -13,7 +13,7 @@ import pytest
 from notee import reconcile
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from notee.vocabulary import CycleTarget, TopicTarget
+from notee.vocabulary import CycleTarget, Recipient, TopicTarget
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
 
@@ -31,7 +31,7 @@ def recipients(st, key, target, service, method, type_):
     out = []
     for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
         for page, _ in cqlstore.stream_recipients(st, key, target, slot, 50):
-            out += page
+            out += map(Recipient._make, page)
     return out
 
 

@@ -67,7 +67,20 @@ from notee.store.cql import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
 from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
-from notee.vocabulary import PageCounts, Recipient, Target, UserTarget, decode_target
+from notee.vocabulary import (
+    NO,
+    ORIGIN,
+    OS,
+    TOKEN,
+    USER,
+    PageCounts,
+    Recipient,
+    RecipientRow,
+    Target,
+    UserTarget,
+    decode_target,
+    device_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,17 +128,17 @@ SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
 _ReadItem = (
     tuple[
         int,
-        list[Recipient],
+        list[RecipientRow],
         bytes | None,
         tuple[int, str] | None,
         dict[tuple[str, str], str] | None,
-        list[Recipient],
+        list[RecipientRow],
         int,
     ]
     | Exception
 )
 _NO_CLOCK: UserClock = (None, None)
-_ORIGIN = operator.attrgetter("origin")  # the hot path's scan of a page, in C
+_ORIGIN = operator.itemgetter(ORIGIN)  # the hot path's scan of a page, in C
 _NO_ORIGIN = {None}
 
 
@@ -144,20 +157,20 @@ class MovedRowFilter:
         self.no: int | None = after[0] if after else None
         self.devices: set[str] = {after[1]} if after else set()
 
-    def __call__(self, page: list[Recipient]) -> list[Recipient]:
+    def __call__(self, page: list[RecipientRow]) -> list[RecipientRow]:
         if not page:
             return page
-        if page[0].no != self.no and set(map(_ORIGIN, page)) == _NO_ORIGIN:
-            last, i = page[-1].no, len(page) - 1
-            while i and page[i - 1].no == last:  # the rows of the last `no`: usually just one
+        if page[0][NO] != self.no and set(map(_ORIGIN, page)) == _NO_ORIGIN:
+            last, i = page[-1][NO], len(page) - 1
+            while i and page[i - 1][NO] == last:  # the rows of the last `no`: usually just one
                 i -= 1
-            self.no, self.devices = last, {r.device_token for r in page[i:]}
+            self.no, self.devices = last, {r[TOKEN] for r in page[i:]}
             return page
         kept = []
         for r in page:
-            if r.no != self.no:
-                self.no, self.devices = r.no, set()
-            device = r.device
+            if r[NO] != self.no:
+                self.no, self.devices = r[NO], set()
+            device = device_of(r)
             if device in self.devices:
                 continue
             self.devices.add(device)
@@ -192,7 +205,7 @@ class _Part:
 
 
 def messages_for(
-    page: Sequence[Recipient], payload: dict[str, Any], locales: dict[tuple[str, str], str] | None = None
+    page: Sequence[RecipientRow], payload: dict[str, Any], locales: dict[tuple[str, str], str] | None = None
 ) -> list[Message]:
     """One page's messages (pure, no I/O): every recipient gets the job's rendered payload, or, when
     the template has locale variants, the variant its locale (``locales``: (user_id, device_token) ->
@@ -202,17 +215,17 @@ def messages_for(
     variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
     if not variants or not locales:
         title, body, data = default
-        return [Message(r.device_token, r.device_os, title, body, data, ttl, priority) for r in page]
+        return [Message(r[TOKEN], r[OS], title, body, data, ttl, priority) for r in page]
     by_locale: dict[str | None, tuple[str, str, dict[str, str]]] = {None: default}
     out = []
     for r in page:
-        locale = locales.get((r.user_id, r.device_token))
+        locale = locales.get((r[USER], r[TOKEN]))
         text = by_locale.get(locale)
         if text is None:
             tag = choose_variant(locale, variants)
             v = variants[tag] if tag is not None else None
             text = by_locale[locale] = default if v is None else (v["title"], v["body"], v.get("data") or {})
-        out.append(Message(r.device_token, r.device_os, text[0], text[1], text[2], ttl, priority))
+        out.append(Message(r[TOKEN], r[OS], text[0], text[1], text[2], ttl, priority))
     return out
 
 
@@ -536,7 +549,7 @@ class Worker:
                 locales = None
                 if locales_of is not None and page:
                     locales = await asyncio.to_thread(self._locales, locales_of, page)
-                last = (page[-1].no, page[-1].device_token) if page else None
+                last = (page[-1][NO], page[-1][TOKEN]) if page else None
                 await queue.put((claim.slot_from, page, None, last, locales, page, 0))
             except Exception as exc:
                 await queue.put(exc)
@@ -555,7 +568,7 @@ class Worker:
                     if item is None:
                         break
                     page, next_state = item
-                    last_read = (page[-1].no, page[-1].device_token) if page else None
+                    last_read = (page[-1][NO], page[-1][TOKEN]) if page else None
                     page = moved(page)
                     to_send, dropped = page, 0
                     if local[1] is not None and page and not local[1].lookup:
@@ -569,25 +582,25 @@ class Worker:
         except Exception as exc:  # handed to the consumer, which releases the task
             await queue.put(exc)
 
-    def _of_part(self, service: str, local: _Part, page: list[Recipient]) -> tuple[list[Recipient], int]:
+    def _of_part(self, service: str, local: _Part, page: list[RecipientRow]) -> tuple[list[RecipientRow], int]:
         """The page's recipients this part sends, and how many it drops (quiet hours)."""
         if not local.lookup:  # one zone, the service's window: the same verdict for every row
             verdict = local.decide((local.zone or None, None))
             return (page, 0) if verdict == _Part.SEND else ([], len(page) if verdict == _Part.DROP else 0)
         with self.runtime.sessions() as session:
-            clocks = user_clocks(session, service, {r.user_id for r in page})
+            clocks = user_clocks(session, service, {r[USER] for r in page})
         send, dropped = [], 0
         for r in page:
-            verdict = local.decide(clocks.get(r.user_id, _NO_CLOCK))
+            verdict = local.decide(clocks.get(r[USER], _NO_CLOCK))
             if verdict == _Part.SEND:
                 send.append(r)
             elif verdict == _Part.DROP:
                 dropped += 1
         return send, dropped
 
-    def _locales(self, service: str, page: list[Recipient]) -> dict[tuple[str, str], str]:
+    def _locales(self, service: str, page: Sequence[RecipientRow]) -> dict[tuple[str, str], str]:
         with self.runtime.sessions() as session:
-            return recipient_locales(session, service, {r.user_id for r in page})
+            return recipient_locales(session, service, {r[USER] for r in page})
 
     async def _keep_lease(self, claim: Claim, lost: asyncio.Event) -> None:
         while True:
@@ -601,7 +614,7 @@ class Worker:
                 log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
 
 
-def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarget) -> list[Recipient]:
+def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarget) -> list[RecipientRow]:
     """Every device of a scheduled single send's user, read when it is sent (one MySQL query per job:
     a user has a handful of devices). A user deleted since has none: the job targets 0."""
     with sessions() as session:

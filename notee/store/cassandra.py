@@ -6,7 +6,8 @@ then take an extra network hop through a coordinator.
 
 Multi-page reads go through ``pages`` / ``rows``: each page is its own request with its own
 timeout. The driver's own paging (``ResultSet.fetch_next_page``, or iterating a ``ResultSet``
-past its first page) has none (see ``pages``).
+past its first page) has none (see ``pages``). A page read this way is freed by reference
+counting, not left to the garbage collector (see ``pages``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from notee.store.outage import count_cassandra_error, watch_cassandra
 # the caller decides.
 COUNTER_PROFILE = "counter"
 # Named execution profile for the fan-out's page reads: rows come back as plain tuples, which the
-# read turns into ``Recipient``s without building a namedtuple per row first.
+# read hands on as they are (``RecipientRow``), without building a namedtuple per row.
 PAGE_PROFILE = "pages"
 
 
@@ -130,6 +131,12 @@ def pages(
     failing and releasing its task (docs/RELIABILITY.md, "Quorum loss")."""
     while True:
         result = session.execute(statement, paging_state=paging_state, execution_profile=execution_profile)
+        # The request's timer (cancelled once the page arrived) and its future point at each other
+        # (``Timer.callback`` is the future's bound ``_on_timeout``): a cycle that only the garbage
+        # collector frees, the page's rows with it. Dropped here, the page is freed as soon as its
+        # reader lets go; kept, every page cost a collection (~0.3 µs per row, docs/BENCHMARKS.md,
+        # slot walk; tests/test_cassandra_profiles.py).
+        result.response_future._timer = None
         yield result
         paging_state = result.paging_state
         if paging_state is None:

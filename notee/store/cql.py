@@ -21,26 +21,20 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces, pages, rows
-from notee.vocabulary import BLOCK_SIZE, CycleTarget, Recipient, TopicTarget, block_of, slot_of
+from notee.vocabulary import BLOCK_SIZE, CycleTarget, RecipientRow, TopicTarget, block_of, slot_of
 
 # Reads whose rows are unpacked by position: plain tuples. The driver's default row factory builds
 # a namedtuple *class* per result, which cost ~8 % of the API's CPU on the subscribe path.
 TUPLE_ROWS = PAGE_PROFILE
-
-# A Recipient straight from a page's tuple row, in C: ``Recipient._make`` is a Python-level call per
-# row (its length check included), ~3x the cost (docs/BENCHMARKS.md, slot walk). The page statements
-# select exactly Recipient's fields in order (tests/test_fanout_store.py checks their columns).
-recipient_of_row = cast(Callable[[Sequence[Any]], Recipient], partial(tuple.__new__, Recipient))
 
 USER_LEVEL = ""  # device_token of the per-user index row that records the subscription itself
 
@@ -107,7 +101,7 @@ class Statements:
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
             " AND no = ? AND device_token = ?"
         )
-        # Columns in Recipient's field order. The *_after variants resume a slot after a row's
+        # Columns in Recipient's field order (a RecipientRow). The *_after variants resume a slot after a row's
         # clustering key (no, device_token) when the server rejects a checkpointed paging state.
         self.topic_page = p(
             f"SELECT device_token, device_os, user_id, no, origin FROM {n}.topic_notification"
@@ -979,10 +973,10 @@ def stream_recipients(
     *,
     after: tuple[int, str] | None = None,
     zone: str | None = None,
-) -> Iterator[tuple[list[Recipient], bytes | None]]:
+) -> Iterator[tuple[list[RecipientRow], bytes | None]]:
     """Yield the recipients of one slot of (template, topic) or (template, cycle bucket), one page of at
-    most ``fetch_size`` rows at a time, with the paging state *after* that page (None once the slot is
-    exhausted). Resume from a checkpoint by passing the paging state back, or, when the server
+    most ``fetch_size`` rows at a time (``RecipientRow``s: the driver's tuples, read by position),
+    with the paging state *after* that page (None once the slot is exhausted). Resume from a checkpoint by passing the paging state back, or, when the server
     rejected it (``PagingStateRejected``), by passing ``after=(no, device_token)`` of the last row
     already sent. Reads Cassandra only and never holds more than one page. A page may be empty
     (tombstones, or rows of other zones) while the state is not None. ``zone`` (a topic): only the
@@ -1010,7 +1004,9 @@ def stream_recipients(
             raise
         if result is None:
             return
-        yield list(map(recipient_of_row, result.current_rows)), result.paging_state
+        # The driver's own rows, handed on as they are: an object built per row (a ``Recipient``)
+        # cost ~0.5 µs per row, most of it in the garbage collector (docs/BENCHMARKS.md, slot walk).
+        yield result.current_rows, result.paging_state
 
 
 def max_slot(cql_statements: Statements, service: str, method: str, type_: str) -> int:
