@@ -5,6 +5,12 @@ worker process is started and idle, the emulator's counts are reset; then the cl
 publish is created with ``notee.fanout.jobs.publish_topic`` (what the publish API calls) and the
 clock stops when the emulator has acknowledged every device. While it runs the worker's resident
 memory is sampled; "after its first page" is the first sample once a task has checkpointed a page.
+The worker process's CPU (every thread) from just before the publish to its job done, per push, is
+the side figure ``worker_cpu_us_per_push`` (FCM: the seeded devices are Android);
+``worker_cpu_us_per_push_steady`` is the same from the first checkpointed page on (without the
+one-time work of a fresh worker: provider credentials, the first connections). Right after it the
+same worker sends a publish to ``devices // APNS_SHARE`` iOS devices (the emulator's APNs port),
+whose CPU per push is ``worker_cpu_us_per_push_apns`` (not part of either figure's ratio).
 
 The ceiling is the smaller of the two bare ceilings, in pushes/s: the raw driver's paged read of the
 publish's own partitions (as in slot_walk) and the bare h2 client's wall-clock rate (as in send_cpu).
@@ -28,10 +34,11 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.report import Measure, figure, missing
-from bench.seed import insert_topic_rows, set_no_counter, topic_rows
-from bench.tenant import make_template, make_tenant
+from bench.seed import apns_like_token, insert_topic_rows, set_no_counter, topic_rows
+from bench.tenant import add_apns_credentials, make_template, make_tenant
 
 TYPE = "bench_topic"
+APNS_SHARE = 5  # the APNs publish after the measured one: devices // APNS_SHARE iOS devices
 
 
 class WorkerProcess:
@@ -65,6 +72,13 @@ class WorkerProcess:
         import psutil
 
         return psutil.Process(self.pid).memory_info().rss
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, every thread) the worker process has used so far."""
+        import psutil
+
+        t = psutil.Process(self.pid).cpu_times()
+        return t.user + t.system
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -119,10 +133,12 @@ def publish_and_wait(
     """Start the clock, call ``start()`` (creates the job(s), returns their ids), then sample until the
     emulator acknowledged ``expect`` pushes. Returns seconds, RSS samples and job ids."""
     emulator.reset()
+    cpu0 = worker.cpu_s()
     t0 = time.perf_counter()
     job_ids = start()
     t_created = time.perf_counter()
     rss_first = None
+    first_page: tuple[float, int] | None = None
     rss_max = 0
     delivered = 0
     samples: list[tuple[int, int]] = []  # (acknowledged so far, worker RSS)
@@ -135,6 +151,7 @@ def publish_and_wait(
         samples.append((delivered, rss))
         if rss_first is None and any(_pages(runtime, j) >= 1 for j in job_ids):
             rss_first = rss
+            first_page = (worker.cpu_s(), delivered)  # after the one-time work (credentials, connections)
         if delivered >= expect:
             break
         if now > deadline:
@@ -150,8 +167,13 @@ def publish_and_wait(
     while time.monotonic() < end and any(_job_state(runtime, j) not in ("done", "failed") for j in job_ids):
         time.sleep(0.05)
     rss_end = worker.rss()
+    cpu_end = worker.cpu_s()
     return {
         "elapsed_s": elapsed,
+        # the whole publish as the worker sees it: claim, reads, sends, checkpoints, job done
+        "worker_cpu_s": cpu_end - cpu0,
+        # the same from the first checkpointed page on: (CPU s, pushes acknowledged meanwhile)
+        "worker_cpu_steady": (cpu_end - first_page[0], delivered - first_page[1]) if first_page else None,
         "create_s": t_created - t0,
         "delivered": delivered,
         "rss_first": rss_first,
@@ -191,13 +213,23 @@ def run(
     from bench import send_cpu
 
     tenant = make_tenant(runtime)
+    add_apns_credentials(runtime, tenant.service, send_cpu.APNS_TOPIC)  # before the worker starts
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
     topic = "bench-" + uuid.uuid4().hex[:8]
     insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, devices))
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices)
+    ios = max(devices // APNS_SHARE, 1)
+    insert_topic_rows(
+        runtime.cql,
+        runtime.keyspaces.notification,
+        topic_rows(key, topic + "-ios", ios, start_no=devices + 1, ios_every=1, token_of=apns_like_token),
+    )
 
     def start() -> list[str]:
         return [publish_now(runtime, tenant.service, TYPE, topic)]
+
+    def start_apns() -> list[str]:
+        return [publish_now(runtime, tenant.service, TYPE, topic + "-ios")]
 
     worker = WorkerProcess(tenant.service, lanes)
     try:
@@ -206,6 +238,10 @@ def run(
             None if ceilings is not None else bracket_ceilings(runtime, emulator, key, topic, devices, bare_send_n)
         )
         r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, job_of=None, timeout=timeout)
+        # Not part of either figure: the same worker's CPU per push for APNs, from a smaller publish
+        # to iOS devices (the emulator's APNs port), measured after the FCM one.
+        set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices + ios)
+        r_apns = publish_and_wait(runtime, emulator, worker, start=start_apns, expect=ios, job_of=None, timeout=timeout)
     finally:
         worker.stop()
     extra_ceilings: dict[str, float] = {}
@@ -241,6 +277,18 @@ def run(
                 "elapsed_s": r["elapsed_s"],
                 "job_create_s": r["create_s"],
                 "job_state": r["states"][0],
+                # the worker process's CPU per push, absolute (issue 19: the whole worker <= 50 us)
+                "worker_cpu_us_per_push": r["worker_cpu_s"] / max(r["delivered"], 1) * 1e6,
+                # the same after the first checkpointed page (without the worker's one-time setup)
+                **(
+                    {"worker_cpu_us_per_push_steady": r["worker_cpu_steady"][0] / r["worker_cpu_steady"][1] * 1e6}
+                    if r["worker_cpu_steady"] and r["worker_cpu_steady"][1] > 0
+                    else {}
+                ),
+                # APNs: the same worker, a publish to devices // APNS_SHARE iOS devices right after
+                "worker_cpu_us_per_push_apns": r_apns["worker_cpu_s"] / max(r_apns["delivered"], 1) * 1e6,
+                "apns_devices": ios,
+                "apns_job_state": r_apns["states"][0],
                 **{f"ceiling_{k}": v for k, v in {**usable, **extra_ceilings}.items()},
             },
         )

@@ -51,11 +51,24 @@ def insert_batched(session, stmt, rows: Iterable[tuple], partition_of, concurren
     return count
 
 
+def apns_like_token(i: int) -> str:
+    """A 64-hex-digit token shaped like an APNs device token; the same for the same i."""
+    return f"{i:064x}"
+
+
 def topic_rows(
-    key: str, topic: str, n: int, *, start_no: int = 1, ios_every: int = 0, zone_of=lambda i: ""
+    key: str,
+    topic: str,
+    n: int,
+    *,
+    start_no: int = 1,
+    ios_every: int = 0,
+    zone_of=lambda i: "",
+    token_of=fcm_like_token,
 ) -> Iterator[tuple]:
     """(slot, notification_key, topic, no, device_token, device_os, user_id, registered_at, zone) rows;
-    ``zone_of(i)``: the time zone subscribe would store for the i-th row's user ('' = none: the service's)."""
+    ``zone_of(i)``: the time zone subscribe would store for the i-th row's user ('' = none: the service's);
+    ``token_of(no)``: the row's device token."""
     for i in range(n):
         no = start_no + i
         os_ = "IOS" if ios_every and i % ios_every == 0 else "AOS"
@@ -64,7 +77,7 @@ def topic_rows(
             key,
             topic,
             no,
-            fcm_like_token(no),
+            token_of(no),
             os_,
             str(uuid.uuid4()),
             1_700_000_000_000 + i,

@@ -116,3 +116,29 @@ def bulk_users(
                 device_rows[i : i + 2000],
             )
     return users
+
+
+def add_apns_credentials(runtime, service: str, bundle_id: str) -> None:
+    """APNs credentials (a fresh P-256 key) for a bench tenant: its iOS devices then go to the
+    emulator's APNs port."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from notee.domain import credentials
+
+    key = (
+        ec.generate_private_key(ec.SECP256R1())
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        .decode()
+    )
+    with runtime.sessions.begin() as session:  # the caller owns the commit
+        credentials.set_apns_credentials(
+            session,
+            SecretsBox(runtime.settings.credentials_key.get_secret_value()),
+            service,
+            key_id="BENCHKEY01",
+            team_id="BENCHTEAM1",
+            bundle_id=bundle_id,
+            private_key=key,
+            sandbox=True,
+        )

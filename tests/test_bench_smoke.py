@@ -70,9 +70,11 @@ def test_fanout_and_worker_rss_smoke(runtime, bench_emulator):
     assert extra["ceiling_bare_send"] == pytest.approx(
         (extra["ceiling_bare_send_before"] + extra["ceiling_bare_send_after"]) / 2, rel=0.01
     )
-    assert extra["job_state"] == "done"
+    assert extra["job_state"] == "done" and extra["apns_job_state"] == "done"
+    assert extra["worker_cpu_us_per_push"] > 0 and extra["worker_cpu_us_per_push_apns"] > 0
     _measured(out["worker_rss_growth"], "worker_rss_growth")
-    assert bench_emulator.delivered() >= 1200
+    # the last publish (the APNs side figure's, 1200 // 5 iOS devices) went through the APNs port
+    assert extra["apns_devices"] == 240 and bench_emulator.stats()["counts"]["apns.ok"] >= 240
 
 
 def test_fanout_without_ceilings_is_missing(runtime, bench_emulator):
