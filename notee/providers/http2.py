@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 from jh2._hazmat import Decoder as _NativeHpackDecoder
@@ -356,9 +357,9 @@ class Connection(asyncio.Protocol):
             raise TransportError(f"{self.host}:{self.port} closed the connection before its SETTINGS", unprocessed=True)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(client_preface())
+        # uvloop's transports (the API process runs on uvloop) are not asyncio.Transport subclasses
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.write(client_preface())
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self._closing or (f"connection error: {exc!r}" if exc else "connection closed by the server")
