@@ -16,11 +16,12 @@ with the head-size bound Notee needs and a response written in one piece.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _UvicornHttpTools
+
+from notee.api.errors import error_response
 
 LARGE_WRITE = 64 * 1024  # written at once (after what is held): copying it to join would cost more
 
@@ -73,7 +74,8 @@ class CoalescingTransport:
 
 
 def _error_answer(status_line: bytes, code: str, message: str) -> bytes:
-    body = json.dumps({"error": {"code": code, "message": message, "details": []}}, separators=(",", ":")).encode()
+    """A whole HTTP/1.1 answer in the error format, for the protocol layer (outside the ASGI app)."""
+    body = bytes(error_response(400, code, message).body)
     return (
         status_line
         + b"content-type: application/json\r\ncontent-length: "
