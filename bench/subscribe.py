@@ -4,12 +4,14 @@ performing the same Cassandra writes, at the same concurrency.
 * API side: ``notee api`` (uvicorn, one process, its default settings) in a subprocess; ``concurrency``
   client threads, each with its own keep-alive ``http.client`` connection (a lean client, so the
   client's CPU takes little from the server on a small machine), each user subscribed once:
-  ``PUT /v1/users/{user_id}/subscriptions/topic/{type}/{topic}``. Latency p50/p99 per request.
+  ``PUT /v1/users/{user_id}/subscriptions/topic/{type}/{topic}``. Latency p50/p99 per request. The
+  API answers the requests that arrive during a store call of their type together in the next call
+  (notee/api/subscribe_groups.py); the mean group size is a side figure.
 * Raw side: ``concurrency`` threads with the raw driver doing, per user, what a first topic
   subscription of a one-device user writes: one logged batch of slot row + target_slots row +
   device index row + token index row + user-level index row, and one counter batch of the topic's
-  subscribers +1 and ``count`` +1 (2 round trips; Notee also reads the user's index rows before:
-  3). The row's number comes from a range the threads share, reserved like Notee's
+  subscribers +1 and ``count`` +1 (2 round trips per subscription; Notee also reads the users'
+  index rows before, and per group of subscriptions, not per subscription). The row's number comes from a range the threads share, reserved like Notee's
   (``notee.store.cql.NUMBER_RANGE`` numbers per ``no`` increment and its read).
 
 Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
@@ -25,6 +27,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -46,12 +49,18 @@ class ApiProcess:
         self.port = free_port()
         self.log = Path(tempfile.mkstemp(prefix="notee-bench-api-", suffix=".log")[1])
         self._out = self.log.open("wb")
+        # the admin token reads the process's /metrics (``metric``)
+        self.admin_token = os.environ.get("NOTEE_ADMIN_TOKEN") or "bench-admin-" + secrets.token_urlsafe(32)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port", str(self.port)],
             # The figure is the subscribe path's throughput; tenant rate limits are a policy with their
             # own tests (tests/test_rate_limits.py) and would cap or refuse the load here. Their cost
             # per request is measured apart (``rate_limits=True``, the tenant's limits at the maximum).
-            env={**os.environ, "NOTEE_RATE_LIMITS_ENABLED": "true" if rate_limits else "false"},
+            env={
+                **os.environ,
+                "NOTEE_RATE_LIMITS_ENABLED": "true" if rate_limits else "false",
+                "NOTEE_ADMIN_TOKEN": self.admin_token,
+            },
             stdout=self._out,
             stderr=subprocess.STDOUT,
         )
@@ -76,6 +85,21 @@ class ApiProcess:
 
         t = psutil.Process(self.proc.pid).cpu_times()
         return t.user + t.system
+
+    def metric(self, sample: str) -> float:
+        """One unlabelled sample of the process's ``GET /metrics`` (0 when absent)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/metrics", headers={"Authorization": f"Bearer {self.admin_token}"})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        if r.status != 200:
+            raise RuntimeError(f"GET /metrics answered {r.status}")
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == sample:
+                return float(value)
+        return 0.0
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -235,8 +259,10 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             api_users = [uid for uid, _ in people[base + users : base + 2 * users]]
             runs["raw"].append(raw_side(runtime, tenant.service, key, raw_users, f"raw-{r}", concurrency))
             before = api.cpu_s()
+            groups = api.metric("notee_subscribe_group_size_count")
             runs["api"].append(api_side(api.port, tenant.api_key, api_users, f"api-{r}", concurrency))
             runs["api"][-1]["server_cpu_s"] = api.cpu_s() - before
+            runs["api"][-1]["groups"] = api.metric("notee_subscribe_group_size_count") - groups
     finally:
         api.stop()
     # Once more with rate limits on (the bench tenant's limits are the highest an admin can set, so
@@ -265,6 +291,8 @@ def run(runtime, *, users: int, concurrency: int = 16, repeats: int = 2) -> dict
             "raw_p99_ms": _pct(raw_lat, 99) * 1000,
             # CPU of the API process per subscription: one process serves them all
             "api_server_cpu_ms_per_sub": statistics.median(x["server_cpu_s"] / x["n"] for x in runs["api"]) * 1000,
+            # subscriptions per store call (notee/api/subscribe_groups.py)
+            "api_mean_group_size": statistics.median(x["n"] / max(1.0, x["groups"]) for x in runs["api"]),
             "rate_limited_subs_per_s": with_limits["n"] / with_limits["wall_s"],
             "rate_limited_server_cpu_ms_per_sub": with_limits_cpu / with_limits["n"] * 1000,
         },
@@ -323,7 +351,8 @@ def bulk_raw_side(
     index row, token index row and user-level row in a logged batch, users sharing batches up to the
     same byte budget as Notee's (``notee.store.cql.BATCH_BYTES``), all in flight at once; one counter
     batch of the topic's subscribers +n and ``count`` +n. No reads:
-    Notee also reads every user's index rows before (idempotency) and after (who counts the user)."""
+    Notee also reads every user's index rows before (idempotency; its exclusive locks make a re-read
+    after the write unnecessary)."""
     from cassandra.query import BatchStatement, BatchType
 
     from notee.store.cassandra import COUNTER_PROFILE

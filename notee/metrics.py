@@ -43,6 +43,11 @@ HTTP_DURATION = Histogram(
     ["method", "route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+SUBSCRIBE_GROUP_SIZE = Histogram(
+    "notee_subscribe_group_size",
+    "Single topic subscribes answered by one store call (notee.api.subscribe_groups): requests per group.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1000),
+)
 RATE_LIMIT_REJECTIONS = Counter(
     "notee_rate_limit_rejections_total",
     "Tenant requests refused with 429 by the service's rate limit, by service and rate class.",

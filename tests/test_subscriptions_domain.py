@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import logging
+import uuid
 import weakref
 
 import pytest
@@ -120,9 +121,60 @@ def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc)
     assert big == list(range(last + 3, last + 3 + 3 * cqlstore.NUMBER_RANGE))
 
 
+def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime, st, svc):
+    """subscribe_topics (the API's grouped single subscribes, the bulk endpoint): one call, each pair
+    answered as if the pairs ran one after the other; unknown users answer None and stop nobody;
+    every counter moves once per subscription and once per user new to the type."""
+    from notee import reconcile
+
+    key = make_template(runtime, svc, "TOPIC", "news")
+    a = make_user(runtime, svc)
+    ta = make_device(runtime, svc, a, token())
+    b = make_user(runtime, svc)  # no device: the user-level row alone
+    c = make_user(runtime, svc)
+    tc1, tc2 = make_device(runtime, svc, c, token(), "AOS"), make_device(runtime, svc, c, token(), "IOS")
+    assert call(runtime, subs.subscribe_topic, svc, c, "news", "old")["status"] == "subscribed"  # c: in the type
+    unknown = str(uuid.uuid4())
+    wanted = [(a, "x"), (b, "x"), (unknown, "x"), (a, "x"), (a, "y"), (c, "x"), (c, "old"), (b, "x")]
+    with runtime.engine.connect() as db:
+        got = subs.subscribe_topics(db, st, svc, "news", wanted)
+    assert got == [
+        {"status": "subscribed", "devices": 1},
+        {"status": "subscribed", "devices": 0},
+        None,
+        {"status": "already_subscribed", "devices": 1},  # the same pair again sees the first one's rows
+        {"status": "subscribed", "devices": 1},
+        {"status": "subscribed", "devices": 2},
+        {"status": "already_subscribed", "devices": 2},
+        {"status": "already_subscribed", "devices": 0},
+    ]
+    assert st.counters(svc, "TOPIC", "news")[1] == 3  # a and b new to the type (a once, for two topics), c before
+    assert {t: n for _, t, n in st.topic_subscribers(svc, "news")} == {"old": 1, "x": 3, "y": 1}
+    assert sorted(r.device_token for r in recipients(st, key, TopicTarget("x"), svc, "TOPIC", "news")) == sorted(
+        [ta, tc1, tc2]
+    )
+    assert [r.device_token for r in recipients(st, key, TopicTarget("y"), svc, "TOPIC", "news")] == [ta]
+    assert sorted((r.target, r.device_token) for r in st.user_rows(b, svc)) == [("x", "")]
+    # Asked again, alone, each pair is already there; and reconcile finds nothing to repair.
+    assert call(runtime, subs.subscribe_topic, svc, a, "news", "y") == {"status": "already_subscribed", "devices": 1}
+    reconcile.reconcile(runtime, service=svc)
+    assert st.counters(svc, "TOPIC", "news")[1] == 3
+    assert {t: n for _, t, n in st.topic_subscribers(svc, "news")} == {"old": 1, "x": 3, "y": 1}
+
+
+def test_a_group_whose_template_is_missing_or_of_the_other_method_fails_whole_and_writes_nothing(runtime, st, svc):
+    make_template(runtime, svc, "CYCLE", "remind")
+    u = make_user(runtime, svc)
+    make_device(runtime, svc, u, token())
+    for type_, error in (("remind", InvalidInput), ("nothing", NotFound)):
+        with runtime.engine.connect() as db, pytest.raises(error):
+            subs.subscribe_topics(db, st, svc, type_, [(u, "x"), (str(uuid.uuid4()), "x")])
+    assert st.user_rows(u, svc) == []
+
+
 def test_the_subscribe_statements_lock_until_the_connection_returns_and_fail_like_sqlalchemys(runtime, svc):
-    """subscription_sql runs the single subscribe's statements on the DBAPI cursor: the user's lock
-    still lasts until the connection goes back to the pool, and a lost connection is still
+    """subscription_sql runs the topic subscribe's statements on the DBAPI cursor: the users' locks
+    still last until the connection goes back to the pool, and a lost connection is still
     SQLAlchemy's OperationalError (the API's 503), invalidates the connection and is counted."""
     from prometheus_client import REGISTRY
     from sqlalchemy import exc as sa_exc
@@ -142,8 +194,8 @@ def test_the_subscribe_statements_lock_until_the_connection_returns_and_fail_lik
             return False
 
     with runtime.engine.connect() as db:
-        assert subsql.lock_user_zone(db, svc, u, exclusive=True) == ""
-        assert subsql.subscribe_context(db, svc, "news", u).user_exists
+        assert subsql.lock_users_zones(db, svc, [u, str(uuid.uuid4())], exclusive=True) == {u: ""}
+        assert list(subsql.subscribe_context(db, svc, "news", [u]).devices) == [u]
         assert locked_elsewhere()
     assert not locked_elsewhere()  # the pool's reset on return rolled the transaction back
 
@@ -156,11 +208,11 @@ def test_the_subscribe_statements_lock_until_the_connection_returns_and_fail_lik
         with runtime.engine.connect() as killer:
             killer.exec_driver_sql(f"KILL {int(conn_id)}")
         with pytest.raises(sa_exc.OperationalError) as err:
-            subsql.lock_user_zone(db, svc, u, exclusive=True)
+            subsql.lock_users_zones(db, svc, [u], exclusive=True)
         assert err.value.connection_invalidated and db.invalidated
     assert outages() == before + 1
     with runtime.engine.connect() as db:  # the pool hands out a working connection again
-        assert subsql.lock_user_zone(db, svc, u) == ""
+        assert subsql.lock_users_zones(db, svc, [u]) == {u: ""}
 
 
 def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):

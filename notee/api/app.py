@@ -28,6 +28,7 @@ from notee.api.routes import (
     users,
     webhooks,
 )
+from notee.api.subscribe_groups import SubscribeGroups
 from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
@@ -52,6 +53,7 @@ def create_app(
         app.state.loop = asyncio.get_running_loop()
         app.state.stopping = asyncio.Event()  # set by begin_shutdown: in-flight sends stop waiting to retry
         watch_queue(app.state.runtime)  # /metrics reports the job queue
+        app.state.subscribe_groups = SubscribeGroups.of(app.state.runtime)
         try:
             yield
         finally:

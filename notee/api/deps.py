@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from notee.api.subscribe_groups import SubscribeGroups
 from notee.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -54,3 +55,11 @@ async def get_cql(runtime: RuntimeDep) -> CqlSession:
 
 
 CqlDep = Annotated[CqlSession, Depends(get_cql)]
+
+
+async def get_subscribe_groups(request: Request) -> SubscribeGroups:
+    groups: SubscribeGroups = request.app.state.subscribe_groups
+    return groups
+
+
+SubscribeGroupsDep = Annotated[SubscribeGroups, Depends(get_subscribe_groups)]

@@ -15,10 +15,10 @@ nothing. Writes are idempotent per (user, method, type, target, device): a retri
 requests racing, converge on the same rows.
 
 Deletion wins (issue 14.5, docs/SCHEMA.md "Races"): whoever writes a user's rows holds a lock on the
-user's MySQL row for the whole write: a shared one to add rows (bulk and cycle subscribe, a device's
-copy), an exclusive one to change the user's devices or delete it (registry, ``prune_token``) and for
-the single topic subscribe (its read of the user's rows then decides alone whether the user is new
-to the type). The lock is the first statement of the transaction, so the MySQL reads after it
+user's MySQL row for the whole write: a shared one to add rows (cycle subscribe, a device's copy),
+an exclusive one to change the user's devices or delete it (registry, ``prune_token``) and for every
+topic subscribe, single or bulk (its read of the user's rows then decides alone whether the user is
+new to the type). The lock is the first statement of the transaction, so the MySQL reads after it
 (REPEATABLE READ snapshot) see every deletion committed before it; a deletion waits for a write in
 progress, then finds its rows.
 
@@ -42,7 +42,7 @@ from notee.errors import InvalidInput, NotFound
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store import webhooks_sql
-from notee.store.cql import IndexRow, Statements, slot_ref, slot_zone
+from notee.store.cql import USER_LEVEL, IndexRow, Statements, slot_ref, slot_zone
 from notee.vocabulary import METHODS
 
 log = logging.getLogger(__name__)
@@ -242,24 +242,91 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
 def subscribe_topic(
     db: Session | Connection, st: Statements, service: str, user_id: str, type_: str, topic: str
 ) -> SubscribeResult:
-    """Round trips of a first subscription: MySQL's user-row lock and one read, with the user's
-    index rows of the type read from Cassandra at the same time; one logged batch (the devices' rows
-    and the user-level row); one counter batch (the topic's subscribers, the type's ``count``).
-    Numbers come from the process's reserved range (``Statements.take_numbers``). ``db``: a session,
-    or (the API's hot path) a Core connection; the caller ends its transaction."""
-    validate_topic(topic)
-    # Deletion wins (issue 14.5, module doc): the user's row lock comes first, and the index read
-    # starts only once it is held, so it sees whatever a racing deletion or rotation did (one more
-    # MySQL round trip; the index read still overlaps the context read). The lock is exclusive here:
-    # every other writer of this user's rows has finished, so the read alone tells whether the user
-    # is new to the type (``count``), with no re-read after the write.
-    zone = subsql.lock_user_zone(db, service, user_id, exclusive=True)
-    pending = st.user_type_rows_async(user_id, service, "TOPIC", type_)  # read-only: safe before validation
-    ctx = subsql.subscribe_context(db, service, type_, user_id)
-    tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
-    if not ctx.user_exists or zone is None:
+    """One topic subscription (``subscribe_topics`` of one pair): NotFound for an unknown user."""
+    (result,) = subscribe_topics(db, st, service, type_, [(user_id, topic)])
+    if result is None:
         raise NotFound("user not found")
-    return _subscribe_one_topic(st, service, user_id, tpl, topic, ctx.devices, st.index_rows_of(pending), zone)
+    return result
+
+
+def subscribe_topics(
+    db: Session | Connection, st: Statements, service: str, type_: str, wanted: Sequence[tuple[str, str]]
+) -> list[SubscribeResult | None]:
+    """Topic subscriptions of one type: ``wanted`` (user_id, topic) pairs, one result each, in order
+    (None: no such user). A pair asked twice, or a user with several topics, is answered as if the
+    pairs ran one after the other. Round trips, however many pairs: MySQL's exclusive row locks of the
+    users and one read (the type's templates, the users' devices), with the users' index rows of the
+    type read from Cassandra meanwhile; the logged batches (each subscription's rows are one unit,
+    written whole or not at all); one counter batch. Numbers come from the process's reserved range
+    (``Statements.take_numbers``). ``db``: a session, or (the API's hot path) a Core connection; the
+    caller ends its transaction. The API's single subscribe and the bulk endpoint both come here
+    (notee.api.subscribe_groups gathers concurrent single subscribes of a type into one call)."""
+    for _, topic in wanted:
+        validate_topic(topic)
+    # Deletion wins (issue 14.5, module doc): the users' row locks come first, and the index reads
+    # start only once they are held, so they see whatever a racing deletion or rotation did (the
+    # index reads still overlap the context read). The locks are exclusive: every other writer of
+    # these users' rows has finished, so the read alone tells whether a user is new to the type
+    # (``count``), with no re-read after the write.
+    zones = subsql.lock_users_zones(db, service, [u for u, _ in wanted], exclusive=True)
+    reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_) if zones else []
+    ctx = subsql.subscribe_context(db, service, type_, list(zones))
+    tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
+    before = st.users_rows_of(reads)
+    # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
+    # sees what an earlier one is about to write.
+    live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
+    now = _now_ms()
+    results: list[SubscribeResult | None] = []
+    plans: list[tuple[str, str, list[tuple[str, str]], int, bool]] = []  # user, topic, devices, at, user-level row
+    topic_counts: dict[str, int] = {}
+    new_to_type = 0
+    for user_id, topic in wanted:
+        if user_id not in zones or user_id not in ctx.devices:
+            results.append(None)
+            continue
+        mine = [r for r in live[user_id] if r.target == topic]
+        have = {r.device_token for r in mine if not r.is_user_level}
+        level = next((r for r in mine if r.is_user_level), None)
+        missing = [(t, o) for t, o in ctx.devices[user_id] if t not in have]
+        if level is None or missing:
+            at = int(level.data.get("at") or now) if level is not None else now
+            plans.append((user_id, topic, missing, at, level is None))
+            planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
+            if level is None:
+                topic_counts[topic] = topic_counts.get(topic, 0) + 1
+                new_to_type += 0 if _live_user_level(live[user_id], tpl.key) else 1
+                planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
+            live[user_id] = live[user_id] + planned
+        status = "already_subscribed" if level is not None else "subscribed"
+        results.append({"status": status, "devices": len(have) + len(missing)})
+    if not plans:
+        return results
+    writers = {u for u, *_ in plans}
+    for user_id in sorted(writers):  # rows left by a deleted template of this type
+        stale = [r for r in before.get(user_id, []) if r.data.get("key") != tpl.key]
+        if stale:
+            remove_rows(st, service, user_id, stale)
+    numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(p[2]) for p in plans)))
+    units = [
+        st.topic_subscription_rows(
+            user_id=user_id,
+            service=service,
+            type_=type_,
+            topic=topic,
+            notification_key=tpl.key,
+            devices=[(next(numbers), token, os_) for token, os_ in devices],
+            registered_at=at,
+            with_user_level=with_user_level,
+            zone=zones[user_id],
+        )
+        for user_id, topic, devices, at, with_user_level in plans
+    ]
+    st.run(st.write_together(units))
+    # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
+    # one counter batch, only once the subscription rows exist.
+    st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
+    return results
 
 
 def _template_of(keys: dict[str, str], service: str, method: str, type_: str) -> _Template:
@@ -273,52 +340,6 @@ def _template_of(keys: dict[str, str], service: str, method: str, type_: str) ->
             details=[{"field": "type", "reason": "wrong_method", "method": other[0]}],
         )
     raise NotFound(f"no {method} template {type_!r}")
-
-
-def _subscribe_one_topic(
-    st: Statements,
-    service: str,
-    user_id: str,
-    tpl: _Template,
-    topic: str,
-    devices: Sequence[tuple[str, str]],
-    before: list[IndexRow],
-    zone: str,
-) -> SubscribeResult:
-    stale = [r for r in before if r.data.get("key") != tpl.key]  # left by a deleted template of this type
-    rows = [r for r in before if r.data.get("key") == tpl.key]
-    had_type = bool(_live_user_level(rows, tpl.key))
-    mine = [r for r in rows if r.target == topic]
-    have_devices = {r.device_token for r in mine if not r.is_user_level}
-    already = any(r.is_user_level for r in mine)
-    missing = [(t, o) for t, o in devices if t not in have_devices]
-    if already and not missing:
-        return {"status": "already_subscribed", "devices": len(have_devices)}
-    if stale:
-        remove_rows(st, service, user_id, stale)
-    at = int(next((r.data.get("at") for r in mine if r.is_user_level), None) or _now_ms())
-    numbers = st.take_numbers(service, "TOPIC", tpl.type_, len(missing)) if missing else []
-    numbered = [(no, token, os_) for no, (token, os_) in zip(numbers, missing, strict=True)]
-    # One logged batch: the devices' slot and index rows and, for a new subscription, the user-level
-    # row (same index partition), so the subscription is written whole or not at all.
-    unit = st.topic_subscription_rows(
-        user_id=user_id,
-        service=service,
-        type_=tpl.type_,
-        topic=topic,
-        notification_key=tpl.key,
-        devices=numbered,
-        registered_at=at,
-        with_user_level=not already,
-        zone=zone,
-    )
-    st.run(st.write_together([unit]))
-    if not already:
-        # Per-topic count (issue 16; docs/SCHEMA.md decision 3) and, for the user's first subscription
-        # of the type, ``count``: one counter batch, only once the subscription rows exist. ``before``
-        # was read under the user's exclusive lock: no other writer of the user's rows was running.
-        st.add_subscriber_counts(service, "TOPIC", tpl.type_, {topic: +1}, 0 if had_type else +1)
-    return {"status": "already_subscribed" if already else "subscribed", "devices": len(have_devices) + len(missing)}
 
 
 def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:
@@ -347,10 +368,11 @@ def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, mat
 
 
 def bulk_subscribe_topic(
-    session: Session, st: Statements, service: str, type_: str, topic: str, user_ids: Sequence[str]
+    db: Session | Connection, st: Statements, service: str, type_: str, topic: str, user_ids: Sequence[str]
 ) -> list[BulkOutcome]:
-    """Subscribe up to BULK_MAX users; one result per distinct user id, in request order:
-    ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported, not fatal."""
+    """Subscribe up to BULK_MAX users (``subscribe_topics``); one result per distinct user id, in
+    request order: ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported,
+    not fatal."""
     validate_topic(topic)
     if not user_ids:
         raise InvalidInput("user_ids must not be empty", details=[{"field": "user_ids", "reason": "empty"}])
@@ -360,58 +382,11 @@ def bulk_subscribe_topic(
             details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
         )
     ordered = list(dict.fromkeys(user_ids))
-    # Deletion wins (issue 14.5, module doc): the users' shared row locks first (one statement), then
-    # the index reads (IN over the users' partitions) run while MySQL answers: read-only, and only the
-    # users MySQL knows in this service are used.
-    reg.lock_users(session, service, ordered, exclusive=False)
-    reads = st.users_type_rows_async(ordered, service, "TOPIC", type_)
-    tpl = _template(session, service, "TOPIC", type_)
-    devices, zones = subsql.users_devices_zones(session, service, ordered)
-    users = [u for u in ordered if u in devices]
-    before = st.users_rows_of(reads)
-    results: dict[str, BulkOutcome] = {}
-    todo: list[tuple[str, list[tuple[str, str]]]] = []
-    for u in users:
-        rows = [r for r in before.get(u, []) if r.target == topic and r.data.get("key") == tpl.key]
-        have = {r.device_token for r in rows if not r.is_user_level}
-        missing = [(t, o) for t, o in devices[u] if t not in have]
-        if any(r.is_user_level for r in rows) and not missing:
-            results[u] = {"user_id": u, "status": "already_subscribed"}
-        else:
-            todo.append((u, missing))
-    # One counter increment (at most two: the rest of the process's range first) numbers every device.
-    total = sum(len(m) for _, m in todo)
-    numbers = iter(st.take_numbers(service, "TOPIC", type_, total) if total else [])
-    at = _now_ms()
-    fresh = {u for u, _ in todo if not _live_user_level([r for r in before.get(u, []) if r.target == topic], tpl.key)}
-    units = []
-    for u, missing in todo:
-        numbered = [(next(numbers), token, os_) for token, os_ in missing]
-        # Each user's rows are one unit of a logged batch: a user is subscribed whole or not at all.
-        units.append(
-            st.topic_subscription_rows(
-                user_id=u,
-                service=service,
-                type_=type_,
-                topic=topic,
-                notification_key=tpl.key,
-                devices=numbered,
-                registered_at=at,
-                with_user_level=u in fresh,
-                zone=slot_zone(zones.get(u)),
-            )
-        )
-    st.run(st.write_together(units))
-    first_timers = [u for u in fresh if not _live_user_level(before.get(u, []), tpl.key)]
-    counted = 0
-    if first_timers:
-        after = st.users_rows_of(st.users_type_rows_async(first_timers, service, "TOPIC", type_))
-        counted = sum(1 for u in first_timers if _first_of_type(after.get(u, []), tpl.key, topic, at))
-    # The topic's count and ``count``: one counter batch for the whole request (docs/SCHEMA.md decision 3).
-    st.add_subscriber_counts(service, "TOPIC", type_, {topic: len(fresh)}, counted)
-    for u, _ in todo:
-        results[u] = {"user_id": u, "status": "subscribed" if u in fresh else "already_subscribed"}
-    return [results.get(u, {"user_id": u, "status": "not_found"}) for u in ordered]
+    results = subscribe_topics(db, st, service, type_, [(u, topic) for u in ordered])
+    return [
+        {"user_id": u, "status": "not_found" if r is None else r["status"]}
+        for u, r in zip(ordered, results, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------------- cycle

@@ -16,43 +16,47 @@ from sqlalchemy.orm import Session
 from notee.store.cql import slot_zone
 from notee.store.registry_sql import device_t, template_t, user_t
 
-# The single subscribe's two statements, sent as driver SQL on the DBAPI cursor of a Core connection
-# (``_driver_rows``): it runs several times per second per process, and the ORM session with compiled
-# constructs cost ~0.3 ms of CPU per statement where these cost ~0.04-0.1 ms (docs/BENCHMARKS.md,
-# "Subscribe through the API").
-# uq_user_user_id. The lock of a writer that adds the user's rows (notee.domain.subscriptions), shared
-# or exclusive. It reads the user's zone, which the writer stores on the topic slot rows (a zone
-# change waits for it).
-_USER_ZONE = "SELECT timezone FROM `user` WHERE service = %(service)s AND user_id = %(user_id)s"
-_LOCK_USER = {False: f"{_USER_ZONE} LOCK IN SHARE MODE", True: f"{_USER_ZONE} FOR UPDATE"}
+# The topic subscribe's two statements (one request, or a group of them: notee.api.subscribe_groups),
+# sent as driver SQL on the DBAPI cursor of a Core connection (``_driver_rows``): it runs hundreds of
+# times per second per process, and the ORM session with compiled constructs cost ~0.3 ms of CPU per
+# statement where these cost ~0.04-0.1 ms (docs/BENCHMARKS.md, "Subscribe through the API").
+# uq_user_user_id, in index order (two writers lock overlapping sets in the same order). The lock of a
+# writer that adds the users' rows (notee.domain.subscriptions), shared or exclusive. It reads the
+# users' zones, which the writer stores on the topic slot rows (a zone change waits for it).
+_USERS_ZONES = (
+    "SELECT user_id, timezone FROM `user` WHERE service = %(service)s AND user_id IN %(user_ids)s ORDER BY user_id"
+)
+_LOCK_USERS = {False: f"{_USERS_ZONES} LOCK IN SHARE MODE", True: f"{_USERS_ZONES} FOR UPDATE"}
 # The rest of its MySQL read in one round trip: every template of the type (whatever its method: the
-# caller tells "no such template" from "a template of the other method"), and the user with its
+# caller tells "no such template" from "a template of the other method"), and the users with their
 # devices (a user without devices is one row with NULL device columns; an unknown user, none).
 # PRIMARY KEY prefix (service) of notification_template; uq_user_user_id; device PRIMARY KEY prefix.
-_SUBSCRIBE_CONTEXT = (
+_TEMPLATES_OF_TYPE = (
     "SELECT 'T', t.notification_method, t.notification_key, NULL, NULL"
     " FROM notification_template t WHERE t.service = %(service)s AND t.notification_type = %(type)s"
-    " UNION ALL"
+)
+_SUBSCRIBE_CONTEXT = (
+    f"{_TEMPLATES_OF_TYPE} UNION ALL"
     " SELECT 'U', u.user_id, d.device_token, d.device_os, d.created_at"
     " FROM `user` u LEFT JOIN device d ON d.service = u.service AND d.user_id = u.user_id"
-    " WHERE u.service = %(service)s AND u.user_id = %(user_id)s"
+    " WHERE u.service = %(service)s AND u.user_id IN %(user_ids)s"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class SubscribeContext:
-    """What one subscribe request needs from MySQL."""
+    """What a topic subscribe needs from MySQL besides the lock."""
 
     template_keys: dict[str, str]  # notification_method -> notification_key, of the requested type
-    user_exists: bool
-    devices: list[tuple[str, str]] = field(default_factory=list)  # (device_token, device_os), oldest first
+    # user_id -> (device_token, device_os), oldest first, of every user asked for that exists
+    devices: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def _connection(db: Session | Connection) -> Connection:
     return db if isinstance(db, Connection) else db.connection()
 
 
-def _driver_rows(db: Session | Connection, sql: str, params: dict[str, str]) -> tuple[tuple[Any, ...], ...]:
+def _driver_rows(db: Session | Connection, sql: str, params: dict[str, Any]) -> tuple[tuple[Any, ...], ...]:
     """Every row of ``sql`` run on the DBAPI cursor of ``db``'s connection. ``exec_driver_sql`` builds
     an execution context and a result (its column map) around each statement: ~40-80 µs of CPU of a
     ~100-190 µs statement (docs/BENCHMARKS.md, "Subscribe through the API, third round"). An error
@@ -72,28 +76,35 @@ def _driver_rows(db: Session | Connection, sql: str, params: dict[str, str]) -> 
         cursor.close()
 
 
-def lock_user_zone(db: Session | Connection, service: str, user_id: str, *, exclusive: bool = False) -> str | None:
-    """Lock the user's row (shared, or ``exclusive``) until the caller's transaction ends, and return
-    the zone its topic slot rows carry (``cql.slot_zone``: '' for none); None: no such user."""
-    rows = _driver_rows(db, _LOCK_USER[exclusive], {"service": service, "user_id": user_id})
-    return slot_zone(rows[0][0]) if rows else None
+def lock_users_zones(
+    db: Session | Connection, service: str, user_ids: Sequence[str], *, exclusive: bool = False
+) -> dict[str, str]:
+    """Lock the rows of those of ``user_ids`` that exist (shared, or ``exclusive``; one statement, in
+    index order) until the caller's transaction ends; return user_id -> the zone its topic slot rows
+    carry (``cql.slot_zone``: '' for none). A user that does not exist is absent."""
+    if not user_ids:
+        return {}
+    rows = _driver_rows(db, _LOCK_USERS[exclusive], {"service": service, "user_ids": tuple(sorted(set(user_ids)))})
+    return {user_id: slot_zone(zone) for user_id, zone in rows}
 
 
-def subscribe_context(db: Session | Connection, service: str, type_: str, user_id: str) -> SubscribeContext:
-    """Templates of ``type_`` and the user's devices, in one statement."""
+def subscribe_context(db: Session | Connection, service: str, type_: str, user_ids: Sequence[str]) -> SubscribeContext:
+    """Templates of ``type_`` and the users' devices, in one statement."""
     keys: dict[str, str] = {}
-    user_exists = False
-    devices: list[tuple[datetime, str, str]] = []
-    params = {"service": service, "type": type_, "user_id": user_id}
-    for kind, a, b, c, created_at in _driver_rows(db, _SUBSCRIBE_CONTEXT, params):
+    found: dict[str, list[tuple[datetime, str, str]]] = {}
+    params: dict[str, Any] = {"service": service, "type": type_}
+    sql = _TEMPLATES_OF_TYPE
+    if user_ids:
+        sql, params["user_ids"] = _SUBSCRIBE_CONTEXT, tuple(sorted(set(user_ids)))
+    for kind, a, b, c, created_at in _driver_rows(db, sql, params):
         if kind == "T":
             keys[a] = b
         else:
-            user_exists = True
+            devices = found.setdefault(a, [])
             if b is not None:
                 devices.append((created_at, b, c))
-    devices.sort()  # registration order, as registry_sql.list_devices
-    return SubscribeContext(keys, user_exists, [(token, os_) for _, token, os_ in devices])
+    # registration order, as registry_sql.list_devices
+    return SubscribeContext(keys, {u: [(token, os_) for _, token, os_ in sorted(d)] for u, d in found.items()})
 
 
 def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:

@@ -10,15 +10,15 @@ from datetime import UTC, datetime
 from typing import Annotated, Literal
 from uuid import UUID
 
-from anyio import to_thread
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from notee.api.auth import ServiceDep
-from notee.api.deps import DbDep, RuntimeDep
+from notee.api.deps import DbDep, RuntimeDep, SubscribeGroupsDep
 from notee.api.models import Answer, errors
 from notee.domain import subscriptions as subs
 from notee.domain.rules import TYPE_PATTERN
+from notee.domain.schedule import validate_topic
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 
@@ -101,19 +101,14 @@ async def subscribe_topic(
     type: TypePath,
     topic: TopicPath,
     service: ServiceDep,
-    runtime: RuntimeDep,
+    groups: SubscribeGroupsDep,
 ) -> Response:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
-
-    # The hottest write of the API: one worker-thread hop for the whole request (the connection is
-    # checked out, used and returned in it), where a sync route with DbDep takes three; a Core
-    # connection, not an ORM session (docs/BENCHMARKS.md, "Subscribe through the API").
-    def run() -> subs.SubscribeResult:
-        with runtime.engine.connect() as db:  # read-only; returning it rolls back: the user lock ends
-            return subs.subscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
-
-    result = await to_thread.run_sync(run)
+    # The hottest write of the API: concurrent subscribes of a type are answered by one store call
+    # (notee.api.subscribe_groups). The topic is checked first: a bad one is this request's 422 alone.
+    validate_topic(topic)
+    result = await groups.subscribe(service, str(user_id), type, topic)
     # SubscribeOut's JSON written directly: validating and serialising the response model cost more
     # than building it (tests/test_subscriptions.py checks it against the model).
     return Response(

@@ -1,0 +1,108 @@
+"""Concurrent single topic subscribes of one (service, type) answered by one domain call.
+
+``PUT /v1/users/{id}/subscriptions/topic/{type}/{topic}`` is what service backends send all day,
+many at once. Each request costs a worker-thread hop, a MySQL checkout with its lock and read, and
+three Cassandra requests; the same work for a group of users costs about the same round trips
+(``subscriptions.subscribe_topics``: the users' locks and one read in MySQL, IN reads and shared
+logged batches in Cassandra, one counter batch). So the route hands its pair to ``SubscribeGroups``:
+while a call for that (service, type) is in progress, the requests that arrive wait, and go together
+in the next call once it returns (group commit). A request that finds none in progress starts one
+at once, so a lone request waits for nobody; under load a request waits for at most the call in
+progress, and the calls of one (service, type) run one at a time.
+
+Every request gets the answer it would have had alone: its own status and device count, 404 for an
+unknown user (the others of the group are still subscribed), and the group's error (a template of
+the other method, a store outage) when the call fails. Sizes are ``notee_subscribe_group_size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from anyio import to_thread
+
+from notee.domain import subscriptions as subs
+from notee.errors import NotFound
+from notee.metrics import SUBSCRIBE_GROUP_SIZE
+from notee.runtime import Runtime
+
+# What a group of one (service, type) runs: subscriptions.subscribe_topics on a connection of its own.
+GroupCall = Callable[[str, str, Sequence[tuple[str, str]]], list[subs.SubscribeResult | None]]
+
+MAX_GROUP = subs.BULK_MAX  # pairs per call, as many as a bulk request's users
+
+
+@dataclass
+class _Waiting:
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (user_id, topic)
+    answers: list[asyncio.Future[subs.SubscribeResult]] = field(default_factory=list)
+
+
+class SubscribeGroups:
+    """Gathers topic subscribes by (service, type); one per API process, used from its event loop."""
+
+    @classmethod
+    def of(cls, runtime: Runtime) -> SubscribeGroups:
+        """The groups of an API process: each call on a Core connection of its own, not an ORM session
+        (docs/BENCHMARKS.md, "Subscribe through the API")."""
+
+        def call(service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
+            with runtime.engine.connect() as db:  # read-only; returning it rolls back: the users' locks end
+                return subs.subscribe_topics(db, runtime.statements, service, type_, pairs)
+
+        return cls(call)
+
+    def __init__(self, call: GroupCall) -> None:
+        self._call = call
+        self._waiting: dict[tuple[str, str], _Waiting] = {}
+        self._running: set[tuple[str, str]] = set()  # the (service, type)s with a call in progress
+        self._tasks: set[asyncio.Task[None]] = set()  # the drains in progress (a task needs a reference)
+
+    async def subscribe(self, service: str, user_id: str, type_: str, topic: str) -> subs.SubscribeResult:
+        key = (service, type_)
+        answer: asyncio.Future[subs.SubscribeResult] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(key, _Waiting())
+        waiting.pairs.append((user_id, topic))
+        waiting.answers.append(answer)
+        if key not in self._running:
+            self._running.add(key)
+            task = asyncio.create_task(self._drain(key))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        # A client that goes away cancels its answer, not the group: its pair may still be written.
+        return await answer
+
+    def waiting(self, service: str, type_: str) -> int:
+        """Requests of (service, type) waiting for its next call."""
+        waiting = self._waiting.get((service, type_))
+        return len(waiting.pairs) if waiting else 0
+
+    async def _drain(self, key: tuple[str, str]) -> None:
+        """Run the calls of ``key`` one after the other until nobody waits."""
+        try:
+            while waiting := self._waiting.pop(key, None):
+                if len(waiting.pairs) > MAX_GROUP:
+                    rest = _Waiting(waiting.pairs[MAX_GROUP:], waiting.answers[MAX_GROUP:])
+                    self._waiting[key] = rest
+                    waiting = _Waiting(waiting.pairs[:MAX_GROUP], waiting.answers[:MAX_GROUP])
+                SUBSCRIBE_GROUP_SIZE.observe(len(waiting.pairs))
+                try:
+                    results = await to_thread.run_sync(self._call, key[0], key[1], waiting.pairs)
+                    if len(results) != len(waiting.pairs):  # never left waiting: every request is answered
+                        raise RuntimeError(f"{len(results)} results for {len(waiting.pairs)} subscribes")
+                except Exception as exc:  # the group's failure is each request's (the API maps it)
+                    for answer in waiting.answers:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                    continue
+                for answer, result in zip(waiting.answers, results, strict=True):
+                    if answer.done():  # cancelled: its client went away
+                        continue
+                    if result is None:
+                        answer.set_exception(NotFound("user not found"))
+                    else:
+                        answer.set_result(result)
+        finally:
+            self._running.discard(key)

@@ -1,0 +1,150 @@
+"""notee.api.subscribe_groups: concurrent single topic subscribes of a (service, type) go in one call.
+
+The grouping itself is tested with a call whose progress the test controls (a lone request goes at
+once; requests arriving during a call go together in the next; each gets its own answer, its own
+404, or the group's error; a cancelled request cancels nobody else's). Then through the HTTP API
+against the real stores: requests held behind a MySQL row lock form one group, and each still gets
+the answer it would have had alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import text
+
+from notee.api.subscribe_groups import SubscribeGroups
+from notee.domain.subscriptions import SubscribeResult
+from notee.errors import NotFound
+from tests.support.registry import new_service, new_template, new_user, random_token
+
+
+class HeldCall:
+    """A group call that records its pairs and waits for the test's go-ahead before answering."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.calls: list[list[tuple[str, str, str, str]]] = []
+        self.entered = threading.Semaphore(0)
+        self.go = threading.Semaphore(0)
+        self.fail = fail
+
+    def __call__(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
+        self.calls.append([(service, type_, u, t) for u, t in pairs])
+        self.entered.release()
+        self.go.acquire(timeout=10)
+        if self.fail is not None and len(self.calls) > 1:
+            raise self.fail
+        return [None if u.startswith("unknown") else {"status": "subscribed", "devices": len(t)} for u, t in pairs]
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def test_requests_arriving_during_a_call_go_together_in_the_next_each_with_its_answer():
+    async def scenario() -> None:
+        held = HeldCall()
+        groups = SubscribeGroups(held)
+        first = asyncio.create_task(groups.subscribe("S", "u0", "news", "a"))
+        await asyncio.to_thread(held.entered.acquire)  # a lone request went at once, alone
+        assert held.calls == [[("S", "news", "u0", "a")]]
+        later = [asyncio.create_task(groups.subscribe("S", u, "news", t)) for u, t in [("u1", "bb"), ("unknown", "c")]]
+        other_type = asyncio.create_task(groups.subscribe("S", "u3", "sport", "dddd"))
+        await asyncio.to_thread(held.entered.acquire)  # another type does not wait for this one's call
+        assert held.calls[1] == [("S", "sport", "u3", "dddd")]
+        held.go.release(2)
+        assert await first == {"status": "subscribed", "devices": 1}
+        assert await other_type == {"status": "subscribed", "devices": 4}
+        await asyncio.to_thread(held.entered.acquire)
+        assert held.calls[2] == [("S", "news", "u1", "bb"), ("S", "news", "unknown", "c")]
+        held.go.release()
+        assert await later[0] == {"status": "subscribed", "devices": 2}
+        with pytest.raises(NotFound):  # that request's 404; its group's other request is answered
+            await later[1]
+        assert len(held.calls) == 3
+
+    asyncio.run(scenario())
+
+
+def test_the_group_error_reaches_each_request_and_a_cancelled_request_cancels_only_itself():
+    async def scenario() -> None:
+        held = HeldCall(fail=ConnectionError("cassandra down"))
+        groups = SubscribeGroups(held)
+        first = asyncio.create_task(groups.subscribe("S", "u0", "news", "a"))
+        await asyncio.to_thread(held.entered.acquire)
+        waiting = [asyncio.create_task(groups.subscribe("S", f"u{i}", "news", "a")) for i in (1, 2, 3)]
+        await until(lambda: groups.waiting("S", "news") == 3)
+        waiting[0].cancel()
+        held.go.release(2)
+        assert (await first)["status"] == "subscribed"
+        for task in waiting[1:]:
+            with pytest.raises(ConnectionError):
+                await task
+        assert waiting[0].cancelled()
+        # The type is free again: the next request starts a call of its own.
+        held.fail = None
+        nxt = asyncio.create_task(groups.subscribe("S", "u4", "news", "a"))
+        await asyncio.to_thread(held.entered.acquire)
+        held.go.release()
+        assert (await nxt)["status"] == "subscribed"
+
+    asyncio.run(scenario())
+
+
+def group_sizes() -> tuple[float, float]:
+    """(groups, requests) recorded by notee_subscribe_group_size so far."""
+    count = REGISTRY.get_sample_value("notee_subscribe_group_size_count") or 0.0
+    total = REGISTRY.get_sample_value("notee_subscribe_group_size_sum") or 0.0
+    return count, total
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_subscribes_queued_behind_a_call_are_one_group_through_the_api(client, runtime, settings, service_id):
+    """The first request's call waits on a MySQL row lock the test holds; six more requests of the
+    same type arrive meanwhile. Released, they are answered by one more call, each as it would be
+    alone: 201 for the new ones, 200 for a repeat, 404 for the unknown user."""
+    h = new_service(client, settings, service_id)
+    new_template(client, h, "TOPIC", "news")
+    blocked = new_user(client, h, devices=[(random_token(), "AOS")])
+    users = [new_user(client, h, devices=[(random_token(), "IOS")]) for _ in range(4)]
+    unknown = str(uuid.uuid4())
+    before = group_sizes()
+
+    def put(user_id: str) -> int:
+        return client.put(f"/v1/users/{user_id}/subscriptions/topic/news/t", headers=h).status_code
+
+    with runtime.engine.connect() as holder, ThreadPoolExecutor(8) as pool:
+        holder.execute(
+            text("SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE"),
+            {"s": service_id, "u": blocked},
+        )
+        try:
+            first = pool.submit(put, blocked)
+            eventually(lambda: group_sizes()[0] == before[0] + 1)  # its call started: it waits on the lock
+            queued = [pool.submit(put, u) for u in [*users, unknown, users[0]]]
+            groups = client.app.state.subscribe_groups
+            eventually(lambda: groups.waiting(service_id, "news") == 6)  # they reached the API's loop
+            assert not first.done()
+        finally:
+            holder.rollback()  # the lock ends: the first call goes on, then the six in one more
+        assert first.result(timeout=30) == 201
+        assert [f.result(timeout=30) for f in queued] == [201, 201, 201, 201, 404, 200]
+    after = group_sizes()
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 7)  # two calls: 1 request, then 6
+    assert runtime.statements.counters(service_id, "TOPIC", "news")[1] == 5
