@@ -9,7 +9,9 @@ errors. Each test's scenario is driven by the server, and the client is Notee's 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -417,3 +419,28 @@ def test_connection_objects_stay_small_over_many_requests(tls: TlsFiles) -> None
         assert not server.errors
 
     run(tls, ScriptedServer(unique_header), scenario)
+
+
+def test_a_finished_batch_is_freed_without_the_garbage_collector(tls: TlsFiles) -> None:
+    """Once a batch has its answers, nothing of it (items, bodies, responses) waits for a garbage
+    collection: a reference cycle per batch (the pump naming itself) kept every batch's items and
+    responses until a full collection and drove the worker's RSS up by ~10 % in a fan-out."""
+
+    class Items(list[Any]):  # a list that can be weakly referenced
+        pass
+
+    async def scenario(pool: Pool, server: ScriptedServer) -> None:
+        gc.disable()  # only reference counting frees anything from here on
+        try:
+            for n in (1, 50):
+                items = Items(_items(n, body=b'{"message": {}}'))
+                batch = weakref.ref(items)
+                results = await pool.request_batch(items, timeout=5)
+                assert len(results) == n and all(isinstance(r, Response) for r in results)
+                del items, results
+                assert batch() is None, "the batch's items outlived it (a reference cycle)"
+        finally:
+            gc.enable()
+        assert not server.errors
+
+    run(tls, ScriptedServer(), scenario)
