@@ -1,7 +1,7 @@
-"""The few MySQL reads the subscription domain needs beyond notee/store/registry_sql.py: bulk lookups
-for the 1,000-user subscribe, every live template key for `notee reconcile`, the live CYCLE templates for
-the cycle calendar. SQLAlchemy Core over
-registry_sql.py's Table objects; the caller owns the Session."""
+"""The few MySQL reads the subscription domain needs beyond notee/store/registry_sql.py: the topic
+subscribe's lock and context read (one user or a thousand), the users' devices and every live template
+key for `notee reconcile`, the live CYCLE templates for the cycle calendar. Driver SQL (the hot path)
+and SQLAlchemy Core over registry_sql.py's Table objects; the caller owns the Session or Connection."""
 
 from __future__ import annotations
 
@@ -110,19 +110,11 @@ def subscribe_context(db: Session | Connection, service: str, type_: str, user_i
 def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
     """user_id -> [(device_token, device_os)] of those of ``user_ids`` that exist in ``service`` (a
     user without devices maps to []), in one query (uq_user_user_id, device primary key prefix)."""
-    return users_devices_zones(session, service, user_ids)[0]
-
-
-def users_devices_zones(
-    session: Session, service: str, user_ids: Sequence[str]
-) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str | None]]:
-    """``users_with_devices`` and, in the same query, user_id -> time zone (None: the service's)."""
     out: dict[str, list[tuple[str, str]]] = {}
-    zones: dict[str, str | None] = {}
     if not user_ids:
-        return out, zones
+        return out
     q = (
-        select(user_t.c.user_id, device_t.c.device_token, device_t.c.device_os, user_t.c.timezone)
+        select(user_t.c.user_id, device_t.c.device_token, device_t.c.device_os)
         .select_from(
             user_t.outerjoin(
                 device_t, and_(device_t.c.service == user_t.c.service, device_t.c.user_id == user_t.c.user_id)
@@ -131,12 +123,11 @@ def users_devices_zones(
         .where(and_(user_t.c.service == service, user_t.c.user_id.in_(list(user_ids))))
         .order_by(user_t.c.user_id, device_t.c.created_at, device_t.c.device_token)
     )
-    for user_id, token, os_, zone in session.execute(q):
+    for user_id, token, os_ in session.execute(q):
         devices = out.setdefault(user_id, [])
-        zones[user_id] = zone
         if token is not None:
             devices.append((token, os_))
-    return out, zones
+    return out
 
 
 def live_template_keys(session: Session, service: str | None = None) -> set[str]:
