@@ -78,7 +78,8 @@ def test_a_replica_two_hours_fast_sends_nothing_early_and_suppresses_nothing(run
 
     # Nothing suppressed: when its minute comes, the on-time replica runs it.
     result = on_time.run_minute(ahead, now=ahead)
-    assert (result.state, result.jobs_created) == ("done", 1)
+    # (Another test's cycle template may fall due in the same minute: count this tenant's jobs only.)
+    assert result.state == "done" and result.jobs_created >= 1
     assert [k for k, *_ in jobs_of(runtime, tenant)] == [later]
 
 

@@ -110,7 +110,7 @@ async def subscribe_topic(
     validate_topic(topic)
     result = await groups.subscribe(service, str(user_id), type, topic)
     # SubscribeOut's JSON written directly: validating and serialising the response model cost more
-    # than building it (tests/test_subscriptions.py checks it against the model).
+    # than building it (tests/test_subscriptions_api.py checks it against the model).
     return Response(
         subscribe_out_json(result),
         status_code=201 if result["status"] == "subscribed" else 200,
