@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -109,15 +110,25 @@ class Browser:
         return self.record(name)
 
     def submit(self, form_id: str, fields: dict[str, str] | None = None, button: str = "button[type=submit]") -> None:
-        form = self.d.find_element(By.ID, form_id)
-        for name, value in (fields or {}).items():
-            element = form.find_element(By.NAME, name)
-            if element.tag_name == "select":
-                element.find_element(By.XPATH, f".//option[normalize-space()='{value}']").click()
-            else:
-                element.clear()
-                element.send_keys(value)
-        self.click(form.find_element(By.CSS_SELECTOR, button))
+        for attempt in range(3):
+            form = self.d.find_element(By.ID, form_id)
+            try:
+                for name, value in (fields or {}).items():
+                    element = form.find_element(By.NAME, name)
+                    if element.tag_name == "select":
+                        element.find_element(By.XPATH, f".//option[normalize-space()='{value}']").click()
+                    else:
+                        element.clear()
+                        element.send_keys(value)
+                self.click(form.find_element(By.CSS_SELECTOR, button))
+                return
+            except (StaleElementReferenceException, WebDriverException) as exc:
+                # ChromeDriver refuses an element of a document that was replaced after we found it
+                # ("Node with given id does not belong to the document"): nothing was clicked, so
+                # the form is found again and filled again. Anything else is a real failure.
+                stale = isinstance(exc, StaleElementReferenceException) or "does not belong to the document" in str(exc)
+                if not stale or attempt == 2:
+                    raise
 
     def click(self, element: WebElement) -> None:
         """Click something that loads a new page, and wait until the old page is gone (a form's
