@@ -102,8 +102,11 @@ def test_node_killed_mid_publish(fault_cluster, emulator, processes, service_id,
         user_id = r.json()["user_id"]
         r = call("POST", f"/v1/users/{user_id}/devices", json={"token": token, "os": "AOS", "region": "KR"})
         assert r.status_code in (200, 201), r.text
+        refused = len(unavailable)
         r = call("PUT", f"/v1/users/{user_id}/subscriptions/topic/news/late")
-        assert r.status_code == 201, r.text
+        # 201; or 200 after a 503 whose write had landed (a Cassandra write timeout is "maybe
+        # written"): the retry finds the subscription. Either way it is listed below.
+        assert r.status_code == 201 or (r.status_code == 200 and len(unavailable) > refused), r.text
         subscribed.append(user_id)
     subscribe_s = time.monotonic() - t_kill
     for user_id in subscribed:
