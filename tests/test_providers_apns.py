@@ -274,7 +274,8 @@ def test_aioapns_against_the_stream_limits(emulator, p8):
     SETTINGS arrive (connection.py ``ChannelPool(1000)``), so concurrent sends on a brand-new
     connection can overshoot the first limit of 1 and lose the connection (seen here: it then
     reconnects, sometimes beyond its attempts). Once one notification has gone through, the limit is
-    1000 and 20 concurrent sends all succeed on the same connection."""
+    1000 and 20 concurrent sends all succeed on the same connection. The emulator holds each answer
+    20 ms, so the 20 sends are in flight together however busy the machine is."""
     from urllib.parse import urlsplit
 
     from aioapns import APNs, NotificationRequest
@@ -306,6 +307,7 @@ def test_aioapns_against_the_stream_limits(emulator, p8):
         finally:
             apns.pool.close()
 
+    emulator.realistic(apns_answer_delay_ms=20)
     results = asyncio.run(run())
     assert [r.status for r in results] == ["200"] * 21
     peer = _peer(emulator)

@@ -502,6 +502,7 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
                 "apns_first_streams": "first_streams",
                 "apns_max_streams": "max_streams",
                 "apns_goaway_after": "goaway_after",
+                "apns_answer_delay_ms": "answer_delay_s",
             }
             state.realism.update({k: v for k, v in req.items() if k not in peer_keys})
             for key, attr in peer_keys.items():
@@ -510,6 +511,8 @@ def control(state: State, method: str, path: str, query: bytes, body: bytes) -> 
                         return _ok({"error": f"{key} needs `notee emulator --realistic` (its APNs port)"}, 400)
                     if attr == "max_streams":
                         PEER.lower_limit(int(req[key]))  # sent at once to the open connections
+                    elif attr == "answer_delay_s":
+                        PEER.rules.answer_delay_s = max(0.0, float(req[key])) / 1000
                     else:
                         setattr(PEER.rules, attr, int(req[key]))
             return _ok({"realism": dataclasses.asdict(state.realism)})

@@ -62,7 +62,8 @@ class EmulatorControl:
 
     def realistic(self, **switches: Any) -> dict[str, Any]:
         """Change how real the emulator is (``notee.emulator.app.Realism`` fields, plus
-        apns_first_streams / apns_max_streams / apns_goaway_after on a realistic emulator)."""
+        apns_first_streams / apns_max_streams / apns_goaway_after / apns_answer_delay_ms on a realistic
+        emulator)."""
         r = self.http.post("/_emu/realistic", json=switches)
         r.raise_for_status()
         answer: dict[str, Any] = r.json()

@@ -21,7 +21,6 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -46,6 +45,11 @@ return n ? {url: location.pathname, load_ms: n.loadEventEnd - n.startTime,
             response_ms: n.responseEnd - n.requestStart, dom_content_loaded_ms: n.domContentLoadedEventEnd - n.startTime,
             transfer_bytes: n.transferSize} : null;
 """
+
+
+def _replaced(exc: WebDriverException) -> bool:
+    """The element belonged to a document that has since been replaced (a navigation)."""
+    return isinstance(exc, StaleElementReferenceException) or "does not belong to the document" in str(exc)
 
 
 def available() -> bool:
@@ -120,22 +124,38 @@ class Browser:
                     else:
                         element.clear()
                         element.send_keys(value)
-                self.click(form.find_element(By.CSS_SELECTOR, button))
-                return
+                submit = form.find_element(By.CSS_SELECTOR, button)
+                old = self.d.find_element(By.TAG_NAME, "html")
+                submit.click()
             except (StaleElementReferenceException, WebDriverException) as exc:
-                # ChromeDriver refuses an element of a document that was replaced after we found it
-                # ("Node with given id does not belong to the document"): nothing was clicked, so
-                # the form is found again and filled again. Anything else is a real failure.
-                stale = isinstance(exc, StaleElementReferenceException) or "does not belong to the document" in str(exc)
-                if not stale or attempt == 2:
+                # The form belonged to a document replaced after we found it: nothing was clicked,
+                # so the form is found again and filled again. Anything else is a real failure.
+                if not _replaced(exc) or attempt == 2:
                     raise
+                continue
+            self._wait_replaced(old)
+            return
 
     def click(self, element: WebElement) -> None:
         """Click something that loads a new page, and wait until the old page is gone (a form's
         POST answered by a redirect: otherwise the next read could still see the old page)."""
         old = self.d.find_element(By.TAG_NAME, "html")
         element.click()
-        WebDriverWait(self.d, 60).until(expected_conditions.staleness_of(old))
+        self._wait_replaced(old)
+
+    def _wait_replaced(self, old: WebElement) -> None:
+        def gone(_: Any) -> bool:
+            try:
+                old.is_enabled()  # any call on an element of a replaced document fails
+            except (StaleElementReferenceException, WebDriverException) as exc:
+                if _replaced(exc):
+                    return True
+                raise
+            return False
+
+        # selenium's staleness_of knows only StaleElementReferenceException; ChromeDriver may answer
+        # "Node with given id does not belong to the document" for the same thing
+        WebDriverWait(self.d, 60).until(gone)
         WebDriverWait(self.d, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def find(self, css: str) -> WebElement:
