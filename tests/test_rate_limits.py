@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from notee.api.edge import rate_class
 from notee.domain import ratelimit
@@ -123,6 +124,32 @@ def test_a_refused_publish_writes_nothing(client, runtime, settings):
     r = client.post("/v1/topics/news/sports/publish", json={"variables": {"name": "x"}}, headers=key)
     assert r.status_code == 429 and "Retry-After" in r.headers
     assert snapshot(runtime, service) == before
+
+
+def test_mysql_lost_while_taking_a_token_answers_503_not_500(client, runtime, settings):
+    """MariaDB gone in the middle of the rate-limit UPDATE (CI's MariaDB restart under load caught it):
+    the request is the outage's 503 in the error format. Committing the dead transaction afterwards
+    raised PendingRollbackError in place of the outage, which the API answered with a bare 500."""
+    _, key = _service(client, settings)
+    assert client.get("/v1/templates", headers=key).status_code == 200  # the key cached, the bucket made
+    killed: list[int] = []
+
+    def kill_before_the_take(conn, _cursor, statement, _params, _context, _many) -> None:
+        if not killed and statement.startswith("UPDATE rate_bucket"):
+            (conn_id,) = conn.exec_driver_sql("SELECT CONNECTION_ID()").one()
+            with runtime.engine.connect() as killer:
+                killer.exec_driver_sql(f"KILL {int(conn_id)}")
+            killed.append(conn_id)
+
+    event.listen(runtime.engine, "before_cursor_execute", kill_before_the_take)
+    try:
+        r = client.put("/v1/users/rl-lost", json={}, headers=key)
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", kill_before_the_take)
+    assert killed, "the token was never taken"
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "store_unavailable" and r.headers["Retry-After"] == "1"
+    assert client.put("/v1/users/rl-lost", json={}, headers=key).status_code == 201  # nothing was written
 
 
 def test_concurrent_takes_never_over_admit(client, runtime, settings):

@@ -27,7 +27,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from notee import crypto
 from notee.domain import ratelimit, registry
 from notee.domain.credentials import credentials_box
-from notee.errors import Forbidden, Unauthorized
+from notee.errors import Forbidden, RateLimited, Unauthorized
 from notee.runtime import Runtime
 from notee.settings import Settings
 from notee.vocabulary import RateClass
@@ -132,8 +132,12 @@ def authenticate_service(
         if rate_class is not None and settings.rate_limits_enabled:
             try:
                 ratelimit.admit(session, settings, service, rate_class)
-            finally:
-                session.commit()
+            except RateLimited:
+                session.commit()  # a refusal keeps what it wrote (the bucket a first request created)
+                raise
+            # Not in a ``finally``: after a store error the transaction is dead, and committing it would
+            # raise PendingRollbackError (a 500) in place of the outage (a 503); closing rolls it back.
+            session.commit()
         return service
 
 
