@@ -32,6 +32,16 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "slot_walk_ratio": (">=", 0.95, "recipient stream rows/s / raw driver paged SELECT rows/s"),
     "send_cpu_ratio": (">=", 0.8, "FCM: Notee sender msgs per CPU-s / leanest bare loop (pycurl) req per CPU-s"),
     "send_cpu_ratio_apns": (">=", 0.8, "APNs: Notee sender msgs per CPU-s / leanest bare loop (pycurl) req per CPU-s"),
+    "gorush_cpu_ratio": (
+        ">=",
+        57.5 / 40,
+        "FCM: gorush's CPU per message / Notee deliver()'s, same run (issue 19: 40 µs where gorush took 57.5)",
+    ),
+    "gorush_cpu_ratio_apns": (
+        ">=",
+        42.1 / 40,
+        "APNs: gorush's CPU per message / Notee deliver()'s, same run (issue 19: 40 µs where gorush took 42.1)",
+    ),
     "fanout_ratio": (">=", 0.85, "topic publish pushes/s / min(slot walk, bare sender) pushes/s"),
     "cycle_minute_s": ("<", 60.0, "tick -> last cycle push acknowledged, seconds"),
     "subscribe_ratio": (">=", 0.6, "API topic subscriptions/s / raw driver same writes/s"),

@@ -109,6 +109,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
 
         attempt(("send_cpu_ratio_apns",), send_apns)
 
+    if want("gorush_cpu_ratio", "gorush_cpu_ratio_apns"):
+
+        def go_server() -> None:
+            from bench import gorush
+
+            figures.update(gorush.run(emulator, n=sizes["send_messages"], repeats=sizes["send_repeats"]))
+
+        attempt(("gorush_cpu_ratio", "gorush_cpu_ratio_apns"), go_server)
+
     if want("fanout_ratio", "worker_rss_growth"):
 
         def fan() -> None:
@@ -193,6 +202,10 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["fairness_p99_s"] = fairness.run(runtime, emulator, devices=sizes["fair_devices"])
 
         attempt(("fairness_p99_s",), fair)
+
+    from bench import gorush
+
+    gorush.add_worker_side(figures)
     return figures
 
 

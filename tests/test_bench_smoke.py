@@ -57,6 +57,29 @@ def test_send_cpu_apns_smoke(bench_emulator):
     assert bench_emulator.stats()["apns_peer"]["protocol_errors"] == 0
 
 
+def test_gorush_smoke(bench_emulator):
+    """gorush, built from the Go module proxy, against the same emulator through the CONNECT proxy."""
+    from bench import gorush
+
+    before = bench_emulator.stats()["counts"]
+    figs = gorush.run(bench_emulator, n=600, repeats=1, page=100)
+    for name in ("gorush_cpu_ratio", "gorush_cpu_ratio_apns"):
+        _measured(figs[name], name)
+        assert figs[name]["extra"]["proxy_tunnels"] > 0  # gorush really went through the proxy
+    after = bench_emulator.stats()
+    # each provider: gorush's 500 warm-up messages and 600 measured, Notee's 600 and its one warm-up send
+    for api in ("fcm", "apns"):
+        assert after["counts"][f"{api}.ok"] - before.get(f"{api}.ok", 0) == 500 + 600 + 600 + 1
+    assert after["apns_peer"]["protocol_errors"] == 0
+    assert after["apns_peer"]["rules"]["first_streams"] == 1  # APNs' one stream per new connection, restored
+
+    fan = {"fanout_ratio": {"extra": {"worker_cpu_us_per_push": 50.0, "worker_cpu_us_per_push_apns": 25.0}}}
+    gorush.add_worker_side(fan | figs)
+    extra = figs["gorush_cpu_ratio_apns"]["extra"]
+    assert extra["notee_worker_us_per_push"] == 25.0
+    assert extra["gorush_per_notee_worker"] == pytest.approx(figs["gorush_cpu_ratio_apns"]["numerator"]["value"] / 25)
+
+
 def test_fanout_and_worker_rss_smoke(runtime, bench_emulator):
     from bench import fanout
 

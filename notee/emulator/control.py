@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,10 +167,18 @@ def attach(url: str, ca_file: str) -> EmulatorControl:
     return EmulatorControl(url, ca_file, client, apns_url=apns_url)
 
 
+# The providers' own host names, held by a local emulator's certificate too: a client that cannot be
+# pointed at another address reaches the emulator through a CONNECT proxy (bench/gorush.py).
+PROVIDER_HOSTS = ("fcm.googleapis.com", "oauth2.googleapis.com", "api.sandbox.push.apple.com", "api.push.apple.com")
+
+
 @contextmanager
-def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterator[EmulatorControl]:
+def local_emulator(
+    timeout_s: float = 30, *, realistic: bool = False, names: Sequence[str] = PROVIDER_HOSTS
+) -> Iterator[EmulatorControl]:
     """Start ``notee emulator`` on a free loopback port with a fresh test CA; stop it on exit.
-    ``realistic``: ``notee emulator --realistic`` with APNs on a second free port."""
+    ``realistic``: ``notee emulator --realistic`` with APNs on a second free port. ``names``: further
+    host names its certificate holds (``--name``)."""
     state_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))
     port = free_port()
     url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
@@ -191,6 +199,8 @@ def local_emulator(timeout_s: float = 30, *, realistic: bool = False) -> Iterato
         apns_port = free_port()
         apns_url = f"https://localhost:{apns_port}"
         args += ["--realistic", "--apns-port", str(apns_port)]
+    for name in names:
+        args += ["--name", name]
     # its log into a file, not a pipe: nobody reads a pipe while it runs, and a full one would stall it
     log_path = state_dir / "emulator.log"
     with open(log_path, "wb") as log_file:
