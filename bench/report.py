@@ -120,6 +120,22 @@ def missing(reason: str) -> dict[str, Any]:
     return {"missing": True, "reason": reason}
 
 
+def speed_probe() -> float:
+    """ms of CPU for a fixed pure-Python loop (median of 5): the machine's speed at the time, so that
+    the absolute side figures (µs per message, ms per subscription) of runs on different days can be
+    read against each other (the bare send loops' µs per request tell the same for the send path)."""
+    import time
+
+    def once() -> float:
+        t = time.process_time()
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        return (time.process_time() - t) * 1000
+
+    return round(sorted(once() for _ in range(5))[2], 1)
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -169,12 +185,19 @@ def table(figures: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write(mode: str, figures: dict[str, dict[str, Any]], started: datetime, results_dir: Path = RESULTS_DIR) -> dict:
+def write(
+    mode: str,
+    figures: dict[str, dict[str, Any]],
+    started: datetime,
+    results_dir: Path = RESULTS_DIR,
+    speed: tuple[float, float] | None = None,
+) -> dict:
+    """``speed``: ``speed_probe()`` before and after the figures."""
     doc = {
         "mode": mode,
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine() | ({"speed_probe_ms": list(speed)} if speed else {}),
         "figures": {name: figures.get(name) or missing("not run") for name in GOALS},
     }
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +206,15 @@ def write(mode: str, figures: dict[str, dict[str, Any]], started: datetime, resu
     md = (
         f"# Notee benchmarks ({mode})\n\n{doc['started_utc']} to {doc['finished_utc']}, "
         f"{m.get('cpus')} CPUs ({m.get('cpu', '?')}), {m.get('mem_gb', '?')} GB, Python {m['python']}, "
-        f"commit {m.get('commit', '?')}\n\n" + table(doc["figures"]) + "\n"
+        f"commit {m.get('commit', '?')}"
+        + (
+            f"; speed probe {speed[0]:g} ms before, {speed[1]:g} ms after (a pure-Python loop's CPU: lower is faster)"
+            if speed
+            else ""
+        )
+        + "\n\n"
+        + table(doc["figures"])
+        + "\n"
     )
     (results_dir / "latest.md").write_text(md)
     return doc

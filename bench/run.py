@@ -225,13 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     from notee.settings import Settings
 
     env.migrate(Settings())
+    speed_before = report.speed_probe()
     with env.emulator() as emulator:
         runtime = Runtime(Settings())  # built after the emulator exported NOTEE_EMULATOR_URL
         try:
             figures = run_all(runtime, emulator, SIZES[mode], set(args.only) if args.only else None)
         finally:
             runtime.close()
-    doc = report.write(mode, figures, started)
+    doc = report.write(mode, figures, started, speed=(speed_before, report.speed_probe()))
     print()
     print((report.RESULTS_DIR / "latest.md").read_text())
     print(f"written: {report.RESULTS_DIR / 'latest.json'}")

@@ -186,8 +186,11 @@ def test_results_files(tmp_path):
         ),
         "send_cpu_ratio": report.missing("Notee side not available: no module"),
     }
-    doc = report.write("quick", figs, datetime.now(UTC), tmp_path)
+    speed = (report.speed_probe(), 123.4)
+    assert speed[0] > 0
+    doc = report.write("quick", figs, datetime.now(UTC), tmp_path, speed=speed)
     on_disk = json.loads((tmp_path / "latest.json").read_text())
+    assert on_disk["machine"]["speed_probe_ms"] == list(speed)
     assert on_disk["figures"] == doc["figures"]
     assert list(on_disk["figures"]) == list(report.GOALS)  # every figure present, in table order
     assert on_disk["figures"]["slot_walk_ratio"]["value"] == 0.95 and on_disk["figures"]["slot_walk_ratio"]["met"]
@@ -196,6 +199,7 @@ def test_results_files(tmp_path):
     for name in report.GOALS:
         assert f"| {name} |" in md
     assert "Notee side not available" in md
+    assert f"speed probe {speed[0]:g} ms before, 123.4 ms after" in md
 
 
 @pytest.mark.parametrize(
