@@ -46,8 +46,9 @@ LAYERS: list[tuple[str, int, str]] = [
     ("notee.__main__", 4, "entry"),
 ]
 # The API reaches the stores and the transport only through the domain; of the middle layer it
-# may use the process's Runtime (its per-request sessions) and nothing else.
-API_MAY_USE = {"notee.runtime"}
+# may use the process's Runtime (its per-request sessions) and the one classification of store
+# errors (an outage answers 503 "retry later"; any other store error is a bug: 500), nothing else.
+API_MAY_USE = {"notee.runtime", "notee.store.outage"}
 FUNCTION_IMPORTS_ALLOWED = {"notee.cli"}
 DEFERRED = "# deferred:"
 

@@ -74,3 +74,16 @@ def test_mysql_down_answers_503_in_the_error_format(runtime):
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "store_unavailable"
     assert r.headers.get("Retry-After") == "1"
+
+
+def test_a_store_error_that_is_no_outage_is_a_500_not_retry_later(client, settings):
+    """A keyspace that does not exist is a deployment bug, not a passing outage: 503 "retry later" would
+    have a client retry forever. Before, every Cassandra DriverException answered 503."""
+    from tests.support.registry import new_service
+
+    key = new_service(client, settings, "TNOKS" + os.urandom(4).hex().upper())
+    broken = settings.model_copy(update={"cassandra_keyspace_notification": "notee_no_such_keyspace"})
+    with TestClient(create_app(broken), raise_server_exceptions=False) as c:
+        r = c.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=key)
+    assert r.status_code == 500, r.text
+    assert "store_unavailable" not in r.text and "Retry-After" not in r.headers

@@ -8,17 +8,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from cassandra import DriverException, OperationTimedOut, RequestExecutionException
+from cassandra import DriverException
 from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionException
+from cassandra.protocol import ServerError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from pymysql import err as pymysql_err
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from notee.errors import NoteeError
+from notee.store.outage import is_store_outage
 
 log = logging.getLogger(__name__)
 
@@ -105,15 +108,14 @@ def known_error_response(exc: Exception) -> JSONResponse | None:
     Shared by the exception handlers and the edge middleware, which runs outside them."""
     if isinstance(exc, NoteeError):
         return error_response(exc.status, exc.code, exc.message, exc.details, headers=exc.headers)
-    if isinstance(exc, (OperationalError, PoolTimeout)) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+    if not is_store_outage(exc):
+        # Any other store error (a bad statement, a missing keyspace) is a bug: a 500, not "retry later".
+        return None
+    if isinstance(exc, (SQLAlchemyError, pymysql_err.Error)):
         log.warning("mysql unavailable: %s", type(exc).__name__)
         return error_response(503, "store_unavailable", "database unavailable, retry later", headers=_STORE_DOWN)
-    if isinstance(exc, (NoHostAvailable, OperationTimedOut, RequestExecutionException, DriverException)):
-        log.warning("cassandra unavailable: %s", type(exc).__name__)
-        return error_response(
-            503, "store_unavailable", "subscription store unavailable, retry later", headers=_STORE_DOWN
-        )
-    return None
+    log.warning("cassandra unavailable: %s", type(exc).__name__)
+    return error_response(503, "store_unavailable", "subscription store unavailable, retry later", headers=_STORE_DOWN)
 
 
 def install(app: FastAPI) -> None:
@@ -130,13 +132,12 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(NoteeError)
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(PoolTimeout)
-    @app.exception_handler(NoHostAvailable)
-    @app.exception_handler(OperationTimedOut)
-    @app.exception_handler(RequestExecutionException)
+    @app.exception_handler(SQLAlchemyError)
+    @app.exception_handler(pymysql_err.Error)
     @app.exception_handler(DriverException)
-    @app.exception_handler(DBAPIError)
+    @app.exception_handler(NoHostAvailable)
+    @app.exception_handler(ConnectionException)
+    @app.exception_handler(ServerError)
     async def _known(_request: Request, exc: Exception) -> JSONResponse:
         response = known_error_response(exc)
         if response is None:
