@@ -86,4 +86,5 @@ def test_a_store_error_that_is_no_outage_is_a_500_not_retry_later(client, settin
     with TestClient(create_app(broken), raise_server_exceptions=False) as c:
         r = c.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=key)
     assert r.status_code == 500, r.text
-    assert "store_unavailable" not in r.text and "Retry-After" not in r.headers
+    assert r.json()["error"]["code"] == "internal_error" and "Retry-After" not in r.headers  # the error format
+    assert "notee_no_such_keyspace" not in r.text  # nothing of the failure's detail is returned

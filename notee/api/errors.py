@@ -143,3 +143,8 @@ def install(app: FastAPI) -> None:
         if response is None:
             raise exc
         return response
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, _exc: Exception) -> JSONResponse:
+        # Starlette's outermost middleware sends this and then re-raises, so the server logs the trace.
+        return error_response(500, "internal_error", "internal server error")
