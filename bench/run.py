@@ -24,6 +24,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "walk_repeats": 5,
         "send_messages": 5_000,
         "send_repeats": 3,
+        "gorush_messages": 2_000,
         "fanout_devices": 20_000,
         "scaling_devices": 20_000,
         "scaling_publishes": (1, 2),
@@ -40,6 +41,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "walk_repeats": 5,
         "send_messages": 10_000,
         "send_repeats": 3,
+        "gorush_messages": 10_000,
         "fanout_devices": 100_000,
         "scaling_devices": 100_000,
         "scaling_publishes": (1, 2, 2, 1),
@@ -114,7 +116,7 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
         def go_server() -> None:
             from bench import gorush
 
-            figures.update(gorush.run(emulator, n=sizes["send_messages"], repeats=sizes["send_repeats"]))
+            figures.update(gorush.run(emulator, n=sizes["gorush_messages"], repeats=sizes["send_repeats"]))
 
         attempt(("gorush_cpu_ratio", "gorush_cpu_ratio_apns"), go_server)
 
