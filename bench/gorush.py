@@ -3,8 +3,7 @@
 run on the same emulator (issue 19 item 6: "faster than a Go push server per message").
 
 gorush is built from the Go module proxy (``github.com/appleboy/gorush@v1.22.0``, into ``.run/bench-tools``;
-never committed) and configured as its README says for production: FCM with a
-service-account file, APNs with a .p8 key, ``core.sync`` so a request returns when its pushes are
+never committed) and configured for production use: FCM with a service-account file, APNs with a .p8 key, ``core.sync`` so a request returns when its pushes are
 answered, access and error logs at ``error`` (no line per push, like Notee). It can only talk to
 Google's and Apple's host names, so it reaches the emulator through ``bench.connect_proxy`` (its own
 ``core.http_proxy`` setting), TLS end to end: the emulator's certificate holds those names
@@ -238,12 +237,14 @@ def run(emulator, *, n: int, repeats: int = 3, page: int = 1000) -> dict[str, di
                 if api == "apns":
                     # Go's HTTP/2 client opens up to 100 streams on a new connection before it has read
                     # the server's first SETTINGS; the realistic APNs port (one stream until a valid
-                    # request, as Apple documents) closes such a connection with GOAWAY PROTOCOL_ERROR,
-                    # as APNs does ("Maximum active streams violated", pushy#356). For both sides of this
-                    # figure its first SETTINGS allows that burst; Notee opens no stream before it.
+                    # request, like APNs: docs/PROVIDERS.md) closes such a connection with GOAWAY
+                    # PROTOCOL_ERROR. For both sides of this figure its first SETTINGS allows that
+                    # burst; Notee opens no stream before it anyway.
                     emulator.realistic(apns_first_streams=GO_FIRST_BURST)
+                tunnels = proxy.tunnels
                 server.push(api, (_fcm_tokens if api == "fcm" else _apns_tokens)(PER_NOTIFICATION, offset))  # warm
                 offset += PER_NOTIFICATION
+                warm_tunnels = proxy.tunnels - tunnels  # its connections, opened by the warm-up
                 runs: dict[str, list[dict[str, Any]]] = {"gorush": [], "notee": []}
                 for _ in range(repeats):
                     runs["gorush"].append(_gorush_run(server, emulator, api, n, offset))
@@ -260,7 +261,9 @@ def run(emulator, *, n: int, repeats: int = 3, page: int = 1000) -> dict[str, di
                         "gorush_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["gorush"]),
                         "notee_wall_per_s": statistics.median(r["n"] / r["wall_s"] for r in runs["notee"]),
                         "gorush_rss_mib": server.ps.memory_info().rss / 2**20,
-                        "proxy_tunnels": proxy.tunnels,
+                        "proxy_tunnels": warm_tunnels,
+                        # connections gorush opened during the measured runs (a steady state: 0)
+                        "proxy_tunnels_measured": proxy.tunnels - tunnels - warm_tunnels,
                     },
                 )
         finally:
