@@ -9,12 +9,24 @@ migrates them, so benchmark data never mixes with the tests' or ``make run``'s. 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from notee.emulator.control import EmulatorControl, attach, free_port, local_emulator  # noqa: F401 (free_port: bench scripts)
 
 SUFFIX = "_bench"
+
+
+def stop_process(proc: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM a process the bench started, and SIGKILL it if it is not gone within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def use_bench_stores() -> None:

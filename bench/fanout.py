@@ -22,7 +22,6 @@ cores, one of them busy with the emulator).
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from bench.env import stop_process
 from bench.report import Measure, figure, missing
 from bench.seed import apns_like_token, insert_topic_rows, set_no_counter, topic_rows
 from bench.tenant import add_apns_credentials, make_template, make_tenant
@@ -81,13 +81,7 @@ class WorkerProcess:
         return t.user + t.system
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 30)
         self._out.close()
 
     def tail(self) -> str:

@@ -42,7 +42,7 @@ import httpx
 import psutil
 
 from bench.connect_proxy import ConnectProxy
-from bench.env import free_port
+from bench.env import free_port, stop_process
 from bench.report import Measure, figure, missing
 from bench.send_cpu import APNS_TOPIC, _apns_credentials, in_child, notee_side
 from notee.emulator.peer import PeerRules
@@ -186,12 +186,7 @@ class Gorush:
 
     def close(self) -> None:
         self.http.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 10)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 

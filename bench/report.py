@@ -20,6 +20,7 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -124,7 +125,6 @@ def speed_probe() -> float:
     """ms of CPU for a fixed pure-Python loop (median of 5): the machine's speed at the time, so that
     the absolute side figures (µs per message, ms per subscription) of runs on different days can be
     read against each other (the bare send loops' µs per request tell the same for the send path)."""
-    import time
 
     def once() -> float:
         t = time.process_time()

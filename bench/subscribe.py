@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.env import free_port
+from bench.env import free_port, stop_process
 from bench.report import Measure, figure
 from bench.tenant import bulk_users, make_template, make_tenant
 
@@ -102,13 +102,7 @@ class ApiProcess:
         return 0.0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 15)
         self._out.close()
 
 
