@@ -5,8 +5,9 @@ seeded spread over the type's numbers, with their target_slots rows as subscribe
 the type's ``no`` counter is set to ``counter`` (3,000,000: 101 slots). A ``notee worker`` is started
 and idle. The clock starts when the job is created (``publish_topic``, or ``Scheduler.run_minute``
 for the bucket's minute in a fresh namespace) and stops when the job is done and the emulator has
-acknowledged every recipient. The value is those seconds (goal < 1 s); the denominator is the tasks
-the job was given (goal <= 2; ``met`` needs both).
+acknowledged every recipient. It is measured ``RUNS`` times on the same worker, the first on its cold
+connections; the value is the slowest run's seconds (goal < 1 s; every run's in ``extra.runs_s``);
+the denominator is the most tasks a run's job was given (goal <= 2; ``met`` needs both).
 
 The same job with the template's occupancy unknown (its target_slots_known marker removed, as for a
 template older than target_slots) is measured right after, as the walk every job did before: one
@@ -32,6 +33,7 @@ CYCLE_TYPE = "bench_sparse_cycle"
 TOPIC = "few"
 TZ = "Asia/Seoul"
 MAX_TASKS = 2  # the goal's second half: tasks created
+RUNS = 3  # jobs timed per figure: the slowest is the value (an idle worker's claim comes at a random moment)
 
 
 def _numbers(subscribers: int, counter: int) -> list[int]:
@@ -77,22 +79,25 @@ def _timed(runtime, emulator, worker: WorkerProcess, start, expect: int, timeout
     return {"elapsed_s": elapsed, "create_s": created, "tasks": _tasks(runtime, job_ids), "jobs": job_ids}
 
 
-def _figure(name: str, sparse: dict[str, Any], full: dict[str, Any], sizes: dict[str, Any]) -> dict[str, Any]:
+def _figure(name: str, runs: list[dict[str, Any]], full: dict[str, Any], sizes: dict[str, Any]) -> dict[str, Any]:
+    slowest = max(r["elapsed_s"] for r in runs)
+    tasks = max(r["tasks"] for r in runs)
     fig = figure(
         name,
-        Measure("job created to done, every push acknowledged", sparse["elapsed_s"], "s"),
-        Measure("tasks created", sparse["tasks"], "tasks"),
-        sizes,
-        value=sparse["elapsed_s"],
+        Measure("job created to done, every push acknowledged (slowest run)", slowest, "s"),
+        Measure("tasks created (most of a run)", tasks, "tasks"),
+        sizes | {"runs": len(runs)},
+        value=slowest,
         extra={
-            "tasks": sparse["tasks"],
+            "runs_s": [round(r["elapsed_s"], 4) for r in runs],
+            "tasks": tasks,
             "tasks_goal": f"<= {MAX_TASKS}",
-            "create_s": sparse["create_s"],
+            "create_s": max(r["create_s"] for r in runs),
             "full_walk_s": full["elapsed_s"],
             "full_walk_tasks": full["tasks"],
         },
     )
-    fig["met"] = bool(fig["met"] and sparse["tasks"] <= MAX_TASKS)
+    fig["met"] = bool(fig["met"] and tasks <= MAX_TASKS)
     return fig
 
 
@@ -118,7 +123,7 @@ def run_publish(
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
-        sparse = _timed(runtime, emulator, worker, publish, subscribers, timeout)
+        runs = [_timed(runtime, emulator, worker, publish, subscribers, timeout) for _ in range(RUNS)]
         st.forget_occupancy_known(key)  # as a template older than target_slots: every slot is walked
         try:
             full = _timed(runtime, emulator, worker, publish, subscribers, timeout)
@@ -127,7 +132,7 @@ def run_publish(
     finally:
         worker.stop()
     sizes = {"subscribers": subscribers, "type_counter": counter, "type_slots": counter // SLOT_SIZE + 1}
-    return _figure("sparse_publish", sparse, full, sizes | {"lanes": lanes})
+    return _figure("sparse_publish", runs, full, sizes | {"lanes": lanes})
 
 
 def run_cycle(
@@ -141,10 +146,10 @@ def run_cycle(
     tenant = make_tenant(runtime)
     key = make_template(runtime, tenant.service, "CYCLE", CYCLE_TYPE)
     set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "CYCLE", CYCLE_TYPE, counter)
-    # Two minutes, each with its bucket: the first run knows the occupancy, the second does not (a
-    # minute's job is idempotent, so the full walk needs a minute of its own).
+    # RUNS + 1 minutes, each with its bucket: the first RUNS know the occupancy, the last does not (a
+    # minute's job is idempotent, so each run needs a minute of its own).
     first = clock.floor_minute(datetime.now(UTC))
-    minutes = [first, first + timedelta(minutes=1)]
+    minutes = [first + timedelta(minutes=i) for i in range(RUNS + 1)]
     buckets = [clock.due_buckets(m, TZ)[0] for m in minutes]
     numbers = _numbers(subscribers, counter)
     now_ms = int(time.time() * 1000)
@@ -158,7 +163,7 @@ def run_cycle(
                 b.hour,
                 b.minute,
                 no,
-                fcm_like_token(no * 2 + i),
+                fcm_like_token(no * (RUNS + 1) + i),
                 "AOS",
                 str(uuid.uuid4()),
                 now_ms,
@@ -194,10 +199,10 @@ def run_cycle(
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
-        sparse = _timed(runtime, emulator, worker, tick(minutes[0]), subscribers, timeout)
+        runs = [_timed(runtime, emulator, worker, tick(m), subscribers, timeout) for m in minutes[:RUNS]]
         st.forget_occupancy_known(key)
         try:
-            full = _timed(runtime, emulator, worker, tick(minutes[1]), subscribers, timeout)
+            full = _timed(runtime, emulator, worker, tick(minutes[RUNS]), subscribers, timeout)
         finally:
             st.mark_occupancy_known(key, "created")
     finally:
@@ -206,4 +211,4 @@ def run_cycle(
         for b in buckets:
             st.delete_due(stamp, TZ, b.day, b.hour, b.minute, key)
     sizes = {"subscribers": subscribers, "type_counter": counter, "type_slots": counter // SLOT_SIZE + 1}
-    return _figure("sparse_cycle", sparse, full, sizes | {"lanes": lanes})
+    return _figure("sparse_cycle", runs, full, sizes | {"lanes": lanes})

@@ -1,5 +1,6 @@
 """The worker in-process on the real stores and the emulator: a multi-slot task resumes from its
-checkpoint, the fan-out path makes no query per device, the lease keeper keeps a slow task's lease."""
+checkpoint, small slots go out together, the fan-out path makes no query per device, the lease
+keeper keeps a slow task's lease."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy import event
 
 from notee.fanout.worker import Worker
 from notee.store import job_queue as store
-from notee.vocabulary import PageCounts
+from notee.vocabulary import SLOT_SIZE, PageCounts
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import (
     emulator_runtime,
@@ -84,6 +85,80 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done" and progress.sent == 300
     assert set(deliveries_per_token(emulator, tokens).values()) == {1}
+
+
+def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, service_id, emulator, monkeypatch):
+    """Slots 0..3 with 25 rows each and pages of 60: the reader hands slots 0 and 1 over as one page
+    (50 rows), then 2 and 3: two sends and two checkpoints, not four. Stopped after the first, the
+    next claim resumes at slot 2 and sends nothing twice."""
+    from notee.fanout import jobs
+
+    key = topic_template(runtime, service_id)
+    tokens: list[str] = []
+    counter = 0
+    for slot in range(4):  # 25 subscribers at the start of each slot
+        if slot * SLOT_SIZE > counter:
+            counter = runtime.statements.allocate_numbers(service_id, "TOPIC", "news", slot * SLOT_SIZE - counter)
+        tokens += seed_topic(runtime, service_id, "news", key, "r", 25, prefix=f"{service_id}-s{slot}-")
+        counter += 25
+    monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 4)
+    job = topic_job(runtime, service_id, key, "r")
+    assert job.task_count == 1
+    rt = emulator_runtime()
+    pages_sent: list[int] = []
+    try:
+
+        async def first_page_then_stop():
+            from notee.delivery import DeliverySender
+
+            sender = DeliverySender(rt)
+            worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=60)
+
+            async def send_then_stop(service, job_id, messages, dry_run):
+                pages_sent.append(len(messages))
+                worker.stop.set()
+                return await sender(service, job_id, messages, dry_run)
+
+            worker.send_page = send_then_stop
+            await worker.run()
+            await sender.close()
+
+        asyncio.run(first_page_then_stop())
+        with rt.sessions() as s:
+            (task,) = store.tasks(s, job.job_id)
+        assert pages_sent == [50]
+        assert (task.state, task.sent, task.current_slot, task.pages) == ("queued", 50, 2, 1)
+        run_worker_until_idle(rt, [service_id], lanes=1, fetch_size=60)
+        with rt.sessions() as s:
+            (task,) = store.tasks(s, job.job_id)
+    finally:
+        rt.close()
+    assert (task.state, task.pages) == ("done", 2)
+    done, progress = job_progress(runtime, job.job_id)
+    assert done.state == "done" and progress.sent == 100
+    assert set(deliveries_per_token(emulator, tokens).values()) == {1}
+
+
+def test_idle_lanes_take_turns_and_a_claim_wakes_them(runtime, monkeypatch):
+    """Three idle lanes (2 + the spare) asking at once are given turns IDLE_POLL_S / 3 apart, not one
+    each IDLE_POLL_S in step; a lane asking later queues after the last turn; a claim by another
+    lane ends every idle lane's pause."""
+    from notee.fanout import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "IDLE_POLL_S", 30.0)
+
+    async def go():
+        w = Worker(runtime, None, lanes=2, spare_lane=True)  # type: ignore[arg-type]
+        assert [w._next_idle_turn(100.0) for _ in range(3)] == [110.0, 120.0, 130.0]
+        assert w._next_idle_turn(125.0) == 140.0  # after the turns already given
+        assert w._next_idle_turn(200.0) == 210.0  # idle long enough: from now
+        waits = [asyncio.create_task(w._idle_wait()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        assert not any(t.done() for t in waits)  # each waits for its turn (10 s and more away)
+        w._claimed.set()
+        await asyncio.wait_for(asyncio.gather(*waits), 5)
+
+    asyncio.run(go())
 
 
 def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):

@@ -85,7 +85,7 @@ from notee.vocabulary import (
 log = logging.getLogger(__name__)
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
-IDLE_POLL_S = 0.5  # how often an idle lane asks for work
+IDLE_POLL_S = 0.5  # how often each lane of an idle worker asks for work (they take turns: _idle_wait)
 FAIR_CHECK_S = 0.25  # how often a busy lane asks whether another tenant waits (once its slice is used)
 OUTAGE_BACKOFF_BASE_S = 1.0  # first wait after an outage; doubles per consecutive outage up to the cap
 
@@ -256,6 +256,8 @@ class Worker:
         self.backoff = OutageBackoff(cap_s=runtime.settings.fanout_outage_backoff_cap_s)
         self.releases = {"outage": 0, "error": 0, "paging_state": 0, "yield": 0}  # tasks given back, by cause
         self.fair_slice_s = runtime.settings.fanout_fair_slice_s
+        self._idle_turn = 0.0  # monotonic time of the latest idle lane's turn to ask (a claim restarts them)
+        self._claimed = asyncio.Event()  # set (and replaced) when a lane claims: idle lanes ask at once
 
     # ------------------------------------------------------------------ claim loop
     async def run(self, *, until_idle: bool = False) -> None:
@@ -299,8 +301,13 @@ class Worker:
             if claim is None:
                 if until_idle:
                     return
-                await self._sleep(IDLE_POLL_S)
+                await self._idle_wait()
                 continue
+            # The job may hold more tasks: the idle lanes ask at once (one extra ask each per claim),
+            # and their turns start again from now.
+            self._claimed.set()
+            self._claimed = asyncio.Event()
+            self._idle_turn = time.monotonic()
             metrics.TASKS_CLAIMED.inc()
             if claim.taken_over:
                 metrics.LEASE_TAKEOVERS.inc()
@@ -313,6 +320,27 @@ class Worker:
                 )
             with logs.task_context(claim.job_id):  # job_id (and service, once read) on the task's log lines
                 await self.run_task(claim, spare=spare)
+
+    def _next_idle_turn(self, now: float) -> float:
+        """When an idle lane asking at ``now`` asks again: the worker's idle lanes take turns, one
+        every IDLE_POLL_S / lanes, so a new job waits about that long for its first claim (lanes
+        asking in step each IDLE_POLL_S kept it waiting up to IDLE_POLL_S), and an idle worker asks
+        no more often than before: each of its lanes every IDLE_POLL_S."""
+        lanes = self.lanes + (1 if self.spare_lane else 0)
+        self._idle_turn = max(now, self._idle_turn) + IDLE_POLL_S / lanes
+        return self._idle_turn
+
+    async def _idle_wait(self) -> None:
+        """An idle lane's pause until its turn (``_next_idle_turn``), ended early by stop or by a
+        claim of another lane (the job may have more tasks)."""
+        now = time.monotonic()
+        turn = self._next_idle_turn(now)
+        waits = [asyncio.ensure_future(self.stop.wait()), asyncio.ensure_future(self._claimed.wait())]
+        try:
+            await asyncio.wait(waits, timeout=turn - now, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def _sleep(self, seconds: float) -> None:
         try:
@@ -542,7 +570,8 @@ class Worker:
         ``locales_of`` (the job's service, when its template has locale variants) each page comes
         with its recipients' locales, read in one MySQL query; with a ``local`` part (a planned
         job: local time, quiet hours) only the page's recipients of that part are to be sent (their
-        zones and windows: one query)."""
+        zones and windows: one query). Small pages of consecutive finished slots are handed over
+        together (``hand_over``)."""
         if isinstance(target, UserTarget):  # a scheduled single send: the user's devices as they are now
             try:
                 page = await asyncio.to_thread(_user_devices, self.runtime.sessions, claim.job_id, target)
@@ -555,6 +584,30 @@ class Worker:
                 await queue.put(exc)
             return
         statements = await asyncio.to_thread(lambda: self.runtime.statements)
+        # Pages of finished slots that together hold less than a page are handed over as one (a
+        # sparse target: a few rows in each of many slots is one send and one checkpoint, not one
+        # per slot); never more rows than a page, so a resend after a crash stays within one page.
+        held: list[tuple[int, list[RecipientRow], bytes | None, tuple[int, str] | None, list[RecipientRow], int]] = []
+        held_rows = 0
+
+        async def hand_over() -> None:
+            nonlocal held_rows
+            if not held:
+                return
+            slot, _, next_state, last_read, _, _ = held[-1]
+            if len(held) == 1:
+                page, to_send, dropped = held[0][1], held[0][4], held[0][5]
+            else:
+                page = [r for h in held for r in h[1]]
+                to_send = [r for h in held for r in h[4]]
+                dropped = sum(h[5] for h in held)
+            held.clear()
+            held_rows = 0
+            locales = None
+            if locales_of is not None and to_send:
+                locales = await asyncio.to_thread(self._locales, locales_of, to_send)
+            await queue.put((slot, page, next_state, last_read, locales, to_send, dropped))
+
         try:
             for slot in walk:
                 first = slot == claim.current_slot
@@ -575,10 +628,13 @@ class Worker:
                         to_send, dropped = self._of_part(local[0], local[1], page)  # no I/O
                     elif local[1] is not None and page:
                         to_send, dropped = await asyncio.to_thread(self._of_part, local[0], local[1], page)
-                    locales = None
-                    if locales_of is not None and to_send:
-                        locales = await asyncio.to_thread(self._locales, locales_of, to_send)
-                    await queue.put((slot, page, next_state, last_read, locales, to_send, dropped))
+                    if held_rows + len(page) > self.fetch_size:
+                        await hand_over()
+                    held.append((slot, page, next_state, last_read, to_send, dropped))
+                    held_rows += len(page)
+                    if next_state is not None:  # the slot goes on: its checkpoint needs this page's state
+                        await hand_over()
+            await hand_over()
         except Exception as exc:  # handed to the consumer, which releases the task
             await queue.put(exc)
 
