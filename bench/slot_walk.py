@@ -6,10 +6,10 @@ user_id, and ``no`` and ``origin`` (the row key to resume after a rejected pagin
 filter of a token rotation). Until issue 19 the ceiling read only the first three while Notee read
 all five; that older ceiling is still measured, as a side figure (``raw3_*``).
 
-Runs are interleaved (raw, raw3, notee, ...) after one warm-up pass so all see the same cache
-state; each side's figure is its median rows/s over the repetitions (wall clock). Both sides hand
-every row of each page to the same one-line Python loop, so neither is measured doing less with
-the rows than the other.
+Runs are interleaved, in an order rotated each repetition (raw, raw3, notee; raw3, notee, raw; ...),
+after one warm-up pass of each side so all see the same cache state; each side's figure is its
+median rows/s over the repetitions (wall clock). Both sides hand every row of each page to the same
+one-line Python loop, so neither is measured doing less with the rows than the other.
 """
 
 from __future__ import annotations
@@ -92,22 +92,37 @@ def run(runtime, *, rows: int, fetch_size: int | None = None, repeats: int = 3) 
     key, topic, last_slot = seed(runtime, rows)
     session, ks = runtime.cql, runtime.keyspaces.notification
     statements = runtime.statements
-    raw_walk(session, ks, key, topic, last_slot, fetch_size)  # warm-up
+    raw_walk(session, ks, key, topic, last_slot, fetch_size)  # warm-up, both sides
+    notee_walk(statements, key, topic, last_slot, fetch_size)
     raw_rates, notee_rates, raw_cpu, notee_cpu, raw3_rates = [], [], [], [], []
-    for _ in range(repeats):
+
+    def raw() -> None:
         t, c = time.perf_counter(), time.process_time()
-        n_raw = raw_walk(session, ks, key, topic, last_slot, fetch_size)
-        raw_rates.append(n_raw / (time.perf_counter() - t))
-        raw_cpu.append((time.process_time() - c) / max(n_raw, 1))
+        n = raw_walk(session, ks, key, topic, last_slot, fetch_size)
+        raw_rates.append(n / (time.perf_counter() - t))
+        raw_cpu.append((time.process_time() - c) / max(n, 1))
+        counts["raw"] = n
+
+    def raw3() -> None:
         t = time.perf_counter()
-        n_raw3 = raw_walk(session, ks, key, topic, last_slot, fetch_size, COLUMNS_BEFORE_ISSUE_19)
-        raw3_rates.append(n_raw3 / (time.perf_counter() - t))
+        n = raw_walk(session, ks, key, topic, last_slot, fetch_size, COLUMNS_BEFORE_ISSUE_19)
+        raw3_rates.append(n / (time.perf_counter() - t))
+        counts["raw3"] = n
+
+    def notee() -> None:
         t, c = time.perf_counter(), time.process_time()
-        n_notee = notee_walk(statements, key, topic, last_slot, fetch_size)
-        notee_rates.append(n_notee / (time.perf_counter() - t))
-        notee_cpu.append((time.process_time() - c) / max(n_notee, 1))
-        if n_raw != rows or n_notee != rows or n_raw3 != rows:
-            raise AssertionError(f"walk read raw={n_raw} raw3={n_raw3} notee={n_notee} rows, seeded {rows}")
+        n = notee_walk(statements, key, topic, last_slot, fetch_size)
+        notee_rates.append(n / (time.perf_counter() - t))
+        notee_cpu.append((time.process_time() - c) / max(n, 1))
+        counts["notee"] = n
+
+    counts: dict[str, int] = {}
+    sides = [raw, raw3, notee]
+    for i in range(repeats):
+        for side in sides[i % 3 :] + sides[: i % 3]:  # rotated: no side always runs after the same one
+            side()
+        if any(n != rows for n in counts.values()):
+            raise AssertionError(f"walk read {counts} rows, seeded {rows}")
     notee_rate, raw_rate = statistics.median(notee_rates), statistics.median(raw_rates)
     return figure(
         "slot_walk_ratio",
