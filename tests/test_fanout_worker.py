@@ -47,6 +47,30 @@ def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, 
     assert job_progress(runtime, job.job_id)[1].sent == n
 
 
+def first_page_then_stop(rt, service_id, *, fetch_size):
+    """A one-lane worker with the production sender, stopped (as by SIGTERM) while its first page is
+    being sent; the sizes of the pages it sent."""
+    from notee.delivery import DeliverySender
+
+    sent: list[int] = []
+
+    async def go():
+        sender = DeliverySender(rt)
+        worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=fetch_size)
+
+        async def send_then_stop(service, job_id, messages, dry_run):
+            sent.append(len(messages))
+            worker.stop.set()
+            return await sender(service, job_id, messages, dry_run)
+
+        worker.send_page = send_then_stop
+        await worker.run()
+        await sender.close()
+
+    asyncio.run(go())
+    return sent
+
+
 def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emulator, monkeypatch):
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
@@ -60,22 +84,7 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     assert job.task_count == 1
     rt = emulator_runtime()
     try:
-
-        async def first_page_then_stop():
-            from notee.delivery import DeliverySender
-
-            sender = DeliverySender(rt)
-            worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=60)
-
-            async def send_then_stop(service, job_id, messages, dry_run):
-                worker.stop.set()  # SIGTERM arrives while the first page is being sent
-                return await sender(service, job_id, messages, dry_run)
-
-            worker.send_page = send_then_stop
-            await worker.run()
-            await sender.close()
-
-        asyncio.run(first_page_then_stop())
+        first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
             (task,) = store.tasks(s, job.job_id)
         assert task.state == "queued" and task.sent == 60 and task.current_slot == 0
@@ -105,25 +114,8 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
     job = topic_job(runtime, service_id, key, "r")
     assert job.task_count == 1
     rt = emulator_runtime()
-    pages_sent: list[int] = []
     try:
-
-        async def first_page_then_stop():
-            from notee.delivery import DeliverySender
-
-            sender = DeliverySender(rt)
-            worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=60)
-
-            async def send_then_stop(service, job_id, messages, dry_run):
-                pages_sent.append(len(messages))
-                worker.stop.set()
-                return await sender(service, job_id, messages, dry_run)
-
-            worker.send_page = send_then_stop
-            await worker.run()
-            await sender.close()
-
-        asyncio.run(first_page_then_stop())
+        pages_sent = first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
             (task,) = store.tasks(s, job.job_id)
         assert pages_sent == [50]

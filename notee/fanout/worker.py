@@ -121,14 +121,13 @@ def is_outage(exc: BaseException) -> bool:
 # what the page did before the error) when the service's credentials are missing or unusable: the
 # whole job fails once. Production: ``notee.delivery.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
-# What the reader hands the sender, or the error that stopped it: (slot, page, paging state after
-# it, key (no, device_token) of the last row read, the page's recipient locales or None when the job
-# has no variants, the recipients of the page to send: all of it, or those of the task's part, and
-# how many of the part's it drops: quiet hours)
+# What the reader hands the sender, or the error that stopped it: (slot, paging state after the
+# page, key (no, device_token) of the last row read, the page's recipient locales or None when the
+# job has no variants, the recipients of the page to send: all of it, or those of the task's part,
+# and how many of the part's it drops: quiet hours)
 _ReadItem = (
     tuple[
         int,
-        list[RecipientRow],
         bytes | None,
         tuple[int, str] | None,
         dict[tuple[str, str], str] | None,
@@ -381,7 +380,7 @@ class Worker:
                     item = await queue.get()
                     if isinstance(item, BaseException):
                         raise item
-                    slot, _page, next_state, last_read, locales, to_send, dropped = item
+                    slot, next_state, last_read, locales, to_send, dropped = item
                     if lost.is_set():
                         raise LeaseLost(f"lease of {name} lost")
                     if self.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
@@ -579,7 +578,7 @@ class Worker:
                 if locales_of is not None and page:
                     locales = await asyncio.to_thread(self._locales, locales_of, page)
                 last = (page[-1][NO], page[-1][TOKEN]) if page else None
-                await queue.put((claim.slot_from, page, None, last, locales, page, 0))
+                await queue.put((claim.slot_from, None, last, locales, page, 0))
             except Exception as exc:
                 await queue.put(exc)
             return
@@ -587,26 +586,21 @@ class Worker:
         # Pages of finished slots that together hold less than a page are handed over as one (a
         # sparse target: a few rows in each of many slots is one send and one checkpoint, not one
         # per slot); never more rows than a page, so a resend after a crash stays within one page.
-        held: list[tuple[int, list[RecipientRow], bytes | None, tuple[int, str] | None, list[RecipientRow], int]] = []
-        held_rows = 0
+        held_send: list[RecipientRow] = []  # the held pages' recipients to send
+        held_rows = held_dropped = 0  # the held pages' rows read, and dropped (quiet hours)
+        # The last held page's (slot, paging state after it, key of its last row): the checkpoint's.
+        held_end: tuple[int, bytes | None, tuple[int, str] | None] | None = None
 
         async def hand_over() -> None:
-            nonlocal held_rows
-            if not held:
+            nonlocal held_send, held_rows, held_dropped, held_end
+            if held_end is None:
                 return
-            slot, _, next_state, last_read, _, _ = held[-1]
-            if len(held) == 1:
-                page, to_send, dropped = held[0][1], held[0][4], held[0][5]
-            else:
-                page = [r for h in held for r in h[1]]
-                to_send = [r for h in held for r in h[4]]
-                dropped = sum(h[5] for h in held)
-            held.clear()
-            held_rows = 0
+            (slot, next_state, last_read), to_send, dropped = held_end, held_send, held_dropped
+            held_send, held_rows, held_dropped, held_end = [], 0, 0, None
             locales = None
             if locales_of is not None and to_send:
                 locales = await asyncio.to_thread(self._locales, locales_of, to_send)
-            await queue.put((slot, page, next_state, last_read, locales, to_send, dropped))
+            await queue.put((slot, next_state, last_read, locales, to_send, dropped))
 
         try:
             for slot in walk:
@@ -630,8 +624,10 @@ class Worker:
                         to_send, dropped = await asyncio.to_thread(self._of_part, local[0], local[1], page)
                     if held_rows + len(page) > self.fetch_size:
                         await hand_over()
-                    held.append((slot, page, next_state, last_read, to_send, dropped))
+                    held_send = held_send + to_send if held_send else to_send
                     held_rows += len(page)
+                    held_dropped += dropped
+                    held_end = (slot, next_state, last_read)
                     if next_state is not None:  # the slot goes on: its checkpoint needs this page's state
                         await hand_over()
             await hand_over()
