@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 import pytest
+from fastapi import Request
 
 from notee import reconcile
+from notee.api.deps import get_subscribe_groups
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.vocabulary import CycleTarget, Recipient, TopicTarget
@@ -288,3 +290,46 @@ def test_the_topic_subscribe_answer_is_its_response_model(status, devices):
 
     result = {"status": status, "devices": devices}
     assert subscribe_out_json(result) == SubscribeOut.model_validate(result).model_dump_json().encode()
+
+
+def test_the_topic_subscribe_shortcut_answers_as_the_route(app, client, tenant):
+    """``TopicSubscribeShortcut`` answers a subscribe whose path is canonical (a lowercase UUID)
+    without FastAPI; the same request with the UUID in capitals goes through the route (FastAPI's
+    UUID conversion gives the same user). Each pair of answers is the same: status, headers (but the
+    request id) and body, for a new subscription, a repeat, an unknown user, a bad topic, a template
+    of the other method and an unknown type."""
+    _, h = tenant
+    new_template(client, h, "TOPIC", "news")
+    new_template(client, h, "CYCLE", "remind")
+    routed = []
+
+    async def counting(request: Request):  # the route's own dependency: called only on FastAPI's path
+        routed.append(request.url.path)
+        return await get_subscribe_groups(request)
+
+    app.dependency_overrides[get_subscribe_groups] = counting
+
+    def answer(user_id: str, type_: str, topic: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        r = client.put(f"/v1/users/{user_id}/subscriptions/topic/{type_}/{topic}", headers=h)
+        headers = sorted((k, v) for k, v in r.headers.multi_items() if k != "x-request-id")
+        return r.status_code, headers, r.content
+
+    try:
+        shortcut_user = new_user(client, h, devices=[(random_token(), "AOS")])
+        route_user = new_user(client, h, devices=[(random_token(), "IOS")])
+        cases = [("news", "t"), ("news", "t"), ("news", "bad%01topic"), ("remind", "t"), ("nothing", "t")]
+        for type_, topic in cases:
+            before = len(routed)
+            fast = answer(shortcut_user, type_, topic)
+            assert len(routed) == before, f"{type_}/{topic} went through FastAPI"
+            slow = answer(route_user.upper(), type_, topic)
+            assert len(routed) == before + 1, f"{type_}/{topic} in capitals did not go through FastAPI"
+            assert fast == slow
+        assert [s for s, *_ in (answer(u, "news", "t") for u in (str(uuid.uuid4()), str(uuid.uuid4()).upper()))] == [
+            404,
+            404,
+        ]
+        assert fast[0] == 404 and answer(shortcut_user, "news", "t")[0] == 200
+        assert len(routed) == len(cases) + 1
+    finally:
+        app.dependency_overrides.clear()

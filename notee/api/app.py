@@ -80,6 +80,8 @@ def create_app(
     app.state.serves_admin = part in ("all", "admin")
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)
+    if app.state.serves_tenant:  # inside the edge: the hottest write, answered without FastAPI's routing
+        app.add_middleware(subscriptions.TopicSubscribeShortcut)
     app.add_middleware(EdgeGuard)  # limits and credentials before any body is read
     app.add_middleware(RequestContext)  # outermost: the request id (and JSON access line) covers edge answers too
     # Routing tries routes in this order, each a regex match: the busiest first (health probes,
