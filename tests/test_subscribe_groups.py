@@ -4,7 +4,8 @@ The grouping itself is tested with a call whose progress the test controls (a lo
 once; requests arriving during a call go together in the next; each gets its own answer, its own
 404, or the group's error; a cancelled request cancels nobody else's). Then through the HTTP API
 against the real stores: requests held behind a MySQL row lock form one group, and each still gets
-the answer it would have had alone.
+the answer it would have had alone; a drain's consecutive calls share its MySQL connection, each
+call's locks ending with it, and a failed call gives the connection back.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tests.support.registry import new_service, new_template, new_user, random_t
 
 
 class HeldCall:
-    """A group call that records its pairs and waits for the test's go-ahead before answering."""
+    """The drains' calls, recorded, each waiting for the test's go-ahead before answering
+    (``SubscribeGroups(lambda: held)``: every drain calls this one)."""
 
     def __init__(self, fail: Exception | None = None) -> None:
         self.calls: list[list[tuple[str, str, str, str]]] = []
@@ -35,13 +37,16 @@ class HeldCall:
         self.go = threading.Semaphore(0)
         self.fail = fail
 
-    def __call__(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
+    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
         self.calls.append([(service, type_, u, t) for u, t in pairs])
         self.entered.release()
         self.go.acquire(timeout=10)
         if self.fail is not None and len(self.calls) > 1:
             raise self.fail
         return [None if u.startswith("unknown") else {"status": "subscribed", "devices": len(t)} for u, t in pairs]
+
+    def close(self) -> None:
+        pass
 
 
 async def until(predicate, timeout: float = 5.0) -> None:
@@ -54,7 +59,7 @@ async def until(predicate, timeout: float = 5.0) -> None:
 def test_requests_arriving_during_a_call_go_together_in_the_next_each_with_its_answer():
     async def scenario() -> None:
         held = HeldCall()
-        groups = SubscribeGroups(held)
+        groups = SubscribeGroups(lambda: held)
         first = asyncio.create_task(groups.subscribe("S", "u0", "news", "a"))
         await asyncio.to_thread(held.entered.acquire)  # a lone request went at once, alone
         assert held.calls == [[("S", "news", "u0", "a")]]
@@ -79,7 +84,7 @@ def test_requests_arriving_during_a_call_go_together_in_the_next_each_with_its_a
 def test_the_group_error_reaches_each_request_and_a_cancelled_request_cancels_only_itself():
     async def scenario() -> None:
         held = HeldCall(fail=ConnectionError("cassandra down"))
-        groups = SubscribeGroups(held)
+        groups = SubscribeGroups(lambda: held)
         first = asyncio.create_task(groups.subscribe("S", "u0", "news", "a"))
         await asyncio.to_thread(held.entered.acquire)
         waiting = [asyncio.create_task(groups.subscribe("S", f"u{i}", "news", "a")) for i in (1, 2, 3)]
@@ -148,3 +153,82 @@ def test_subscribes_queued_behind_a_call_are_one_group_through_the_api(client, r
     after = group_sizes()
     assert (after[0] - before[0], after[1] - before[1]) == (2, 7)  # two calls: 1 request, then 6
     assert runtime.statements.counters(service_id, "TOPIC", "news")[1] == 5
+
+
+def held_lock(runtime, service_id: str, user_id: str):
+    """A connection holding ``user_id``'s row lock until its rollback."""
+    holder = runtime.engine.connect()
+    holder.execute(
+        text("SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE"),
+        {"s": service_id, "u": user_id},
+    )
+    return holder
+
+
+def test_a_drains_calls_share_its_connection_and_each_calls_locks_end_with_it(
+    client, runtime, settings, service_id, monkeypatch
+):
+    """User A's subscribe waits on A's row lock (held by the test) while B's queues behind it, and
+    B's row lock is held too. A's lock released, the drain's first call ends and its second waits on
+    B's: on the same connection, and A's row is free (the first call's transaction ended, though the
+    connection is still the drain's). B's lock released, the drain ends and gives the connection back."""
+    h = new_service(client, settings, service_id)
+    new_template(client, h, "TOPIC", "news")
+    a, b = (new_user(client, h, devices=[(random_token(), "AOS")]) for _ in range(2))
+    from notee.domain import subscriptions as subs
+
+    used = []
+    real = subs.subscribe_topics
+
+    def recording(db, st, service, type_, wanted):
+        used.append(db)
+        return real(db, st, service, type_, wanted)
+
+    monkeypatch.setattr(subs, "subscribe_topics", recording)
+    groups = client.app.state.subscribe_groups
+
+    def put(user_id: str) -> int:
+        return client.put(f"/v1/users/{user_id}/subscriptions/topic/news/t", headers=h).status_code
+
+    holds = {u: held_lock(runtime, service_id, u) for u in (a, b)}
+    checked_out = runtime.engine.pool.checkedout()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(put, a)
+            eventually(lambda: len(used) == 1)  # its call waits on A's lock
+            second = pool.submit(put, b)
+            eventually(lambda: groups.waiting(service_id, "news") == 1)
+            holds[a].rollback()
+            assert first.result(timeout=30) == 201
+            eventually(lambda: len(used) == 2)  # the second call, waiting on B's lock
+            assert used[1] is used[0]
+            with runtime.engine.connect() as probe:  # A's lock ended with the first call
+                row = probe.execute(
+                    text("SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE NOWAIT"),
+                    {"s": service_id, "u": a},
+                ).one()
+                assert row.user_id == a
+            holds[b].rollback()
+            assert second.result(timeout=30) == 201
+    finally:
+        for holder in holds.values():
+            holder.close()
+    eventually(lambda: runtime.engine.pool.checkedout() == checked_out - 2)  # the drain's and the holders'
+
+
+def test_a_failed_call_gives_its_connection_back(client, runtime, settings, service_id):
+    """A call that fails (no template of the type) leaves the drain without a connection: the pool
+    has it back, and the drain's next call checks out another."""
+    from notee.api.subscribe_groups import _StoreDrain
+    from notee.errors import NotFound as NoTemplate
+
+    new_template(client, new_service(client, settings, service_id), "TOPIC", "news")
+    drain = _StoreDrain(runtime)
+    checked_out = runtime.engine.pool.checkedout()
+    with pytest.raises(NoTemplate):
+        drain.call(service_id, "no-such-type", [(str(uuid.uuid4()), "t")])
+    assert runtime.engine.pool.checkedout() == checked_out
+    assert drain.call(service_id, "news", [(str(uuid.uuid4()), "t")]) == [None]  # an unknown user
+    assert runtime.engine.pool.checkedout() == checked_out + 1  # kept while calls succeed
+    drain.close()
+    assert runtime.engine.pool.checkedout() == checked_out

@@ -10,6 +10,11 @@ in the next call once it returns (group commit). A request that finds none in pr
 at once, so a lone request waits for nobody; under load a request waits for at most the call in
 progress, and the calls of one (service, type) run one at a time.
 
+A drain (the calls of one (service, type), one after the other while requests keep coming) keeps
+its MySQL connection from one call to the next, each call its own transaction ended by a rollback:
+a burst of calls pays one pool checkout and its ping, not one per call. The connection goes back to
+the pool when nobody waits, or at once after a failed call.
+
 Every request gets the answer it would have had alone: its own status and device count, 404 for an
 unknown user (the others of the group are still subscribed), and the group's error (a template of
 the other method, a store outage) when the call fails. Sizes are ``notee_subscribe_group_size``.
@@ -20,16 +25,53 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from anyio import to_thread
+from sqlalchemy import Connection
 
 from notee.domain import subscriptions as subs
 from notee.errors import NotFound
 from notee.metrics import SUBSCRIBE_GROUP_SIZE
 from notee.runtime import Runtime
+from notee.store import subscription_sql as subsql
 
-# What a group of one (service, type) runs: subscriptions.subscribe_topics on a connection of its own.
-GroupCall = Callable[[str, str, Sequence[tuple[str, str]]], list[subs.SubscribeResult | None]]
+
+class GroupDrain(Protocol):
+    """What one drain calls, from worker threads, one call at a time."""
+
+    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
+        """One group's subscriptions.subscribe_topics."""
+
+    def close(self) -> None:
+        """The drain is over: give back what its calls kept."""
+
+
+class _StoreDrain:
+    """A drain's calls on one MySQL connection, a Core connection, not an ORM session (docs/BENCHMARKS.md,
+    "Subscribe through the API"), checked out at the first call and kept while calls succeed."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._db: Connection | None = None
+
+    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
+        if self._db is None:
+            self._db = self._runtime.engine.connect()  # the pool's checkout pings it
+        try:
+            results = subs.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
+            # The users' locks end here; the next call's lock is the first statement of its own transaction.
+            subsql.end_driver_transaction(self._db)
+        except BaseException:
+            self.close()  # in whatever state the failure left it: the pool resets it, or discards it
+            raise
+        return results
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
 
 MAX_GROUP = subs.BULK_MAX  # pairs per call, as many as a bulk request's users
 
@@ -45,17 +87,11 @@ class SubscribeGroups:
 
     @classmethod
     def of(cls, runtime: Runtime) -> SubscribeGroups:
-        """The groups of an API process: each call on a Core connection of its own, not an ORM session
-        (docs/BENCHMARKS.md, "Subscribe through the API")."""
+        """The groups of an API process, on its stores."""
+        return cls(lambda: _StoreDrain(runtime))
 
-        def call(service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
-            with runtime.engine.connect() as db:  # read-only; returning it rolls back: the users' locks end
-                return subs.subscribe_topics(db, runtime.statements, service, type_, pairs)
-
-        return cls(call)
-
-    def __init__(self, call: GroupCall) -> None:
-        self._call = call
+    def __init__(self, drain: Callable[[], GroupDrain]) -> None:
+        self._new_drain = drain
         self._waiting: dict[tuple[str, str], _Waiting] = {}
         self._running: set[tuple[str, str]] = set()  # the (service, type)s with a call in progress
         self._tasks: set[asyncio.Task[None]] = set()  # the drains in progress (a task needs a reference)
@@ -81,6 +117,7 @@ class SubscribeGroups:
 
     async def _drain(self, key: tuple[str, str]) -> None:
         """Run the calls of ``key`` one after the other until nobody waits."""
+        drain = self._new_drain()
         try:
             while waiting := self._waiting.pop(key, None):
                 if len(waiting.pairs) > MAX_GROUP:
@@ -89,7 +126,7 @@ class SubscribeGroups:
                     waiting = _Waiting(waiting.pairs[:MAX_GROUP], waiting.answers[:MAX_GROUP])
                 SUBSCRIBE_GROUP_SIZE.observe(len(waiting.pairs))
                 try:
-                    results = await to_thread.run_sync(self._call, key[0], key[1], waiting.pairs)
+                    results = await to_thread.run_sync(drain.call, key[0], key[1], waiting.pairs)
                     if len(results) != len(waiting.pairs):  # never left waiting: every request is answered
                         raise RuntimeError(f"{len(results)} results for {len(waiting.pairs)} subscribes")
                 except Exception as exc:  # the group's failure is each request's (the API maps it)
@@ -106,3 +143,4 @@ class SubscribeGroups:
                         answer.set_result(result)
         finally:
             self._running.discard(key)
+            await to_thread.run_sync(drain.close)

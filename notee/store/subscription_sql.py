@@ -76,6 +76,16 @@ def _driver_rows(db: Session | Connection, sql: str, params: dict[str, Any]) -> 
         cursor.close()
 
 
+def end_driver_transaction(db: Connection) -> None:
+    """Roll back the DBAPI transaction ``_driver_rows`` opened on ``db``'s connection (SQLAlchemy began
+    none, so ``Connection.rollback`` would send nothing): its row locks end and the connection stays
+    checked out, ready for a new transaction. As ``Connection.rollback`` does it, errors included."""
+    try:
+        db.dialect.do_rollback(db.connection)
+    except Exception as exc:
+        db._handle_dbapi_exception(exc, None, None, None, None)
+
+
 def lock_users_zones(
     db: Session | Connection, service: str, user_ids: Sequence[str], *, exclusive: bool = False
 ) -> dict[str, str]:
