@@ -142,5 +142,6 @@ class SubscribeGroups:
                     else:
                         answer.set_result(result)
         finally:
+            # Free first: a request arriving while the connection goes back starts a drain of its own.
             self._running.discard(key)
             await to_thread.run_sync(drain.close)

@@ -145,8 +145,8 @@ class TopicSubscribeShortcut:
     """ASGI middleware inside the edge (limits, credentials and rate limits already applied): a
     topic subscribe whose path parameters are valid as they stand is answered here, as the route
     would answer it, without FastAPI's routing, dependency resolution and exception middleware: about
-    a third of the API process's CPU per subscription (docs/BENCHMARKS.md, "Subscribe through the
-    API, fourth round"). Every other request, and any subscribe whose parameters need the route's
+    a fifth of the API process's CPU per subscription (docs/BENCHMARKS.md, "Fifth round: the HTTP
+    stack skipped"). Every other request, and any subscribe whose parameters need the route's
     validation or conversion (an uppercase UUID, a bad type), goes on to FastAPI. The route stays
     the documented definition (OpenAPI); tests/test_subscriptions_api.py holds the two to the same
     answers."""
