@@ -34,7 +34,6 @@ from notee.domain import subscriptions as subs
 from notee.errors import NotFound
 from notee.metrics import SUBSCRIBE_GROUP_SIZE
 from notee.runtime import Runtime
-from notee.store import subscription_sql as subsql
 
 
 class GroupDrain(Protocol):
@@ -61,7 +60,7 @@ class _StoreDrain:
         try:
             results = subs.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
             # The users' locks end here; the next call's lock is the first statement of its own transaction.
-            subsql.end_driver_transaction(self._db)
+            subs.end_transaction(self._db)
         except BaseException:
             self.close()  # in whatever state the failure left it: the pool resets it, or discards it
             raise

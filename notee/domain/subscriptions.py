@@ -238,6 +238,12 @@ def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: in
     return first.target == target
 
 
+def end_transaction(db: Connection) -> None:
+    """End the transaction ``subscribe_topics`` ran in on a Core connection the caller keeps: the
+    users' locks end (``subscription_sql.end_driver_transaction``)."""
+    subsql.end_driver_transaction(db)
+
+
 # ---------------------------------------------------------------------- topic
 def subscribe_topic(
     db: Session | Connection, st: Statements, service: str, user_id: str, type_: str, topic: str
