@@ -325,11 +325,9 @@ def test_the_topic_subscribe_shortcut_answers_as_the_route(app, client, tenant):
             slow = answer(route_user.upper(), type_, topic)
             assert len(routed) == before + 1, f"{type_}/{topic} in capitals did not go through FastAPI"
             assert fast == slow
-        assert [s for s, *_ in (answer(u, "news", "t") for u in (str(uuid.uuid4()), str(uuid.uuid4()).upper()))] == [
-            404,
-            404,
-        ]
-        assert fast[0] == 404 and answer(shortcut_user, "news", "t")[0] == 200
-        assert len(routed) == len(cases) + 1
+        unknown = str(uuid.uuid4())
+        assert answer(unknown, "news", "t") == answer(unknown.upper(), "news", "t")
+        assert answer(unknown, "news", "t")[0] == 404 and answer(shortcut_user, "news", "t")[0] == 200
+        assert len(routed) == len(cases) + 1  # the capitals of the unknown user
     finally:
         app.dependency_overrides.clear()
