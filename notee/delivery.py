@@ -24,7 +24,10 @@ prunes and dead letters, and answers, within the API's shutdown budget.
 
 Transport errors (``RetryAfter(transport=True)``: the provider never answered) are not a device's
 failure: they are retried without using the device's attempts, and ``ProviderUnavailable`` hands the
-work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
+work back when nothing gets an answer for ``max_attempts`` rounds. Refusals that are the provider's
+own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are not a device's failure either
+in a fan-out page (``provider_wait_s``): the page waits them out, honouring Retry-After, for up to
+that long before they count; a single send, which someone waits for, counts them as attempts. With a circuit ``breaker`` (the
 fan-out) a page mostly unreachable opens it at once and raises ``ProviderUnavailable``; the worker
 releases its task without checkpointing and the page is sent again later (docs/FANOUT.md "Outages").
 """
@@ -145,6 +148,7 @@ async def deliver(
     stop: asyncio.Event | None = None,
     dead_letter_on_stop: bool = False,
     breaker: CircuitBreaker | None = None,
+    provider_wait_s: float | None = None,
 ) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
@@ -157,6 +161,9 @@ async def deliver(
     Raises NoCredentials (nothing recorded) and DeliveryAborted (provider configuration error).
     With ``breaker`` (a fan-out page), raises ``ProviderUnavailable`` as soon as the breaker opens for a
     provider (what was learned is pruned and recorded first; the caller sends the page again later).
+    ``provider_wait_s`` (a fan-out page): refusals that are the provider's own (a 503 storm, the
+    project's quota) are retried without using the devices' attempts while the delivery has waited
+    less than this in all; None: they count as attempts like any other retryable answer.
     """
     result = DeliveryResult(dry_run=dry_run)
     if not messages:
@@ -174,6 +181,10 @@ async def deliver(
     if unroutable and entire_send and len(unroutable) == len(messages):
         raise NoCredentials(no_credentials_message(service))
     attempts = [0] * len(messages)  # provider answers per message; connection problems do not count
+    # of them, the answers held against the device (compared with ``bound``): not the provider's own
+    # refusals while the page may still wait them out
+    charged = [0] * len(messages)
+    waited = 0.0  # seconds this delivery has waited between its rounds
     invalid: dict[str, str] = {}
     dead: list[deadletter.DeadLetter] = []
 
@@ -230,12 +241,20 @@ async def deliver(
                         continue
                     answered = True
                     attempts[i] += 1
+                    waits_out = (
+                        isinstance(outcome, RetryAfter)
+                        and outcome.provider_wide
+                        and provider_wait_s is not None
+                        and waited < provider_wait_s
+                    )
+                    if not waits_out:
+                        charged[i] += 1
                     if isinstance(outcome, Delivered):
                         delivered += 1
                     elif isinstance(outcome, InvalidToken):
                         invalid.setdefault(m.device_token, f"{name} {outcome.reason}")
                         ended[name, "invalid_token"] = ended.get((name, "invalid_token"), 0) + 1
-                    elif isinstance(outcome, RetryAfter) and attempts[i] < bound:
+                    elif isinstance(outcome, RetryAfter) and (waits_out or charged[i] < bound):
                         retry.append(i)
                         last_reason[i] = (name, outcome.reason)
                         retried[name, "provider"] = retried.get((name, "provider"), 0) + 1
@@ -244,7 +263,8 @@ async def deliver(
                     else:
                         reason = outcome.reason if isinstance(outcome, (Failed, RetryAfter)) else repr(outcome)
                         if isinstance(outcome, RetryAfter):
-                            reason = f"gave up after {attempts[i]} attempts: {reason}"
+                            within = f" in {waited:.0f} s" if provider_wait_s is not None else ""
+                            reason = f"gave up after {attempts[i]} attempts{within}: {reason}"
                         fail(m, name, reason, attempts[i])
                 if delivered:
                     result.delivered += delivered
@@ -261,6 +281,7 @@ async def deliver(
             if retry:
                 result.retried += len(retry)
                 delay = backoff(rounds, wait)
+                waited += delay
                 log.info(
                     "service=%s: retrying %d message(s) in %.2f s (round %d)", service, len(retry), delay, rounds + 1
                 )
@@ -615,6 +636,7 @@ class DeliverySender:
                 credentials=None if dry_run else await self._creds(service),
                 stop=self.stop,
                 breaker=self.breaker,
+                provider_wait_s=self.runtime.settings.fanout_provider_wait_s,
             )
         except DeliveryAborted as exc:
             done = exc.partial

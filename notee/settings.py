@@ -166,6 +166,13 @@ class Settings(BaseSettings):
     fanout_send_concurrency: int = Field(200, ge=1, description="Pushes in flight per worker.")
     fanout_lease_s: int = Field(30, ge=5, description="Task lease; a dead worker's task is reclaimed after it.")
     fanout_max_attempts: int = Field(5, ge=1, description="Sends per device before it is dead-lettered.")
+    fanout_provider_wait_s: float = Field(
+        600.0,
+        ge=0,
+        description="How long a fan-out page waits out the provider's own refusals (5xx, FCM's project quota "
+        "with Retry-After) before they count as the devices' attempts: a provider storm delays a publish, "
+        "it does not dead-letter it.",
+    )
     fanout_stop_grace_s: float = Field(
         20.0,
         gt=0,

@@ -99,8 +99,18 @@ CASES = [
     ("invalid", "400", "BadDeviceToken", InvalidToken("BadDeviceToken")),
     ("fault:413:PayloadTooLarge", "413", "PayloadTooLarge", Failed("413 PayloadTooLarge")),
     ("fault:429:TooManyRequests", "429", "TooManyRequests", RetryAfter("TooManyRequests", None)),
-    ("fault:503:ServiceUnavailable", "503", "ServiceUnavailable", RetryAfter("ServiceUnavailable", None)),
-    ("fault:500:InternalServerError", "500", "InternalServerError", RetryAfter("InternalServerError", None)),
+    (
+        "fault:503:ServiceUnavailable",
+        "503",
+        "ServiceUnavailable",
+        RetryAfter("ServiceUnavailable", None, provider_wide=True),
+    ),
+    (
+        "fault:500:InternalServerError",
+        "500",
+        "InternalServerError",
+        RetryAfter("InternalServerError", None, provider_wide=True),
+    ),
 ]
 
 
@@ -214,9 +224,9 @@ def test_jwt_claims_and_refresh_window(p8):
         (413, "PayloadTooLarge", Failed("413 PayloadTooLarge")),
         (429, "TooManyRequests", RetryAfter("TooManyRequests", None)),
         (429, "TooManyProviderTokenUpdates", RetryAfter("TooManyProviderTokenUpdates", None)),
-        (500, "InternalServerError", RetryAfter("InternalServerError", None)),
-        (503, "ServiceUnavailable", RetryAfter("ServiceUnavailable", None)),
-        (503, "Shutdown", RetryAfter("Shutdown", None)),
+        (500, "InternalServerError", RetryAfter("InternalServerError", None, provider_wide=True)),
+        (503, "ServiceUnavailable", RetryAfter("ServiceUnavailable", None, provider_wide=True)),
+        (503, "Shutdown", RetryAfter("Shutdown", None, provider_wide=True)),
         (403, "ExpiredProviderToken", ExpiredJwt),
         (403, "InvalidProviderToken", ProviderConfigError),
         (403, "MissingProviderToken", ProviderConfigError),

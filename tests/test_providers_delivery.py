@@ -16,7 +16,15 @@ from notee.providers.base import Message
 from notee.providers.retry import backoff, parse_retry_after
 from notee.providers.routing import ProviderSet, choose
 from notee.store import deadletter
-from tests.support.registry import admin_headers, apns_credentials, new_service, new_template, new_user, random_token
+from tests.support.registry import (
+    admin_headers,
+    apns_credentials,
+    make_service,
+    new_service,
+    new_template,
+    new_user,
+    random_token,
+)
 
 
 @pytest.fixture()
@@ -286,6 +294,76 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
     assert len(slept) == runtime.settings.fanout_max_attempts - 1  # backed off between the rounds
     with runtime.sessions() as s:
         assert deadletter.list_for_service(s, service_id) == []
+
+
+@pytest.mark.parametrize(
+    "provider_wait_s,status,retry_after,outcome",
+    [
+        # a fan-out page: 503s (or FCM's project quota, which says Retry-After) are waited out
+        (60.0, 503, 1, "delivered"),
+        (60.0, 429, 1, "delivered"),
+        # a single send (no wait): they count as attempts, the device is dead-lettered
+        (None, 503, 1, "dead after 5"),
+        # the page's wait used up (3 rounds of ~1 s): from then on they count
+        (2.5, 503, 1, "dead after 8"),
+        # a 429 without Retry-After is the device's own message rate: it always counts
+        (60.0, 429, None, "dead after 5"),
+    ],
+)
+def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
+    runtime, settings, service_id, emulator, provider_wait_s, status, retry_after, outcome
+):
+    """A provider storm (5xx, FCM's quota with Retry-After) is nobody's device: a fan-out page keeps
+    retrying, honouring Retry-After, without using the devices' attempts, for ``provider_wait_s`` of
+    waiting in all; a single send counts them; the device's own 429 counts everywhere. (A fan-out
+    page used to dead-letter a device after 5 storm answers: CI's 40 s storm did it to 12 devices.)"""
+    from notee.delivery import deliver
+
+    make_service(runtime, service_id)
+    bound = runtime.settings.fanout_max_attempts
+    stormy, calm = random_token("storm"), random_token("calm")
+    times = bound + 2 if outcome == "delivered" else 100  # more refusals than one device's attempts
+    emulator.fault("fcm", status, match=stormy, times=times, retry_after=retry_after)
+    slept: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def run() -> object:
+        providers = ProviderSet(
+            settings.model_copy(
+                update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file, "emulator_standin": True}
+            )
+        )
+        try:
+            return await deliver(
+                runtime,
+                providers,
+                service_id,
+                [Message(stormy, "AOS", "a", "b"), Message(calm, "AOS", "a", "b")],
+                credentials=None,
+                entire_send=False,
+                sleep=no_wait,
+                provider_wait_s=provider_wait_s,
+            )
+        finally:
+            await providers.close()
+
+    result = asyncio.run(run())
+    with runtime.sessions() as s:
+        letters = deadletter.list_for_service(s, service_id)
+    attempts = emulator.deliveries(stormy)["attempts"]
+    assert emulator.deliveries(calm)["fcm"] == 1
+    if outcome == "delivered":
+        assert (result.delivered, result.failed, letters) == (2, [], [])
+        assert attempts == bound + 3 and emulator.deliveries(stormy)["fcm"] == 1
+        if retry_after:
+            assert len(slept) == bound + 2 and min(slept) >= retry_after  # Retry-After honoured every round
+    else:
+        expected = int(outcome.rsplit(" ", 1)[1])
+        assert result.delivered == 1 and [t for t, _ in result.failed] == [stormy]
+        assert [(x.device_token, x.attempts) for x in letters] == [(stormy, expected)]
+        assert attempts == expected and emulator.deliveries(stormy)["fcm"] == 0
 
 
 def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, settings, service_id):

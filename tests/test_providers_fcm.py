@@ -96,9 +96,9 @@ CASES = [
     ("UNREGISTERED", "UnregisteredError", InvalidToken("UNREGISTERED")),
     ("INVALID_ARGUMENT", "InvalidArgumentError", InvalidToken("INVALID_ARGUMENT")),
     ("SENDER_ID_MISMATCH", "SenderIdMismatchError", InvalidToken("SENDER_ID_MISMATCH")),
-    ("QUOTA_EXCEEDED", "QuotaExceededError", RetryAfter("QUOTA_EXCEEDED", 1.0)),
-    ("UNAVAILABLE", "UnavailableError", RetryAfter("UNAVAILABLE", 1.0)),
-    ("INTERNAL", "InternalError", RetryAfter("INTERNAL", 1.0)),
+    ("QUOTA_EXCEEDED", "QuotaExceededError", RetryAfter("QUOTA_EXCEEDED", 1.0, provider_wide=True)),
+    ("UNAVAILABLE", "UnavailableError", RetryAfter("UNAVAILABLE", 1.0, provider_wide=True)),
+    ("INTERNAL", "InternalError", RetryAfter("INTERNAL", 1.0, provider_wide=True)),
     ("THIRD_PARTY_AUTH_ERROR", "ThirdPartyAuthError", Failed("THIRD_PARTY_AUTH_ERROR")),
 ]
 
@@ -333,10 +333,23 @@ def _err(status, rpc, message="m", code=None):
             Failed("INVALID_ARGUMENT: Message is too big"),
         ),
         (403, _err(403, "PERMISSION_DENIED", code="SENDER_ID_MISMATCH"), None, InvalidToken("SENDER_ID_MISMATCH")),
-        (429, _err(429, "RESOURCE_EXHAUSTED", code="QUOTA_EXCEEDED"), b"30", RetryAfter("QUOTA_EXCEEDED", 30.0)),
-        (503, _err(503, "UNAVAILABLE", code="UNAVAILABLE"), None, RetryAfter("UNAVAILABLE", None)),
-        (500, _err(500, "INTERNAL", code="INTERNAL"), b"2", RetryAfter("INTERNAL", 2.0)),
-        (502, b"<html>bad gateway</html>", None, RetryAfter("HTTP 502", None)),
+        # the project's quota says when its window reopens: nobody's device
+        (
+            429,
+            _err(429, "RESOURCE_EXHAUSTED", code="QUOTA_EXCEEDED"),
+            b"30",
+            RetryAfter("QUOTA_EXCEEDED", 30.0, provider_wide=True),
+        ),
+        # the device's own message rate: no Retry-After, held against the device
+        (
+            429,
+            _err(429, "RESOURCE_EXHAUSTED", "Device message rate exceeded.", code="QUOTA_EXCEEDED"),
+            None,
+            RetryAfter("QUOTA_EXCEEDED", None),
+        ),
+        (503, _err(503, "UNAVAILABLE", code="UNAVAILABLE"), None, RetryAfter("UNAVAILABLE", None, provider_wide=True)),
+        (500, _err(500, "INTERNAL", code="INTERNAL"), b"2", RetryAfter("INTERNAL", 2.0, provider_wide=True)),
+        (502, b"<html>bad gateway</html>", None, RetryAfter("HTTP 502", None, provider_wide=True)),
         (401, _err(401, "UNAUTHENTICATED", code="THIRD_PARTY_AUTH_ERROR"), None, Failed("THIRD_PARTY_AUTH_ERROR")),
         (401, _err(401, "UNAUTHENTICATED"), None, AuthRejected),
         (403, _err(403, "PERMISSION_DENIED"), None, ProviderConfigError),

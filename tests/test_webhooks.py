@@ -102,8 +102,8 @@ def test_a_publish_sends_signed_events_retried_until_the_receiver_recovers_while
     tokens = seed_topic(erun, service_id, "news", key, "sports", 40)
     dead, unlucky = tokens[:2], tokens[2:4]
     emulator.fcm_tokens(UNREGISTERED=dead)  # pruned -> token.pruned
-    for token in unlucky:  # 503 at every attempt -> dead letters -> dead_letter.created
-        emulator.fault("fcm", 503, match=token, times=50)
+    for token in unlucky:  # the device's own rate (429, no Retry-After) at every attempt -> dead letters
+        emulator.fault("fcm", 429, match=token, times=50)
     headers = _api_headers(client, settings, service_id)
     env = {
         "NOTEE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",

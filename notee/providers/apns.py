@@ -73,8 +73,10 @@ def classify_apns(
         raise ExpiredJwt()
     if reason in _CONFIG_REASONS or status == 403:
         raise ProviderConfigError(f"APNs rejected the service's key or topic ({status} {reason})")
-    if status in (429, 500, 503) or status >= 500:
-        return RetryAfter(reason or f"HTTP {status}", parse_retry_after(retry_after))
+    if status == 429 or status >= 500:
+        # 429 TooManyRequests is about one device token; 500 InternalServerError, 503
+        # ServiceUnavailable / Shutdown are the server's, nobody's device
+        return RetryAfter(reason or f"HTTP {status}", parse_retry_after(retry_after), provider_wide=status >= 500)
     return Failed(f"{status} {reason}".strip())  # 413 PayloadTooLarge, 400 BadPriority, ...
 
 

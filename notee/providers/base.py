@@ -43,11 +43,14 @@ class InvalidToken:
 class RetryAfter:
     """Retryable (429, 5xx, transport error). ``seconds`` is the provider's Retry-After, or None.
     ``transport``: no answer from the provider at all (connection problem); that is never counted
-    against the device (notee.delivery)."""
+    against the device (notee.delivery). ``provider_wide``: the provider refused the request for
+    its own reasons (overloaded, an internal error, the project's quota), not because of this
+    device: a fan-out page waits it out without using the device's attempts."""
 
     reason: str
     seconds: float | None = None
     transport: bool = False
+    provider_wide: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,11 @@ def classify_fcm(status: int, body: bytes, retry_after: bytes | str | None = Non
             return InvalidToken("INVALID_ARGUMENT")
         return Failed(f"INVALID_ARGUMENT: {message}")
     if code in ("QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL") or status in (429, 500, 502, 503, 504):
-        return RetryAfter(code or rpc or f"HTTP {status}", delay)
+        # The server's trouble (5xx: UNAVAILABLE, INTERNAL) or the project's quota, whose 429 says
+        # when its window reopens (Retry-After), is nobody's device; a 429 without Retry-After is
+        # the device's message rate (240 a minute to one device).
+        provider_wide = status >= 500 or code in ("UNAVAILABLE", "INTERNAL") or delay is not None
+        return RetryAfter(code or rpc or f"HTTP {status}", delay, provider_wide=provider_wide)
     if code in ("THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR"):
         # The APNs/Web Push credentials uploaded to *Firebase* are wrong: every iOS device of the
         # project fails, Android still works. Per-device Failed (not retried, not pruned), and the
