@@ -131,7 +131,9 @@ class Settings(BaseSettings):
     )
 
     # --- per-tenant rate limits (defaults; the admin API sets them per service) -------------------
-    rate_limits_enabled: bool = Field(True, description="Check per-tenant rate limits (one MySQL UPDATE per request).")
+    rate_limits_enabled: bool = Field(
+        True, description="Check per-tenant rate limits (one MySQL UPDATE per request, per few under load)."
+    )
     rate_limit_publish_rate: float = Field(50.0, gt=0, description="Topic publishes per second per service.")
     rate_limit_publish_burst: int = Field(200, ge=1, description="Topic publishes allowed at once after a quiet spell.")
     rate_limit_send_rate: float = Field(200.0, gt=0, description="Single sends per second per service.")

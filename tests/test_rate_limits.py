@@ -221,3 +221,129 @@ def test_two_api_processes_share_one_limit(processes, client, settings):
     assert burst <= admitted <= burst + int(elapsed * rate) + 1, (admitted, elapsed, statuses)
     assert 200 in statuses["a"] and 200 in statuses["b"], statuses
     assert 429 in statuses["a"] and 429 in statuses["b"], statuses
+
+
+# --- tokens taken ahead by a busy process (ratelimit.Allowance) -------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_allowance_takes_ahead_only_under_load_and_drops_what_it_does_not_use():
+    clock = _Clock()
+    allowance = ratelimit.Allowance(clock)
+    hold, window = ratelimit.Allowance.HOLD_S, ratelimit.Allowance.WINDOW_S
+    # a few requests a second: every one asks the bucket for its own token only
+    for _ in range(3):
+        assert allowance.take("S", "write") is False
+        assert allowance.ahead_for("S", "write") == 0
+        clock.now += 0.3
+    # 400 a second for a window: the next UPDATE takes what 400/s needs in HOLD_S
+    for _ in range(int(400 * window)):
+        assert allowance.take("S", "write") is False
+        clock.now += 1 / 400
+    assert allowance.take("S", "write") is False
+    assert allowance.ahead_for("S", "write") == 0  # not before the limit was read
+    assert allowance.needs_limit("S", "write")
+    allowance.learn("S", "write", 1000.0, 5000.0)
+    assert not allowance.needs_limit("S", "write")
+    wanted = allowance.ahead_for("S", "write")
+    assert 15 <= wanted <= int(400 * hold) == 20  # about 400/s over the last whole window
+    allowance.keep("S", "write", wanted, wanted=wanted)
+    assert [allowance.take("S", "write") for _ in range(wanted + 1)] == [True] * wanted + [False]  # no more
+    assert allowance.take("S", "read") is False and allowance.take("T", "write") is False  # per service and class
+    # tokens not used within HOLD_S are dropped, never used later
+    allowance.keep("S", "write", 5, wanted=20)
+    clock.now += hold
+    assert allowance.take("S", "write") is False
+    # a take-ahead that did not fit (near the limit): one token at a time for TIGHT_S
+    allowance.keep("S", "write", 0, wanted=20)
+    assert allowance.ahead_for("S", "write") == 0
+    clock.now += ratelimit.Allowance.TIGHT_S
+    assert allowance.ahead_for("S", "write") > 0
+    # a small limit caps a take: what it refills in HOLD_S and an eighth of its burst (one is the request's)
+    allowance.learn("S", "write", 100.0, 40.0)
+    assert allowance.ahead_for("S", "write") == min(100 * hold, 40 / 8) - 1 == 4
+    clock.now += ratelimit.Allowance.LIMIT_TTL_S  # read again every LIMIT_TTL_S
+    assert allowance.needs_limit("S", "write") and allowance.ahead_for("S", "write") == 0
+    # a changed limit drops what the process holds for the service
+    allowance.keep("S", "write", 3, wanted=3)
+    allowance.forget("S")
+    assert allowance.take("S", "write") is False
+
+
+def _bucket_updates(runtime) -> tuple[list[str], object]:
+    seen: list[str] = []
+
+    def count(_conn, _cursor, statement, _params, _context, _many) -> None:
+        if statement.startswith("UPDATE rate_bucket"):
+            seen.append(statement)
+
+    event.listen(runtime.engine, "before_cursor_execute", count)
+    return seen, count
+
+
+def test_a_busy_process_admits_most_requests_without_an_update(client, runtime, settings):
+    """Under load, one UPDATE takes tokens for the next requests: far fewer statements than requests."""
+    service, key = _service(client, settings)
+    assert _set(client, settings, service, "read", 100_000, 1_000_000).status_code == 200
+    assert client.get("/v1/templates", headers=key).status_code == 200  # the key cached
+    updates, listener = _bucket_updates(runtime)
+    try:
+        statuses = [client.get("/v1/templates", headers=key).status_code for _ in range(600)]
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", listener)
+    assert statuses == [200] * 600
+    assert len(updates) <= 600 // 3, f"{len(updates)} UPDATEs for 600 requests"
+
+
+def test_tokens_taken_ahead_never_admit_more_than_the_limit(client, runtime, settings):
+    """Four threads admit requests as the edge does (a token held by the process, else an UPDATE that
+    also takes ahead), far faster than the limit: never more than the burst plus what the elapsed time
+    refilled, and requests were admitted from tokens taken ahead (fewer UPDATEs than admissions)."""
+    from notee.api.auth import authenticate_service
+
+    service, _ = _service(client, settings)
+    rate, burst = 300.0, 3000  # a take-ahead may hold up to min(300 x HOLD_S, 3000 / 8) = 15 tokens
+    with runtime.sessions.begin() as session:
+        ratelimit.set_limit(session, settings, service, "read", rate=rate, burst=burst)
+    allowance = ratelimit.Allowance()
+    updates, listener = _bucket_updates(runtime)
+    admitted, refused, ahead_taken = [0] * 4, [0] * 4, [0] * 4
+    start = threading.Barrier(4)
+    lasts = 2.5  # the burst is used up with tokens taken ahead, then every thread meets the limit
+
+    def one(i: int) -> None:
+        start.wait()
+        end = time.monotonic() + lasts
+        while time.monotonic() < end:
+            if allowance.take(service, "read"):
+                admitted[i] += 1
+                ahead_taken[i] += 1
+                continue
+            try:
+                authenticate_service(runtime, settings, None, "read", known=service, allowance=allowance)
+                admitted[i] += 1
+            except RateLimited:
+                refused[i] += 1
+
+    began = time.monotonic()
+    try:
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", listener)
+    elapsed = time.monotonic() - began
+    assert sum(refused) > 0, "the threads never reached the limit"
+    assert sum(admitted) <= burst + int(elapsed * rate) + 1, (sum(admitted), elapsed)
+    assert sum(ahead_taken) > 0, "nothing was admitted from tokens taken ahead"
+    taken_ahead_updates = [u for u in updates if "LEAST(" in u]
+    assert taken_ahead_updates, "no UPDATE took tokens ahead"

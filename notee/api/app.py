@@ -29,6 +29,7 @@ from notee.api.routes import (
     webhooks,
 )
 from notee.api.subscribe_groups import SubscribeGroups
+from notee.domain.ratelimit import Allowance
 from notee.fanout.levels import watch_queue
 from notee.logs import announce_emulator
 from notee.runtime import Runtime
@@ -38,12 +39,18 @@ Part = Literal["all", "tenant", "admin"]
 
 
 def create_app(
-    settings: Settings, runtime: Runtime | None = None, part: Part = "all", key_cache: ApiKeyCache | None = None
+    settings: Settings,
+    runtime: Runtime | None = None,
+    part: Part = "all",
+    key_cache: ApiKeyCache | None = None,
+    allowance: Allowance | None = None,
 ) -> FastAPI:
     """Build the app. Pass ``runtime`` to share one (tests, or two listeners in one process);
     otherwise the lifespan makes and closes one. ``part``: every route, or only the tenant API, or
     only the admin API (for separate listeners; /healthz is in each). ``key_cache``: the process's
-    cache of API keys, shared by its listeners so a revocation on the admin one reaches the tenant one."""
+    cache of API keys, shared by its listeners so a revocation on the admin one reaches the tenant one;
+    ``allowance``: the process's rate-limit tokens taken ahead, shared the same way (a limit changed
+    on the admin listener drops the tenant listener's)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +84,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.key_cache = key_cache or ApiKeyCache(settings.api_key_cache_s)
+    app.state.allowance = allowance or Allowance()
     app.state.serves_admin = part in ("all", "admin")
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)

@@ -116,11 +116,13 @@ def authenticate_service(
     rate_class: RateClass | None = None,
     cache: ApiKeyCache | None = None,
     known: str | None = None,
+    allowance: ratelimit.Allowance | None = None,
 ) -> str:
     """The calling service's id: one indexed lookup in a short session of its own (the edge
     middleware runs it before the route's session exists), so its connection is back in the pool
     before the route runs; ``known``: the service ``cache`` already vouched for (no lookup). With
-    ``rate_class``, one token of the service's bucket is taken on the same connection (RateLimited: 429)."""
+    ``rate_class``, one token of the service's bucket is taken on the same connection (RateLimited: 429),
+    and, with ``allowance``, the tokens it wants for the process's next requests in the same UPDATE."""
     generation = cache.generation() if cache is not None else 0
     with runtime.sessions() as session:
         if known is not None:
@@ -130,14 +132,22 @@ def authenticate_service(
             if cache is not None and token is not None:
                 cache.remember(token, service, generation)
         if rate_class is not None and settings.rate_limits_enabled:
+            ahead = 0
+            if allowance is not None:
+                if allowance.needs_limit(service, rate_class):  # what a take may hold: read every few seconds
+                    limit = ratelimit.limit_of(session, settings, service, rate_class)
+                    allowance.learn(service, rate_class, limit.rate, limit.burst)
+                ahead = allowance.ahead_for(service, rate_class)
             try:
-                ratelimit.admit(session, settings, service, rate_class)
+                spare = ratelimit.admit(session, settings, service, rate_class, ahead=ahead)
             except RateLimited:
                 session.commit()  # a refusal keeps what it wrote (the bucket a first request created)
                 raise
             # Not in a ``finally``: after a store error the transaction is dead, and committing it would
             # raise PendingRollbackError (a 500) in place of the outage (a 503); closing rolls it back.
             session.commit()
+            if allowance is not None:
+                allowance.keep(service, rate_class, spare, wanted=ahead)
         return service
 
 

@@ -211,12 +211,20 @@ class EdgeGuard:
                 token = bearer_token(scope)
                 cls = rate_class(scope["method"], path) if settings.rate_limits_enabled else None
                 known = state.key_cache.service_of(token)  # a key seen lately: no MySQL, no thread hop
-                if known is None or cls is not None:
-                    service = await to_thread.run_sync(
-                        authenticate_service, state.runtime, settings, token, cls, state.key_cache, known
-                    )
-                else:
+                # ... and, with a rate class, a token this process took ahead for it (ratelimit.Allowance)
+                if known is not None and (cls is None or state.allowance.take(known, cls)):
                     service = known
+                else:
+                    service = await to_thread.run_sync(
+                        authenticate_service,
+                        state.runtime,
+                        settings,
+                        token,
+                        cls,
+                        state.key_cache,
+                        known,
+                        state.allowance,
+                    )
                 scope.setdefault("state", {})["service"] = service
                 logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
         except Exception as exc:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from notee.api.app import Part, begin_shutdown, create_app
 from notee.api.auth import ApiKeyCache
 from notee.api.http1 import HttpToolsProtocol
+from notee.domain.ratelimit import Allowance
 from notee.runtime import Runtime
 from notee.settings import Settings
 
@@ -49,9 +50,11 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _config(settings: Settings, runtime: Runtime, listener: Listener, key_cache: ApiKeyCache) -> uvicorn.Config:
+def _config(
+    settings: Settings, runtime: Runtime, listener: Listener, key_cache: ApiKeyCache, allowance: Allowance
+) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings, runtime=runtime, part=listener.part, key_cache=key_cache),
+        create_app(settings, runtime=runtime, part=listener.part, key_cache=key_cache, allowance=allowance),
         host=listener.host,
         port=listener.port,
         log_level=settings.log_level.lower(),
@@ -84,7 +87,8 @@ def serve(settings: Settings, host: str, port: int) -> None:
     runtime = Runtime(settings)
     try:
         key_cache = ApiKeyCache(settings.api_key_cache_s)  # one per process: a revocation on either listener
-        configs = [_config(settings, runtime, lst, key_cache) for lst in listeners(settings, host, port)]
+        allowance = Allowance()  # one per process too: a limit set on either listener
+        configs = [_config(settings, runtime, lst, key_cache, allowance) for lst in listeners(settings, host, port)]
         apps: list[FastAPI] = [config.app for config in configs]  # type: ignore[misc]
         servers: list[uvicorn.Server] = [_Server(config, apps) for config in configs]
         # uvicorn's own loop choice (uvloop, a uvicorn[standard] extra): asyncio.run would take the

@@ -5,11 +5,19 @@ every other tenant write), ``read`` (GET). A limit is a rate (tokens per second)
 bucket's size); the admin sets them per service, otherwise the deployment defaults
 (``NOTEE_RATE_LIMIT_<CLASS>_RATE`` / ``_BURST``) apply. Functions take the caller's session; the
 caller commits.
+
+Under load an API process takes a few tokens at once and admits its next requests from them
+without MySQL (``Allowance``): the bucket is charged for every token it hands out, so a tenant is
+never admitted more than its limit; tokens a process does not use within ``Allowance.HOLD_S`` are
+dropped (at worst a little less than the limit, for a moment).
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -50,18 +58,22 @@ def check_class(klass: str) -> RateClass:
     )
 
 
-def admit(session: Session, settings: Settings, service: str, klass: RateClass) -> None:
+def admit(session: Session, settings: Settings, service: str, klass: RateClass, *, ahead: int = 0) -> int:
     """Admit one request of ``service``'s ``klass``, or raise RateLimited (429) with the seconds until
-    one fits. An admitted request costs one UPDATE; only a service's first request or a refusal
-    costs more."""
+    one fits. With ``ahead``, take that many tokens more in the same UPDATE for the process's next
+    requests (``Allowance``), if the bucket can spare them; returns the tokens taken beyond this
+    request's (``ahead`` or 0). An admitted request costs one UPDATE; only a service's first request,
+    a refused take-ahead or a refusal costs more."""
     default = default_limit(settings, klass)
     args = {"rate": default.rate, "burst": default.burst}
+    if ahead > 0 and store.take_ahead(session, service, klass, n=ahead + 1, hold_s=Allowance.HOLD_S, **args):
+        return ahead
     verdict = store.take(session, service, klass, **args)
     if verdict is None:  # the first limited request of this service and class (or the server restarted)
         store.create(session, service, klass)
         verdict = store.take(session, service, klass, **args)
     if verdict:
-        return
+        return 0
     refused = store.refusal(session, service, klass, **args)
     metrics.rate_limit_rejections(service, klass).inc()
     retry_after = max(1, math.ceil(refused.wait_s))
@@ -77,6 +89,14 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass) 
             }
         ],
     )
+
+
+def limit_of(session: Session, settings: Settings, service: str, klass: RateClass) -> Limit:
+    """The limit that applies to one class of ``service`` (one indexed read)."""
+    custom = store.custom_limit(session, service, klass)
+    if custom is None:
+        return default_limit(settings, klass)
+    return Limit(custom[0], float(custom[1]), True)
 
 
 def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
@@ -107,3 +127,119 @@ def set_limit(
 def reset_limit(session: Session, service: str, klass: RateClass) -> None:
     """Back to the deployment default."""
     store.reset_limit(session, service, check_class(klass))
+
+
+# --- an API process's tokens taken ahead ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Held:
+    tokens: int = 0  # taken from the bucket, not used yet
+    until: float = 0.0  # clock() after which they are dropped
+    since: float = 0.0  # the current counting window's start
+    seen: int = 0  # requests of the window so far
+    rate: float = 0.0  # requests per second of the last whole window
+    tight_until: float = 0.0  # a take-ahead was refused: one token at a time until then
+    most: int = 0  # the largest take the service's limit allows (``learn``)
+    most_until: float = 0.0  # clock() after which the limit is read again
+
+
+class Allowance:
+    """The tokens one API process took from its tenants' buckets ahead of their next requests.
+
+    At a few requests per second every request takes its own token (one UPDATE each, as before).
+    Once a (service, class) comes faster, the UPDATE that admits a request takes about what the
+    process admits of it in ``HOLD_S`` (at most ``MAX_AHEAD``, and at most what the limit refills in
+    ``HOLD_S`` and an eighth of its burst: the limit is read every ``LIMIT_TTL_S`` for that, and the
+    UPDATE checks it again), and the requests after it are admitted here, on the
+    event loop, with no MySQL statement and no worker-thread hop. Tokens are dropped ``HOLD_S``
+    after they were taken: the bucket was charged for them, so the limit is never exceeded, and a
+    process cannot sit on a part of it. When a take-ahead does not fit (the tenant is near its
+    limit) the process goes back to one token per request for ``TIGHT_S``, so a tenant at its limit
+    is judged request by request, exactly as without the allowance.
+
+    One per process, shared by its listeners: ``take`` runs on the event loop, ``ahead_for`` and
+    ``keep`` on worker threads; a lock guards the state."""
+
+    HOLD_S = 0.05
+    MAX_AHEAD = 64
+    WINDOW_S = 0.25  # the request rate is counted over windows of this length
+    TIGHT_S = 1.0
+    LIMIT_TTL_S = 5.0
+    MAX_KEYS = 10_000
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], _Held] = {}
+
+    def take(self, service: str, klass: str) -> bool:
+        """Admit one request from the tokens held for it (no I/O); False: ask the bucket."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            if held is None:
+                while len(self._held) >= self.MAX_KEYS:
+                    self._held.pop(next(iter(self._held)))
+                held = self._held[service, klass] = _Held(since=now)
+            if now - held.since >= self.WINDOW_S:
+                held.rate, held.since, held.seen = held.seen / (now - held.since), now, 0
+            held.seen += 1
+            if held.tokens > 0 and now < held.until:
+                held.tokens -= 1
+                return True
+            held.tokens = 0
+            return False
+
+    def _wanted(self, held: _Held | None, now: float) -> int:
+        if held is None or now < held.tight_until:
+            return 0
+        return min(self.MAX_AHEAD, int(held.rate * self.HOLD_S))
+
+    def needs_limit(self, service: str, klass: str) -> bool:
+        """The process would take ahead but has not read the (service, class)'s limit lately."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            return held is not None and self._wanted(held, now) > 0 and now >= held.most_until
+
+    def learn(self, service: str, klass: str, rate: float, burst: float) -> None:
+        """The (service, class)'s limit, read now: a take is at most what it refills in HOLD_S and an
+        eighth of its burst (the UPDATE refuses more: ``ratelimit_sql.take_ahead``)."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            if held is not None:
+                held.most = int(min(rate * self.HOLD_S, burst / 8))
+                held.most_until = now + self.LIMIT_TTL_S
+
+    def ahead_for(self, service: str, klass: str) -> int:
+        """How many tokens the next UPDATE should take beyond its own request's: about the requests
+        this process admits of (service, class) in HOLD_S, within the limit's share; 0 at a few per
+        second, near the limit, or with the limit unknown."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            if held is None or now >= held.most_until:
+                return 0
+            return max(0, min(self._wanted(held, now), held.most - 1))
+
+    def keep(self, service: str, klass: str, tokens: int, *, wanted: int) -> None:
+        """The UPDATE took ``tokens`` beyond its request's, of ``wanted``: hold them for HOLD_S. Fewer
+        than wanted: the tenant is near its limit, take one at a time for TIGHT_S."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            if held is None:
+                return
+            if tokens > 0:  # added to any still held (two requests may have asked at once)
+                held.tokens = (held.tokens if now < held.until else 0) + tokens
+                held.until = now + self.HOLD_S
+            elif wanted > 0:
+                held.tight_until = now + self.TIGHT_S
+
+    def forget(self, service: str) -> None:
+        """The service's limits changed (admin API): drop what this process holds for it."""
+        with self._lock:
+            for key in [k for k in self._held if k[0] == service]:
+                del self._held[key]

@@ -1,10 +1,10 @@
 """SQL of the per-tenant rate limits (schema/mysql/0010_rate_limits.sql): the admin's limits in
 ``rate_limit`` (InnoDB) and the shared GCRA buckets in ``rate_bucket`` (MEMORY).
 
-``take`` is the hot path: one UPDATE that admits the request and advances the bucket's theoretical
-arrival time, only if the request fits in the burst. Its matched-row count is the verdict
-(SQLAlchemy's MySQL dialects count matched rows), so an admitted request costs one statement. Every
-function takes the caller's session; the caller owns the transaction.
+``take`` is the hot path: one UPDATE that admits ``n`` requests and advances the bucket's theoretical
+arrival time, only if they fit in the burst. Its matched-row count is the verdict (SQLAlchemy's MySQL
+dialects count matched rows), so admitted requests cost one statement. Every function takes the
+caller's session; the caller owns the transaction.
 """
 
 from __future__ import annotations
@@ -21,13 +21,19 @@ from sqlalchemy.orm import Session
 _NOW = "UNIX_TIMESTAMP(SYSDATE(6))"
 _RATE = "COALESCE(l.rate, :rate)"
 _BURST = "COALESCE(l.burst, :burst)"
-# One assignment only: multi-table UPDATEs do not promise an order of assignments.
-_TAKE = text(
+# One assignment only: multi-table UPDATEs do not promise an order of assignments. ``n`` requests
+# fit when the bucket's time after them, less now, is within the burst's time (+ float slack).
+_TAKE_N = (
     "UPDATE rate_bucket b LEFT JOIN rate_limit l ON l.service = b.service AND l.class = b.class "
-    f"SET b.tat = GREATEST(b.tat, {_NOW}) + 1 / {_RATE} "
+    f"SET b.tat = GREATEST(b.tat, {_NOW}) + :n / {_RATE} "
     f"WHERE b.service = :service AND b.class = :class "
-    f"AND GREATEST(b.tat, {_NOW}) + 1 / {_RATE} - {_NOW} <= {_BURST} / {_RATE} + 1e-6"
-)  # + float slack
+    f"AND GREATEST(b.tat, {_NOW}) + :n / {_RATE} - {_NOW} <= {_BURST} / {_RATE} + 1e-6"
+)
+_TAKE = text(_TAKE_N)
+# Several tokens at once for one process's next requests, only as many as the bucket refills in
+# ``hold`` seconds and an eighth of its burst: what a process holds is a small part of the limit, so
+# another process is never starved by it (notee.domain.ratelimit.Allowance).
+_TAKE_AHEAD = text(f"{_TAKE_N} AND :n <= LEAST({_RATE} * :hold, {_BURST} / 8)")
 
 _CREATE = text("INSERT IGNORE INTO rate_bucket (service, class, tat) VALUES (:service, :class, 0)")
 
@@ -57,10 +63,17 @@ class Refusal:
     wait_s: float  # until one request fits again
 
 
+def take_ahead(session: Session, service: str, klass: str, *, n: int, hold_s: float, rate: float, burst: float) -> bool:
+    """Take ``n`` tokens at once, if they fit and are at most what the limit refills in ``hold_s`` and
+    an eighth of its burst; False: nothing taken (take one at a time). False too without a bucket."""
+    params = {"service": service, "class": klass, "n": n, "hold": hold_s, "rate": rate, "burst": burst}
+    return _matched(session.execute(_TAKE_AHEAD, params)) == 1
+
+
 def take(session: Session, service: str, klass: str, *, rate: float, burst: float) -> bool | None:
     """Admit one request: True; refused: False; no bucket yet: None (``rate``/``burst``: the defaults,
     used where the admin set none)."""
-    params = {"service": service, "class": klass, "rate": rate, "burst": burst}
+    params = {"service": service, "class": klass, "n": 1, "rate": rate, "burst": burst}
     if _matched(session.execute(_TAKE, params)) == 1:
         return True
     exists = session.execute(
@@ -102,6 +115,15 @@ def set_limit(session: Session, service: str, klass: str, *, rate: float, burst:
 def reset_limit(session: Session, service: str, klass: str) -> None:
     session.execute(_RESET, {"service": service, "class": klass})
     session.execute(_EMPTY, {"service": service, "class": klass})
+
+
+_ONE = text("SELECT rate, burst FROM rate_limit WHERE service = :service AND class = :class")
+
+
+def custom_limit(session: Session, service: str, klass: str) -> tuple[float, int] | None:
+    """(rate, burst) the admin set for one class of ``service``, or None."""
+    row = session.execute(_ONE, {"service": service, "class": klass}).first()
+    return None if row is None else (float(row[0]), int(row[1]))
 
 
 def custom_limits(session: Session, service: str) -> dict[str, tuple[float, int]]:

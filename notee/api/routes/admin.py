@@ -186,17 +186,19 @@ def put_rate_limit(
     klass = ratelimit.check_class(rate_class)
     limit = ratelimit.set_limit(db, request.app.state.settings, service, klass, rate=body.rate, burst=body.burst)
     db.commit()
+    request.app.state.allowance.forget(service)  # tokens this process took ahead under the old limit
     return _limit_out(klass, limit)
 
 
 @router.delete(
     "/services/{service}/rate-limits/{rate_class}", status_code=204, response_class=Response, responses=errors(404)
 )
-def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep) -> None:
+def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep, request: Request) -> None:
     """Back to the deployment default (idempotent)."""
     registry.get_service(db, service)
     ratelimit.reset_limit(db, service, rate_class)
     db.commit()
+    request.app.state.allowance.forget(service)
 
 
 @router.get("/services/{service}/jobs", response_model=JobList, responses=errors(404))
