@@ -24,12 +24,14 @@ prunes and dead letters, and answers, within the API's shutdown budget.
 
 Transport errors (``RetryAfter(transport=True)``: the provider never answered) are not a device's
 failure: they are retried without using the device's attempts, and ``ProviderUnavailable`` hands the
-work back when nothing gets an answer for ``max_attempts`` rounds. Refusals that are the provider's
-own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are not a device's failure either
-in a fan-out page (``provider_wait_s``): the page waits them out, honouring Retry-After, for up to
-that long before they count; a single send, which someone waits for, counts them as attempts. With a circuit ``breaker`` (the
+work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
 fan-out) a page mostly unreachable opens it at once and raises ``ProviderUnavailable``; the worker
 releases its task without checkpointing and the page is sent again later (docs/FANOUT.md "Outages").
+
+Refusals that are the provider's own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota)
+are not a device's failure either in a fan-out page (``provider_wait_s``): the page waits them out,
+honouring Retry-After, for up to that long in all before they count; a single send, which a caller
+waits for, counts them as attempts.
 """
 
 from __future__ import annotations
