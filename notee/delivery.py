@@ -183,10 +183,18 @@ async def deliver(
     if unroutable and entire_send and len(unroutable) == len(messages):
         raise NoCredentials(no_credentials_message(service))
     attempts = [0] * len(messages)  # provider answers per message; connection problems do not count
-    # of them, the answers held against the device (compared with ``bound``): not the provider's own
-    # refusals while the page may still wait them out
+    # of the retryable ones, those held against the device (compared with ``bound``)
     charged = [0] * len(messages)
     waited = 0.0  # seconds this delivery has waited between its rounds
+
+    def may_retry(i: int, outcome: RetryAfter) -> bool:
+        """Another attempt for message ``i``? The provider's own refusals are not held against the
+        device while the delivery may still wait them out (``provider_wait_s``)."""
+        if outcome.provider_wide and provider_wait_s is not None and waited < provider_wait_s:
+            return True
+        charged[i] += 1
+        return charged[i] < bound
+
     invalid: dict[str, str] = {}
     dead: list[deadletter.DeadLetter] = []
 
@@ -243,20 +251,12 @@ async def deliver(
                         continue
                     answered = True
                     attempts[i] += 1
-                    waits_out = (
-                        isinstance(outcome, RetryAfter)
-                        and outcome.provider_wide
-                        and provider_wait_s is not None
-                        and waited < provider_wait_s
-                    )
-                    if not waits_out:
-                        charged[i] += 1
                     if isinstance(outcome, Delivered):
                         delivered += 1
                     elif isinstance(outcome, InvalidToken):
                         invalid.setdefault(m.device_token, f"{name} {outcome.reason}")
                         ended[name, "invalid_token"] = ended.get((name, "invalid_token"), 0) + 1
-                    elif isinstance(outcome, RetryAfter) and (waits_out or charged[i] < bound):
+                    elif isinstance(outcome, RetryAfter) and may_retry(i, outcome):
                         retry.append(i)
                         last_reason[i] = (name, outcome.reason)
                         retried[name, "provider"] = retried.get((name, "provider"), 0) + 1

@@ -135,7 +135,7 @@ def authenticate_service(
             ahead = 0
             if allowance is not None:
                 if allowance.needs_limit(service, rate_class):  # what a take may hold: read every few seconds
-                    limit = ratelimit.limit_of(session, settings, service, rate_class)
+                    limit = ratelimit.get_limits(session, settings, service)[rate_class]
                     allowance.learn(service, rate_class, limit.rate, limit.burst)
                 ahead = allowance.ahead_for(service, rate_class)
             try:

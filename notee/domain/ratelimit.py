@@ -91,14 +91,6 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass, 
     )
 
 
-def limit_of(session: Session, settings: Settings, service: str, klass: RateClass) -> Limit:
-    """The limit that applies to one class of ``service`` (one indexed read)."""
-    custom = store.custom_limit(session, service, klass)
-    if custom is None:
-        return default_limit(settings, klass)
-    return Limit(custom[0], float(custom[1]), True)
-
-
 def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
     custom = store.custom_limits(session, service)
     out: dict[RateClass, Limit] = {}

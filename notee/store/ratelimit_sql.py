@@ -117,15 +117,6 @@ def reset_limit(session: Session, service: str, klass: str) -> None:
     session.execute(_EMPTY, {"service": service, "class": klass})
 
 
-_ONE = text("SELECT rate, burst FROM rate_limit WHERE service = :service AND class = :class")
-
-
-def custom_limit(session: Session, service: str, klass: str) -> tuple[float, int] | None:
-    """(rate, burst) the admin set for one class of ``service``, or None."""
-    row = session.execute(_ONE, {"service": service, "class": klass}).first()
-    return None if row is None else (float(row[0]), int(row[1]))
-
-
 def custom_limits(session: Session, service: str) -> dict[str, tuple[float, int]]:
     """(rate, burst) of each class the admin set for ``service``."""
     rows = session.execute(_ALL, {"service": service}).all()
