@@ -1,6 +1,6 @@
 """Build hook: the migrations live at the top of the repository (``schema/mysql/``, ``schema/cql/``,
 the project's agreed layout) and are copied into the package as ``notee/_schema/`` when a wheel is
-built, so an installed Notee can migrate its stores (notee/migrate.py reads them with
+built, so an installed Notee can migrate its stores (notee/usecases/migrate.py reads them with
 importlib.resources). Everything else about the package is declared in pyproject.toml."""
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="*", choices=KINDS, default=list(KINDS))
     args = parser.parse_args(argv)
     env.use_bench_stores()
-    from notee.runtime import Runtime
-    from notee.settings import Settings
+    from notee.core.settings import Settings
+    from notee.store.runtime import Runtime
 
     env.migrate(Settings())
     runtime = Runtime(Settings())

@@ -27,7 +27,7 @@ TZ = "Asia/Seoul"
 
 
 def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900.0) -> dict[str, Any]:
-    from notee.scheduler import clock
+    from notee.core import clock
     from notee.scheduler.runner import Scheduler
 
     st = runtime.statements

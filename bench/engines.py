@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.send_cpu import APNS_TOPIC, IN_FLIGHT, PROJECT, _apns_credentials, _apns_messages, _messages, in_child
+from bench.workload import (
+    APNS_TOPIC,
+    IN_FLIGHT,
+    PROJECT,
+    apns_credentials,
+    apns_messages,
+    fcm_messages,
+    in_child,
+    notee_side,
+)
 
 ENGINES = ("notee", "h2", "jh2", "pycurl", "curl_cffi", "pyreqwest")
 APIS = ("fcm", "apns")
@@ -55,7 +64,7 @@ class Work:
         if api == "fcm":
             from notee.providers.fcm import fcm_message
 
-            messages = _messages(n)
+            messages = fcm_messages(n)
             self.targets = [m.device_token for m in messages]
             mark = "\x00TOKEN\x00"
             now = time.time()
@@ -83,7 +92,7 @@ class Work:
         else:
             from notee.providers.apns import apns_payload
 
-            messages = _apns_messages(n)
+            messages = apns_messages(n)
             m = messages[0]
             self.targets = [x.device_token for x in messages]
             self.payload = json.dumps(
@@ -425,8 +434,6 @@ def _notee(api: str, n: int, tree: str | None = None) -> dict[str, Any]:
 
         if not notee.__file__ or not notee.__file__.startswith(tree):
             raise RuntimeError(f"notee was imported from {notee.__file__}, not from {tree}")
-    from bench.send_cpu import notee_side
-
     return notee_side(n, 1000, api)
 
 
@@ -484,7 +491,7 @@ def measure(
     from notee.providers.apns import ApnsJwt
 
     fcm_bearer = emulator.access_token()
-    c = _apns_credentials().apns
+    c = apns_credentials().apns
     apns_bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
     urls = {"fcm": emulator.url, "apns": emulator.apns_url or emulator.url}
     bearers = {"fcm": fcm_bearer, "apns": apns_bearer}

@@ -33,7 +33,7 @@ def use_bench_stores() -> None:
     """Set NOTEE_MYSQL_URL / NOTEE_CASSANDRA_KEYSPACE_* to the bench database and keyspaces."""
     from sqlalchemy.engine import make_url
 
-    from notee.settings import Settings
+    from notee.core.settings import Settings
 
     base = Settings()
     url = make_url(base.mysql_url.get_secret_value())
@@ -52,7 +52,7 @@ def use_bench_stores() -> None:
 
 def migrate(settings) -> None:
     """Create the (bench) database if needed and apply every migration to both stores."""
-    from notee import migrate as migrations
+    from notee.usecases import migrate as migrations
 
     migrations.migrate_all(settings)
 

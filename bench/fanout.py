@@ -2,7 +2,7 @@
 
 The recipients are seeded straight into ``topic_notification`` (and the ``no`` counter set), the
 worker process is started and idle, the emulator's counts are reset; then the clock starts, the
-publish is created with ``notee.fanout.jobs.publish_topic`` (what the publish API calls) and the
+publish is created with ``notee.usecases.publish.publish_topic`` (what the publish API calls) and the
 clock stops when the emulator has acknowledged every device. While it runs the worker's resident
 memory is sampled; "after its first page" is the first sample once a task has checkpointed a page.
 The worker process's CPU (every thread) from just before the publish to its job done, per push, is
@@ -105,7 +105,7 @@ def _job_state(runtime, job_id: str) -> str:
 def publish_now(runtime, service: str, type_: str, topic: str) -> str:
     """A plain topic publish made as the publish API makes it (``publish_topic``, committed here):
     its job id."""
-    from notee.fanout.jobs import publish_topic
+    from notee.usecases.publish import publish_topic
 
     with runtime.sessions.begin() as session:  # the caller owns the commit
         job = publish_topic(
@@ -204,10 +204,10 @@ def run(
 ) -> dict[str, dict[str, Any]]:
     """Both figures from one publish of ``devices`` recipients. ``ceilings`` (pushes/s) replaces the
     measured bracket (tests); None measures it around the publish."""
-    from bench import send_cpu
+    from bench import send_cpu, workload
 
     tenant = make_tenant(runtime)
-    add_apns_credentials(runtime, tenant.service, send_cpu.APNS_TOPIC)  # before the worker starts
+    add_apns_credentials(runtime, tenant.service, workload.APNS_TOPIC)  # before the worker starts
     key = make_template(runtime, tenant.service, "TOPIC", TYPE)
     topic = "bench-" + uuid.uuid4().hex[:8]
     insert_topic_rows(runtime.cql, runtime.keyspaces.notification, topic_rows(key, topic, devices))

@@ -17,7 +17,7 @@ Google's and Apple's host names, so it reaches the emulator through ``bench.conn
   starts from messages already in memory (the whole worker's CPU per push, with its Cassandra read,
   is ``fanout_ratio``'s side figure ``worker_cpu_us_per_push``). The emulator must count ``n`` more
   deliveries, or the run fails.
-* Notee's side: ``bench.send_cpu.notee_side`` (``deliver()`` in pages of 1,000, in a fresh process).
+* Notee's side: ``bench.workload.notee_side`` (``deliver()`` in pages of 1,000, in a fresh process).
 
 Sides alternate ``repeats`` times; medians. The value is gorush's µs per message over Notee's; the
 goal is the issue's: Notee at 40 µs when gorush measured 57.5 (FCM) and 42.1 (APNs) µs on this
@@ -44,7 +44,7 @@ import psutil
 from bench.connect_proxy import ConnectProxy
 from bench.env import free_port, stop_process
 from bench.report import Measure, figure, missing
-from bench.send_cpu import APNS_TOPIC, _apns_credentials, in_child, notee_side
+from bench.workload import APNS_TOPIC, apns_credentials, in_child, notee_side
 from notee.emulator.peer import PeerRules
 
 MODULE = "github.com/appleboy/gorush"
@@ -118,7 +118,7 @@ class Gorush:
         self.dir = Path(tempfile.mkdtemp(prefix="notee-bench-gorush-"))
         account = bench_service_account()
         (self.dir / "fcm.json").write_text(json.dumps(account))
-        apns = _apns_credentials().apns
+        apns = apns_credentials().apns
         assert apns is not None
         (self.dir / "apns.p8").write_text(apns.private_key)
         self.port = free_port()

@@ -115,7 +115,7 @@ def _cassandra_pid(port: int = 9042) -> int | None:
 
 
 def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: str | None, timeout: float):
-    from notee.fanout.jobs import publish_topic
+    from notee.usecases.publish import publish_topic
 
     cassandra = _cassandra_pid()
     cpu0, wall0, own0 = _cpu(worker.pid), time.perf_counter(), time.process_time()

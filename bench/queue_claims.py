@@ -51,8 +51,8 @@ def _job(runtime: Any, service: str, key: str, tasks: int) -> str:
 
 
 def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, pages: int) -> dict[str, Any]:
+    from notee.core.vocabulary import PageCounts
     from notee.store import job_queue
-    from notee.vocabulary import PageCounts
 
     job_id = _job(runtime, service, key, tasks)
     claims: list[float] = []  # seconds per claim call
@@ -119,8 +119,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
     args = parser.parse_args()
     env.use_bench_stores()
-    from notee.runtime import Runtime
-    from notee.settings import Settings
+    from notee.core.settings import Settings
+    from notee.store.runtime import Runtime
 
     env.migrate(Settings())
     runtime = Runtime(Settings())

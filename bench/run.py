@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
 
     env.use_bench_stores()
-    from notee.runtime import Runtime
-    from notee.settings import Settings
+    from notee.core.settings import Settings
+    from notee.store.runtime import Runtime
 
     env.migrate(Settings())
     speed_before = report.speed_probe()

@@ -69,7 +69,7 @@ def seed(runtime, service: str, templates: int, per_template: int, keys: list[st
 def cleanup(runtime, service: str, keys: list[str], per_template: int) -> None:
     from sqlalchemy import text
 
-    from notee.vocabulary import slot_of
+    from notee.core.vocabulary import slot_of
 
     st = runtime.statements
     ks = runtime.keyspaces.notification
@@ -139,8 +139,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     env.use_bench_stores()
-    from notee.runtime import Runtime
-    from notee.settings import Settings
+    from notee.core.settings import Settings
+    from notee.store.runtime import Runtime
 
     settings = Settings()
     env.migrate(settings)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 
-from notee.vocabulary import BLOCK_SIZE, SLOT_SIZE
+from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE
 
 
 def fcm_like_token(i: int) -> str:

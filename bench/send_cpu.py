@@ -3,7 +3,7 @@ client loop measured (bench/engines.py, docs/PROVIDERS.md "HTTP/2 engines"): lib
 interface through pycurl, driven by asyncio, over TLS; same emulator, same request (path, headers,
 bearer token, JSON body), same number of requests in flight on one connection.
 
-* Notee's side is the path the fan-out worker uses for a page: ``notee.delivery.deliver`` (routing,
+* Notee's side is the path the fan-out worker uses for a page: ``notee.usecases.deliver.deliver`` (routing,
   the FCM provider, Notee's HTTP/2 pool, outcome classification, retry bookkeeping), called with
   pages of ``fetch_size`` messages as the worker does.
 * The bare side is the leanest engine's bare loop of bench/engines.py (``LEANEST``: pycurl, or jh2
@@ -21,68 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import statistics
 import time
 import uuid
 from dataclasses import replace
 from typing import Any
 
+from bench import engines
 from bench.report import Measure, figure
-
-PROJECT = "notee-bench"
-SERVICE = "BENCH"
-APNS_TOPIC = "com.example.bench"
-IN_FLIGHT = 100  # Notee's pool: one connection, max_streams=100 (providers/routing.py)
-
-
-def _messages(n: int, offset: int = 0):
-    from bench.seed import fcm_like_token
-    from notee.providers.base import Message
-
-    return [
-        Message(
-            fcm_like_token(offset + i),
-            "AOS",
-            "Bench title",
-            "A benchmark push body of realistic length.",
-            {"kind": "bench", "ref": "12345"},
-            3600,
-            "high",
-        )
-        for i in range(n)
-    ]
-
-
-def _apns_messages(n: int, offset: int = 0):
-    from notee.providers.base import Message
-
-    return [
-        Message(
-            f"{offset + i:064x}",
-            "IOS",
-            "Bench title",
-            "A benchmark push body of realistic length.",
-            {"kind": "bench", "ref": "12345"},
-            3600,
-            "high",
-        )
-        for i in range(n)
-    ]
-
-
-def _apns_credentials():
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from notee.vocabulary import ApnsCredentials, ProviderCredentials
-
-    key = (
-        ec.generate_private_key(ec.SECP256R1())
-        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        .decode()
-    )
-    return ProviderCredentials(apns=ApnsCredentials("BENCHKEY01", "BENCHTEAM1", APNS_TOPIC, key, True))
+from bench.workload import IN_FLIGHT, PROJECT, apns_credentials, fcm_messages, in_child, notee_side
 
 
 def _headers(bearer: str) -> list[tuple[bytes, bytes]]:
@@ -208,7 +155,7 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     control = attach(url, ca_file)  # a realistic FCM wants an access token from its OAuth endpoint
     bearer = control.access_token()
     control.http.close()
-    messages = _messages(n)
+    messages = fcm_messages(n)
     tokens = [m.device_token for m in messages]
     mark = "\x00TOKEN\x00"
     now = time.time()
@@ -237,54 +184,8 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     return {"n": n, "cpu_s": cpu, "wall_s": wall}
 
 
-# ----------------------------------------------------------------------------------------- notee
-async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
-    from bench.tenant import bench_service_account
-    from notee.delivery import deliver
-    from notee.providers.routing import ProviderSet
-    from notee.runtime import Runtime
-    from notee.settings import Settings
-    from notee.vocabulary import FcmCredentials, ProviderCredentials
-
-    settings = Settings()
-    if not settings.emulator_url:
-        raise RuntimeError("NOTEE_EMULATOR_URL is not set")
-    runtime = Runtime(settings)  # lazy: nothing connects unless a token is pruned or dead-lettered
-    providers = ProviderSet(settings)
-    build = _apns_messages if api == "apns" else _messages
-    # credentials for every device's platform (a device without them would not be sent)
-    credentials = (
-        _apns_credentials() if api == "apns" else ProviderCredentials(fcm=FcmCredentials(bench_service_account()))
-    )
-    pages = [build(min(page, n - i), i) for i in range(0, n, page)]
-    # warm-up outside the measurement: the FCM access token / the APNs JWT and first connection
-    await deliver(runtime, providers, SERVICE, build(1, n), credentials=credentials, job_id=None)
-    delivered = 0
-    wall, cpu = time.perf_counter(), time.process_time()
-    for msgs in pages:
-        result = await deliver(runtime, providers, SERVICE, msgs, credentials=credentials, job_id=None)
-        delivered += result.delivered
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    await providers.close()
-    runtime.close()
-    if delivered != n:
-        raise AssertionError(f"notee sender delivered {delivered} of {n}")
-    return {"n": n, "cpu_s": cpu, "wall_s": wall}
-
-
 def bare_side(url: str, ca_file: str, n: int) -> dict[str, Any]:
     return asyncio.run(_bare(url, ca_file, n))
-
-
-def notee_side(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
-    return asyncio.run(_notee(n, page, api))
-
-
-def in_child(fn, *args):
-    """Run ``fn(*args)`` in a freshly spawned process (clean CPU accounting, no shared threads)."""
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        return pool.apply(fn, args)
 
 
 def leanest() -> str:
@@ -300,8 +201,6 @@ def leanest() -> str:
 
 
 def lean_side(api: str, url: str, ca_file: str, n: int, bearer: str) -> dict[str, Any]:
-    from bench import engines
-
     return engines.one_run(leanest(), api, url, ca_file, n, bearer)
 
 
@@ -326,7 +225,7 @@ def run_apns(emulator, *, n: int, page: int = 1000, repeats: int = 3) -> dict[st
     from notee.providers.apns import ApnsJwt
 
     url = emulator.apns_url or emulator.url
-    c = _apns_credentials().apns
+    c = apns_credentials().apns
     bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
     runs: dict[str, list[dict[str, Any]]] = {"bare": [], "notee": []}
     for _ in range(repeats):

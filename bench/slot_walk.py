@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.report import Measure, figure
 from bench.seed import insert_topic_rows, topic_rows
-from notee.vocabulary import SLOT_SIZE, TopicTarget
+from notee.core.vocabulary import SLOT_SIZE, TopicTarget
 
 
 def seed(runtime, rows: int) -> tuple[str, str, int]:

@@ -104,7 +104,7 @@ def _figure(name: str, runs: list[dict[str, Any]], full: dict[str, Any], sizes: 
 def run_publish(
     runtime, emulator, *, subscribers: int = 10, counter: int = 3_000_000, lanes: int = 2, timeout: float = 120.0
 ) -> dict[str, Any]:
-    from notee.vocabulary import SLOT_SIZE
+    from notee.core.vocabulary import SLOT_SIZE
 
     st = runtime.statements
     tenant = make_tenant(runtime)
@@ -138,9 +138,9 @@ def run_publish(
 def run_cycle(
     runtime, emulator, *, subscribers: int = 10, counter: int = 3_000_000, lanes: int = 2, timeout: float = 120.0
 ) -> dict[str, Any]:
-    from notee.scheduler import clock
+    from notee.core import clock
+    from notee.core.vocabulary import SLOT_SIZE
     from notee.scheduler.runner import Scheduler
-    from notee.vocabulary import SLOT_SIZE
 
     st = runtime.statements
     tenant = make_tenant(runtime)

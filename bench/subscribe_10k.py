@@ -54,8 +54,8 @@ def main() -> None:
 
     env.use_bench_stores()
     os.environ.setdefault("NOTEE_ADMIN_TOKEN", "bench-admin-" + secrets.token_urlsafe(32))
-    from notee.runtime import Runtime
-    from notee.settings import Settings
+    from notee.core.settings import Settings
+    from notee.store.runtime import Runtime
 
     settings = Settings()
     env.migrate(settings)

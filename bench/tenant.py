@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from notee.crypto import SecretsBox
+from notee.core.crypto import SecretsBox
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ def new_service_id() -> str:
 
 
 def make_tenant(runtime, service: str | None = None) -> Tenant:
+    from notee.core.vocabulary import RATE_CLASSES
     from notee.domain import credentials, ratelimit, registry
-    from notee.vocabulary import RATE_CLASSES
 
     service = service or new_service_id()
     with runtime.sessions.begin() as session:  # the caller owns the commit

@@ -1,3 +1,3 @@
-from notee.cli import main
+from notee.cli.main import main
 
 main()

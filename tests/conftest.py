@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import make_url
 
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.store.runtime import Runtime
 from tests.support.stores import drop_test_stores
 
 # Whole-session log capture and the final scan for credential material (issue 9); the shared
@@ -55,7 +55,7 @@ def migrated(settings: Settings) -> None:
     """The test database and keyspaces at this checkout's schema. They persist between runs (the
     MariaDB data directory is the machine's); when another checkout left a history this one cannot
     continue (a renumbered or edited file), they are dropped and migrated from scratch."""
-    from notee import migrate
+    from notee.usecases import migrate
 
     try:
         migrate.migrate_all(settings)

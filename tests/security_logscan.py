@@ -6,7 +6,7 @@ Loaded for the whole suite from ``tests/conftest.py`` (``pytest_plugins``). How 
 - at start-up a root ``logging`` handler writes every record (Notee's from DEBUG, others from INFO,
   SQLAlchemy's statement log off) to ``.run/test-logs/<run>/session.log``; subprocesses started by the fault tests write their
   stderr into the same folder (``log_dir()``);
-- every API key the session generates is remembered: ``notee.crypto.generate_api_key`` is wrapped,
+- every API key the session generates is remembered: ``notee.core.crypto.generate_api_key`` is wrapped,
   and tests that get keys from a subprocess API call ``remember_secret()``; the admin token and the
   credentials key come from the environment;
 - at session end the folder is scanned for the known secrets (literally) and for credential
@@ -30,7 +30,7 @@ _REPO = Path(__file__).resolve().parent.parent
 _KNOWN: set[str] = set()
 _STATE: dict[str, object] = {}
 
-# Credential shapes. API key: notee.crypto (nk_<16 hex>_<secret>). JWT: three base64url parts, the
+# Credential shapes. API key: notee.core.crypto (nk_<16 hex>_<secret>). JWT: three base64url parts, the
 # first two JSON objects (start with "eyJ" = '{"'). PEM private keys of any algorithm. A service
 # account JSON's "private_key" field with a value.
 PATTERNS: dict[str, re.Pattern[str]] = {
@@ -94,7 +94,7 @@ def _env_secrets() -> None:
 
 
 def _wrap_key_generation() -> None:
-    from notee import crypto
+    from notee.core import crypto
 
     original = crypto.generate_api_key
     if getattr(original, "_remembered", False):

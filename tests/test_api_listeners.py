@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from notee.api.server import listeners
+from notee.core.settings import Settings
 from notee.emulator.tls import ensure_tls
-from notee.settings import Settings
 from tests.support.processes import free_port, wait_http
 from tests.support.registry import admin_headers
 

@@ -7,8 +7,8 @@ import secrets
 
 import pytest
 
-from notee.errors import InvalidInput
-from notee.fanout import jobs
+from notee.core.errors import InvalidInput
+from notee.usecases import publish as jobs
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 from tests.support.stores import snapshot
 

@@ -228,10 +228,10 @@ def test_engines_smoke(bench_emulator, engine):
     # every bare loop of bench/engines.py really sends what Notee sends and gets 200 for each
     # request (one_run raises otherwise), on both APIs; the APNs port starts at one stream
     from bench import engines
-    from bench.send_cpu import _apns_credentials
+    from bench.workload import apns_credentials
     from notee.providers.apns import ApnsJwt
 
-    c = _apns_credentials().apns
+    c = apns_credentials().apns
     apns_bearer = ApnsJwt(c.private_key, c.key_id, c.team_id).bearer().decode()
     before = bench_emulator.stats()
     fcm = engines.one_run(engine, "fcm", bench_emulator.url, bench_emulator.ca_file, 120, bench_emulator.access_token())

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from cassandra import OperationTimedOut
 
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.core.vocabulary import TOKEN, TopicTarget
 from notee.store.cassandra import rows
 from notee.store.cql import stream_recipients
 from notee.store.outage import is_store_outage
-from notee.vocabulary import TOKEN, TopicTarget
+from notee.store.runtime import Runtime
 from tests.support.fanout import seed_topic
 from tests.tcp_switch import TcpSwitch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cassandra import ConsistencyLevel, WriteType
 from cassandra.policies import RetryPolicy
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store.cassandra import COUNTER_PROFILE, make_cluster
 
 

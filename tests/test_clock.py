@@ -1,4 +1,4 @@
-"""Table-driven tests of the scheduler's pure wall-clock maths (notee/scheduler/clock.py)."""
+"""Table-driven tests of the scheduler's pure wall-clock maths (notee/core/clock.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from notee.core import clock
+from notee.core.vocabulary import CycleTarget
 from notee.domain.rules import is_portable_timezone
-from notee.scheduler import clock
-from notee.vocabulary import CycleTarget
 
 NY = "America/New_York"
 SEOUL = "Asia/Seoul"

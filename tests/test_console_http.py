@@ -16,8 +16,8 @@ from pydantic import SecretStr
 from sqlalchemy import text
 
 from notee.api.app import create_app
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.store.runtime import Runtime
 from tests.support.fanout import topic_job
 from tests.support.registry import new_service, new_template
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from notee import reconcile
+from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from notee.vocabulary import CycleTarget, Recipient, TopicTarget
+from notee.usecases import reconcile
 from tests.support.registry import new_service, new_template, new_user, random_token
 from tests.support.scheduler import scheduler
 

@@ -19,7 +19,7 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from notee.errors import ProviderConfigError
+from notee.core.errors import ProviderConfigError
 from notee.providers.base import Message
 from notee.store import deadletter
 from tests.support.fanout import job_progress, run_worker_until_idle, seed_topic, topic_job
@@ -37,8 +37,8 @@ from tests.support.registry import (
 @pytest.fixture()
 def emu_client(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
-    from notee.delivery import DeliverySender
     from notee.providers.routing import ProviderSet
+    from notee.usecases.deliver import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
@@ -204,8 +204,8 @@ def test_topic_job_where_no_device_has_credentials_fails_once(
 def test_config_error_keeps_what_was_collected_before_it(client, settings, runtime, service_id, emulator, emu_runtime):
     """Android first (FCM: one dead token, one permanent failure, one delivered), then iOS, where
     APNs rejects the key: the error stops the send, the pruned token and the dead letter stay."""
-    from notee.delivery import DeliveryAborted, deliver, load_service_credentials
     from notee.providers.routing import ProviderSet
+    from notee.usecases.deliver import DeliveryAborted, deliver, load_service_credentials
 
     headers = new_service(client, settings, service_id, credentials=True)
     r = client.put(
@@ -321,8 +321,8 @@ def test_every_process_warns_at_start_when_the_emulator_reroutes_pushes(process,
 
 
 def test_no_warning_without_the_emulator(tmp_path, caplog):
-    from notee.logs import announce_emulator
-    from notee.settings import Settings
+    from notee.core.logs import announce_emulator
+    from notee.core.settings import Settings
 
     caplog.set_level(logging.INFO)
     announce_emulator(Settings(emulator_url=None), "worker")

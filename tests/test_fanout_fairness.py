@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from notee.runtime import Runtime
 from notee.store import job_queue as store
+from notee.store.runtime import Runtime
 from tests.support import registry
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template

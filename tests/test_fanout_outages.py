@@ -26,16 +26,16 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
-from notee.errors import ProviderUnavailable
-from notee.fanout.worker import OutageBackoff, SendPage, Worker, is_outage
+from notee.core.errors import ProviderUnavailable
+from notee.core.settings import Settings
+from notee.core.vocabulary import FcmCredentials, PageCounts, ProviderCredentials, Recipient
 from notee.providers.base import Message
 from notee.providers.breaker import CircuitBreaker
-from notee.runtime import Runtime
-from notee.settings import Settings
 from notee.store import job_queue as store
 from notee.store.cql import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
-from notee.vocabulary import FcmCredentials, PageCounts, ProviderCredentials, Recipient
+from notee.store.runtime import Runtime
+from notee.worker.lanes import OutageBackoff, SendPage, Worker, is_outage
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import shared_service_account
@@ -238,7 +238,7 @@ def test_a_rejected_paging_state_resumes_after_the_checkpointed_key(runtime: Run
     key = topic_template(runtime, service_id)
     seed_topic(runtime, service_id, "news", key, "k", 250)
     job = topic_job(runtime, service_id, key, "k")
-    from notee.vocabulary import TopicTarget
+    from notee.core.vocabulary import TopicTarget
 
     st = runtime.statements
     rows = [Recipient._make(r) for page, _ in stream_recipients(st, key, TopicTarget("k"), 0, 1000) for r in page]
@@ -283,8 +283,8 @@ def _messages(tokens: list[str]) -> list[Message]:
 def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
     runtime: Runtime, service_id: str, emulator
 ) -> None:
-    from notee.delivery import deliver
     from notee.providers.routing import ProviderSet
+    from notee.usecases.deliver import deliver
     from tests.support.registry import make_service
 
     make_service(runtime, service_id)
@@ -338,7 +338,7 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
 def test_a_fan_out_rides_out_a_provider_refusing_connections(runtime: Runtime, service_id: str, emulator) -> None:
     """A short version of the fault test: the emulator's port refuses connections for 3 s after the
     first pages; the job completes, no device is dead-lettered, duplicates stay within one page."""
-    from notee.delivery import DeliverySender
+    from notee.usecases.deliver import DeliverySender
 
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "b", 1_000)

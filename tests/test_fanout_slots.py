@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from notee.fanout.worker import messages_for
-from notee.vocabulary import Recipient, slot_ranges
+from notee.core.vocabulary import Recipient, slot_ranges
+from notee.worker.lanes import messages_for
 
 
 @pytest.mark.parametrize(

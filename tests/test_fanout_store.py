@@ -9,12 +9,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from notee.errors import InvalidInput, NotFound
-from notee.fanout import jobs
-from notee.retention import prune_jobs
+from notee.core.errors import InvalidInput, NotFound
+from notee.core.vocabulary import PageCounts, TopicTarget
 from notee.store import job_queue as store
 from notee.store.job_queue import LeaseLost
-from notee.vocabulary import PageCounts, TopicTarget
+from notee.usecases import publish as jobs
+from notee.usecases.retention import prune_jobs
 from tests.support.fanout import count_rows, topic_job, topic_template
 
 

@@ -9,9 +9,9 @@ import time
 
 from sqlalchemy import event
 
-from notee.fanout.worker import Worker
+from notee.core.vocabulary import SLOT_SIZE, PageCounts
 from notee.store import job_queue as store
-from notee.vocabulary import SLOT_SIZE, PageCounts
+from notee.worker.lanes import Worker
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import (
     emulator_runtime,
@@ -50,7 +50,7 @@ def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, 
 def first_page_then_stop(rt, service_id, *, fetch_size):
     """A one-lane worker with the production sender, stopped (as by SIGTERM) while its first page is
     being sent; the sizes of the pages it sent."""
-    from notee.delivery import DeliverySender
+    from notee.usecases.deliver import DeliverySender
 
     sent: list[int] = []
 
@@ -74,7 +74,7 @@ def first_page_then_stop(rt, service_id, *, fetch_size):
 def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emulator, monkeypatch):
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
-    from notee.fanout import jobs
+    from notee.usecases import publish as jobs
 
     key = topic_template(runtime, service_id)
     runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_900)  # numbers nobody holds
@@ -100,7 +100,7 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
     """Slots 0..3 with 25 rows each and pages of 60: the reader hands slots 0 and 1 over as one page
     (50 rows), then 2 and 3: two sends and two checkpoints, not four. Stopped after the first, the
     next claim resumes at slot 2 and sends nothing twice."""
-    from notee.fanout import jobs
+    from notee.usecases import publish as jobs
 
     key = topic_template(runtime, service_id)
     tokens: list[str] = []
@@ -135,7 +135,7 @@ def test_idle_lanes_take_turns_and_a_claim_wakes_them(runtime, monkeypatch):
     """Three idle lanes (2 + the spare) asking at once are given turns IDLE_POLL_S / 3 apart, not one
     each IDLE_POLL_S in step; a lane asking later queues after the last turn; a claim by another
     lane ends every idle lane's pause."""
-    from notee.fanout import worker as worker_module
+    from notee.worker import lanes as worker_module
 
     monkeypatch.setattr(worker_module, "IDLE_POLL_S", 30.0)
 

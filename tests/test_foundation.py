@@ -11,8 +11,8 @@ from cassandra.policies import TokenAwarePolicy
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from notee import migrate
 from notee.store import cassandra as cstore
+from notee.usecases import migrate
 
 
 def test_mysql_is_a_real_mariadb_or_mysql(runtime):
@@ -186,7 +186,7 @@ def test_every_table_declares_retention_and_every_index_its_query():
 def test_settings_are_built_at_startup_not_import():
     import importlib
 
-    import notee.settings as mod
+    import notee.core.settings as mod
 
     importlib.reload(mod)
     assert not any(isinstance(v, mod.Settings) for v in vars(mod).values())
@@ -206,7 +206,7 @@ def test_health_endpoint_reports_both_stores(client):
 def test_readme_documents_every_setting():
     from pathlib import Path
 
-    from notee.settings import Settings
+    from notee.core.settings import Settings
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     missing = [f"NOTEE_{name.upper()}" for name in Settings.model_fields if f"`NOTEE_{name.upper()}`" not in readme]

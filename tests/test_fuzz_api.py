@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 from tests.support.stores import Snapshot, changes, snapshot, totals
 
@@ -82,7 +82,7 @@ def store_watch(runtime, fuzz_auth):
 
 def _schema():
     from notee.api.app import create_app
-    from notee.settings import Settings
+    from notee.core.settings import Settings
 
     loaded = schemathesis.openapi.from_dict(create_app(Settings()).openapi())  # connects nothing
     loaded.config.generation.update(

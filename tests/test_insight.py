@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from notee import reconcile
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import CycleTarget
 from notee.domain import insight, registry
 from notee.domain import subscriptions as subs
-from notee.errors import InvalidInput
 from notee.store import deadletter
 from notee.store import job_queue as store
-from notee.vocabulary import CycleTarget
+from notee.usecases import reconcile
 from tests.support.fanout import topic_job, topic_template
 from tests.support.registry import make_device, make_service, make_template, make_user, random_token
 

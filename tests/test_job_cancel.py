@@ -98,7 +98,7 @@ def test_a_dead_workers_task_of_a_cancelled_job_is_not_run_again(client, setting
         )
     assert store.claim(erun.sessions, owner="other", lease_s=30, services=[service_id]) is None
     with pytest.raises(store.JobCancelled):  # had it lived, its next checkpoint would stop it
-        from notee.vocabulary import PageCounts
+        from notee.core.vocabulary import PageCounts
 
         store.checkpoint(
             erun.sessions, claim, current_slot=claim.current_slot, paging_state=None, counts=PageCounts(), lease_s=30

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from notee.vocabulary import CycleTarget
+from notee.core.vocabulary import CycleTarget
 from tests.support.registry import admin_headers, new_service, new_template
 from tests.support.scheduler import DueIndex, scheduler, utc
 

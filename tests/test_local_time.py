@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from notee.fanout import jobs
-from notee.scheduler import clock
+from notee.core import clock
 from notee.store.mysql import db_now
+from notee.usecases import publish as jobs
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, random_token

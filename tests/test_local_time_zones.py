@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from notee import reconcile
-from notee.fanout import jobs
+from notee.usecases import publish as jobs
+from notee.usecases import reconcile
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, random_token
@@ -294,7 +294,7 @@ def test_a_local_time_job_reads_each_row_once_and_no_clock_per_page(
     docs/BENCHMARKS.md): over 7 parts, the zone-sliced job has Cassandra hand the worker each
     subscriber's row once and runs no MySQL clock query; the same job on rows without a stored zone
     (the fallback) reads every row once per part and queries the clocks for every page."""
-    from notee.fanout import worker as worker_mod
+    from notee.worker import lanes as worker_mod
 
     service, headers = tenant
     zones = ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "Australia/Sydney", "UTC", "Asia/Dubai", None]

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import Recipient
 from notee.domain import render
 from notee.domain.rules import canonical_locale, check_locale
-from notee.errors import InvalidInput
-from notee.fanout.worker import messages_for
-from notee.vocabulary import Recipient
+from notee.worker.lanes import messages_for
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, new_user, random_token
 from tests.support.stores import snapshot
@@ -131,8 +131,8 @@ def tenant(client, settings, service_id):
 
 @pytest.fixture()
 def emu_client(client, settings, emulator):
-    from notee.delivery import DeliverySender
     from notee.providers.routing import ProviderSet
+    from notee.usecases.deliver import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
@@ -250,7 +250,7 @@ def test_a_topic_publish_renders_once_per_variant_and_each_device_gets_its_local
 
 
 def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_client, monkeypatch):
-    import notee.delivery as delivery
+    import notee.usecases.deliver as delivery
 
     _, headers = tenant
     assert client.put("/v1/templates/SINGLE/s", json=TEMPLATE, headers=headers).status_code == 201

@@ -22,8 +22,8 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from notee import migrate
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.usecases import migrate
 from tests.security_logscan import log_dir
 from tests.support.stores import drop_test_stores
 

@@ -12,15 +12,15 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from notee.cli import app as cli
-from notee.delivery import DeliverySender
-from notee.errors import ProviderConfigError
-from notee.fanout.worker import OutageBackoff, Worker
+from notee.cli.main import app as cli
+from notee.core.errors import ProviderConfigError
+from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store import job_queue as store
-from notee.vocabulary import PageCounts
+from notee.usecases.deliver import DeliverySender
+from notee.worker.lanes import OutageBackoff, Worker
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 

@@ -23,7 +23,7 @@ from packaging.version import Version
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # The environment as collection found it: session fixtures (the emulator's) later point SSL_CERT_FILE
@@ -256,7 +256,7 @@ def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
     with server.begin() as conn:
         conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
     server.dispose()
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
 
     runtime = Runtime(settings)
     try:

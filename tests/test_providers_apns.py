@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from notee.errors import ProviderConfigError
+from notee.core.errors import ProviderConfigError
 from notee.providers.apns import ApnsJwt, ApnsProvider, ExpiredJwt, classify_apns
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.http2 import Pool, client_ssl_context
@@ -362,8 +362,8 @@ def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_poo
     """APNs refuses a connection that changes provider token more often than every 20 minutes
     (TooManyProviderTokenUpdates). Two signing keys on one connection trip it; Notee's ProviderSet
     gives each (team_id, key_id) its own pool and JWT, so two services with different keys never do."""
+    from notee.core.settings import Settings
     from notee.providers.routing import ProviderSet
-    from notee.settings import Settings
 
     other = (
         ec.generate_private_key(ec.SECP256R1())
@@ -383,7 +383,7 @@ def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_poo
     first, second = asyncio.run(shared_connection())
     assert isinstance(first, Delivered) and second == RetryAfter("TooManyProviderTokenUpdates", None)
 
-    from notee.vocabulary import ApnsCredentials, ProviderCredentials
+    from notee.core.vocabulary import ApnsCredentials, ProviderCredentials
 
     def Both(key, key_id):
         return ProviderCredentials(apns=ApnsCredentials(key_id, TEAM_ID, TOPIC, key, True))

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from notee.delivery import DeliverySender
 from notee.providers.base import Message
 from notee.providers.retry import backoff, parse_retry_after
 from notee.providers.routing import ProviderSet, choose
 from notee.store import deadletter
+from notee.usecases.deliver import DeliverySender
 from tests.support.registry import (
     admin_headers,
     apns_credentials,
@@ -253,10 +253,10 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
     """Connections failing (nothing listens on the APNs port) are retried without using the devices'
     attempts, then the delivery raises ProviderUnavailable (the fan-out task is released for later,
     the API says 503): no device is dead-lettered or pruned, and nothing is reported as sent."""
-    from notee.delivery import deliver
+    from notee.core.errors import ProviderUnavailable
+    from notee.core.vocabulary import ApnsCredentials, ProviderCredentials
     from notee.emulator.control import free_port
-    from notee.errors import ProviderUnavailable
-    from notee.vocabulary import ApnsCredentials, ProviderCredentials
+    from notee.usecases.deliver import deliver
 
     slept: list[float] = []
 
@@ -317,7 +317,7 @@ def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
     retrying, honouring Retry-After, without using the devices' attempts, for ``provider_wait_s`` of
     waiting in all; a single send counts them; the device's own 429 counts everywhere. (A fan-out
     page used to dead-letter a device after 5 storm answers: CI's 40 s storm did it to 12 devices.)"""
-    from notee.delivery import deliver
+    from notee.usecases.deliver import deliver
 
     make_service(runtime, service_id)
     bound = runtime.settings.fanout_max_attempts
@@ -368,7 +368,7 @@ def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
 
 def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, settings, service_id):
     """Live mode never falls back to the log provider (issue 13): no credentials, no provider."""
-    from notee.delivery import NoCredentials, deliver
+    from notee.usecases.deliver import NoCredentials, deliver
 
     async def run():
         providers = ProviderSet(settings.model_copy(update={"emulator_url": None}))
@@ -387,7 +387,7 @@ def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, sett
 
 
 def test_dead_letter_retention(runtime, service_id):
-    from notee.retention import prune_dead_letters
+    from notee.usecases.retention import prune_dead_letters
     from tests.support.registry import make_service
 
     make_service(runtime, service_id)

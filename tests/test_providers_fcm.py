@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from notee.errors import ProviderConfigError
+from notee.core.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.fcm import AuthRejected, FcmProvider, ServiceAccountTokens, StaticToken, classify_fcm, fcm_message
 from notee.providers.http2 import Pool, client_ssl_context

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import event
 
 from notee.api.edge import rate_class
+from notee.core.errors import RateLimited
 from notee.domain import ratelimit
-from notee.errors import RateLimited
 from notee.store import ratelimit_sql
 from tests.support.registry import admin_headers, new_service, new_template
 from tests.support.stores import snapshot

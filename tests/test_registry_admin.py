@@ -8,11 +8,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from notee import crypto
 from notee.api.app import create_app
+from notee.core import crypto
+from notee.core.errors import ProviderConfigError
+from notee.core.settings import Settings
 from notee.domain import credentials
-from notee.errors import ProviderConfigError
-from notee.settings import Settings
 from notee.store import registry_sql as store
 from tests.support.registry import (
     admin_headers,

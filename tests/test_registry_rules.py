@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from cryptography.fernet import Fernet, InvalidToken
 
-from notee import crypto
+from notee.core import crypto
+from notee.core.errors import InvalidInput
 from notee.domain import rules as reg
-from notee.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

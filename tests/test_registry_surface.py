@@ -11,7 +11,7 @@ import sys
 from fastapi.testclient import TestClient
 
 from notee.api.app import create_app
-from notee.settings import Settings
+from notee.core.settings import Settings
 from tests.support.registry import bearer
 
 REGISTRY_PATHS = {

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from notee.core.errors import InvalidInput, PayloadTooLarge
 from notee.domain import render
-from notee.errors import InvalidInput, PayloadTooLarge
 from notee.providers import apns, fcm
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, new_template, new_user, random_token
@@ -242,8 +242,8 @@ def _seen(emu, token: str) -> tuple[str, str, dict]:
 @pytest.fixture()
 def emu_client(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
-    from notee.delivery import DeliverySender
     from notee.providers.routing import ProviderSet
+    from notee.usecases.deliver import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
@@ -392,7 +392,7 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "Kim"}}, headers=headers)
     assert r.status_code == 202, r.text
     assert calls == ["render"]
-    import notee.delivery as delivery
+    import notee.usecases.deliver as delivery
 
     monkeypatch.setattr(delivery, "render", counting)  # the only other caller of the renderer
     run_worker_until_idle(emu_runtime, [service])

@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from notee.delivery import DeliverySender
+from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
-from notee.fanout import worker as worker_mod
-from notee.fanout.worker import MovedRowFilter, Worker
 from notee.store import cql as cqlstore
-from notee.vocabulary import TOKEN, Recipient, TopicTarget
+from notee.usecases.deliver import DeliverySender
+from notee.worker import lanes as worker_mod
+from notee.worker.lanes import MovedRowFilter, Worker
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from notee.core.errors import InvalidInput
 from notee.domain.schedule import make_schedule, parse_canonical, validate_timezone, validate_topic
-from notee.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

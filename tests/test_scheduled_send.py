@@ -11,9 +11,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from notee.fanout import jobs
+from notee.core.vocabulary import TopicTarget
 from notee.store import job_queue as store
-from notee.vocabulary import TopicTarget
+from notee.usecases import publish as jobs
 from tests.support.emulator import census
 from tests.support.fanout import (
     count_rows,

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from notee.scheduler import clock
+from notee.core import clock
+from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
-from notee.vocabulary import CycleTarget
 from tests.support.registry import make_service
 from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from notee.scheduler import clock
-from notee.vocabulary import CycleTarget
+from notee.core import clock
+from notee.core.vocabulary import CycleTarget
 from tests.support.processes import subprocess_env, wait_for
 from tests.support.registry import make_service
 from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc

@@ -16,12 +16,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import text
 
-from notee.fanout import jobs
-from notee.scheduler import clock
+from notee.core import clock
+from notee.core.vocabulary import CycleTarget, TopicTarget
 from notee.scheduler.runner import retention_namespace
 from notee.store import job_queue as store
 from notee.store import ticks
-from notee.vocabulary import CycleTarget, TopicTarget
+from notee.usecases import publish as jobs
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime, run_worker_until_idle, seed_topic, topic_template
 from tests.support.registry import make_service

@@ -19,14 +19,14 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from notee import migrate
-from notee.crypto import SecretsBox
+from notee.core.crypto import SecretsBox
+from notee.core.errors import InvalidInput, ProviderConfigError
+from notee.core.settings import Settings
+from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.domain import credentials, rules, webhooks
-from notee.errors import InvalidInput, ProviderConfigError
 from notee.providers.fcm import ServiceAccountTokens
-from notee.settings import Settings
 from notee.store.mysql import make_engine
-from notee.vocabulary import GOOGLE_TOKEN_URI
+from notee.usecases import migrate
 from tests.security_logscan import remember_secret
 from tests.support.fanout import count_rows, topic_job
 from tests.support.registry import fcm_service_account, new_service, new_template

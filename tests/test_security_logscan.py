@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from notee import crypto
+from notee.core import crypto
 from tests import security_logscan as scan
 
 _KEY = crypto.NewApiKey(key_id="0123456789abcdef", secret="A" * 43).api_key

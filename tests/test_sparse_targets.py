@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from notee import occupancy
-from notee.fanout.jobs import task_plan, task_slots
-from notee.scheduler import clock
+from notee.core import clock
+from notee.core.vocabulary import BLOCKS_PER_SLOT, SLOT_SIZE, CycleTarget, TopicTarget, pack_slots
 from notee.scheduler.runner import Scheduler
 from notee.store.cql import target_name
-from notee.vocabulary import BLOCKS_PER_SLOT, SLOT_SIZE, CycleTarget, TopicTarget, pack_slots
+from notee.usecases import occupancy
+from notee.usecases.publish import task_plan, task_slots
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import count_rows, emulator_runtime, run_worker_until_idle
 from tests.support.registry import new_service, new_template, new_user, random_token

@@ -22,8 +22,8 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from notee.api.subscribe_groups import SubscribeGroups
+from notee.core.errors import NotFound
 from notee.domain.subscriptions import SubscribeResult
-from notee.errors import NotFound
 from tests.support.registry import new_service, new_template, new_user, random_token
 
 
@@ -220,7 +220,7 @@ def test_a_failed_call_gives_its_connection_back(client, runtime, settings, serv
     """A call that fails (no template of the type) leaves the drain without a connection: the pool
     has it back, and the drain's next call checks out another."""
     from notee.api.subscribe_groups import _StoreDrain
-    from notee.errors import NotFound as NoTemplate
+    from notee.core.errors import NotFound as NoTemplate
 
     new_template(client, new_service(client, settings, service_id), "TOPIC", "news")
     drain = _StoreDrain(runtime)

@@ -11,11 +11,11 @@ from urllib.parse import quote
 import pytest
 from fastapi import Request
 
-from notee import reconcile
 from notee.api.deps import get_subscribe_groups
+from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
-from notee.vocabulary import CycleTarget, Recipient, TopicTarget
+from notee.usecases import reconcile
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
 

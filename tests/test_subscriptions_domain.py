@@ -11,12 +11,12 @@ import weakref
 
 import pytest
 
+from notee.core.errors import InvalidInput, NotFound
+from notee.core.vocabulary import NO, ORIGIN, OS, TOKEN, USER, CycleTarget, Recipient, TopicTarget, device_of
 from notee.domain import subscriptions as subs
-from notee.errors import InvalidInput, NotFound
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store.cassandra import PAGE_PROFILE, pages
-from notee.vocabulary import NO, ORIGIN, OS, TOKEN, USER, CycleTarget, Recipient, TopicTarget, device_of
 from tests.support.registry import make_device, make_service, make_template, make_user
 
 _tok = itertools.count()
@@ -126,7 +126,7 @@ def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime
     """subscribe_topics (the API's grouped single subscribes, the bulk endpoint): one call, each pair
     answered as if the pairs ran one after the other; unknown users answer None and stop nobody;
     every counter moves once per subscription and once per user new to the type."""
-    from notee import reconcile
+    from notee.usecases import reconcile
 
     key = make_template(runtime, svc, "TOPIC", "news")
     a = make_user(runtime, svc)
@@ -490,7 +490,7 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
 
 
 def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
-    from notee import reconcile
+    from notee.usecases import reconcile
 
     key = make_template(runtime, svc, "TOPIC", "news")
     u = make_user(runtime, svc)
@@ -520,7 +520,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
 
 
 def test_reconcile_fixes_count_drift(runtime, st, svc):
-    from notee import reconcile
+    from notee.usecases import reconcile
 
     make_template(runtime, svc, "TOPIC", "news")
     ckey = make_template(runtime, svc, "CYCLE", "remind")

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from notee.core.settings import Settings
 from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
-from notee.runtime import Runtime
-from notee.settings import Settings
 from notee.store import job_queue, webhooks_sql
-from notee.webhook_dispatcher import Dispatcher, retry_delay
+from notee.store.runtime import Runtime
+from notee.webhooks.dispatcher import Dispatcher, retry_delay
 from tests.security_logscan import remember_secret
 from tests.support.fanout import emulator_runtime, job_progress, seed_topic, topic_job, topic_template, wait_job
 from tests.support.processes import subprocess_env, wait_for
@@ -302,7 +302,7 @@ def test_an_event_is_written_only_with_the_change_that_caused_it(client, setting
 def test_finished_deliveries_are_pruned_after_retention_and_pending_ones_kept(
     client, settings, erun, service_id, receiver
 ):
-    from notee import retention
+    from notee.usecases import retention
 
     new_service(client, settings, service_id)
     created = _register(erun, service_id, receiver.url)

@@ -2,7 +2,7 @@
 
 The id is the caller's ``X-Request-ID`` when it is sane (``[A-Za-z0-9._-]{1,64}``), else a new one;
 it is echoed in the response's ``X-Request-ID`` and carried by every line logged while the request
-runs (``notee.logs.request_id``). With ``log_format="json"`` uvicorn's own access log is off and this
+runs (``notee.core.logs.request_id``). With ``log_format="json"`` uvicorn's own access log is off and this
 middleware writes ``notee.access`` lines with method, path (device tokens shortened), status and
 duration_ms, after the response, so the authenticated service is on the line too.
 
@@ -26,8 +26,8 @@ from fastapi.routing import iter_route_contexts
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee import logs, metrics
 from notee.api.routes.devices import shorten_tokens_in_path
+from notee.core import logs, metrics
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 # A new id is this process's random prefix and a counter: unique without a getrandom() call per

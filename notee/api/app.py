@@ -29,11 +29,11 @@ from notee.api.routes import (
     webhooks,
 )
 from notee.api.subscribe_groups import SubscribeGroups
+from notee.core.logs import announce_emulator
+from notee.core.settings import Settings
 from notee.domain.ratelimit import Allowance
-from notee.fanout.levels import watch_queue
-from notee.logs import announce_emulator
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.store.runtime import Runtime
+from notee.usecases.queue_levels import watch_queue
 
 Part = Literal["all", "tenant", "admin"]
 

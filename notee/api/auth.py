@@ -24,13 +24,13 @@ from anyio import to_thread
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from notee import crypto
+from notee.core import crypto
+from notee.core.errors import Forbidden, RateLimited, Unauthorized
+from notee.core.settings import Settings
+from notee.core.vocabulary import RateClass
 from notee.domain import ratelimit, registry
 from notee.domain.credentials import credentials_box
-from notee.errors import Forbidden, RateLimited, Unauthorized
-from notee.runtime import Runtime
-from notee.settings import Settings
-from notee.vocabulary import RateClass
+from notee.store.runtime import Runtime
 
 _admin_scheme = HTTPBearer(
     auto_error=False, scheme_name="AdminToken", description="NOTEE_ADMIN_TOKEN of the deployment"

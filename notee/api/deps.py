@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from notee.api.subscribe_groups import SubscribeGroups
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from urllib.parse import unquote_to_bytes
 from anyio import to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee import logs
 from notee.api.auth import authenticate_service, check_admin
 from notee.api.errors import error_response, known_error_response
-from notee.settings import Settings
-from notee.vocabulary import RateClass
+from notee.core import logs
+from notee.core.settings import Settings
+from notee.core.vocabulary import RateClass
 
 ADMIN_PREFIX = "/v1/admin"
 TENANT_PREFIX = "/v1/"

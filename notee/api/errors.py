@@ -20,7 +20,7 @@ from pymysql import err as pymysql_err
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from notee.errors import NoteeError
+from notee.core.errors import NoteeError
 from notee.store.outage import is_store_outage
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from notee.api.errors import ErrorResponse
+from notee.core.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
 from notee.domain.rules import (
     APNS_ID_PATTERN,
     BUNDLE_PATTERN,
@@ -38,7 +39,6 @@ from notee.domain.rules import (
     control_free,
 )
 from notee.domain.schedule import LOCAL_TIME_PATTERN
-from notee.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
 
 _DELIVERY_MODE = (
     "live: pushes go to the service's providers (FCM/APNs, or the emulator when NOTEE_EMULATOR_URL "

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from notee.api.app import Part, begin_shutdown, create_app
 from notee.api.auth import ApiKeyCache
 from notee.api.http1 import HttpToolsProtocol
+from notee.core.settings import Settings
 from notee.domain.ratelimit import Allowance
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.store.runtime import Runtime
 
 
 @dataclass(frozen=True)

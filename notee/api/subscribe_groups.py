@@ -30,10 +30,10 @@ from typing import Protocol
 from anyio import to_thread
 from sqlalchemy import Connection
 
+from notee.core.errors import NotFound
+from notee.core.metrics import SUBSCRIBE_GROUP_SIZE
 from notee.domain import subscriptions as subs
-from notee.errors import NotFound
-from notee.metrics import SUBSCRIBE_GROUP_SIZE
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
 
 
 class GroupDrain(Protocol):

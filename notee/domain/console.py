@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from notee import crypto
+from notee.core import crypto
+from notee.core.errors import NotFound, Unauthorized
 from notee.domain import registry
-from notee.errors import NotFound, Unauthorized
 from notee.store import console_sql as store
 from notee.store import job_queue, ticks
 from notee.store.job_queue import QueueOverview as QueueOverview  # re-exported for the console pages

@@ -15,7 +15,10 @@ from typing import Any
 from cryptography.fernet import InvalidToken
 from sqlalchemy.orm import Session
 
-from notee.crypto import SecretsBox
+from notee.core.crypto import SecretsBox
+from notee.core.errors import NotFound, ProviderConfigError
+from notee.core.settings import Settings
+from notee.core.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
 from notee.domain.registry import get_service, utcnow
 from notee.domain.rules import (
     APNS_ID_RE,
@@ -26,10 +29,7 @@ from notee.domain.rules import (
     check_pattern,
     check_pem,
 )
-from notee.errors import NotFound, ProviderConfigError
-from notee.settings import Settings
 from notee.store import registry_sql as store
-from notee.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
 
 log = logging.getLogger(__name__)
 

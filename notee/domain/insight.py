@@ -10,7 +10,7 @@ console calls these functions directly, the HTTP API (``notee/api/routes/insight
   per-topic counts are ``numbering.topic_subscribers`` (docs/SCHEMA.md, decision 3). Both may drift
   until ``notee reconcile`` repairs them, and say so in their name: they are counters, not a scan.
 * The calendar uses the scheduler's own structures and rules: the timezones in ``cycle_timezone``,
-  the local buckets ``notee.scheduler.clock.due_buckets`` makes due at each UTC minute (DST gaps and
+  the local buckets ``notee.core.clock.due_buckets`` makes due at each UTC minute (DST gaps and
   repeats included), the templates ``cycle_due`` lists per bucket, resolved against MySQL as the
   scheduler resolves them, and the rows of each bucket's slot partitions (what the minute's job will
   read). "Now" is the database clock, as for the scheduler.
@@ -29,14 +29,14 @@ from typing import get_args
 
 from sqlalchemy.orm import Session
 
-from notee.errors import InvalidInput
-from notee.scheduler.clock import due_buckets, floor_minute, zone
+from notee.core.clock import due_buckets, floor_minute, zone
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import DAYS, CycleTarget, JobState
 from notee.store import activity_sql
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import Statements, max_slot, timezones_in_use
 from notee.store.ticks import database_now
-from notee.vocabulary import DAYS, CycleTarget, JobState
 
 log = logging.getLogger(__name__)
 

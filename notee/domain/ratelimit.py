@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from notee import metrics
-from notee.errors import InvalidInput, RateLimited
-from notee.settings import Settings
+from notee.core import metrics
+from notee.core.errors import InvalidInput, RateLimited
+from notee.core.settings import Settings
+from notee.core.vocabulary import RATE_CLASSES, RateClass
 from notee.store import ratelimit_sql as store
-from notee.vocabulary import RATE_CLASSES, RateClass
 
 CLASSES = RATE_CLASSES
 MAX_RATE = 1_000_000.0

@@ -25,7 +25,9 @@ from typing import Any, overload
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee import crypto
+from notee.core import crypto
+from notee.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
+from notee.core.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 from notee.domain import render, subscriptions
 from notee.domain.rules import (
     DEFAULT_TIMEZONE,
@@ -47,12 +49,10 @@ from notee.domain.rules import (
     template_size,
 )
 from notee.domain.schedule import parse_local_time
-from notee.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from notee.store import deadletter
 from notee.store import registry_sql as store
 from notee.store.cql import Statements
 from notee.store.mysql import AnyRow, read_committed
-from notee.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any, TypeGuard
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from notee.errors import InvalidInput
-from notee.vocabulary import allowed_token_uris
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import allowed_token_uris
 
 SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"

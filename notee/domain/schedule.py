@@ -13,9 +13,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import DAYS
 from notee.domain.rules import is_portable_timezone
-from notee.errors import InvalidInput
-from notee.vocabulary import DAYS
 
 TOPIC_MAX = 50  # seed: topic is at most 50 characters
 

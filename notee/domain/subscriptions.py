@@ -37,13 +37,13 @@ from cassandra.cluster import ResponseFuture
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from notee.core.errors import InvalidInput, NotFound
+from notee.core.vocabulary import METHODS
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
-from notee.errors import InvalidInput, NotFound
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store import webhooks_sql
 from notee.store.cql import USER_LEVEL, IndexRow, Statements, slot_ref, slot_zone
-from notee.vocabulary import METHODS
 
 log = logging.getLogger(__name__)
 
@@ -601,7 +601,7 @@ def on_token_rotated(
     A moved row keeps the old row's ``no`` (so its slot and its place in a fan-out's walk) and
     records the device's first token as ``origin``: a publish in progress meets the device once —
     before the move through the old row, after it through the new one, and a page read between the
-    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/fanout/worker.py).
+    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/worker/lanes.py).
     The new rows are written before the old ones are deleted, so a failure halfway loses nothing.
 
     ``holders``: user_id -> device_os of the users whose old device the registry is rewriting (read

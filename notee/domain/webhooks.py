@@ -2,7 +2,7 @@
 re-send), the signature, and the address rules (docs/WEBHOOKS.md).
 
 The signing secret is generated here, returned once (at creation) and stored encrypted with the
-credentials cipher (``notee.crypto.SecretsBox``, NOTEE_CREDENTIALS_KEY); nothing here logs it.
+credentials cipher (``notee.core.crypto.SecretsBox``, NOTEE_CREDENTIALS_KEY); nothing here logs it.
 Unit of work: every function takes the caller's session and never commits.
 """
 
@@ -20,13 +20,13 @@ from urllib.parse import urlsplit
 from cryptography.fernet import InvalidToken
 from sqlalchemy.orm import Session
 
-from notee.crypto import SecretsBox
-from notee.errors import Conflict, InvalidInput, NotFound, ProviderConfigError
-from notee.settings import Settings
+from notee.core.crypto import SecretsBox
+from notee.core.errors import Conflict, InvalidInput, NotFound, ProviderConfigError
+from notee.core.settings import Settings
+from notee.core.vocabulary import WEBHOOK_EVENTS
 from notee.store import webhooks_sql as store
 from notee.store.webhooks_sql import Delivery as Delivery  # re-exported: the API names them through this layer
 from notee.store.webhooks_sql import Endpoint as Endpoint
-from notee.vocabulary import WEBHOOK_EVENTS
 
 log = logging.getLogger(__name__)
 

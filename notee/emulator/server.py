@@ -15,8 +15,8 @@ from granian.constants import HTTPModes, Interfaces
 from granian.http import HTTP2Settings
 from granian.log import LogLevels
 
+from notee.core.logs import LogFormat, dict_config
 from notee.emulator.tls import TlsFiles, ensure_tls
-from notee.logs import LogFormat, dict_config
 
 log = logging.getLogger(__name__)
 GRANIAN_LOGGERS = ("_granian", "granian.access")  # granian's server and access loggers (granian.log)

@@ -18,7 +18,7 @@ from typing import Any
 
 import jwt
 
-from notee.errors import ProviderConfigError
+from notee.core.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import Pool, TransportError
 from notee.providers.retry import parse_retry_after

@@ -2,7 +2,7 @@
 
 Outcomes are values, not exceptions: a batch of 500 with 3 dead tokens returns 497 ``Delivered``
 and 3 ``InvalidToken``. Only configuration/auth problems that make *every* send fail raise
-``notee.errors.ProviderConfigError`` (loud, never retried per device).
+``notee.core.errors.ProviderConfigError`` (loud, never retried per device).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class InvalidToken:
 class RetryAfter:
     """Retryable (429, 5xx, transport error). ``seconds`` is the provider's Retry-After, or None.
     ``transport``: no answer from the provider at all (connection problem); that is never counted
-    against the device (notee.delivery). ``provider_wide``: the provider refused the request for
+    against the device (notee.usecases.deliver). ``provider_wide``: the provider refused the request for
     its own reasons (overloaded, an internal error, the project's quota), not because of this
     device: a fan-out page waits it out without using the device's attempts."""
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from notee import metrics
+from notee.core import metrics
 
 # A page opens the breaker when more than this share of its requests to one provider were unreachable.
 OPEN_RATIO = 0.5

@@ -25,11 +25,11 @@ from typing import Any, Protocol
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from notee.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import Pool, TransportError
 from notee.providers.retry import parse_retry_after
-from notee.vocabulary import GOOGLE_TOKEN_URI
 
 log = logging.getLogger(__name__)
 

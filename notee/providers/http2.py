@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from jh2._hazmat import Decoder as _NativeHpackDecoder
 from jh2.hpack.table import HeaderTable
 
-from notee import metrics
+from notee.core import metrics
 
 log = logging.getLogger(__name__)
 # hpack codecs in Python (the emulator's h2) log every header at DEBUG, bearer tokens and JWTs

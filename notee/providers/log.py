@@ -12,7 +12,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 
-from notee.logs import token_hint
+from notee.core.logs import token_hint
 from notee.providers.base import Delivered, Message, Outcome
 
 log = logging.getLogger(__name__)

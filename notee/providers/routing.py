@@ -4,7 +4,7 @@
 - A device whose platform has no provider (AOS without FCM credentials; IOS with neither) has no
   route: delivery counts it failed with reason ``no_credentials`` (never sent, never pruned).
 - ``settings.emulator_url`` changes where the providers connect (the emulator instead of FCM/APNs),
-  not which credentials they need. Every process announces it at start (``notee.logs.announce_emulator``).
+  not which credentials they need. Every process announces it at start (``notee.core.logs.announce_emulator``).
 - The ``log`` provider is used only for a send or job in ``dry_run`` delivery mode (an admin's
   choice per service): it records every push and sends nothing.
 Providers are built once per (service, credentials) and reused; HTTP/2 connections are pooled per
@@ -20,14 +20,14 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from notee.core.settings import Settings
+from notee.core.vocabulary import ApnsCredentials, ProviderCredentials
 from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
 from notee.providers.base import Message, Provider
 from notee.providers.emulator import emulator_apns, emulator_fcm
 from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
 from notee.providers.http2 import Pool, client_ssl_context
 from notee.providers.log import LogProvider
-from notee.settings import Settings
-from notee.vocabulary import ApnsCredentials, ProviderCredentials
 
 log = logging.getLogger(__name__)
 

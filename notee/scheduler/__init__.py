@@ -1,7 +1,8 @@
-"""The cycle scheduler (`notee scheduler`): once a minute, claim the minute once across replicas
+"""The cycle scheduler (`notee scheduler`), a process (rank 4): once a minute, claim the minute once across replicas
 and create one fan-out job per cycle template with subscribers due at that local wall-clock time.
 
-- ``clock``   pure wall-clock maths: which local buckets are due at a UTC minute (DST rules).
-- ``ticks``   the ``cycle_tick`` table: claim a minute exactly once, record its outcome, prune.
+The wall-clock maths (DST rules) is ``notee.core.clock``, below every layer that needs it.
+
+- ``ticks``   the ``cycle_tick`` table (``notee.store.ticks``): claim a minute exactly once, record its outcome, prune.
 - ``runner``  ``run_minute`` (the injectable-clock core) and the APScheduler process.
 """

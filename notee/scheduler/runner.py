@@ -5,7 +5,7 @@ One minute, in order (docs/SCHEDULER.md):
 
 1. Claim it: insert its ``cycle_tick`` row. A duplicate key means another replica has it: stop.
 2. Read ``cycle_timezone`` (one small partition): the timezones with cycle subscriptions.
-3. For each timezone, :func:`notee.scheduler.clock.due_buckets` says which local (day, hour,
+3. For each timezone, :func:`notee.core.clock.due_buckets` says which local (day, hour,
    minute) buckets are due (one; more right after a spring-forward gap; none during the repeated
    hour of a fall-back). Read each bucket's ``cycle_due`` partition: the templates with subscribers.
 4. Create one fan-out job per (template, bucket) with the idempotency key
@@ -42,16 +42,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.exc import IntegrityError
 
-from notee import heartbeat, metrics, reconcile, retention
-from notee.errors import InvalidInput, NotFound, PayloadTooLarge
-from notee.fanout.jobs import create_job
-from notee.logs import announce_emulator
-from notee.runtime import Runtime
-from notee.scheduler import clock
+from notee.core import clock, heartbeat, metrics
+from notee.core.errors import InvalidInput, NotFound, PayloadTooLarge
+from notee.core.logs import announce_emulator
+from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
 from notee.store.cql import timezones_in_use
 from notee.store.job_queue import JobRow
-from notee.vocabulary import CycleTarget
+from notee.store.runtime import Runtime
+from notee.usecases import reconcile, retention
+from notee.usecases.publish import create_job
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ class Scheduler:
         return missed, skipped
 
     def prune(self, now: datetime | None = None) -> dict[str, int]:
-        """Retention of every growing table (ticks, finished jobs, dead letters): see notee/retention.py."""
+        """Retention of every growing table (ticks, finished jobs, dead letters): see notee/usecases/retention.py."""
         return retention.prune_all(self.runtime, now=now or self.clock())
 
     def prune_hourly(self, now: datetime | None = None) -> dict[str, int] | None:
@@ -330,7 +330,7 @@ class Scheduler:
         return counts
 
     def reconcile_periodic(self, now: datetime | None = None) -> dict[str, int] | None:
-        """A bounded `notee reconcile` batch (notee/reconcile.py ``reconcile_batch``: rows of deleted
+        """A bounded `notee reconcile` batch (notee/usecases/reconcile.py ``reconcile_batch``: rows of deleted
         templates, users and devices; stale ``cycle_due``/``cycle_timezone`` rows), on one replica
         per ``RECONCILE_EVERY_MINUTES`` period: the same insert-once claim in the tick ledger
         (namespace ``<namespace>/reconcile``). None: another replica has (or had) this period."""

@@ -22,7 +22,7 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, R
 from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
 from cassandra.query import Statement, tuple_factory
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store.outage import count_cassandra_error, watch_cassandra
 
 # Named execution profile for counter updates: same routing, but the default retry policy could

@@ -29,8 +29,8 @@ from cassandra.cluster import ResponseFuture, Session
 from cassandra.protocol import ProtocolException
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
+from notee.core.vocabulary import BLOCK_SIZE, CycleTarget, RecipientRow, TopicTarget, block_of, slot_of
 from notee.store.cassandra import COUNTER_PROFILE, PAGE_PROFILE, Keyspaces, pages, rows
-from notee.vocabulary import BLOCK_SIZE, CycleTarget, RecipientRow, TopicTarget, block_of, slot_of
 
 # Reads whose rows are unpacked by position: plain tuples. The driver's default row factory builds
 # a namedtuple *class* per result, which cost ~8 % of the API's CPU on the subscribe path.

@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.metrics import QueueLevels
+from notee.core.metrics import QueueLevels
+from notee.core.vocabulary import JobState, PageCounts, Progress
 from notee.store import webhooks_sql
 from notee.store.mysql import affected
-from notee.vocabulary import JobState, PageCounts, Progress
 
 # A task that crashed or hit an unexpected error this many times at the same checkpoint is a poison
 # task: it is failed instead of retried. Graceful releases (stop, outages) do not count.
@@ -89,7 +89,7 @@ _JOB_COLUMNS = (
     "idempotency_key, request_hash, payload, state, task_count, error, created_at, started_at, finished_at, dry_run, "
     "deadline, send_at"
 )
-# A job whose every recipient had no route ends failed with this error (notee/delivery.py says the same per send).
+# A job whose every recipient had no route ends failed with this error (notee/usecases/deliver.py says the same per send).
 NO_CREDENTIALS_ERROR = (
     "no recipient could be sent: the service has no provider credentials for their platform "
     "(Android needs FCM; iOS needs APNs or FCM)"

@@ -18,7 +18,7 @@ from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event, 
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store.outage import watch_mysql
 
 AnyRow = Row[*tuple[Any, ...]]  # a result row of any shape, read by column name

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext
 
-from notee import metrics
+from notee.core import metrics
 
 _CASSANDRA = (
     RequestExecutionException,

@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.core.vocabulary import WebhookEvent
 from notee.store.mysql import affected
-from notee.vocabulary import WebhookEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.store.runtime import Runtime
 from tests.security_logscan import log_dir
 from tests.support.processes import NoteeProcess, settings_from, subprocess_env
 
@@ -103,7 +103,7 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
     at the end of the session. ``cluster.sh start`` returns only once every node sees the others UP
     and NORMAL with one schema version (notee/store/ring.py): answering CQL is not enough, a node
     that has not gossiped yet believes it is alone (issue 14, item 9)."""
-    from notee import migrate
+    from notee.usecases import migrate
 
     log_path = log_dir() / "cassandra-cluster.log"
     env = subprocess_env(**cluster_overrides())
@@ -239,7 +239,7 @@ class KillableMariaDB:
 @pytest.fixture(scope="session")
 def killable_mariadb() -> Iterator[KillableMariaDB]:
     """A fresh second MariaDB with the notee user and a migrated ``notee_fault`` database."""
-    from notee import migrate
+    from notee.usecases import migrate
 
     db = KillableMariaDB(REPO / ".run" / "mariadb-fault")
     db.install()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
 from tests.faults.conftest import outage_releases, task_attempts, wait_sent
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job

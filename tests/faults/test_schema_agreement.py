@@ -22,9 +22,9 @@ import pytest
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import WhiteListRoundRobinPolicy
 
-from notee import migrate
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store import ring
+from notee.usecases import migrate
 from tests.faults.conftest import FaultCluster
 
 pytestmark = pytest.mark.faults

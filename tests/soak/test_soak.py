@@ -74,8 +74,8 @@ def tree_rss(pid: int) -> int:
 
 @pytest.fixture()
 def soak_env(settings, migrated):
-    from notee import migrate
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases import migrate
 
     test_url = make_url(settings.mysql_url.get_secret_value())
     database = f"{test_url.database}_soak"

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from notee.core.settings import Settings
 from notee.emulator.control import EmulatorControl as Emulator
 from notee.emulator.control import local_emulator
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.store.runtime import Runtime
 
 __all__ = ["Census", "Emulator", "census", "deliveries_per_token", "emu_runtime", "emulator", "emulator_process"]
 

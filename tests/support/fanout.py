@@ -12,13 +12,13 @@ from cassandra.concurrent import execute_concurrent
 from cassandra.query import BatchStatement, BatchType
 from sqlalchemy import text
 
-from notee.delivery import DeliverySender
-from notee.fanout import jobs
-from notee.fanout.worker import Worker
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
+from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
 from notee.store import job_queue as store
-from notee.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
+from notee.store.runtime import Runtime
+from notee.usecases import publish as jobs
+from notee.usecases.deliver import DeliverySender
+from notee.worker.lanes import Worker
 from tests.support import registry
 from tests.support.processes import NoteeProcess
 

@@ -21,8 +21,8 @@ from typing import TypeVar
 import httpx
 import pytest
 
+from notee.core.settings import Settings
 from notee.emulator.control import free_port
-from notee.settings import Settings
 from tests.security_logscan import log_dir
 
 __all__ = [

@@ -23,11 +23,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from fastapi.testclient import TestClient
 
-from notee.crypto import SecretsBox
+from notee.core.crypto import SecretsBox
+from notee.core.settings import Settings
 from notee.domain.credentials import set_fcm_credentials
-from notee.runtime import Runtime
-from notee.settings import Settings
 from notee.store import registry_sql as store
+from notee.store.runtime import Runtime
 
 
 def _now() -> datetime:

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from notee.runtime import Runtime
+from notee.core.vocabulary import CycleTarget
 from notee.scheduler.runner import Scheduler
-from notee.vocabulary import CycleTarget
+from notee.store.runtime import Runtime
 from tests.support import registry
 
 

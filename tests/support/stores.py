@@ -7,9 +7,9 @@ from cassandra.query import PreparedStatement
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store.cassandra import connect
+from notee.store.runtime import Runtime
 
 NOT_DATA = {"rate_bucket"}  # request accounting, changed by every request by design
 # Tables without a ``service`` column that still hold a tenant's rows, with the query selecting them.

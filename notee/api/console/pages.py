@@ -16,9 +16,9 @@ from notee.api.console import web
 from notee.api.console.web import FormDep, PostedForm, SessionDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.health import check_stores
+from notee.core.errors import NoteeError, NotFound, Unauthorized
+from notee.core.settings import Settings
 from notee.domain import console, insight, registry
-from notee.errors import NoteeError, NotFound, Unauthorized
-from notee.settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix=web.PREFIX, include_in_schema=False)

@@ -22,12 +22,12 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.deadletters import MAX_REPLAY, list_letters
 from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
+from notee.core.errors import InvalidInput, NoteeError, NotFound
+from notee.core.vocabulary import JobState
 from notee.domain import insight, registry
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
-from notee.errors import InvalidInput, NoteeError, NotFound
-from notee.fanout import jobs
-from notee.vocabulary import JobState
+from notee.usecases import publish as jobs
 
 router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
 

@@ -20,9 +20,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from notee.api.deps import RuntimeDep
+from notee.core.settings import Settings
 from notee.domain import console
 from notee.domain.console import ConsoleSession
-from notee.settings import Settings
 
 COOKIE = "notee_console"
 SIGN_IN_COOKIE = "notee_console_signin"  # the sign-in form's double-submit CSRF token (no session yet)

@@ -51,10 +51,10 @@ from notee.api.routes.publish import (
     job_page,
     status_of,
 )
+from notee.core.vocabulary import RateClass
 from notee.domain import credentials, ratelimit, registry
 from notee.domain.rules import SERVICE_PATTERN
-from notee.fanout import jobs
-from notee.vocabulary import RateClass
+from notee.usecases import publish as jobs
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
 

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Path, Response
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
+from notee.core.logs import token_hint
 from notee.domain import registry, subscriptions
 from notee.domain.rules import TOKEN_PATTERN
-from notee.logs import token_hint
 
 router = APIRouter(prefix="/v1", tags=["devices"])
 

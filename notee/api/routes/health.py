@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 
 from notee.api.deps import RuntimeDep
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
 
 router = APIRouter(tags=["health"])
 

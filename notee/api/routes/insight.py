@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from notee.api.auth import AdminDep, ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, errors
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import JobState
 from notee.domain import insight, registry
 from notee.domain.rules import SERVICE_PATTERN, TYPE_PATTERN
-from notee.errors import InvalidInput
-from notee.runtime import Runtime
-from notee.vocabulary import JobState
+from notee.store.runtime import Runtime
 
 router = APIRouter(prefix="/v1", tags=["insight"])
 admin_router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))

@@ -1,4 +1,4 @@
-"""``GET /metrics``: the process's Prometheus metrics (notee/metrics.py), in the text exposition format.
+"""``GET /metrics``: the process's Prometheus metrics (notee/core/metrics.py), in the text exposition format.
 
 Served where the admin API is served (the single listener, or the admin listener when
 ``NOTEE_API_ADMIN_PORT`` splits them; never on a tenant-only listener) and only with the admin

@@ -15,13 +15,13 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
+from notee.core.errors import InvalidInput
+from notee.core.vocabulary import JobState, Progress
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.schedule import LOCAL_TIME_PATTERN
-from notee.errors import InvalidInput
-from notee.fanout import jobs
-from notee.fanout.jobs import JobRow
-from notee.vocabulary import JobState, Progress
+from notee.usecases import publish as jobs
+from notee.usecases.publish import JobRow
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 

@@ -16,12 +16,12 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
-from notee.delivery import DeliverySender
+from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
-from notee.errors import QuietDropped, QuietHoursNow
-from notee.fanout import jobs
-from notee.runtime import Runtime
+from notee.store.runtime import Runtime
+from notee.usecases import publish as jobs
+from notee.usecases.deliver import DeliverySender
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Response
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import TemplateIn, TemplateList, TemplateOut, errors
+from notee.core.vocabulary import Method
 from notee.domain import registry
 from notee.domain.rules import TYPE_PATTERN
-from notee.vocabulary import Method
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 

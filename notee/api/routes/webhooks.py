@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from notee.api.auth import BoxDep, ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, OneLineText, errors
+from notee.core.vocabulary import WebhookDeliveryState, WebhookEvent
 from notee.domain import webhooks
 from notee.domain.webhooks import Delivery, Endpoint
-from notee.vocabulary import WebhookDeliveryState, WebhookEvent
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 

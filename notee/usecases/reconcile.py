@@ -23,7 +23,7 @@ fix can still leave an off-by-one that the next run corrects.
    Token index rows (``notification_per_token``) of what is removed go too; those of live devices
    are written (a blind upsert), which fills the index for rows older than it.
 
-5. ``target_slots`` rows of deleted templates and empty blocks are deleted (``notee.occupancy.prune``;
+5. ``target_slots`` rows of deleted templates and empty blocks are deleted (``notee.usecases.occupancy.prune``;
    the full run walks the whole table, the scheduled batch ``PRUNE_BATCH_ROWS`` rows from its cursor).
 
 ``reconcile_batch`` runs 2-5 as a bounded batch on a schedule (``notee scheduler``, one replica per
@@ -41,16 +41,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
-from notee import occupancy
+from notee.core.vocabulary import CycleTarget
 from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscriptions import remove_rows
-from notee.runtime import Runtime
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
-from notee.vocabulary import CycleTarget
+from notee.store.runtime import Runtime
+from notee.usecases import occupancy
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ def reconcile_batch(
         "due_buckets_removed": due_removed,
         "timezones_removed": zones_removed,
     }
-    report |= occupancy.prune(runtime, fetch_size=fetch_size)  # its own bounded walk (notee/occupancy.py)
+    report |= occupancy.prune(runtime, fetch_size=fetch_size)  # its own bounded walk (notee/usecases/occupancy.py)
     log.info("reconcile batch: %s", report)
     return report
 

@@ -21,19 +21,10 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee.domain.render import TemplateContent, render_all, variants_from_json
-from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
-from notee.domain.schedule import parse_local_time, validate_topic
-from notee.errors import Conflict, InvalidInput, NotFound
-from notee.runtime import Runtime
-from notee.scheduler import clock
-from notee.settings import Settings
-from notee.store import job_queue as store
-from notee.store import registry_sql
-from notee.store.cql import Statements, max_slot, slot_zone
-from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
-from notee.store.mysql import db_now
-from notee.vocabulary import (
+from notee.core import clock
+from notee.core.errors import Conflict, InvalidInput, NotFound
+from notee.core.settings import Settings
+from notee.core.vocabulary import (
     CycleTarget,
     Progress,
     Target,
@@ -43,6 +34,15 @@ from notee.vocabulary import (
     pack_slots,
     slot_ranges,
 )
+from notee.domain.render import TemplateContent, render_all, variants_from_json
+from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
+from notee.domain.schedule import parse_local_time, validate_topic
+from notee.store import job_queue as store
+from notee.store import registry_sql
+from notee.store.cql import Statements, max_slot, slot_zone
+from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
+from notee.store.mysql import db_now
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 SLOTS_PER_TASK = 1
 
 # Idempotency-key namespaces: a client's Idempotency-Key is stored as ``client:<key>``; the
-# scheduler's keys are ``cycle:...`` (notee/scheduler/clock.py). Neither can name the other's job.
+# scheduler's keys are ``cycle:...`` (notee/core/clock.py). Neither can name the other's job.
 CLIENT_KEY_PREFIX = "client:"
 
 

@@ -51,23 +51,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee import heartbeat, logs, metrics
-from notee.delivery import DeliverySender, PageAborted, Stopping
-from notee.domain.render import choose_variant
-from notee.errors import ProviderConfigError, ProviderUnavailable
-from notee.fanout.jobs import in_part, placement, task_slots, task_unit
-from notee.fanout.levels import watch_queue
-from notee.logs import announce_emulator
-from notee.providers.base import Message
-from notee.runtime import Runtime
-from notee.settings import Settings
-from notee.store import job_queue as store
-from notee.store import registry_sql
-from notee.store.cql import PagingStateRejected, stream_recipients
-from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
-from notee.store.outage import is_store_outage
-from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
-from notee.vocabulary import (
+from notee.core import heartbeat, logs, metrics
+from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.logs import announce_emulator
+from notee.core.settings import Settings
+from notee.core.vocabulary import (
     NO,
     ORIGIN,
     OS,
@@ -81,6 +69,18 @@ from notee.vocabulary import (
     decode_target,
     device_of,
 )
+from notee.domain.render import choose_variant
+from notee.providers.base import Message
+from notee.store import job_queue as store
+from notee.store import registry_sql
+from notee.store.cql import PagingStateRejected, stream_recipients
+from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
+from notee.store.outage import is_store_outage
+from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
+from notee.store.runtime import Runtime
+from notee.usecases.deliver import DeliverySender, PageAborted, Stopping
+from notee.usecases.publish import in_part, placement, task_slots, task_unit
+from notee.usecases.queue_levels import watch_queue
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def is_outage(exc: BaseException) -> bool:
 # (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
 # and dead-lettering happen inside; it raises ProviderConfigError (PageAborted: with the counts of
 # what the page did before the error) when the service's credentials are missing or unusable: the
-# whole job fails once. Production: ``notee.delivery.DeliverySender``.
+# whole job fails once. Production: ``notee.usecases.deliver.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
 # What the reader hands the sender, or the error that stopped it: (slot, paging state after the
 # page, key (no, device_token) of the last row read, the page's recipient locales or None when the

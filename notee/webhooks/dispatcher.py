@@ -32,13 +32,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from notee import heartbeat
+from notee.core import heartbeat
+from notee.core.settings import Settings
 from notee.domain.credentials import credentials_box
 from notee.domain.webhooks import SIGNATURE_HEADER, address_refused, open_secret, signature
-from notee.runtime import Runtime
-from notee.settings import Settings
 from notee.store import webhooks_sql as store
 from notee.store.outage import is_store_outage
+from notee.store.runtime import Runtime
 from notee.store.webhooks_sql import Claimed
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from notee.runtime import Runtime
 from notee.store import console_sql, deadletter, job_queue, ticks, webhooks_sql
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -47,23 +47,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from notee import metrics
+from notee.core import clock, metrics
+from notee.core.errors import ProviderConfigError, ProviderUnavailable, QuietDropped, QuietHoursNow
+from notee.core.logs import token_hint
+from notee.core.vocabulary import PageCounts, ProviderCredentials
 from notee.domain import registry
 from notee.domain.credentials import credentials_box, load_credentials
 from notee.domain.render import Rendered, choose_variant, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.domain.subscriptions import prune_token
-from notee.errors import ProviderConfigError, ProviderUnavailable, QuietDropped, QuietHoursNow
-from notee.logs import token_hint
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet
-from notee.runtime import Runtime
-from notee.scheduler import clock
 from notee.store import deadletter
 from notee.store.mysql import db_now
-from notee.vocabulary import PageCounts, ProviderCredentials
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

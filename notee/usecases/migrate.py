@@ -46,9 +46,9 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from notee.runtime import Runtime
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store.cassandra import keyspaces
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

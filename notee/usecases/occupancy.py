@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 from cassandra.cluster import ResponseFuture
 
+from notee.core.vocabulary import CycleTarget, TopicTarget
 from notee.domain.schedule import parse_canonical
-from notee.runtime import Runtime
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
-from notee.vocabulary import CycleTarget, TopicTarget
+from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

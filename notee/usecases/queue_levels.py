@@ -6,9 +6,9 @@ the queue stays visible while no worker runs. Each scrape reads them in a short 
 
 from __future__ import annotations
 
-from notee import metrics
-from notee.runtime import Runtime
+from notee.core import metrics
 from notee.store import job_queue
+from notee.store.runtime import Runtime
 
 
 def watch_queue(runtime: Runtime) -> None:

@@ -54,7 +54,7 @@ RATE_LIMIT_REJECTIONS = Counter(
     ["service", "class"],
 )
 
-# --- delivery (notee/delivery.py) -------------------------------------------------------------------
+# --- delivery (notee/usecases/deliver.py) -------------------------------------------------------------------
 PUSHES = Counter(
     "notee_pushes_total",
     "Pushes by their final outcome (sent, invalid_token, failed, no_credentials), by provider and service. "
@@ -84,7 +84,7 @@ BREAKER_OPENED = Counter(
     ["provider"],
 )
 
-# --- fan-out work queue (notee/store/job_queue.py, notee/fanout/worker.py) --------------------------
+# --- fan-out work queue (notee/store/job_queue.py, notee/worker/lanes.py) --------------------------
 TASKS_CLAIMED = Counter("notee_tasks_claimed_total", "Fan-out tasks leased by this worker.")
 LEASE_TAKEOVERS = Counter(
     "notee_task_lease_takeovers_total",

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from notee.settings import Settings
+    from notee.core.settings import Settings
 
 LogFormat = Literal["text", "json"]
 

@@ -16,7 +16,7 @@ from cassandra.cluster import Session as CqlSession
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 from notee.store import cassandra, mysql
 from notee.store.cql import Statements
 

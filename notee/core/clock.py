@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from notee.vocabulary import DAYS, CycleTarget
+from notee.core.vocabulary import DAYS, CycleTarget
 
 MINUTE = timedelta(minutes=1)
 # Longest forward jump any zone has made (Samoa skipped a whole day in 2011); a wider "gap" means

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from cryptography.fernet import Fernet, MultiFernet
 
-from notee.settings import Settings
+from notee.core.settings import Settings
 
 API_KEY_PREFIX = "nk_"
 _KEY_ID_LEN = 16

@@ -9,9 +9,10 @@ import logging
 import typer
 from pydantic import ValidationError
 
-from notee import cli_http, logs
+from notee.cli import remote as cli_http
+from notee.core import logs
+from notee.core.settings import Settings
 from notee.emulator.tls import TlsFiles
-from notee.settings import Settings
 
 app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
 log = logging.getLogger("notee")
@@ -60,7 +61,7 @@ def migrate(
     lock_timeout: int = typer.Option(600, help="Seconds to wait for another running `notee migrate`."),
 ) -> None:
     """Apply pending schema migrations to MySQL and Cassandra (idempotent; one run at a time)."""
-    from notee import migrate as migrations
+    from notee.usecases import migrate as migrations
 
     settings = _settings()
     # The driver logs a traceback per failed contact point; a store that is down is reported below,
@@ -167,7 +168,7 @@ def worker(
     service: list[str] = typer.Option([], help="Only claim these services' jobs (repeatable; default all)."),
 ) -> None:
     """Run a fan-out worker until SIGTERM/SIGINT (then it stops gracefully)."""
-    from notee.fanout import worker as fanout_worker
+    from notee.worker import lanes as fanout_worker
 
     fanout_worker.run(_settings(), lanes=lanes, services=service or None)
 
@@ -176,7 +177,7 @@ def worker(
 def webhooks() -> None:
     """Run the webhook dispatcher until SIGTERM/SIGINT: send the outbox's events to the services'
     endpoints, signed, retrying with backoff (docs/WEBHOOKS.md). Any number may run."""
-    from notee import webhook_dispatcher
+    from notee.webhooks import dispatcher as webhook_dispatcher
 
     webhook_dispatcher.run(_settings())
 
@@ -185,8 +186,8 @@ def webhooks() -> None:
 def prune(days: int | None = typer.Option(None, help="Override settings.retention_days.")) -> None:
     """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters, finished webhook
     deliveries. The scheduler also does this every hour."""
-    from notee import retention
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases import retention
 
     settings = _settings()
     if days is not None:
@@ -202,8 +203,8 @@ def prune(days: int | None = typer.Option(None, help="Override settings.retentio
 @app.command()
 def scheduler() -> None:
     """Run the cycle scheduler: each minute, one fan-out job per due cycle template (SIGTERM stops it)."""
-    from notee.runtime import Runtime
     from notee.scheduler.runner import serve
+    from notee.store.runtime import Runtime
 
     runtime = Runtime(_settings())
     try:
@@ -219,8 +220,8 @@ def reconcile(
 ) -> None:
     """Recompute subscription `count`s and per-topic subscriber counts from the per-user index, delete
     rows of deleted templates and stale cycle due buckets (safe to run any time)."""
-    from notee import reconcile as rec
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases import reconcile as rec
 
     runtime = Runtime(_settings())
     try:
@@ -234,8 +235,8 @@ def reconcile(
 def backfill_zones(service: str | None = typer.Option(None, help="Only this service (default: all).")) -> None:
     """Write each user's time zone on its topic slot rows written before they carried one, then mark the
     service: its local-time publishes read each zone's rows alone from then on (docs/FANOUT.md)."""
-    from notee import reconcile as rec
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases import reconcile as rec
 
     runtime = Runtime(_settings())
     try:
@@ -253,8 +254,8 @@ def backfill_occupancy(
     """Record which slots the targets of templates older than target_slots occupy (from the per-user
     index), then let their jobs skip the empty slots. Run once every API process writes target_slots;
     idempotent. Until then such a template's jobs walk every slot (docs/FANOUT.md "Occupancy")."""
-    from notee import occupancy
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases import occupancy
 
     runtime = Runtime(_settings())
     try:
@@ -293,9 +294,9 @@ app.add_typer(dead_letters_app, name="dead-letters")
 @cli_http.jobs_app.command("requeue")  # beside list/show/cancel; this one is the operator's, on the database
 def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id.")) -> None:
     """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
-    from notee.errors import NoteeError
-    from notee.fanout import jobs
-    from notee.runtime import Runtime
+    from notee.core.errors import NoteeError
+    from notee.store.runtime import Runtime
+    from notee.usecases import publish as jobs
 
     runtime = Runtime(_settings())
     try:
@@ -319,9 +320,9 @@ def dead_letters_list(
     limit: int = typer.Option(100, min=1, max=500),
 ) -> None:
     """A service's dead letters, newest first, one JSON object a line (device tokens shortened)."""
-    from notee.logs import token_hint
-    from notee.runtime import Runtime
+    from notee.core.logs import token_hint
     from notee.store import deadletter
+    from notee.store.runtime import Runtime
 
     runtime = Runtime(_settings())
     try:
@@ -356,8 +357,8 @@ def dead_letters_replay(
     """Send dead letters again; delivered and pruned ones are removed, failures are recorded anew."""
     import asyncio
 
-    from notee.delivery import DeliverySender, ReplayResult
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
+    from notee.usecases.deliver import DeliverySender, ReplayResult
 
     runtime = Runtime(_settings())
 
@@ -397,7 +398,7 @@ def healthcheck(
     """Exit 0 when the process in this container is healthy, 1 (with one line saying why) when not:
     api answers /healthz with both stores ok; worker/scheduler/webhooks touched NOTEE_HEARTBEAT_FILE recently.
     For container healthchecks (compose.yaml)."""
-    from notee import heartbeat
+    from notee.core import heartbeat
 
     settings = _settings()
     if process == "api":
@@ -436,10 +437,10 @@ def rotate_key() -> None:
     """Re-encrypt every stored provider credential under NOTEE_CREDENTIALS_KEY. Rotation: give every
     process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
     this, then drop the old key."""
-    from notee.crypto import SecretsBox
+    from notee.core.crypto import SecretsBox
+    from notee.core.errors import ProviderConfigError
     from notee.domain import credentials, webhooks
-    from notee.errors import ProviderConfigError
-    from notee.runtime import Runtime
+    from notee.store.runtime import Runtime
 
     settings = _settings()
     runtime = Runtime(settings)
