@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import yaml
 
+from notee.core import clock
 from notee.store import job_queue, ticks
+from notee.store.mysql import db_now
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.metrics import Scrape, metric_names_in, scrape, worker_metrics_url
 from tests.support.processes import Processes, free_port, subprocess_env, wait_for, wait_http
@@ -172,7 +174,7 @@ def test_the_job_queue_levels_follow_the_queue(processes: Processes, runtime, se
     before = scrape(api.url + "/metrics", token)
     now_job = topic_job(runtime, service_id, key, "queue")
     with runtime.sessions.begin() as s:
-        tomorrow = ticks.database_now(s).replace(tzinfo=None) + timedelta(days=1)
+        tomorrow = db_now(s) + timedelta(days=1)
     later_job = topic_job(runtime, service_id, key, "queue", send_at=tomorrow, idempotency_key="later")
     during = scrape(api.url + "/metrics", token)
     assert during.value("notee_job_queue_depth") - before.value("notee_job_queue_depth") == 1
@@ -237,7 +239,7 @@ def test_scheduler_counts_done_late_and_skipped_minutes_and_logs_json_without_ap
 ) -> None:
     namespace = "metrics-" + secrets.token_hex(4)
     with runtime.sessions.begin() as s:
-        now = ticks.database_now(s).replace(second=0, microsecond=0)
+        now = clock.aware_utc(db_now(s)).replace(second=0, microsecond=0)
     old = now - timedelta(minutes=20)  # the last minute this namespace ran: 20 minutes ago
     with runtime.sessions.begin() as s:
         assert ticks.claim(s, namespace=namespace, minute_utc=old, owner="earlier", lease_s=60)
@@ -265,7 +267,7 @@ def test_scheduler_counts_done_late_and_skipped_minutes_and_logs_json_without_ap
         seen = {st: int(m.value("notee_scheduler_minutes_total", state=st)) for st in counts}
         last[:] = [seen, counts]
         with runtime.sessions() as s:
-            minutes_since_old = int((ticks.database_now(s) - old).total_seconds() // 60)
+            minutes_since_old = int((clock.aware_utc(db_now(s)) - old).total_seconds() // 60)
         # every minute since the old one recorded (but the current one: a scheduler started just after
         # second 0 runs that minute at the next cron fire, or as a late minute then)
         caught_up = sum(counts.values()) >= minutes_since_old - 1

@@ -1,4 +1,11 @@
-"""Wall-clock maths of the cycle scheduler (pure: no I/O, no ``now()``).
+"""Time, in one home below every layer that needs it (pure: no I/O; ``now_utc`` is the one reading of
+the host's clock, the database's is ``notee.store.mysql.db_now``).
+
+Instants: Notee computes with aware UTC datetimes and MySQL keeps naive UTC (DATA-RULES.md);
+``aware_utc`` and ``naive_utc`` convert at the store's edge, ``stored_now`` is the host's now as a
+column holds it.
+
+Wall-clock maths of cycles, local-time publishes and quiet hours:
 
 A cycle subscription is "these days, at HH:MM local time in this IANA timezone". The scheduler
 ticks once per UTC minute and, for each timezone in use, asks :func:`due_buckets` which local
@@ -26,6 +33,28 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from notee.core.vocabulary import DAYS, CycleTarget
 
 MINUTE = timedelta(minutes=1)
+
+
+def now_utc() -> datetime:
+    """The host's clock, aware UTC."""
+    return datetime.now(UTC)
+
+
+def aware_utc(moment: datetime) -> datetime:
+    """Aware UTC; a naive time is taken as UTC, as the stores keep it."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def naive_utc(moment: datetime) -> datetime:
+    """The naive UTC instant a MySQL DATETIME column keeps; a naive time is taken as UTC already."""
+    return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def stored_now() -> datetime:
+    """The host's now as a MySQL DATETIME column keeps it (naive UTC)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
 # Longest forward jump any zone has made (Samoa skipped a whole day in 2011); a wider "gap" means
 # the input is broken, not the zone, so we refuse instead of firing a day of buckets.
 _MAX_GAP = timedelta(hours=25)

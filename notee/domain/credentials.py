@@ -15,11 +15,12 @@ from typing import Any
 from cryptography.fernet import InvalidToken
 from sqlalchemy.orm import Session
 
+from notee.core.clock import stored_now
 from notee.core.crypto import SecretsBox
 from notee.core.errors import NotFound, ProviderConfigError
 from notee.core.settings import Settings
 from notee.core.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
-from notee.domain.registry import get_service, utcnow
+from notee.domain.registry import get_service
 from notee.domain.rules import (
     APNS_ID_RE,
     BUNDLE_RE,
@@ -60,7 +61,7 @@ def set_fcm_credentials(
     box = _require_box(box)
     get_service(session, service)
     blob = box.encrypt(json.dumps({"service_account": service_account}).encode())
-    store.upsert_credential(session, service=service, column="fcm_encrypted", blob=blob, now=utcnow())
+    store.upsert_credential(session, service=service, column="fcm_encrypted", blob=blob, now=stored_now())
     log.info("provider credentials set: service=%s provider=fcm", service)
 
 
@@ -94,7 +95,7 @@ def set_apns_credentials(
             }
         ).encode()
     )
-    store.upsert_credential(session, service=service, column="apns_encrypted", blob=blob, now=utcnow())
+    store.upsert_credential(session, service=service, column="apns_encrypted", blob=blob, now=stored_now())
     log.info("provider credentials set: service=%s provider=apns", service)
 
 
@@ -109,7 +110,7 @@ def delete_credentials(session: Session, service: str, provider: str) -> None:
     check_choice("provider", provider, tuple(_COLUMNS))
     if not credentials_status(session, service)[provider]:
         raise NotFound(f"no {provider} credentials configured")
-    store.upsert_credential(session, service=service, column=_COLUMNS[provider], blob=None, now=utcnow())
+    store.upsert_credential(session, service=service, column=_COLUMNS[provider], blob=None, now=stored_now())
     log.info("provider credentials deleted: service=%s provider=%s", service, provider)
 
 
@@ -130,7 +131,7 @@ def rotate_credentials_key(session: Session, box: SecretsBox | None) -> dict[str
             ) from None
         if fcm is None and apns is None:
             continue
-        store.replace_credential_blobs(session, service=row.service, fcm=fcm, apns=apns, now=utcnow())
+        store.replace_credential_blobs(session, service=row.service, fcm=fcm, apns=apns, now=stored_now())
         services += 1
         blobs += (fcm is not None) + (apns is not None)
     log.info("credentials re-encrypted under the current key: services=%d blobs=%d", services, blobs)

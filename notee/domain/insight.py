@@ -29,14 +29,14 @@ from typing import get_args
 
 from sqlalchemy.orm import Session
 
-from notee.core.clock import due_buckets, floor_minute, zone
+from notee.core.clock import aware_utc, due_buckets, floor_minute, zone
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import DAYS, CycleTarget, JobState
 from notee.store import activity_sql
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql import Statements, max_slot, timezones_in_use
-from notee.store.ticks import database_now
+from notee.store.mysql import db_now
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def cycle_calendar(
     database clock; the calendar starts at the minute after it (the next one the scheduler ticks).
     At most ``max_entries`` due templates, the earliest (``truncated`` says when more were due)."""
     _check_hours(hours, CALENDAR_MAX_HOURS)
-    start = floor_minute(now or database_now(session)) + timedelta(minutes=1)
+    start = floor_minute(now or aware_utc(db_now(session))) + timedelta(minutes=1)
     end = start + timedelta(hours=hours)
     templates = subsql.live_cycle_templates(session, service)
     # bucket -> due template keys, from the scheduler's due index, in the zones the scheduler evaluates
@@ -261,11 +261,6 @@ class DeliverySummary:
     hours: list[HourSummary]  # every hour of the window, oldest first, empty hours included
 
 
-def _utc(moment: datetime) -> datetime:
-    """Aware UTC (a naive time is taken as UTC, as the stores keep it)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def _add(a: Deliveries, b: Deliveries) -> Deliveries:
     return Deliveries(*(x + y for x, y in zip(_values(a), _values(b), strict=True)))
 
@@ -278,7 +273,7 @@ def _summaries(session: Session, service: str | None, hours: int, now: datetime 
     """Summaries of one service (always present) or of every service with activity in the window:
     two queries whatever the number of services."""
     _check_hours(hours, SUMMARY_MAX_HOURS)
-    until = _utc(now or database_now(session))
+    until = aware_utc(now or aware_utc(db_now(session)))
     first = floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1)
     naive_first = first.replace(tzinfo=None)
     per_hour: dict[str, dict[datetime, Deliveries]] = {}

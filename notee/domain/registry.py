@@ -19,13 +19,14 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, overload
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from notee.core import crypto
+from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from notee.core.vocabulary import DELIVERY_MODES, METHODS, OSES, PRIORITIES
 from notee.domain import render, subscriptions
@@ -55,18 +56,6 @@ from notee.store.cql import Statements
 from notee.store.mysql import AnyRow, read_committed
 
 log = logging.getLogger(__name__)
-
-
-@overload
-def _utc(dt: datetime) -> datetime: ...
-@overload
-def _utc(dt: None) -> None: ...
-def _utc(dt: datetime | None) -> datetime | None:
-    return dt.replace(tzinfo=UTC) if dt is not None and dt.tzinfo is None else dt
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass(frozen=True)
@@ -153,7 +142,7 @@ def _service(row: AnyRow) -> Service:
         row.service,
         row.display_name,
         row.timezone,
-        _utc(row.created_at),
+        aware_utc(row.created_at),
         row.delivery_mode,
         _window(row.quiet_start, row.quiet_end),
     )
@@ -187,7 +176,9 @@ def set_quiet_hours(session: Session, service: str, window: tuple[int, int] | No
 
 
 def _key(row: AnyRow) -> ApiKeyInfo:
-    return ApiKeyInfo(row.key_id, row.label, _utc(row.created_at), _utc(row.revoked_at))
+    return ApiKeyInfo(
+        row.key_id, row.label, aware_utc(row.created_at), None if row.revoked_at is None else aware_utc(row.revoked_at)
+    )
 
 
 def _user(row: AnyRow, created: bool = False) -> User:
@@ -195,8 +186,8 @@ def _user(row: AnyRow, created: bool = False) -> User:
         row.user_id,
         row.service_user_id,
         row.service_user_name,
-        _utc(row.created_at),
-        _utc(row.updated_at),
+        aware_utc(row.created_at),
+        aware_utc(row.updated_at),
         created,
         row.locale,
         row.timezone,
@@ -206,7 +197,13 @@ def _user(row: AnyRow, created: bool = False) -> User:
 
 def _device(row: AnyRow, created: bool = False) -> Device:
     return Device(
-        row.device_token, row.device_os, row.region, _utc(row.created_at), _utc(row.updated_at), created, row.locale
+        row.device_token,
+        row.device_os,
+        row.region,
+        aware_utc(row.created_at),
+        aware_utc(row.updated_at),
+        created,
+        row.locale,
     )
 
 
@@ -222,8 +219,8 @@ def _template(row: AnyRow, version: int, created: bool = False) -> Template:
         row.priority,
         row.notification_key,
         version,
-        _utc(row.created_at),
-        _utc(row.updated_at),
+        aware_utc(row.created_at),
+        aware_utc(row.updated_at),
         created,
         row.variants,
         row.quiet_hours,
@@ -247,7 +244,7 @@ def create_service(
                 service=service,
                 display_name=display_name,
                 timezone=tz,
-                now=utcnow(),
+                now=stored_now(),
                 delivery_mode=delivery_mode,
             )
     except IntegrityError:
@@ -291,10 +288,10 @@ def create_api_key(session: Session, service: str, *, label: str = "") -> Create
     check_text("label", label, max_len=100)
     get_service(session, service)
     new = crypto.generate_api_key()
-    now = utcnow()
+    now = stored_now()
     store.insert_api_key(session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now)
     log.info("api key created: service=%s key_id=%s", service, new.key_id)
-    return CreatedApiKey(ApiKeyInfo(new.key_id, label, _utc(now), None), new.api_key)
+    return CreatedApiKey(ApiKeyInfo(new.key_id, label, aware_utc(now), None), new.api_key)
 
 
 def list_api_keys(session: Session, service: str) -> list[ApiKeyInfo]:
@@ -311,7 +308,7 @@ def api_keys_by_service(session: Session, services: list[str]) -> dict[str, list
 
 
 def revoke_api_key(session: Session, service: str, key_id: str) -> None:
-    if not store.revoke_api_key(session, service=service, key_id=key_id, now=utcnow()):
+    if not store.revoke_api_key(session, service=service, key_id=key_id, now=stored_now()):
         raise NotFound("api key not found")
     log.info("api key revoked: service=%s key_id=%s", service, key_id)
 
@@ -376,7 +373,7 @@ def upsert_user(
         service_user_id=service_user_id,
         name=name,
         new_user_id=new_id,
-        now=utcnow(),
+        now=stored_now(),
         profile=profile,
     )
     created = row.user_id == new_id
@@ -452,7 +449,7 @@ def add_device(
         token=token,
         os=os,
         region=region,
-        now=utcnow(),
+        now=stored_now(),
         profile=profile,
     )
     return _device(row, created=before is None)
@@ -508,7 +505,7 @@ def rotate_token(session: Session, st: Statements, service: str, *, old_token: s
         raise NotFound("no device with this token")
     subscriptions.on_token_rotated(session, st, service, old_token, new_token, holders=current)
     return store.rotate_token(
-        session, service=service, old=old_token, new=new_token, now=utcnow(), users=sorted(current)
+        session, service=service, old=old_token, new=new_token, now=stored_now(), users=sorted(current)
     )
 
 
@@ -579,7 +576,7 @@ def put_template(
         ttl_seconds=ttl_seconds,
         priority=priority,
         new_key=new_key,
-        now=utcnow(),
+        now=stored_now(),
     )
     if row.notification_key == new_key:
         # A new template: every slot row it will ever have is written with its target_slots row, so

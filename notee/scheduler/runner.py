@@ -49,6 +49,7 @@ from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
 from notee.store.cql import timezones_in_use
 from notee.store.job_queue import JobRow
+from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.usecases import reconcile, retention
 from notee.usecases.publish import create_job
@@ -56,10 +57,6 @@ from notee.usecases.publish import create_job
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -93,7 +90,7 @@ class Scheduler:
         namespace: str | None = None,
         owner: str | None = None,
         clock_fn: Clock | None = None,
-        host_clock: Clock = utcnow,
+        host_clock: Clock = clock.now_utc,
         lease_s: int | None = None,
         grace_minutes: int | None = None,
     ) -> None:
@@ -115,7 +112,7 @@ class Scheduler:
     def database_now(self) -> datetime:
         """The database server's UTC clock: the one clock every replica (and every lease) shares."""
         with self.runtime.sessions() as session:
-            return ticks.database_now(session)
+            return clock.aware_utc(db_now(session))
 
     def check_skew(self, now: datetime) -> timedelta:
         """How far this host's clock is off ``now`` (the database clock); logged when beyond

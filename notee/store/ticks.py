@@ -9,7 +9,7 @@ runs one statement; the caller owns the transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import (
     Column,
@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from notee.core.clock import naive_utc
 from notee.store.mysql import AnyRow, affected
 
 STATES = ("running", "done", "late", "skipped")
@@ -50,11 +51,6 @@ _DB_NOW = func.utc_timestamp(6)  # leases use the database clock, not the replic
 _MYSQL_DUPLICATE_KEY = 1062
 
 
-def _naive(minute_utc: datetime) -> datetime:
-    """MySQL DATETIME holds UTC without a zone: store aware UTC minutes as naive."""
-    return minute_utc.replace(tzinfo=None) if minute_utc.tzinfo else minute_utc
-
-
 def _is_duplicate(exc: IntegrityError) -> bool:
     args: tuple[object, ...] = getattr(exc.orig, "args", ())
     return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY
@@ -67,7 +63,7 @@ def claim(session: Session, *, namespace: str, minute_utc: datetime, owner: str,
     A row still 'running' whose claim is older than ``lease_s`` belonged to a replica that died
     mid-minute; it is taken over with a conditional UPDATE (only one replica's UPDATE matches).
     """
-    minute = _naive(minute_utc)
+    minute = naive_utc(minute_utc)
     try:
         with session.begin_nested():
             session.execute(
@@ -106,7 +102,7 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
         update(cycle_tick)
         .where(
             cycle_tick.c.namespace == namespace,
-            cycle_tick.c.minute_utc == _naive(minute_utc),
+            cycle_tick.c.minute_utc == naive_utc(minute_utc),
             cycle_tick.c.owner == owner[:100],
             cycle_tick.c.state == "running",
         )
@@ -115,30 +111,24 @@ def finish(session: Session, *, namespace: str, minute_utc: datetime, owner: str
     return affected(result) == 1
 
 
-def database_now(session: Session) -> datetime:
-    """The database server's clock, as an aware UTC datetime (the scheduler's "now")."""
-    value: datetime = session.execute(select(_DB_NOW)).scalar_one()
-    return value.replace(tzinfo=UTC)
-
-
 def record_skipped(
     session: Session, *, namespace: str, minutes: Iterable[datetime], owner: str, before: datetime
 ) -> int:
     """Record missed minutes as skipped (never sent). Minutes that already have a row keep it, and
     minutes at or after ``before`` (the caller's now − grace) are never recorded: those may still
     run, so marking them would suppress them."""
-    limit = _naive(before)
+    limit = naive_utc(before)
     rows = [
         {
             "namespace": namespace,
-            "minute_utc": _naive(m),
+            "minute_utc": naive_utc(m),
             "state": "skipped",
             "owner": owner[:100],
             "attempts": 0,
             "jobs": 0,
         }
         for m in minutes
-        if _naive(m) < limit
+        if naive_utc(m) < limit
     ]
     if not rows:
         return 0
@@ -150,7 +140,7 @@ def last_recorded_before(session: Session, *, namespace: str, before: datetime) 
     """The latest minute with a row strictly before ``before`` (one index probe), naive UTC."""
     latest: datetime | None = session.scalar(
         select(func.max(cycle_tick.c.minute_utc)).where(
-            cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc < _naive(before)
+            cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc < naive_utc(before)
         )
     )
     return latest
@@ -159,7 +149,7 @@ def last_recorded_before(session: Session, *, namespace: str, before: datetime) 
 def get(session: Session, *, namespace: str, minute_utc: datetime) -> AnyRow | None:
     """The row of one minute (a ``Row`` with the table's columns), or None."""
     return session.execute(
-        select(cycle_tick).where(cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc == _naive(minute_utc))
+        select(cycle_tick).where(cycle_tick.c.namespace == namespace, cycle_tick.c.minute_utc == naive_utc(minute_utc))
     ).one_or_none()
 
 
@@ -168,8 +158,8 @@ def states(session: Session, *, namespace: str, start: datetime, end: datetime) 
     rows = session.execute(
         select(cycle_tick.c.minute_utc, cycle_tick.c.state).where(
             cycle_tick.c.namespace == namespace,
-            cycle_tick.c.minute_utc >= _naive(start),
-            cycle_tick.c.minute_utc < _naive(end),
+            cycle_tick.c.minute_utc >= naive_utc(start),
+            cycle_tick.c.minute_utc < naive_utc(end),
         )
     )
     return {m: s for m, s in rows}
@@ -179,13 +169,15 @@ def prune_ticks(session: Session, *, older_than: datetime, batch: int = 5000) ->
     """Delete up to ``batch`` rows (every namespace) of minutes before ``older_than``; returns how
     many. Call until it returns less than ``batch``: small batches keep locks short."""
     result = session.execute(
-        delete(cycle_tick).where(cycle_tick.c.minute_utc < _naive(older_than)).with_dialect_options(mysql_limit=batch)
+        delete(cycle_tick)
+        .where(cycle_tick.c.minute_utc < naive_utc(older_than))
+        .with_dialect_options(mysql_limit=batch)
     )
     return affected(result)
 
 
 def retention_cutoff(now_utc: datetime, retention_days: int) -> datetime:
-    return _naive(now_utc) - timedelta(days=retention_days)
+    return naive_utc(now_utc) - timedelta(days=retention_days)
 
 
 def recent_minutes(session: Session, limit: int = 5) -> list[AnyRow]:

@@ -129,10 +129,6 @@ def no_credentials_message(service: str) -> str:
     )
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 async def deliver(
     runtime: Runtime,
     providers: ProviderSet,
@@ -388,7 +384,7 @@ def load_service_credentials(runtime: Runtime, service: str) -> ProviderCredenti
 
 def _record(runtime: Runtime, letters: list[deadletter.DeadLetter]) -> None:
     with runtime.sessions.begin() as session:
-        deadletter.record(session, letters, now=_utcnow())
+        deadletter.record(session, letters, now=clock.stored_now())
 
 
 # --- dead letters: operators send them again -------------------------------------------------------

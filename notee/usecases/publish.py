@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -115,7 +115,7 @@ def check_send_at(session: Session, settings: Settings, send_at: datetime | None
     is sent at once) and at most ``schedule_max_days`` ahead. InvalidInput (422) otherwise."""
     if send_at is None:
         return None
-    moment = send_at.astimezone(UTC).replace(tzinfo=None)
+    moment = clock.naive_utc(send_at)
     now = store.db_now(session)
     earliest = now - timedelta(seconds=settings.schedule_grace_s)
     latest = now + timedelta(days=settings.schedule_max_days)
@@ -233,7 +233,7 @@ def create_job(
         parts = plan_parts(plan, sorted(clocks, key=repr))
         if local_time is not None and not parts:
             raise InvalidInput(f"local_time: no time zone of this service is known on this host ({default_zone})")
-        now_minute = clock.floor_minute(_aware(start))
+        now_minute = clock.floor_minute(clock.aware_utc(start))
         quiet_now = any(placement(plan, z, w) != (now_minute, True) for z, w in clocks)
         if local_time is not None or quiet_now:
             target_json = (
@@ -356,10 +356,6 @@ def _window(start: int | None, end: int | None) -> Window | None:
     return None if start is None or end is None else (int(start), int(end))
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def placement(plan: dict[str, Any], zone_name: str | None, window: Window | None) -> tuple[datetime, bool]:
     """Where a recipient of ``zone_name`` (None: the service's) with quiet hours ``window`` (None:
     the service's) goes in a planned job: (the minute that decides its part, is it sent). Its base
@@ -453,7 +449,7 @@ def in_part(target: dict[str, Any], part: int, release: datetime) -> bool:
 
 
 def _iso(moment: datetime) -> str:
-    return _aware(moment).astimezone(UTC).isoformat()
+    return clock.aware_utc(moment).isoformat()
 
 
 def publish_topic(

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from notee.core.clock import naive_utc, now_utc
 from notee.store import console_sql, deadletter, job_queue, ticks, webhooks_sql
 from notee.store.runtime import Runtime
 
@@ -53,7 +54,7 @@ def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:
 
 
 def prune_dead_letters(runtime: Runtime, *, now: datetime | None = None) -> int:
-    now = (now or datetime.now(UTC)).replace(tzinfo=None)  # the column holds naive UTC
+    now = naive_utc(now or now_utc())  # the column holds naive UTC
     cutoff = now - timedelta(days=runtime.settings.retention_days)
     return _drain(runtime, lambda s: deadletter.prune(s, older_than=cutoff, batch=BATCH))
 

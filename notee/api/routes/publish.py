@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -15,6 +15,7 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
+from notee.core import clock
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import JobState, Progress
 from notee.domain import render
@@ -293,7 +294,7 @@ def _rfc3339(value: str | None, name: str) -> datetime | None:
             f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z",
             details=[{"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}],
         )
-    return moment.astimezone(UTC).replace(tzinfo=None)
+    return clock.naive_utc(moment)
 
 
 def status_of(job: JobRow, progress: Progress) -> JobStatus:
