@@ -35,7 +35,9 @@ from notee.store import job_queue as store
 from notee.store.cql import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.store.runtime import Runtime
-from notee.worker.lanes import OutageBackoff, SendPage, Worker, is_outage
+from notee.worker.lanes import Worker, WorkerOptions
+from notee.worker.outage import OutageBackoff, is_outage
+from notee.worker.task import SendPage
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import shared_service_account
@@ -161,7 +163,7 @@ def _run(
     backoff, so "no task claimable right now" is not "done")."""
 
     async def go() -> Worker:
-        worker = Worker(runtime, send_page, lanes=1, services=[service], fetch_size=fetch_size)
+        worker = Worker(runtime, send_page, WorkerOptions(lanes=1, services=[service], fetch_size=fetch_size))
         worker.backoff = backoff or OutageBackoff(base_s=0.01, cap_s=0.05)
         run = asyncio.create_task(worker.run())
         try:

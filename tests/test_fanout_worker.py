@@ -11,7 +11,8 @@ from sqlalchemy import event
 
 from notee.core.vocabulary import SLOT_SIZE, PageCounts
 from notee.store import job_queue as store
-from notee.worker.lanes import Worker
+from notee.worker.lanes import Worker, WorkerOptions
+from notee.worker.task import TaskRun
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import (
     emulator_runtime,
@@ -56,7 +57,7 @@ def first_page_then_stop(rt, service_id, *, fetch_size):
 
     async def go():
         sender = DeliverySender(rt)
-        worker = Worker(rt, sender, lanes=1, services=[service_id], fetch_size=fetch_size)
+        worker = Worker(rt, sender, WorkerOptions(lanes=1, services=[service_id], fetch_size=fetch_size))
 
         async def send_then_stop(service, job_id, messages, dry_run):
             sent.append(len(messages))
@@ -140,7 +141,7 @@ def test_idle_lanes_take_turns_and_a_claim_wakes_them(runtime, monkeypatch):
     monkeypatch.setattr(worker_module, "IDLE_POLL_S", 30.0)
 
     async def go():
-        w = Worker(runtime, None, lanes=2, spare_lane=True)  # type: ignore[arg-type]
+        w = Worker(runtime, None, WorkerOptions(lanes=2, spare_lane=True))  # type: ignore[arg-type]
         assert [w._next_idle_turn(100.0) for _ in range(3)] == [110.0, 120.0, 130.0]
         assert w._next_idle_turn(125.0) == 140.0  # after the turns already given
         assert w._next_idle_turn(200.0) == 210.0  # idle long enough: from now
@@ -158,14 +159,14 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
     topic_job(runtime, service_id, key, "k")
     lease_s = 0.6
     claim = store.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
-    worker = Worker(runtime, send_page=None, lease_s=lease_s)
+    worker = Worker(runtime, send_page=None, options=WorkerOptions(lease_s=lease_s))
 
     async def hold(seconds):
-        lost = asyncio.Event()
-        keeper = asyncio.create_task(worker._keep_lease(claim, lost))
+        task = TaskRun(worker, claim)
+        keeper = asyncio.create_task(task.keep_lease())
         await asyncio.sleep(seconds)
         keeper.cancel()
-        return lost.is_set()
+        return task.lost.is_set()
 
     assert asyncio.run(hold(2.0)) is False  # kept for > 3 leases
     assert store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None

@@ -294,14 +294,14 @@ def test_a_local_time_job_reads_each_row_once_and_no_clock_per_page(
     docs/BENCHMARKS.md): over 7 parts, the zone-sliced job has Cassandra hand the worker each
     subscriber's row once and runs no MySQL clock query; the same job on rows without a stored zone
     (the fallback) reads every row once per part and queries the clocks for every page."""
-    from notee.worker import lanes as worker_mod
+    from notee.worker import reader as worker_reader
 
     service, headers = tenant
     zones = ["Europe/Berlin", "Asia/Kolkata", "America/New_York", "Australia/Sydney", "UTC", "Asia/Dubai", None]
     tokens = [t for z in zones for _ in range(3) for t in _user(client, headers, z)[1]]
     rows_read: list[int] = []
     clock_queries: list[int] = []
-    original_stream, original_clocks = worker_mod.stream_recipients, worker_mod.user_clocks
+    original_stream, original_clocks = worker_reader.stream_recipients, worker_reader.user_clocks
 
     def counted_stream(*args, **kwargs):
         for page, state in original_stream(*args, **kwargs):
@@ -312,8 +312,8 @@ def test_a_local_time_job_reads_each_row_once_and_no_clock_per_page(
         clock_queries.append(1)
         return original_clocks(*args, **kwargs)
 
-    monkeypatch.setattr(worker_mod, "stream_recipients", counted_stream)
-    monkeypatch.setattr(worker_mod, "user_clocks", counted_clocks)
+    monkeypatch.setattr(worker_reader, "stream_recipients", counted_stream)
+    monkeypatch.setattr(worker_reader, "user_clocks", counted_clocks)
 
     job = _publish(runtime, service)
     parts = len(job.target["parts"])

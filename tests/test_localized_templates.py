@@ -15,7 +15,7 @@ from notee.core.errors import InvalidInput
 from notee.core.vocabulary import Recipient
 from notee.domain import render
 from notee.domain.rules import canonical_locale, check_locale
-from notee.worker.lanes import messages_for
+from notee.worker.reader import messages_for
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, new_user, random_token
 from tests.support.stores import snapshot

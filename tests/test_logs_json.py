@@ -103,7 +103,7 @@ def test_third_party_info_chatter_is_held_at_warning() -> None:
 
 
 def test_context_variables_reach_the_json_line() -> None:
-    record = logging.LogRecord("notee.worker.lanes", logging.INFO, __file__, 1, "task %s done", ("j/0",), None)
+    record = logging.LogRecord("notee.worker.task", logging.INFO, __file__, 1, "task %s done", ("j/0",), None)
     with logs.task_context("job-1", "SVC"):
         inside = json.loads(logs.JsonFormatter().format(record))
     outside = json.loads(logs.JsonFormatter().format(record))

@@ -20,7 +20,8 @@ from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store import job_queue as store
 from notee.usecases.deliver import DeliverySender
-from notee.worker.lanes import OutageBackoff, Worker
+from notee.worker.lanes import Worker, WorkerOptions
+from notee.worker.outage import OutageBackoff
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 
@@ -56,7 +57,7 @@ class Sender:
 
 def _run_until_idle(runtime, service: str, sender: Sender) -> None:
     async def go() -> None:
-        worker = Worker(runtime, sender, lanes=1, services=[service], fetch_size=100)
+        worker = Worker(runtime, sender, WorkerOptions(lanes=1, services=[service], fetch_size=100))
         worker.backoff = OutageBackoff(base_s=0.01, cap_s=0.05)
         await worker.run(until_idle=True)
 

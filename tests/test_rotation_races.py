@@ -20,8 +20,9 @@ from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
 from notee.usecases.deliver import DeliverySender
-from notee.worker import lanes as worker_mod
-from notee.worker.lanes import MovedRowFilter, Worker
+from notee.worker import reader as worker_reader
+from notee.worker.lanes import Worker, WorkerOptions
+from notee.worker.reader import MovedRowFilter
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
@@ -64,7 +65,7 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
     # Every page read (when it started, what it held) and every page sent, seen from the worker.
     reads: list[tuple[float, list[str]]] = []
     sends: list[tuple[float, list[str]]] = []
-    original = worker_mod.stream_recipients
+    original = worker_reader.stream_recipients
 
     def recorded(*args, **kwargs):
         pages = original(*args, **kwargs)
@@ -76,7 +77,7 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
             reads.append((started, [r[TOKEN] for r in item[0]]))
             yield item
 
-    monkeypatch.setattr(worker_mod, "stream_recipients", recorded)
+    monkeypatch.setattr(worker_reader, "stream_recipients", recorded)
 
     job_id = client.post("/v1/topics/news/big/publish", json={"variables": {"name": "x"}}, headers=h).json()["job_id"]
 
@@ -88,7 +89,9 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
             return await sender(service, job, messages, dry_run)
 
         try:
-            await Worker(runtime, send_page, lanes=2, services=[svc], fetch_size=FETCH_SIZE).run(until_idle=True)
+            await Worker(runtime, send_page, WorkerOptions(lanes=2, services=[svc], fetch_size=FETCH_SIZE)).run(
+                until_idle=True
+            )
         finally:
             await sender.close()
 
@@ -198,7 +201,7 @@ def test_users_of_one_device_subscribing_at_once_each_survive_the_others_unsubsc
     async def work() -> None:
         sender = DeliverySender(runtime)
         try:
-            await Worker(runtime, sender, lanes=2, services=[svc]).run(until_idle=True)
+            await Worker(runtime, sender, WorkerOptions(lanes=2, services=[svc])).run(until_idle=True)
         finally:
             await sender.close()
 

@@ -168,9 +168,9 @@ def worker(
     service: list[str] = typer.Option([], help="Only claim these services' jobs (repeatable; default all)."),
 ) -> None:
     """Run a fan-out worker until SIGTERM/SIGINT (then it stops gracefully)."""
-    from notee.worker import lanes as fanout_worker
+    from notee.worker import process as worker_process
 
-    fanout_worker.run(_settings(), lanes=lanes, services=service or None)
+    worker_process.run(_settings(), lanes=lanes, services=service or None)
 
 
 @app.command()

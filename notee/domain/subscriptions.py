@@ -601,7 +601,7 @@ def on_token_rotated(
     A moved row keeps the old row's ``no`` (so its slot and its place in a fan-out's walk) and
     records the device's first token as ``origin``: a publish in progress meets the device once —
     before the move through the old row, after it through the new one, and a page read between the
-    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/worker/lanes.py).
+    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/worker/reader.py).
     The new rows are written before the old ones are deleted, so a failure halfway loses nothing.
 
     ``holders``: user_id -> device_os of the users whose old device the registry is rewriting (read

@@ -18,7 +18,7 @@ from notee.store import job_queue as store
 from notee.store.runtime import Runtime
 from notee.usecases import publish as jobs
 from notee.usecases.deliver import DeliverySender
-from notee.worker.lanes import Worker
+from notee.worker.lanes import Worker, WorkerOptions
 from tests.support import registry
 from tests.support.processes import NoteeProcess
 
@@ -117,7 +117,7 @@ def run_worker_until_idle(
 
     async def go() -> Worker:
         sender = DeliverySender(runtime)
-        worker = Worker(runtime, sender, lanes=lanes, services=services, fetch_size=fetch_size)
+        worker = Worker(runtime, sender, WorkerOptions(lanes=lanes, services=services, fetch_size=fetch_size))
         try:
             await worker.run(until_idle=True)
         finally:

@@ -1,0 +1,375 @@
+"""One claimed fan-out task, run to its end (``TaskRun``): its pages sent in order with a checkpoint
+after each, and what an error that ends it early means.
+
+    reader (PageReader)  --page-->  bounded queue  -->  send_page  -->  checkpoint (MySQL)
+
+* After a page is sent, the task's checkpoint (slot, paging state after that page, counts) is
+  written, fenced by the lease token. A SIGKILL therefore loses at most the page in flight: the
+  lease expires, another worker claims the task and resumes from the checkpoint, so a device gets
+  at most one duplicate.
+* A lease keeper renews the lease every ``lease_s / 3`` while a page is slow.
+* Fairness (docs/FANOUT.md): once a task has held its lane for ``fanout_fair_slice_s``, a checkpoint
+  that finds another tenant waiting with fewer live leases gives the task back (a graceful release
+  at that checkpoint) and the lane claims again; the claim serves that tenant first.
+* Stop: the in-flight page is sent and checkpointed, what was read ahead is dropped (not
+  checkpointed, so not lost) and the lease released. A page waiting to retry (Retry-After, backoff)
+  wakes at once and its task is released *without* a checkpoint: the next owner re-sends that page
+  (at most one page of duplicates).
+* Outages (a store error, a provider that cannot be reached): the task is released without
+  advancing its checkpoint and claimable again after an exponential backoff (capped); such a
+  graceful release does not count as an attempt. Only crashes and unexpected errors at the same
+  checkpoint count towards the poison limit. A paging state the server rejects is dropped and the
+  slot resumes after the last checkpointed row.
+* Per task: one job read (the rendered payload). Per page: one checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from notee.core import logs, metrics
+from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.vocabulary import PageCounts, RecipientRow
+from notee.providers.base import Message
+from notee.store import job_queue as store
+from notee.store.cql import PagingStateRejected
+from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
+from notee.store.outage import is_store_outage
+from notee.store.runtime import Runtime
+from notee.usecases.deliver import PageAborted, Stopping
+from notee.worker.outage import OutageBackoff, is_outage
+from notee.worker.reader import PageReader, messages_for
+
+log = logging.getLogger(__name__)
+
+FAIR_CHECK_S = 0.25  # how often a busy lane asks whether another tenant waits (once its slice is used)
+
+# (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
+# and dead-lettering happen inside; it raises ProviderConfigError (PageAborted: with the counts of
+# what the page did before the error) when the service's credentials are missing or unusable: the
+# whole job fails once. Production: ``notee.usecases.deliver.DeliverySender``.
+SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
+
+
+class TaskHost(Protocol):
+    """What a task uses of the worker that runs it (``notee.worker.lanes.Worker``, which imports this
+    module: a protocol, so the two do not import each other)."""
+
+    runtime: Runtime
+    send_page: SendPage
+    stop: asyncio.Event  # shared with the sender, so a retry wait ends on stop too
+    backoff: OutageBackoff  # shared by the lanes
+    lease_s: float
+    fetch_size: int
+    fair_slice_s: float
+    releases: dict[str, int]  # tasks given back, by cause
+    tasks_done: int
+
+    def gives_lane_back(self, service: str, spare: bool) -> bool: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class TaskRun:
+    """One claimed task of a lane (``spare``: the spare lane), from its claim to its end: done, given
+    back (stop, fairness), or ended by an error whose meaning ``settle`` says. Holds the claim, the
+    job, the counts so far and the key of the last row sent."""
+
+    __slots__ = (
+        "aborted",
+        "after_slot",
+        "claim",
+        "fair_checked",
+        "host",
+        "job",
+        "key_slot",
+        "last_key",
+        "lost",
+        "name",
+        "pages",
+        "reader",
+        "sent",
+        "spare",
+        "started",
+    )
+    job: store.JobRow  # read by start()
+    reader: PageReader
+    after_slot: dict[int, int]  # where the checkpoint goes once a slot is done
+
+    def __init__(self, host: TaskHost, claim: Claim, *, spare: bool = False) -> None:
+        self.host, self.claim, self.spare = host, claim, spare
+        self.name = f"{claim.job_id}/{claim.task_no}"
+        self.lost = asyncio.Event()  # set by the lease keeper once another worker owns the task
+        self.started = self.fair_checked = time.monotonic()
+        self.pages = self.sent = 0
+        self.aborted = PageCounts()  # what the page a provider configuration error stopped did before it
+        self.last_key = claim.resume_key  # (no, device_token) of the last row sent in the current slot
+        self.key_slot = claim.current_slot
+
+    async def run(self) -> None:
+        """Run the task to its end, the lease keeper beside it."""
+        keeper = asyncio.create_task(self.keep_lease())
+        try:
+            reader = await self.start()
+            try:
+                await self.send_pages()
+            finally:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+        except Exception as exc:
+            await self.settle(exc)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+    async def start(self) -> asyncio.Task[None]:
+        """Read the job (its rendered payload: the task's one job read) and start its reader."""
+        job = self.job = await asyncio.to_thread(_read_job, self.host.runtime.sessions, self.claim.job_id)
+        logs.service.set(job.service)
+        self.reader = PageReader(self.host.runtime, self.host.fetch_size, self.claim, job)
+        self.after_slot = dict(itertools.pairwise(self.reader.walk))
+        return asyncio.create_task(self.reader.run())
+
+    # ------------------------------------------------------------------ the page loop
+    async def send_pages(self) -> None:
+        """Send the reader's pages in order, each checkpointed, until the task is done or given back;
+        a read error or a lost lease ends it with that error."""
+        queue, host = self.reader.queue, self.host
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            slot, next_state, last_read, locales, to_send, dropped = item
+            if self.lost.is_set():
+                raise LeaseLost(f"lease of {self.name} lost")
+            if host.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
+                await asyncio.to_thread(store.release, host.runtime.sessions, self.claim)
+                metrics.task_releases("stop").inc()
+                log.info("task %s released on stop after %d pages", self.name, self.pages)
+                return
+            counts = await self.send(to_send, locales, dropped)
+            if await self.advance(slot, next_state, last_read, counts):
+                return
+
+    async def send(
+        self, to_send: list[RecipientRow], locales: dict[tuple[str, str], str] | None, dropped: int
+    ) -> PageCounts:
+        """One page: its recipients sent (none: a page the part skips or drops whole), its counts."""
+        counts = PageCounts()
+        if to_send:
+            job = self.job
+            try:
+                counts = await self.host.send_page(
+                    job.service, job.job_id, messages_for(to_send, job.payload, locales), job.dry_run
+                )
+            except PageAborted as exc:
+                self.aborted = exc.counts
+                raise
+        if dropped:
+            counts = replace(counts, quiet_dropped=dropped)
+        self.pages += 1
+        self.sent += counts.sent
+        self.host.backoff.reset()
+        return counts
+
+    async def advance(
+        self, slot: int, next_state: bytes | None, last_read: tuple[int, str] | None, counts: PageCounts
+    ) -> bool:
+        """After a sent page: complete the task (its last page) or checkpoint it, then give it back on
+        stop or to a waiting tenant. True when the task ends here."""
+        claim, host = self.claim, self.host
+        if slot != self.key_slot:
+            self.key_slot, self.last_key = slot, None
+        if last_read is not None:  # the last row read, sent or dropped as a moved duplicate
+            self.last_key = last_read
+        if next_state is None and slot == claim.slot_to:
+            await asyncio.to_thread(store.complete, host.runtime.sessions, claim, counts=counts)
+            host.tasks_done += 1
+            log.info(
+                "task %s done: %d pages, %d sent in %.1fs",
+                self.name,
+                self.pages,
+                self.sent,
+                time.monotonic() - self.started,
+            )
+            return True
+        resume_slot, resume_state, resume_key = (
+            (slot, next_state, self.last_key)
+            if next_state is not None
+            else (self.after_slot.get(slot, slot + 1), None, None)
+        )
+        await asyncio.to_thread(
+            store.checkpoint,
+            host.runtime.sessions,
+            claim,
+            current_slot=resume_slot,
+            paging_state=resume_state,
+            counts=counts,
+            lease_s=host.lease_s,
+            resume_key=resume_key,
+        )
+        if host.stop.is_set():
+            await asyncio.to_thread(store.release, host.runtime.sessions, claim)
+            metrics.task_releases("stop").inc()
+            log.info("task %s released on stop at slot %d after %d pages", self.name, resume_slot, self.pages)
+            return True
+        return await self.yield_lane(resume_slot)
+
+    async def yield_lane(self, resume_slot: int) -> bool:
+        """Once the task has used its slice (and at most every FAIR_CHECK_S): give it back at the
+        checkpoint just written when another tenant should have the lane. True when it did."""
+        host = self.host
+        now = time.monotonic()
+        if now - self.started >= host.fair_slice_s and now - self.fair_checked >= FAIR_CHECK_S:
+            self.fair_checked = now
+            if await asyncio.to_thread(host.gives_lane_back, self.job.service, self.spare):
+                # At the checkpoint just written: what was read ahead is dropped, the next owner
+                # resumes here; a graceful release, not an attempt.
+                await asyncio.to_thread(store.release, host.runtime.sessions, self.claim)
+                host.releases["yield"] += 1
+                metrics.task_releases("yield").inc()
+                log.info(
+                    "task %s yielded its lane at slot %d after %d pages: %s",
+                    self.name,
+                    resume_slot,
+                    self.pages,
+                    "its tenant is served by another lane" if self.spare else "another tenant waits",
+                )
+                return True
+        return False
+
+    # ------------------------------------------------------------------ outcomes
+    async def settle(self, exc: Exception) -> None:
+        """What the error that ended the task means: the first of these kinds it is of."""
+        if isinstance(exc, JobCancelled):
+            log.info("task %s stopped: its job was cancelled", self.name)
+        elif isinstance(exc, LeaseLost):
+            log.warning("task %s: %s; another worker owns it now", self.name, exc)
+        elif isinstance(exc, JobGone):  # nothing left to send: its tasks went with the job row
+            log.warning("task %s: %s", self.name, exc)
+        elif isinstance(exc, Stopping):
+            await self._release_waiting_page()
+        elif isinstance(exc, ProviderConfigError):
+            await self._fail_on_configuration(exc)
+        elif isinstance(exc, PagingStateRejected):
+            await self._resume_after_key(exc)
+        else:
+            await self._release_after_error(exc)
+
+    async def _release_waiting_page(self) -> None:
+        """The page was waiting to retry: give the task back at its last checkpoint (nothing of this
+        page was recorded, so the next owner re-sends it whole)."""
+        try:
+            await asyncio.to_thread(store.release, self.host.runtime.sessions, self.claim)
+            metrics.task_releases("stop").inc()
+            log.info("task %s released on stop while a page waited to retry; checkpoint unchanged", self.name)
+        except LeaseLost:
+            pass
+
+    async def _fail_on_configuration(self, exc: ProviderConfigError) -> None:
+        """Every page of the job would meet the same error: the whole job fails once, here."""
+        log.error("job %s failed: provider configuration: %s", self.claim.job_id, exc.message)
+        await self._fail_job(f"provider configuration: {exc.message}", self.aborted)
+
+    async def _resume_after_key(self, exc: PagingStateRejected) -> None:
+        """Not an outage and not poison: resume the slot after the checkpointed key from now on."""
+        claim = self.claim
+        log.warning(
+            "task %s: Cassandra rejected the paging state (%s); resuming slot %d after key %s",
+            self.name,
+            exc,
+            claim.current_slot,
+            "(start)" if claim.resume_key is None else claim.resume_key[0],
+        )
+        self.host.releases["paging_state"] += 1
+        metrics.task_releases("paging_state").inc()
+        try:
+            await asyncio.to_thread(store.forget_paging_state, self.host.runtime.sessions, claim)
+        except Exception as forget_exc:  # the next claim meets the same state and comes back here
+            log.warning("task %s: could not drop the paging state (%s)", self.name, type(forget_exc).__name__)
+        await self._release(delay_s=0.0, error="paging state rejected; resuming from the checkpointed key")
+
+    async def _release_after_error(self, exc: Exception) -> None:
+        """An outage: released without advancing, not an attempt; anything else: released, counted as
+        an attempt. Both claimable again after the backoff."""
+        host = self.host
+        error = f"{type(exc).__name__}: {exc}"
+        delay = host.backoff.next_delay()
+        if is_outage(exc):
+            if isinstance(exc, ProviderUnavailable):
+                delay = max(delay, exc.retry_in)
+            log.warning(
+                "task %s: outage (%s); released without advancing, retry in %.1f s", self.name, error[:200], delay
+            )
+            host.releases["outage"] += 1
+            metrics.task_releases("outage").inc()
+            await self._release(delay_s=delay, error=error)
+        else:
+            log.exception(
+                "task %s: unexpected error; released, counted as an attempt, retry in %.1f s", self.name, delay
+            )
+            host.releases["error"] += 1
+            metrics.task_releases("error").inc()
+            await self._release(delay_s=delay, error=error, counts_as_attempt=True)
+
+    # ------------------------------------------------------------------ the lease
+    async def _release(self, *, delay_s: float, error: str, counts_as_attempt: bool = False) -> None:
+        """Give the task back. While MySQL itself is down, keep trying (with the outage backoff) so
+        the release lands and does not count as a crash; give up on stop (the lease expires)."""
+        host = self.host
+        while True:
+            try:
+                await asyncio.to_thread(
+                    store.release,
+                    host.runtime.sessions,
+                    self.claim,
+                    delay_s=delay_s,
+                    error=error,
+                    counts_as_attempt=counts_as_attempt,
+                )
+                return
+            except LeaseLost:
+                return
+            except Exception as exc:
+                if host.stop.is_set() or not is_store_outage(exc):
+                    log.warning("task %s: release failed (%s); its lease will expire", self.name, type(exc).__name__)
+                    return
+                wait = host.backoff.next_delay()
+                log.warning("task %s: release failed (%s); retrying in %.1f s", self.name, type(exc).__name__, wait)
+                await host.sleep(wait)
+
+    async def _fail_job(self, error: str, counts: PageCounts) -> None:
+        try:
+            await asyncio.to_thread(store.fail_job, self.host.runtime.sessions, self.claim, error=error, counts=counts)
+        except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
+            pass
+
+    async def keep_lease(self) -> None:
+        """Renew the lease every lease_s / 3 while the task runs (a slow page keeps it); ``lost`` is
+        set once another worker owns the task."""
+        host, claim = self.host, self.claim
+        while True:
+            await asyncio.sleep(host.lease_s / 3)
+            try:
+                await asyncio.to_thread(store.extend_lease, host.runtime.sessions, claim, lease_s=host.lease_s)
+            except LeaseLost:
+                self.lost.set()
+                return
+            except Exception as exc:  # transient: the next try or the next checkpoint renews it
+                log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
+
+
+def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
+    with sessions() as session:
+        job = store.get_job(session, job_id)
+    if job is None:
+        raise JobGone(f"job {job_id} is gone (pruned?)")
+    return job
