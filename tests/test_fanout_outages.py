@@ -21,8 +21,10 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 import pytest
+from cassandra.cluster import NoHostAvailable
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
@@ -37,6 +39,7 @@ from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.store.runtime import Runtime
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff, is_outage
+from notee.worker.reader import PageReader
 from notee.worker.task import SendPage
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
@@ -64,6 +67,50 @@ def test_outage_classification() -> None:
 
     assert is_outage(Unavailable("quorum lost")) and is_outage(NoHostAvailable("none", {}))
     assert not is_outage(ValueError("a bug")) and not is_outage(KeyError("payload"))
+
+
+class _CassandraDownRuntime:
+    """A process whose first Cassandra call (preparing its statements) meets an outage."""
+
+    sessions = None
+
+    @property
+    def statements(self) -> object:
+        raise NoHostAvailable("Unable to connect to any servers", {"127.0.0.1:9042": ConnectionRefusedError()})
+
+
+def test_a_reader_that_cannot_prepare_its_statements_hands_the_outage_to_the_sender() -> None:
+    """The reader's first Cassandra call is ``runtime.statements`` (prepared on first use). An outage
+    there is handed to the sender like any read error, which releases the task; before, the reader
+    died with it and the task waited on its queue for ever while its lease was renewed."""
+    now = datetime(2026, 1, 1)
+    claim = store.Claim("j", 0, 0, 0, 0, None, 0, "lease")
+    job = store.JobRow(
+        "j",
+        "S",
+        "k",
+        "TOPIC",
+        "news",
+        "TOPIC",
+        {"topic": "t"},
+        None,
+        None,
+        {"title": "t", "body": "b"},
+        "running",
+        1,
+        None,
+        now,
+        now,
+        None,
+    )
+    reader = PageReader(_CassandraDownRuntime(), 100, claim, job)  # type: ignore[arg-type]
+
+    async def first_item() -> object:
+        await asyncio.wait_for(reader.run(), 5)
+        return reader.queue.get_nowait()
+
+    item = asyncio.run(first_item())
+    assert isinstance(item, NoHostAvailable) and is_outage(item)
 
 
 def test_circuit_breaker_opens_refuses_probes_and_closes() -> None:

@@ -204,8 +204,8 @@ class PageReader:
         if isinstance(self.target, UserTarget):  # a scheduled single send: the user's devices as they are now
             await self._read_user(self.target)
             return
-        statements = await asyncio.to_thread(lambda: self.runtime.statements)
-        try:
+        try:  # preparing the statements is the process's first Cassandra call: it may meet an outage too
+            statements = await asyncio.to_thread(lambda: self.runtime.statements)
             for slot in self.walk:
                 await self._read_slot(statements, self.target, slot)
             await self._hand_over()
