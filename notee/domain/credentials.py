@@ -30,7 +30,7 @@ from notee.domain.rules import (
     check_pattern,
     check_pem,
 )
-from notee.store import registry_sql as store
+from notee.store import credentials_sql as store
 
 log = logging.getLogger(__name__)
 

@@ -50,10 +50,10 @@ from notee.domain.rules import (
     template_size,
 )
 from notee.domain.schedule import parse_local_time
-from notee.store import deadletter
-from notee.store import registry_sql as store
+from notee.store import deadletter, services_sql, templates_sql, users_sql
 from notee.store.cql import Statements
 from notee.store.mysql import AnyRow, read_committed
+from notee.store.templates_sql import TemplateRow
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def check_quiet_hours(value: Any, field_: str = "quiet_hours") -> tuple[int, int
 
 def set_quiet_hours(session: Session, service: str, window: tuple[int, int] | None) -> Service:
     """A service's quiet hours (None: none), when the caller commits."""
-    if not store.set_service_quiet(session, service, window):
+    if not services_sql.set_service_quiet(session, service, window):
         raise NotFound("service not found")
     return get_service(session, service)
 
@@ -239,7 +239,7 @@ def create_service(
     check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
     try:
         with session.begin_nested():  # a SAVEPOINT: the duplicate is refused, the caller's transaction goes on
-            store.insert_service(
+            services_sql.insert_service(
                 session,
                 service=service,
                 display_name=display_name,
@@ -254,16 +254,16 @@ def create_service(
 
 
 def list_services(session: Session) -> list[Service]:
-    return [_service(row) for row in store.list_services(session)]
+    return [_service(row) for row in services_sql.list_services(session)]
 
 
 def services_page(session: Session, *, prefix: str = "", after: str | None = None, limit: int = 50) -> list[Service]:
     """One page of services in id order: those whose id starts with ``prefix``, after ``after``."""
-    return [_service(row) for row in store.services_page(session, prefix=prefix, after=after, limit=limit)]
+    return [_service(row) for row in services_sql.services_page(session, prefix=prefix, after=after, limit=limit)]
 
 
 def get_service(session: Session, service: str) -> Service:
-    row = store.get_service(session, service)
+    row = services_sql.get_service(session, service)
     if row is None:
         raise NotFound("service not found")
     return _service(row)
@@ -273,7 +273,7 @@ def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> Ser
     """``live`` or ``dry_run`` (admin), when the caller commits. Jobs already made keep the mode they
     were made in."""
     check_choice("delivery_mode", delivery_mode, DELIVERY_MODES)
-    if not store.set_delivery_mode(session, service, delivery_mode):
+    if not services_sql.set_delivery_mode(session, service, delivery_mode):
         raise NotFound("service not found")
     log.warning(
         "service %s: delivery mode set to %s%s",
@@ -289,26 +289,28 @@ def create_api_key(session: Session, service: str, *, label: str = "") -> Create
     get_service(session, service)
     new = crypto.generate_api_key()
     now = stored_now()
-    store.insert_api_key(session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now)
+    services_sql.insert_api_key(
+        session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now
+    )
     log.info("api key created: service=%s key_id=%s", service, new.key_id)
     return CreatedApiKey(ApiKeyInfo(new.key_id, label, aware_utc(now), None), new.api_key)
 
 
 def list_api_keys(session: Session, service: str) -> list[ApiKeyInfo]:
     get_service(session, service)
-    return [_key(r) for r in store.list_api_keys(session, service)]
+    return [_key(r) for r in services_sql.list_api_keys(session, service)]
 
 
 def api_keys_by_service(session: Session, services: list[str]) -> dict[str, list[ApiKeyInfo]]:
     """Every key (revoked ones too, never a secret) of each of ``services``, in one query."""
     out: dict[str, list[ApiKeyInfo]] = {s: [] for s in services}
-    for row in store.api_keys_of(session, services):
+    for row in services_sql.api_keys_of(session, services):
         out[row.service].append(_key(row))
     return out
 
 
 def revoke_api_key(session: Session, service: str, key_id: str) -> None:
-    if not store.revoke_api_key(session, service=service, key_id=key_id, now=stored_now()):
+    if not services_sql.revoke_api_key(session, service=service, key_id=key_id, now=stored_now()):
         raise NotFound("api key not found")
     log.info("api key revoked: service=%s key_id=%s", service, key_id)
 
@@ -319,7 +321,7 @@ def authenticate(session: Session, raw_key: str | None) -> str:
     if parsed is None:
         raise Unauthorized("missing or malformed API key")
     key_id, secret = parsed
-    row = store.get_api_key(session, key_id)
+    row = services_sql.get_api_key(session, key_id)
     ok = crypto.secret_matches(secret, row.key_hash if row is not None else None)
     if not ok or row is None or row.revoked_at is not None:
         raise Unauthorized("unknown or revoked API key")
@@ -362,12 +364,12 @@ def upsert_user(
         window = check_quiet_hours(quiet_hours)
         profile["quiet_start"], profile["quiet_end"] = window if window is not None else (None, None)
     before = None
-    if "timezone" in profile and store.user_zone(session, service, service_user_id) is not None:
+    if "timezone" in profile and users_sql.user_zone(session, service, service_user_id) is not None:
         # An existing user: lock its row first (a record lock: no gap lock a racing first PUT could
         # deadlock on) and read the zone its slot rows carry now; they change with it.
-        before = store.user_zone_for_update(session, service, service_user_id)
+        before = users_sql.user_zone_for_update(session, service, service_user_id)
     new_id = str(uuid.uuid4())
-    row = store.upsert_user(
+    row = users_sql.upsert_user(
         session,
         service=service,
         service_user_id=service_user_id,
@@ -385,7 +387,7 @@ def upsert_user(
 
 
 def get_user(session: Session, service: str, user_id: str) -> User:
-    row = store.get_user(session, service, check_user_id(user_id))
+    row = users_sql.get_user(session, service, check_user_id(user_id))
     if row is None:
         raise NotFound("user not found")
     return _user(row)
@@ -396,18 +398,18 @@ def delete_user(session: Session, st: Statements, service: str, user_id: str) ->
     caller commits). The user's row is locked exclusively first, so a subscribe or device copy in
     progress finishes before its rows are read here, and one that comes later finds no user
     (deletion wins: notee/domain/subscriptions.py)."""
-    row = store.get_user(session, service, check_user_id(user_id), for_update=True)
+    row = users_sql.get_user(session, service, check_user_id(user_id), for_update=True)
     if row is None:
         raise NotFound("user not found")
     user = _user(row)
     subscriptions.on_user_deleted(session, st, service, user.user_id)
     # Its dead letters go too (their payloads were addressed to it), except those of a token another
     # user of the service still holds (a shared device: the letter is that user's as well).
-    tokens = [d.device_token for d in store.list_devices(session, service, user.user_id)]
+    tokens = [d.device_token for d in users_sql.list_devices(session, service, user.user_id)]
     deadletter.delete_for_tokens(
-        session, service, [t for t in tokens if set(store.holders_of_token(session, service, t)) <= {user.user_id}]
+        session, service, [t for t in tokens if set(users_sql.holders_of_token(session, service, t)) <= {user.user_id}]
     )
-    store.delete_user(session, service, user.user_id)
+    users_sql.delete_user(session, service, user.user_id)
     log.info("user deleted: service=%s user_id=%s", service, user.user_id)
 
 
@@ -435,14 +437,14 @@ def add_device(
     profile: dict[str, Any] = {}
     if locale is not KEEP:
         profile["locale"] = None if locale is None else check_locale(locale)
-    user = store.get_user(session, service, check_user_id(user_id), for_update=True)
+    user = users_sql.get_user(session, service, check_user_id(user_id), for_update=True)
     if user is None:
         raise NotFound("user not found")
     # A plain read: the user row lock above already serialises this user's registrations, and a
     # locking read of a missing device row takes a gap lock that deadlocks concurrent inserts of
     # other users' devices (seen in the soak). The upsert below is correct either way.
-    before = store.get_device(session, service, user.user_id, token)
-    row = store.upsert_device(
+    before = users_sql.get_device(session, service, user.user_id, token)
+    row = users_sql.upsert_device(
         session,
         service=service,
         user_id=user.user_id,
@@ -457,21 +459,21 @@ def add_device(
 
 def list_devices(session: Session, service: str, user_id: str) -> list[Device]:
     user = get_user(session, service, user_id)
-    return [_device(r) for r in store.list_devices(session, service, user.user_id)]
+    return [_device(r) for r in users_sql.list_devices(session, service, user.user_id)]
 
 
 def remove_device(session: Session, st: Statements, service: str, user_id: str, token: str) -> None:
     """Cassandra rows now, the MySQL row when the caller commits; under the user's exclusive row lock
     (deletion wins: notee/domain/subscriptions.py)."""
     check_token(token)  # a non-ASCII token would reach MySQL's ascii column and fail there (503)
-    row = store.get_user(session, service, check_user_id(user_id), for_update=True)
+    row = users_sql.get_user(session, service, check_user_id(user_id), for_update=True)
     if row is None:
         raise NotFound("user not found")
     user = _user(row)
-    if not isinstance(token, str) or store.get_device(session, service, user.user_id, token) is None:
+    if not isinstance(token, str) or users_sql.get_device(session, service, user.user_id, token) is None:
         raise NotFound("device not found")
     subscriptions.on_device_removed(st, service, user.user_id, token)
-    store.delete_device(session, service, user.user_id, token)
+    users_sql.delete_device(session, service, user.user_id, token)
 
 
 def rotate_token(session: Session, st: Statements, service: str, *, old_token: str, new_token: str) -> int:
@@ -491,20 +493,22 @@ def rotate_token(session: Session, st: Statements, service: str, *, old_token: s
     # No gap locks on the device token index (concurrent rotations deadlocked on them, each inserting
     # its new token into a gap the other's locking read held), and reads that see the latest commits.
     read_committed(session)
-    holders = store.holders_of_token(session, service, old_token)
+    holders = users_sql.holders_of_token(session, service, old_token)
     if not holders:
         raise NotFound("no device with this token")
     locked = set(
-        store.lock_users(
-            session, service, holders + store.holders_of_token(session, service, new_token), exclusive=True
+        users_sql.lock_users(
+            session, service, holders + users_sql.holders_of_token(session, service, new_token), exclusive=True
         )
     )
     # Under the locks, a current read (the plain reads above saw the snapshot before them).
-    current = {u: os_ for u, os_ in store.token_devices(session, service, old_token, for_update=True) if u in locked}
+    current = {
+        u: os_ for u, os_ in users_sql.token_devices(session, service, old_token, for_update=True) if u in locked
+    }
     if not current:  # every holder went away while we waited for the locks
         raise NotFound("no device with this token")
     subscriptions.on_token_rotated(session, st, service, old_token, new_token, holders=current)
-    return store.rotate_token(
+    return users_sql.rotate_token(
         session, service=service, old=old_token, new=new_token, now=stored_now(), users=sorted(current)
     )
 
@@ -562,19 +566,21 @@ def put_template(
                 details=[{"loc": ["body"], "type": "payload_too_large", "msg": "template too large"}],
             )
     new_key = str(uuid.uuid4())
-    row = store.upsert_template(
+    row = templates_sql.upsert_template(
         session,
-        service=service,
-        method=method,
-        type_=type_,
-        title=title,
-        body=body,
-        data=data,
-        defaults=dict(defaults) if defaults else None,
-        variants=checked,
-        quiet_hours=quiet_hours,
-        ttl_seconds=ttl_seconds,
-        priority=priority,
+        TemplateRow(
+            service,
+            method,
+            type_,
+            title,
+            body,
+            data=data,
+            defaults=dict(defaults) if defaults else None,
+            variants=checked,
+            ttl_seconds=ttl_seconds,
+            priority=priority,
+            quiet_hours=quiet_hours,
+        ),
         new_key=new_key,
         now=stored_now(),
     )
@@ -617,14 +623,14 @@ def _check_variants(variants: Any) -> dict[str, dict[str, Any]] | None:
 
 def get_template(session: Session, st: Statements, service: str, method: str, type_: str) -> Template:
     _check_template_id(method, type_)
-    row = store.get_template(session, service, method, type_)
+    row = templates_sql.get_template(session, service, method, type_)
     if row is None:
         raise NotFound("template not found")
     return _template(row, st.counters(service, method, type_)[0])
 
 
 def list_templates(session: Session, st: Statements, service: str) -> list[Template]:
-    rows = store.list_templates(session, service)
+    rows = templates_sql.list_templates(session, service)
     versions = st.versions(service) if rows else {}
     return [_template(r, versions.get((r.notification_method, r.notification_type), 0)) for r in rows]
 
@@ -634,8 +640,8 @@ def delete_template(session: Session, st: Statements, service: str, method: str,
     first: see ``subscriptions.on_template_deleted``). The counters stay (``no`` must never go
     backwards if the template is created again)."""
     _check_template_id(method, type_)
-    row = store.get_template(session, service, method, type_)
+    row = templates_sql.get_template(session, service, method, type_)
     if row is None:
         raise NotFound("template not found")
     subscriptions.on_template_deleted(st, service, method, type_, row.notification_key)
-    store.delete_template(session, service, method, type_)
+    templates_sql.delete_template(session, service, method, type_)

@@ -72,12 +72,12 @@ from notee.core.vocabulary import (
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.store import job_queue as store
-from notee.store import registry_sql
+from notee.store import users_sql
 from notee.store.cql import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
-from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.store.runtime import Runtime
+from notee.store.users_sql import UserClock, recipient_locales, user_clocks
 from notee.usecases.deliver import DeliverySender, PageAborted, Stopping
 from notee.usecases.publish import in_part, placement, task_slots, task_unit
 from notee.usecases.queue_levels import watch_queue
@@ -673,7 +673,7 @@ def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarg
         job = store.get_job(session, job_id)
         if job is None:
             raise JobGone(f"job {job_id} is gone (pruned?)")
-        rows = registry_sql.list_devices(session, job.service, target.user_id)
+        rows = users_sql.list_devices(session, job.service, target.user_id)
     return [Recipient(r.device_token, r.device_os, target.user_id) for r in rows]
 
 
