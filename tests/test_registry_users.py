@@ -8,7 +8,7 @@ import urllib.parse
 from sqlalchemy import select
 
 from notee.api.routes import devices as devices_route
-from notee.domain import registry
+from notee.domain import templates, users
 from notee.store import templates_sql, users_sql
 from tests.support.registry import new_service, new_template, new_user, random_token
 
@@ -166,7 +166,8 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
     """Additions: MySQL committed before Cassandra (the hook sees the row). Removals: Cassandra
     first (the hook still sees the row), then MySQL."""
     recorder = _Recorder(runtime)
-    monkeypatch.setattr(registry, "subscriptions", recorder)
+    monkeypatch.setattr(users, "subscriptions", recorder)  # users, devices, rotation
+    monkeypatch.setattr(templates, "subscriptions", recorder)  # template deletion
     monkeypatch.setattr(devices_route, "subscriptions", recorder)  # registration: the route runs it after its commit
     h = new_service(client, settings, service_id)
     token, new = random_token(), random_token()
