@@ -27,14 +27,16 @@ from bench import env
 
 
 def _seed_users(runtime, service: str, n: int) -> list[str]:
-    from notee.store import registry_sql as reg
+    from notee.store import users_sql
 
     now = datetime.now(UTC).replace(tzinfo=None)
     ids = [str(uuid.uuid4()) for _ in range(n)]
     with runtime.sessions.begin() as s:
         for i, u in enumerate(ids):
-            reg.upsert_user(s, service=service, service_user_id=f"bench-{i}", name="bench", new_user_id=u, now=now)
-            reg.upsert_device(
+            users_sql.upsert_user(
+                s, service=service, service_user_id=f"bench-{i}", name="bench", new_user_id=u, now=now
+            )
+            users_sql.upsert_device(
                 s,
                 service=service,
                 user_id=u,

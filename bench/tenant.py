@@ -25,12 +25,12 @@ def new_service_id() -> str:
 
 def make_tenant(runtime, service: str | None = None) -> Tenant:
     from notee.core.vocabulary import RATE_CLASSES
-    from notee.domain import credentials, ratelimit, registry
+    from notee.domain import credentials, ratelimit, services
 
     service = service or new_service_id()
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        registry.create_service(session, service=service, display_name=f"bench {service}")
-        key = registry.create_api_key(session, service, label="bench")
+        services.create_service(session, service=service, display_name=f"bench {service}")
+        key = services.create_api_key(session, service, label="bench")
         # Sending needs credentials for the devices' platform (the emulator stands in for FCM, not the keys).
         credentials.set_fcm_credentials(
             session, SecretsBox(runtime.settings.credentials_key.get_secret_value()), service, bench_service_account()
@@ -68,19 +68,13 @@ def bench_service_account() -> dict[str, str]:
 
 def make_template(runtime, service: str, method: str, type_: str) -> str:
     """Create a template (title/body of realistic length); return its notification_key."""
-    from notee.domain import registry
+    from notee.domain import templates
 
+    given = templates.TemplateInput(
+        title="Bench title", body="A benchmark push body of realistic length.", data={"kind": "bench"}
+    )
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        return registry.put_template(
-            session,
-            runtime.statements,
-            service,
-            method,
-            type_,
-            title="Bench title",
-            body="A benchmark push body of realistic length.",
-            data={"kind": "bench"},
-        ).notification_key
+        return templates.put_template(session, runtime.statements, service, method, type_, given).notification_key
 
 
 def bulk_users(

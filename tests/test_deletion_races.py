@@ -18,7 +18,7 @@ from sqlalchemy import text
 from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
-from notee.store import registry_sql as reg
+from notee.store import users_sql
 from notee.usecases import reconcile
 from tests.support.registry import new_service, new_template, new_user, random_token
 from tests.support.scheduler import scheduler
@@ -158,7 +158,7 @@ def test_pruning_removes_rows_mysql_no_longer_knows_a_holder_of(client, runtime,
         assert client.put(f"/v1/users/{user}/subscriptions/topic/news/p", headers=h).status_code == 201
     # A leftover: MySQL lost u's device row (a failure halfway, an old race), Cassandra kept its rows.
     with runtime.sessions.begin() as s:
-        reg.delete_device(s, svc, u, tok)
+        users_sql.delete_device(s, svc, u, tok)
     with runtime.sessions.begin() as s:
         subs.prune_token(s, st, svc, tok, "UNREGISTERED")
     assert [r for r in st.user_rows(u, svc) if r.device_token == tok] == []
@@ -166,7 +166,7 @@ def test_pruning_removes_rows_mysql_no_longer_knows_a_holder_of(client, runtime,
     assert st.token_holders(svc, tok) == []
     assert [r for r in slot_rows(st, svc, news, TopicTarget("p"), "TOPIC", "news") if r.device_token == tok] == []
     with runtime.sessions() as s:
-        assert reg.holders_of_token(s, svc, tok) == []
+        assert users_sql.holders_of_token(s, svc, tok) == []
 
 
 def _leave_rows_of_a_deleted_user_and_a_removed_device(client, runtime, st, tenant):
@@ -181,7 +181,7 @@ def _leave_rows_of_a_deleted_user_and_a_removed_device(client, runtime, st, tena
         assert client.put(f"/v1/users/{user}/subscriptions/cycle/remind", json=CYCLE, headers=h).status_code == 201
     with runtime.sessions.begin() as s:  # MySQL only: the cascade removes gone's device too
         s.execute(text("DELETE FROM `user` WHERE service = :s AND user_id = :u"), {"s": svc, "u": gone})
-        reg.delete_device(s, svc, live, dead_tok)
+        users_sql.delete_device(s, svc, live, dead_tok)
     stale = CycleTarget("UTC", "SUN", 3, 33)
     st.run(
         st.mark_due(

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import CycleTarget
-from notee.domain import insight, registry
+from notee.domain import insight, templates, users
 from notee.domain import subscriptions as subs
 from notee.store import deadletter
 from notee.store import job_queue as store
@@ -76,7 +76,7 @@ def test_topic_counts_follow_subscribe_bulk_unsubscribe_and_user_deletion(runtim
     assert topics(runtime, svc) == [("news", "a", 2), ("news", "b", 1), ("news", "c", 3)]
 
     with runtime.sessions.begin() as s:
-        registry.delete_user(s, runtime.statements, svc, u1)
+        users.delete_user(s, runtime.statements, svc, u1)
     # b is down to 0 and no longer listed; its counter row stays (counters are never deleted).
     assert topics(runtime, svc) == [("news", "a", 1), ("news", "c", 2)]
     assert raw_topic_counts(runtime, svc)[("news", "b")] == 0
@@ -104,7 +104,7 @@ def test_deleting_a_topic_template_resets_its_topics_and_other_types_stay(runtim
     ]  # SINGLE templates have no subscriptions and are not listed
 
     with runtime.sessions.begin() as s:
-        registry.delete_template(s, runtime.statements, svc, "TOPIC", "news")
+        templates.delete_template(s, runtime.statements, svc, "TOPIC", "news")
     assert raw_topic_counts(runtime, svc)[("news", "x")] == 0
     assert topics(runtime, svc) == [("deals", "x", 2)]
     # A new template of the type starts from zero, and counts its own subscribers.
@@ -181,7 +181,7 @@ def cycle_users(runtime, svc):
     yield subscribe
     for u, _ in made:  # every row of the user, deleted templates' too
         with runtime.sessions.begin() as s:
-            registry.delete_user(s, runtime.statements, svc, u)
+            users.delete_user(s, runtime.statements, svc, u)
     st = runtime.statements
     stamp = time.time_ns() // 1000 + 1
     for tz, day, hour, minute, key, service in list(st.scan_due()):
@@ -261,7 +261,7 @@ def test_the_calendar_shows_one_service_only_and_skips_deleted_templates(runtime
     )
     try:
         with runtime.sessions.begin() as s:
-            registry.delete_template(s, st, svc, "CYCLE", "gone")
+            templates.delete_template(s, st, svc, "CYCLE", "gone")
         now = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)  # a Tuesday
         cal = call(runtime, insight.cycle_calendar, svc, hours=2, now=now)
         assert _entries(cal) == [("2026-12-01T10:00Z", "remind", "TUE 10:00 UTC", 1)]

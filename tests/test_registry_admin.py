@@ -13,7 +13,7 @@ from notee.core import crypto
 from notee.core.errors import ProviderConfigError
 from notee.core.settings import Settings
 from notee.domain import credentials
-from notee.store import registry_sql as store
+from notee.store import credentials_sql, services_sql
 from tests.support.registry import (
     admin_headers,
     apns_credentials,
@@ -73,7 +73,9 @@ def test_api_key_lifecycle_and_immediate_revocation(client, settings, runtime, s
     assert second["api_key"] not in str(listed)
     # only the SHA-256 of the secret is stored
     with runtime.sessions() as s:
-        stored = s.execute(select(store.api_key_t.c.key_hash).where(store.api_key_t.c.key_id == second["key_id"])).one()
+        stored = s.execute(
+            select(services_sql.api_key_t.c.key_hash).where(services_sql.api_key_t.c.key_id == second["key_id"])
+        ).one()
     assert stored.key_hash == crypto.hash_secret(second["api_key"].split("_", 2)[2])
 
     r = client.delete(f"/v1/admin/services/{service_id}/api-keys/{second['key_id']}", headers=admin_headers(settings))
@@ -125,7 +127,7 @@ def test_admin_api_off_without_admin_token(settings, runtime, service_id):
         assert r.status_code == 403
         assert r.json()["error"]["code"] == "forbidden"
     with runtime.sessions() as s:
-        assert store.get_service(s, service_id) is None
+        assert services_sql.get_service(s, service_id) is None
 
 
 def test_credentials_are_encrypted_never_returned_never_logged(client, settings, runtime, service_id, caplog):
@@ -148,7 +150,7 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
         for bit in secret_bits:
             assert bit not in r.text
     with runtime.sessions() as s:
-        row = store.get_credentials(s, service_id)
+        row = credentials_sql.get_credentials(s, service_id)
         for bit in secret_bits:
             assert bit.encode() not in row.fcm_encrypted and bit.encode() not in row.apns_encrypted
         loaded = credentials.load_credentials(

@@ -3,7 +3,7 @@ version bumps, list/get/delete."""
 
 from __future__ import annotations
 
-from notee.store import registry_sql as store
+from notee.store import templates_sql
 from tests.support.registry import new_service, new_template
 
 
@@ -63,7 +63,7 @@ def test_delete_template(client, settings, runtime, service_id):
     assert client.get("/v1/templates/CYCLE/reminder", headers=h).status_code == 404
     assert client.delete("/v1/templates/CYCLE/reminder", headers=h).status_code == 404
     with runtime.sessions() as s:
-        assert store.get_template_by_key(s, t["notification_key"]) is None
+        assert templates_sql.get_template_by_key(s, t["notification_key"]) is None
     # created again: a new key; the counter row is kept, so the version keeps growing
     again = new_template(client, h, "CYCLE", "reminder")
     assert again["notification_key"] != t["notification_key"]
@@ -80,7 +80,7 @@ def test_template_by_key_for_fanout(client, settings, runtime, service_id):
     h = new_service(client, settings, service_id)
     t = new_template(client, h, "SINGLE", "welcome", title="Welcome")
     with runtime.sessions() as s:
-        row = store.get_template_by_key(s, t["notification_key"])
+        row = templates_sql.get_template_by_key(s, t["notification_key"])
     assert (row.service, row.notification_method, row.notification_type, row.title) == (
         service_id,
         "SINGLE",

@@ -8,8 +8,8 @@ import urllib.parse
 from sqlalchemy import select
 
 from notee.api.routes import devices as devices_route
-from notee.domain import registry
-from notee.store import registry_sql as store
+from notee.domain import templates, users
+from notee.store import templates_sql, users_sql
 from tests.support.registry import new_service, new_template, new_user, random_token
 
 
@@ -60,7 +60,7 @@ def test_devices_register_idempotently_and_update(client, settings, runtime, ser
     assert list(devices) == [token]
     assert devices[token]["region"] == "JP" and devices[token]["created_at"] == first.json()["created_at"]
     with runtime.sessions() as s:
-        assert len(store.list_devices(s, service_id, user_id)) == 1
+        assert len(users_sql.list_devices(s, service_id, user_id)) == 1
 
 
 def test_token_shared_by_two_users_and_delete_one(client, settings, service_id):
@@ -116,15 +116,16 @@ def test_delete_user_leaves_nothing_personal(client, settings, runtime, service_
     with runtime.sessions() as s:
         assert (
             s.execute(
-                select(store.user_t).where(
-                    store.user_t.c.service_user_id == "personal-id", store.user_t.c.service == service_id
+                select(users_sql.user_t).where(
+                    users_sql.user_t.c.service_user_id == "personal-id", users_sql.user_t.c.service == service_id
                 )
             ).first()
             is None
         )
-        assert s.execute(select(store.device_t).where(store.device_t.c.user_id == user_id)).first() is None
+        assert s.execute(select(users_sql.device_t).where(users_sql.device_t.c.user_id == user_id)).first() is None
         assert [
-            r.user_id for r in s.execute(select(store.device_t.c.user_id).where(store.device_t.c.device_token == token))
+            r.user_id
+            for r in s.execute(select(users_sql.device_t.c.user_id).where(users_sql.device_t.c.device_token == token))
         ] == [keeper]
     # the same service id registers again as a new user
     assert new_user(client, h, "personal-id") != user_id
@@ -140,8 +141,8 @@ class _Recorder:
     def _seen(self, service, user_id, token=None):
         with self.runtime.sessions() as s:
             if token is None:
-                return store.get_user(s, service, user_id) is not None
-            return store.get_device(s, service, user_id, token) is not None
+                return users_sql.get_user(s, service, user_id) is not None
+            return users_sql.get_device(s, service, user_id, token) is not None
 
     def on_user_deleted(self, session, st, service, user_id):
         self.calls.append(("user_deleted", self._seen(service, user_id)))
@@ -154,18 +155,19 @@ class _Recorder:
 
     def on_token_rotated(self, session, st, service, old, new, holders=None):
         with self.runtime.sessions() as s:
-            self.calls.append(("token_rotated", bool(store.holders_of_token(s, service, old))))
+            self.calls.append(("token_rotated", bool(users_sql.holders_of_token(s, service, old))))
 
     def on_template_deleted(self, st, service, method, type_, key):
         with self.runtime.sessions() as s:
-            self.calls.append(("template_deleted", store.get_template(s, service, method, type_) is not None))
+            self.calls.append(("template_deleted", templates_sql.get_template(s, service, method, type_) is not None))
 
 
 def test_subscription_hooks_run_in_store_order(client, settings, runtime, service_id, monkeypatch):
     """Additions: MySQL committed before Cassandra (the hook sees the row). Removals: Cassandra
     first (the hook still sees the row), then MySQL."""
     recorder = _Recorder(runtime)
-    monkeypatch.setattr(registry, "subscriptions", recorder)
+    monkeypatch.setattr(users, "subscriptions", recorder)  # users, devices, rotation
+    monkeypatch.setattr(templates, "subscriptions", recorder)  # template deletion
     monkeypatch.setattr(devices_route, "subscriptions", recorder)  # registration: the route runs it after its commit
     h = new_service(client, settings, service_id)
     token, new = random_token(), random_token()

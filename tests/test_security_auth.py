@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event
 
 from notee.api.auth import ApiKeyCache
-from notee.domain import registry
+from notee.domain import services
 from tests import security_logscan as logscan
 from tests.support.registry import (
     admin_headers,
@@ -65,7 +65,7 @@ def test_a_key_revoked_by_another_process_is_refused_within_the_cache_time(
     auth = bearer(key["api_key"])
     assert client.get("/v1/templates", headers=auth).status_code == 200  # now cached
     with runtime.sessions() as db:  # what another process's revocation leaves in MySQL
-        registry.revoke_api_key(db, service_id, key["key_id"])
+        services.revoke_api_key(db, service_id, key["key_id"])
         db.commit()
     ttl = settings.api_key_cache_s
     assert ttl > 0

@@ -14,7 +14,7 @@ from fastapi import Request
 from notee.api.deps import get_subscribe_groups
 from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
 from notee.store import cql as cqlstore
-from notee.store import registry_sql as reg
+from notee.store import templates_sql, users_sql
 from notee.usecases import reconcile
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
@@ -106,7 +106,7 @@ def test_registry_lifecycle_reflected(client, st, tenant):
 
 def _snapshot(runtime, st, svc, u):
     with runtime.sessions() as s:
-        mysql = (len(reg.list_devices(s, svc, u)), len(reg.list_templates(s, svc)))
+        mysql = (len(users_sql.list_devices(s, svc, u)), len(templates_sql.list_templates(s, svc)))
     return (
         st.user_rows(u, svc),
         st.counters(svc, "TOPIC", "news"),

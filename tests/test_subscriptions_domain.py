@@ -15,7 +15,7 @@ from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import NO, ORIGIN, OS, TOKEN, USER, CycleTarget, Recipient, TopicTarget, device_of
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
-from notee.store import registry_sql as reg
+from notee.store import templates_sql, users_sql
 from notee.store.cassandra import PAGE_PROFILE, pages
 from tests.support.registry import make_device, make_service, make_template, make_user
 
@@ -299,7 +299,7 @@ def test_bad_input_writes_nothing(runtime, st, svc, name, call, error):
     for method, type_ in (("TOPIC", "news"), ("CYCLE", "remind"), ("TOPIC", "nope")):
         assert st.counters(svc, method, type_) == (0, 0, 0)
     with runtime.sessions() as s:
-        assert len(reg.list_devices(s, svc, u)) == 1
+        assert len(users_sql.list_devices(s, svc, u)) == 1
 
 
 def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
@@ -429,7 +429,7 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     with runtime.sessions.begin() as s:
         from datetime import datetime
 
-        reg.rotate_token(s, service=svc, old=d1, new=new, now=datetime.utcnow())
+        users_sql.rotate_token(s, service=svc, old=d1, new=new, now=datetime.utcnow())
     call(runtime, subs.on_token_rotated, svc, d1, new)
     assert topic() == [new] == cycle()
     assert [r.device_os for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == ["IOS"]
@@ -445,7 +445,7 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     assert len(lines) == 1 and "Unregistered" in lines[0] and new not in lines[0]
     assert topic() == [] == cycle()
     with runtime.sessions() as s:
-        assert reg.holders_of_token(s, svc, new) == []
+        assert users_sql.holders_of_token(s, svc, new) == []
     assert len(call(runtime, subs.list_subscriptions, svc, u)) == 2  # the user's subscriptions stay
 
 
@@ -497,7 +497,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     make_device(runtime, svc, u, token())
     call(runtime, subs.subscribe_topic, svc, u, "news", "t")
     with runtime.sessions.begin() as s:
-        reg.delete_template(s, svc, "TOPIC", "news")
+        templates_sql.delete_template(s, svc, "TOPIC", "news")
     subs.on_template_deleted(runtime.statements, svc, "TOPIC", "news", key)
     assert call(runtime, subs.list_subscriptions, svc, u) == []
     assert st.counters(svc, "TOPIC", "news")[1] == 0
@@ -511,7 +511,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
 
     # Deleted again, then reconcile deletes the dead rows everywhere.
     with runtime.sessions.begin() as s:
-        reg.delete_template(s, svc, "TOPIC", "news")
+        templates_sql.delete_template(s, svc, "TOPIC", "news")
     subs.on_template_deleted(runtime.statements, svc, "TOPIC", "news", key2)
     report = reconcile.reconcile(runtime, service=svc)
     assert report["dead_rows_removed"] == 2

@@ -28,7 +28,7 @@ from notee.core import crypto
 from notee.core.errors import Forbidden, RateLimited, Unauthorized
 from notee.core.settings import Settings
 from notee.core.vocabulary import RateClass
-from notee.domain import ratelimit, registry
+from notee.domain import ratelimit, services
 from notee.domain.credentials import credentials_box
 from notee.store.runtime import Runtime
 
@@ -128,7 +128,7 @@ def authenticate_service(
         if known is not None:
             service = known
         else:
-            service = registry.authenticate(session, token)
+            service = services.authenticate(session, token)
             if cache is not None and token is not None:
                 cache.remember(token, service, generation)
         if rate_class is not None and settings.rate_limits_enabled:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from notee.core import crypto
 from notee.core.errors import NotFound, Unauthorized
-from notee.domain import registry
+from notee.domain import services
 from notee.store import console_sql as store
 from notee.store import job_queue, ticks
 from notee.store.job_queue import QueueOverview as QueueOverview  # re-exported for the console pages
@@ -66,7 +66,7 @@ def identify(session: Session, secret: str, admin_token: str | None) -> Principa
         return Principal(None)
     parsed = crypto.parse_api_key(secret)
     try:
-        service = registry.authenticate(session, secret)
+        service = services.authenticate(session, secret)
     except Unauthorized:
         raise Unauthorized("unknown admin token or API key") from None
     assert parsed is not None  # authenticate accepted it

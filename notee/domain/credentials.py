@@ -20,7 +20,6 @@ from notee.core.crypto import SecretsBox
 from notee.core.errors import NotFound, ProviderConfigError
 from notee.core.settings import Settings
 from notee.core.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
-from notee.domain.registry import get_service
 from notee.domain.rules import (
     APNS_ID_RE,
     BUNDLE_RE,
@@ -30,7 +29,8 @@ from notee.domain.rules import (
     check_pattern,
     check_pem,
 )
-from notee.store import registry_sql as store
+from notee.domain.services import get_service
+from notee.store import credentials_sql as store
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,7 @@ from sqlalchemy.orm import Session
 from notee.core.clock import aware_utc, due_buckets, floor_minute, zone
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import DAYS, CycleTarget, JobState
-from notee.store import activity_sql
-from notee.store import registry_sql as reg
+from notee.store import activity_sql, templates_sql
 from notee.store import subscription_sql as subsql
 from notee.store.cql import Statements, max_slot, timezones_in_use
 from notee.store.mysql import db_now
@@ -77,7 +76,7 @@ def subscriber_counts(session: Session, st: Statements, service: str) -> list[Ty
         TypeCount(
             t.notification_method, t.notification_type, counts.get((t.notification_method, t.notification_type), 0)
         )
-        for t in reg.list_templates(session, service)
+        for t in templates_sql.list_templates(session, service)
         if t.notification_method in ("TOPIC", "CYCLE")
     ]
 
@@ -98,7 +97,9 @@ def topic_counts(
             f"limit must be 1..{TOPICS_MAX_PAGE}",
             details=[{"field": "limit", "reason": "out_of_range", "min": 1, "max": TOPICS_MAX_PAGE}],
         )
-    live = {t.notification_type for t in reg.list_templates(session, service) if t.notification_method == "TOPIC"}
+    live = {
+        t.notification_type for t in templates_sql.list_templates(session, service) if t.notification_method == "TOPIC"
+    }
     if type_ is not None and type_ not in live:
         return TopicPage([], None)
     items: list[TopicCount] = []

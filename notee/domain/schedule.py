@@ -1,4 +1,5 @@
-"""Cycle schedules and topic names: pure validation and the canonical schedule string.
+"""Cycle schedules, quiet-hours windows and topic names: pure validation and the canonical
+schedule string.
 
 A cycle subscription fires at a local wall-clock time (days of week, hour, minute) in an IANA
 timezone. The canonical string, e.g. ``"MON,WED 22:00 Asia/Seoul"``, is what the per-user index
@@ -15,7 +16,7 @@ from typing import Any
 
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import DAYS
-from notee.domain.rules import is_portable_timezone
+from notee.domain.rules import bad, is_portable_timezone
 
 TOPIC_MAX = 50  # seed: topic is at most 50 characters
 
@@ -48,6 +49,28 @@ def parse_local_time(text: Any) -> tuple[int, int]:
             details=[{"loc": ["body", "local_time"], "type": "local_time", "msg": "must be HH:MM, 00:00..23:59"}],
         )
     return int(text[:2]), int(text[3:])
+
+
+def check_quiet_hours(value: Any, field_: str = "quiet_hours") -> tuple[int, int] | None:
+    """``{"start": "HH:MM", "end": "HH:MM"}`` (or None) as (start, end) minutes of the day; a start
+    after the end crosses midnight (22:00-07:00); equal start and end are refused."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"start", "end"}:
+        raise bad(field_, 'must be {"start": "HH:MM", "end": "HH:MM"} or null', "dict_type")
+    try:
+        (sh, sm), (eh, em) = parse_local_time(value["start"]), parse_local_time(value["end"])
+    except InvalidInput:
+        raise bad(field_, "start and end must be HH:MM, 00:00..23:59", "local_time") from None
+    if (sh, sm) == (eh, em):
+        raise bad(field_, "start and end must differ", "value_error")
+    return sh * 60 + sm, eh * 60 + em
+
+
+def quiet_window(start: int | None, end: int | None) -> tuple[int, int] | None:
+    """A stored window (the quiet_start, quiet_end columns of a service or a user) as (start, end)
+    minutes of the day; None when either is unset."""
+    return None if start is None or end is None else (int(start), int(end))
 
 
 def validate_timezone(name: str) -> str:

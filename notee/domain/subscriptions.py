@@ -40,9 +40,8 @@ from sqlalchemy.orm import Session
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import METHODS
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
-from notee.store import registry_sql as reg
+from notee.store import services_sql, templates_sql, users_sql, webhooks_sql
 from notee.store import subscription_sql as subsql
-from notee.store import webhooks_sql
 from notee.store.cql import USER_LEVEL, IndexRow, Statements, slot_ref, slot_zone
 
 log = logging.getLogger(__name__)
@@ -91,9 +90,11 @@ class _Template:
 
 
 def _template(session: Session, service: str, method: str, type_: str) -> _Template:
-    row = reg.get_template(session, service, method, type_)
+    row = templates_sql.get_template(session, service, method, type_)
     if row is None:
-        other = [m for m in METHODS if m != method and reg.get_template(session, service, m, type_) is not None]
+        other = [
+            m for m in METHODS if m != method and templates_sql.get_template(session, service, m, type_) is not None
+        ]
         if other:
             raise InvalidInput(
                 f"template {type_!r} is a {other[0]} template, not {method}",
@@ -108,7 +109,7 @@ def _lock_user(session: Session, service: str, user_id: str) -> str | None:
     topic slot rows carry (``slot_zone``: read under the lock, so a zone change waits for this
     writer and then rewrites what it wrote), None: no such user. Call it before any other read of
     the transaction."""
-    row = reg.get_user(session, service, user_id, for_share=True)
+    row = users_sql.get_user(session, service, user_id, for_share=True)
     return None if row is None else slot_zone(row.timezone)
 
 
@@ -116,7 +117,7 @@ def _user_devices(session: Session, service: str, user_id: str, *, locked: bool)
     """The devices of a user whose row ``_lock_user`` locked (``locked``: it exists)."""
     if not locked:
         raise NotFound("user not found")
-    return [(d.device_token, d.device_os) for d in reg.list_devices(session, service, user_id)]
+    return [(d.device_token, d.device_os) for d in users_sql.list_devices(session, service, user_id)]
 
 
 # ---------------------------------------------------------------------- Cassandra building blocks
@@ -415,7 +416,7 @@ def subscribe_cycle(
     schedule and no slot row is left without its index row."""
     locked = _lock_user(session, service, user_id)  # first: deletion wins (module doc)
     if timezone is None:
-        svc = reg.get_service(session, service)
+        svc = services_sql.get_service(session, service)
         timezone = svc.timezone if svc is not None else "Asia/Seoul"
     schedule = make_schedule(days, hour, minute, timezone)
     tpl = _template(session, service, "CYCLE", type_)
@@ -482,7 +483,7 @@ def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Temp
 
 def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: str, type_: str) -> bool:
     tpl = _template(session, service, "CYCLE", type_)
-    if reg.get_user(session, service, user_id) is None:
+    if users_sql.get_user(session, service, user_id) is None:
         raise NotFound("user not found")
     return _unsubscribe(st, service, user_id, tpl, lambda r: True)
 
@@ -491,9 +492,9 @@ def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: s
 def list_subscriptions(session: Session, st: Statements, service: str, user_id: str) -> list[SubscriptionInfo]:
     """The user's subscriptions from the per-user index (one Cassandra partition). Rows of a deleted
     template (their key is no longer a template's) are not listed."""
-    if reg.get_user(session, service, user_id) is None:
+    if users_sql.get_user(session, service, user_id) is None:
         raise NotFound("user not found")
-    live = {t.notification_key for t in reg.list_templates(session, service)}
+    live = {t.notification_key for t in templates_sql.list_templates(session, service)}
     rows = st.user_rows(user_id, service)
     devices: dict[tuple[str, str, str], int] = {}
     for r in rows:
@@ -532,12 +533,12 @@ def on_device_added(
     the device's commit, in a transaction of its own that the caller ends: it holds the user's shared
     lock (module doc) and copies nothing when the user or the device is gone by then."""
     zone = _lock_user(session, service, user_id)
-    if zone is None or reg.get_device(session, service, user_id, device_token) is None:
+    if zone is None or users_sql.get_device(session, service, user_id, device_token) is None:
         return
     rows = st.user_rows(user_id, service)
     if not any(r.is_user_level for r in rows):
         return
-    live = {t.notification_key for t in reg.list_templates(session, service)}
+    live = {t.notification_key for t in templates_sql.list_templates(session, service)}
     _copy_to_device(st, service, user_id, rows, live, device_token, device_os, zone)
 
 
@@ -608,13 +609,13 @@ def on_token_rotated(
     under their locks); each also gets every live subscription its new device still lacks (fresh
     numbers), e.g. when the rotation overtook a registration's copy (``on_device_added``)."""
     if holders is None:
-        users = set(reg.holders_of_token(session, service, old_token)) | set(
-            reg.holders_of_token(session, service, new_token)
+        users = set(users_sql.holders_of_token(session, service, old_token)) | set(
+            users_sql.holders_of_token(session, service, new_token)
         )
     else:
         users = set(holders)
-    live = {t.notification_key for t in reg.list_templates(session, service)} if holders else set()
-    zones = reg.user_zones(session, service, users)  # read under the callers' exclusive locks
+    live = {t.notification_key for t in templates_sql.list_templates(session, service)} if holders else set()
+    zones = users_sql.user_zones(session, service, users)  # read under the callers' exclusive locks
     for user_id in sorted(users):
         zone = slot_zone(zones.get(user_id))
         rows = st.user_rows(user_id, service)
@@ -704,8 +705,8 @@ def backfill_zones(session: Session, st: Statements, service: str, user_ids: Seq
     one: CQL 0004), under their shared row locks, so a zone change (exclusive) waits for this and
     rewrites after it, and a subscribe writes the same zone. The caller commits (releasing the locks).
     Returns the rows written."""
-    locked = reg.lock_users(session, service, user_ids, exclusive=False)
-    zones = reg.user_zones(session, service, locked)
+    locked = users_sql.lock_users(session, service, user_ids, exclusive=False)
+    zones = users_sql.user_zones(session, service, locked)
     live = subsql.live_template_keys(session, service)
     reads = {u: st.user_rows_async(u, service) for u in locked}
     futures = []
@@ -723,7 +724,7 @@ def on_user_deleted(session: Session, st: Statements, service: str, user_id: str
     rows = st.user_rows(user_id, service)
     if not rows:
         return
-    live = {t.notification_key for t in reg.list_templates(session, service)}
+    live = {t.notification_key for t in templates_sql.list_templates(session, service)}
     types = {(r.method, r.type_) for r in rows if r.is_user_level and r.data.get("key") in live}
     device_rows = [r for r in rows if not r.is_user_level]
     remove_rows(st, service, user_id, device_rows)
@@ -760,15 +761,15 @@ def prune_token(session: Session, st: Statements, service: str, device_token: st
     token index, so rows MySQL no longer knows a holder of (a failure halfway, an old race) go too.
     The MySQL holders' rows are locked exclusively first (deletion wins, module doc); a user who
     registers the token meanwhile keeps it (that registration comes after the prune)."""
-    known = reg.holders_of_token(session, service, device_token)
-    locked = reg.lock_users(session, service, known, exclusive=True)
+    known = users_sql.holders_of_token(session, service, device_token)
+    locked = users_sql.lock_users(session, service, known, exclusive=True)
     holders = sorted(set(locked) | set(st.token_holders(service, device_token)))
     for user_id in holders:
         rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]
         remove_rows(st, service, user_id, rows, every_holder=True)
     st.run(st.forget_token_holder(service, device_token, u) for u in holders)
     for user_id in locked:
-        reg.delete_device(session, service, user_id, device_token)
+        users_sql.delete_device(session, service, user_id, device_token)
     # Committed with the device rows' deletion (the caller's transaction): the service hears of every
     # token Notee removed, so it can clean its own tables (the users whose device rows went).
     webhooks_sql.emit(

@@ -1,7 +1,8 @@
-"""The few MySQL reads the subscription domain needs beyond notee/store/registry_sql.py: the topic
-subscribe's lock and context read (one user or a thousand), the users' devices and every live template
-key for `notee reconcile`, the live CYCLE templates for the cycle calendar. Driver SQL (the hot path)
-and SQLAlchemy Core over registry_sql.py's Table objects; the caller owns the Session or Connection."""
+"""The few MySQL reads the subscription domain needs beyond notee/store/users_sql.py and
+templates_sql.py: the topic subscribe's lock and context read (one user or a thousand), the users'
+devices and every live template key for `notee reconcile`, the live CYCLE templates for the cycle
+calendar. Driver SQL (the hot path) and SQLAlchemy Core over their Table objects; the caller owns
+the Session or Connection."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
 
 from notee.store.cql import slot_zone
-from notee.store.registry_sql import device_t, template_t, user_t
+from notee.store.templates_sql import template_t
+from notee.store.users_sql import device_t, user_t
 
 # The topic subscribe's two statements (one request, or a group of them: notee.api.subscribe_groups),
 # sent as driver SQL on the DBAPI cursor of a Core connection (``_driver_rows``): it runs hundreds of
@@ -113,7 +115,7 @@ def subscribe_context(db: Session | Connection, service: str, type_: str, user_i
             devices = found.setdefault(a, [])
             if b is not None:
                 devices.append((created_at, b, c))
-    # registration order, as registry_sql.list_devices
+    # registration order, as users_sql.list_devices
     return SubscribeContext(keys, {u: [(token, os_) for _, token, os_ in sorted(d)] for u, d in found.items()})
 
 

@@ -51,7 +51,7 @@ from notee.core import clock, metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable, QuietDropped, QuietHoursNow
 from notee.core.logs import token_hint
 from notee.core.vocabulary import PageCounts, ProviderCredentials
-from notee.domain import registry
+from notee.domain import services, templates, users
 from notee.domain.credentials import credentials_box, load_credentials
 from notee.domain.render import Rendered, choose_variant, render
 from notee.domain.rules import check_data, check_send_inputs
@@ -490,11 +490,11 @@ def prepare_single(
     extra = check_data(data)
     check_send_inputs(variables, None)
     with runtime.sessions() as session:
-        service_row = registry.get_service(session, service)
+        service_row = services.get_service(session, service)
         dry_run = service_row.delivery_mode == "dry_run"
-        user = registry.get_user(session, service, user_id)
-        template = registry.get_template(session, runtime.statements, service, "SINGLE", type_)
-        devices = registry.list_devices(session, service, user_id)
+        user = users.get_user(session, service, user_id)
+        template = templates.get_template(session, runtime.statements, service, "SINGLE", type_)
+        devices = users.list_devices(session, service, user_id)
         now = db_now(session) if quiet_hours else None
     window = user.quiet_hours or service_row.quiet_hours
     if now is not None and window is not None:

@@ -26,8 +26,8 @@ from cassandra.cluster import ResponseFuture
 
 from notee.core.vocabulary import CycleTarget, TopicTarget
 from notee.domain.schedule import parse_canonical
-from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
+from notee.store import templates_sql
 from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def prune(
     def method_of(key: str) -> str | None:
         if key not in methods:
             with runtime.sessions() as s:
-                tpl = reg.get_template_by_key(s, key)
+                tpl = templates_sql.get_template_by_key(s, key)
             methods[key] = None if tpl is None else str(tpl.notification_method)
         return methods[key]
 

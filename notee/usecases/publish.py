@@ -38,7 +38,7 @@ from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
 from notee.domain.schedule import parse_local_time, validate_topic
 from notee.store import job_queue as store
-from notee.store import registry_sql
+from notee.store import services_sql, templates_sql, users_sql
 from notee.store.cql import Statements, max_slot, slot_zone
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.store.mysql import db_now
@@ -182,7 +182,7 @@ def create_job(
         existing = store.job_by_idempotency_key(session, service, idempotency_key)
         if existing is not None:
             return _same_request(existing, fingerprint)
-    template = registry_sql.get_template_by_key(session, notification_key)
+    template = templates_sql.get_template_by_key(session, notification_key)
     if template is None or template.service != service:
         raise NotFound("no such notification template")
     if (template.notification_method, template.notification_type) != (method, type_):
@@ -202,7 +202,7 @@ def create_job(
         variables,
         overrides,
     ).as_job_payload()
-    service_row = registry_sql.get_service(session, service)
+    service_row = services_sql.get_service(session, service)
     dry_run = service_row is not None and service_row.delivery_mode == "dry_run"
     # The slots the job walks, read before writing: the target's occupied slots when its template's
     # occupancy is known, else every slot that exists now (a scheduled job too: docs/API.md
@@ -226,8 +226,8 @@ def create_job(
         }
         if local_time is not None:
             plan["local_time"] = local_time
-        in_use = registry_sql.zones_in_use(session, service)
-        quiet_pairs = registry_sql.quiet_in_use(session, service)
+        in_use = users_sql.zones_in_use(session, service)
+        quiet_pairs = users_sql.quiet_in_use(session, service)
         zones = {z or default_zone for z in in_use} | {default_zone}
         clocks = {(z, service_quiet) for z in zones} | {(z or default_zone, w) for z, w in quiet_pairs}
         parts = plan_parts(plan, sorted(clocks, key=repr))
@@ -474,7 +474,7 @@ def publish_topic(
         parse_local_time(local_time)
     check_send_inputs(variables, overrides)
     when = check_send_at(session, runtime.settings, send_at)
-    template = registry_sql.get_template(session, service, "TOPIC", type_)
+    template = templates_sql.get_template(session, service, "TOPIC", type_)
     if template is None:
         raise NotFound(f"no TOPIC template of type {type_!r}")
     return create_job(
@@ -513,9 +513,9 @@ def schedule_single(
     check_send_inputs(variables, None)
     when = check_send_at(session, runtime.settings, send_at)
     assert when is not None
-    if registry_sql.get_user(session, service, user_id) is None:
+    if users_sql.get_user(session, service, user_id) is None:
         raise NotFound("no such user")
-    template = registry_sql.get_template(session, service, "SINGLE", type_)
+    template = templates_sql.get_template(session, service, "SINGLE", type_)
     if template is None:
         raise NotFound(f"no SINGLE template of type {type_!r}")
     return create_job(

@@ -46,7 +46,7 @@ from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscriptions import remove_rows
 from notee.store import cql as cqlstore
-from notee.store import registry_sql as reg
+from notee.store import services_sql, templates_sql, users_sql
 from notee.store import subscription_sql as subsql
 from notee.store.cql import IndexRow, Statements
 from notee.store.runtime import Runtime
@@ -107,9 +107,9 @@ def _remove_missing_devices(runtime: Runtime, service: str, user_id: str) -> int
     of devices it no longer has (a rotation or registration holding the lock has committed by then)."""
     st = runtime.statements
     with runtime.sessions.begin() as s:
-        if not reg.lock_users(s, service, [user_id], exclusive=True):
+        if not users_sql.lock_users(s, service, [user_id], exclusive=True):
             return 0  # deleted meanwhile: the next walk removes the whole partition
-        have = {d.device_token for d in reg.list_devices(s, service, user_id)}
+        have = {d.device_token for d in users_sql.list_devices(s, service, user_id)}
         rows = [r for r in st.user_rows(user_id, service) if not r.is_user_level and r.device_token not in have]
         if rows:
             remove_rows(st, service, user_id, rows)
@@ -136,16 +136,16 @@ def backfill_zones(runtime: Runtime, service: str | None = None) -> dict[str, in
     st = runtime.statements
     counts = {"services": 0, "users": 0, "rows": 0}
     with runtime.sessions() as s:
-        services = [r for r in reg.list_services(s) if service is None or r.service == service]
+        services = [r for r in services_sql.list_services(s) if service is None or r.service == service]
     for svc in services:
         if svc.slot_zones:
             continue
         after: str | None = None
         while True:
             with runtime.sessions.begin() as s:  # the caller owns the commit: it ends the batch's locks
-                users = reg.user_ids_page(s, svc.service, after, BACKFILL_USERS)
+                users = users_sql.user_ids_page(s, svc.service, after, BACKFILL_USERS)
                 if not users:
-                    reg.set_slot_zones(s, svc.service)
+                    services_sql.set_slot_zones(s, svc.service)
                     break
                 counts["rows"] += subscriptions.backfill_zones(s, st, svc.service, users)
             counts["users"] += len(users)
@@ -188,7 +188,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         if key is None or key in gone:
             return False
         with runtime.sessions() as s:
-            found = reg.get_template_by_key(s, key) is not None
+            found = templates_sql.get_template_by_key(s, key) is not None
         (live if found else gone).add(key)
         return found
 
@@ -317,7 +317,7 @@ def reconcile_batch(
         if key in live:
             return True
         with runtime.sessions() as s:
-            found = reg.get_template_by_key(s, key) is not None
+            found = templates_sql.get_template_by_key(s, key) is not None
         (live if found else gone).add(key)
         return found
 
@@ -372,7 +372,7 @@ def _clean_due_index(runtime: Runtime, started_us: int, is_live: Callable[[str |
             tpl = None
             if is_live(key):
                 with runtime.sessions() as s:
-                    tpl = reg.get_template_by_key(s, key)
+                    tpl = templates_sql.get_template_by_key(s, key)
             max_slots[key] = None if tpl is None else cqlstore.max_slot(st, svc, "CYCLE", tpl.notification_type)
         top = max_slots[key]
         alive = False

@@ -39,11 +39,11 @@ from notee.core.vocabulary import (
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.store import job_queue as store
-from notee.store import registry_sql
+from notee.store import users_sql
 from notee.store.cql import Statements, stream_recipients
 from notee.store.job_queue import Claim, JobGone
-from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.store.runtime import Runtime
+from notee.store.users_sql import UserClock, recipient_locales, user_clocks
 from notee.usecases.publish import in_part, placement, task_slots, task_unit
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
@@ -293,5 +293,5 @@ def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarg
         job = store.get_job(session, job_id)
         if job is None:
             raise JobGone(f"job {job_id} is gone (pruned?)")
-        rows = registry_sql.list_devices(session, job.service, target.user_id)
+        rows = users_sql.list_devices(session, job.service, target.user_id)
     return [Recipient(r.device_token, r.device_os, target.user_id) for r in rows]

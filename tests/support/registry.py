@@ -1,9 +1,9 @@
 """Registry rows for tests: one way to write each.
 
-``make_*`` write the rows with the store's own writers (``notee.store.registry``), the statements
-the registry domain runs, without the HTTP API or the domain's side effects: for store, domain,
-fan-out and scheduler tests. ``new_*`` go through the HTTP API (admin API for services and keys):
-for API tests, which need an API key and test that surface anyway.
+``make_*`` write the rows with the store's own writers (``notee.store.services_sql``, ``users_sql``,
+``templates_sql``), the statements the domain runs, without the HTTP API or the domain's side
+effects: for store, domain, fan-out and scheduler tests. ``new_*`` go through the HTTP API (admin
+API for services and keys): for API tests, which need an API key and test that surface anyway.
 
     headers = new_service(client, settings, service_id)          # {"Authorization": "Bearer nk_..."}
     user_id = new_user(client, headers, devices=[("tok-aaaaaaaa", "AOS")])
@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 from notee.core.crypto import SecretsBox
 from notee.core.settings import Settings
 from notee.domain.credentials import set_fcm_credentials
-from notee.store import registry_sql as store
+from notee.store import services_sql, templates_sql, users_sql
 from notee.store.runtime import Runtime
 
 
@@ -44,7 +44,7 @@ def random_token(prefix: str = "tok") -> str:
 def make_service(runtime: Runtime, service: str, tz: str = "Asia/Seoul", *, fcm: bool = False) -> str:
     """``fcm``: also store FCM credentials (encrypted as the admin API does), which sending needs."""
     with runtime.sessions.begin() as s:
-        store.insert_service(s, service=service, display_name=f"Test {service}", timezone=tz, now=_now())
+        services_sql.insert_service(s, service=service, display_name=f"Test {service}", timezone=tz, now=_now())
     if fcm:
         box = SecretsBox(runtime.settings.credentials_key.get_secret_value())
         with runtime.sessions.begin() as s:  # the caller owns the commit
@@ -56,7 +56,7 @@ def make_user(runtime: Runtime, service: str, service_user_id: str | None = None
     """A user row; returns its platform user_id."""
     user_id = str(uuid.uuid4())
     with runtime.sessions.begin() as s:
-        row = store.upsert_user(
+        row = users_sql.upsert_user(
             s, service=service, service_user_id=service_user_id or user_id, name="name", new_user_id=user_id, now=_now()
         )
     return str(row.user_id)
@@ -65,7 +65,7 @@ def make_user(runtime: Runtime, service: str, service_user_id: str | None = None
 def make_device(runtime: Runtime, service: str, user_id: str, token: str, os: str = "AOS") -> str:
     """A device row only: unlike registering through the API, the user's subscriptions are not copied."""
     with runtime.sessions.begin() as s:
-        store.upsert_device(s, service=service, user_id=user_id, token=token, os=os, region="KR", now=_now())
+        users_sql.upsert_device(s, service=service, user_id=user_id, token=token, os=os, region="KR", now=_now())
     return token
 
 
@@ -74,17 +74,9 @@ def make_template(
 ) -> str:
     """A template row; returns its notification_key."""
     with runtime.sessions.begin() as s:
-        row = store.upsert_template(
+        row = templates_sql.upsert_template(
             s,
-            service=service,
-            method=method,
-            type_=type_,
-            title=title,
-            body=body,
-            data=None,
-            defaults=None,
-            ttl_seconds=None,
-            priority="high",
+            templates_sql.TemplateRow(service, method, type_, title, body, priority="high"),
             new_key=str(uuid.uuid4()),
             now=_now(),
         )

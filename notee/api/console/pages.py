@@ -18,7 +18,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.health import check_stores
 from notee.core.errors import NoteeError, NotFound, Unauthorized
 from notee.core.settings import Settings
-from notee.domain import console, insight, registry
+from notee.domain import console, insight, services
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix=web.PREFIX, include_in_schema=False)
@@ -115,28 +115,28 @@ def _services_page(
     query = request.query_params
     prefix = (find if find is not None else query.get("q") or "").strip().upper()[:32]
     after = query.get("after") or None
-    services = registry.services_page(db, prefix=prefix, after=after, limit=SERVICES_PAGE + 1)
-    more = len(services) > SERVICES_PAGE
-    services = services[:SERVICES_PAGE]
-    keys = registry.api_keys_by_service(db, [s.service for s in services])
+    found = services.services_page(db, prefix=prefix, after=after, limit=SERVICES_PAGE + 1)
+    more = len(found) > SERVICES_PAGE
+    page = found[:SERVICES_PAGE]
+    keys = services.api_keys_by_service(db, [s.service for s in page])
     activity = {summary.service: summary.totals for summary in insight.delivery_summaries(db, hours=24)}
     return web.render(
         request,
         "services.html",
         who,
         status_code,
-        services=services,
+        services=page,
         keys=keys,
         activity=activity,
         prefix=prefix,
-        next_after=services[-1].service if more else None,
+        next_after=page[-1].service if more else None,
         error=error,
         new_key=new_key,
     )
 
 
 @router.get("/services")
-def services(request: Request, who: SessionDep, db: DbDep) -> Response:
+def show_services(request: Request, who: SessionDep, db: DbDep) -> Response:
     _require_admin(who)
     return _services_page(request, who, db)
 
@@ -145,7 +145,7 @@ def services(request: Request, who: SessionDep, db: DbDep) -> Response:
 def create_service(request: Request, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
     _require_admin(who)
     try:
-        registry.create_service(
+        services.create_service(
             db,
             service=form.get("service", "").strip(),
             display_name=form.get("display_name", "").strip(),
@@ -163,7 +163,7 @@ def create_service(request: Request, who: SessionDep, form: PostedForm, db: DbDe
 def create_key(request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
     """The new key is on this one page (not stored, not in a redirect URL); Notee keeps its hash."""
     _require_admin(who)
-    created = registry.create_api_key(db, service, label=form.get("label", "").strip()[:100])
+    created = services.create_api_key(db, service, label=form.get("label", "").strip()[:100])
     db.commit()
     return _services_page(request, who, db, new_key={"service": service, "api_key": created.api_key}, find=service)
 
@@ -171,7 +171,7 @@ def create_key(request: Request, service: str, who: SessionDep, form: PostedForm
 @router.post("/services/{service}/keys/{key_id}/revoke")
 def revoke_key(request: Request, service: str, key_id: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
     _require_admin(who)
-    registry.revoke_api_key(db, service, key_id)
+    services.revoke_api_key(db, service, key_id)
     db.commit()
     key_cache(request).forget(key_id)
     return web.redirect(f"{web.PREFIX}/services?{urlencode({'q': service})}")

@@ -24,9 +24,10 @@ from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
 from notee.core.errors import InvalidInput, NoteeError, NotFound
 from notee.core.vocabulary import JobState
-from notee.domain import insight, registry
+from notee.domain import insight, services, templates
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
+from notee.domain.templates import TemplateInput
 from notee.usecases import publish as jobs
 
 router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
@@ -37,10 +38,10 @@ LIST_LIMIT = 50
 TOPICS_PAGE = 100
 
 
-def _open(db: DbDep, who: ConsoleSession, service: str) -> registry.Service:
+def _open(db: DbDep, who: ConsoleSession, service: str) -> services.Service:
     """The service, if this session may see it (404 otherwise, whichever the reason)."""
     who.principal.check_service(service)
-    return registry.get_service(db, service)
+    return services.get_service(db, service)
 
 
 def _job_id(job_id: str) -> str:
@@ -68,15 +69,15 @@ def _templates_page(
     status_code: int = 200,
     **ctx: Any,
 ) -> Response:
-    templates = registry.list_templates(db, runtime.statements, service)
+    listed = templates.list_templates(db, runtime.statements, service)
     ctx.setdefault("error", None)
     ctx.setdefault("saved", None)
     ctx.setdefault("form", {})
-    return _page(request, "templates.html", who, service, status_code, templates=templates, methods=METHODS, **ctx)
+    return _page(request, "templates.html", who, service, status_code, templates=listed, methods=METHODS, **ctx)
 
 
 @router.get("/templates")
-def templates(
+def show_templates(
     request: Request, service: str, who: SessionDep, db: DbDep, runtime: RuntimeDep, saved: str | None = None
 ) -> Response:
     _open(db, who, service)
@@ -104,12 +105,7 @@ def save_template(
     method, type_ = form.get("method", ""), form.get("type", "").strip()
     try:
         ttl = form.get("ttl_seconds", "").strip()
-        registry.put_template(
-            db,
-            runtime.statements,
-            service,
-            method,
-            type_,
+        given = TemplateInput(
             title=form.get("title", ""),
             body=form.get("body", "").replace("\r\n", "\n"),
             data=_pairs(form.get("data", ""), "data"),
@@ -117,6 +113,7 @@ def save_template(
             ttl_seconds=int(ttl) if ttl.isdigit() else None,
             priority=form.get("priority", "high"),
         )
+        templates.put_template(db, runtime.statements, service, method, type_, given)
         db.commit()
     except NoteeError as exc:
         db.rollback()
@@ -157,7 +154,7 @@ def _publish_page(
     status_code: int = 200,
     **ctx: Any,
 ) -> Response:
-    types = [t.type for t in registry.list_templates(db, runtime.statements, service) if t.method == "TOPIC"]
+    types = [t.type for t in templates.list_templates(db, runtime.statements, service) if t.method == "TOPIC"]
     ctx.setdefault("error", None)
     ctx.setdefault("form", {})
     return _page(request, "publish.html", who, service, status_code, types=types, **ctx)
@@ -233,7 +230,7 @@ def jobs_page(
 ) -> Response:
     _open(db, who, service)
     filters = _job_filters(state, method, type)
-    types = sorted({t.type for t in registry.list_templates(db, runtime.statements, service) if t.method != "SINGLE"})
+    types = sorted({t.type for t in templates.list_templates(db, runtime.statements, service) if t.method != "SINGLE"})
     query = urlencode({k: v for k, v in filters.items() if v})
     return _page(
         request,

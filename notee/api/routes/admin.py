@@ -52,7 +52,7 @@ from notee.api.routes.publish import (
     status_of,
 )
 from notee.core.vocabulary import RateClass
-from notee.domain import credentials, ratelimit, registry
+from notee.domain import credentials, ratelimit, services
 from notee.domain.rules import SERVICE_PATTERN
 from notee.usecases import publish as jobs
 
@@ -65,9 +65,9 @@ RateClassPath = Annotated[RateClass, Path(description="publish | send | write | 
 
 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))
-def create_service(body: ServiceIn, db: DbDep) -> registry.Service:
+def create_service(body: ServiceIn, db: DbDep) -> services.Service:
     """Create a tenant. Its timezone (IANA) defaults to Asia/Seoul."""
-    created = registry.create_service(
+    created = services.create_service(
         db,
         service=body.service,
         display_name=body.display_name,
@@ -81,20 +81,20 @@ def create_service(body: ServiceIn, db: DbDep) -> registry.Service:
 @router.get("/services", response_model=ServiceList)
 def list_services(db: DbDep) -> ServiceList:
     """Every service (tenant) of this deployment."""
-    return ServiceList(items=[ServiceOut.model_validate(s) for s in registry.list_services(db)])
+    return ServiceList(items=[ServiceOut.model_validate(s) for s in services.list_services(db)])
 
 
 @router.get("/services/{service}", response_model=ServiceOut, responses=errors(404))
-def get_service(service: ServicePath, db: DbDep) -> registry.Service:
+def get_service(service: ServicePath, db: DbDep) -> services.Service:
     """One service: its display name, default time zone and creation time."""
-    return registry.get_service(db, service)
+    return services.get_service(db, service)
 
 
 @router.patch("/services/{service}", response_model=ServiceOut, responses=errors(404))
-def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> registry.Service:
+def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> services.Service:
     """Set the delivery mode: ``dry_run`` sends nothing (the log provider records each push), ``live``
     sends. Jobs already made keep the mode they were made in."""
-    updated = registry.set_delivery_mode(db, service, body.delivery_mode)
+    updated = services.set_delivery_mode(db, service, body.delivery_mode)
     db.commit()
     return updated
 
@@ -102,7 +102,7 @@ def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> regi
 @router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))
 def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None) -> ApiKeyCreated:
     """Create an API key. The key is in this response only; Notee keeps its SHA-256."""
-    created = registry.create_api_key(db, service, label=body.label if body else "")
+    created = services.create_api_key(db, service, label=body.label if body else "")
     db.commit()
     return ApiKeyCreated(**ApiKeyOut.model_validate(created.info).model_dump(), api_key=created.api_key)
 
@@ -110,14 +110,14 @@ def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None
 @router.get("/services/{service}/api-keys", response_model=ApiKeyList, responses=errors(404))
 def list_api_keys(service: ServicePath, db: DbDep) -> ApiKeyList:
     """Every key of the service, revoked ones included; never a secret."""
-    return ApiKeyList(items=[ApiKeyOut.model_validate(k) for k in registry.list_api_keys(db, service)])
+    return ApiKeyList(items=[ApiKeyOut.model_validate(k) for k in services.list_api_keys(db, service)])
 
 
 @router.delete("/services/{service}/api-keys/{key_id}", status_code=204, response_class=Response, responses=errors(404))
 def revoke_api_key(request: Request, service: ServicePath, key_id: KeyIdPath, db: DbDep) -> None:
     """Revoke a key: refused from the next request on by this process, within `NOTEE_API_KEY_CACHE_S`
     by any other."""
-    registry.revoke_api_key(db, service, key_id)
+    services.revoke_api_key(db, service, key_id)
     db.commit()
     key_cache(request).forget(key_id)
 
@@ -172,7 +172,7 @@ def _limit_out(klass: RateClass, limit: ratelimit.Limit) -> RateLimitOut:
 @router.get("/services/{service}/rate-limits", response_model=RateLimitList, responses=errors(404))
 def get_rate_limits(service: ServicePath, db: DbDep, request: Request) -> RateLimitList:
     """The service's limit of each class: the admin's, or the deployment default."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     limits = ratelimit.get_limits(db, request.app.state.settings, service)
     return RateLimitList(items=[_limit_out(k, v) for k, v in limits.items()])
 
@@ -182,7 +182,7 @@ def put_rate_limit(
     service: ServicePath, rate_class: RateClassPath, body: RateLimitIn, db: DbDep, request: Request
 ) -> RateLimitOut:
     """Set one class's limit for this service; every API process applies it from the next request."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     klass = ratelimit.check_class(rate_class)
     limit = ratelimit.set_limit(db, request.app.state.settings, service, klass, rate=body.rate, burst=body.burst)
     db.commit()
@@ -195,7 +195,7 @@ def put_rate_limit(
 )
 def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep, request: Request) -> None:
     """Back to the deployment default (idempotent)."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     ratelimit.reset_limit(db, service, rate_class)
     db.commit()
     request.app.state.allowance.forget(service)
@@ -214,7 +214,7 @@ def list_service_jobs(
     limit: JobLimitQuery = 50,
 ) -> JobList:
     """Any service's jobs, newest first, with the filters and cursor of `GET /v1/jobs`."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     return job_page(
         db,
         service,
@@ -242,7 +242,7 @@ def list_dead_letters(
     service: ServicePath, db: DbDep, limit: LimitQuery = 100, before_id: BeforeQuery = None, job_id: JobQuery = None
 ) -> DeadLetterList:
     """A service's dead letters, newest first."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     return list_letters(db, service, limit, before_id, job_id)
 
 
@@ -254,7 +254,7 @@ async def replay_dead_letters(
 
     def check() -> None:
         with runtime.sessions() as session:
-            registry.get_service(session, service)
+            services.get_service(session, service)
 
     await asyncio.to_thread(check)
     return await replay(request, service, body)

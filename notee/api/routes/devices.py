@@ -13,7 +13,7 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
 from notee.core.logs import token_hint
-from notee.domain import registry, subscriptions
+from notee.domain import subscriptions, users
 from notee.domain.rules import TOKEN_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["devices"])
@@ -27,16 +27,16 @@ _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "descript
 @router.post("/users/{user_id}/devices", response_model=DeviceOut, responses=_CREATED | errors(404))
 def add_device(
     user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
-) -> registry.Device:
+) -> users.Device:
     """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
-    device = registry.add_device(
+    device = users.add_device(
         db,
         service,
         str(user_id),
         token=body.token,
         os=body.os,
         region=body.region,
-        locale=body.locale if "locale" in body.model_fields_set else registry.KEEP,
+        locale=body.locale if "locale" in body.model_fields_set else users.KEEP,
     )
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
     subscriptions.on_device_added(db, runtime.statements, service, str(user_id), body.token, body.os)
@@ -48,7 +48,7 @@ def add_device(
 @router.get("/users/{user_id}/devices", response_model=DeviceList, responses=errors(404))
 def list_devices(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> DeviceList:
     """Every device (push token) of the user."""
-    return DeviceList(items=[DeviceOut.model_validate(d) for d in registry.list_devices(db, service, str(user_id))])
+    return DeviceList(items=[DeviceOut.model_validate(d) for d in users.list_devices(db, service, str(user_id))])
 
 
 @router.delete("/users/{user_id}/devices/{token:path}", status_code=204, response_class=Response, responses=errors(404))
@@ -60,7 +60,7 @@ def delete_device(
     runtime: RuntimeDep,
 ) -> None:
     """Remove a device and its subscription rows. The token is URL-encoded in the path."""
-    registry.remove_device(db, runtime.statements, service, str(user_id), token)
+    users.remove_device(db, runtime.statements, service, str(user_id), token)
     db.commit()
 
 
@@ -68,7 +68,7 @@ def delete_device(
 def rotate_token(body: RotateIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> RotateOut:
     """The provider replaced a token: every user of this service holding old_token gets new_token,
     keeping the device's registration time and subscriptions."""
-    rotated = registry.rotate_token(db, runtime.statements, service, old_token=body.old_token, new_token=body.new_token)
+    rotated = users.rotate_token(db, runtime.statements, service, old_token=body.old_token, new_token=body.new_token)
     db.commit()
     return RotateOut(rotated=rotated)
 

@@ -19,7 +19,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, errors
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import JobState
-from notee.domain import insight, registry
+from notee.domain import insight, services
 from notee.domain.rules import SERVICE_PATTERN, TYPE_PATTERN
 from notee.store.runtime import Runtime
 
@@ -244,7 +244,7 @@ def get_delivery_summary(db: DbDep, service: ServiceDep, hours: SummaryHours = 2
 @admin_router.get("/services/{service}/subscriber-counts", response_model=SubscriberCounts, responses=errors(404))
 def admin_get_subscriber_counts(service: ServicePath, db: DbDep, runtime: RuntimeDep) -> SubscriberCounts:
     """Any service's subscribed users per TOPIC and CYCLE template."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     return _subscriber_counts(db, runtime, service)
 
 
@@ -258,7 +258,7 @@ def admin_list_topics(
     limit: TopicLimit = 100,
 ) -> TopicList:
     """Any service's topics that have subscribers."""
-    registry.get_service(db, service)
+    services.get_service(db, service)
     return _topics(db, runtime, service, type, cursor, limit)
 
 
@@ -273,7 +273,7 @@ def admin_get_calendar(
 ) -> CalendarOut:
     """The cycle calendar of every service (or one)."""
     if service is not None:
-        registry.get_service(db, service)
+        services.get_service(db, service)
     return calendar_out(insight.cycle_calendar(db, runtime.statements, service, hours=hours))
 
 

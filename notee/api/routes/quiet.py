@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep
 from notee.api.models import QuietHours, errors, quiet_out
-from notee.domain import registry
+from notee.domain import schedule, services
 
 router = APIRouter(prefix="/v1/service", tags=["quiet hours"])
 
@@ -26,14 +26,14 @@ class ServiceQuietHours(BaseModel):
 @router.get("/quiet-hours", response_model=ServiceQuietHours)
 def get_quiet_hours(service: ServiceDep, db: DbDep) -> ServiceQuietHours:
     """The service's quiet hours (null: none)."""
-    return ServiceQuietHours(quiet_hours=quiet_out(registry.get_service(db, service).quiet_hours))
+    return ServiceQuietHours(quiet_hours=quiet_out(services.get_service(db, service).quiet_hours))
 
 
 @router.put("/quiet-hours", response_model=ServiceQuietHours, responses=errors(422))
 def put_quiet_hours(body: ServiceQuietHours, service: ServiceDep, db: DbDep) -> ServiceQuietHours:
     """Set (or, with null, clear) the service's quiet hours. TOPIC publishes made from now on hold (or
     drop, as their template says) pushes due inside the window; cycle pushes are never affected."""
-    window = registry.check_quiet_hours(body.quiet_hours.model_dump() if body.quiet_hours else None)
-    updated = registry.set_quiet_hours(db, service, window)
+    window = schedule.check_quiet_hours(body.quiet_hours.model_dump() if body.quiet_hours else None)
+    updated = services.set_quiet_hours(db, service, window)
     db.commit()
     return ServiceQuietHours(quiet_hours=quiet_out(updated.quiet_hours))

@@ -10,8 +10,9 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import TemplateIn, TemplateList, TemplateOut, errors
 from notee.core.vocabulary import Method
-from notee.domain import registry
+from notee.domain import templates
 from notee.domain.rules import TYPE_PATTERN
+from notee.domain.templates import TemplateInput
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
@@ -30,15 +31,10 @@ def put_template(
     db: DbDep,
     runtime: RuntimeDep,
     response: Response,
-) -> registry.Template:
+) -> templates.Template:
     """Create or update (201 when created). notification_key never changes; the version is bumped.
     A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
-    template = registry.put_template(
-        db,
-        runtime.statements,
-        service,
-        method,
-        type_,
+    given = TemplateInput(
         title=body.title,
         body=body.body,
         data=body.data,
@@ -48,6 +44,7 @@ def put_template(
         variants={k: v.model_dump(exclude_none=True) for k, v in body.variants.items()} if body.variants else None,
         quiet_hours=body.quiet_hours,
     )
+    template = templates.put_template(db, runtime.statements, service, method, type_, given)
     db.commit()
     response.status_code = 201 if template.created else 200
     return template
@@ -57,20 +54,20 @@ def put_template(
 def list_templates(service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> TemplateList:
     """Every template of the service."""
     return TemplateList(
-        items=[TemplateOut.model_validate(t) for t in registry.list_templates(db, runtime.statements, service)]
+        items=[TemplateOut.model_validate(t) for t in templates.list_templates(db, runtime.statements, service)]
     )
 
 
 @router.get("/{method}/{type}", response_model=TemplateOut, responses=errors(404))
 def get_template(
     method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
-) -> registry.Template:
+) -> templates.Template:
     """One template by method and type."""
-    return registry.get_template(db, runtime.statements, service, method, type_)
+    return templates.get_template(db, runtime.statements, service, method, type_)
 
 
 @router.delete("/{method}/{type}", status_code=204, response_class=Response, responses=errors(404))
 def delete_template(method: MethodPath, type_: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the template and its subscriptions."""
-    registry.delete_template(db, runtime.statements, service, method, type_)
+    templates.delete_template(db, runtime.statements, service, method, type_)
     db.commit()

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Path, Response
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import UserIn, UserOut, errors
-from notee.domain import registry
-from notee.domain.registry import KEEP
+from notee.domain import users
+from notee.domain.users import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
@@ -27,10 +27,10 @@ def put_user(
     db: DbDep,
     runtime: RuntimeDep,
     response: Response,
-) -> registry.User:
+) -> users.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
     given = body.model_fields_set
-    user = registry.upsert_user(
+    user = users.upsert_user(
         db,
         lambda: runtime.statements,
         service,
@@ -46,13 +46,13 @@ def put_user(
 
 
 @router.get("/{user_id}", response_model=UserOut, responses=errors(404))
-def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> registry.User:
+def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> users.User:
     """One user by Notee's user_id."""
-    return registry.get_user(db, service, str(user_id))
+    return users.get_user(db, service, str(user_id))
 
 
 @router.delete("/{user_id}", status_code=204, response_class=Response, responses=errors(404))
 def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the user, its devices and its subscriptions."""
-    registry.delete_user(db, runtime.statements, service, str(user_id))
+    users.delete_user(db, runtime.statements, service, str(user_id))
     db.commit()

@@ -1,4 +1,5 @@
-"""Registry SQL: services, API keys, provider credentials, users, devices, templates.
+"""Users SQL: the ``user`` and ``device`` tables (a service's users, their profile and quiet hours,
+their devices and tokens), and the per-page recipient reads of fan-out (locales, clocks).
 
 SQLAlchemy Core over the tables of ``schema/mysql/0001_core.sql`` (the DDL lives there; these
 ``Table`` objects only describe columns for queries). Every function takes the caller's Session
@@ -12,12 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     Column,
     ColumnElement,
     DateTime,
     Integer,
-    LargeBinary,
     MetaData,
     String,
     Table,
@@ -33,39 +32,6 @@ from sqlalchemy.orm import Session
 from notee.store.mysql import AnyRow, affected
 
 metadata = MetaData()
-
-service_t = Table(
-    "service",
-    metadata,
-    Column("service", String(32), primary_key=True),
-    Column("display_name", String(200)),
-    Column("timezone", String(64)),
-    Column("quiet_start", Integer, nullable=True),
-    Column("quiet_end", Integer, nullable=True),
-    Column("slot_zones", Integer),  # 1: every topic slot row carries its recipient's zone (0024)
-    Column("delivery_mode", String(7)),
-    Column("created_at", DateTime),
-)
-
-api_key_t = Table(
-    "api_key",
-    metadata,
-    Column("key_id", String(16), primary_key=True),
-    Column("service", String(32)),
-    Column("key_hash", LargeBinary(32)),
-    Column("label", String(100)),
-    Column("created_at", DateTime),
-    Column("revoked_at", DateTime, nullable=True),
-)
-
-credentials_t = Table(
-    "provider_credentials",
-    metadata,
-    Column("service", String(32), primary_key=True),
-    Column("fcm_encrypted", LargeBinary, nullable=True),
-    Column("apns_encrypted", LargeBinary, nullable=True),
-    Column("updated_at", DateTime),
-)
 
 user_t = Table(
     "user",
@@ -94,166 +60,6 @@ device_t = Table(
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
 )
-
-template_t = Table(
-    "notification_template",
-    metadata,
-    Column("service", String(32), primary_key=True),
-    Column("notification_method", String(6), primary_key=True),
-    Column("notification_type", String(64), primary_key=True),
-    Column("title", String(200)),
-    Column("body", String(2000)),
-    Column("data", JSON, nullable=True),
-    Column("defaults", JSON, nullable=True),
-    Column("variants", JSON, nullable=True),
-    Column("ttl_seconds", Integer, nullable=True),
-    Column("priority", String(6)),
-    Column("quiet_hours", String(4)),
-    Column("notification_key", String(36)),
-    Column("created_at", DateTime),
-    Column("updated_at", DateTime),
-)
-
-# --- services ---------------------------------------------------------------------------------
-
-
-def insert_service(
-    session: Session, *, service: str, display_name: str, timezone: str, now: datetime, delivery_mode: str = "live"
-) -> None:
-    """Raises IntegrityError when the service exists. A new service has no slot rows yet, and every
-    writer stores the zone, so its rows all carry one (``slot_zones``)."""
-    session.execute(
-        service_t.insert().values(
-            service=service,
-            display_name=display_name,
-            timezone=timezone,
-            delivery_mode=delivery_mode,
-            created_at=now,
-            slot_zones=1,
-        )
-    )
-
-
-def set_slot_zones(session: Session, service: str) -> None:
-    """Record that every topic slot row of the service carries its zone (``notee backfill-zones``)."""
-    session.execute(update(service_t).where(service_t.c.service == service).values(slot_zones=1))
-
-
-def set_delivery_mode(session: Session, service: str, delivery_mode: str) -> bool:
-    """False when the service does not exist."""
-    found = session.execute(
-        select(service_t.c.service).where(service_t.c.service == service).with_for_update()
-    ).one_or_none()
-    if found is None:
-        return False
-    session.execute(update(service_t).where(service_t.c.service == service).values(delivery_mode=delivery_mode))
-    return True
-
-
-def get_service(session: Session, service: str) -> AnyRow | None:
-    return session.execute(select(service_t).where(service_t.c.service == service)).one_or_none()
-
-
-def list_services(session: Session) -> list[AnyRow]:
-    return list(session.execute(select(service_t).order_by(service_t.c.service)).all())
-
-
-def services_page(session: Session, *, prefix: str, after: str | None, limit: int) -> list[AnyRow]:
-    """Services whose id starts with ``prefix``, after ``after``, in id order (a primary-key range)."""
-    query = select(service_t).where(service_t.c.service.startswith(prefix, autoescape=True))
-    if after is not None:
-        query = query.where(service_t.c.service > after)
-    return list(session.execute(query.order_by(service_t.c.service).limit(limit)).all())
-
-
-# --- api keys ---------------------------------------------------------------------------------
-
-
-def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str, now: datetime) -> None:
-    session.execute(
-        api_key_t.insert().values(
-            key_id=key_id, service=service, key_hash=key_hash, label=label, created_at=now, revoked_at=None
-        )
-    )
-
-
-def get_api_key(session: Session, key_id: str) -> AnyRow | None:
-    return session.execute(
-        select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at).where(api_key_t.c.key_id == key_id)
-    ).one_or_none()
-
-
-def list_api_keys(session: Session, service: str) -> list[AnyRow]:
-    return list(
-        session.execute(
-            select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
-            .where(api_key_t.c.service == service)
-            .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
-        )
-    )
-
-
-def api_keys_of(session: Session, services: list[str]) -> list[AnyRow]:
-    """The keys of several services in one query (the console's services page)."""
-    if not services:
-        return []
-    return list(
-        session.execute(
-            select(
-                api_key_t.c.service,
-                api_key_t.c.key_id,
-                api_key_t.c.label,
-                api_key_t.c.created_at,
-                api_key_t.c.revoked_at,
-            )
-            .where(api_key_t.c.service.in_(services))
-            .order_by(api_key_t.c.service, api_key_t.c.created_at, api_key_t.c.key_id)
-        )
-    )
-
-
-def revoke_api_key(session: Session, *, service: str, key_id: str, now: datetime) -> bool:
-    """Revoke one key of ``service``; True if the key exists (revoking twice is fine)."""
-    found = session.execute(
-        select(api_key_t.c.revoked_at).where(and_(api_key_t.c.key_id == key_id, api_key_t.c.service == service))
-    ).one_or_none()
-    if found is None:
-        return False
-    if found.revoked_at is None:
-        session.execute(update(api_key_t).where(api_key_t.c.key_id == key_id).values(revoked_at=now))
-    return True
-
-
-# --- provider credentials -----------------------------------------------------------------------
-
-
-def upsert_credential(session: Session, *, service: str, column: str, blob: bytes | None, now: datetime) -> None:
-    """Set (or clear, with None) one provider's encrypted blob; ``column`` is fcm_encrypted|apns_encrypted."""
-    if column not in ("fcm_encrypted", "apns_encrypted"):
-        raise ValueError(column)
-    stmt = mysql_insert(credentials_t).values(service=service, updated_at=now, **{column: blob})
-    stmt = stmt.on_duplicate_key_update({column: stmt.inserted[column], "updated_at": stmt.inserted.updated_at})
-    session.execute(stmt)
-
-
-def get_credentials(session: Session, service: str) -> AnyRow | None:
-    return session.execute(select(credentials_t).where(credentials_t.c.service == service)).one_or_none()
-
-
-def lock_all_credentials(session: Session) -> list[AnyRow]:
-    """Every credentials row, locked until the caller's transaction ends (key rotation)."""
-    return list(session.execute(select(credentials_t).order_by(credentials_t.c.service).with_for_update()).all())
-
-
-def replace_credential_blobs(
-    session: Session, *, service: str, fcm: bytes | None, apns: bytes | None, now: datetime
-) -> None:
-    session.execute(
-        credentials_t.update()
-        .where(credentials_t.c.service == service)
-        .values(fcm_encrypted=fcm, apns_encrypted=apns, updated_at=now)
-    )
-
 
 # --- users ------------------------------------------------------------------------------------
 
@@ -469,15 +275,6 @@ def quiet_in_use(session: Session, service: str) -> list[UserClock]:
     return [(r[0], (int(r[1]), int(r[2]))) for r in rows]
 
 
-def set_service_quiet(session: Session, service: str, window: tuple[int, int] | None) -> bool:
-    """Set (or clear, None) a service's quiet hours; False when no such service."""
-    start, end = window if window is not None else (None, None)
-    result = session.execute(
-        update(service_t).where(service_t.c.service == service).values(quiet_start=start, quiet_end=end)
-    )
-    return affected(result) == 1 or get_service(session, service) is not None
-
-
 def zones_in_use(session: Session, service: str) -> list[str | None]:
     """The distinct time zones of a service's users (None: users without one), ix_user_timezone."""
     return [r[0] for r in session.execute(select(user_t.c.timezone).where(user_t.c.service == service).distinct())]
@@ -530,94 +327,3 @@ def rotate_token(
         .values(device_token=new, updated_at=now)
     )
     return len(holders)
-
-
-# --- templates --------------------------------------------------------------------------------
-
-
-def _template_key(service: str, method: str, type_: str) -> ColumnElement[bool]:
-    return and_(
-        template_t.c.service == service,
-        template_t.c.notification_method == method,
-        template_t.c.notification_type == type_,
-    )
-
-
-def upsert_template(
-    session: Session,
-    *,
-    service: str,
-    method: str,
-    type_: str,
-    title: str,
-    body: str,
-    data: dict[str, str] | None,
-    defaults: dict[str, str] | None,
-    ttl_seconds: int | None,
-    priority: str,
-    new_key: str,
-    now: datetime,
-    variants: dict[str, Any] | None = None,
-    quiet_hours: str = "hold",
-) -> AnyRow:
-    """Create or update; notification_key is only written on creation, so it stays stable."""
-    stmt = mysql_insert(template_t).values(
-        service=service,
-        notification_method=method,
-        notification_type=type_,
-        title=title,
-        body=body,
-        data=data,
-        defaults=defaults,
-        variants=variants,
-        ttl_seconds=ttl_seconds,
-        priority=priority,
-        quiet_hours=quiet_hours,
-        notification_key=new_key,
-        created_at=now,
-        updated_at=now,
-    )
-    stmt = stmt.on_duplicate_key_update(
-        title=stmt.inserted.title,
-        body=stmt.inserted.body,
-        data=stmt.inserted.data,
-        defaults=stmt.inserted.defaults,
-        variants=stmt.inserted.variants,
-        quiet_hours=stmt.inserted.quiet_hours,
-        ttl_seconds=stmt.inserted.ttl_seconds,
-        priority=stmt.inserted.priority,
-        updated_at=stmt.inserted.updated_at,
-    )
-    session.execute(stmt)
-    return session.execute(select(template_t).where(_template_key(service, method, type_))).one()
-
-
-def get_template(session: Session, service: str, method: str, type_: str) -> AnyRow | None:
-    return session.execute(select(template_t).where(_template_key(service, method, type_))).one_or_none()
-
-
-def get_template_by_key(session: Session, notification_key: str) -> AnyRow | None:
-    """For fan-out jobs and the scheduler (uq_template_key)."""
-    return session.execute(select(template_t).where(template_t.c.notification_key == notification_key)).one_or_none()
-
-
-def list_templates(session: Session, service: str) -> list[AnyRow]:
-    return list(
-        session.execute(
-            select(template_t)
-            .where(template_t.c.service == service)
-            .order_by(template_t.c.notification_method, template_t.c.notification_type)
-        )
-    )
-
-
-def delete_template(session: Session, service: str, method: str, type_: str) -> int:
-    return affected(session.execute(delete(template_t).where(_template_key(service, method, type_))))
-
-
-def count_rows(session: Session, service: str) -> dict[str, Any]:
-    """Rows a service owns per table (tests: "nothing was written")."""
-    out: dict[str, Any] = {}
-    for t in (api_key_t, credentials_t, user_t, device_t, template_t):
-        out[t.name] = session.execute(select(func.count()).select_from(t).where(t.c.service == service)).scalar_one()
-    return out
