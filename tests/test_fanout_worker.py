@@ -10,7 +10,7 @@ import time
 from sqlalchemy import event
 
 from notee.core.vocabulary import SLOT_SIZE, PageCounts
-from notee.store import job_queue as store
+from notee.store import jobs_sql, task_leases
 from notee.worker.lanes import Worker
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import (
@@ -86,7 +86,7 @@ def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emul
     try:
         first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
         assert task.state == "queued" and task.sent == 60 and task.current_slot == 0
         run_worker_until_idle(rt, [service_id], lanes=1, fetch_size=60)
     finally:
@@ -117,12 +117,12 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
     try:
         pages_sent = first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
         assert pages_sent == [50]
         assert (task.state, task.sent, task.current_slot, task.pages) == ("queued", 50, 2, 1)
         run_worker_until_idle(rt, [service_id], lanes=1, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
     finally:
         rt.close()
     assert (task.state, task.pages) == ("done", 2)
@@ -157,7 +157,7 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
     key = topic_template(runtime, service_id)
     topic_job(runtime, service_id, key, "k")
     lease_s = 0.6
-    claim = store.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
+    claim = task_leases.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
     worker = Worker(runtime, send_page=None, lease_s=lease_s)
 
     async def hold(seconds):
@@ -168,8 +168,8 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
         return lost.is_set()
 
     assert asyncio.run(hold(2.0)) is False  # kept for > 3 leases
-    assert store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None
+    assert task_leases.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None
     time.sleep(lease_s + 0.3)  # keeper gone: the lease runs out
-    other = store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id])
+    other = task_leases.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id])
     assert other is not None and other.attempts == 2
-    store.complete(runtime.sessions, other, counts=PageCounts())
+    task_leases.complete(runtime.sessions, other, counts=PageCounts())

@@ -26,6 +26,7 @@ from notee.core.errors import Conflict, InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import (
     CycleTarget,
+    JobFilter,
     Progress,
     Target,
     TopicTarget,
@@ -37,10 +38,10 @@ from notee.core.vocabulary import (
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
 from notee.domain.schedule import parse_local_time, validate_topic
-from notee.store import job_queue as store
-from notee.store import registry_sql
+from notee.store import jobs_sql, registry_sql
 from notee.store.cql import Statements, max_slot, slot_zone
-from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
+from notee.store.jobs_sql import JobRow as JobRow  # re-exported: the API names jobs through this layer
+from notee.store.jobs_sql import NewJob
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 
@@ -116,7 +117,7 @@ def check_send_at(session: Session, settings: Settings, send_at: datetime | None
     if send_at is None:
         return None
     moment = clock.naive_utc(send_at)
-    now = store.db_now(session)
+    now = db_now(session)
     earliest = now - timedelta(seconds=settings.schedule_grace_s)
     latest = now + timedelta(days=settings.schedule_max_days)
     problem = None
@@ -179,7 +180,7 @@ def create_job(
         send_at=send_at,
     )
     if idempotency_key is not None:
-        existing = store.job_by_idempotency_key(session, service, idempotency_key)
+        existing = jobs_sql.job_by_idempotency_key(session, service, idempotency_key)
         if existing is not None:
             return _same_request(existing, fingerprint)
     template = registry_sql.get_template_by_key(session, notification_key)
@@ -257,8 +258,7 @@ def create_job(
     job_id = str(uuid.uuid4())
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
-            store.insert_job(
-                session,
+            new_job = NewJob(
                 job_id=job_id,
                 service=service,
                 notification_key=notification_key,
@@ -276,16 +276,17 @@ def create_job(
                 deadline_in_s=deadline_in_s,
                 send_at=send_at,
             )
+            jobs_sql.insert_job(session, new_job)
             per_unit = len(ranges) // max(len(units), 1)
             for i, p in enumerate(units):  # each unit is claimable at its part's minute
                 release = parts[p].at.replace(tzinfo=None)
                 if send_at is not None:
                     release = max(release, send_at)  # never before a scheduled publish's send_at
-                store.hold_tasks(session, job_id, i * per_unit, (i + 1) * per_unit - 1, release)
+                jobs_sql.hold_tasks(session, job_id, i * per_unit, (i + 1) * per_unit - 1, release)
     except IntegrityError:
         if idempotency_key is None:
             raise
-        existing = store.job_by_idempotency_key(session, service, idempotency_key, latest=True)
+        existing = jobs_sql.job_by_idempotency_key(session, service, idempotency_key, latest=True)
         if existing is None:
             raise
         return _same_request(existing, fingerprint)
@@ -301,7 +302,7 @@ def create_job(
         " (dry run)" if dry_run else "",
         f" scheduled for {send_at:%Y-%m-%dT%H:%M:%S}Z" if send_at else "",
     )
-    job = store.get_job(session, job_id)
+    job = jobs_sql.get_job(session, job_id)
     assert job is not None
     return replace(job, created=True)
 
@@ -535,58 +536,37 @@ def schedule_single(
 
 def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
     """A job of this service and its rolled-up progress; NotFound for unknown or another tenant's job."""
-    job = store.get_job(session, job_id, service)
+    job = jobs_sql.get_job(session, job_id, service)
     if job is None:
         raise NotFound("no such job")
-    return job, store.progress(session, job_id)
+    return job, jobs_sql.progress(session, job_id)
 
 
 def cancel_job(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
     """Cancel a scheduled, queued or running job; a finished one is answered as it is (cancelling is idempotent).
     The caller commits."""
-    if store.get_job(session, job_id, service) is None:
+    if jobs_sql.get_job(session, job_id, service) is None:
         raise NotFound("no such job")
-    if store.cancel_job(session, service, job_id):
+    if jobs_sql.cancel_job(session, service, job_id):
         log.info("job %s of %s cancelled", job_id, service)
-    job = store.get_job(session, job_id, service)
+    job = jobs_sql.get_job(session, job_id, service)
     assert job is not None  # it was there a moment ago, in this transaction
-    return job, store.progress(session, job_id)
+    return job, jobs_sql.progress(session, job_id)
 
 
-def list_jobs(
-    session: Session,
-    service: str,
-    *,
-    state: str | None = None,
-    method: str | None = None,
-    type_: str | None = None,
-    created_from: datetime | None = None,
-    created_to: datetime | None = None,
-    before: tuple[datetime, str] | None = None,
-    limit: int = 50,
-) -> list[tuple[JobRow, Progress]]:
+def list_jobs(session: Session, service: str, job_filter: JobFilter) -> list[tuple[JobRow, Progress]]:
     """A service's jobs (topic publishes and cycle minutes alike), newest first, with progress."""
-    return store.list_jobs(
-        session,
-        service,
-        state=state,
-        method=method,
-        type_=type_,
-        created_from=created_from,
-        created_to=created_to,
-        before=before,
-        limit=limit,
-    )
+    return jobs_sql.list_jobs(session, service, job_filter)
 
 
 def requeue_job(session: Session, job_id: str, service: str | None = None) -> tuple[JobRow, Progress]:
     """Operators: resume a failed job from its tasks' checkpoints (``notee jobs requeue``, the admin
     API). NotFound for an unknown job (or another tenant's, with ``service``); Conflict unless the
     job failed. The caller commits."""
-    job = store.get_job(session, job_id, service)
+    job = jobs_sql.get_job(session, job_id, service)
     if job is None:
         raise NotFound("job not found")
-    if store.requeue_failed(session, job_id, service) == 0:
+    if jobs_sql.requeue_failed(session, job_id, service) == 0:
         raise Conflict(f"job is {job.state}; only a failed job can be requeued")
     log.info("job %s requeued from its checkpoints (was failed: %s)", job_id, job.error)
-    return replace(job, state="running", error=None, finished_at=None), store.progress(session, job_id)
+    return replace(job, state="running", error=None, finished_at=None), jobs_sql.progress(session, job_id)

@@ -71,13 +71,14 @@ from notee.core.vocabulary import (
 )
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
-from notee.store import job_queue as store
-from notee.store import registry_sql
+from notee.store import claim_order, jobs_sql, registry_sql
+from notee.store import task_leases as store
 from notee.store.cql import PagingStateRejected, stream_recipients
-from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
+from notee.store.jobs_sql import JobRow
 from notee.store.outage import is_store_outage
 from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.store.runtime import Runtime
+from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import DeliverySender, PageAborted, Stopping
 from notee.usecases.publish import in_part, placement, task_slots, task_unit
 from notee.usecases.queue_levels import watch_queue
@@ -517,11 +518,11 @@ class Worker:
         another tenant waits with fewer live leases; the spare lane as soon as the tenant holds a
         lease besides this one (the regular lanes serve it; the spare lane stays free for the next)."""
         if spare:
-            return store.live_leases(self.runtime.sessions, service) > 1
+            return claim_order.live_leases(self.runtime.sessions, service) > 1
         # With a spare lane, a waiting tenant gets two idle polls to be claimed by it before the
         # busy lanes give up their pages for it (no churn for every small publish).
         waited = 2 * IDLE_POLL_S if self.spare_lane else 0.0
-        return store.tenant_waiting(self.runtime.sessions, service, self.services, waited_s=waited)
+        return claim_order.tenant_waiting(self.runtime.sessions, service, self.services, waited_s=waited)
 
     async def _release(self, claim: Claim, *, delay_s: float, error: str, counts_as_attempt: bool = False) -> None:
         """Give the task back. While MySQL itself is down, keep trying (with the outage backoff) so
@@ -670,16 +671,16 @@ def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarg
     """Every device of a scheduled single send's user, read when it is sent (one MySQL query per job:
     a user has a handful of devices). A user deleted since has none: the job targets 0."""
     with sessions() as session:
-        job = store.get_job(session, job_id)
+        job = jobs_sql.get_job(session, job_id)
         if job is None:
             raise JobGone(f"job {job_id} is gone (pruned?)")
         rows = registry_sql.list_devices(session, job.service, target.user_id)
     return [Recipient(r.device_token, r.device_os, target.user_id) for r in rows]
 
 
-def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
+def _read_job(sessions: sessionmaker[Session], job_id: str) -> JobRow:
     with sessions() as session:
-        job = store.get_job(session, job_id)
+        job = jobs_sql.get_job(session, job_id)
     if job is None:
         raise JobGone(f"job {job_id} is gone (pruned?)")
     return job

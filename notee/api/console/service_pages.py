@@ -23,7 +23,7 @@ from notee.api.routes.deadletters import MAX_REPLAY, list_letters
 from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
 from notee.core.errors import InvalidInput, NoteeError, NotFound
-from notee.core.vocabulary import JobState
+from notee.core.vocabulary import JobFilter, JobState
 from notee.domain import insight, registry
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
@@ -214,9 +214,8 @@ def _job_filters(state: str | None, method: str | None, type_: str | None) -> di
 
 
 def _job_items(db: DbDep, service: str, filters: dict[str, str | None]) -> list[dict[str, Any]]:
-    rows = jobs.list_jobs(
-        db, service, state=filters["state"], method=filters["method"], type_=filters["type"], limit=LIST_LIMIT
-    )
+    job_filter = JobFilter(state=filters["state"], method=filters["method"], type_=filters["type"], limit=LIST_LIMIT)
+    rows = jobs.list_jobs(db, service, job_filter)
     return [status_of(job, progress).model_dump(mode="json") for job, progress in rows]
 
 
