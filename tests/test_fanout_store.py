@@ -6,14 +6,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import PageCounts, Progress, TopicTarget
 from notee.store import jobs_sql, task_leases
 from notee.store.task_leases import LeaseLost
-from notee.usecases import publish as jobs
+from notee.usecases import jobs, planning, publish
+from notee.usecases.job_requests import JobRequest, TopicPublish
 from notee.usecases.retention import prune_jobs
 from tests.support.fanout import count_rows, topic_job, topic_template
 
@@ -85,7 +86,7 @@ def test_bad_input_writes_nothing(runtime, service_id):
 
 def test_task_insert_failure_rolls_back_the_job(runtime, service_id, monkeypatch):
     key = topic_template(runtime, service_id)
-    monkeypatch.setattr(jobs, "slot_ranges", lambda top, per: [(0, 0), (1, 0)])  # 2nd violates ck_task_slots
+    monkeypatch.setattr(planning, "slot_ranges", lambda top, per: [(0, 0), (1, 0)])  # 2nd violates ck_task_slots
     with pytest.raises(OperationalError, match="ck_task_slots"):  # MariaDB's CHECK failure (4025)
         topic_job(runtime, service_id, key, "t")
     assert count_rows(runtime, service_id) == (0, 0)
@@ -95,19 +96,43 @@ def test_joins_the_callers_transaction(runtime, service_id):
     key = topic_template(runtime, service_id)
     with runtime.sessions() as session:
         session.begin()
-        jobs.create_job(
+        publish.create_job(
             runtime,
             session,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("t"),
-            idempotency_key=None,
-            variables={"name": "a"},
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("t"),
+                idempotency_key=None,
+                variables={"name": "a"},
+            ),
         )
         session.rollback()  # the caller decides: nothing was committed
     assert count_rows(runtime, service_id) == (0, 0)
+
+
+def test_a_topic_publish_reads_its_template_once(runtime, service_id):
+    """publish_topic finds the TOPIC template by its type and hands the row to create_job: one SELECT
+    of notification_template per publish, not a second one by key."""
+    topic_template(runtime, service_id)
+    template_reads: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT") and "notification_template" in statement:
+            template_reads.append(statement)
+
+    event.listen(runtime.engine, "before_cursor_execute", count)
+    try:
+        with runtime.sessions() as session:
+            asked = TopicPublish(service=service_id, type_="news", topic="t", variables={"name": "a"})
+            job = publish.publish_topic(runtime, session, asked)
+            session.rollback()
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", count)
+    assert job.created
+    assert len(template_reads) == 1, template_reads
 
 
 def test_concurrent_claims_hand_each_task_to_one_worker(runtime, service_id):

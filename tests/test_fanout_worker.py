@@ -74,12 +74,12 @@ def first_page_then_stop(rt, service_id, *, fetch_size):
 def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emulator, monkeypatch):
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
-    from notee.usecases import publish as jobs
+    from notee.usecases import planning
 
     key = topic_template(runtime, service_id)
     runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_900)  # numbers nobody holds
     tokens = seed_topic(runtime, service_id, "news", key, "r", 300)  # numbers 29,901..30,200: slots 0 and 1
-    monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 2)
+    monkeypatch.setattr(planning, "SLOTS_PER_TASK", 2)
     job = topic_job(runtime, service_id, key, "r")
     assert job.task_count == 1
     rt = emulator_runtime()
@@ -100,7 +100,7 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
     """Slots 0..3 with 25 rows each and pages of 60: the reader hands slots 0 and 1 over as one page
     (50 rows), then 2 and 3: two sends and two checkpoints, not four. Stopped after the first, the
     next claim resumes at slot 2 and sends nothing twice."""
-    from notee.usecases import publish as jobs
+    from notee.usecases import planning
 
     key = topic_template(runtime, service_id)
     tokens: list[str] = []
@@ -110,7 +110,7 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
             counter = runtime.statements.allocate_numbers(service_id, "TOPIC", "news", slot * SLOT_SIZE - counter)
         tokens += seed_topic(runtime, service_id, "news", key, "r", 25, prefix=f"{service_id}-s{slot}-")
         counter += 25
-    monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 4)
+    monkeypatch.setattr(planning, "SLOTS_PER_TASK", 4)
     job = topic_job(runtime, service_id, key, "r")
     assert job.task_count == 1
     rt = emulator_runtime()

@@ -13,7 +13,8 @@ from sqlalchemy import text
 
 from notee.core.vocabulary import TopicTarget
 from notee.store import jobs_sql, mysql, task_leases
-from notee.usecases import publish as jobs
+from notee.usecases import publish
+from notee.usecases.job_requests import JobRequest
 from tests.support.emulator import census
 from tests.support.fanout import (
     count_rows,
@@ -126,17 +127,19 @@ def test_the_claim_never_takes_a_task_before_send_at(erun, service_id):
     key = topic_template(erun, service_id)
     with erun.sessions.begin() as s:
         later = mysql.db_now(s) + timedelta(hours=1)
-        job = jobs.create_job(
+        job = publish.create_job(
             erun,
             s,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("sports"),
-            idempotency_key=None,
-            variables={"name": "x"},
-            send_at=later,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("sports"),
+                idempotency_key=None,
+                variables={"name": "x"},
+                send_at=later,
+            ),
         )
     assert job.state == "scheduled" and job.send_at == later
     assert task_leases.claim(erun.sessions, owner="early", lease_s=30, services=[service_id]) is None

@@ -20,7 +20,8 @@ from notee.core import clock
 from notee.core.vocabulary import CycleTarget, TopicTarget
 from notee.scheduler.runner import retention_namespace
 from notee.store import jobs_sql, ticks
-from notee.usecases import publish as jobs
+from notee.usecases import publish
+from notee.usecases.job_requests import JobRequest
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime, run_worker_until_idle, seed_topic, topic_template
 from tests.support.registry import make_service
@@ -104,29 +105,33 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "all", 50)
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        overdue = jobs.create_job(
+        overdue = publish.create_job(
             runtime,
             session,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("all"),
-            idempotency_key=None,
-            variables={"name": "late"},
-            deadline_in_s=-60,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("all"),
+                idempotency_key=None,
+                variables={"name": "late"},
+                deadline_in_s=-60,
+            ),
         )
-        timely = jobs.create_job(
+        timely = publish.create_job(
             runtime,
             session,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("all"),
-            idempotency_key=None,
-            variables={"name": "on time"},
-            deadline_in_s=600,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("all"),
+                idempotency_key=None,
+                variables={"name": "on time"},
+                deadline_in_s=600,
+            ),
         )
     rt = emulator_runtime()
     try:

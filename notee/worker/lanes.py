@@ -80,7 +80,7 @@ from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import DeliverySender, PageAborted, Stopping
-from notee.usecases.publish import in_part, placement, task_slots, task_unit
+from notee.usecases.planning import in_part, placement, task_slots, task_unit
 from notee.usecases.queue_levels import watch_queue
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,9 @@ from notee.core.settings import Settings
 from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
 from notee.store import jobs_sql
 from notee.store.runtime import Runtime
-from notee.usecases import publish as jobs
+from notee.usecases import jobs, publish
 from notee.usecases.deliver import DeliverySender
+from notee.usecases.job_requests import JobRequest
 from notee.worker.lanes import Worker
 from tests.support import registry
 from tests.support.processes import NoteeProcess
@@ -84,18 +85,20 @@ def topic_job(
     send_at: datetime | None = None,
 ) -> jobs_sql.JobRow:
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        return jobs.create_job(
+        return publish.create_job(
             runtime,
             session,
-            service=service,
-            notification_key=key,
-            method="TOPIC",
-            type_=type_,
-            target=TopicTarget(topic),
-            idempotency_key=idempotency_key,
-            variables=variables if variables is not None else {"name": "there"},
-            overrides=overrides,
-            send_at=send_at,
+            JobRequest(
+                service=service,
+                notification_key=key,
+                method="TOPIC",
+                type_=type_,
+                target=TopicTarget(topic),
+                idempotency_key=idempotency_key,
+                variables=variables if variables is not None else {"name": "there"},
+                overrides=overrides,
+                send_at=send_at,
+            ),
         )
 
 

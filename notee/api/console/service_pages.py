@@ -27,7 +27,9 @@ from notee.core.vocabulary import JobFilter, JobState
 from notee.domain import insight, registry
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
-from notee.usecases import publish as jobs
+from notee.usecases import jobs
+from notee.usecases.job_requests import TopicPublish
+from notee.usecases.publish import publish_topic
 
 router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
 
@@ -184,16 +186,13 @@ def publish(
     """The same domain call as POST /v1/topics/{type}/{topic}/publish; then the job's live page."""
     _open(db, who, service)
     try:
-        job = jobs.publish_topic(
-            runtime,
-            db,
+        asked = TopicPublish(
             service=service,
             type_=form.get("type", ""),
             topic=form.get("topic", "").strip(),
-            idempotency_key=None,
             variables=_pairs(form.get("variables", ""), "variables"),
-            overrides=None,
         )
+        job = publish_topic(runtime, db, asked)
         db.commit()
     except NoteeError as exc:
         db.rollback()

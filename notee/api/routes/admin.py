@@ -42,7 +42,7 @@ from notee.api.routes.publish import JobList, JobQueryDep, JobStatus, job_page, 
 from notee.core.vocabulary import RateClass
 from notee.domain import credentials, ratelimit, registry
 from notee.domain.rules import SERVICE_PATTERN
-from notee.usecases import publish as jobs
+from notee.usecases import jobs
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
 

@@ -22,8 +22,10 @@ from notee.core.vocabulary import JobFilter, JobState, Progress
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.schedule import LOCAL_TIME_PATTERN
-from notee.usecases import publish as jobs
-from notee.usecases.publish import JobRow
+from notee.usecases import jobs
+from notee.usecases.job_requests import TopicPublish
+from notee.usecases.jobs import JobRow
+from notee.usecases.publish import publish_topic
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
@@ -143,9 +145,7 @@ def publish(
     overrides = {
         k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
     }
-    job = jobs.publish_topic(
-        runtime,
-        db,
+    asked = TopicPublish(
         service=service,
         type_=type,
         topic=topic,
@@ -155,6 +155,7 @@ def publish(
         send_at=request.send_at,
         local_time=request.local_time,
     )
+    job = publish_topic(runtime, db, asked)
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
     return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at)
 
