@@ -105,19 +105,11 @@ def _job_state(runtime, job_id: str) -> str:
 def publish_now(runtime, service: str, type_: str, topic: str) -> str:
     """A plain topic publish made as the publish API makes it (``publish_topic``, committed here):
     its job id."""
+    from notee.usecases.job_requests import TopicPublish
     from notee.usecases.publish import publish_topic
 
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        job = publish_topic(
-            runtime,
-            session,
-            service=service,
-            type_=type_,
-            topic=topic,
-            idempotency_key=None,
-            variables=None,
-            overrides=None,
-        )
+        job = publish_topic(runtime, session, TopicPublish(service=service, type_=type_, topic=topic))
     return job.job_id
 
 

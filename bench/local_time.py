@@ -115,6 +115,7 @@ def _cassandra_pid(port: int = 9042) -> int | None:
 
 
 def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: str | None, timeout: float):
+    from notee.usecases.job_requests import TopicPublish
     from notee.usecases.publish import publish_topic
 
     cassandra = _cassandra_pid()
@@ -123,16 +124,7 @@ def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: s
     at = (datetime.now(UTC) - timedelta(days=2)).replace(tzinfo=None) if local_time else None
     with runtime.sessions.begin() as session:  # the caller owns the commit
         job = publish_topic(
-            runtime,
-            session,
-            service=service,
-            type_=TYPE,
-            topic=topic,
-            idempotency_key=None,
-            variables=None,
-            overrides=None,
-            local_time=local_time,
-            at=at,
+            runtime, session, TopicPublish(service=service, type_=TYPE, topic=topic, local_time=local_time, at=at)
         )
     publish_cpu = time.process_time() - own0
     deadline = wall0 + timeout

@@ -1,5 +1,5 @@
 """How many tasks per second MySQL's job queue can hand out: claims, checkpoints and completions of
-``notee.store.job_queue`` by N threads, with no Cassandra and no provider in the way (issue 19 item 5,
+``notee.store.task_leases`` by N threads, with no Cassandra and no provider in the way (issue 19 item 5,
 docs/SCALING.md). Run by hand, under the bench lock, against the bench stores::
 
     flock /tmp/notee-bench.lock .venv/bin/python -m bench.queue_claims --tasks 2000 --threads 1 2 4 8
@@ -27,32 +27,35 @@ from bench.tenant import make_template, make_tenant
 
 
 def _job(runtime: Any, service: str, key: str, tasks: int) -> str:
-    from notee.store import job_queue
+    from notee.store import jobs_sql
+    from notee.store.jobs_sql import NewJob
 
     job_id = str(uuid.uuid4())
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        job_queue.insert_job(
+        jobs_sql.insert_job(
             session,
-            job_id=job_id,
-            service=service,
-            notification_key=key,
-            method="TOPIC",
-            type_="bench_queue",
-            target_kind="topic",
-            target={"topic": "queue"},
-            idempotency_key=None,
-            request_hash="0" * 64,
-            variables=None,
-            overrides=None,
-            payload={"title": "t", "body": "b"},
-            slot_ranges=[(i, i) for i in range(tasks)],
+            NewJob(
+                job_id=job_id,
+                service=service,
+                notification_key=key,
+                method="TOPIC",
+                type_="bench_queue",
+                target_kind="topic",
+                target={"topic": "queue"},
+                idempotency_key=None,
+                request_hash="0" * 64,
+                variables=None,
+                overrides=None,
+                payload={"title": "t", "body": "b"},
+                slot_ranges=[(i, i) for i in range(tasks)],
+            ),
         )
     return job_id
 
 
 def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, pages: int) -> dict[str, Any]:
     from notee.core.vocabulary import PageCounts
-    from notee.store import job_queue
+    from notee.store import jobs_sql, task_leases
 
     job_id = _job(runtime, service, key, tasks)
     claims: list[float] = []  # seconds per claim call
@@ -64,7 +67,7 @@ def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, p
         while True:
             t = time.perf_counter()
             try:
-                claim = job_queue.claim(runtime.sessions, owner=owner, lease_s=60, services=[service])
+                claim = task_leases.claim(runtime.sessions, owner=owner, lease_s=60, services=[service])
             except Exception as exc:  # reported, never hidden
                 errors.append(f"{type(exc).__name__}: {exc}")
                 return
@@ -74,7 +77,7 @@ def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, p
             with lock:
                 claims.append(took)
             for p in range(pages):
-                job_queue.checkpoint(
+                task_leases.checkpoint(
                     runtime.sessions,
                     claim,
                     current_slot=claim.slot_from,
@@ -83,7 +86,7 @@ def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, p
                     lease_s=60,
                     resume_key=(p, "token"),
                 )
-            job_queue.complete(runtime.sessions, claim, counts=PageCounts(targeted=1000, sent=1000))
+            task_leases.complete(runtime.sessions, claim, counts=PageCounts(targeted=1000, sent=1000))
 
     meter = CpuMeter({"mariadb": _listener_pid(runtime.engine.url.port or 3306) or 0})
     meter.start()
@@ -96,7 +99,7 @@ def measure(runtime: Any, service: str, key: str, *, tasks: int, threads: int, p
     wall = time.perf_counter() - t0
     cores = meter.stop()
     with runtime.sessions() as session:
-        job = job_queue.get_job(session, job_id)
+        job = jobs_sql.get_job(session, job_id)
     if errors or len(claims) != tasks or job is None or job.state != "done":
         raise RuntimeError(f"{len(claims)} of {tasks} claimed, job {job and job.state}, errors {errors[:3]}")
     statements = tasks * (1 + pages + 1)

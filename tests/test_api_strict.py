@@ -8,7 +8,8 @@ import secrets
 import pytest
 
 from notee.core.errors import InvalidInput
-from notee.usecases import publish as jobs
+from notee.usecases import publish
+from notee.usecases.job_requests import TopicPublish
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 from tests.support.stores import snapshot
 
@@ -125,26 +126,12 @@ def test_the_domain_checks_publish_input_too(runtime, tenant):
     """The CLI and other callers of the domain get the same rule as the HTTP edge."""
     service, _, _, _ = tenant
     with runtime.sessions() as session, pytest.raises(InvalidInput):
-        jobs.publish_topic(
-            runtime,
-            session,
-            service=service,
-            type_="news",
-            topic="t",
-            idempotency_key=None,
-            variables={"name": "\x07"},
-            overrides=None,
+        publish.publish_topic(
+            runtime, session, TopicPublish(service=service, type_="news", topic="t", variables={"name": "\x07"})
         )
     with runtime.sessions() as session, pytest.raises(InvalidInput):
-        jobs.publish_topic(
-            runtime,
-            session,
-            service=service,
-            type_="news",
-            topic="t",
-            idempotency_key=None,
-            variables=None,
-            overrides={"data": {"k": "\x1b"}},
+        publish.publish_topic(
+            runtime, session, TopicPublish(service=service, type_="news", topic="t", overrides={"data": {"k": "\x1b"}})
         )
 
 

@@ -240,7 +240,7 @@ def test_config_error_keeps_what_was_collected_before_it(client, settings, runti
 def test_config_error_fails_the_whole_job_once(client, settings, runtime, service_id, emulator, emu_runtime):
     """Two tasks (two slots); APNs rejects the key on the first page: the job fails with the error,
     the other task is never sent, the emulator saw exactly one rejected request per device of that page."""
-    from notee.store import job_queue as store
+    from notee.store import jobs_sql
     from tests.support.fanout import topic_template
 
     key = topic_template(runtime, service_id, "news", title="Hi")
@@ -257,7 +257,7 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
     row, progress = job_progress(runtime, job.job_id)
     assert row.state == "failed" and "APNs rejected" in row.error, row
     with runtime.sessions() as s:
-        tasks = store.tasks(s, job.job_id)
+        tasks = jobs_sql.tasks(s, job.job_id)
     assert [t.state for t in tasks] == ["failed", "failed"]
     assert progress.sent == 0
     assert emulator.stats()["counts"].get("apns.recv") == 2  # one page of 2 devices, never the other task's
@@ -374,7 +374,7 @@ def test_topic_job_of_a_service_without_any_credentials_fails_once(
 ):
     """No credentials at all: the first page fails the whole job (both tasks) with a clear error; the
     emulator receives nothing and no device is pruned or dead-lettered."""
-    from notee.store import job_queue as store
+    from notee.store import jobs_sql
     from tests.support.registry import make_service, make_template
 
     make_service(runtime, service_id)  # no credentials
@@ -387,7 +387,7 @@ def test_topic_job_of_a_service_without_any_credentials_fails_once(
     row, progress = job_progress(runtime, job.job_id)
     assert row.state == "failed" and "no provider credentials" in row.error, row
     with runtime.sessions() as s:
-        assert [t.state for t in store.tasks(s, job.job_id)] == ["failed", "failed"]
+        assert [t.state for t in jobs_sql.tasks(s, job.job_id)] == ["failed", "failed"]
     assert (progress.sent, progress.pruned) == (0, 0)
     assert emulator.stats()["counts"] == {}
     assert _letters(runtime, service_id) == []

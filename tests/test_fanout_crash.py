@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from notee.store import job_queue as store
+from notee.store import jobs_sql
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.processes import wait_for
@@ -51,7 +51,7 @@ def test_sigkill_mid_job_loses_at_most_one_page(runtime, service_id, emulator, t
     assert duplicates <= FETCH, f"{duplicates} duplicates: more than the one page in flight"
     assert progress.targeted == N and progress.sent == N  # checkpointed counts never double-count
     with runtime.sessions() as s:
-        (task,) = store.tasks(s, job.job_id)
+        (task,) = jobs_sql.tasks(s, job.job_id)
     # The crash counted (the second claim had attempts 2) until the next checkpoint advanced, which
     # restarts the poison count (docs/FANOUT.md "Leasing"); tests/test_fanout_outages.py covers the count.
     assert task.attempts == 1 and task.state == "done"
@@ -66,7 +66,7 @@ def test_sigterm_finishes_the_page_releases_the_lease_and_exits(
     a.signal(signal.SIGTERM)
     assert a.wait(30) == 0, a.tail()
     with runtime.sessions() as s:
-        (task,) = store.tasks(s, job.job_id)
+        (task,) = jobs_sql.tasks(s, job.job_id)
     assert task.state == "queued" and task.lease_owner is None  # released, claimable at once
     stopped_at = job_progress(runtime, job.job_id)[1]
     assert 0 < stopped_at.sent < N

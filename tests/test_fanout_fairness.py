@@ -18,7 +18,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from notee.store import job_queue as store
+from notee.store import claim_order, jobs_sql, task_leases
+from notee.store.jobs_sql import NewJob
 from notee.store.runtime import Runtime
 from tests.support import registry
 from tests.support.emulator import deliveries_per_token
@@ -38,27 +39,29 @@ def _job(
     tests do not depend on how many tasks a publish makes for its target."""
     job_id = str(uuid.uuid4())
     with runtime.sessions.begin() as session:
-        store.insert_job(
+        jobs_sql.insert_job(
             session,
-            job_id=job_id,
-            service=service,
-            notification_key=key or str(uuid.uuid4()),
-            method="TOPIC",
-            type_="news",
-            target_kind="TOPIC",
-            target={"topic": topic},
-            idempotency_key=None,
-            request_hash="0" * 64,
-            variables=None,
-            overrides=None,
-            payload=PAYLOAD,
-            slot_ranges=slots,
+            NewJob(
+                job_id=job_id,
+                service=service,
+                notification_key=key or str(uuid.uuid4()),
+                method="TOPIC",
+                type_="news",
+                target_kind="TOPIC",
+                target={"topic": topic},
+                idempotency_key=None,
+                request_hash="0" * 64,
+                variables=None,
+                overrides=None,
+                payload=PAYLOAD,
+                slot_ranges=slots,
+            ),
         )
     return job_id
 
 
-def _claim(runtime: Runtime, services: list[str], lease_s: float = 30.0) -> store.Claim:
-    claim = store.claim(runtime.sessions, owner="test", lease_s=lease_s, services=services)
+def _claim(runtime: Runtime, services: list[str], lease_s: float = 30.0) -> task_leases.Claim:
+    claim = task_leases.claim(runtime.sessions, owner="test", lease_s=lease_s, services=services)
     assert claim is not None
     return claim
 
@@ -121,14 +124,14 @@ def test_tenant_waiting_says_when_another_tenant_has_fewer_leases_and_due_work(r
     )
     _job(runtime, a, [(0, 0), (1, 1)])
     _claim(runtime, [a, b])
-    assert not store.tenant_waiting(runtime.sessions, a, [a, b])  # only A has work
+    assert not claim_order.tenant_waiting(runtime.sessions, a, [a, b])  # only A has work
     _job(runtime, b, [(0, 0), (1, 1)])
-    assert store.tenant_waiting(runtime.sessions, a, [a, b])  # B: due work and 0 leases < A's 1
-    assert not store.tenant_waiting(runtime.sessions, a, [a])  # outside this worker's scope
+    assert claim_order.tenant_waiting(runtime.sessions, a, [a, b])  # B: due work and 0 leases < A's 1
+    assert not claim_order.tenant_waiting(runtime.sessions, a, [a])  # outside this worker's scope
     _claim(runtime, [b])
     # B holds one lease as A does: no reason to give A's lane away, although B has a due task left.
-    assert not store.tenant_waiting(runtime.sessions, a, [a, b])
-    assert store.tenant_waiting(runtime.sessions, b, [a, b]) is False
+    assert not claim_order.tenant_waiting(runtime.sessions, a, [a, b])
+    assert claim_order.tenant_waiting(runtime.sessions, b, [a, b]) is False
 
 
 def _one_lane_worker(processes, services: list[str], name: str, **env: str):
@@ -158,7 +161,7 @@ def test_a_lane_busy_with_a_long_task_yields_to_another_tenant_at_a_checkpoint(r
     assert set(counts.values()) == {1}, "yielding at a checkpoint neither loses nor duplicates"
     assert deliveries_per_token(emulator, [token_b])[token_b] == 1
     with runtime.sessions() as s:
-        (task,) = store.tasks(s, long_job)
+        (task,) = jobs_sql.tasks(s, long_job)
     # A yield is a graceful release: it gave its claim back (no attempt counted against the task).
     assert task.state == "done" and task.attempts <= 1 and task.sent == n
 

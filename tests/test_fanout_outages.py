@@ -33,10 +33,10 @@ from notee.core.settings import Settings
 from notee.core.vocabulary import FcmCredentials, PageCounts, ProviderCredentials, Recipient
 from notee.providers.base import Message
 from notee.providers.breaker import CircuitBreaker
-from notee.store import job_queue as store
+from notee.store import jobs_sql, task_leases
 from notee.store.cql import stream_recipients
-from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.store.runtime import Runtime
+from notee.store.task_leases import MAX_TASK_ATTEMPTS
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff, is_outage
 from notee.worker.reader import PageReader
@@ -84,8 +84,8 @@ def test_a_reader_that_cannot_prepare_its_statements_hands_the_outage_to_the_sen
     there is handed to the sender like any read error, which releases the task; before, the reader
     died with it and the task waited on its queue for ever while its lease was renewed."""
     now = datetime(2026, 1, 1)
-    claim = store.Claim("j", 0, 0, 0, 0, None, 0, "lease")
-    job = store.JobRow(
+    claim = task_leases.Claim("j", 0, 0, 0, 0, None, 0, "lease")
+    job = jobs_sql.JobRow(
         "j",
         "S",
         "k",
@@ -136,8 +136,8 @@ def test_circuit_breaker_opens_refuses_probes_and_closes() -> None:
 # --- attempt counting in the store --------------------------------------------------------------------
 
 
-def _claim(runtime: Runtime, service: str) -> store.Claim | None:
-    return store.claim(runtime.sessions, owner="t", lease_s=30, services=[service])
+def _claim(runtime: Runtime, service: str) -> task_leases.Claim | None:
+    return task_leases.claim(runtime.sessions, owner="t", lease_s=30, services=[service])
 
 
 def test_graceful_releases_never_count_crashes_and_errors_do(runtime: Runtime, service_id: str) -> None:
@@ -146,10 +146,10 @@ def test_graceful_releases_never_count_crashes_and_errors_do(runtime: Runtime, s
     for _ in range(MAX_TASK_ATTEMPTS * 2):  # twice the poison limit of outages: still claimable
         c = _claim(runtime, service_id)
         assert c is not None and c.attempts == 1
-        store.release(runtime.sessions, c, delay_s=0, error="OperationalError: MySQL gone")
+        task_leases.release(runtime.sessions, c, delay_s=0, error="OperationalError: MySQL gone")
     c = _claim(runtime, service_id)
     assert c is not None
-    store.checkpoint(
+    task_leases.checkpoint(
         runtime.sessions,
         c,
         current_slot=0,
@@ -159,11 +159,11 @@ def test_graceful_releases_never_count_crashes_and_errors_do(runtime: Runtime, s
         resume_key=(5, "tok5"),
     )
     for n in range(1, MAX_TASK_ATTEMPTS):  # unexpected errors at one checkpoint count...
-        store.release(runtime.sessions, c, error=f"ValueError: bad row {n}", counts_as_attempt=True)
+        task_leases.release(runtime.sessions, c, error=f"ValueError: bad row {n}", counts_as_attempt=True)
         c = _claim(runtime, service_id)
         assert c is not None and c.attempts == n + 1 and c.resume_key == (5, "tok5")
-    store.checkpoint(runtime.sessions, c, current_slot=0, paging_state=b"q", counts=PageCounts(5, 5), lease_s=30)
-    store.release(runtime.sessions, c, error="ValueError: again", counts_as_attempt=True)
+    task_leases.checkpoint(runtime.sessions, c, current_slot=0, paging_state=b"q", counts=PageCounts(5, 5), lease_s=30)
+    task_leases.release(runtime.sessions, c, error="ValueError: again", counts_as_attempt=True)
     c = _claim(runtime, service_id)  # ...until the checkpoint advances: the count restarts
     assert c is not None and c.attempts == 2
     with runtime.sessions.begin() as s:  # a crash: the claim is never given back, the lease runs out
@@ -254,7 +254,7 @@ def test_store_outages_beyond_the_poison_limit_delay_the_job_but_never_fail_it(
     assert sorted(sender.sent) == sorted(tokens) and set(sender.sent.values()) == {1}  # an outage before a send
     assert worker.releases["outage"] == 17 and worker.releases["error"] == 0
     with runtime.sessions() as s:
-        (task,) = store.tasks(s, job.job_id)
+        (task,) = jobs_sql.tasks(s, job.job_id)
     assert task.attempts <= 1
 
 
@@ -296,7 +296,7 @@ def test_a_rejected_paging_state_resumes_after_the_checkpointed_key(runtime: Run
     assert c is not None
     # As if the first 100 rows were sent and checkpointed with a paging state the server now refuses
     # (e.g. written by another Cassandra version).
-    store.checkpoint(
+    task_leases.checkpoint(
         runtime.sessions,
         c,
         current_slot=0,
@@ -305,7 +305,7 @@ def test_a_rejected_paging_state_resumes_after_the_checkpointed_key(runtime: Run
         lease_s=30,
         resume_key=(rows[99].no, rows[99].device_token),
     )
-    store.release(runtime.sessions, c)
+    task_leases.release(runtime.sessions, c)
     sender = Recorder()
     # Its own Runtime: the driver closes the connection that carried the protocol error.
     rt = Runtime(runtime.settings)

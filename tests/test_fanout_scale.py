@@ -3,7 +3,7 @@ device receives exactly one push, and the job's counts say so."""
 
 from __future__ import annotations
 
-from notee.store import job_queue as store
+from notee.store import jobs_sql
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.processes import wait_for
@@ -31,6 +31,6 @@ def test_seventy_thousand_subscribers_over_three_slots_get_exactly_one_push(runt
     counts = deliveries_per_token(emulator, tokens)
     assert len(counts) == N and set(counts.values()) == {1}
     with runtime.sessions() as s:
-        owners = {t.slot_from: t.state for t in store.tasks(s, job.job_id)}
+        owners = {t.slot_from: t.state for t in jobs_sql.tasks(s, job.job_id)}
     assert owners == {0: "done", 1: "done", 2: "done"}
     assert exit_codes == [0, 0]  # SIGTERM: clean exit

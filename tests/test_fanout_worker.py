@@ -10,7 +10,7 @@ import time
 from sqlalchemy import event
 
 from notee.core.vocabulary import SLOT_SIZE, PageCounts
-from notee.store import job_queue as store
+from notee.store import jobs_sql, task_leases
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.task import TaskRun
 from tests.support.emulator import deliveries_per_token
@@ -75,19 +75,19 @@ def first_page_then_stop(rt, service_id, *, fetch_size):
 def test_a_multi_slot_task_resumes_from_its_checkpoint(runtime, service_id, emulator, monkeypatch):
     """A task covering slots 0..1, interrupted after its first page: the next claim sends the rest
     and nothing twice (the checkpoint carries slot + paging state)."""
-    from notee.usecases import publish as jobs
+    from notee.usecases import planning
 
     key = topic_template(runtime, service_id)
     runtime.statements.allocate_numbers(service_id, "TOPIC", "news", 29_900)  # numbers nobody holds
     tokens = seed_topic(runtime, service_id, "news", key, "r", 300)  # numbers 29,901..30,200: slots 0 and 1
-    monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 2)
+    monkeypatch.setattr(planning, "SLOTS_PER_TASK", 2)
     job = topic_job(runtime, service_id, key, "r")
     assert job.task_count == 1
     rt = emulator_runtime()
     try:
         first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
         assert task.state == "queued" and task.sent == 60 and task.current_slot == 0
         run_worker_until_idle(rt, [service_id], lanes=1, fetch_size=60)
     finally:
@@ -101,7 +101,7 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
     """Slots 0..3 with 25 rows each and pages of 60: the reader hands slots 0 and 1 over as one page
     (50 rows), then 2 and 3: two sends and two checkpoints, not four. Stopped after the first, the
     next claim resumes at slot 2 and sends nothing twice."""
-    from notee.usecases import publish as jobs
+    from notee.usecases import planning
 
     key = topic_template(runtime, service_id)
     tokens: list[str] = []
@@ -111,19 +111,19 @@ def test_small_slots_go_out_together_within_a_page_and_resume_exactly(runtime, s
             counter = runtime.statements.allocate_numbers(service_id, "TOPIC", "news", slot * SLOT_SIZE - counter)
         tokens += seed_topic(runtime, service_id, "news", key, "r", 25, prefix=f"{service_id}-s{slot}-")
         counter += 25
-    monkeypatch.setattr(jobs, "SLOTS_PER_TASK", 4)
+    monkeypatch.setattr(planning, "SLOTS_PER_TASK", 4)
     job = topic_job(runtime, service_id, key, "r")
     assert job.task_count == 1
     rt = emulator_runtime()
     try:
         pages_sent = first_page_then_stop(rt, service_id, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
         assert pages_sent == [50]
         assert (task.state, task.sent, task.current_slot, task.pages) == ("queued", 50, 2, 1)
         run_worker_until_idle(rt, [service_id], lanes=1, fetch_size=60)
         with rt.sessions() as s:
-            (task,) = store.tasks(s, job.job_id)
+            (task,) = jobs_sql.tasks(s, job.job_id)
     finally:
         rt.close()
     assert (task.state, task.pages) == ("done", 2)
@@ -158,7 +158,7 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
     key = topic_template(runtime, service_id)
     topic_job(runtime, service_id, key, "k")
     lease_s = 0.6
-    claim = store.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
+    claim = task_leases.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
     worker = Worker(runtime, send_page=None, options=WorkerOptions(lease_s=lease_s))
 
     async def hold(seconds):
@@ -169,8 +169,8 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
         return task.lost.is_set()
 
     assert asyncio.run(hold(2.0)) is False  # kept for > 3 leases
-    assert store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None
+    assert task_leases.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None
     time.sleep(lease_s + 0.3)  # keeper gone: the lease runs out
-    other = store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id])
+    other = task_leases.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id])
     assert other is not None and other.attempts == 2
-    store.complete(runtime.sessions, other, counts=PageCounts())
+    task_leases.complete(runtime.sessions, other, counts=PageCounts())

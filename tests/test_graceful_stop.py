@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from notee.emulator.control import free_port
-from notee.store import job_queue as store
+from notee.store import jobs_sql
 from tests.security_logscan import log_dir, remember_secret
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
@@ -51,7 +51,7 @@ def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exit
     a = processes.worker(service_id, lanes=1, name="stop-worker-a", **env)
     wait_for(lambda: "retrying 100 message(s)" in a.output(), timeout=60, what="a page waiting to retry")
     with runtime.sessions() as s:
-        [before] = store.tasks(s, job.job_id)
+        [before] = jobs_sql.tasks(s, job.job_id)
     assert (before.state, before.pages, before.sent) == ("running", 0, 0)
     a.signal(signal.SIGTERM)
     try:
@@ -61,7 +61,7 @@ def test_sigterm_wakes_a_worker_sleeping_on_a_retry_releases_unadvanced_and_exit
     assert code == 0, a.output()[-2000:]
     assert "released on stop while a page waited to retry; checkpoint unchanged" in a.output()
     with runtime.sessions() as s:
-        [after] = store.tasks(s, job.job_id)
+        [after] = jobs_sql.tasks(s, job.job_id)
         letters = s.execute(text("SELECT COUNT(*) FROM dead_letter WHERE job_id = :j"), {"j": job.job_id}).scalar()
     assert after.state == "queued" and after.lease_owner is None
     assert (after.current_slot, after.pages, after.sent, after.targeted) == (before.current_slot, 0, 0, 0)

@@ -15,8 +15,7 @@ from notee.core.errors import InvalidInput
 from notee.core.vocabulary import CycleTarget
 from notee.domain import insight, templates, users
 from notee.domain import subscriptions as subs
-from notee.store import deadletter
-from notee.store import job_queue as store
+from notee.store import deadletter, jobs_sql
 from notee.usecases import reconcile
 from tests.support.fanout import topic_job, topic_template
 from tests.support.registry import make_device, make_service, make_template, make_user, random_token
@@ -292,7 +291,7 @@ def test_the_delivery_summary_counts_jobs_by_state_and_hour_with_dead_letters(ru
     _finish(runtime, failed.job_id, "failed", targeted=5, sent=1, failed=4, no_credentials=4)
     _finish(runtime, old.job_id, "done", targeted=100, sent=100)
     with runtime.sessions.begin() as s:
-        store.cancel_job(s, svc, cancelled.job_id)
+        jobs_sql.cancel_job(s, svc, cancelled.job_id)
         now = s.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one().replace(tzinfo=UTC)
         hour = now.replace(minute=0, second=0, microsecond=0)
         for job, created in (

@@ -10,7 +10,7 @@ import secrets
 import pytest
 from sqlalchemy import text
 
-from notee.store import job_queue as store
+from notee.store import jobs_sql, task_leases
 from tests.support.fanout import (
     emulator_runtime,
     job_progress,
@@ -85,7 +85,7 @@ def test_a_dead_workers_task_of_a_cancelled_job_is_not_run_again(client, setting
     key = topic_template(erun, service_id)
     seed_topic(erun, service_id, "news", key, "sports", 10)
     job = topic_job(erun, service_id, key, "sports")
-    claim = store.claim(erun.sessions, owner="dead-worker", lease_s=30, services=[service_id])
+    claim = task_leases.claim(erun.sessions, owner="dead-worker", lease_s=30, services=[service_id])
     assert claim is not None and claim.job_id == job.job_id
     assert (
         client.post(f"/v1/jobs/{job.job_id}/cancel", headers=_api_headers(client, settings, service_id)).json()["state"]
@@ -96,14 +96,14 @@ def test_a_dead_workers_task_of_a_cancelled_job_is_not_run_again(client, setting
             text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
             {"j": job.job_id},
         )
-    assert store.claim(erun.sessions, owner="other", lease_s=30, services=[service_id]) is None
-    with pytest.raises(store.JobCancelled):  # had it lived, its next checkpoint would stop it
+    assert task_leases.claim(erun.sessions, owner="other", lease_s=30, services=[service_id]) is None
+    with pytest.raises(task_leases.JobCancelled):  # had it lived, its next checkpoint would stop it
         from notee.core.vocabulary import PageCounts
 
-        store.checkpoint(
+        task_leases.checkpoint(
             erun.sessions, claim, current_slot=claim.current_slot, paging_state=None, counts=PageCounts(), lease_s=30
         )
-    states = [t.state for t in store.tasks(erun.sessions(), job.job_id)]
+    states = [t.state for t in jobs_sql.tasks(erun.sessions(), job.job_id)]
     assert states == ["cancelled"] * len(states)
 
 

@@ -194,7 +194,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
 
 # Domain code receives the caller's session (docs/ARCHITECTURE.md, "Unit of work"): it never commits,
 # rolls back or makes a session of its own. A SAVEPOINT (``begin_nested``) is the caller's transaction.
-DOMAIN_MODULES = ("notee/domain", "notee/usecases/publish.py")
+DOMAIN_MODULES = (
+    "notee/domain",
+    "notee/usecases/publish.py",
+    "notee/usecases/job_requests.py",
+    "notee/usecases/planning.py",
+    "notee/usecases/jobs.py",
+)
 OWNS_A_TRANSACTION = {"commit", "rollback", "sessions", "begin"}
 
 
@@ -214,6 +220,8 @@ def test_domain_code_never_owns_a_transaction(tmp_path: Path) -> None:
     (tmp_path / "notee" / "domain").mkdir(parents=True)
     (tmp_path / "notee" / "usecases").mkdir()
     (tmp_path / "notee" / "usecases" / "publish.py").write_text("def f(session):\n    session.begin_nested()\n")
+    for name in ("job_requests.py", "planning.py", "jobs.py"):
+        (tmp_path / "notee" / "usecases" / name).write_text("")
     (tmp_path / "notee" / "domain" / "bad.py").write_text(
         "def f(runtime, session):\n    session.commit()\n    with runtime.sessions() as s:\n        pass\n"
     )

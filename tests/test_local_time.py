@@ -18,7 +18,8 @@ from sqlalchemy import text
 
 from notee.core import clock
 from notee.store.mysql import db_now
-from notee.usecases import publish as jobs
+from notee.usecases import planning, publish
+from notee.usecases.job_requests import TopicPublish
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, random_token
@@ -88,7 +89,7 @@ def test_release_is_the_schedulers_walk_around_each_dst_change(zone, day):
 def test_parts_group_zones_by_release_minute_and_take_each_release_once():
     start = utc(2026, 10, 31, 20, 0)
     zones = ["America/New_York", "America/Toronto", "Europe/Berlin", "Asia/Seoul", "Asia/Kolkata"]
-    parts = jobs.local_parts(start, 9, 0, zones)
+    parts = planning.local_parts(start, 9, 0, zones)
     assert [(p.at, p.zones) for p in parts] == [
         (utc(2026, 11, 1, 0, 0), ("Asia/Seoul",)),
         (utc(2026, 11, 1, 3, 30), ("Asia/Kolkata",)),
@@ -98,7 +99,7 @@ def test_parts_group_zones_by_release_minute_and_take_each_release_once():
     target = {"parts": [{"at": p.at.isoformat(), "zones": list(p.zones)} for p in parts]}
     for minute in range(0, 26 * 60, 7):  # any release, also of a zone not in use at publish, is in one part
         release = start + timedelta(minutes=minute)
-        assert sum(jobs.in_part(target, i, release) for i in range(len(parts))) == 1
+        assert sum(planning.in_part(target, i, release) for i in range(len(parts))) == 1
 
 
 # --- end to end --------------------------------------------------------------------------------------
@@ -161,17 +162,16 @@ def test_each_recipient_gets_one_push_in_the_part_of_its_local_0900_across_a_dst
     tokens = _subscribers(client, headers, ZONES)
     before = snapshot(runtime, service)
     with runtime.sessions.begin() as s:  # published on a simulated date: 2026-10-31 20:00Z
-        job = jobs.publish_topic(
+        job = publish.publish_topic(
             runtime,
             s,
-            service=service,
-            type_="news",
-            topic="all",
-            idempotency_key=None,
-            variables=None,
-            overrides=None,
-            local_time="09:00",
-            at=utc(2026, 10, 31, 20, 0).replace(tzinfo=None),
+            TopicPublish(
+                service=service,
+                type_="news",
+                topic="all",
+                local_time="09:00",
+                at=utc(2026, 10, 31, 20, 0).replace(tzinfo=None),
+            ),
         )
     written = changes(before, snapshot(runtime, service))
     assert set(written) == {"mysql.fanout_job", "mysql.fanout_task"}  # the job and its tasks: no row per user
@@ -181,17 +181,17 @@ def test_each_recipient_gets_one_push_in_the_part_of_its_local_0900_across_a_dst
     tasks = _tasks(runtime, job.job_id)
     per_part = job.target["tasks_per_part"]
     # One task set per stored zone (the four named ones and '' for the service's), each reading only
-    # that zone's slot rows, in the part of its zone's release (jobs.zone_groups).
+    # that zone's slot rows, in the part of its zone's release (planning.zone_groups).
     assert sorted(g["zone"] for g in job.target["groups"]) == sorted(z or "" for z in ZONES)
     assert len(tasks) == per_part * len(ZONES)
     for t in tasks:  # each part's tasks are held until its minute (database clock)
-        part = jobs.task_unit(job.target, t.task_no)[0]
+        part = planning.task_unit(job.target, t.task_no)[0]
         assert t.lease_until.replace(tzinfo=UTC) == datetime.fromisoformat(parts[part]["at"])
     run_worker_until_idle(emu_runtime, [service])  # the simulated minutes are all past: every part runs
     assert deliveries_per_token(emulator, list(tokens)) == {t: 1 for t in tokens}
     by_part: dict[int, int] = {}
     for t in _tasks(runtime, job.job_id):
-        part = jobs.task_unit(job.target, t.task_no)[0]
+        part = planning.task_unit(job.target, t.task_no)[0]
         by_part[part] = by_part.get(part, 0) + t.sent
     release = sorted(ZONES.values())
     assert by_part == {release.index(at): 2 for at in ZONES.values()}  # each zone's two users in its own part

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from notee.usecases import publish as jobs
-from notee.usecases import reconcile
+from notee.usecases import jobs, planning, publish, reconcile
+from notee.usecases.job_requests import TopicPublish
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, random_token
@@ -68,17 +68,8 @@ def _zones(runtime, key: str, topic: str = "all") -> dict[str, str | None]:
 
 def _publish(runtime, service: str, topic: str = "all") -> jobs.JobRow:
     with runtime.sessions.begin() as s:  # the caller owns the commit
-        return jobs.publish_topic(
-            runtime,
-            s,
-            service=service,
-            type_="news",
-            topic=topic,
-            idempotency_key=None,
-            variables=None,
-            overrides=None,
-            local_time="09:00",
-            at=AT,
+        return publish.publish_topic(
+            runtime, s, TopicPublish(service=service, type_="news", topic=topic, local_time="09:00", at=AT)
         )
 
 
@@ -88,7 +79,7 @@ def _sent_by_zone(runtime, job: jobs.JobRow) -> dict[str | None, int]:
         tasks = s.execute(text("SELECT task_no, sent FROM fanout_task WHERE job_id = :j"), {"j": job.job_id}).all()
     out: dict[str | None, int] = {}
     for task_no, sent in tasks:
-        zone = jobs.task_unit(job.target, task_no)[1]
+        zone = planning.task_unit(job.target, task_no)[1]
         out[zone] = out.get(zone, 0) + sent
     return {z: n for z, n in out.items() if n}
 

@@ -17,7 +17,7 @@ import httpx
 import yaml
 
 from notee.core import clock
-from notee.store import job_queue, ticks
+from notee.store import jobs_sql, task_leases, ticks
 from notee.store.mysql import db_now
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.metrics import Scrape, metric_names_in, scrape, worker_metrics_url
@@ -136,7 +136,7 @@ def test_worker_counts_pushes_retries_latency_claims_and_a_lease_takeover(
     emulator.fault("fcm", 503, times=2)  # two pushes get a retryable answer first
     job = topic_job(runtime, service_id, key, "metrics")
     # a worker that claimed the task and died: its lease runs out, the next worker takes it over
-    stale = job_queue.claim(runtime.sessions, owner="dead-worker", lease_s=1, services=[service_id])
+    stale = task_leases.claim(runtime.sessions, owner="dead-worker", lease_s=1, services=[service_id])
     assert stale is not None and not stale.taken_over
     time.sleep(1.2)
     port = free_port()
@@ -181,8 +181,8 @@ def test_the_job_queue_levels_follow_the_queue(processes: Processes, runtime, se
     assert during.value("notee_job_queue_delayed") - before.value("notee_job_queue_delayed") == 1
     assert during.value("notee_job_queue_oldest_age_seconds") >= 0
     with runtime.sessions.begin() as s:
-        assert job_queue.cancel_job(s, service_id, now_job.job_id)
-        assert job_queue.cancel_job(s, service_id, later_job.job_id)
+        assert jobs_sql.cancel_job(s, service_id, now_job.job_id)
+        assert jobs_sql.cancel_job(s, service_id, later_job.job_id)
     after = scrape(api.url + "/metrics", token)
     assert after.value("notee_job_queue_depth") == before.value("notee_job_queue_depth")
     assert after.value("notee_job_queue_delayed") == before.value("notee_job_queue_delayed")

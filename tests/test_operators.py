@@ -17,8 +17,7 @@ from notee.core.errors import ProviderConfigError
 from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
-from notee.store import deadletter
-from notee.store import job_queue as store
+from notee.store import deadletter, jobs_sql
 from notee.usecases.deliver import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff
@@ -104,7 +103,7 @@ def test_notee_jobs_requeue_cli(runtime, service_id):
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done" and progress.sent == 120
     with runtime.sessions() as s:
-        assert [t.attempts for t in store.tasks(s, job.job_id)] == [1]
+        assert [t.attempts for t in jobs_sql.tasks(s, job.job_id)] == [1]
 
 
 def _dead_letter_by_single_send(client, headers, emulator, token: str, *, also: list[tuple[str, str]] = ()) -> str:

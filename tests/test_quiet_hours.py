@@ -12,7 +12,8 @@ from sqlalchemy import text
 
 from notee.core import clock
 from notee.store.mysql import db_now
-from notee.usecases import publish as jobs
+from notee.usecases import planning, publish
+from notee.usecases.job_requests import TopicPublish
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_service, random_token
@@ -87,14 +88,14 @@ def _plan(**extra):
 
 def test_placement_holds_drops_or_sends():
     at = utc(2026, 11, 30, 14, 30)  # 23:30 KST
-    assert jobs.placement(_plan(), None, None) == (at, True)  # no window anywhere
-    assert jobs.placement(_plan(), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)  # held to 07:00 KST
-    assert jobs.placement(_plan(service_quiet=list(NIGHT)), None, None) == (utc(2026, 11, 30, 22, 0), True)
-    assert jobs.placement(_plan(service_quiet=list(NIGHT)), "Europe/Berlin", None) == (at, True)  # 15:30 there
-    assert jobs.placement(_plan(quiet_mode="drop"), None, NIGHT) == (at, False)  # dropped, in the part of now
+    assert planning.placement(_plan(), None, None) == (at, True)  # no window anywhere
+    assert planning.placement(_plan(), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)  # held to 07:00 KST
+    assert planning.placement(_plan(service_quiet=list(NIGHT)), None, None) == (utc(2026, 11, 30, 22, 0), True)
+    assert planning.placement(_plan(service_quiet=list(NIGHT)), "Europe/Berlin", None) == (at, True)  # 15:30 there
+    assert planning.placement(_plan(quiet_mode="drop"), None, NIGHT) == (at, False)  # dropped, in the part of now
     # with a local time: 06:00 local is inside the night, so it waits for 07:00
-    assert jobs.placement(_plan(local_time="06:00"), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)
-    assert jobs.placement(_plan(local_time="08:00"), None, NIGHT) == (utc(2026, 11, 30, 23, 0), True)
+    assert planning.placement(_plan(local_time="06:00"), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)
+    assert planning.placement(_plan(local_time="08:00"), None, NIGHT) == (utc(2026, 11, 30, 23, 0), True)
 
 
 # --- end to end --------------------------------------------------------------------------------------
@@ -134,16 +135,15 @@ def _tasks(runtime, job_id):
 
 def _publish(runtime, service, at):
     with runtime.sessions.begin() as s:
-        return jobs.publish_topic(
+        return publish.publish_topic(
             runtime,
             s,
-            service=service,
-            type_="news",
-            topic="all",
-            idempotency_key=None,
-            variables=None,
-            overrides=None,
-            at=at.replace(tzinfo=None),
+            TopicPublish(
+                service=service,
+                type_="news",
+                topic="all",
+                at=at.replace(tzinfo=None),
+            ),
         )
 
 
@@ -161,7 +161,7 @@ def test_a_topic_push_in_quiet_hours_is_held_until_they_end_or_dropped(
     _, berlin = _user(client, headers, quiet={"start": "22:00", "end": "07:00"}, timezone="Europe/Berlin")
     at = utc(2026, 11, 29, 14, 30)  # simulated, in the past: 23:30 in Seoul, 15:30 in Berlin
     job = _publish(runtime, service, at)
-    held = {t.lease_until for t in _tasks(runtime, job.job_id) if jobs.task_unit(job.target, t.task_no)[0] >= 1}
+    held = {t.lease_until for t in _tasks(runtime, job.job_id) if planning.task_unit(job.target, t.task_no)[0] >= 1}
     run_worker_until_idle(emu_runtime, [service])  # every part's minute is past: all of them run
     got = deliveries_per_token(emulator, [awake, asleep, berlin])
     status = client.get(f"/v1/jobs/{job.job_id}", headers=headers).json()
@@ -169,7 +169,7 @@ def test_a_topic_push_in_quiet_hours_is_held_until_they_end_or_dropped(
     if mode == "hold":
         assert [p["at"] for p in job.target["parts"]] == [at.isoformat(), utc(2026, 11, 29, 22, 0).isoformat()]
         assert got == {awake: 1, asleep: 1, berlin: 1}
-        second = [t for t in _tasks(runtime, job.job_id) if jobs.task_unit(job.target, t.task_no)[0] == 1]
+        second = [t for t in _tasks(runtime, job.job_id) if planning.task_unit(job.target, t.task_no)[0] == 1]
         assert sum(t.sent for t in second) == 1  # the sleeper, in the part released at 07:00 KST
         assert held == {datetime(2026, 11, 29, 22, 0)}  # released at 07:00 KST
         assert (status["targeted"], status["sent"], status["quiet_dropped"]) == (3, 3, 0)

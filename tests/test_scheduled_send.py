@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from notee.core.vocabulary import TopicTarget
-from notee.store import job_queue as store
-from notee.usecases import publish as jobs
+from notee.store import jobs_sql, mysql, task_leases
+from notee.usecases import publish
+from notee.usecases.job_requests import JobRequest
 from tests.support.emulator import census
 from tests.support.fanout import (
     count_rows,
@@ -38,7 +39,7 @@ def erun(emulator_process, migrated):
 
 def _db_now(runtime) -> datetime:
     with runtime.sessions() as s:
-        return store.db_now(s)
+        return mysql.db_now(s)
 
 
 def _rfc3339(naive_utc: datetime, offset_hours: int = 0) -> str:
@@ -117,7 +118,7 @@ def test_a_scheduled_job_cancelled_before_send_at_is_never_sent(client, settings
     assert emulator.delivered() == 0
     final, progress = job_progress(erun, job_id)
     assert final.state == "cancelled" and progress.sent == progress.targeted == 0
-    assert {t.state for t in store.tasks(erun.sessions(), job_id)} == {"cancelled"}
+    assert {t.state for t in jobs_sql.tasks(erun.sessions(), job_id)} == {"cancelled"}
 
 
 def test_the_claim_never_takes_a_task_before_send_at(erun, service_id):
@@ -125,29 +126,31 @@ def test_the_claim_never_takes_a_task_before_send_at(erun, service_id):
     into the past here) exactly one claim takes its one task and the job runs."""
     key = topic_template(erun, service_id)
     with erun.sessions.begin() as s:
-        later = store.db_now(s) + timedelta(hours=1)
-        job = jobs.create_job(
+        later = mysql.db_now(s) + timedelta(hours=1)
+        job = publish.create_job(
             erun,
             s,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("sports"),
-            idempotency_key=None,
-            variables={"name": "x"},
-            send_at=later,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("sports"),
+                idempotency_key=None,
+                variables={"name": "x"},
+                send_at=later,
+            ),
         )
     assert job.state == "scheduled" and job.send_at == later
-    assert store.claim(erun.sessions, owner="early", lease_s=30, services=[service_id]) is None
+    assert task_leases.claim(erun.sessions, owner="early", lease_s=30, services=[service_id]) is None
     with erun.sessions.begin() as s:  # an hour later
         s.execute(
             text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
             {"j": job.job_id},
         )
-    claim = store.claim(erun.sessions, owner="on-time", lease_s=30, services=[service_id])
+    claim = task_leases.claim(erun.sessions, owner="on-time", lease_s=30, services=[service_id])
     assert claim is not None and claim.job_id == job.job_id
-    assert store.claim(erun.sessions, owner="second", lease_s=30, services=[service_id]) is None
+    assert task_leases.claim(erun.sessions, owner="second", lease_s=30, services=[service_id]) is None
     assert job_progress(erun, job.job_id)[0].state == "running"
 
 

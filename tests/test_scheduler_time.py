@@ -19,9 +19,9 @@ from sqlalchemy import text
 from notee.core import clock
 from notee.core.vocabulary import CycleTarget, TopicTarget
 from notee.scheduler.runner import retention_namespace
-from notee.store import job_queue as store
-from notee.store import ticks
-from notee.usecases import publish as jobs
+from notee.store import jobs_sql, ticks
+from notee.usecases import publish
+from notee.usecases.job_requests import JobRequest
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime, run_worker_until_idle, seed_topic, topic_template
 from tests.support.registry import make_service
@@ -91,7 +91,7 @@ def test_a_cycle_job_carries_its_minute_plus_grace_as_deadline(runtime, tenant, 
     result = sched.run_minute(minute, now=minute + timedelta(minutes=3))  # three minutes late
     after = sched.database_now()
     with runtime.sessions() as s:
-        job = store.get_job(s, result.job_ids[0])
+        job = jobs_sql.get_job(s, result.job_ids[0])
     assert job is not None and job.notification_key == key
     # deadline = minute + grace, i.e. 7 minutes after "now", on the database clock
     assert job.deadline is not None
@@ -105,29 +105,33 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "all", 50)
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        overdue = jobs.create_job(
+        overdue = publish.create_job(
             runtime,
             session,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("all"),
-            idempotency_key=None,
-            variables={"name": "late"},
-            deadline_in_s=-60,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("all"),
+                idempotency_key=None,
+                variables={"name": "late"},
+                deadline_in_s=-60,
+            ),
         )
-        timely = jobs.create_job(
+        timely = publish.create_job(
             runtime,
             session,
-            service=service_id,
-            notification_key=key,
-            method="TOPIC",
-            type_="news",
-            target=TopicTarget("all"),
-            idempotency_key=None,
-            variables={"name": "on time"},
-            deadline_in_s=600,
+            JobRequest(
+                service=service_id,
+                notification_key=key,
+                method="TOPIC",
+                type_="news",
+                target=TopicTarget("all"),
+                idempotency_key=None,
+                variables={"name": "on time"},
+                deadline_in_s=600,
+            ),
         )
     rt = emulator_runtime()
     try:
@@ -137,9 +141,9 @@ def test_a_job_claimed_after_its_deadline_expires_and_sends_nothing(runtime, ser
     assert worker.tasks_done == timely.task_count  # only the timely job's tasks ran
     assert set(deliveries_per_token(emulator, tokens, api="fcm").values()) == {1}
     with runtime.sessions() as s:
-        late_job, late_progress = store.get_job(s, overdue.job_id), store.progress(s, overdue.job_id)
-        ok_job, ok_progress = store.get_job(s, timely.job_id), store.progress(s, timely.job_id)
-        late_tasks = store.tasks(s, overdue.job_id)
+        late_job, late_progress = jobs_sql.get_job(s, overdue.job_id), jobs_sql.progress(s, overdue.job_id)
+        ok_job, ok_progress = jobs_sql.get_job(s, timely.job_id), jobs_sql.progress(s, timely.job_id)
+        late_tasks = jobs_sql.tasks(s, overdue.job_id)
     assert ok_job.state == "done" and ok_progress.sent == len(tokens)
     assert late_job.state == "expired" and late_job.started_at is None
     assert late_job.error.startswith(

@@ -17,7 +17,7 @@ from notee.core.vocabulary import BLOCKS_PER_SLOT, SLOT_SIZE, CycleTarget, Topic
 from notee.scheduler.runner import Scheduler
 from notee.store.cql import target_name
 from notee.usecases import occupancy
-from notee.usecases.publish import task_plan, task_slots
+from notee.usecases.planning import task_plan, task_slots
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import count_rows, emulator_runtime, run_worker_until_idle
 from tests.support.registry import new_service, new_template, new_user, random_token

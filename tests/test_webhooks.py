@@ -18,7 +18,7 @@ from sqlalchemy import text
 from notee.core.settings import Settings
 from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
-from notee.store import job_queue, webhooks_sql
+from notee.store import jobs_sql, webhooks_sql
 from notee.store.runtime import Runtime
 from notee.webhooks.dispatcher import Dispatcher, retry_delay
 from tests.security_logscan import remember_secret
@@ -287,11 +287,11 @@ def test_an_event_is_written_only_with_the_change_that_caused_it(client, setting
     created = _register(erun, service_id, receiver.url, events=["job.finished"])
     job = topic_job(erun, service_id, key, "sports")
     with erun.sessions() as s:  # a cancel rolled back: no event
-        job_queue.cancel_job(s, service_id, job.job_id)
+        jobs_sql.cancel_job(s, service_id, job.job_id)
         s.rollback()
     assert _deliveries(erun, created.endpoint.endpoint_id) == []
     with erun.sessions.begin() as s:  # committed: exactly one
-        job_queue.cancel_job(s, service_id, job.job_id)
+        jobs_sql.cancel_job(s, service_id, job.job_id)
     [delivery] = _deliveries(erun, created.endpoint.endpoint_id)
     assert delivery.event_type == "job.finished" and delivery.payload["data"]["state"] == "cancelled"
     assert job_progress(erun, job.job_id)[0].state == "cancelled"

@@ -296,7 +296,7 @@ def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."))
     """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
     from notee.core.errors import NoteeError
     from notee.store.runtime import Runtime
-    from notee.usecases import publish as jobs
+    from notee.usecases import jobs
 
     runtime = Runtime(_settings())
     try:

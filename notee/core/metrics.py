@@ -84,7 +84,7 @@ BREAKER_OPENED = Counter(
     ["provider"],
 )
 
-# --- fan-out work queue (notee/store/job_queue.py, notee/worker/lanes.py, notee/worker/task.py) ------
+# --- fan-out work queue (notee/store/task_leases.py, notee/worker/lanes.py, notee/worker/task.py) ------
 TASKS_CLAIMED = Counter("notee_tasks_claimed_total", "Fan-out tasks leased by this worker.")
 LEASE_TAKEOVERS = Counter(
     "notee_task_lease_takeovers_total",

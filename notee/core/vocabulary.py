@@ -7,13 +7,14 @@ and the providers can all use it without importing each other (docs/ARCHITECTURE
 - slot arithmetic (``SLOT_SIZE``, ``slot_of``);
 - the notification methods, device OSes, delivery modes and the days of the week;
 - ``RecipientRow`` / ``Recipient`` (one device, as the fan-out read yields it) and ``PageCounts`` (what sending some
-  devices did: the one counts type of a page, a task and a job's progress);
+  devices did: the one counts type of a page, a task and a job's progress); ``JobFilter`` (which jobs a listing shows);
 - the decrypted provider credentials of a service (read by the domain, used by the providers).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple, get_args
 
 # --- notification methods, device OSes, priorities, days ------------------------------------------------------
@@ -201,6 +202,21 @@ class Progress(PageCounts):
     """A job's progress: the counts of all its tasks, and how many tasks are finished."""
 
     tasks_done: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which of a service's jobs a listing shows, newest first (the API's, the admin's and the console's
+    listings and the store's query take this one bundle). None: no filter on that field. ``before``:
+    the (created_at, job_id) of the previous page's last job (keyset paging: stable while new jobs arrive)."""
+
+    state: str | None = None
+    method: str | None = None
+    type_: str | None = None
+    created_from: datetime | None = None  # naive UTC, inclusive
+    created_to: datetime | None = None  # naive UTC, exclusive
+    before: tuple[datetime, str] | None = None
+    limit: int = 50
 
 
 # --- provider credentials (decrypted) -------------------------------------------------------------

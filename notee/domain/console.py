@@ -20,9 +20,10 @@ from notee.core import crypto
 from notee.core.errors import NotFound, Unauthorized
 from notee.domain import services
 from notee.store import console_sql as store
-from notee.store import job_queue, ticks
-from notee.store.job_queue import QueueOverview as QueueOverview  # re-exported for the console pages
+from notee.store import queue_overview as overview_sql
+from notee.store import ticks
 from notee.store.mysql import AnyRow
+from notee.store.queue_overview import QueueOverview as QueueOverview  # re-exported for the console pages
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def prune_expired(session: Session, *, batch: int) -> int:
 
 def queue_overview(session: Session, principal: Principal) -> QueueOverview:
     """Open fan-out work and the workers leasing it: every service's for the admin, its own for a service."""
-    return job_queue.queue_overview(session, principal.service)
+    return overview_sql.queue_overview(session, principal.service)
 
 
 def recent_scheduler_minutes(session: Session, limit: int = 5) -> list[AnyRow]:

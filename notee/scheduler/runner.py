@@ -48,10 +48,11 @@ from notee.core.logs import announce_emulator
 from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
 from notee.store.cql import timezones_in_use
-from notee.store.job_queue import JobRow
+from notee.store.jobs_sql import JobRow
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.usecases import reconcile, retention
+from notee.usecases.job_requests import JobRequest
 from notee.usecases.publish import create_job
 
 log = logging.getLogger(__name__)
@@ -200,18 +201,17 @@ class Scheduler:
         deadline_in_s = (minute + self.grace - now).total_seconds()
 
         def create(bucket: CycleTarget, service: str, key: str, type_: str) -> JobRow:
+            request = JobRequest(
+                service=service,
+                notification_key=key,
+                method="CYCLE",
+                type_=type_,
+                target=bucket,
+                idempotency_key=clock.idempotency_key(key, bucket, minute),
+                deadline_in_s=deadline_in_s,
+            )
             with self.runtime.sessions.begin() as session:  # this minute's job: its own unit of work
-                return create_job(
-                    self.runtime,
-                    session,
-                    service=service,
-                    notification_key=key,
-                    method="CYCLE",
-                    type_=type_,
-                    target=bucket,
-                    idempotency_key=clock.idempotency_key(key, bucket, minute),
-                    deadline_in_s=deadline_in_s,
-                )
+                return create_job(self.runtime, session, request)
 
         def one(item: tuple[CycleTarget, str, str, str]) -> JobRow | None:
             try:

@@ -7,7 +7,7 @@ the queue stays visible while no worker runs. Each scrape reads them in a short 
 from __future__ import annotations
 
 from notee.core import metrics
-from notee.store import job_queue
+from notee.store import queue_overview
 from notee.store.runtime import Runtime
 
 
@@ -16,6 +16,6 @@ def watch_queue(runtime: Runtime) -> None:
 
     def read() -> metrics.QueueLevels:
         with runtime.sessions() as session:
-            return job_queue.queue_levels(session)
+            return queue_overview.queue_levels(session)
 
     metrics.SCRAPE_TIME.queue = read

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.core.clock import naive_utc, now_utc
-from notee.store import console_sql, deadletter, job_queue, ticks, webhooks_sql
+from notee.store import console_sql, deadletter, jobs_sql, ticks, webhooks_sql
 from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def _drain(runtime: Runtime, delete_batch: Callable[[Session], int]) -> int:
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
     """Finished jobs (done/failed) older than the window; unfinished jobs are never pruned."""
     days = runtime.settings.retention_days if older_than_days is None else older_than_days
-    return _drain(runtime, lambda s: job_queue.prune_finished(s, older_than_days=days, batch=BATCH))
+    return _drain(runtime, lambda s: jobs_sql.prune_finished(s, older_than_days=days, batch=BATCH))
 
 
 def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:

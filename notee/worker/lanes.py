@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from notee.core import logs, metrics
-from notee.store import job_queue as store
+from notee.store import claim_order, task_leases
 from notee.store.runtime import Runtime
 from notee.worker.outage import OutageBackoff
 from notee.worker.task import SendPage, TaskRun
@@ -99,7 +99,7 @@ class Worker:
         while not self.stop.is_set():
             try:
                 claim = await asyncio.to_thread(
-                    store.claim,
+                    task_leases.claim,
                     self.runtime.sessions,
                     owner=self.worker_id,
                     lease_s=self.lease_s,
@@ -173,8 +173,8 @@ class Worker:
         another tenant waits with fewer live leases; the spare lane as soon as the tenant holds a
         lease besides this one (the regular lanes serve it; the spare lane stays free for the next)."""
         if spare:
-            return store.live_leases(self.runtime.sessions, service) > 1
+            return claim_order.live_leases(self.runtime.sessions, service) > 1
         # With a spare lane, a waiting tenant gets two idle polls to be claimed by it before the
         # busy lanes give up their pages for it (no churn for every small publish).
         waited = 2 * IDLE_POLL_S if self.spare_lane else 0.0
-        return store.tenant_waiting(self.runtime.sessions, service, self.services, waited_s=waited)
+        return claim_order.tenant_waiting(self.runtime.sessions, service, self.services, waited_s=waited)

@@ -38,13 +38,12 @@ from notee.core.vocabulary import (
 )
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
-from notee.store import job_queue as store
-from notee.store import users_sql
+from notee.store import jobs_sql, users_sql
 from notee.store.cql import Statements, stream_recipients
-from notee.store.job_queue import Claim, JobGone
 from notee.store.runtime import Runtime
+from notee.store.task_leases import Claim, JobGone
 from notee.store.users_sql import UserClock, recipient_locales, user_clocks
-from notee.usecases.publish import in_part, placement, task_slots, task_unit
+from notee.usecases.planning import in_part, placement, task_slots, task_unit
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
 
@@ -179,7 +178,7 @@ class PageReader:
         "walk",
     )
 
-    def __init__(self, runtime: Runtime, fetch_size: int, claim: Claim, job: store.JobRow) -> None:
+    def __init__(self, runtime: Runtime, fetch_size: int, claim: Claim, job: jobs_sql.JobRow) -> None:
         self.runtime, self.fetch_size, self.claim = runtime, fetch_size, claim
         self.key, self.service = job.notification_key, job.service
         self.target = decode_target(job.target_kind, job.target)
@@ -290,7 +289,7 @@ def _user_devices(sessions: sessionmaker[Session], job_id: str, target: UserTarg
     """Every device of a scheduled single send's user, read when it is sent (one MySQL query per job:
     a user has a handful of devices). A user deleted since has none: the job targets 0."""
     with sessions() as session:
-        job = store.get_job(session, job_id)
+        job = jobs_sql.get_job(session, job_id)
         if job is None:
             raise JobGone(f"job {job_id} is gone (pruned?)")
         rows = users_sql.list_devices(session, job.service, target.user_id)

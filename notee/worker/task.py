@@ -39,11 +39,11 @@ from notee.core import logs, metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import PageCounts, RecipientRow
 from notee.providers.base import Message
-from notee.store import job_queue as store
+from notee.store import jobs_sql, task_leases
 from notee.store.cql import PagingStateRejected
-from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
+from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import PageAborted, Stopping
 from notee.worker.outage import OutageBackoff, is_outage
 from notee.worker.reader import PageReader, messages_for
@@ -100,7 +100,7 @@ class TaskRun:
         "spare",
         "started",
     )
-    job: store.JobRow  # read by start()
+    job: jobs_sql.JobRow  # read by start()
     reader: PageReader
     after_slot: dict[int, int]  # where the checkpoint goes once a slot is done
 
@@ -151,7 +151,7 @@ class TaskRun:
             if self.lost.is_set():
                 raise LeaseLost(f"lease of {self.name} lost")
             if host.stop.is_set():  # read ahead, not sent: the next owner resumes at the checkpoint
-                await asyncio.to_thread(store.release, host.runtime.sessions, self.claim)
+                await asyncio.to_thread(task_leases.release, host.runtime.sessions, self.claim)
                 metrics.task_releases("stop").inc()
                 log.info("task %s released on stop after %d pages", self.name, self.pages)
                 return
@@ -191,7 +191,7 @@ class TaskRun:
         if last_read is not None:  # the last row read, sent or dropped as a moved duplicate
             self.last_key = last_read
         if next_state is None and slot == claim.slot_to:
-            await asyncio.to_thread(store.complete, host.runtime.sessions, claim, counts=counts)
+            await asyncio.to_thread(task_leases.complete, host.runtime.sessions, claim, counts=counts)
             host.tasks_done += 1
             log.info(
                 "task %s done: %d pages, %d sent in %.1fs",
@@ -207,7 +207,7 @@ class TaskRun:
             else (self.after_slot.get(slot, slot + 1), None, None)
         )
         await asyncio.to_thread(
-            store.checkpoint,
+            task_leases.checkpoint,
             host.runtime.sessions,
             claim,
             current_slot=resume_slot,
@@ -217,7 +217,7 @@ class TaskRun:
             resume_key=resume_key,
         )
         if host.stop.is_set():
-            await asyncio.to_thread(store.release, host.runtime.sessions, claim)
+            await asyncio.to_thread(task_leases.release, host.runtime.sessions, claim)
             metrics.task_releases("stop").inc()
             log.info("task %s released on stop at slot %d after %d pages", self.name, resume_slot, self.pages)
             return True
@@ -233,7 +233,7 @@ class TaskRun:
             if await asyncio.to_thread(host.gives_lane_back, self.job.service, self.spare):
                 # At the checkpoint just written: what was read ahead is dropped, the next owner
                 # resumes here; a graceful release, not an attempt.
-                await asyncio.to_thread(store.release, host.runtime.sessions, self.claim)
+                await asyncio.to_thread(task_leases.release, host.runtime.sessions, self.claim)
                 host.releases["yield"] += 1
                 metrics.task_releases("yield").inc()
                 log.info(
@@ -268,7 +268,7 @@ class TaskRun:
         """The page was waiting to retry: give the task back at its last checkpoint (nothing of this
         page was recorded, so the next owner re-sends it whole)."""
         try:
-            await asyncio.to_thread(store.release, self.host.runtime.sessions, self.claim)
+            await asyncio.to_thread(task_leases.release, self.host.runtime.sessions, self.claim)
             metrics.task_releases("stop").inc()
             log.info("task %s released on stop while a page waited to retry; checkpoint unchanged", self.name)
         except LeaseLost:
@@ -292,7 +292,7 @@ class TaskRun:
         self.host.releases["paging_state"] += 1
         metrics.task_releases("paging_state").inc()
         try:
-            await asyncio.to_thread(store.forget_paging_state, self.host.runtime.sessions, claim)
+            await asyncio.to_thread(task_leases.forget_paging_state, self.host.runtime.sessions, claim)
         except Exception as forget_exc:  # the next claim meets the same state and comes back here
             log.warning("task %s: could not drop the paging state (%s)", self.name, type(forget_exc).__name__)
         await self._release(delay_s=0.0, error="paging state rejected; resuming from the checkpointed key")
@@ -328,7 +328,7 @@ class TaskRun:
         while True:
             try:
                 await asyncio.to_thread(
-                    store.release,
+                    task_leases.release,
                     host.runtime.sessions,
                     self.claim,
                     delay_s=delay_s,
@@ -348,7 +348,9 @@ class TaskRun:
 
     async def _fail_job(self, error: str, counts: PageCounts) -> None:
         try:
-            await asyncio.to_thread(store.fail_job, self.host.runtime.sessions, self.claim, error=error, counts=counts)
+            await asyncio.to_thread(
+                task_leases.fail_job, self.host.runtime.sessions, self.claim, error=error, counts=counts
+            )
         except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass
 
@@ -359,7 +361,7 @@ class TaskRun:
         while True:
             await asyncio.sleep(host.lease_s / 3)
             try:
-                await asyncio.to_thread(store.extend_lease, host.runtime.sessions, claim, lease_s=host.lease_s)
+                await asyncio.to_thread(task_leases.extend_lease, host.runtime.sessions, claim, lease_s=host.lease_s)
             except LeaseLost:
                 self.lost.set()
                 return
@@ -367,9 +369,9 @@ class TaskRun:
                 log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
 
 
-def _read_job(sessions: sessionmaker[Session], job_id: str) -> store.JobRow:
+def _read_job(sessions: sessionmaker[Session], job_id: str) -> jobs_sql.JobRow:
     with sessions() as session:
-        job = store.get_job(session, job_id)
+        job = jobs_sql.get_job(session, job_id)
     if job is None:
         raise JobGone(f"job {job_id} is gone (pruned?)")
     return job

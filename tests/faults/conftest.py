@@ -269,12 +269,12 @@ def killable_mariadb() -> Iterator[KillableMariaDB]:
 
 def wait_sent(runtime: Runtime, job_id: str, sent: int, timeout: float = 300) -> int:
     """Poll until the job has sent at least ``sent`` (fails if it ended first); returns its sent count."""
-    from notee.store import job_queue as store
+    from notee.store import jobs_sql
 
     deadline = time.monotonic() + timeout
     while True:
         with runtime.sessions() as session:
-            job, progress = store.get_job(session, job_id), store.progress(session, job_id)
+            job, progress = jobs_sql.get_job(session, job_id), jobs_sql.progress(session, job_id)
         assert job is not None
         if progress.sent >= sent:
             assert job.state == "running", f"the publish ended before the fault could start: {job.state} {progress}"
@@ -295,10 +295,10 @@ def outage_releases(processes: list[NoteeProcess]) -> int:
 
 
 def task_attempts(runtime: Runtime, job_id: str) -> list[int]:
-    from notee.store import job_queue as store
+    from notee.store import jobs_sql
 
     with runtime.sessions() as session:
-        return [t.attempts for t in store.tasks(session, job_id)]
+        return [t.attempts for t in jobs_sql.tasks(session, job_id)]
 
 
 def dead_letters_of(runtime: Runtime, job_id: str) -> int:

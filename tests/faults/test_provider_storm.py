@@ -92,7 +92,7 @@ def test_storm_of_429_and_503_mid_publish(runtime, emulator, processes, service_
         processes.start(f"storm-worker-{i}", ["worker", "--service", service_id, "--lanes", "2"], env) for i in range(2)
     ]
 
-    from notee.usecases.publish import job_status
+    from notee.usecases.jobs import job_status
 
     deadline = time.monotonic() + 300
     while True:

@@ -14,10 +14,11 @@ from sqlalchemy import text
 
 from notee.core.settings import Settings
 from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
-from notee.store import job_queue as store
+from notee.store import jobs_sql
 from notee.store.runtime import Runtime
-from notee.usecases import publish as jobs
+from notee.usecases import jobs, publish
 from notee.usecases.deliver import DeliverySender
+from notee.usecases.job_requests import JobRequest
 from notee.worker.lanes import Worker, WorkerOptions
 from tests.support import registry
 from tests.support.processes import NoteeProcess
@@ -82,20 +83,22 @@ def topic_job(
     variables: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
     send_at: datetime | None = None,
-) -> store.JobRow:
+) -> jobs_sql.JobRow:
     with runtime.sessions.begin() as session:  # the caller owns the commit
-        return jobs.create_job(
+        return publish.create_job(
             runtime,
             session,
-            service=service,
-            notification_key=key,
-            method="TOPIC",
-            type_=type_,
-            target=TopicTarget(topic),
-            idempotency_key=idempotency_key,
-            variables=variables if variables is not None else {"name": "there"},
-            overrides=overrides,
-            send_at=send_at,
+            JobRequest(
+                service=service,
+                notification_key=key,
+                method="TOPIC",
+                type_=type_,
+                target=TopicTarget(topic),
+                idempotency_key=idempotency_key,
+                variables=variables if variables is not None else {"name": "there"},
+                overrides=overrides,
+                send_at=send_at,
+            ),
         )
 
 
@@ -132,11 +135,11 @@ def emulator_runtime() -> Runtime:
     return Runtime(Settings())
 
 
-def job_progress(runtime: Runtime, job_id: str) -> tuple[store.JobRow, Progress]:
+def job_progress(runtime: Runtime, job_id: str) -> tuple[jobs_sql.JobRow, Progress]:
     with runtime.sessions() as s:
-        job = store.get_job(s, job_id)
+        job = jobs_sql.get_job(s, job_id)
         assert job is not None, f"job {job_id} not found"
-        return job, store.progress(s, job_id)
+        return job, jobs_sql.progress(s, job_id)
 
 
 def wait_job(
@@ -145,7 +148,7 @@ def wait_job(
     job_id: str,
     timeout: float,
     workers: list[NoteeProcess] | None = None,
-) -> tuple[store.JobRow, Progress]:
+) -> tuple[jobs_sql.JobRow, Progress]:
     """Poll the job until it is done or failed; returns (job, progress). Fails on timeout or when
     every worker died."""
     deadline = time.monotonic() + timeout

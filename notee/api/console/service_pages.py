@@ -23,12 +23,14 @@ from notee.api.routes.deadletters import MAX_REPLAY, list_letters
 from notee.api.routes.publish import status_of
 from notee.api.routes.sends import sender_of
 from notee.core.errors import InvalidInput, NoteeError, NotFound
-from notee.core.vocabulary import JobState
+from notee.core.vocabulary import JobFilter, JobState
 from notee.domain import insight, services, templates
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.templates import TemplateInput
-from notee.usecases import publish as jobs
+from notee.usecases import jobs
+from notee.usecases.job_requests import TopicPublish
+from notee.usecases.publish import publish_topic
 
 router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
 
@@ -181,16 +183,13 @@ def publish(
     """The same domain call as POST /v1/topics/{type}/{topic}/publish; then the job's live page."""
     _open(db, who, service)
     try:
-        job = jobs.publish_topic(
-            runtime,
-            db,
+        asked = TopicPublish(
             service=service,
             type_=form.get("type", ""),
             topic=form.get("topic", "").strip(),
-            idempotency_key=None,
             variables=_pairs(form.get("variables", ""), "variables"),
-            overrides=None,
         )
+        job = publish_topic(runtime, db, asked)
         db.commit()
     except NoteeError as exc:
         db.rollback()
@@ -211,9 +210,8 @@ def _job_filters(state: str | None, method: str | None, type_: str | None) -> di
 
 
 def _job_items(db: DbDep, service: str, filters: dict[str, str | None]) -> list[dict[str, Any]]:
-    rows = jobs.list_jobs(
-        db, service, state=filters["state"], method=filters["method"], type_=filters["type"], limit=LIST_LIMIT
-    )
+    job_filter = JobFilter(state=filters["state"], method=filters["method"], type_=filters["type"], limit=LIST_LIMIT)
+    rows = jobs.list_jobs(db, service, job_filter)
     return [status_of(job, progress).model_dump(mode="json") for job, progress in rows]
 
 

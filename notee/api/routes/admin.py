@@ -38,23 +38,11 @@ from notee.api.routes.deadletters import (
     list_letters,
     replay,
 )
-from notee.api.routes.publish import (
-    CreatedFromQuery,
-    CreatedToQuery,
-    JobCursorQuery,
-    JobLimitQuery,
-    JobList,
-    JobStatus,
-    JobTypeQuery,
-    MethodQuery,
-    StateQuery,
-    job_page,
-    status_of,
-)
+from notee.api.routes.publish import JobList, JobQueryDep, JobStatus, job_page, status_of
 from notee.core.vocabulary import RateClass
 from notee.domain import credentials, ratelimit, services
 from notee.domain.rules import SERVICE_PATTERN
-from notee.usecases import publish as jobs
+from notee.usecases import jobs
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=errors(403))
 
@@ -202,30 +190,10 @@ def reset_rate_limit(service: ServicePath, rate_class: RateClassPath, db: DbDep,
 
 
 @router.get("/services/{service}/jobs", response_model=JobList, responses=errors(404))
-def list_service_jobs(
-    service: ServicePath,
-    db: DbDep,
-    state: StateQuery = None,
-    method: MethodQuery = None,
-    type: JobTypeQuery = None,
-    created_from: CreatedFromQuery = None,
-    created_to: CreatedToQuery = None,
-    cursor: JobCursorQuery = None,
-    limit: JobLimitQuery = 50,
-) -> JobList:
+def list_service_jobs(service: ServicePath, db: DbDep, query: JobQueryDep) -> JobList:
     """Any service's jobs, newest first, with the filters and cursor of `GET /v1/jobs`."""
     services.get_service(db, service)
-    return job_page(
-        db,
-        service,
-        state=state,
-        method=method,
-        type_=type,
-        created_from=created_from,
-        created_to=created_to,
-        cursor=cursor,
-        limit=limit,
-    )
+    return job_page(db, service, query)
 
 
 @router.post("/jobs/{job_id}/requeue", response_model=JobStatus, responses=errors(404, 409))

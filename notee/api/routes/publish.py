@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 from sqlalchemy.orm import Session
 
@@ -17,12 +18,14 @@ from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
 from notee.core import clock
 from notee.core.errors import InvalidInput
-from notee.core.vocabulary import JobState, Progress
+from notee.core.vocabulary import JobFilter, JobState, Progress
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.schedule import LOCAL_TIME_PATTERN
-from notee.usecases import publish as jobs
-from notee.usecases.publish import JobRow
+from notee.usecases import jobs
+from notee.usecases.job_requests import TopicPublish
+from notee.usecases.jobs import JobRow
+from notee.usecases.publish import publish_topic
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
@@ -142,9 +145,7 @@ def publish(
     overrides = {
         k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
     }
-    job = jobs.publish_topic(
-        runtime,
-        db,
+    asked = TopicPublish(
         service=service,
         type_=type,
         topic=topic,
@@ -154,6 +155,7 @@ def publish(
         send_at=request.send_at,
         local_time=request.local_time,
     )
+    job = publish_topic(runtime, db, asked)
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
     return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at)
 
@@ -225,38 +227,34 @@ JobCursorQuery = Annotated[str | None, Query(max_length=200, description="From t
 JobLimitQuery = Annotated[int, Query(ge=1, le=200)]
 
 
-def job_page(
-    db: Session,
-    service: str,
-    *,
-    state: JobState | None,
-    method: str | None,
-    type_: str | None,
-    created_from: str | None,
-    created_to: str | None,
-    cursor: str | None,
-    limit: int,
-) -> JobList:
-    """One page of a service's jobs (the tenant's listing and the admin's)."""
-    rows = jobs.list_jobs(
-        db,
-        service,
-        state=state,
-        method=method,
-        type_=type_,
-        created_from=_rfc3339(created_from, "created_from"),
-        created_to=_rfc3339(created_to, "created_to"),
-        before=_decode_cursor(cursor) if cursor else None,
-        limit=limit,
-    )
-    items = [status_of(job, progress) for job, progress in rows]
-    return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == limit else None)
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """The query parameters of a job listing (``GET /v1/jobs`` and the admin's), as sent: checked
+    by ``filter`` in the route's body, after the route's own checks (the admin's 404 comes first)."""
+
+    state: JobState | None
+    method: str | None
+    type_: str | None
+    created_from: str | None
+    created_to: str | None
+    cursor: str | None
+    limit: int
+
+    def filter(self) -> JobFilter:
+        """The listing's filter; InvalidInput (422) for a time without its offset or a cursor this API
+        did not return."""
+        return JobFilter(
+            state=self.state,
+            method=self.method,
+            type_=self.type_,
+            created_from=_rfc3339(self.created_from, "created_from"),
+            created_to=_rfc3339(self.created_to, "created_to"),
+            before=_decode_cursor(self.cursor) if self.cursor else None,
+            limit=self.limit,
+        )
 
 
-@router.get("/jobs", response_model=JobList)
-def list_jobs(
-    db: DbDep,
-    service: ServiceDep,
+def job_query(
     state: StateQuery = None,
     method: MethodQuery = None,
     type: JobTypeQuery = None,
@@ -264,20 +262,28 @@ def list_jobs(
     created_to: CreatedToQuery = None,
     cursor: JobCursorQuery = None,
     limit: JobLimitQuery = 50,
-) -> JobList:
+) -> JobQuery:
+    """The listing's query parameters, one dependency for both routes (the OpenAPI document lists
+    them as the routes' own)."""
+    return JobQuery(state, method, type, created_from, created_to, cursor, limit)
+
+
+JobQueryDep = Annotated[JobQuery, Depends(job_query)]
+
+
+def job_page(db: Session, service: str, query: JobQuery) -> JobList:
+    """One page of a service's jobs (the tenant's listing and the admin's)."""
+    job_filter = query.filter()
+    rows = jobs.list_jobs(db, service, job_filter)
+    items = [status_of(job, progress) for job, progress in rows]
+    return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == job_filter.limit else None)
+
+
+@router.get("/jobs", response_model=JobList)
+def list_jobs(db: DbDep, service: ServiceDep, query: JobQueryDep) -> JobList:
     """This service's jobs, newest first: topic publishes, cycle minutes and scheduled single sends,
     with their counts (``state=scheduled``: the ones waiting for their send_at)."""
-    return job_page(
-        db,
-        service,
-        state=state,
-        method=method,
-        type_=type,
-        created_from=created_from,
-        created_to=created_to,
-        cursor=cursor,
-        limit=limit,
-    )
+    return job_page(db, service, query)
 
 
 def _rfc3339(value: str | None, name: str) -> datetime | None:

@@ -20,8 +20,9 @@ from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.store.runtime import Runtime
-from notee.usecases import publish as jobs
 from notee.usecases.deliver import DeliverySender
+from notee.usecases.job_requests import ScheduledSingle
+from notee.usecases.publish import schedule_single
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 
@@ -86,18 +87,17 @@ def _schedule(
 ) -> Any:
     send_at = send_at or body.send_at
     assert send_at is not None  # the route only schedules a send that has one
+    send = ScheduledSingle(
+        service=service,
+        user_id=user_id,
+        type_=body.type,
+        send_at=send_at,
+        idempotency_key=idempotency_key,
+        variables=body.variables,
+        data=body.data,
+    )
     with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
-        job = jobs.schedule_single(
-            runtime,
-            session,
-            service=service,
-            user_id=user_id,
-            type_=body.type,
-            send_at=send_at,
-            idempotency_key=idempotency_key,
-            variables=body.variables,
-            data=body.data,
-        )
+        job = schedule_single(runtime, session, send)
     return PublishAccepted(job_id=job.job_id, state=job.state, send_at=job.send_at).model_dump(mode="json")
 
 
