@@ -19,7 +19,7 @@ from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store import job_queue as store
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import OutageBackoff, Worker
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token

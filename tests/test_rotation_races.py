@@ -19,7 +19,7 @@ import pytest
 from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from notee.worker import lanes as worker_mod
 from notee.worker.lanes import MovedRowFilter, Worker
 from tests.support.emulator import deliveries_per_token

@@ -78,9 +78,10 @@ from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
 from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
 from notee.store.runtime import Runtime
-from notee.usecases.deliver import DeliverySender, PageAborted, Stopping
+from notee.usecases.deliver import Stopping
 from notee.usecases.publish import in_part, placement, task_slots, task_unit
 from notee.usecases.queue_levels import watch_queue
+from notee.usecases.sender import DeliverySender, PageAborted
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def is_outage(exc: BaseException) -> bool:
 # (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
 # and dead-lettering happen inside; it raises ProviderConfigError (PageAborted: with the counts of
 # what the page did before the error) when the service's credentials are missing or unusable: the
-# whole job fails once. Production: ``notee.usecases.deliver.DeliverySender``.
+# whole job fails once. Production: ``notee.usecases.sender.DeliverySender``.
 SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
 # What the reader hands the sender, or the error that stopped it: (slot, paging state after the
 # page, key (no, device_token) of the last row read, the page's recipient locales or None when the

@@ -17,7 +17,7 @@ from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
 from notee.store import job_queue as store
 from notee.store.runtime import Runtime
 from notee.usecases import publish as jobs
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker
 from tests.support import registry
 from tests.support.processes import NoteeProcess

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep
 from notee.api.routes.sends import sender_of
-from notee.usecases.deliver import list_dead_letters as dead_letters_of
+from notee.usecases.replay import list_dead_letters as dead_letters_of
 
 router = APIRouter(prefix="/v1", tags=["dead letters"])
 

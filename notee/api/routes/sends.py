@@ -21,7 +21,8 @@ from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.store.runtime import Runtime
 from notee.usecases import publish as jobs
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
+from notee.usecases.single_send import SingleSend
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 
@@ -134,15 +135,10 @@ async def send_to_user(
         accepted = await asyncio.to_thread(_schedule, runtime, service, str(user_id), body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
     try:
-        devices, result = await sender_of(request).send_single(
-            service,
-            str(user_id),
-            body.type,
-            variables=body.variables,
-            data=body.data,
-            stop=getattr(request.app.state, "stopping", None),
-            quiet_hours=body.quiet_hours,
+        send = SingleSend(
+            service, str(user_id), body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
         )
+        devices, result = await sender_of(request).send_single(send, stop=getattr(request.app.state, "stopping", None))
     except QuietDropped as exc:
         return SendOut(
             devices=exc.devices, delivered=0, pruned=0, retried=0, failed=0, dry_run=False, quiet_dropped=exc.devices
