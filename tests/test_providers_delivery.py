@@ -40,10 +40,10 @@ def emu_app(client, settings, emulator):
             }
         )
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 @pytest.fixture()

@@ -249,10 +249,10 @@ def emu_client(client, settings, emulator):
     sender.providers = ProviderSet(
         settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

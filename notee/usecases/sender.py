@@ -1,6 +1,7 @@
 """``DeliverySender``: what a process keeps to send. The fan-out worker sends its pages through it
 (``send_page``: it is the worker's ``SendPage``), the API its single sends and both the API and the
-CLI their dead-letter replays. Built inside the event loop that sends, and closed at shutdown."""
+CLI their dead-letter replays. Built once by the process, inside the event loop that sends, and
+closed at shutdown: never built inside a route (the API hands it to its routes as a dependency)."""
 
 from __future__ import annotations
 
