@@ -247,7 +247,8 @@ class Delivery:
         self.retry_after = None
         retry: list[int] = []
         answered = False
-        batch = [self.messages[i] for i in pending]
+        messages = self.messages  # a local: the comprehension reads it once per message
+        batch = [messages[i] for i in pending]
         groups, _ = routes.split(batch)
         for provider, idx in groups:
             try:
