@@ -73,7 +73,7 @@ async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
     from notee.core.vocabulary import FcmCredentials, ProviderCredentials
     from notee.providers.routing import ProviderSet
     from notee.store.runtime import Runtime
-    from notee.usecases.deliver import deliver
+    from notee.usecases.deliver import DeliveryOptions, deliver
 
     settings = Settings()
     if not settings.emulator_url:
@@ -86,12 +86,13 @@ async def _notee(n: int, page: int, api: str = "fcm") -> dict[str, Any]:
         apns_credentials() if api == "apns" else ProviderCredentials(fcm=FcmCredentials(bench_service_account()))
     )
     pages = [build(min(page, n - i), i) for i in range(0, n, page)]
+    options = DeliveryOptions(credentials=credentials)
     # warm-up outside the measurement: the FCM access token / the APNs JWT and first connection
-    await deliver(runtime, providers, SERVICE, build(1, n), credentials=credentials, job_id=None)
+    await deliver(runtime, providers, SERVICE, build(1, n), options)
     delivered = 0
     wall, cpu = time.perf_counter(), time.process_time()
     for msgs in pages:
-        result = await deliver(runtime, providers, SERVICE, msgs, credentials=credentials, job_id=None)
+        result = await deliver(runtime, providers, SERVICE, msgs, options)
         delivered += result.delivered
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     await providers.close()

@@ -38,16 +38,16 @@ from tests.support.registry import (
 def emu_client(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
     from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
+    from notee.usecases.sender import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
         settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 def _set_mode(client, settings, service: str, mode: str):
@@ -205,7 +205,8 @@ def test_config_error_keeps_what_was_collected_before_it(client, settings, runti
     """Android first (FCM: one dead token, one permanent failure, one delivered), then iOS, where
     APNs rejects the key: the error stops the send, the pruned token and the dead letter stay."""
     from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliveryAborted, deliver, load_service_credentials
+    from notee.usecases.deliver import DeliveryAborted, DeliveryOptions, deliver
+    from notee.usecases.delivery_store import load_service_credentials
 
     headers = new_service(client, settings, service_id, credentials=True)
     r = client.put(
@@ -223,7 +224,7 @@ def test_config_error_keeps_what_was_collected_before_it(client, settings, runti
         providers = ProviderSet(emu_runtime.settings)
         try:
             creds = await asyncio.to_thread(load_service_credentials, emu_runtime, service_id)
-            return await deliver(emu_runtime, providers, service_id, messages, credentials=creds, job_id=None)
+            return await deliver(emu_runtime, providers, service_id, messages, DeliveryOptions(credentials=creds))
         finally:
             await providers.close()
 

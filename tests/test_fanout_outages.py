@@ -333,7 +333,7 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
     runtime: Runtime, service_id: str, emulator
 ) -> None:
     from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import deliver
+    from notee.usecases.deliver import DeliveryOptions, deliver
     from tests.support.registry import make_service
 
     make_service(runtime, service_id)
@@ -343,10 +343,11 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
     async def go(switch: TcpSwitch) -> tuple[object, object, int]:
         providers = ProviderSet(settings.model_copy(update={"emulator_url": f"https://localhost:{switch.port}"}))
         breaker = CircuitBreaker(open_s=0.2, max_open_s=0.5)
+        guarded = DeliveryOptions(credentials=CREDS, breaker=breaker)
         try:
             # One send while the provider is up: the OAuth access token is fetched and cached, as in a
             # worker that was sending when the provider went away.
-            warm = await deliver(runtime, providers, service_id, _messages(["r0"]), credentials=CREDS, breaker=breaker)
+            warm = await deliver(runtime, providers, service_id, _messages(["r0"]), guarded)
             assert warm.delivered == 1
             switch.off()
             with pytest.raises(ProviderUnavailable) as opened:
@@ -355,22 +356,16 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
                     providers,
                     service_id,
                     _messages(["r1", "r2", "r3"]),
-                    credentials=CREDS,
-                    job_id="j",
-                    breaker=breaker,
+                    DeliveryOptions(credentials=CREDS, job_id="j", breaker=breaker),
                 )
             with pytest.raises(ProviderUnavailable) as refused:  # open: refused without sending
-                await deliver(runtime, providers, service_id, _messages(["r4"]), credentials=CREDS, breaker=breaker)
+                await deliver(runtime, providers, service_id, _messages(["r4"]), guarded)
             await asyncio.sleep(0.25)
             with pytest.raises(ProviderUnavailable):  # the probe fails too: open again
-                await deliver(
-                    runtime, providers, service_id, _messages(["r5", "r6"]), credentials=CREDS, breaker=breaker
-                )
+                await deliver(runtime, providers, service_id, _messages(["r5", "r6"]), guarded)
             switch.on()
             await asyncio.sleep(breaker.blocked_for("fcm") + 0.01)
-            result = await deliver(
-                runtime, providers, service_id, _messages(["r7", "r8", "r9"]), credentials=CREDS, breaker=breaker
-            )
+            result = await deliver(runtime, providers, service_id, _messages(["r7", "r8", "r9"]), guarded)
             return opened.value, refused.value, result.delivered
         finally:
             await providers.close()
@@ -387,7 +382,7 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
 def test_a_fan_out_rides_out_a_provider_refusing_connections(runtime: Runtime, service_id: str, emulator) -> None:
     """A short version of the fault test: the emulator's port refuses connections for 3 s after the
     first pages; the job completes, no device is dead-lettered, duplicates stay within one page."""
-    from notee.usecases.deliver import DeliverySender
+    from notee.usecases.sender import DeliverySender
 
     key = topic_template(runtime, service_id)
     tokens = seed_topic(runtime, service_id, "news", key, "b", 1_000)

@@ -51,7 +51,7 @@ def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, 
 def first_page_then_stop(rt, service_id, *, fetch_size):
     """A one-lane worker with the production sender, stopped (as by SIGTERM) while its first page is
     being sent; the sizes of the pages it sent."""
-    from notee.usecases.deliver import DeliverySender
+    from notee.usecases.sender import DeliverySender
 
     sent: list[int] = []
 

@@ -132,16 +132,16 @@ def tenant(client, settings, service_id):
 @pytest.fixture()
 def emu_client(client, settings, emulator):
     from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
+    from notee.usecases.sender import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
         settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 def test_template_variants_round_trip_with_canonical_tags(client, tenant):
@@ -250,7 +250,7 @@ def test_a_topic_publish_renders_once_per_variant_and_each_device_gets_its_local
 
 
 def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_client, monkeypatch):
-    import notee.usecases.deliver as delivery
+    import notee.usecases.single_send as single_send
 
     _, headers = tenant
     assert client.put("/v1/templates/SINGLE/s", json=TEMPLATE, headers=headers).status_code == 201
@@ -261,8 +261,8 @@ def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_client,
         body = {"token": token, "os": "AOS"} | ({"locale": locale} if locale else {})
         assert client.post(f"/v1/users/{user}/devices", json=body, headers=headers).status_code == 201
     calls = []
-    real = delivery.render
-    monkeypatch.setattr(delivery, "render", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = single_send.render
+    monkeypatch.setattr(single_send, "render", lambda *a, **k: calls.append(1) or real(*a, **k))
     r = client.post(f"/v1/users/{user}/send", json={"type": "s", "variables": {"name": "Kim"}}, headers=headers)
     assert r.status_code == 200 and r.json()["delivered"] == 4, r.text
     assert len(calls) == 2  # de (the user's, two devices) and pt-BR (two devices): not 4, not 1 + 3

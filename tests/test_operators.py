@@ -18,7 +18,7 @@ from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter, jobs_sql
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
@@ -32,10 +32,10 @@ def emu_app(client, settings, emulator):
     sender.providers = ProviderSet(
         settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 class Sender:

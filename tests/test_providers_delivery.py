@@ -15,7 +15,7 @@ from notee.providers.base import Message
 from notee.providers.retry import backoff, parse_retry_after
 from notee.providers.routing import ProviderSet, choose
 from notee.store import deadletter
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from tests.support.registry import (
     admin_headers,
     apns_credentials,
@@ -40,10 +40,10 @@ def emu_app(client, settings, emulator):
             }
         )
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 @pytest.fixture()
@@ -256,7 +256,7 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
     from notee.core.errors import ProviderUnavailable
     from notee.core.vocabulary import ApnsCredentials, ProviderCredentials
     from notee.emulator.control import free_port
-    from notee.usecases.deliver import deliver
+    from notee.usecases.deliver import DeliveryOptions, deliver
 
     slept: list[float] = []
 
@@ -281,9 +281,7 @@ def test_an_unreachable_provider_is_not_the_devices_failure(runtime, settings, s
                 providers,
                 service_id,
                 [Message(random_token(), "IOS", "a", "b")] * 3,
-                credentials=creds,
-                job_id=None,
-                sleep=no_wait,
+                DeliveryOptions(credentials=creds, job_id=None, sleep=no_wait),
             )
         finally:
             await providers.close()
@@ -317,7 +315,7 @@ def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
     retrying, honouring Retry-After, without using the devices' attempts, for ``provider_wait_s`` of
     waiting in all; a single send counts them; the device's own 429 counts everywhere. (A fan-out
     page used to dead-letter a device after 5 storm answers: CI's 40 s storm did it to 12 devices.)"""
-    from notee.usecases.deliver import deliver
+    from notee.usecases.deliver import DeliveryOptions, deliver
 
     make_service(runtime, service_id)
     bound = runtime.settings.fanout_max_attempts
@@ -341,10 +339,7 @@ def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
                 providers,
                 service_id,
                 [Message(stormy, "AOS", "a", "b"), Message(calm, "AOS", "a", "b")],
-                credentials=None,
-                entire_send=False,
-                sleep=no_wait,
-                provider_wait_s=provider_wait_s,
+                DeliveryOptions(credentials=None, entire_send=False, sleep=no_wait, provider_wait_s=provider_wait_s),
             )
         finally:
             await providers.close()
@@ -368,15 +363,23 @@ def test_the_providers_own_refusals_are_waited_out_by_a_fan_out_page(
 
 def test_without_credentials_there_is_no_route_and_no_log_provider(runtime, settings, service_id):
     """Live mode never falls back to the log provider (issue 13): no credentials, no provider."""
-    from notee.usecases.deliver import NoCredentials, deliver
+    from notee.usecases.deliver import DeliveryOptions, NoCredentials, deliver
 
     async def run():
         providers = ProviderSet(settings.model_copy(update={"emulator_url": None}))
         try:
             routes = providers.for_service(service_id, None)
             with pytest.raises(NoCredentials):
-                await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")], credentials=None)
-            dry = await deliver(runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")], dry_run=True)
+                await deliver(
+                    runtime,
+                    providers,
+                    service_id,
+                    [Message("t" * 20, "IOS", "a", "b")],
+                    DeliveryOptions(credentials=None),
+                )
+            dry = await deliver(
+                runtime, providers, service_id, [Message("t" * 20, "IOS", "a", "b")], DeliveryOptions(dry_run=True)
+            )
             return routes, dry, providers.dry_run(service_id)
         finally:
             await providers.close()

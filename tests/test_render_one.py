@@ -243,16 +243,16 @@ def _seen(emu, token: str) -> tuple[str, str, dict]:
 def emu_client(client, settings, emulator):
     """The API app with its providers pointed at the emulator."""
     from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
+    from notee.usecases.sender import DeliverySender
 
     sender = DeliverySender(client.app.state.runtime)
     sender.providers = ProviderSet(
         settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
     )
-    client.app.state.sender = sender
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # the app's own, back after the test
     yield emulator
+    client.app.state.sender = app_sender
     client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -392,9 +392,9 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "Kim"}}, headers=headers)
     assert r.status_code == 202, r.text
     assert calls == ["render"]
-    import notee.usecases.deliver as delivery
+    import notee.usecases.single_send as single_send
 
-    monkeypatch.setattr(delivery, "render", counting)  # the only other caller of the renderer
+    monkeypatch.setattr(single_send, "render", counting)  # the only other caller of the renderer
     run_worker_until_idle(emu_runtime, [service])
     assert calls == ["render"]
     assert [_seen(emulator, t)[0] for t in tokens] == ["Hi Kim"] * 3

@@ -19,7 +19,7 @@ import pytest
 from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
-from notee.usecases.deliver import DeliverySender
+from notee.usecases.sender import DeliverySender
 from notee.worker import reader as worker_reader
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.reader import MovedRowFilter

@@ -34,6 +34,7 @@ from notee.core.settings import Settings
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
 from notee.usecases.queue_levels import watch_queue
+from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
 
@@ -61,12 +62,16 @@ def create_app(
         app.state.stopping = asyncio.Event()  # set by begin_shutdown: in-flight sends stop waiting to retry
         watch_queue(app.state.runtime)  # /metrics reports the job queue
         app.state.subscribe_groups = SubscribeGroups.of(app.state.runtime)
+        # single sends and replays (routes get it through deps.SenderDep): built here, in the serving
+        # event loop, once; its HTTP/2 pools connect on first use. An app served again inside a serving
+        # (a test client in another's lifespan) gets its own, and the outer one's comes back after it.
+        outer = getattr(app.state, "sender", None)
+        sender = app.state.sender = DeliverySender(app.state.runtime)
         try:
             yield
         finally:
-            if getattr(app.state, "sender", None) is not None:  # single sends' HTTP/2 pools
-                await app.state.sender.close()
-                app.state.sender = None
+            await sender.close()
+            app.state.sender = outer
             if own:
                 app.state.runtime.close()
 

@@ -1,4 +1,5 @@
-"""Request-scoped dependencies: the Runtime, one MySQL Session per request, the Cassandra session."""
+"""Request-scoped dependencies: the Runtime, one MySQL Session per request, the Cassandra session,
+the process's DeliverySender."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from notee.api.subscribe_groups import SubscribeGroups
 from notee.store.runtime import Runtime
+from notee.usecases.sender import DeliverySender
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +65,12 @@ async def get_subscribe_groups(request: Request) -> SubscribeGroups:
 
 
 SubscribeGroupsDep = Annotated[SubscribeGroups, Depends(get_subscribe_groups)]
+
+
+async def get_sender(request: Request) -> DeliverySender:
+    """The app's DeliverySender (providers, HTTP/2 pools): built by the lifespan, closed by it."""
+    sender: DeliverySender = request.app.state.sender
+    return sender
+
+
+SenderDep = Annotated[DeliverySender, Depends(get_sender)]

@@ -358,7 +358,8 @@ def dead_letters_replay(
     import asyncio
 
     from notee.store.runtime import Runtime
-    from notee.usecases.deliver import DeliverySender, ReplayResult
+    from notee.usecases.replay import ReplayResult
+    from notee.usecases.sender import DeliverySender
 
     runtime = Runtime(_settings())
 

@@ -12,7 +12,7 @@ CYCLE template is refused unless every placeholder has a default. Values are ins
 Size: after rendering, each provider's own rule (``notee.providers.fcm.payload_bytes`` and
 ``notee.providers.apns.payload_bytes``, both 4,096 bytes); a topic or cycle job may reach either
 platform, so both are checked. Topic and cycle jobs render once per job (``notee.usecases.publish``),
-single sends once per send (``notee.usecases.deliver``), never once per device.
+single sends once per send (``notee.usecases.single_send``), never once per device.
 
 Locales: a template may hold variants per locale (BCP 47 tags, ``{"de": {"title", "body",
 "data"?}}``); a variant replaces title and body, its data merges over the template's, and it shares

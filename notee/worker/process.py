@@ -16,8 +16,8 @@ from notee.core import heartbeat, metrics
 from notee.core.logs import announce_emulator
 from notee.core.settings import Settings
 from notee.store.runtime import Runtime
-from notee.usecases.deliver import DeliverySender
 from notee.usecases.queue_levels import watch_queue
+from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 
 log = logging.getLogger(__name__)

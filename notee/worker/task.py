@@ -44,7 +44,8 @@ from notee.store.cql import PagingStateRejected
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
-from notee.usecases.deliver import PageAborted, Stopping
+from notee.usecases.deliver import Stopping
+from notee.usecases.sender import PageAborted
 from notee.worker.outage import OutageBackoff, is_outage
 from notee.worker.reader import PageReader, messages_for
 

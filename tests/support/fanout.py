@@ -17,8 +17,8 @@ from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
 from notee.store import jobs_sql
 from notee.store.runtime import Runtime
 from notee.usecases import jobs, publish
-from notee.usecases.deliver import DeliverySender
 from notee.usecases.job_requests import JobRequest
+from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 from tests.support import registry
 from tests.support.processes import NoteeProcess

@@ -18,10 +18,9 @@ from fastapi.responses import Response
 
 from notee.api.console import web
 from notee.api.console.web import PostedForm, SessionDep
-from notee.api.deps import DbDep, RuntimeDep
+from notee.api.deps import DbDep, RuntimeDep, SenderDep
 from notee.api.routes.deadletters import MAX_REPLAY, list_letters
 from notee.api.routes.publish import status_of
-from notee.api.routes.sends import sender_of
 from notee.core.errors import InvalidInput, NoteeError, NotFound
 from notee.core.vocabulary import JobFilter, JobState
 from notee.domain import insight, services, templates
@@ -308,7 +307,7 @@ def dead_letters(
 
 
 @router.post("/dead-letters/replay")
-async def replay(request: Request, service: str, who: SessionDep, form: PostedForm, runtime: RuntimeDep) -> Response:
+async def replay(service: str, who: SessionDep, form: PostedForm, runtime: RuntimeDep, sender: SenderDep) -> Response:
     """Send again: one letter (``id``) or the oldest ones (up to 1,000), as POST /v1/dead-letters/replay."""
 
     def check() -> None:
@@ -318,7 +317,7 @@ async def replay(request: Request, service: str, who: SessionDep, form: PostedFo
     await asyncio.to_thread(check)
     letter = form.get("id", "")
     ids = [int(letter)] if letter.isdigit() and int(letter) > 0 else None
-    result = await sender_of(request).replay(service, ids=ids, job_id=None, limit=MAX_REPLAY)
+    result = await sender.replay(service, ids=ids, job_id=None, limit=MAX_REPLAY)
     counts = {
         "replayed": result.replayed,
         "delivered": result.delivered,

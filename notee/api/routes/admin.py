@@ -10,7 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Request, Response
 
 from notee.api.auth import AdminDep, BoxDep, key_cache
-from notee.api.deps import DbDep, RuntimeDep
+from notee.api.deps import DbDep, RuntimeDep, SenderDep
 from notee.api.models import (
     ApiKeyCreated,
     ApiKeyIn,
@@ -216,7 +216,7 @@ def list_dead_letters(
 
 @router.post("/services/{service}/dead-letters/replay", response_model=ReplayOut, responses=errors(404))
 async def replay_dead_letters(
-    service: ServicePath, runtime: RuntimeDep, request: Request, body: ReplayIn | None = None
+    service: ServicePath, runtime: RuntimeDep, sender: SenderDep, body: ReplayIn | None = None
 ) -> ReplayOut:
     """Send a service's dead letters again (given ids, a job's, or the oldest)."""
 
@@ -225,4 +225,4 @@ async def replay_dead_letters(
             services.get_service(session, service)
 
     await asyncio.to_thread(check)
-    return await replay(request, service, body)
+    return await replay(sender, service, body)

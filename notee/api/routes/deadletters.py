@@ -7,14 +7,14 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from notee.api.auth import ServiceDep
-from notee.api.deps import DbDep
-from notee.api.routes.sends import sender_of
-from notee.usecases.deliver import list_dead_letters as dead_letters_of
+from notee.api.deps import DbDep, SenderDep
+from notee.usecases.replay import list_dead_letters as dead_letters_of
+from notee.usecases.sender import DeliverySender
 
 router = APIRouter(prefix="/v1", tags=["dead letters"])
 
@@ -65,9 +65,9 @@ def list_letters(db: Session, service: str, limit: int, before_id: int | None, j
     return DeadLetterList(items=items, next_before_id=items[-1].id if len(items) == limit else None)
 
 
-async def replay(request: Request, service: str, body: ReplayIn | None) -> ReplayOut:
+async def replay(sender: DeliverySender, service: str, body: ReplayIn | None) -> ReplayOut:
     body = body or ReplayIn()
-    result = await sender_of(request).replay(
+    result = await sender.replay(
         service, ids=body.ids, job_id=str(body.job_id) if body.job_id else None, limit=MAX_REPLAY
     )
     return ReplayOut(replayed=result.replayed, delivered=result.delivered, pruned=result.pruned, failed=result.failed)
@@ -82,7 +82,7 @@ def list_dead_letters(
 
 
 @router.post("/dead-letters/replay", response_model=ReplayOut)
-async def replay_dead_letters(service: ServiceDep, request: Request, body: ReplayIn | None = None) -> ReplayOut:
+async def replay_dead_letters(service: ServiceDep, sender: SenderDep, body: ReplayIn | None = None) -> ReplayOut:
     """Send dead letters again (given ids, a job's, or the oldest). Delivered and pruned ones are
     removed; what fails again is recorded as a new dead letter. Ids of other services are not found."""
-    return await replay(request, service, body)
+    return await replay(sender, service, body)

@@ -13,16 +13,16 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
-from notee.api.deps import RuntimeDep
+from notee.api.deps import RuntimeDep, SenderDep
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.store.runtime import Runtime
-from notee.usecases.deliver import DeliverySender
 from notee.usecases.job_requests import ScheduledSingle
 from notee.usecases.publish import schedule_single
+from notee.usecases.single_send import SingleSend
 
 router = APIRouter(prefix="/v1", tags=["sends"])
 
@@ -67,16 +67,6 @@ class SendOut(BaseModel):
     )
 
 
-def sender_of(request: Request) -> DeliverySender:
-    """The app's DeliverySender (providers, HTTP/2 pools), built on first use inside the serving
-    event loop; the lifespan closes it."""
-    state = request.app.state
-    if getattr(state, "sender", None) is None:
-        state.sender = DeliverySender(state.runtime)
-    sender: DeliverySender = state.sender
-    return sender
-
-
 def _schedule(
     runtime: Runtime,
     service: str,
@@ -115,6 +105,7 @@ async def send_to_user(
     service: ServiceDep,
     request: Request,
     runtime: RuntimeDep,
+    sender: SenderDep,
     idempotency_key: IdempotencyKey = None,
 ) -> SendOut | JSONResponse:
     """Send a SINGLE template to every device of the user. A missing template variable or a payload
@@ -134,15 +125,10 @@ async def send_to_user(
         accepted = await asyncio.to_thread(_schedule, runtime, service, str(user_id), body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
     try:
-        devices, result = await sender_of(request).send_single(
-            service,
-            str(user_id),
-            body.type,
-            variables=body.variables,
-            data=body.data,
-            stop=getattr(request.app.state, "stopping", None),
-            quiet_hours=body.quiet_hours,
+        send = SingleSend(
+            service, str(user_id), body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
         )
+        devices, result = await sender.send_single(send, stop=getattr(request.app.state, "stopping", None))
     except QuietDropped as exc:
         return SendOut(
             devices=exc.devices, delivered=0, pruned=0, retried=0, failed=0, dry_run=False, quiet_dropped=exc.devices

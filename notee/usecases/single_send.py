@@ -1,0 +1,117 @@
+"""Single sends (``POST /v1/users/{user_id}/send``): one SINGLE template rendered once per variant
+its devices need (never once per device), to every device of one user, delivered at once and
+answered with the counts. A send that opts in to quiet hours is checked against the user's window
+first (the database's clock): inside it nothing is sent (``QuietDropped`` or ``QuietHoursNow``).
+The API sends through its process's ``DeliverySender`` (``sender.send_single``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from notee.core import clock
+from notee.core.errors import QuietDropped, QuietHoursNow
+from notee.domain import services, templates, users
+from notee.domain.render import Rendered, choose_variant, render
+from notee.domain.rules import check_data, check_send_inputs
+from notee.providers.base import Message
+from notee.providers.routing import ProviderSet
+from notee.store.mysql import db_now
+from notee.store.runtime import Runtime
+from notee.usecases.deliver import DeliveryOptions, DeliveryResult, deliver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SingleSend:
+    """One single send: the SINGLE template ``type_`` of ``service`` to every device of ``user_id``,
+    with ``variables`` for its placeholders and ``data`` merged over its data. ``quiet_hours``: the
+    send opted in to the user's quiet hours (QuietDropped / QuietHoursNow inside them)."""
+
+    service: str
+    user_id: str
+    type_: str
+    variables: dict[str, str] | None = None
+    data: dict[str, str] | None = None
+    quiet_hours: bool = False
+
+
+def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], bool]:
+    """Render the SINGLE template once for every device of the user: (messages, dry_run).
+    Raises NotFound (user or template), InvalidInput (missing variables, bad data) or
+    PayloadTooLarge, before anything is sent."""
+    service, variables = send.service, send.variables
+    extra = check_data(send.data)
+    check_send_inputs(variables, None)
+    with runtime.sessions() as session:
+        service_row = services.get_service(session, service)
+        dry_run = service_row.delivery_mode == "dry_run"
+        user = users.get_user(session, service, send.user_id)
+        template = templates.get_template(session, runtime.statements, service, "SINGLE", send.type_)
+        devices = users.list_devices(session, service, send.user_id)
+        now = db_now(session) if send.quiet_hours else None
+    window = user.quiet_hours or service_row.quiet_hours
+    if now is not None and window is not None:
+        _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
+    content = template.content()
+    tags = list((content.variants or {}).keys())
+    overrides = {"data": extra} if extra else None
+    pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
+    messages = []
+    for d in devices:
+        key = choose_variant(d.locale or user.locale, tags)
+        if key not in pushes:
+            pushes[key] = render(content.content_for(key), variables, overrides)
+        push = pushes[key]
+        messages.append(
+            Message(
+                device_token=d.token,
+                device_os=d.os,
+                title=push.title,
+                body=push.body,
+                data=push.data,
+                ttl_seconds=push.ttl_seconds,
+                priority=push.priority,
+            )
+        )
+    if not devices:  # nothing to send, but a request that cannot render is still refused
+        render(content, variables, overrides)
+    return messages, dry_run
+
+
+def _check_quiet(now: datetime, zone_name: str, window: tuple[int, int], mode: str, devices: int) -> None:
+    """An opted-in single send inside the user's quiet hours: QuietDropped (the template drops) or
+    QuietHoursNow (it holds: the caller may send again when they end)."""
+    moment = now.replace(tzinfo=UTC)
+    if not clock.in_window(moment, zone_name, *window):
+        return
+    if mode == "drop":
+        raise QuietDropped(devices)
+    until = clock.window_end(moment, zone_name, *window)
+    raise QuietHoursNow(f"the user is in quiet hours until {until:%Y-%m-%dT%H:%M}Z", until_at=until)
+
+
+async def send_single(
+    runtime: Runtime, providers: ProviderSet, send: SingleSend, stop: asyncio.Event | None = None
+) -> tuple[int, DeliveryResult]:
+    """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API
+    is shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead
+    letters are recorded, and the counts say so."""
+    messages, dry_run = await asyncio.to_thread(prepare_single, runtime, send)
+    options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
+    result = await deliver(runtime, providers, send.service, messages, options)
+    log.info(
+        "single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
+        send.service,
+        send.type_,
+        len(messages),
+        result.delivered,
+        result.pruned,
+        len(result.failed),
+        result.no_credentials,
+        " dry run" if dry_run else "",
+    )
+    return len(messages), result
