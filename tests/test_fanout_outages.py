@@ -32,7 +32,7 @@ from notee.core.vocabulary import FcmCredentials, PageCounts, ProviderCredential
 from notee.providers.base import Message
 from notee.providers.breaker import CircuitBreaker
 from notee.store import job_queue as store
-from notee.store.cql import stream_recipients
+from notee.store.cql.recipients import stream_recipients
 from notee.store.job_queue import MAX_TASK_ATTEMPTS
 from notee.store.runtime import Runtime
 from notee.worker.lanes import OutageBackoff, SendPage, Worker, is_outage

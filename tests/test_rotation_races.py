@@ -18,7 +18,9 @@ import pytest
 
 from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
-from notee.store import cql as cqlstore
+from notee.store.cql.counters import max_slot
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.rows import SubscriptionRef
 from notee.usecases.deliver import DeliverySender
 from notee.worker import lanes as worker_mod
 from notee.worker.lanes import MovedRowFilter, Worker
@@ -38,8 +40,8 @@ def st(runtime):
 
 def slot_tokens(st, service, key, topic):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, "TOPIC", "news") + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, TopicTarget(topic), slot, 500):
+    for slot in range(max_slot(st, service, "TOPIC", "news") + 1):
+        for page, _ in stream_recipients(st, key, TopicTarget(topic), slot, 500):
             out += [r[TOKEN] for r in page]
     return out
 
@@ -222,13 +224,8 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
         no = st.allocate_numbers(svc, "TOPIC", "news", 1)
         for u in (a, b):  # what two subscribes that read the same `no` write (subscribe_topic's rows)
             rows = st.topic_subscription_rows(
-                user_id=u,
-                service=svc,
-                type_="news",
-                topic=f"x{i}",
-                notification_key=key,
-                devices=[(no, tok, "AOS")],
-                registered_at=1,
+                SubscriptionRef(svc, u, "news", key, f"x{i}", 1),
+                [(no, tok, "AOS")],
                 with_user_level=True,
                 zone="",
             )

@@ -14,9 +14,13 @@ import pytest
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import NO, ORIGIN, OS, TOKEN, USER, CycleTarget, Recipient, TopicTarget, device_of
 from notee.domain import subscriptions as subs
-from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.store.cassandra import PAGE_PROFILE, pages
+from notee.store.cql.binder import BATCH_BYTES, MAX_UNIT_BYTES, row_bytes
+from notee.store.cql.counters import NUMBER_RANGE, max_slot
+from notee.store.cql.due import due_templates, timezones_in_use
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.rows import SubscriptionRef
 from tests.support.registry import make_device, make_service, make_template, make_user
 
 _tok = itertools.count()
@@ -44,8 +48,8 @@ def svc(runtime, service_id):
 
 def recipients(st, key, target, service, method, type_, fetch_size=100):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, target, slot, fetch_size):
+    for slot in range(max_slot(st, service, method, type_) + 1):
+        for page, _ in stream_recipients(st, key, target, slot, fetch_size):
             out += map(Recipient._make, page)
     return out
 
@@ -60,7 +64,7 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
     assert sorted((r.device_token, r.device_os, r.user_id) for r in got) == sorted([(t1, "AOS", u), (t2, "IOS", u)])
     version, count, no = st.counters(svc, "TOPIC", "news")
     # The two devices numbered 1 and 2 from the range this process reserved (one counter increment).
-    assert (count, no) == (1, cqlstore.NUMBER_RANGE)
+    assert (count, no) == (1, NUMBER_RANGE)
     assert sorted(r.data["no"] for r in st.user_rows(u, svc) if not r.is_user_level) == [1, 2]
 
     assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "already_subscribed"
@@ -100,7 +104,7 @@ def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
     assert call(runtime, subs.list_subscriptions, svc, u1) == []
     assert st.user_rows(u1, svc) == []
     # `no` only grows: the three numbers handed out came from the process's one reserved range.
-    assert st.counters(svc, "TOPIC", "news")[2] == cqlstore.NUMBER_RANGE
+    assert st.counters(svc, "TOPIC", "news")[2] == NUMBER_RANGE
 
 
 def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc):
@@ -113,13 +117,13 @@ def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc)
         taken = [no for got in pool.map(lambda n: st.take_numbers(svc, "TOPIC", "ranged", n), sizes) for no in got]
     assert sorted(taken) == list(range(1, sum(sizes) + 1))  # no gap, no number twice
     reserved = st.counters(svc, "TOPIC", "ranged")[2]
-    assert reserved == 3 * cqlstore.NUMBER_RANGE  # three reservations for 240 numbers
+    assert reserved == 3 * NUMBER_RANGE  # three reservations for 240 numbers
 
     last = st.allocate_numbers(svc, "TOPIC", "ranged", 1000)
     assert last == reserved + 1000
     assert st.take_numbers(svc, "TOPIC", "ranged", 2) == [last + 1, last + 2]  # after the allocation
-    big = st.take_numbers(svc, "TOPIC", "ranged", 3 * cqlstore.NUMBER_RANGE)  # more than a range: reserved whole
-    assert big == list(range(last + 3, last + 3 + 3 * cqlstore.NUMBER_RANGE))
+    big = st.take_numbers(svc, "TOPIC", "ranged", 3 * NUMBER_RANGE)  # more than a range: reserved whole
+    assert big == list(range(last + 3, last + 3 + 3 * NUMBER_RANGE))
 
 
 def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime, st, svc):
@@ -226,8 +230,8 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
         assert [
             x.device_token for x in recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind")
         ] == [t]
-        assert (svc, key, "remind") in cqlstore.due_templates(st, "Asia/Seoul", day, 22, 0)
-    assert "Asia/Seoul" in cqlstore.timezones_in_use(st)
+        assert (svc, key, "remind") in due_templates(st, "Asia/Seoul", day, 22, 0)
+    assert "Asia/Seoul" in timezones_in_use(st)
     assert (
         call(runtime, subs.subscribe_cycle, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
     )
@@ -309,11 +313,11 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     tokens = {make_device(runtime, svc, u, token("slot")): u for u in users}
     results = call(runtime, subs.bulk_subscribe_topic, svc, "big", "all", users)
     assert {r["status"] for r in results} == {"subscribed"}
-    assert cqlstore.max_slot(st, svc, "TOPIC", "big") == 1
+    assert max_slot(st, svc, "TOPIC", "big") == 1
 
     seen, per_slot = [], {}
     for slot in (0, 1):
-        pages = list(cqlstore.stream_recipients(st, key, TopicTarget("all"), slot, fetch_size=4))
+        pages = list(stream_recipients(st, key, TopicTarget("all"), slot, fetch_size=4))
         assert all(len(p) <= 4 for p, _ in pages) and pages[-1][1] is None
         per_slot[slot] = [r[TOKEN] for p, _ in pages for r in p]
         seen += per_slot[slot]
@@ -321,9 +325,9 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     assert len(per_slot[0]) == 9 and len(per_slot[1]) == 16  # nos 29991..29999 | 30000..30015
 
     # Resume from a checkpointed paging state: the rest of the slot, nothing twice.
-    gen = cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
+    gen = stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
     first, state = next(gen)
-    rest = [r[TOKEN] for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
+    rest = [r[TOKEN] for p, _ in stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
     assert sorted([r[TOKEN] for r in first] + rest) == sorted(per_slot[1])
 
 
@@ -535,12 +539,12 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
     assert st.counters(svc, "TOPIC", "news")[1] == 3
     assert st.counters(svc, "CYCLE", "remind")[1] == 1
     assert report["counts_fixed"] == 2
-    assert (svc, ckey, "remind") in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+    assert (svc, ckey, "remind") in due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
 
     # After unsubscribing, reconcile drops the bucket from the due index.
     call(runtime, subs.unsubscribe_cycle, svc, users[0], "remind")
     reconcile.reconcile(runtime, service=svc)
-    assert (svc, ckey, "remind") not in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+    assert (svc, ckey, "remind") not in due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
 
 
 def _fcm_like(prefix: str) -> str:
@@ -555,17 +559,12 @@ def test_a_user_with_many_devices_is_subscribed_whole(runtime, st, svc):
     tokens = [make_device(runtime, svc, many, _fcm_like("many")) for _ in range(70)]
     few_token = make_device(runtime, svc, few, _fcm_like("few"))
     rows = st.topic_subscription_rows(
-        user_id=many,
-        service=svc,
-        type_="news",
-        topic="t",
-        notification_key=key,
-        devices=[(i, t, "AOS") for i, t in enumerate(tokens)],
-        registered_at=1,
+        SubscriptionRef(svc, many, "news", key, "t", 1),
+        [(i, t, "AOS") for i, t in enumerate(tokens)],
         with_user_level=True,
         zone="",
     )
-    assert sum(cqlstore._row_bytes(r) for r in rows) > cqlstore.MAX_UNIT_BYTES  # the case under test
+    assert sum(row_bytes(r) for r in rows) > MAX_UNIT_BYTES  # the case under test
 
     assert call(runtime, subs.subscribe_topic, svc, many, "news", "t") == {"status": "subscribed", "devices": 70}
     res = call(runtime, subs.bulk_subscribe_topic, svc, "news", "u", [many, few])
@@ -586,20 +585,15 @@ def test_bulk_users_share_logged_batches_and_are_counted_once(runtime, st, svc):
     tokens = {make_device(runtime, svc, u, _fcm_like("bulk")): u for u in users}
     units = [
         st.topic_subscription_rows(
-            user_id=u,
-            service=svc,
-            type_="news",
-            topic="t",
-            notification_key=key,
-            devices=[(1, t, "AOS")],
-            registered_at=1,
+            SubscriptionRef(svc, u, "news", key, "t", 1),
+            [(1, t, "AOS")],
             with_user_level=True,
             zone="",
         )
         for t, u in tokens.items()
     ]
-    unit_bytes = sum(cqlstore._row_bytes(r) for r in units[0])
-    assert 2 * unit_bytes <= cqlstore.BATCH_BYTES  # so users do share batches here
+    unit_bytes = sum(row_bytes(r) for r in units[0])
+    assert 2 * unit_bytes <= BATCH_BYTES  # so users do share batches here
 
     assert {r["status"] for r in call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", users)} == {"subscribed"}
     got = [(r.device_token, r.user_id) for r in recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news")]

@@ -52,7 +52,7 @@ from notee.domain.rules import (
 from notee.domain.schedule import parse_local_time
 from notee.store import deadletter
 from notee.store import registry_sql as store
-from notee.store.cql import Statements
+from notee.store.cql.statements import Statements
 from notee.store.mysql import AnyRow, read_committed
 
 log = logging.getLogger(__name__)

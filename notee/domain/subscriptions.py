@@ -38,12 +38,13 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from notee.core.errors import InvalidInput, NotFound
-from notee.core.vocabulary import METHODS
+from notee.core.vocabulary import METHODS, CycleTarget
 from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store import webhooks_sql
-from notee.store.cql import USER_LEVEL, IndexRow, Statements, slot_ref, slot_zone
+from notee.store.cql.rows import USER_LEVEL, DeviceSlot, IndexRow, SubscriptionRef, slot_ref, slot_zone
+from notee.store.cql.statements import Statements
 
 log = logging.getLogger(__name__)
 
@@ -120,66 +121,32 @@ def _user_devices(session: Session, service: str, user_id: str, *, locked: bool)
 
 
 # ---------------------------------------------------------------------- Cassandra building blocks
-def _schedule_parts(row: IndexRow) -> tuple[str, tuple[str, ...], int, int] | None:
+def _buckets_of(row: IndexRow) -> tuple[CycleTarget, ...]:
+    """The cycle buckets a CYCLE index row's slot rows are in (its schedule's days); () for TOPIC."""
     if row.method != "CYCLE":
-        return None
-    s = parse_canonical(row.target)
-    return s.timezone, s.days, s.hour, s.minute
+        return ()
+    return parse_canonical(row.target).buckets
 
 
 def _materialise(
-    st: Statements,
-    *,
-    service: str,
-    user_id: str,
-    tpl: _Template,
-    target: str,
-    schedule: Schedule | None,
-    devices: Sequence[tuple[str, str]],
-    at: int,
-    zone: str,
+    st: Statements, sub: SubscriptionRef, devices: Sequence[tuple[str, str]], *, schedule: Schedule | None, zone: str
 ) -> list[ResponseFuture]:
-    """Start the logged batches writing slot rows + index rows for ``devices``; return the futures.
+    """Start the logged batches writing slot rows + index rows of ``sub`` for ``devices`` (token, os);
+    return the futures. ``schedule``: a cycle subscription's (None: ``sub.target`` is a topic).
     ``zone``: the user's, stored on topic slot rows (``slot_zone``)."""
     if not devices:
         return []
-    numbers = st.take_numbers(service, tpl.method, tpl.type_, len(devices))
-    futures = []
-    for no, (token, os_) in zip(numbers, devices, strict=True):
-        if schedule is None:
-            futures.append(
-                st.add_topic_device(
-                    user_id=user_id,
-                    service=service,
-                    type_=tpl.type_,
-                    topic=target,
-                    notification_key=tpl.key,
-                    no=no,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                    zone=zone,
-                )
-            )
-        else:
-            futures.append(
-                st.add_cycle_device(
-                    user_id=user_id,
-                    service=service,
-                    type_=tpl.type_,
-                    target=target,
-                    notification_key=tpl.key,
-                    timezone=schedule.timezone,
-                    days=schedule.days,
-                    hour=schedule.hour,
-                    minute=schedule.minute,
-                    no=no,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                )
-            )
-    return futures
+    numbers = st.take_numbers(sub.service, "TOPIC" if schedule is None else "CYCLE", sub.type_, len(devices))
+    if schedule is None:
+        return [
+            st.add_topic_device(sub, DeviceSlot(no, token, os_), zone)
+            for no, (token, os_) in zip(numbers, devices, strict=True)
+        ]
+    buckets = schedule.buckets
+    return [
+        st.add_cycle_device(sub, DeviceSlot(no, token, os_), buckets)
+        for no, (token, os_) in zip(numbers, devices, strict=True)
+    ]
 
 
 def remove_rows(
@@ -201,11 +168,11 @@ def remove_rows(
         others = {t: [u for u in st.holders_of(f) if u != user_id] for t, f in reads.items()}
     alone = [r for r in device_rows if not others.get(r.device_token)]
     shared = [r for r in device_rows if others.get(r.device_token)]
-    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in alone)
+    st.run(st.remove_device_rows(user_id, service, r, _buckets_of(r)) for r in alone)
     if shared:
-        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), slot_rows=False) for r in shared)
+        st.run(st.remove_device_rows(user_id, service, r, _buckets_of(r), slot_rows=False) for r in shared)
         unreferenced = [r for r in shared if not _referenced_by_others(st, service, r, others[r.device_token])]
-        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), index_row=False) for r in unreferenced)
+        st.run(st.remove_device_rows(user_id, service, r, _buckets_of(r), index_row=False) for r in unreferenced)
     st.run(st.delete_index_row(user_id, service, r) for r in rows if r.is_user_level)
 
 
@@ -284,7 +251,7 @@ def subscribe_topics(
     live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
     now = _now_ms()
     results: list[SubscribeResult | None] = []
-    plans: list[tuple[str, str, list[tuple[str, str]], int, bool]] = []  # user, topic, devices, at, user-level row
+    plans: list[tuple[SubscriptionRef, list[tuple[str, str]], bool]] = []  # subscription, devices, user-level row
     topic_counts: dict[str, int] = {}
     new_to_type = 0
     for user_id, topic in wanted:
@@ -297,7 +264,7 @@ def subscribe_topics(
         missing = [(t, o) for t, o in ctx.devices[user_id] if t not in have]
         if level is None or missing:
             at = int(level.data.get("at") or now) if level is not None else now
-            plans.append((user_id, topic, missing, at, level is None))
+            plans.append((SubscriptionRef(service, user_id, type_, tpl.key, topic, at), missing, level is None))
             planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
             if level is None:
                 topic_counts[topic] = topic_counts.get(topic, 0) + 1
@@ -308,25 +275,19 @@ def subscribe_topics(
         results.append({"status": status, "devices": len(have) + len(missing)})
     if not plans:
         return results
-    writers = {u for u, *_ in plans}
-    for user_id in sorted(writers):  # rows left by a deleted template of this type
+    for user_id in sorted({sub.user_id for sub, _, _ in plans}):  # rows left by a deleted template of this type
         stale = [r for r in before.get(user_id, []) if r.data.get("key") != tpl.key]
         if stale:
             remove_rows(st, service, user_id, stale)
-    numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(p[2]) for p in plans)))
+    numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(devices) for _, devices, _ in plans)))
     units = [
         st.topic_subscription_rows(
-            user_id=user_id,
-            service=service,
-            type_=type_,
-            topic=topic,
-            notification_key=tpl.key,
-            devices=[(next(numbers), token, os_) for token, os_ in devices],
-            registered_at=at,
+            sub,
+            [(next(numbers), token, os_) for token, os_ in devices],
             with_user_level=with_user_level,
-            zone=zones[user_id],
+            zone=zones[sub.user_id],
         )
-        for user_id, topic, devices, at, with_user_level in plans
+        for sub, devices, with_user_level in plans
     ]
     st.run(st.write_together(units))
     # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
@@ -434,19 +395,9 @@ def subscribe_cycle(
     at = max(_now_ms(), int(winner.data.get("at", 0)) + 1 if winner is not None else 0)
     if winner is not None and winner.target == target:
         at = int(winner.data["at"])  # same schedule: keep its place
-    st.run(
-        _materialise(
-            st,
-            service=service,
-            user_id=user_id,
-            tpl=tpl,
-            target=target,
-            schedule=schedule,
-            devices=missing,
-            at=at,
-            zone=locked or "",  # cycle rows carry no zone (their bucket has its own)
-        )
-    )
+    sub = SubscriptionRef(service, user_id, type_, tpl.key, target, at)
+    # Cycle rows carry no zone (their bucket has its own).
+    st.run(_materialise(st, sub, missing, schedule=schedule, zone=locked or ""))
     st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
     # The due index is written after the subscription rows (reconcile relies on that order).
     st.run(
@@ -562,19 +513,9 @@ def _copy_to_device(
             or (r.method, r.type_, r.target) in have
         ):
             continue
-        tpl = _Template(r.method, r.type_, key)
+        sub = SubscriptionRef(service, user_id, r.type_, key, r.target, int(r.data.get("at", 0)))
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
-        futures += _materialise(
-            st,
-            service=service,
-            user_id=user_id,
-            tpl=tpl,
-            target=r.target,
-            schedule=schedule,
-            devices=[(device_token, device_os)],
-            at=int(r.data.get("at", 0)),
-            zone=zone,
-        )
+        futures += _materialise(st, sub, [(device_token, device_os)], schedule=schedule, zone=zone)
     st.run(futures)
 
 
@@ -648,40 +589,12 @@ def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_tok
     """Write ``row``'s subscription for ``new_token`` at the same slot and ``no`` (topic rows with ``zone``)."""
     ref = slot_ref(row)
     assert ref is not None
+    sub = SubscriptionRef(service, user_id, row.type_, ref.notification_key, row.target, int(row.data.get("at", 0)))
     origin = str(row.data.get("origin") or row.device_token)
-    os_ = str(row.data.get("os", "AOS"))
-    at = int(row.data.get("at", 0))
+    device = DeviceSlot(ref.no, new_token, str(row.data.get("os", "AOS")), origin)
     if row.method == "TOPIC":
-        return st.add_topic_device(
-            user_id=user_id,
-            service=service,
-            type_=row.type_,
-            topic=row.target,
-            notification_key=ref.notification_key,
-            no=ref.no,
-            device_token=new_token,
-            device_os=os_,
-            registered_at=at,
-            zone=zone,
-            origin=origin,
-        )
-    schedule = parse_canonical(row.target)
-    return st.add_cycle_device(
-        user_id=user_id,
-        service=service,
-        type_=row.type_,
-        target=row.target,
-        notification_key=ref.notification_key,
-        timezone=schedule.timezone,
-        days=schedule.days,
-        hour=schedule.hour,
-        minute=schedule.minute,
-        no=ref.no,
-        device_token=new_token,
-        device_os=os_,
-        registered_at=at,
-        origin=origin,
-    )
+        return st.add_topic_device(sub, device, zone)
+    return st.add_cycle_device(sub, device, parse_canonical(row.target).buckets)
 
 
 def on_user_zone_changed(session: Session, st: Statements, service: str, user_id: str, timezone: str | None) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
 
-from notee.store.cql import slot_zone
+from notee.store.cql.rows import slot_zone
 from notee.store.registry_sql import device_t, template_t, user_t
 
 # The topic subscribe's two statements (one request, or a group of them: notee.api.subscribe_groups),
@@ -91,7 +91,7 @@ def lock_users_zones(
 ) -> dict[str, str]:
     """Lock the rows of those of ``user_ids`` that exist (shared, or ``exclusive``; one statement, in
     index order) until the caller's transaction ends; return user_id -> the zone its topic slot rows
-    carry (``cql.slot_zone``: '' for none). A user that does not exist is absent."""
+    carry (``cql.rows.slot_zone``: '' for none). A user that does not exist is absent."""
     if not user_ids:
         return {}
     rows = _driver_rows(db, _LOCK_USERS[exclusive], {"service": service, "user_ids": tuple(sorted(set(user_ids)))})

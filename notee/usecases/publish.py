@@ -39,7 +39,9 @@ from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
 from notee.domain.schedule import parse_local_time, validate_topic
 from notee.store import job_queue as store
 from notee.store import registry_sql
-from notee.store.cql import Statements, max_slot, slot_zone
+from notee.store.cql.counters import max_slot
+from notee.store.cql.rows import slot_zone
+from notee.store.cql.statements import Statements
 from notee.store.job_queue import JobRow as JobRow  # re-exported: the API names jobs through this layer
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime

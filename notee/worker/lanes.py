@@ -73,7 +73,7 @@ from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.store import job_queue as store
 from notee.store import registry_sql
-from notee.store.cql import PagingStateRejected, stream_recipients
+from notee.store.cql.recipients import PagingStateRejected, stream_recipients
 from notee.store.job_queue import Claim, JobCancelled, JobGone, LeaseLost
 from notee.store.outage import is_store_outage
 from notee.store.registry_sql import UserClock, recipient_locales, user_clocks
