@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
-from notee.domain import subscriptions as subs
+from notee.domain import topic_subscriptions
 from notee.store.cql.counters import max_slot
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.rows import SubscriptionRef
@@ -236,14 +236,14 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
         def unsubscribe(u: str, topic: str = f"x{i}", barrier: threading.Barrier = barrier) -> bool:
             barrier.wait()
             with runtime.sessions() as s:
-                return subs.unsubscribe_topic(s, st, svc, u, "news", topic)
+                return topic_subscriptions.unsubscribe_topic(s, st, svc, u, "news", topic)
 
         if i % 2:  # one leaves: the other still receives
             with runtime.sessions() as s:
-                assert subs.unsubscribe_topic(s, st, svc, a, "news", f"x{i}")
+                assert topic_subscriptions.unsubscribe_topic(s, st, svc, a, "news", f"x{i}")
             assert slot_tokens(st, svc, key, f"x{i}") == [tok]
             with runtime.sessions() as s:
-                assert subs.unsubscribe_topic(s, st, svc, b, "news", f"x{i}")
+                assert topic_subscriptions.unsubscribe_topic(s, st, svc, b, "news", f"x{i}")
         else:  # both leave at once: at least one of them deletes the row
             with ThreadPoolExecutor(2) as pool:
                 assert list(pool.map(unsubscribe, [a, b])) == [True, True]

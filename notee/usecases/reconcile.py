@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from notee.core.vocabulary import CycleTarget
 from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
-from notee.domain.subscriptions import remove_rows
+from notee.domain.subscription_rows import remove_rows
 from notee.store import registry_sql as reg
 from notee.store import subscription_sql as subsql
 from notee.store.cql.counters import max_slot
