@@ -117,7 +117,7 @@ def measure(runtime, templates: int, per_template: int, reps: int) -> dict:
 
 def empty_minute(runtime, reps: int) -> dict:
     from notee.scheduler.runner import Scheduler
-    from notee.store.cql import timezones_in_use
+    from notee.store.cql.due import timezones_in_use
 
     sched = Scheduler(runtime, namespace="bench-" + secrets.token_hex(4))
     times = []

@@ -141,7 +141,7 @@ def insert_cycle_rows(session, keyspace: str, rows) -> int:
         " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     occupied: set = set()
-    bucket = lambda r: f"{r[2]} {r[3]} {r[4]:02d}:{r[5]:02d}"  # noqa: E731 (cql.target_name of the row's bucket)
+    bucket = lambda r: f"{r[2]} {r[3]} {r[4]:02d}:{r[5]:02d}"  # noqa: E731 (cql.rows.target_name of the row's bucket)
     n = insert_batched(
         session,
         stmt,

@@ -1,4 +1,4 @@
-"""slot_walk_ratio: Notee's recipient stream (``notee.store.cql.stream_recipients``) against the raw
+"""slot_walk_ratio: Notee's recipient stream (``notee.store.cql.recipients.stream_recipients``) against the raw
 driver's paged SELECT of the same partitions, same columns, same fetch size, in the same process.
 
 The columns are the ones the walk must read to keep its guarantees: device_token, device_os,
@@ -75,7 +75,7 @@ def raw_walk(
 def notee_walk(statements, key: str, topic: str, last_slot: int, fetch_size: int) -> int:
     """Every recipient of every slot, each row touched once, like ``raw_walk`` (the worker then builds
     a message from each)."""
-    from notee.store.cql import stream_recipients
+    from notee.store.cql.recipients import stream_recipients
 
     target = TopicTarget(topic)
     n = 0

@@ -12,7 +12,7 @@ performing the same Cassandra writes, at the same concurrency.
   device index row + token index row + user-level index row, and one counter batch of the topic's
   subscribers +1 and ``count`` +1 (2 round trips per subscription; Notee also reads the users'
   index rows before, and per group of subscriptions, not per subscription). The row's number comes from a range the threads share, reserved like Notee's
-  (``notee.store.cql.NUMBER_RANGE`` numbers per ``no`` increment and its read).
+  (``notee.store.cql.counters.NUMBER_RANGE`` numbers per ``no`` increment and its read).
 
 Users and devices are inserted in bulk beforehand (not measured). Each side gets its own users and
 topic. Sides run raw, API, raw, API; medians are reported. Then one more API pass with rate limits
@@ -150,7 +150,7 @@ def raw_side(
     from cassandra.query import BatchStatement, BatchType
 
     from notee.store.cassandra import COUNTER_PROFILE
-    from notee.store.cql import NUMBER_RANGE
+    from notee.store.cql.counters import NUMBER_RANGE
 
     s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
     add_no = s.prepare(
@@ -343,14 +343,14 @@ def bulk_raw_side(
     """The writes a bulk subscribe of new one-device users cannot do without, done the leanest way
     the driver allows, per chunk: one ``no`` counter +n and its read; per user its slot row, device
     index row, token index row and user-level row in a logged batch, users sharing batches up to the
-    same byte budget as Notee's (``notee.store.cql.BATCH_BYTES``), all in flight at once; one counter
+    same byte budget as Notee's (``notee.store.cql.binder.BATCH_BYTES``), all in flight at once; one counter
     batch of the topic's subscribers +n and ``count`` +n. No reads:
     Notee also reads every user's index rows before (idempotency; its exclusive locks make a re-read
     after the write unnecessary)."""
     from cassandra.query import BatchStatement, BatchType
 
     from notee.store.cassandra import COUNTER_PROFILE
-    from notee.store.cql import BATCH_BYTES
+    from notee.store.cql.binder import BATCH_BYTES
 
     s, n, c = runtime.cql, runtime.keyspaces.notification, runtime.keyspaces.numbering
     where = "WHERE service = ? AND notification_method = ? AND notification_type = ?"
@@ -374,7 +374,7 @@ def bulk_raw_side(
         f"INSERT INTO {n}.target_slots (notification_key, target, slot, block, noted) VALUES (?, ?, ?, ?, true)"
     )
 
-    def weight(values: tuple) -> int:  # the same estimate as notee.store.cql._row_bytes
+    def weight(values: tuple) -> int:  # the same estimate as notee.store.cql.binder.row_bytes
         return 32 + sum(len(v) if isinstance(v, str) else 8 for v in values)
 
     latencies: list[float] = []

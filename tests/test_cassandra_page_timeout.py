@@ -25,7 +25,7 @@ from cassandra import OperationTimedOut
 from notee.core.settings import Settings
 from notee.core.vocabulary import TOKEN, TopicTarget
 from notee.store.cassandra import rows
-from notee.store.cql import stream_recipients
+from notee.store.cql.recipients import stream_recipients
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from tests.support.fanout import seed_topic

@@ -2,6 +2,8 @@
 
 from cassandra.query import PreparedStatement
 
+from notee.store.cql.rows import SubscriptionRef
+
 
 def test_only_counter_increments_are_not_idempotent(runtime):
     st = runtime.statements
@@ -23,17 +25,12 @@ def test_rows_bound_by_the_binder_equal_the_drivers(runtime):
     subscribe writes bind that way, with real rows (a user with two devices and its user-level row)."""
     from cassandra.query import BatchStatement, BatchType
 
-    from notee.store.cql import RowBinder
+    from notee.store.cql.binder import RowBinder
 
     st = runtime.statements
     rows = st.topic_subscription_rows(
-        user_id="u-1",
-        service="S",
-        type_="news",
-        topic="sports",
-        notification_key="k-1",
-        devices=[(30_001, "tok-a", "AOS"), (30_002, "tok-b", "IOS")],
-        registered_at=1_700_000_000_000,
+        SubscriptionRef("S", "u-1", "news", "k-1", "sports", 1_700_000_000_000),
+        [(30_001, "tok-a", "AOS"), (30_002, "tok-b", "IOS")],
         with_user_level=True,
         zone="Europe/Berlin",
     )

@@ -17,8 +17,9 @@ from sqlalchemy import text
 
 from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
 from notee.domain import subscriptions as subs
-from notee.store import cql as cqlstore
 from notee.store import users_sql
+from notee.store.cql.counters import max_slot
+from notee.store.cql.recipients import stream_recipients
 from notee.usecases import reconcile
 from tests.support.registry import new_service, new_template, new_user, random_token
 from tests.support.scheduler import scheduler
@@ -43,8 +44,8 @@ def tenant(client, settings, service_id):
 
 def slot_rows(st, service, key, target, method, type_):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, target, slot, 500):
+    for slot in range(max_slot(st, service, method, type_) + 1):
+        for page, _ in stream_recipients(st, key, target, slot, 500):
             out += map(Recipient._make, page)
     return out
 

@@ -34,7 +34,7 @@ from notee.core.vocabulary import FcmCredentials, PageCounts, ProviderCredential
 from notee.providers.base import Message
 from notee.providers.breaker import CircuitBreaker
 from notee.store import jobs_sql, task_leases
-from notee.store.cql import stream_recipients
+from notee.store.cql.recipients import stream_recipients
 from notee.store.runtime import Runtime
 from notee.store.task_leases import MAX_TASK_ATTEMPTS
 from notee.worker.lanes import Worker, WorkerOptions

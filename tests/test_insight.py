@@ -13,8 +13,8 @@ from sqlalchemy import text
 
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import CycleTarget
-from notee.domain import insight, templates, users
-from notee.domain import subscriptions as subs
+from notee.domain import cycle_subscriptions, insight, templates, topic_subscriptions, users
+from notee.domain.cycle_subscriptions import ScheduleRequest
 from notee.store import deadletter, jobs_sql
 from notee.usecases import reconcile
 from tests.support.fanout import topic_job, topic_template
@@ -54,24 +54,26 @@ def test_topic_counts_follow_subscribe_bulk_unsubscribe_and_user_deletion(runtim
     make_device(runtime, svc, u1, random_token())  # u1 has two devices: still one subscriber
     u3 = make_user(runtime, svc)  # no device yet: a subscriber all the same
     for u, topic in ((u1, "a"), (u1, "b"), (u2, "a"), (u3, "a")):
-        assert call(runtime, subs.subscribe_topic, svc, u, "news", topic)["status"] == "subscribed"
+        assert call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", topic)["status"] == "subscribed"
     assert topics(runtime, svc) == [("news", "a", 3), ("news", "b", 1)]
 
     # A retried subscribe (idempotent) counts nothing twice.
     for _ in range(3):
-        assert call(runtime, subs.subscribe_topic, svc, u1, "news", "a")["status"] == "already_subscribed"
+        assert (
+            call(runtime, topic_subscriptions.subscribe_topic, svc, u1, "news", "a")["status"] == "already_subscribed"
+        )
     assert topics(runtime, svc) == [("news", "a", 3), ("news", "b", 1)]
 
     # Bulk: one counter statement for the request, already subscribed users not counted again.
     u4 = make_user(runtime, svc)
-    out = call(runtime, subs.bulk_subscribe_topic, svc, "news", "c", [u1, u2, u4, u1])
+    out = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "c", [u1, u2, u4, u1])
     assert [o["status"] for o in out] == ["subscribed"] * 3
-    out = call(runtime, subs.bulk_subscribe_topic, svc, "news", "c", [u1, u2, u4])
+    out = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "c", [u1, u2, u4])
     assert [o["status"] for o in out] == ["already_subscribed"] * 3
     assert topics(runtime, svc) == [("news", "a", 3), ("news", "b", 1), ("news", "c", 3)]
 
-    assert call(runtime, subs.unsubscribe_topic, svc, u2, "news", "a") is True
-    assert call(runtime, subs.unsubscribe_topic, svc, u2, "news", "a") is False  # twice: nothing more
+    assert call(runtime, topic_subscriptions.unsubscribe_topic, svc, u2, "news", "a") is True
+    assert call(runtime, topic_subscriptions.unsubscribe_topic, svc, u2, "news", "a") is False  # twice: nothing more
     assert topics(runtime, svc) == [("news", "a", 2), ("news", "b", 1), ("news", "c", 3)]
 
     with runtime.sessions.begin() as s:
@@ -92,9 +94,16 @@ def test_deleting_a_topic_template_resets_its_topics_and_other_types_stay(runtim
     make_template(runtime, svc, "SINGLE", "otp")
     users = [user_with_device(runtime, svc) for _ in range(2)]
     for u in users:
-        call(runtime, subs.subscribe_topic, svc, u, "news", "x")
-        call(runtime, subs.subscribe_topic, svc, u, "deals", "x")
-    call(runtime, subs.subscribe_cycle, svc, users[0], "remind", ["MON"], 9, 0, "Europe/Berlin")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "x")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "deals", "x")
+    call(
+        runtime,
+        cycle_subscriptions.subscribe_cycle,
+        svc,
+        users[0],
+        "remind",
+        ScheduleRequest(["MON"], 9, 0, "Europe/Berlin"),
+    )
     counts = call(runtime, insight.subscriber_counts, svc)
     assert [(c.method, c.type_, c.subscribers) for c in counts] == [
         ("CYCLE", "remind", 1),
@@ -108,7 +117,7 @@ def test_deleting_a_topic_template_resets_its_topics_and_other_types_stay(runtim
     assert topics(runtime, svc) == [("deals", "x", 2)]
     # A new template of the type starts from zero, and counts its own subscribers.
     make_template(runtime, svc, "TOPIC", "news")
-    call(runtime, subs.subscribe_topic, svc, users[0], "news", "x")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, users[0], "news", "x")
     assert topics(runtime, svc) == [("deals", "x", 2), ("news", "x", 1)]
     assert topics(runtime, svc, type_="news") == [("news", "x", 1)]
     assert topics(runtime, svc, type_="nosuch") == []
@@ -119,8 +128,8 @@ def test_topic_pages_follow_the_cursor(runtime, svc):
     u = user_with_device(runtime, svc)
     names = [f"t{i}" for i in range(5)]
     for name in names:
-        call(runtime, subs.subscribe_topic, svc, u, "news", name)
-    call(runtime, subs.unsubscribe_topic, svc, u, "news", "t2")  # a zero is skipped, not a short page
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", name)
+    call(runtime, topic_subscriptions.unsubscribe_topic, svc, u, "news", "t2")  # a zero is skipped, not a short page
     seen, after = [], None
     while True:
         page = call(runtime, insight.topic_counts, svc, limit=2, after=after)
@@ -141,8 +150,8 @@ def test_reconcile_repairs_topic_counts_that_drifted(runtime, svc):
     key = make_template(runtime, svc, "TOPIC", "news")
     u1, u2 = user_with_device(runtime, svc), user_with_device(runtime, svc)
     for u in (u1, u2):
-        call(runtime, subs.subscribe_topic, svc, u, "news", "a")
-    call(runtime, subs.subscribe_topic, svc, u1, "news", "b")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "a")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u1, "news", "b")
     # Drift on purpose: an increment that timed out but landed, a lost decrement, a topic that was
     # never subscribed, and a subscription whose increment never happened (no counter row at all).
     st.run([st.add_topic_subscribers_async(svc, "news", "a", 5)])
@@ -173,7 +182,7 @@ def cycle_users(runtime, svc):
         u = make_user(runtime, svc)
         for _ in range(devices):
             make_device(runtime, svc, u, random_token())
-        call(runtime, subs.subscribe_cycle, svc, u, type_, days, hour, minute, tz)
+        call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, type_, ScheduleRequest(days, hour, minute, tz))
         made.append((u, type_))
         return u
 

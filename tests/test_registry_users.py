@@ -190,14 +190,14 @@ def test_subscription_hooks_run_in_store_order(client, settings, runtime, servic
 
 def test_subscriptions_follow_devices_rotation_and_user_deletion(client, settings, runtime, service_id):
     """The registry drives the real subscriptions hooks: Cassandra follows every change."""
-    from notee.domain import subscriptions
+    from notee.domain import topic_subscriptions
 
     h = new_service(client, settings, service_id)
     key = new_template(client, h, "TOPIC", "news")["notification_key"]
     t1, t2, t3 = random_token("one"), random_token("two"), random_token("three")
     user_id = new_user(client, h, devices=[(t1, "IOS")])
     with runtime.sessions() as session:
-        subscriptions.subscribe_topic(session, runtime.statements, service_id, user_id, "news", "sports")
+        topic_subscriptions.subscribe_topic(session, runtime.statements, service_id, user_id, "news", "sports")
     ks = runtime.keyspaces.notification
 
     def slot_tokens() -> set[str]:

@@ -17,8 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from notee.core.vocabulary import TOKEN, Recipient, TopicTarget
-from notee.domain import subscriptions as subs
-from notee.store import cql as cqlstore
+from notee.domain import topic_subscriptions
+from notee.store.cql.counters import max_slot
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.rows import SubscriptionRef
 from notee.usecases.sender import DeliverySender
 from notee.worker import reader as worker_reader
 from notee.worker.lanes import Worker, WorkerOptions
@@ -39,8 +41,8 @@ def st(runtime):
 
 def slot_tokens(st, service, key, topic):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, "TOPIC", "news") + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, TopicTarget(topic), slot, 500):
+    for slot in range(max_slot(st, service, "TOPIC", "news") + 1):
+        for page, _ in stream_recipients(st, key, TopicTarget(topic), slot, 500):
             out += [r[TOKEN] for r in page]
     return out
 
@@ -225,13 +227,8 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
         no = st.allocate_numbers(svc, "TOPIC", "news", 1)
         for u in (a, b):  # what two subscribes that read the same `no` write (subscribe_topic's rows)
             rows = st.topic_subscription_rows(
-                user_id=u,
-                service=svc,
-                type_="news",
-                topic=f"x{i}",
-                notification_key=key,
-                devices=[(no, tok, "AOS")],
-                registered_at=1,
+                SubscriptionRef(svc, u, "news", key, f"x{i}", 1),
+                [(no, tok, "AOS")],
                 with_user_level=True,
                 zone="",
             )
@@ -242,14 +239,14 @@ def test_a_slot_row_two_users_share_goes_with_the_last_reference_only(runtime, s
         def unsubscribe(u: str, topic: str = f"x{i}", barrier: threading.Barrier = barrier) -> bool:
             barrier.wait()
             with runtime.sessions() as s:
-                return subs.unsubscribe_topic(s, st, svc, u, "news", topic)
+                return topic_subscriptions.unsubscribe_topic(s, st, svc, u, "news", topic)
 
         if i % 2:  # one leaves: the other still receives
             with runtime.sessions() as s:
-                assert subs.unsubscribe_topic(s, st, svc, a, "news", f"x{i}")
+                assert topic_subscriptions.unsubscribe_topic(s, st, svc, a, "news", f"x{i}")
             assert slot_tokens(st, svc, key, f"x{i}") == [tok]
             with runtime.sessions() as s:
-                assert subs.unsubscribe_topic(s, st, svc, b, "news", f"x{i}")
+                assert topic_subscriptions.unsubscribe_topic(s, st, svc, b, "news", f"x{i}")
         else:  # both leave at once: at least one of them deletes the row
             with ThreadPoolExecutor(2) as pool:
                 assert list(pool.map(unsubscribe, [a, b])) == [True, True]

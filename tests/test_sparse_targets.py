@@ -15,7 +15,7 @@ from sqlalchemy import text
 from notee.core import clock
 from notee.core.vocabulary import BLOCKS_PER_SLOT, SLOT_SIZE, CycleTarget, TopicTarget, pack_slots
 from notee.scheduler.runner import Scheduler
-from notee.store.cql import target_name
+from notee.store.cql.rows import target_name
 from notee.usecases import occupancy
 from notee.usecases.planning import task_plan, task_slots
 from tests.support.emulator import deliveries_per_token

@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 from notee.api.subscribe_groups import SubscribeGroups
 from notee.core.errors import NotFound
-from notee.domain.subscriptions import SubscribeResult
+from notee.domain.subscription_rows import SubscribeResult
 from tests.support.registry import new_service, new_template, new_user, random_token
 
 
@@ -175,16 +175,16 @@ def test_a_drains_calls_share_its_connection_and_each_calls_locks_end_with_it(
     h = new_service(client, settings, service_id)
     new_template(client, h, "TOPIC", "news")
     a, b = (new_user(client, h, devices=[(random_token(), "AOS")]) for _ in range(2))
-    from notee.domain import subscriptions as subs
+    from notee.domain import topic_subscriptions
 
     used = []
-    real = subs.subscribe_topics
+    real = topic_subscriptions.subscribe_topics
 
     def recording(db, st, service, type_, wanted):
         used.append(db)
         return real(db, st, service, type_, wanted)
 
-    monkeypatch.setattr(subs, "subscribe_topics", recording)
+    monkeypatch.setattr(topic_subscriptions, "subscribe_topics", recording)
     groups = client.app.state.subscribe_groups
 
     def put(user_id: str) -> int:

@@ -13,8 +13,10 @@ from fastapi import Request
 
 from notee.api.deps import get_subscribe_groups
 from notee.core.vocabulary import CycleTarget, Recipient, TopicTarget
-from notee.store import cql as cqlstore
 from notee.store import templates_sql, users_sql
+from notee.store.cql.counters import max_slot
+from notee.store.cql.due import due_templates
+from notee.store.cql.recipients import stream_recipients
 from notee.usecases import reconcile
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
@@ -31,8 +33,8 @@ def tenant(client, settings, service_id):
 
 def recipients(st, key, target, service, method, type_):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, target, slot, 50):
+    for slot in range(max_slot(st, service, method, type_) + 1):
+        for page, _ in stream_recipients(st, key, target, slot, 50):
             out += map(Recipient._make, page)
     return out
 
@@ -111,7 +113,7 @@ def _snapshot(runtime, st, svc, u):
         st.user_rows(u, svc),
         st.counters(svc, "TOPIC", "news"),
         st.counters(svc, "CYCLE", "remind"),
-        cqlstore.due_templates(st, "Asia/Seoul", "MON", 0, 0),
+        due_templates(st, "Asia/Seoul", "MON", 0, 0),
         mysql,
     )
 

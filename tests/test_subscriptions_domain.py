@@ -13,10 +13,16 @@ import pytest
 
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import NO, ORIGIN, OS, TOKEN, USER, CycleTarget, Recipient, TopicTarget, device_of
+from notee.domain import cycle_subscriptions, topic_subscriptions
 from notee.domain import subscriptions as subs
-from notee.store import cql as cqlstore
+from notee.domain.cycle_subscriptions import ScheduleRequest
 from notee.store import templates_sql, users_sql
 from notee.store.cassandra import PAGE_PROFILE, pages
+from notee.store.cql.binder import BATCH_BYTES, MAX_UNIT_BYTES, row_bytes
+from notee.store.cql.counters import NUMBER_RANGE, max_slot
+from notee.store.cql.due import due_templates, timezones_in_use
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.rows import SubscriptionRef
 from tests.support.registry import make_device, make_service, make_template, make_user
 
 _tok = itertools.count()
@@ -44,8 +50,8 @@ def svc(runtime, service_id):
 
 def recipients(st, key, target, service, method, type_, fetch_size=100):
     out = []
-    for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):
-        for page, _ in cqlstore.stream_recipients(st, key, target, slot, fetch_size):
+    for slot in range(max_slot(st, service, method, type_) + 1):
+        for page, _ in stream_recipients(st, key, target, slot, fetch_size):
             out += map(Recipient._make, page)
     return out
 
@@ -55,15 +61,17 @@ def test_topic_subscribe_materialises_per_device_and_is_idempotent(runtime, st, 
     u = make_user(runtime, svc)
     t1, t2 = make_device(runtime, svc, u, token(), "AOS"), make_device(runtime, svc, u, token(), "IOS")
 
-    assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "subscribed"
+    assert call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "sports")["status"] == "subscribed"
     got = recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")
     assert sorted((r.device_token, r.device_os, r.user_id) for r in got) == sorted([(t1, "AOS", u), (t2, "IOS", u)])
     version, count, no = st.counters(svc, "TOPIC", "news")
     # The two devices numbered 1 and 2 from the range this process reserved (one counter increment).
-    assert (count, no) == (1, cqlstore.NUMBER_RANGE)
+    assert (count, no) == (1, NUMBER_RANGE)
     assert sorted(r.data["no"] for r in st.user_rows(u, svc) if not r.is_user_level) == [1, 2]
 
-    assert call(runtime, subs.subscribe_topic, svc, u, "news", "sports")["status"] == "already_subscribed"
+    assert (
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "sports")["status"] == "already_subscribed"
+    )
     assert st.counters(svc, "TOPIC", "news") == (version, 1, no)  # no number consumed, count unchanged
     assert sorted(r.data["no"] for r in st.user_rows(u, svc) if not r.is_user_level) == [1, 2]
     assert len(recipients(st, key, TopicTarget("sports"), svc, "TOPIC", "news")) == 2
@@ -83,24 +91,24 @@ def test_two_topics_of_one_type_and_count_definition(runtime, st, svc):
     u1, u2 = make_user(runtime, svc), make_user(runtime, svc)
     make_device(runtime, svc, u1, token())
     make_device(runtime, svc, u2, token())
-    call(runtime, subs.subscribe_topic, svc, u1, "news", "a")
-    call(runtime, subs.subscribe_topic, svc, u1, "news", "b")
-    call(runtime, subs.subscribe_topic, svc, u2, "news", "a")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u1, "news", "a")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u1, "news", "b")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u2, "news", "a")
     # count = distinct users with at least one subscription of (service, TOPIC, news)
     assert st.counters(svc, "TOPIC", "news")[1] == 2
     assert {s["topic"] for s in call(runtime, subs.list_subscriptions, svc, u1)} == {"a", "b"}
 
-    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "a") is True
+    assert call(runtime, topic_subscriptions.unsubscribe_topic, svc, u1, "news", "a") is True
     assert st.counters(svc, "TOPIC", "news")[1] == 2  # u1 still has "b"
     assert [r.user_id for r in recipients(st, key, TopicTarget("a"), svc, "TOPIC", "news")] == [u2]
-    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "b") is True
+    assert call(runtime, topic_subscriptions.unsubscribe_topic, svc, u1, "news", "b") is True
     assert st.counters(svc, "TOPIC", "news")[1] == 1
     assert recipients(st, key, TopicTarget("b"), svc, "TOPIC", "news") == []
-    assert call(runtime, subs.unsubscribe_topic, svc, u1, "news", "b") is False
+    assert call(runtime, topic_subscriptions.unsubscribe_topic, svc, u1, "news", "b") is False
     assert call(runtime, subs.list_subscriptions, svc, u1) == []
     assert st.user_rows(u1, svc) == []
     # `no` only grows: the three numbers handed out came from the process's one reserved range.
-    assert st.counters(svc, "TOPIC", "news")[2] == cqlstore.NUMBER_RANGE
+    assert st.counters(svc, "TOPIC", "news")[2] == NUMBER_RANGE
 
 
 def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc):
@@ -113,13 +121,13 @@ def test_single_subscribes_number_devices_from_a_process_range(runtime, st, svc)
         taken = [no for got in pool.map(lambda n: st.take_numbers(svc, "TOPIC", "ranged", n), sizes) for no in got]
     assert sorted(taken) == list(range(1, sum(sizes) + 1))  # no gap, no number twice
     reserved = st.counters(svc, "TOPIC", "ranged")[2]
-    assert reserved == 3 * cqlstore.NUMBER_RANGE  # three reservations for 240 numbers
+    assert reserved == 3 * NUMBER_RANGE  # three reservations for 240 numbers
 
     last = st.allocate_numbers(svc, "TOPIC", "ranged", 1000)
     assert last == reserved + 1000
     assert st.take_numbers(svc, "TOPIC", "ranged", 2) == [last + 1, last + 2]  # after the allocation
-    big = st.take_numbers(svc, "TOPIC", "ranged", 3 * cqlstore.NUMBER_RANGE)  # more than a range: reserved whole
-    assert big == list(range(last + 3, last + 3 + 3 * cqlstore.NUMBER_RANGE))
+    big = st.take_numbers(svc, "TOPIC", "ranged", 3 * NUMBER_RANGE)  # more than a range: reserved whole
+    assert big == list(range(last + 3, last + 3 + 3 * NUMBER_RANGE))
 
 
 def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime, st, svc):
@@ -134,11 +142,13 @@ def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime
     b = make_user(runtime, svc)  # no device: the user-level row alone
     c = make_user(runtime, svc)
     tc1, tc2 = make_device(runtime, svc, c, token(), "AOS"), make_device(runtime, svc, c, token(), "IOS")
-    assert call(runtime, subs.subscribe_topic, svc, c, "news", "old")["status"] == "subscribed"  # c: in the type
+    assert (
+        call(runtime, topic_subscriptions.subscribe_topic, svc, c, "news", "old")["status"] == "subscribed"
+    )  # c: in the type
     unknown = str(uuid.uuid4())
     wanted = [(a, "x"), (b, "x"), (unknown, "x"), (a, "x"), (a, "y"), (c, "x"), (c, "old"), (b, "x")]
     with runtime.engine.connect() as db:
-        got = subs.subscribe_topics(db, st, svc, "news", wanted)
+        got = topic_subscriptions.subscribe_topics(db, st, svc, "news", wanted)
     assert got == [
         {"status": "subscribed", "devices": 1},
         {"status": "subscribed", "devices": 0},
@@ -157,7 +167,10 @@ def test_a_group_of_topic_subscribes_answers_each_pair_as_it_would_alone(runtime
     assert [r.device_token for r in recipients(st, key, TopicTarget("y"), svc, "TOPIC", "news")] == [ta]
     assert sorted((r.target, r.device_token) for r in st.user_rows(b, svc)) == [("x", "")]
     # Asked again, alone, each pair is already there; and reconcile finds nothing to repair.
-    assert call(runtime, subs.subscribe_topic, svc, a, "news", "y") == {"status": "already_subscribed", "devices": 1}
+    assert call(runtime, topic_subscriptions.subscribe_topic, svc, a, "news", "y") == {
+        "status": "already_subscribed",
+        "devices": 1,
+    }
     reconcile.reconcile(runtime, service=svc)
     assert st.counters(svc, "TOPIC", "news")[1] == 3
     assert {t: n for _, t, n in st.topic_subscribers(svc, "news")} == {"old": 1, "x": 3, "y": 1}
@@ -169,7 +182,7 @@ def test_a_group_whose_template_is_missing_or_of_the_other_method_fails_whole_an
     make_device(runtime, svc, u, token())
     for type_, error in (("remind", InvalidInput), ("nothing", NotFound)):
         with runtime.engine.connect() as db, pytest.raises(error):
-            subs.subscribe_topics(db, st, svc, type_, [(u, "x"), (str(uuid.uuid4()), "x")])
+            topic_subscriptions.subscribe_topics(db, st, svc, type_, [(u, "x"), (str(uuid.uuid4()), "x")])
     assert st.user_rows(u, svc) == []
 
 
@@ -220,19 +233,24 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     key = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
     t = make_device(runtime, svc, u, token())
-    r = call(runtime, subs.subscribe_cycle, svc, u, "remind", ["WED", "MON"], 22, 0)
+    r = call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["WED", "MON"], 22, 0))
     assert r["schedule"] == "MON,WED 22:00 Asia/Seoul"
     for day in ("MON", "WED"):
         assert [
             x.device_token for x in recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind")
         ] == [t]
-        assert (svc, key, "remind") in cqlstore.due_templates(st, "Asia/Seoul", day, 22, 0)
-    assert "Asia/Seoul" in cqlstore.timezones_in_use(st)
+        assert (svc, key, "remind") in due_templates(st, "Asia/Seoul", day, 22, 0)
+    assert "Asia/Seoul" in timezones_in_use(st)
     assert (
-        call(runtime, subs.subscribe_cycle, svc, u, "remind", ["MON", "WED"], 22, 0)["status"] == "already_subscribed"
+        call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["MON", "WED"], 22, 0))[
+            "status"
+        ]
+        == "already_subscribed"
     )
 
-    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["FRI"], 7, 30, "Europe/Berlin")
+    call(
+        runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["FRI"], 7, 30, "Europe/Berlin")
+    )
     for day in ("MON", "WED"):
         assert recipients(st, key, CycleTarget("Asia/Seoul", day, 22, 0), svc, "CYCLE", "remind") == []
     assert [
@@ -243,7 +261,7 @@ def test_cycle_default_timezone_and_resubscribe_replaces(runtime, st, svc):
     assert st.counters(svc, "CYCLE", "remind")[1] == 1
     assert len([r for r in st.user_rows(u, svc)]) == 2  # user-level row + one device row
 
-    assert call(runtime, subs.unsubscribe_cycle, svc, u, "remind") is True
+    assert call(runtime, cycle_subscriptions.unsubscribe_cycle, svc, u, "remind") is True
     assert recipients(st, key, CycleTarget("Europe/Berlin", "FRI", 7, 30), svc, "CYCLE", "remind") == []
     assert st.user_rows(u, svc) == [] and st.counters(svc, "CYCLE", "remind")[1] == 0
 
@@ -252,36 +270,81 @@ def test_cycle_uses_service_timezone(runtime, st, service_id):
     svc = make_service(runtime, service_id, tz="America/New_York")
     make_template(runtime, svc, "CYCLE", "r")
     u = make_user(runtime, svc)
-    assert call(runtime, subs.subscribe_cycle, svc, u, "r", ["SUN"], 9, 0)["schedule"] == "SUN 09:00 America/New_York"
+    assert (
+        call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, "r", ScheduleRequest(["SUN"], 9, 0))["schedule"]
+        == "SUN 09:00 America/New_York"
+    )
 
 
 BAD = [
-    ("topic too long", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "news", "x" * 51), InvalidInput),
-    ("topic control char", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "news", "a\x07b"), InvalidInput),
-    ("hour 24", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 24, 0), InvalidInput),
-    ("minute 60", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 0, 60), InvalidInput),
-    ("unknown day", lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["FUN"], 0, 0), InvalidInput),
+    (
+        "topic too long",
+        lambda rt, svc, u: call(rt, topic_subscriptions.subscribe_topic, svc, u, "news", "x" * 51),
+        InvalidInput,
+    ),
+    (
+        "topic control char",
+        lambda rt, svc, u: call(rt, topic_subscriptions.subscribe_topic, svc, u, "news", "a\x07b"),
+        InvalidInput,
+    ),
+    (
+        "hour 24",
+        lambda rt, svc, u: call(
+            rt, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["MON"], 24, 0)
+        ),
+        InvalidInput,
+    ),
+    (
+        "minute 60",
+        lambda rt, svc, u: call(
+            rt, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["MON"], 0, 60)
+        ),
+        InvalidInput,
+    ),
+    (
+        "unknown day",
+        lambda rt, svc, u: call(
+            rt, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["FUN"], 0, 0)
+        ),
+        InvalidInput,
+    ),
     (
         "unknown tz",
-        lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "remind", ["MON"], 0, 0, "Mars/X"),
+        lambda rt, svc, u: call(
+            rt, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["MON"], 0, 0, "Mars/X")
+        ),
         InvalidInput,
     ),
-    ("topic on cycle template", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "remind", "t"), InvalidInput),
+    (
+        "topic on cycle template",
+        lambda rt, svc, u: call(rt, topic_subscriptions.subscribe_topic, svc, u, "remind", "t"),
+        InvalidInput,
+    ),
     (
         "cycle on topic template",
-        lambda rt, svc, u: call(rt, subs.subscribe_cycle, svc, u, "news", ["MON"], 0, 0),
+        lambda rt, svc, u: call(
+            rt, cycle_subscriptions.subscribe_cycle, svc, u, "news", ScheduleRequest(["MON"], 0, 0)
+        ),
         InvalidInput,
     ),
-    ("unknown template", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, u, "nope", "t"), NotFound),
-    ("unknown user", lambda rt, svc, u: call(rt, subs.subscribe_topic, svc, "0" * 36, "news", "t"), NotFound),
+    (
+        "unknown template",
+        lambda rt, svc, u: call(rt, topic_subscriptions.subscribe_topic, svc, u, "nope", "t"),
+        NotFound,
+    ),
+    (
+        "unknown user",
+        lambda rt, svc, u: call(rt, topic_subscriptions.subscribe_topic, svc, "0" * 36, "news", "t"),
+        NotFound,
+    ),
     (
         "bulk too many",
-        lambda rt, svc, u: call(rt, subs.bulk_subscribe_topic, svc, "news", "t", [u] * 1001),
+        lambda rt, svc, u: call(rt, topic_subscriptions.bulk_subscribe_topic, svc, "news", "t", [u] * 1001),
         InvalidInput,
     ),
     (
         "bulk bad topic",
-        lambda rt, svc, u: call(rt, subs.bulk_subscribe_topic, svc, "news", "x" * 51, [u]),
+        lambda rt, svc, u: call(rt, topic_subscriptions.bulk_subscribe_topic, svc, "news", "x" * 51, [u]),
         InvalidInput,
     ),
 ]
@@ -307,13 +370,13 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     st.allocate_numbers(svc, "TOPIC", "big", 29_990)  # start the `no` counter near the first slot boundary
     users = [make_user(runtime, svc) for _ in range(25)]
     tokens = {make_device(runtime, svc, u, token("slot")): u for u in users}
-    results = call(runtime, subs.bulk_subscribe_topic, svc, "big", "all", users)
+    results = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "big", "all", users)
     assert {r["status"] for r in results} == {"subscribed"}
-    assert cqlstore.max_slot(st, svc, "TOPIC", "big") == 1
+    assert max_slot(st, svc, "TOPIC", "big") == 1
 
     seen, per_slot = [], {}
     for slot in (0, 1):
-        pages = list(cqlstore.stream_recipients(st, key, TopicTarget("all"), slot, fetch_size=4))
+        pages = list(stream_recipients(st, key, TopicTarget("all"), slot, fetch_size=4))
         assert all(len(p) <= 4 for p, _ in pages) and pages[-1][1] is None
         per_slot[slot] = [r[TOKEN] for p, _ in pages for r in p]
         seen += per_slot[slot]
@@ -321,9 +384,9 @@ def test_slot_boundary_streams_every_recipient_once(runtime, st, svc):
     assert len(per_slot[0]) == 9 and len(per_slot[1]) == 16  # nos 29991..29999 | 30000..30015
 
     # Resume from a checkpointed paging state: the rest of the slot, nothing twice.
-    gen = cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
+    gen = stream_recipients(st, key, TopicTarget("all"), 1, fetch_size=6)
     first, state = next(gen)
-    rest = [r[TOKEN] for p, _ in cqlstore.stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
+    rest = [r[TOKEN] for p, _ in stream_recipients(st, key, TopicTarget("all"), 1, 6, state) for r in p]
     assert sorted([r[TOKEN] for r in first] + rest) == sorted(per_slot[1])
 
 
@@ -350,7 +413,7 @@ def test_a_read_page_is_freed_without_the_garbage_collector(runtime, st, svc):
     users = [make_user(runtime, svc) for _ in range(3)]
     for u in users:
         make_device(runtime, svc, u, token("gc"))
-    call(runtime, subs.bulk_subscribe_topic, svc, "news", "gc", users)
+    call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "gc", users)
     stmt = st.topic_page.bind((0, key, "gc"))
     stmt.fetch_size = 2
     gc.collect()
@@ -379,9 +442,9 @@ def test_bulk_reports_per_user(runtime, st, svc):
     users = [make_user(runtime, svc) for _ in range(5)]
     for u in users[:4]:
         make_device(runtime, svc, u, token())
-    call(runtime, subs.subscribe_topic, svc, users[0], "news", "t")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, users[0], "news", "t")
     unknown = "f" * 36
-    res = call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", [*users, unknown, users[1]])
+    res = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "t", [*users, unknown, users[1]])
     assert [r["status"] for r in res] == [
         "already_subscribed",
         "subscribed",
@@ -398,8 +461,8 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     tkey = make_template(runtime, svc, "TOPIC", "news")
     ckey = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
-    call(runtime, subs.subscribe_topic, svc, u, "news", "t")
-    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["TUE"], 8, 0, "UTC")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "t")
+    call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["TUE"], 8, 0, "UTC"))
 
     def topic():
         return sorted(r.device_token for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news"))
@@ -437,7 +500,7 @@ def test_device_lifecycle(runtime, st, svc, caplog):
     # prune: removed from both stores, one log line saying why
     other = make_user(runtime, svc)
     make_device(runtime, svc, other, new, "IOS")  # a token shared by two users
-    call(runtime, subs.subscribe_topic, svc, other, "news", "t")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, other, "news", "t")
     assert topic() == [new, new]
     with caplog.at_level(logging.INFO, logger="notee.domain.subscriptions"):
         call(runtime, subs.prune_token, svc, new, "Unregistered")
@@ -456,9 +519,9 @@ def test_user_deleted_removes_everything(runtime, st, svc):
     make_device(runtime, svc, u, token())
     make_device(runtime, svc, keep, token())
     for x in (u, keep):
-        call(runtime, subs.subscribe_topic, svc, x, "news", "t")
-        call(runtime, subs.subscribe_topic, svc, x, "news", "t2")
-    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["MON"], 1, 2, "UTC")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, x, "news", "t")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, x, "news", "t2")
+    call(runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["MON"], 1, 2, "UTC"))
     call(runtime, subs.on_user_deleted, svc, u)
     assert st.user_rows(u, svc) == []
     assert [r.user_id for r in recipients(st, tkey, TopicTarget("t"), svc, "TOPIC", "news")] == [keep]
@@ -474,7 +537,9 @@ def test_a_user_whose_schedule_names_a_zone_this_host_does_not_know_can_be_delet
     key = make_template(runtime, svc, "CYCLE", "remind")
     u = make_user(runtime, svc)
     t = make_device(runtime, svc, u, token())
-    call(runtime, subs.subscribe_cycle, svc, u, "remind", ["TUE"], 6, 45, "America/Nuuk")
+    call(
+        runtime, cycle_subscriptions.subscribe_cycle, svc, u, "remind", ScheduleRequest(["TUE"], 6, 45, "America/Nuuk")
+    )
     bucket = CycleTarget("America/Nuuk", "TUE", 6, 45)
     assert [r.device_token for r in recipients(st, key, bucket, svc, "CYCLE", "remind")] == [t]
     known = rules._zones()
@@ -495,7 +560,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
     key = make_template(runtime, svc, "TOPIC", "news")
     u = make_user(runtime, svc)
     make_device(runtime, svc, u, token())
-    call(runtime, subs.subscribe_topic, svc, u, "news", "t")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "t")
     with runtime.sessions.begin() as s:
         templates_sql.delete_template(s, svc, "TOPIC", "news")
     subs.on_template_deleted(runtime.statements, svc, "TOPIC", "news", key)
@@ -504,7 +569,7 @@ def test_template_deleted_disables_then_reconcile_removes(runtime, st, svc):
 
     # A new template of the same type starts fresh; the dead rows are cleaned on touch.
     key2 = make_template(runtime, svc, "TOPIC", "news")
-    assert call(runtime, subs.subscribe_topic, svc, u, "news", "t")["status"] == "subscribed"
+    assert call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "t")["status"] == "subscribed"
     assert st.counters(svc, "TOPIC", "news")[1] == 1
     assert recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news") == []
     assert len(recipients(st, key2, TopicTarget("t"), svc, "TOPIC", "news")) == 1
@@ -526,21 +591,28 @@ def test_reconcile_fixes_count_drift(runtime, st, svc):
     ckey = make_template(runtime, svc, "CYCLE", "remind")
     users = [make_user(runtime, svc) for _ in range(3)]
     for u in users:
-        call(runtime, subs.subscribe_topic, svc, u, "news", "a")
-    call(runtime, subs.subscribe_topic, svc, users[0], "news", "b")
-    call(runtime, subs.subscribe_cycle, svc, users[0], "remind", ["SAT"], 3, 4, "Pacific/Auckland")
+        call(runtime, topic_subscriptions.subscribe_topic, svc, u, "news", "a")
+    call(runtime, topic_subscriptions.subscribe_topic, svc, users[0], "news", "b")
+    call(
+        runtime,
+        cycle_subscriptions.subscribe_cycle,
+        svc,
+        users[0],
+        "remind",
+        ScheduleRequest(["SAT"], 3, 4, "Pacific/Auckland"),
+    )
     st.add_count(svc, "TOPIC", "news", 7)  # drift, e.g. a timed-out increment that did land
     st.add_count(svc, "CYCLE", "remind", -1)
     report = reconcile.reconcile(runtime, service=svc)
     assert st.counters(svc, "TOPIC", "news")[1] == 3
     assert st.counters(svc, "CYCLE", "remind")[1] == 1
     assert report["counts_fixed"] == 2
-    assert (svc, ckey, "remind") in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+    assert (svc, ckey, "remind") in due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
 
     # After unsubscribing, reconcile drops the bucket from the due index.
-    call(runtime, subs.unsubscribe_cycle, svc, users[0], "remind")
+    call(runtime, cycle_subscriptions.unsubscribe_cycle, svc, users[0], "remind")
     reconcile.reconcile(runtime, service=svc)
-    assert (svc, ckey, "remind") not in cqlstore.due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
+    assert (svc, ckey, "remind") not in due_templates(st, "Pacific/Auckland", "SAT", 3, 4)
 
 
 def _fcm_like(prefix: str) -> str:
@@ -555,20 +627,18 @@ def test_a_user_with_many_devices_is_subscribed_whole(runtime, st, svc):
     tokens = [make_device(runtime, svc, many, _fcm_like("many")) for _ in range(70)]
     few_token = make_device(runtime, svc, few, _fcm_like("few"))
     rows = st.topic_subscription_rows(
-        user_id=many,
-        service=svc,
-        type_="news",
-        topic="t",
-        notification_key=key,
-        devices=[(i, t, "AOS") for i, t in enumerate(tokens)],
-        registered_at=1,
+        SubscriptionRef(svc, many, "news", key, "t", 1),
+        [(i, t, "AOS") for i, t in enumerate(tokens)],
         with_user_level=True,
         zone="",
     )
-    assert sum(cqlstore._row_bytes(r) for r in rows) > cqlstore.MAX_UNIT_BYTES  # the case under test
+    assert sum(row_bytes(r) for r in rows) > MAX_UNIT_BYTES  # the case under test
 
-    assert call(runtime, subs.subscribe_topic, svc, many, "news", "t") == {"status": "subscribed", "devices": 70}
-    res = call(runtime, subs.bulk_subscribe_topic, svc, "news", "u", [many, few])
+    assert call(runtime, topic_subscriptions.subscribe_topic, svc, many, "news", "t") == {
+        "status": "subscribed",
+        "devices": 70,
+    }
+    res = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "u", [many, few])
     assert [r["status"] for r in res] == ["subscribed", "subscribed"]
     for topic, expected in (("t", tokens), ("u", [*tokens, few_token])):
         got = [r.device_token for r in recipients(st, key, TopicTarget(topic), svc, "TOPIC", "news")]
@@ -586,22 +656,19 @@ def test_bulk_users_share_logged_batches_and_are_counted_once(runtime, st, svc):
     tokens = {make_device(runtime, svc, u, _fcm_like("bulk")): u for u in users}
     units = [
         st.topic_subscription_rows(
-            user_id=u,
-            service=svc,
-            type_="news",
-            topic="t",
-            notification_key=key,
-            devices=[(1, t, "AOS")],
-            registered_at=1,
+            SubscriptionRef(svc, u, "news", key, "t", 1),
+            [(1, t, "AOS")],
             with_user_level=True,
             zone="",
         )
         for t, u in tokens.items()
     ]
-    unit_bytes = sum(cqlstore._row_bytes(r) for r in units[0])
-    assert 2 * unit_bytes <= cqlstore.BATCH_BYTES  # so users do share batches here
+    unit_bytes = sum(row_bytes(r) for r in units[0])
+    assert 2 * unit_bytes <= BATCH_BYTES  # so users do share batches here
 
-    assert {r["status"] for r in call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", users)} == {"subscribed"}
+    assert {r["status"] for r in call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "t", users)} == {
+        "subscribed"
+    }
     got = [(r.device_token, r.user_id) for r in recipients(st, key, TopicTarget("t"), svc, "TOPIC", "news")]
     assert sorted(got) == sorted(tokens.items())
     _, count, no = st.counters(svc, "TOPIC", "news")
@@ -609,6 +676,6 @@ def test_bulk_users_share_logged_batches_and_are_counted_once(runtime, st, svc):
     for u in users[:5]:
         assert call(runtime, subs.list_subscriptions, svc, u)[0]["devices"] == 1
 
-    again = call(runtime, subs.bulk_subscribe_topic, svc, "news", "t", users)
+    again = call(runtime, topic_subscriptions.bulk_subscribe_topic, svc, "news", "t", users)
     assert {r["status"] for r in again} == {"already_subscribed"}
     assert st.counters(svc, "TOPIC", "news")[1:] == (120, 120)

@@ -3,7 +3,7 @@
 ``PUT /v1/users/{id}/subscriptions/topic/{type}/{topic}`` is what service backends send all day,
 many at once. Each request costs a worker-thread hop, a MySQL checkout with its lock and read, and
 three Cassandra requests; the same work for a group of users costs about the same round trips
-(``subscriptions.subscribe_topics``: the users' locks and one read in MySQL, IN reads and shared
+(``topic_subscriptions.subscribe_topics``: the users' locks and one read in MySQL, IN reads and shared
 logged batches in Cassandra, one counter batch). So the route hands its pair to ``SubscribeGroups``:
 while a call for that (service, type) is in progress, the requests that arrive wait, and go together
 in the next call once it returns (group commit). A request that finds none in progress starts one
@@ -32,15 +32,16 @@ from sqlalchemy import Connection
 
 from notee.core.errors import NotFound
 from notee.core.metrics import SUBSCRIBE_GROUP_SIZE
-from notee.domain import subscriptions as subs
+from notee.domain import topic_subscriptions
+from notee.domain.subscription_rows import SubscribeResult
 from notee.store.runtime import Runtime
 
 
 class GroupDrain(Protocol):
     """What one drain calls, from worker threads, one call at a time."""
 
-    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
-        """One group's subscriptions.subscribe_topics."""
+    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
+        """One group's topic_subscriptions.subscribe_topics."""
 
     def close(self) -> None:
         """The drain is over: give back what its calls kept."""
@@ -54,13 +55,13 @@ class _StoreDrain:
         self._runtime = runtime
         self._db: Connection | None = None
 
-    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[subs.SubscribeResult | None]:
+    def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
         if self._db is None:
             self._db = self._runtime.engine.connect()  # the pool's checkout pings it
         try:
-            results = subs.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
+            results = topic_subscriptions.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
             # The users' locks end here; the next call's lock is the first statement of its own transaction.
-            subs.end_transaction(self._db)
+            topic_subscriptions.end_transaction(self._db)
         except BaseException:
             self.close()  # in whatever state the failure left it: the pool resets it, or discards it
             raise
@@ -72,13 +73,13 @@ class _StoreDrain:
             db.close()
 
 
-MAX_GROUP = subs.BULK_MAX  # pairs per call, as many as a bulk request's users
+MAX_GROUP = topic_subscriptions.BULK_MAX  # pairs per call, as many as a bulk request's users
 
 
 @dataclass
 class _Waiting:
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (user_id, topic)
-    answers: list[asyncio.Future[subs.SubscribeResult]] = field(default_factory=list)
+    answers: list[asyncio.Future[SubscribeResult]] = field(default_factory=list)
 
 
 class SubscribeGroups:
@@ -95,9 +96,9 @@ class SubscribeGroups:
         self._running: set[tuple[str, str]] = set()  # the (service, type)s with a call in progress
         self._tasks: set[asyncio.Task[None]] = set()  # the drains in progress (a task needs a reference)
 
-    async def subscribe(self, service: str, user_id: str, type_: str, topic: str) -> subs.SubscribeResult:
+    async def subscribe(self, service: str, user_id: str, type_: str, topic: str) -> SubscribeResult:
         key = (service, type_)
-        answer: asyncio.Future[subs.SubscribeResult] = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[SubscribeResult] = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(key, _Waiting())
         waiting.pairs.append((user_id, topic))
         waiting.answers.append(answer)

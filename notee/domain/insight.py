@@ -34,7 +34,9 @@ from notee.core.errors import InvalidInput
 from notee.core.vocabulary import DAYS, CycleTarget, JobState
 from notee.store import activity_sql, templates_sql
 from notee.store import subscription_sql as subsql
-from notee.store.cql import Statements, max_slot, timezones_in_use
+from notee.store.cql.counters import max_slot
+from notee.store.cql.due import timezones_in_use
+from notee.store.cql.statements import Statements
 from notee.store.mysql import db_now
 
 log = logging.getLogger(__name__)

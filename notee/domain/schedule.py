@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from notee.core.errors import InvalidInput
-from notee.core.vocabulary import DAYS
+from notee.core.vocabulary import DAYS, CycleTarget
 from notee.domain.rules import bad, is_portable_timezone
 
 TOPIC_MAX = 50  # seed: topic is at most 50 characters
@@ -89,6 +89,11 @@ class Schedule:
     @property
     def canonical(self) -> str:
         return f"{','.join(self.days)} {self.hour:02d}:{self.minute:02d} {self.timezone}"
+
+    @property
+    def buckets(self) -> tuple[CycleTarget, ...]:
+        """The local buckets it fires at: one per day (where its slot rows live)."""
+        return tuple(CycleTarget(self.timezone, day, self.hour, self.minute) for day in self.days)
 
 
 def make_schedule(days: list[str], hour: int, minute: int, timezone: str) -> Schedule:

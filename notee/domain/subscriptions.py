@@ -1,5 +1,7 @@
-"""Topic and cycle subscriptions: subscribe, unsubscribe, list, bulk, and the device/user/template
-lifecycle hooks the registry and the fan-out engine call.
+"""A user's subscriptions: the model, the locks, listing, and the device/user/template lifecycle hooks
+the registry, the device route and delivery call. Subscribing is in ``topic_subscriptions`` and
+``cycle_subscriptions``; what they and the hooks share (writing and removing a subscription's rows)
+in ``subscription_rows``.
 
 Model (docs/SCHEMA.md): a subscription belongs to a *user* and is recorded by one per-user index row
 with ``device_token = ''`` (the user-level row; it exists even when the user has no device). It is
@@ -28,36 +30,21 @@ Numbers (``no``) come from the process's reserved range (``Statements.take_numbe
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import NotRequired, TypedDict
 
 from cassandra.cluster import ResponseFuture
-from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from notee.core.errors import InvalidInput, NotFound
-from notee.core.vocabulary import METHODS
-from notee.domain.schedule import Schedule, make_schedule, parse_canonical, validate_topic
-from notee.store import services_sql, templates_sql, users_sql, webhooks_sql
+from notee.core.errors import NotFound
+from notee.domain.schedule import parse_canonical
+from notee.domain.subscription_rows import lock_user, materialise, remove_rows
 from notee.store import subscription_sql as subsql
-from notee.store.cql import USER_LEVEL, IndexRow, Statements, slot_ref, slot_zone
+from notee.store import templates_sql, users_sql, webhooks_sql
+from notee.store.cql.rows import DeviceSlot, IndexRow, SubscriptionRef, slot_ref, slot_zone
+from notee.store.cql.statements import Statements
 
 log = logging.getLogger(__name__)
-
-BULK_MAX = 1000  # FCM's batch size: one bulk request = one multicast's worth of users
-
-
-class SubscribeResult(TypedDict):
-    status: str  # "subscribed" | "already_subscribed"
-    devices: int  # devices the subscription is materialised on
-    schedule: NotRequired[str]  # CYCLE: the canonical schedule
-
-
-class BulkOutcome(TypedDict):
-    user_id: str
-    status: str  # "subscribed" | "already_subscribed" | "not_found"
 
 
 class ScheduleInfo(TypedDict):
@@ -75,417 +62,6 @@ class SubscriptionInfo(TypedDict):
     devices: int
     topic: NotRequired[str]  # TOPIC
     schedule: NotRequired[ScheduleInfo]  # CYCLE
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-# ---------------------------------------------------------------------- MySQL lookups (read-only)
-@dataclass(frozen=True, slots=True)
-class _Template:
-    method: str
-    type_: str
-    key: str
-
-
-def _template(session: Session, service: str, method: str, type_: str) -> _Template:
-    row = templates_sql.get_template(session, service, method, type_)
-    if row is None:
-        other = [
-            m for m in METHODS if m != method and templates_sql.get_template(session, service, m, type_) is not None
-        ]
-        if other:
-            raise InvalidInput(
-                f"template {type_!r} is a {other[0]} template, not {method}",
-                details=[{"field": "type", "reason": "wrong_method", "method": other[0]}],
-            )
-        raise NotFound(f"no {method} template {type_!r}")
-    return _Template(method, type_, row.notification_key)
-
-
-def _lock_user(session: Session, service: str, user_id: str) -> str | None:
-    """Take the shared user-row lock of a writer that adds rows (module doc); returns the zone its
-    topic slot rows carry (``slot_zone``: read under the lock, so a zone change waits for this
-    writer and then rewrites what it wrote), None: no such user. Call it before any other read of
-    the transaction."""
-    row = users_sql.get_user(session, service, user_id, for_share=True)
-    return None if row is None else slot_zone(row.timezone)
-
-
-def _user_devices(session: Session, service: str, user_id: str, *, locked: bool) -> list[tuple[str, str]]:
-    """The devices of a user whose row ``_lock_user`` locked (``locked``: it exists)."""
-    if not locked:
-        raise NotFound("user not found")
-    return [(d.device_token, d.device_os) for d in users_sql.list_devices(session, service, user_id)]
-
-
-# ---------------------------------------------------------------------- Cassandra building blocks
-def _schedule_parts(row: IndexRow) -> tuple[str, tuple[str, ...], int, int] | None:
-    if row.method != "CYCLE":
-        return None
-    s = parse_canonical(row.target)
-    return s.timezone, s.days, s.hour, s.minute
-
-
-def _materialise(
-    st: Statements,
-    *,
-    service: str,
-    user_id: str,
-    tpl: _Template,
-    target: str,
-    schedule: Schedule | None,
-    devices: Sequence[tuple[str, str]],
-    at: int,
-    zone: str,
-) -> list[ResponseFuture]:
-    """Start the logged batches writing slot rows + index rows for ``devices``; return the futures.
-    ``zone``: the user's, stored on topic slot rows (``slot_zone``)."""
-    if not devices:
-        return []
-    numbers = st.take_numbers(service, tpl.method, tpl.type_, len(devices))
-    futures = []
-    for no, (token, os_) in zip(numbers, devices, strict=True):
-        if schedule is None:
-            futures.append(
-                st.add_topic_device(
-                    user_id=user_id,
-                    service=service,
-                    type_=tpl.type_,
-                    topic=target,
-                    notification_key=tpl.key,
-                    no=no,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                    zone=zone,
-                )
-            )
-        else:
-            futures.append(
-                st.add_cycle_device(
-                    user_id=user_id,
-                    service=service,
-                    type_=tpl.type_,
-                    target=target,
-                    notification_key=tpl.key,
-                    timezone=schedule.timezone,
-                    days=schedule.days,
-                    hour=schedule.hour,
-                    minute=schedule.minute,
-                    no=no,
-                    device_token=token,
-                    device_os=os_,
-                    registered_at=at,
-                )
-            )
-    return futures
-
-
-def remove_rows(
-    st: Statements, service: str, user_id: str, rows: Sequence[IndexRow], *, every_holder: bool = False
-) -> None:
-    """Delete slot rows and index rows: device rows first, user-level rows last, so a failure halfway
-    leaves the subscription listed and a retry finishes the job.
-
-    A shared device (its token has other users in the token index) may have one slot row that two
-    users' index rows refer to: two racing subscribes read the same ``no`` (docs/SCHEMA.md, "A device
-    shared by several users"). Such a slot row is deleted only by whoever drops the last reference:
-    our index row goes first, then the others' are read, so of two racing removals at least one
-    sees the other's gone and deletes the row. ``every_holder``: all holders' rows are going (a
-    pruned token), no check needed."""
-    device_rows = [r for r in rows if not r.is_user_level]
-    others: dict[str, list[str]] = {}
-    if device_rows and not every_holder:
-        reads = {t: st.token_holders_async(service, t) for t in sorted({r.device_token for r in device_rows})}
-        others = {t: [u for u in st.holders_of(f) if u != user_id] for t, f in reads.items()}
-    alone = [r for r in device_rows if not others.get(r.device_token)]
-    shared = [r for r in device_rows if others.get(r.device_token)]
-    st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r)) for r in alone)
-    if shared:
-        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), slot_rows=False) for r in shared)
-        unreferenced = [r for r in shared if not _referenced_by_others(st, service, r, others[r.device_token])]
-        st.run(st.remove_device_rows(user_id, service, r, _schedule_parts(r), index_row=False) for r in unreferenced)
-    st.run(st.delete_index_row(user_id, service, r) for r in rows if r.is_user_level)
-
-
-def _referenced_by_others(st: Statements, service: str, row: IndexRow, users: Sequence[str]) -> bool:
-    """Does another user's index row point at the slot row(s) of ``row`` (same device, target, key,
-    slot and no)?"""
-    ref = slot_ref(row)
-    if ref is None:
-        return False
-    reads = [st.user_type_rows_async(u, service, row.method, row.type_) for u in users]
-    return any(
-        r.device_token == row.device_token and r.target == row.target and slot_ref(r) == ref
-        for f in reads
-        for r in st.index_rows_of(f)
-    )
-
-
-def _live_user_level(rows: Sequence[IndexRow], key: str) -> list[IndexRow]:
-    return [r for r in rows if r.is_user_level and r.data.get("key") == key]
-
-
-def _first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: int) -> bool:
-    """After writing (target, at), am I the one that should count this user? The earliest live
-    subscription of the type does: two racing first subscriptions that both see each other agree on
-    one winner, so `count` is incremented once (docs/SCHEMA.md, "count")."""
-    live = _live_user_level(rows_after, key)
-    if not live:
-        return False
-    first = min(live, key=lambda r: (int(r.data.get("at", 0)), r.target))
-    return first.target == target
-
-
-def end_transaction(db: Connection) -> None:
-    """End the transaction ``subscribe_topics`` ran in on a Core connection the caller keeps: the
-    users' locks end (``subscription_sql.end_driver_transaction``)."""
-    subsql.end_driver_transaction(db)
-
-
-# ---------------------------------------------------------------------- topic
-def subscribe_topic(
-    db: Session | Connection, st: Statements, service: str, user_id: str, type_: str, topic: str
-) -> SubscribeResult:
-    """One topic subscription (``subscribe_topics`` of one pair): NotFound for an unknown user."""
-    (result,) = subscribe_topics(db, st, service, type_, [(user_id, topic)])
-    if result is None:
-        raise NotFound("user not found")
-    return result
-
-
-def subscribe_topics(
-    db: Session | Connection, st: Statements, service: str, type_: str, wanted: Sequence[tuple[str, str]]
-) -> list[SubscribeResult | None]:
-    """Topic subscriptions of one type: ``wanted`` (user_id, topic) pairs, one result each, in order
-    (None: no such user). A pair asked twice, or a user with several topics, is answered as if the
-    pairs ran one after the other. Round trips, however many pairs: MySQL's exclusive row locks of the
-    users and one read (the type's templates, the users' devices), with the users' index rows of the
-    type read from Cassandra meanwhile; the logged batches (each subscription's rows are one unit,
-    written whole or not at all); one counter batch. Numbers come from the process's reserved range
-    (``Statements.take_numbers``). ``db``: a session, or (the API's hot path) a Core connection; the
-    caller ends its transaction. The API's single subscribe and the bulk endpoint both come here
-    (notee.api.subscribe_groups gathers concurrent single subscribes of a type into one call)."""
-    for _, topic in wanted:
-        validate_topic(topic)
-    # Deletion wins (issue 14.5, module doc): the users' row locks come first, and the index reads
-    # start only once they are held, so they see whatever a racing deletion or rotation did (the
-    # index reads still overlap the context read). The locks are exclusive: every other writer of
-    # these users' rows has finished, so the read alone tells whether a user is new to the type
-    # (``count``), with no re-read after the write.
-    zones = subsql.lock_users_zones(db, service, [u for u, _ in wanted], exclusive=True)
-    reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_) if zones else []
-    ctx = subsql.subscribe_context(db, service, type_, list(zones))
-    tpl = _template_of(ctx.template_keys, service, "TOPIC", type_)
-    before = st.users_rows_of(reads)
-    # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
-    # sees what an earlier one is about to write.
-    live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
-    now = _now_ms()
-    results: list[SubscribeResult | None] = []
-    plans: list[tuple[str, str, list[tuple[str, str]], int, bool]] = []  # user, topic, devices, at, user-level row
-    topic_counts: dict[str, int] = {}
-    new_to_type = 0
-    for user_id, topic in wanted:
-        if user_id not in zones or user_id not in ctx.devices:
-            results.append(None)
-            continue
-        mine = [r for r in live[user_id] if r.target == topic]
-        have = {r.device_token for r in mine if not r.is_user_level}
-        level = next((r for r in mine if r.is_user_level), None)
-        missing = [(t, o) for t, o in ctx.devices[user_id] if t not in have]
-        if level is None or missing:
-            at = int(level.data.get("at") or now) if level is not None else now
-            plans.append((user_id, topic, missing, at, level is None))
-            planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
-            if level is None:
-                topic_counts[topic] = topic_counts.get(topic, 0) + 1
-                new_to_type += 0 if _live_user_level(live[user_id], tpl.key) else 1
-                planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
-            live[user_id] = live[user_id] + planned
-        status = "already_subscribed" if level is not None else "subscribed"
-        results.append({"status": status, "devices": len(have) + len(missing)})
-    if not plans:
-        return results
-    writers = {u for u, *_ in plans}
-    for user_id in sorted(writers):  # rows left by a deleted template of this type
-        stale = [r for r in before.get(user_id, []) if r.data.get("key") != tpl.key]
-        if stale:
-            remove_rows(st, service, user_id, stale)
-    numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(p[2]) for p in plans)))
-    units = [
-        st.topic_subscription_rows(
-            user_id=user_id,
-            service=service,
-            type_=type_,
-            topic=topic,
-            notification_key=tpl.key,
-            devices=[(next(numbers), token, os_) for token, os_ in devices],
-            registered_at=at,
-            with_user_level=with_user_level,
-            zone=zones[user_id],
-        )
-        for user_id, topic, devices, at, with_user_level in plans
-    ]
-    st.run(st.write_together(units))
-    # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
-    # one counter batch, only once the subscription rows exist.
-    st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
-    return results
-
-
-def _template_of(keys: dict[str, str], service: str, method: str, type_: str) -> _Template:
-    """The template of (method, type) from ``subscribe_context``'s keys, with ``_template``'s errors."""
-    if method in keys:
-        return _Template(method, type_, keys[method])
-    other = [m for m in METHODS if m in keys]
-    if other:
-        raise InvalidInput(
-            f"template {type_!r} is a {other[0]} template, not {method}",
-            details=[{"field": "type", "reason": "wrong_method", "method": other[0]}],
-        )
-    raise NotFound(f"no {method} template {type_!r}")
-
-
-def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:
-    validate_topic(topic)
-    # The shared user-row lock like subscribe: a zone change (exclusive) rewrites the zone of rows it
-    # read from the index, and must not meet a row this removal deletes in between.
-    if _lock_user(session, service, user_id) is None:
-        raise NotFound("user not found")
-    tpl = _template(session, service, "TOPIC", type_)
-    removed = _unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
-    if removed:
-        st.run([st.add_topic_subscribers_async(service, type_, topic, -1)])
-    return removed
-
-
-def _unsubscribe(st: Statements, service: str, user_id: str, tpl: _Template, match: Callable[[IndexRow], bool]) -> bool:
-    rows = st.user_type_rows(user_id, service, tpl.method, tpl.type_)
-    gone = [r for r in rows if match(r) or r.data.get("key") != tpl.key]
-    if not gone:
-        return False
-    removed_live = bool(_live_user_level([r for r in gone if match(r)], tpl.key))
-    remove_rows(st, service, user_id, gone)
-    if removed_live and not _live_user_level(st.user_type_rows(user_id, service, tpl.method, tpl.type_), tpl.key):
-        st.add_count(service, tpl.method, tpl.type_, -1)
-    return removed_live
-
-
-def bulk_subscribe_topic(
-    db: Session | Connection, st: Statements, service: str, type_: str, topic: str, user_ids: Sequence[str]
-) -> list[BulkOutcome]:
-    """Subscribe up to BULK_MAX users (``subscribe_topics``); one result per distinct user id, in
-    request order: ``subscribed`` | ``already_subscribed`` | ``not_found``. Unknown users are reported,
-    not fatal."""
-    validate_topic(topic)
-    if not user_ids:
-        raise InvalidInput("user_ids must not be empty", details=[{"field": "user_ids", "reason": "empty"}])
-    if len(user_ids) > BULK_MAX:
-        raise InvalidInput(
-            f"at most {BULK_MAX} user_ids per request",
-            details=[{"field": "user_ids", "reason": "too_many", "max": BULK_MAX}],
-        )
-    ordered = list(dict.fromkeys(user_ids))
-    results = subscribe_topics(db, st, service, type_, [(u, topic) for u in ordered])
-    return [
-        {"user_id": u, "status": "not_found" if r is None else r["status"]}
-        for u, r in zip(ordered, results, strict=True)
-    ]
-
-
-# ---------------------------------------------------------------------- cycle
-def subscribe_cycle(
-    session: Session,
-    st: Statements,
-    service: str,
-    user_id: str,
-    type_: str,
-    days: list[str],
-    hour: int,
-    minute: int,
-    timezone: str | None = None,
-) -> SubscribeResult:
-    """Subscribe (or re-subscribe: the new schedule replaces the previous one of this type).
-
-    Latest wins without a read-modify-write: every schedule is its own index row; after writing ours
-    we re-read the type and delete every schedule that is not the maximum (registered_at, target).
-    Racing re-subscribes all compute the same maximum from what they see, so they converge on one
-    schedule and no slot row is left without its index row."""
-    locked = _lock_user(session, service, user_id)  # first: deletion wins (module doc)
-    if timezone is None:
-        svc = services_sql.get_service(session, service)
-        timezone = svc.timezone if svc is not None else "Asia/Seoul"
-    schedule = make_schedule(days, hour, minute, timezone)
-    tpl = _template(session, service, "CYCLE", type_)
-    devices = _user_devices(session, service, user_id, locked=locked is not None)
-    target = schedule.canonical
-    before = st.user_type_rows(user_id, service, "CYCLE", type_)
-    live = _live_user_level(before, tpl.key)
-    had_type = bool(live)
-    winner = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)) if live else None
-    mine = [r for r in before if r.target == target and r.data.get("key") == tpl.key]
-    have = {r.device_token for r in mine if not r.is_user_level}
-    missing = [(t, o) for t, o in devices if t not in have]
-    losers = [r for r in before if r.target != target or r.data.get("key") != tpl.key]
-    if winner is not None and winner.target == target and not missing and not losers:
-        return {"status": "already_subscribed", "schedule": target, "devices": len(have)}
-    at = max(_now_ms(), int(winner.data.get("at", 0)) + 1 if winner is not None else 0)
-    if winner is not None and winner.target == target:
-        at = int(winner.data["at"])  # same schedule: keep its place
-    st.run(
-        _materialise(
-            st,
-            service=service,
-            user_id=user_id,
-            tpl=tpl,
-            target=target,
-            schedule=schedule,
-            devices=missing,
-            at=at,
-            zone=locked or "",  # cycle rows carry no zone (their bucket has its own)
-        )
-    )
-    st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
-    # The due index is written after the subscription rows (reconcile relies on that order).
-    st.run(
-        st.mark_due(
-            service=service,
-            type_=type_,
-            notification_key=tpl.key,
-            timezone=schedule.timezone,
-            days=schedule.days,
-            hour=schedule.hour,
-            minute=schedule.minute,
-        )
-    )
-    after = st.user_type_rows(user_id, service, "CYCLE", type_)
-    _keep_latest_schedule(st, service, user_id, tpl, after)
-    if not had_type and _first_of_type(after, tpl.key, target, at):
-        st.add_count(service, "CYCLE", type_, +1)
-    return {"status": "subscribed", "schedule": target, "devices": len(have) + len(missing)}
-
-
-def _keep_latest_schedule(st: Statements, service: str, user_id: str, tpl: _Template, rows: Sequence[IndexRow]) -> None:
-    # The latest schedule is chosen among *all* rows of the template, device rows included: a racing
-    # request writes its device rows before its user-level row, and judging by user-level rows only
-    # would delete the device rows of the schedule that wins a moment later.
-    live = [r for r in rows if r.data.get("key") == tpl.key]
-    if not live:
-        return
-    keep = max(live, key=lambda r: (int(r.data.get("at", 0)), r.target)).target
-    losers = [r for r in rows if r.target != keep or r.data.get("key") != tpl.key]
-    if losers:
-        remove_rows(st, service, user_id, losers)
-
-
-def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: str, type_: str) -> bool:
-    tpl = _template(session, service, "CYCLE", type_)
-    if users_sql.get_user(session, service, user_id) is None:
-        raise NotFound("user not found")
-    return _unsubscribe(st, service, user_id, tpl, lambda r: True)
 
 
 # ---------------------------------------------------------------------- listing
@@ -532,7 +108,7 @@ def on_device_added(
     """Copy the user's existing subscriptions to a newly registered device (idempotent). Runs after
     the device's commit, in a transaction of its own that the caller ends: it holds the user's shared
     lock (module doc) and copies nothing when the user or the device is gone by then."""
-    zone = _lock_user(session, service, user_id)
+    zone = lock_user(session, service, user_id)
     if zone is None or users_sql.get_device(session, service, user_id, device_token) is None:
         return
     rows = st.user_rows(user_id, service)
@@ -563,19 +139,9 @@ def _copy_to_device(
             or (r.method, r.type_, r.target) in have
         ):
             continue
-        tpl = _Template(r.method, r.type_, key)
+        sub = SubscriptionRef(service, user_id, r.type_, key, r.target, int(r.data.get("at", 0)))
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
-        futures += _materialise(
-            st,
-            service=service,
-            user_id=user_id,
-            tpl=tpl,
-            target=r.target,
-            schedule=schedule,
-            devices=[(device_token, device_os)],
-            at=int(r.data.get("at", 0)),
-            zone=zone,
-        )
+        futures += materialise(st, sub, [(device_token, device_os)], schedule=schedule, zone=zone)
     st.run(futures)
 
 
@@ -602,7 +168,7 @@ def on_token_rotated(
     A moved row keeps the old row's ``no`` (so its slot and its place in a fan-out's walk) and
     records the device's first token as ``origin``: a publish in progress meets the device once —
     before the move through the old row, after it through the new one, and a page read between the
-    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/worker/reader.py).
+    copy and the delete sees both at one ``no`` and sends one (issue 14.6; notee/worker/lanes.py).
     The new rows are written before the old ones are deleted, so a failure halfway loses nothing.
 
     ``holders``: user_id -> device_os of the users whose old device the registry is rewriting (read
@@ -649,40 +215,12 @@ def _move_row(st: Statements, service: str, user_id: str, row: IndexRow, new_tok
     """Write ``row``'s subscription for ``new_token`` at the same slot and ``no`` (topic rows with ``zone``)."""
     ref = slot_ref(row)
     assert ref is not None
+    sub = SubscriptionRef(service, user_id, row.type_, ref.notification_key, row.target, int(row.data.get("at", 0)))
     origin = str(row.data.get("origin") or row.device_token)
-    os_ = str(row.data.get("os", "AOS"))
-    at = int(row.data.get("at", 0))
+    device = DeviceSlot(ref.no, new_token, str(row.data.get("os", "AOS")), origin)
     if row.method == "TOPIC":
-        return st.add_topic_device(
-            user_id=user_id,
-            service=service,
-            type_=row.type_,
-            topic=row.target,
-            notification_key=ref.notification_key,
-            no=ref.no,
-            device_token=new_token,
-            device_os=os_,
-            registered_at=at,
-            zone=zone,
-            origin=origin,
-        )
-    schedule = parse_canonical(row.target)
-    return st.add_cycle_device(
-        user_id=user_id,
-        service=service,
-        type_=row.type_,
-        target=row.target,
-        notification_key=ref.notification_key,
-        timezone=schedule.timezone,
-        days=schedule.days,
-        hour=schedule.hour,
-        minute=schedule.minute,
-        no=ref.no,
-        device_token=new_token,
-        device_os=os_,
-        registered_at=at,
-        origin=origin,
-    )
+        return st.add_topic_device(sub, device, zone)
+    return st.add_cycle_device(sub, device, parse_canonical(row.target).buckets)
 
 
 def on_user_zone_changed(session: Session, st: Statements, service: str, user_id: str, timezone: str | None) -> int:

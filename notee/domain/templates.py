@@ -35,7 +35,7 @@ from notee.domain.rules import (
     template_size,
 )
 from notee.store import templates_sql as store
-from notee.store.cql import Statements
+from notee.store.cql.statements import Statements
 from notee.store.mysql import AnyRow
 from notee.store.templates_sql import TemplateRow
 

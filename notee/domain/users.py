@@ -42,7 +42,7 @@ from notee.domain.rules import (
 from notee.domain.schedule import check_quiet_hours, quiet_window
 from notee.store import deadletter
 from notee.store import users_sql as store
-from notee.store.cql import Statements
+from notee.store.cql.statements import Statements
 from notee.store.mysql import AnyRow, read_committed
 
 log = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ from notee.core.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.core.logs import announce_emulator
 from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
-from notee.store.cql import timezones_in_use
+from notee.store.cql.due import timezones_in_use
 from notee.store.jobs_sql import JobRow
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime

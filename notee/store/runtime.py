@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core.settings import Settings
 from notee.store import cassandra, mysql
-from notee.store.cql import Statements
+from notee.store.cql.statements import Statements
 
 
 class Runtime:

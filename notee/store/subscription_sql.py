@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, select
 from sqlalchemy.orm import Session
 
-from notee.store.cql import slot_zone
+from notee.store.cql.rows import slot_zone
 from notee.store.templates_sql import template_t
 from notee.store.users_sql import device_t, user_t
 
@@ -93,7 +93,7 @@ def lock_users_zones(
 ) -> dict[str, str]:
     """Lock the rows of those of ``user_ids`` that exist (shared, or ``exclusive``; one statement, in
     index order) until the caller's transaction ends; return user_id -> the zone its topic slot rows
-    carry (``cql.slot_zone``: '' for none). A user that does not exist is absent."""
+    carry (``cql.rows.slot_zone``: '' for none). A user that does not exist is absent."""
     if not user_ids:
         return {}
     rows = _driver_rows(db, _LOCK_USERS[exclusive], {"service": service, "user_ids": tuple(sorted(set(user_ids)))})

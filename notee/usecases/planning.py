@@ -19,7 +19,9 @@ from typing import Any
 from notee.core import clock
 from notee.core.vocabulary import CycleTarget, TopicTarget, pack_slots, slot_ranges
 from notee.domain.schedule import parse_local_time
-from notee.store.cql import Statements, max_slot, slot_zone
+from notee.store.cql.counters import max_slot
+from notee.store.cql.rows import slot_zone
+from notee.store.cql.statements import Statements
 
 log = logging.getLogger(__name__)
 

@@ -44,11 +44,13 @@ from collections.abc import Callable, Iterator, Sequence
 from notee.core.vocabulary import CycleTarget
 from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
-from notee.domain.subscriptions import remove_rows
-from notee.store import cql as cqlstore
+from notee.domain.subscription_rows import remove_rows
 from notee.store import services_sql, templates_sql, users_sql
 from notee.store import subscription_sql as subsql
-from notee.store.cql import IndexRow, Statements
+from notee.store.cql.counters import max_slot
+from notee.store.cql.due import timezones_in_use
+from notee.store.cql.rows import IndexRow
+from notee.store.cql.statements import Statements
 from notee.store.runtime import Runtime
 from notee.usecases import occupancy
 
@@ -256,7 +258,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
             due_removed += 1
     zones_removed = 0
     if service is None:  # zones are shared by every service: only a full run may drop one
-        for tz in cqlstore.timezones_in_use(st):
+        for tz in timezones_in_use(st):
             if tz not in zones:
                 st.delete_timezone(started_us, tz)
                 zones_removed += 1
@@ -373,7 +375,7 @@ def _clean_due_index(runtime: Runtime, started_us: int, is_live: Callable[[str |
             if is_live(key):
                 with runtime.sessions() as s:
                     tpl = templates_sql.get_template_by_key(s, key)
-            max_slots[key] = None if tpl is None else cqlstore.max_slot(st, svc, "CYCLE", tpl.notification_type)
+            max_slots[key] = None if tpl is None else max_slot(st, svc, "CYCLE", tpl.notification_type)
         top = max_slots[key]
         alive = False
         if top is not None:  # the slots the bucket occupies (target_slots), or all of them when not known
@@ -386,7 +388,7 @@ def _clean_due_index(runtime: Runtime, started_us: int, is_live: Callable[[str |
             st.delete_due(started_us, tz, day, hour, minute, key)
             due_removed += 1
     zones_removed = 0
-    for tz in cqlstore.timezones_in_use(st):
+    for tz in timezones_in_use(st):
         if tz not in zones_used:
             st.delete_timezone(started_us, tz)
             zones_removed += 1

@@ -39,7 +39,8 @@ from notee.core.vocabulary import (
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.store import jobs_sql, users_sql
-from notee.store.cql import Statements, stream_recipients
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.statements import Statements
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobGone
 from notee.store.users_sql import UserClock, recipient_locales, user_clocks

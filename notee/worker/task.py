@@ -40,7 +40,7 @@ from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import PageCounts, RecipientRow
 from notee.providers.base import Message
 from notee.store import jobs_sql, task_leases
-from notee.store.cql import PagingStateRejected
+from notee.store.cql.recipients import PagingStateRejected
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost

@@ -1,7 +1,8 @@
 """Topic and cycle subscriptions of a user, listing, and the bulk topic subscribe.
 
-Thin: parse, one call into notee.domain.subscriptions, respond. Every route is scoped to the calling
-service (API key); another service's users and templates answer 404.
+Thin: parse, one call into the domain (notee.domain.topic_subscriptions, cycle_subscriptions,
+subscriptions), respond. Every route is scoped to the calling service (API key); another service's
+users and templates answer 404.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from notee.api.deps import DbDep, RuntimeDep, SubscribeGroupsDep
 from notee.api.errors import known_error_response
 from notee.api.models import Answer, errors
 from notee.api.subscribe_groups import SubscribeGroups
-from notee.domain import subscriptions as subs
+from notee.domain import cycle_subscriptions, subscriptions, topic_subscriptions
+from notee.domain.cycle_subscriptions import ScheduleRequest
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.schedule import validate_topic
+from notee.domain.subscription_rows import SubscribeResult
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 
@@ -46,7 +49,10 @@ class CycleIn(_In):
 
 class BulkIn(_In):
     user_ids: list[UUID] = Field(
-        ..., min_length=1, max_length=subs.BULK_MAX, description=f"Platform user ids, at most {subs.BULK_MAX}"
+        ...,
+        min_length=1,
+        max_length=topic_subscriptions.BULK_MAX,
+        description=f"Platform user ids, at most {topic_subscriptions.BULK_MAX}",
     )
 
 
@@ -126,7 +132,7 @@ async def _subscribe_topic_answer(
     return 201 if result["status"] == "subscribed" else 200, subscribe_out_json(result)
 
 
-def subscribe_out_json(result: subs.SubscribeResult) -> bytes:
+def subscribe_out_json(result: SubscribeResult) -> bytes:
     """``SubscribeOut`` of a topic subscription, as FastAPI would serialise it."""
     return b'{"status":"%s","devices":%d,"schedule":null}' % (result["status"].encode("ascii"), result["devices"])
 
@@ -178,7 +184,7 @@ class TopicSubscribeShortcut:
         await send({"type": "http.response.body", "body": body})
 
 
-def _upserted(response: Response, result: subs.SubscribeResult) -> subs.SubscribeResult:
+def _upserted(response: Response, result: SubscribeResult) -> SubscribeResult:
     """201 for a new subscription, 200 for one that existed, like the other upserts."""
     response.status_code = 201 if result["status"] == "subscribed" else 200
     return result
@@ -194,7 +200,7 @@ def unsubscribe_topic(
     user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
 ) -> None:
     """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
-    subs.unsubscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
+    topic_subscriptions.unsubscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
 
 
 @router.put(
@@ -210,13 +216,18 @@ def subscribe_cycle(
     db: DbDep,
     runtime: RuntimeDep,
     response: Response,
-) -> subs.SubscribeResult:
+) -> SubscribeResult:
     """Subscribe the user to a CYCLE template at local days/hour/minute in a timezone. A new schedule
     replaces the previous one of this type (201); the same schedule again changes nothing (200)."""
     return _upserted(
         response,
-        subs.subscribe_cycle(
-            db, runtime.statements, service, str(user_id), type, body.days, body.hour, body.minute, body.timezone
+        cycle_subscriptions.subscribe_cycle(
+            db,
+            runtime.statements,
+            service,
+            str(user_id),
+            type,
+            ScheduleRequest(body.days, body.hour, body.minute, body.timezone),
         ),
     )
 
@@ -226,14 +237,14 @@ def subscribe_cycle(
 )
 def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Remove the user's recurring schedule for this type (every device)."""
-    subs.unsubscribe_cycle(db, runtime.statements, service, str(user_id), type)
+    cycle_subscriptions.unsubscribe_cycle(db, runtime.statements, service, str(user_id), type)
 
 
 @router.get("/users/{user_id}/subscriptions", response_model=SubscriptionList, responses=errors(404))
 def list_subscriptions(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> SubscriptionList:
     """The user's subscriptions, from the per-user index."""
     return SubscriptionList.model_validate(
-        {"items": subs.list_subscriptions(db, runtime.statements, service, str(user_id))}
+        {"items": subscriptions.list_subscriptions(db, runtime.statements, service, str(user_id))}
     )
 
 
@@ -243,6 +254,8 @@ def bulk_subscribe(
 ) -> BulkOut:
     """Subscribe up to 1,000 users to a topic; one result per distinct user id (unknown ids are
     reported as not_found, the others are still subscribed)."""
-    results = subs.bulk_subscribe_topic(db, runtime.statements, service, type, topic, [str(u) for u in body.user_ids])
+    results = topic_subscriptions.bulk_subscribe_topic(
+        db, runtime.statements, service, type, topic, [str(u) for u in body.user_ids]
+    )
     tally = {s: sum(1 for r in results if r["status"] == s) for s in ("subscribed", "already_subscribed", "not_found")}
     return BulkOut.model_validate({"results": results, **tally})
