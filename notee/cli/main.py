@@ -131,35 +131,32 @@ def emulator(
     ),
 ) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
-    from notee.emulator.server import serve
+    from notee.emulator.server import EmulatorConfig, serve
 
     settings = _settings()
-    host, port = host or settings.emulator_host, port or settings.emulator_port
+    config = EmulatorConfig(
+        host or settings.emulator_host,
+        port or settings.emulator_port,
+        state_dir or settings.emulator_state_dir,
+        realistic=realistic,
+        apns_port=apns_port,
+        names=tuple(name),
+        log_level=settings.log_level,
+        log_format=settings.log_format,
+    )
+    where = f"https://{config.host}:{config.port}"
 
     def ready(files: TlsFiles) -> None:
-        typer.echo(f"notee emulator on https://{host}:{port}  CA certificate: {files.ca_cert.resolve()}")
-        typer.echo(
-            f"  point Notee at it: NOTEE_EMULATOR_URL=https://{host}:{port} "
-            f"NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}"
-        )
+        typer.echo(f"notee emulator on {where}  CA certificate: {files.ca_cert.resolve()}")
+        typer.echo(f"  point Notee at it: NOTEE_EMULATOR_URL={where} NOTEE_EMULATOR_CA_FILE={files.ca_cert.resolve()}")
 
         if realistic:
             typer.echo(
-                f"  realistic: APNs on NOTEE_EMULATOR_APNS_URL=https://{host}:{apns_port or port + 1}, "
-                f"FCM access tokens from https://{host}:{port}/token"
+                f"  realistic: APNs on NOTEE_EMULATOR_APNS_URL=https://{config.host}:{config.apns_port_used}, "
+                f"FCM access tokens from {where}/token"
             )
 
-    serve(
-        host,
-        port,
-        state_dir or settings.emulator_state_dir,
-        on_ready=ready,
-        log_level=settings.log_level,
-        log_format=settings.log_format,
-        realistic=realistic,
-        apns_port=apns_port,
-        names=name,
-    )
+    serve(config, on_ready=ready)
 
 
 @app.command()
