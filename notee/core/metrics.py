@@ -96,7 +96,7 @@ TASK_RELEASES = Counter(
     ["cause"],
 )
 
-# --- scheduler (notee/scheduler/runner.py) -----------------------------------------------------------
+# --- scheduler (notee/usecases/cycle_fire.py, notee/scheduler/runner.py) -----------------------------
 SCHEDULER_MINUTES = Counter(
     "notee_scheduler_minutes_total",
     "Cycle minutes this scheduler recorded, by state: done (in its minute), late (after it, within the "
