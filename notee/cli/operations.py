@@ -116,11 +116,11 @@ def backfill_zones(service: str | None = typer.Option(None, help="Only this serv
     service: its local-time publishes read each zone's rows alone from then on (docs/FANOUT.md)."""
     # deferred: each command loads only what it runs (`notee` starts fast)
     from notee.store.runtime import Runtime
-    from notee.usecases import reconcile as rec
+    from notee.usecases import zone_backfill
 
     runtime = Runtime(load_settings())
     try:
-        report = rec.backfill_zones(runtime, service=service)
+        report = zone_backfill.backfill_zones(runtime, service=service)
     finally:
         runtime.close()
     typer.echo(json.dumps(report))
