@@ -68,7 +68,7 @@ PUSH_RETRIES = Counter(
     ["provider", "service", "cause"],
 )
 
-# --- transport (notee/providers/http2.py, notee/providers/breaker.py) --------------------------------
+# --- transport (notee/providers/http2.py, http2_pool.py, notee/providers/breaker.py) -----------------
 PROVIDER_LATENCY = Histogram(
     "notee_provider_response_seconds",
     "Time from opening a push's HTTP/2 stream to the provider's complete response, by provider.",
