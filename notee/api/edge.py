@@ -253,8 +253,8 @@ _KeyLookup = tuple[str | None, RateClass | None, ApiKeyCache, str | None, Allowa
 def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any) -> _KeyLookup | None:
     """Step 4 from memory: the admin token, or a tenant key this process authenticated lately (no
     MySQL, no thread hop) with, for a rate class, a token it took ahead (``ratelimit.Allowance``).
-    Raises the refusal (401/403/429). None: done; else the rest of ``authenticate_service``'s
-    arguments, for the lookup on a worker thread."""
+    Raises the refusal of a wrong admin token (401/403). None: done; else the rest of
+    ``authenticate_service``'s arguments, for the lookup (and the rate limit's 429) on a worker thread."""
     if is_admin:
         check_admin(settings, bearer_token(scope))
         return None
