@@ -52,7 +52,7 @@ def _messages(n: int, os_: str):
 
 def notee_fcm(url: str, ca: str, n: int) -> float:
     from notee.providers.fcm import FcmProvider, StaticToken
-    from notee.providers.http2 import Pool, client_ssl_context
+    from notee.providers.http2_pool import Pool, client_ssl_context
 
     async def run() -> float:
         p = FcmProvider("bench", StaticToken("x" * 257), Pool(url, client_ssl_context(ca), max_streams=IN_FLIGHT))
@@ -71,7 +71,7 @@ def notee_fcm(url: str, ca: str, n: int) -> float:
 
 def notee_apns(url: str, ca: str, n: int) -> float:
     from notee.providers.apns import ApnsJwt, ApnsProvider
-    from notee.providers.http2 import Pool, client_ssl_context
+    from notee.providers.http2_pool import Pool, client_ssl_context
 
     async def run() -> float:
         p = ApnsProvider(

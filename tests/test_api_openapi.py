@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from notee.api import openapi
+from notee.api import openapi, openapi_examples
 
 
 def _operations(app):
@@ -105,7 +105,7 @@ def test_every_schema_has_an_example_valid_for_it(app):
     doc = app.openapi()
     schemas = doc["components"]["schemas"]
     assert sorted(name for name, s in schemas.items() if not s.get("examples")) == []
-    assert set(openapi.EXAMPLES) - set(schemas) == set(), "examples of schemas that no longer exist"
+    assert set(openapi_examples.EXAMPLES) - set(schemas) == set(), "examples of schemas that no longer exist"
     for name, schema in schemas.items():
         validator = jsonschema_rs.validator_for(
             {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}

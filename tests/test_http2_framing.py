@@ -26,7 +26,8 @@ from hyperframe.frame import DataFrame, HeadersFrame
 
 from notee.emulator.peer import server_ssl_context
 from notee.emulator.tls import TlsFiles, ensure_tls
-from notee.providers.http2 import Connection, Pool, Response, TransportError, client_ssl_context
+from notee.providers.http2 import Connection, Response, TransportError
+from notee.providers.http2_pool import Pool, client_ssl_context
 
 Handler = Callable[["ScriptedPeer", int, dict[bytes, bytes], bytes], None]
 

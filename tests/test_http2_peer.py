@@ -20,7 +20,8 @@ import pytest
 
 from notee.emulator.peer import PeerRules, PeerServer, server_ssl_context
 from notee.emulator.tls import TlsFiles, ensure_tls
-from notee.providers.http2 import Connection, Pool, Response, TransportError, client_ssl_context
+from notee.providers.http2 import Connection, Response, TransportError
+from notee.providers.http2_pool import Pool, client_ssl_context
 
 Handler = Callable[[dict[str, Any], bytes], tuple[int, list[tuple[bytes, bytes]], bytes]]
 

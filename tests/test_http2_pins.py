@@ -1,4 +1,4 @@
-"""jh2 is pinned to an exact version because notee/providers/http2.py uses two of its parts that are
+"""jh2 is pinned to an exact version because notee/providers/http2_wire.py uses two of its parts that are
 not its documented API: the native (Rust) HPACK decoder ``jh2._hazmat.Decoder``, which decodes the
 servers' response header blocks, and the HPACK static table ``jh2.hpack.table.HeaderTable.STATIC_TABLE``,
 which the request encoder (``HeaderEncoder``) indexes. The framing itself is Notee's own since issue
@@ -27,7 +27,7 @@ import h2.config
 import h2.connection
 import pytest
 
-from notee.providers import http2
+from notee.providers import http2_wire
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 PINNED = ("jh2",)
@@ -51,8 +51,8 @@ def _pins() -> dict[str, str]:
 def _loud(what: str) -> str:
     installed = ", ".join(f"{name} {version(name)}" for name in PINNED)
     return (
-        f"notee/providers/http2.py relies on jh2 internals ({INTERNALS}). {what}. "
-        f"Installed: {installed}; pinned in pyproject.toml: {_pins()}. Check http2.HeaderDecoder and http2.HeaderEncoder against "
+        f"notee/providers/http2_wire.py relies on jh2 internals ({INTERNALS}). {what}. "
+        f"Installed: {installed}; pinned in pyproject.toml: {_pins()}. Check http2_wire.HeaderDecoder and http2_wire.HeaderEncoder against "
         "the new release before changing the pins."
     )
 
@@ -71,7 +71,7 @@ def test_jh2_is_pinned_exactly_to_the_installed_version() -> None:
 
 
 def test_the_response_decoder_is_jh2s_native_one_and_reads_huffman_coded_blocks() -> None:
-    decoder = http2.HeaderDecoder()
+    decoder = http2_wire.HeaderDecoder()
     module = type(decoder._decoder).__module__
     assert module == "jh2._hazmat", _loud(f"the decoder comes from {module}, not jh2's native codec")
     server, _ = _h2_codec()  # what the emulator's h2 sends: Huffman-coded, indexed
@@ -84,22 +84,22 @@ def test_the_response_decoder_is_jh2s_native_one_and_reads_huffman_coded_blocks(
 @pytest.mark.parametrize("block", [b"\xff\xff", b"\x82\x7f", b"\x40\x85abc"])
 def test_a_malformed_header_block_is_a_compression_error_not_a_crash(block: bytes) -> None:
     # the native decoder panics (pyo3's PanicException, a BaseException) on some of these
-    with pytest.raises(http2.ProtocolError) as err:
-        http2.HeaderDecoder().decode(block)
-    assert err.value.code == http2.COMPRESSION_ERROR, _loud(f"{block!r} gave {err.value!r}")
+    with pytest.raises(http2_wire.ProtocolError) as err:
+        http2_wire.HeaderDecoder().decode(block)
+    assert err.value.code == http2_wire.COMPRESSION_ERROR, _loud(f"{block!r} gave {err.value!r}")
 
 
 def test_the_static_table_is_rfc_7541s() -> None:
     _, decoder = _h2_codec()
     hpack_static = type(decoder.header_table).STATIC_TABLE
-    assert hpack_static == http2._STATIC, _loud("jh2's STATIC_TABLE differs from hpack's")
-    assert len(http2._STATIC) == 61 and http2._STATIC[1] == (b":method", b"GET")
+    assert hpack_static == http2_wire.STATIC_TABLE, _loud("jh2's STATIC_TABLE differs from hpack's")
+    assert len(http2_wire.STATIC_TABLE) == 61 and http2_wire.STATIC_TABLE[1] == (b":method", b"GET")
 
 
 def test_header_blocks_index_the_constant_authorization_header() -> None:
     # a long bearer is sent in full on the connection's first two requests (the second adds it to
     # the dynamic table), then as an index: what keeps the per-request header cost flat
-    encoder, decoder = http2.HeaderEncoder(), _h2_codec()[1]
+    encoder, decoder = http2_wire.HeaderEncoder(), _h2_codec()[1]
     secret = b"Bearer indexed-" + b"x" * 200
     sizes = []
     for i in range(4):
@@ -119,7 +119,7 @@ def test_the_dynamic_table_follows_evictions_and_size_changes() -> None:
     """Thousands of blocks whose repeated headers overflow the 4,096-byte table (evictions), then the
     server's SETTINGS_HEADER_TABLE_SIZE lowered to 200 and to 0 and raised again: h2's decoder,
     which checks every index and every size update, reads every block back exactly."""
-    encoder, decoder = http2.HeaderEncoder(), _h2_codec()[1]
+    encoder, decoder = http2_wire.HeaderEncoder(), _h2_codec()[1]
     for i in range(3000):
         if i == 1000:
             encoder.set_peer_table_size(200)
@@ -144,7 +144,7 @@ def test_the_dynamic_table_follows_evictions_and_size_changes() -> None:
 
 def test_hpack_debug_logging_of_header_values_stays_off() -> None:
     # the pure-Python hpack codecs (jh2's fallback; the emulator's h2) log each header block at
-    # DEBUG under their hpack module loggers; http2.py raises both to INFO so bearer tokens never
+    # DEBUG under their hpack module loggers; http2_wire.py raises both to INFO so bearer tokens never
     # reach a log even when the root logs DEBUG.
     for name in ("jh2.hpack.hpack", "hpack.hpack"):
         assert not logging.getLogger(name).isEnabledFor(logging.DEBUG), name

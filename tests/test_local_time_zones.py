@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from notee.usecases import jobs, planning, publish, reconcile
+from notee.usecases import jobs, planning, publish, zone_backfill
 from notee.usecases.job_requests import TopicPublish
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
@@ -231,7 +231,7 @@ def test_rows_without_a_stored_zone_are_delivered_then_backfilled(client, runtim
     run_worker_until_idle(emu_runtime, [service])
     assert deliveries_per_token(emulator, tokens) == {t: 1 for t in tokens}
 
-    report = reconcile.backfill_zones(runtime, service=service)
+    report = zone_backfill.backfill_zones(runtime, service=service)
     assert report == {"services": 1, "users": 3, "rows": 3}
     assert _zones(runtime, key) == {
         users["Europe/Berlin"][1][0]: "Europe/Berlin",
@@ -240,7 +240,7 @@ def test_rows_without_a_stored_zone_are_delivered_then_backfilled(client, runtim
     }
     with runtime.sessions() as s:
         assert s.execute(text("SELECT slot_zones FROM service WHERE service = :s"), {"s": service}).scalar() == 1
-    assert reconcile.backfill_zones(runtime, service=service)["services"] == 0  # marked: nothing to do
+    assert zone_backfill.backfill_zones(runtime, service=service)["services"] == 0  # marked: nothing to do
 
     second = _publish(runtime, service)
     assert {g["zone"] for g in second.target["groups"]} == {"Europe/Berlin", "Asia/Kolkata", ""}

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from notee.core.errors import ProviderConfigError
 from notee.providers.apns import ApnsJwt, ApnsProvider, ExpiredJwt, classify_apns
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
-from notee.providers.http2 import Pool, client_ssl_context
+from notee.providers.http2_pool import Pool, client_ssl_context
 
 TOPIC, KEY_ID, TEAM_ID = "com.example.app", "TESTKEY123", "TEAMID1234"
 

@@ -13,7 +13,7 @@ import pytest
 from notee.core.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.fcm import AuthRejected, FcmProvider, ServiceAccountTokens, StaticToken, classify_fcm, fcm_message
-from notee.providers.http2 import Pool, client_ssl_context
+from notee.providers.http2_pool import Pool, client_ssl_context
 
 PROJECT = "demo-test"
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from fastapi import FastAPI
 
-from notee.api import console, docs_ui, errors, openapi
+from notee.api import console, docs_ui, errors, openapi, openapi_examples
 from notee.api.access import RequestContext
 from notee.api.auth import ApiKeyCache
 from notee.api.edge import EdgeGuard
@@ -115,7 +115,7 @@ def create_app(
         console.install(app)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     document = app.openapi
-    app.openapi = lambda: openapi.with_examples(document())  # type: ignore[method-assign]
+    app.openapi = lambda: openapi_examples.with_examples(document())  # type: ignore[method-assign]
     return app
 
 

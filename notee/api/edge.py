@@ -27,13 +27,15 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from anyio import to_thread
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee.api.auth import authenticate_service, check_admin
+from notee.api.auth import ApiKeyCache, authenticate_service, check_admin
 from notee.api.errors import error_response, known_error_response
 from notee.core import logs
 from notee.core.settings import Settings
 from notee.core.vocabulary import RateClass
+from notee.domain.ratelimit import Allowance
 
 ADMIN_PREFIX = "/v1/admin"
 TENANT_PREFIX = "/v1/"
@@ -125,7 +127,11 @@ def _header(scope: Scope, wanted: bytes) -> bytes | None:
 
 
 class EdgeGuard:
-    """See the module docstring. Reads its settings and runtime from the Starlette app's state."""
+    """See the module docstring. Reads its settings and runtime from the Starlette app's state.
+
+    The steps are plain functions that return the refusal to send (a ``Response``) or None; only the
+    request's own awaits (a MySQL lookup, reading the body, the app) are awaited here, so a request
+    costs no coroutine beyond them."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -138,43 +144,9 @@ class EdgeGuard:
         state = scope["app"].state
         settings: Settings = state.settings
         limits = EdgeLimits.of(settings)
-        if len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") > limits.max_url_bytes:
-            await self._reject(
-                scope, receive, send, 414, "uri_too_long", f"the URL is longer than {limits.max_url_bytes} bytes"
-            )
-            return
-        if sum(len(n) + len(v) + 4 for n, v in scope["headers"]) > limits.max_header_bytes:
-            # notee.api.http1 bounds an incomplete head; a head that arrived whole is measured here.
-            await self._reject(
-                scope,
-                receive,
-                send,
-                431,
-                "headers_too_large",
-                f"the request headers are larger than {limits.max_header_bytes} bytes",
-            )
-            return
-        if not path_is_utf8(scope):
-            await self._reject(
-                scope,
-                receive,
-                send,
-                422,
-                "invalid_input",
-                "request failed validation",
-                [{"loc": ["path"], "type": "utf8", "msg": "the URL must percent-decode to valid UTF-8"}],
-            )
-            return
-        if self.in_flight >= limits.max_concurrency:
-            await self._reject(
-                scope,
-                receive,
-                send,
-                503,
-                "overloaded",
-                "too many requests in progress, retry later",
-                headers={"Retry-After": "1"},
-            )
+        refusal = _malformed(scope, limits) or self._overloaded(limits)
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
         self.in_flight += 1
         try:
@@ -182,51 +154,27 @@ class EdgeGuard:
         finally:
             self.in_flight -= 1
 
+    def _overloaded(self, limits: EdgeLimits) -> Response | None:
+        """Step 2: the 503 when ``max_concurrency`` requests are already in progress here."""
+        if self.in_flight < limits.max_concurrency:
+            return None
+        return _refusal(503, "overloaded", "too many requests in progress, retry later", headers={"Retry-After": "1"})
+
     async def _guarded(
         self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits, state: Any
     ) -> None:
+        """Steps 3 to 5, for a request counted in ``in_flight``."""
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > limits.max_body_bytes:
-            await self._reject(
-                scope,
-                receive,
-                send,
-                413,
-                "request_too_large",
-                f"the request body is larger than {limits.max_body_bytes} bytes",
-            )
-            return
         path: str = scope["path"]
         is_admin = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
-        if (is_admin and not state.serves_admin) or (
-            path.startswith(TENANT_PREFIX) and not is_admin and not state.serves_tenant
-        ):
-            # The other listener's API (NOTEE_API_ADMIN_PORT splits them): absent here, not refused.
-            await self._reject(scope, receive, send, 404, "not_found", "Not Found")
+        refusal = _declared_too_large(declared, limits) or _served_elsewhere(path, is_admin, state)
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
         try:
-            if is_admin:
-                check_admin(settings, bearer_token(scope))
-            elif path.startswith(TENANT_PREFIX):
-                token = bearer_token(scope)
-                cls = rate_class(scope["method"], path) if settings.rate_limits_enabled else None
-                known = state.key_cache.service_of(token)  # a key seen lately: no MySQL, no thread hop
-                # ... and, with a rate class, a token this process took ahead for it (ratelimit.Allowance)
-                if known is not None and (cls is None or state.allowance.take(known, cls)):
-                    service = known
-                else:
-                    service = await to_thread.run_sync(
-                        authenticate_service,
-                        state.runtime,
-                        settings,
-                        token,
-                        cls,
-                        state.key_cache,
-                        known,
-                        state.allowance,
-                    )
-                scope.setdefault("state", {})["service"] = service
-                logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
+            lookup = _credentials(scope, path, is_admin, settings, state)
+            if lookup is not None:  # a key not seen lately, or a rate class without a token taken ahead
+                _identified(scope, await to_thread.run_sync(authenticate_service, state.runtime, settings, *lookup))
         except Exception as exc:
             response = known_error_response(exc)
             if response is None:
@@ -234,50 +182,114 @@ class EdgeGuard:
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
-        has_body = (declared is not None and declared.strip() != b"0") or _header(
-            scope, b"transfer-encoding"
-        ) is not None
-        if not has_body:
+        if not _has_body(scope, declared):
             await self.app(scope, receive, send)
             return
         try:
             body = await _read_body(receive, limits.max_body_bytes)
         except _BodyTooLarge:
-            await self._reject(
-                scope,
-                receive,
-                send,
-                413,
-                "request_too_large",
-                f"the request body is larger than {limits.max_body_bytes} bytes",
-            )
+            await _body_too_large(limits)(scope, receive, send)
             return
         if json_too_deep(body, limits.max_json_depth):
-            await self._reject(
-                scope,
-                receive,
-                send,
-                422,
-                "invalid_input",
-                "request failed validation",
-                [{"loc": ["body"], "type": "json_depth", "msg": f"JSON nesting deeper than {limits.max_json_depth}"}],
-            )
+            await _too_deep(limits)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    @staticmethod
-    async def _reject(
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        status: int,
-        code: str,
-        message: str,
-        details: list[dict[str, Any]] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        response = error_response(status, code, message, details, headers=(headers or {}) | {"Connection": "close"})
-        await response(scope, receive, send)
+
+# --- the steps: each returns the refusal to send, or None to go on -------------------------------------
+
+
+def _refusal(
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """An early answer: with ``Connection: close``, so the server drops the unread body."""
+    return error_response(status, code, message, details, headers=(headers or {}) | {"Connection": "close"})
+
+
+def _malformed(scope: Scope, limits: EdgeLimits) -> Response | None:
+    """Step 1: a URL or a head over its limit (414, 431), or a URL that is not UTF-8 (422)."""
+    if len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") > limits.max_url_bytes:
+        return _refusal(414, "uri_too_long", f"the URL is longer than {limits.max_url_bytes} bytes")
+    if sum(len(n) + len(v) + 4 for n, v in scope["headers"]) > limits.max_header_bytes:
+        # notee.api.http1 bounds an incomplete head; a head that arrived whole is measured here.
+        return _refusal(
+            431, "headers_too_large", f"the request headers are larger than {limits.max_header_bytes} bytes"
+        )
+    if not path_is_utf8(scope):
+        return _refusal(
+            422,
+            "invalid_input",
+            "request failed validation",
+            [{"loc": ["path"], "type": "utf8", "msg": "the URL must percent-decode to valid UTF-8"}],
+        )
+    return None
+
+
+def _declared_too_large(declared: bytes | None, limits: EdgeLimits) -> Response | None:
+    """Step 3: a declared Content-Length over the limit, refused before a byte of the body is read."""
+    if declared is not None and declared.strip().isdigit() and int(declared) > limits.max_body_bytes:
+        return _body_too_large(limits)
+    return None
+
+
+def _served_elsewhere(path: str, is_admin: bool, state: Any) -> Response | None:
+    """The other listener's API (NOTEE_API_ADMIN_PORT splits them): absent here (404), not refused."""
+    if (is_admin and not state.serves_admin) or (
+        path.startswith(TENANT_PREFIX) and not is_admin and not state.serves_tenant
+    ):
+        return _refusal(404, "not_found", "Not Found")
+    return None
+
+
+# What ``authenticate_service`` needs after the runtime and settings: token, rate class, key cache,
+# the service the cache vouched for (its allowance had no token left) and the allowance.
+_KeyLookup = tuple[str | None, RateClass | None, ApiKeyCache, str | None, Allowance]
+
+
+def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any) -> _KeyLookup | None:
+    """Step 4 from memory: the admin token, or a tenant key this process authenticated lately (no
+    MySQL, no thread hop) with, for a rate class, a token it took ahead (``ratelimit.Allowance``).
+    Raises the refusal of a wrong admin token (401/403). None: done; else the rest of
+    ``authenticate_service``'s arguments, for the lookup (and the rate limit's 429) on a worker thread."""
+    if is_admin:
+        check_admin(settings, bearer_token(scope))
+        return None
+    if not path.startswith(TENANT_PREFIX):
+        return None
+    token = bearer_token(scope)
+    cls = rate_class(scope["method"], path) if settings.rate_limits_enabled else None
+    known = state.key_cache.service_of(token)
+    if known is not None and (cls is None or state.allowance.take(known, cls)):
+        _identified(scope, known)
+        return None
+    return token, cls, state.key_cache, known, state.allowance
+
+
+def _identified(scope: Scope, service: str) -> None:
+    scope.setdefault("state", {})["service"] = service
+    logs.service.set(service)  # on every line logged for this request (notee.api.access resets it)
+
+
+def _has_body(scope: Scope, declared: bytes | None) -> bool:
+    return (declared is not None and declared.strip() != b"0") or _header(scope, b"transfer-encoding") is not None
+
+
+def _body_too_large(limits: EdgeLimits) -> Response:
+    return _refusal(413, "request_too_large", f"the request body is larger than {limits.max_body_bytes} bytes")
+
+
+def _too_deep(limits: EdgeLimits) -> Response:
+    """Step 5: JSON nested deeper than the limit (422), refused before FastAPI parses it."""
+    return _refusal(
+        422,
+        "invalid_input",
+        "request failed validation",
+        [{"loc": ["body"], "type": "json_depth", "msg": f"JSON nesting deeper than {limits.max_json_depth}"}],
+    )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:

@@ -68,7 +68,7 @@ PUSH_RETRIES = Counter(
     ["provider", "service", "cause"],
 )
 
-# --- transport (notee/providers/http2.py, notee/providers/breaker.py) --------------------------------
+# --- transport (notee/providers/http2.py, http2_pool.py, notee/providers/breaker.py) -----------------
 PROVIDER_LATENCY = Histogram(
     "notee_provider_response_seconds",
     "Time from opening a push's HTTP/2 stream to the provider's complete response, by provider.",
@@ -96,7 +96,7 @@ TASK_RELEASES = Counter(
     ["cause"],
 )
 
-# --- scheduler (notee/scheduler/runner.py) -----------------------------------------------------------
+# --- scheduler (notee/usecases/cycle_fire.py, notee/scheduler/runner.py) -----------------------------
 SCHEDULER_MINUTES = Counter(
     "notee_scheduler_minutes_total",
     "Cycle minutes this scheduler recorded, by state: done (in its minute), late (after it, within the "

@@ -61,7 +61,7 @@ class EmulatorControl:
         return env
 
     def realistic(self, **switches: Any) -> dict[str, Any]:
-        """Change how real the emulator is (``notee.emulator.app.Realism`` fields, plus
+        """Change how real the emulator is (``notee.emulator.state.Realism`` fields, plus
         apns_first_streams / apns_max_streams / apns_goaway_after / apns_answer_delay_ms on a realistic
         emulator)."""
         r = self.http.post("/_emu/realistic", json=switches)

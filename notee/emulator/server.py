@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from granian import Granian
@@ -22,36 +23,46 @@ log = logging.getLogger(__name__)
 GRANIAN_LOGGERS = ("_granian", "granian.access")  # granian's server and access loggers (granian.log)
 
 
-def serve(
-    host: str,
-    port: int,
-    state_dir: str | Path,
-    *,
-    log_level: str = "WARNING",
-    log_format: LogFormat = "text",
-    on_ready: Callable[[TlsFiles], None] | None = None,
-    realistic: bool = False,
-    apns_port: int | None = None,
-    names: list[str] | None = None,
-) -> None:
-    """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist.
+@dataclass(frozen=True, slots=True)
+class EmulatorConfig:
+    """Where and how ``notee emulator`` serves.
 
-    ``realistic``: behave like the real services (``notee.emulator.app.Realism``); FCM's port
+    ``realistic``: behave like the real services (``notee.emulator.state.Realism``); FCM's port
     advertises 100 concurrent streams like Google's front ends, and APNs is served on
-    ``apns_port`` by the emulator's own HTTP/2 server (``notee.emulator.peer``: one stream until the
-    first valid request, then 1000; GOAWAY), because granian cannot change a connection's limit or
-    send GOAWAY on demand. ``names`` are further host names the certificate must hold (e.g. a
-    container's service name). ``log_level`` / ``log_format``: granian's own lines (its start, its
-    worker, its errors) and the worker process's are written like every Notee process's
-    (NOTEE_LOG_FORMAT=json: one JSON object per line)."""
-    files: TlsFiles = ensure_tls(state_dir, [host, *(names or [])])
-    if realistic:
-        # read by the ASGI worker (notee.emulator.app) at start-up; granian's worker inherits them
+    ``apns_port`` (default: ``port`` + 1) by the emulator's own HTTP/2 server
+    (``notee.emulator.peer``: one stream until the first valid request, then 1000; GOAWAY), because
+    granian cannot change a connection's limit or send GOAWAY on demand. ``names`` are further host
+    names the certificate must hold (e.g. a container's service name). ``log_level`` /
+    ``log_format``: granian's own lines (its start, its worker, its errors) and the worker
+    process's are written like every Notee process's (NOTEE_LOG_FORMAT=json: one JSON object per
+    line)."""
+
+    host: str
+    port: int
+    state_dir: str | Path
+    realistic: bool = False
+    apns_port: int | None = None
+    names: tuple[str, ...] = ()
+    log_level: str = "WARNING"
+    log_format: LogFormat = "text"
+
+    @property
+    def apns_port_used(self) -> int:
+        """The port APNs is served on in realistic mode."""
+        return self.apns_port or self.port + 1
+
+
+def serve(config: EmulatorConfig, *, on_ready: Callable[[TlsFiles], None] | None = None) -> None:
+    """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
+    host, port = config.host, config.port
+    files: TlsFiles = ensure_tls(config.state_dir, [host, *config.names])
+    if config.realistic:
+        # read by the ASGI worker (notee.emulator.state, .app) at start-up; granian's worker inherits them
         os.environ.update(
             {
                 "NOTEE_EMULATOR_REALISTIC": "1",
                 "NOTEE_EMULATOR_APNS_HOST": host,
-                "NOTEE_EMULATOR_APNS_PORT": str(apns_port or port + 1),
+                "NOTEE_EMULATOR_APNS_PORT": str(config.apns_port_used),
                 "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
                 "NOTEE_EMULATOR_TLS_KEY": str(files.server_key),
             }
@@ -67,8 +78,8 @@ def serve(
         workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
         ssl_cert=files.server_cert,
         ssl_key=files.server_key,
-        log_level=LogLevels(log_level.lower()),
-        log_dictconfig=dict_config(GRANIAN_LOGGERS, log_level, log_format),
+        log_level=LogLevels(config.log_level.lower()),
+        log_dictconfig=dict_config(GRANIAN_LOGGERS, config.log_level, config.log_format),
         backpressure=4096,
-        http2_settings=HTTP2Settings(max_concurrent_streams=100) if realistic else None,
+        http2_settings=HTTP2Settings(max_concurrent_streams=100) if config.realistic else None,
     ).serve()

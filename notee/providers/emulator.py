@@ -8,7 +8,7 @@ from typing import Any
 
 from notee.providers.apns import ApnsJwt, ApnsProvider
 from notee.providers.fcm import FcmProvider, ServiceAccountTokens, emulator_service_account
-from notee.providers.http2 import Pool
+from notee.providers.http2_pool import Pool
 
 
 def emulator_fcm(

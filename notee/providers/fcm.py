@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
-from notee.providers.http2 import Pool, TransportError
+from notee.providers.http2 import TransportError
+from notee.providers.http2_pool import Pool
 from notee.providers.retry import parse_retry_after
 
 log = logging.getLogger(__name__)

@@ -1,3 +1,4 @@
+# over 400 lines: one Connection class, the per-frame hot path, whose methods share its state (no mixins)
 """Notee's own lean HTTP/2 client (asyncio over TLS): the transport of the FCM and APNs senders.
 
 Why not the SDKs' transports: firebase-admin's senders cost ~1,060 µs CPU per message (requests)
@@ -13,6 +14,9 @@ cheaper still but opens streams before the server's first SETTINGS. The frames a
 ``struct`` over one receive buffer; request headers are HPACK-encoded by ``HeaderEncoder`` (no
 Huffman, constant headers indexed once per connection); response header blocks are decoded by jh2's
 native HPACK decoder (``jh2._hazmat``, pinned: tests/test_http2_pins.py).
+
+Here: one ``Connection`` and its batches. The frame layout, settings and HPACK are
+``notee.providers.http2_wire``; the senders' pool of connections is ``notee.providers.http2_pool``.
 """
 
 from __future__ import annotations
@@ -20,24 +24,58 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import struct
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
-
-from jh2._hazmat import Decoder as _NativeHpackDecoder
-from jh2.hpack.table import HeaderTable
 
 from notee.core import metrics
+from notee.providers.http2_wire import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_SIZE,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEAD,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    GOAWAY_PAYLOAD,
+    HEADER_TABLE_SIZE,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    LOCAL_CONNECTION_WINDOW,
+    LOCAL_STREAM_WINDOW,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_HEADER_BLOCK,
+    MAX_STREAM_ID,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    SETTINGS_ACK,
+    U32,
+    WINDOW_UPDATE,
+    HeaderDecoder,
+    HeaderEncoder,
+    ProtocolError,
+    client_preface,
+    frame,
+)
 
 log = logging.getLogger(__name__)
-# hpack codecs in Python (the emulator's h2) log every header at DEBUG, bearer tokens and JWTs
-# included: never let them.
-logging.getLogger("jh2.hpack").setLevel(logging.INFO)
-logging.getLogger("hpack").setLevel(logging.INFO)
 
 
 class TransportError(Exception):
@@ -59,7 +97,7 @@ class Response:
     body: bytes
 
 
-def _answered(results: list[Response | TransportError | None]) -> list[Response | TransportError]:
+def answered(results: list[Response | TransportError | None]) -> list[Response | TransportError]:
     """A batch's results once every item has one (each is set exactly once, by its answer, its
     error or the watchdog)."""
     out = [r for r in results if r is not None]
@@ -70,189 +108,6 @@ def _answered(results: list[Response | TransportError | None]) -> list[Response 
 
 # One request of a batch: (path, headers, body).
 Item = tuple[bytes, list[tuple[bytes, bytes]], bytes]
-
-# ------------------------------------------------------------------------------ HTTP/2 framing (RFC 9113)
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = (
-    0x0,
-    0x1,
-    0x3,
-    0x6,
-    0x7,
-    0x8,
-    0x9,
-)
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
-MAX_WINDOW = 2**31 - 1
-MAX_STREAM_ID = 2**31 - 1
-DEFAULT_WINDOW = 65_535
-DEFAULT_FRAME_SIZE = 16_384  # what we accept (we never raise SETTINGS_MAX_FRAME_SIZE) and send until told more
-MAX_HEADER_BLOCK = 1 << 20  # a response header block (HEADERS + CONTINUATION) larger than this fails the connection
-# What we advertise: responses are small, so generous windows mean a WINDOW_UPDATE only every few
-# thousand responses (sent once half a window is used).
-LOCAL_STREAM_WINDOW = 1 << 20
-LOCAL_CONNECTION_WINDOW = DEFAULT_WINDOW + (1 << 24)
-LOCAL_SETTINGS = ((ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, LOCAL_STREAM_WINDOW), (MAX_CONCURRENT_STREAMS, 100))
-
-_HEAD = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id: the 9-byte frame header
-_U32 = struct.Struct(">I")
-_SETTING = struct.Struct(">HI")
-_GOAWAY = struct.Struct(">II")
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return _HEAD.pack(len(payload) << 8 | kind, flags, stream_id) + payload
-
-
-def client_preface() -> bytes:
-    """The connection preface, our SETTINGS and the connection window raised to LOCAL_CONNECTION_WINDOW."""
-    settings = b"".join(_SETTING.pack(code, value) for code, value in LOCAL_SETTINGS)
-    grow = _U32.pack(LOCAL_CONNECTION_WINDOW - DEFAULT_WINDOW)
-    return PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, grow)
-
-
-_SETTINGS_ACK = frame(SETTINGS, ACK, 0)
-
-
-class ProtocolError(Exception):
-    """The peer broke HTTP/2: the connection ends with GOAWAY ``code``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# ------------------------------------------------------------------------------------- HPACK (RFC 7541)
-_STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
-_STATIC_PAIRS: dict[tuple[bytes, bytes], int] = {}
-_STATIC_NAMES: dict[bytes, int] = {}
-for _i, (_name, _value) in enumerate(_STATIC, 1):
-    _STATIC_PAIRS.setdefault((_name, _value), _i)
-    _STATIC_NAMES.setdefault(_name, _i)
-
-
-def hpack_int(value: int, bits: int, flags: int) -> bytes:
-    """An HPACK integer with a ``bits``-bit prefix, the prefix byte's other bits set to ``flags``."""
-    limit = (1 << bits) - 1
-    if value < limit:
-        return bytes((flags | value,))
-    out = bytearray((flags | limit,))
-    value -= limit
-    while value >= 128:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _hpack_string(s: bytes) -> bytes:
-    return hpack_int(len(s), 7, 0) + s  # raw octets: Huffman coding costs more CPU than the bytes it saves here
-
-
-class HeaderEncoder:
-    """HPACK for request header blocks. A header (name and value) seen a second time on the
-    connection enters the dynamic table and is then sent as an index of one or two bytes: the
-    bearer, content-type, the FCM path, APNs' topic... Values that change per request (an APNs
-    device path, apns-id) are literals that never enter the table. The representation of each
-    header is cached while the table does not change, so a steady-state block is a join of cached
-    bytes. The table never exceeds the server's SETTINGS_HEADER_TABLE_SIZE (a change is signalled at
-    the start of the next block, RFC 7541 §4.2)."""
-
-    SEEN_KEPT = 512  # headers sighted once, remembered to index them on their second sighting
-
-    def __init__(self) -> None:
-        self._max = 4096  # RFC 7541's initial table size, until the server's SETTINGS say otherwise
-        self._size = 0
-        self._entries: deque[tuple[bytes, bytes]] = deque()  # the dynamic table, oldest first
-        self._inserted = 0
-        self._number: dict[tuple[bytes, bytes], int] = {}  # header -> its insertion number
-        self._cached: dict[tuple[bytes, bytes], bytes] = {}  # header -> representation (table unchanged)
-        self._seen: set[tuple[bytes, bytes]] = set()
-        self._resized: list[int] = []
-
-    @property
-    def table_size(self) -> int:
-        return self._size
-
-    def set_peer_table_size(self, size: int) -> None:
-        """The server's SETTINGS_HEADER_TABLE_SIZE: our table is at most that (and at most 4096)."""
-        new = min(size, 4096)
-        if new != self._max:
-            self._max = new
-            self._resized.append(new)
-            self._evict()
-
-    def _evict(self) -> None:
-        while self._size > self._max:
-            header = self._entries.popleft()
-            self._size -= len(header[0]) + len(header[1]) + 32
-            del self._number[header]
-            self._cached.pop(header, None)
-
-    def encode(self, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
-        out: list[bytes] = []
-        if self._resized:  # the smallest size since the last block, then the current one
-            smallest = min(self._resized)
-            out.append(hpack_int(smallest, 5, 0x20))
-            if self._max != smallest:
-                out.append(hpack_int(self._max, 5, 0x20))
-            self._resized.clear()
-        cached = self._cached
-        for header in headers:
-            out.append(cached.get(header) or self._represent(header))
-        return b"".join(out)
-
-    def _represent(self, header: tuple[bytes, bytes]) -> bytes:
-        static = _STATIC_PAIRS.get(header)
-        if static is not None:
-            rep = self._cached[header] = hpack_int(static, 7, 0x80)
-            return rep
-        number = self._number.get(header)
-        if number is not None:
-            rep = self._cached[header] = hpack_int(62 + self._inserted - number, 7, 0x80)
-            return rep
-        name, value = header
-        name_index = _STATIC_NAMES.get(name, 0)
-        size = len(name) + len(value) + 32
-        if header in self._seen and size <= self._max:  # second sighting: literal with incremental indexing
-            self._seen.discard(header)
-            self._inserted += 1
-            self._number[header] = self._inserted
-            self._entries.append(header)
-            self._size += size
-            self._cached.clear()  # every index moved by one
-            self._evict()
-            return (hpack_int(name_index, 6, 0x40) if name_index else b"\x40" + _hpack_string(name)) + _hpack_string(
-                value
-            )
-        if len(self._seen) >= self.SEEN_KEPT:
-            self._seen.clear()
-        self._seen.add(header)
-        # literal without indexing
-        return (hpack_int(name_index, 4, 0) if name_index else b"\x00" + _hpack_string(name)) + _hpack_string(value)
-
-
-class HeaderDecoder:
-    """jh2's native HPACK decoder (Rust), whose errors are turned into COMPRESSION_ERROR."""
-
-    def __init__(self) -> None:
-        self._decoder = _NativeHpackDecoder()
-
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes, bool]]:
-        try:
-            return self._decoder.decode(block)  # type: ignore[no-any-return]
-        except Exception as exc:  # jh2._hazmat.HPACKError and friends
-            raise ProtocolError(COMPRESSION_ERROR, f"undecodable header block: {exc!r}") from exc
-        except BaseException as exc:  # a Rust panic (pyo3's PanicException) on some malformed blocks
-            if type(exc).__name__ != "PanicException":
-                raise
-            raise ProtocolError(COMPRESSION_ERROR, f"undecodable header block: {exc!r}") from exc
-
 
 # One batch's completion callback: (item index, its result).
 _Done = Callable[[int, "Response | TransportError"], None]
@@ -382,7 +237,7 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, error: ProtocolError) -> None:
         """The peer broke the protocol: GOAWAY with its error code, close, fail the open streams."""
-        self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, error.code) + str(error).encode()[:200]))
+        self._out.append(frame(GOAWAY, 0, 0, GOAWAY_PAYLOAD.pack(0, error.code) + str(error).encode()[:200]))
         self._flush()
         self._closing = f"connection error: {error}"
         if self._transport is not None:
@@ -402,7 +257,7 @@ class Connection(asyncio.Protocol):
             return
         if not transport.is_closing():
             self._closing = self._closing or "connection closed"
-            self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, NO_ERROR)))
+            self._out.append(frame(GOAWAY, 0, 0, GOAWAY_PAYLOAD.pack(0, NO_ERROR)))
             self._flush()
             transport.close()
         try:
@@ -433,7 +288,7 @@ class Connection(asyncio.Protocol):
         block = self._encoder.encode(
             [(b":method", method), (b":scheme", b"https"), (b":path", path), (b":authority", authority), *headers]
         )
-        out, head = self._out, _HEAD.pack
+        out, head = self._out, FRAME_HEAD.pack
         end = 0 if body else END_STREAM
         size = len(block)
         if size <= self._max_frame:
@@ -483,7 +338,7 @@ class Connection(asyncio.Protocol):
         """End one stream from our side with RST_STREAM ``code``; its item gets ``error``."""
         stream = self._streams.pop(stream_id, None)
         self._unsent.pop(stream_id, None)
-        self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
+        self._out.append(frame(RST_STREAM, 0, stream_id, U32.pack(code)))
         if stream is not None:
             stream.done(stream.index, error)
 
@@ -504,7 +359,7 @@ class Connection(asyncio.Protocol):
         if not self.usable and not self._streams and self._settled is not None and self._settled.done():
             # after GOAWAY (or with stream ids used up) and the last answer in: nothing more to come
             self._closing = self._closing or "connection closed after GOAWAY"
-            self._out.append(frame(GOAWAY, 0, 0, _GOAWAY.pack(0, NO_ERROR)))
+            self._out.append(frame(GOAWAY, 0, 0, GOAWAY_PAYLOAD.pack(0, NO_ERROR)))
             if self._transport is not None:
                 self._flush()
                 self._transport.close()
@@ -513,7 +368,7 @@ class Connection(asyncio.Protocol):
     def _frames(self, data: bytes) -> bytes:
         """Handle every whole frame of ``data``; returns the incomplete rest."""
         pos, end = 0, len(data)
-        unpack = _HEAD.unpack_from
+        unpack = FRAME_HEAD.unpack_from
         while end - pos >= 9:
             head, flags, stream_id = unpack(data, pos)
             length = head >> 8
@@ -623,7 +478,7 @@ class Connection(asyncio.Protocol):
         if self._recv_window < 0:
             raise ProtocolError(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
         if self._recv_window < LOCAL_CONNECTION_WINDOW // 2:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(LOCAL_CONNECTION_WINDOW - self._recv_window)))
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(LOCAL_CONNECTION_WINDOW - self._recv_window)))
             self._recv_window = LOCAL_CONNECTION_WINDOW
         stream = self._known(stream_id)
         if stream is None:
@@ -646,7 +501,7 @@ class Connection(asyncio.Protocol):
         if flags & END_STREAM:
             self._end(stream_id, stream)
         elif stream.recv_window < LOCAL_STREAM_WINDOW // 2:
-            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(LOCAL_STREAM_WINDOW - stream.recv_window)))
+            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(LOCAL_STREAM_WINDOW - stream.recv_window)))
             stream.recv_window = LOCAL_STREAM_WINDOW
 
     def _end(self, stream_id: int, stream: _Stream) -> None:
@@ -655,7 +510,7 @@ class Connection(asyncio.Protocol):
         if self._unsent.pop(stream_id, None) is not None:
             # answered before its whole body was sent: end our side too, so the stream is closed for
             # both peers as it is in our count (RFC 9113 §8.1)
-            self._out.append(frame(RST_STREAM, 0, stream_id, _U32.pack(NO_ERROR)))
+            self._out.append(frame(RST_STREAM, 0, stream_id, U32.pack(NO_ERROR)))
         self._observe(time.monotonic() - stream.opened)
         body = stream.body
         stream.done(
@@ -665,7 +520,7 @@ class Connection(asyncio.Protocol):
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise ProtocolError(FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 bytes")
-        increment = _U32.unpack(payload)[0] & MAX_WINDOW
+        increment = U32.unpack(payload)[0] & MAX_WINDOW
         if stream_id == 0:
             if increment == 0:
                 raise ProtocolError(PROTOCOL_ERROR, "connection WINDOW_UPDATE of 0")
@@ -693,7 +548,7 @@ class Connection(asyncio.Protocol):
         if len(payload) % 6:
             raise ProtocolError(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
         for at in range(0, len(payload), 6):
-            code, value = _SETTING.unpack_from(payload, at)
+            code, value = SETTING.unpack_from(payload, at)
             if code == MAX_CONCURRENT_STREAMS:
                 self._peer_streams = value
             elif code == INITIAL_WINDOW_SIZE:
@@ -713,7 +568,7 @@ class Connection(asyncio.Protocol):
             elif code == ENABLE_PUSH and value > 1:
                 raise ProtocolError(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
         self._limit = min(self._max_streams, self._peer_streams)
-        self._out.append(_SETTINGS_ACK)
+        self._out.append(SETTINGS_ACK)
         if self._settled is not None and not self._settled.done():
             self.usable = True
             self._settled.set_result(None)
@@ -724,7 +579,7 @@ class Connection(asyncio.Protocol):
         stream = self._known(stream_id)
         if stream is None:
             return
-        code = _U32.unpack(payload)[0]
+        code = U32.unpack(payload)[0]
         del self._streams[stream_id]
         self._unsent.pop(stream_id, None)
         stream.done(stream.index, TransportError(f"stream reset (error {code})", unprocessed=code == REFUSED_STREAM))
@@ -734,7 +589,7 @@ class Connection(asyncio.Protocol):
         # for another connection; the ones at or below it still get their answers.
         if stream_id or len(payload) < 8:
             raise ProtocolError(PROTOCOL_ERROR, "malformed GOAWAY")
-        last, code = _GOAWAY.unpack_from(payload)
+        last, code = GOAWAY_PAYLOAD.unpack_from(payload)
         last &= MAX_STREAM_ID
         self.usable = False
         for above in [s for s in self._streams if s > last]:
@@ -819,107 +674,4 @@ class Connection(asyncio.Protocol):
                 self._flush_soon()
         finally:
             self._pumps.discard(pump)
-        return _answered(results)
-
-
-class Pool:
-    """``size`` connections to one origin, (re)opened lazily, used round-robin."""
-
-    def __init__(
-        self, url: str, ssl_context: ssl.SSLContext, *, size: int = 1, max_streams: int = 100, provider: str = "unknown"
-    ) -> None:
-        """``provider``: the label of this pool's metrics (``fcm``, ``apns``)."""
-        parts = urlsplit(url)
-        if parts.scheme != "https" or not parts.hostname:
-            raise ValueError("HTTP/2 push transport needs an https:// URL")
-        self.host, self.port = parts.hostname, parts.port or 443
-        self._ssl = ssl_context
-        self._conns: list[Connection | None] = [None] * size
-        self._locks = [asyncio.Lock() for _ in range(size)]
-        self._max_streams = max_streams
-        self._next = 0
-        self._retired: set[Connection] = set()
-        self.connections_opened = 0
-        self._provider = provider
-        self._opened_metric = metrics.HTTP2_CONNECTIONS.labels(provider)
-        metrics.SCRAPE_TIME.track_pool(self)  # notee_http2_open_streams, read when Prometheus scrapes
-
-    @property
-    def provider(self) -> str:
-        return self._provider
-
-    @property
-    def open_streams(self) -> int:
-        """Streams open on this pool's connections now (retired ones finishing included)."""
-        return sum(c.open_streams for c in [*self._conns, *self._retired] if c is not None)
-
-    async def _get(self) -> Connection:
-        i = self._next = (self._next + 1) % len(self._conns)
-        conn = self._conns[i]
-        if conn is not None and conn.usable:
-            return conn
-        async with self._locks[i]:
-            conn = self._conns[i]
-            if conn is None or not conn.usable:
-                if conn is not None:
-                    self._retire(conn)
-                conn = Connection(
-                    self.host, self.port, self._ssl, max_streams=self._max_streams, provider=self._provider
-                )
-                self._conns[i] = None
-                await conn.connect()
-                self.connections_opened += 1
-                self._opened_metric.inc()
-                self._conns[i] = conn
-            return conn
-
-    def _retire(self, conn: Connection) -> None:
-        """Close a connection that is no longer usable. After a GOAWAY it still answers the streams
-        at or below last_stream_id: close it only once the server has finished with it."""
-        self._retired.add(conn)
-        task = asyncio.ensure_future(conn.close() if not conn.open_streams else conn.close_when_done())
-        task.add_done_callback(lambda _: self._retired.discard(conn))
-
-    async def _batch(self, items: Sequence[Item], timeout: float) -> list[Response | TransportError]:
-        try:
-            conn = await self._get()
-        except TransportError as exc:
-            return [exc] * len(items)
-        return await conn.request_batch(b"POST", items, timeout)
-
-    async def request_batch(self, items: Sequence[Item], timeout: float = 30.0) -> list[Response | TransportError]:
-        """POST every item, spread over the pool's connections (see ``Connection.request_batch``).
-        Items the server certainly did not process are resent on a new connection."""
-        results = await self._spread(items, timeout)
-        while True:  # every round answers at least one item, or the loop ends
-            again = [i for i, r in enumerate(results) if isinstance(r, TransportError) and r.unprocessed]
-            if not again:
-                break
-            retried = await self._spread([items[i] for i in again], timeout)
-            for i, r in zip(again, retried, strict=True):
-                results[i] = r
-            if all(isinstance(r, TransportError) for r in retried):
-                break  # nothing got through: the origin is unreachable, let the caller back off
-        return results
-
-    async def _spread(self, items: Sequence[Item], timeout: float) -> list[Response | TransportError]:
-        k = len(self._conns)
-        if k == 1 or len(items) < 2:
-            return await self._batch(items, timeout)
-        parts = await asyncio.gather(*(self._batch(items[j::k], timeout) for j in range(k)))
-        results: list[Response | TransportError | None] = [None] * len(items)
-        for j, part_results in enumerate(parts):
-            results[j::k] = part_results
-        return _answered(results)
-
-    async def close(self) -> None:
-        for conn in [*self._retired, *self._conns]:
-            if conn is not None:
-                await conn.close()
-        self._conns = [None] * len(self._conns)
-
-
-def client_ssl_context(ca_file: str | None = None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
-    ctx.set_alpn_protocols(["h2"])
-    return ctx
+        return answered(results)

@@ -26,7 +26,7 @@ from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvi
 from notee.providers.base import Message, Provider
 from notee.providers.emulator import emulator_apns, emulator_fcm
 from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
-from notee.providers.http2 import Pool, client_ssl_context
+from notee.providers.http2_pool import Pool, client_ssl_context
 from notee.providers.log import LogProvider
 
 log = logging.getLogger(__name__)

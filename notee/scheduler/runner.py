@@ -1,17 +1,7 @@
-"""The cycle scheduler: ``run_minute`` (one UTC minute, clock injected) and the ``notee scheduler``
-process that calls it once a minute (APScheduler cron trigger at second 0).
-
-One minute, in order (docs/SCHEDULER.md):
-
-1. Claim it: insert its ``cycle_tick`` row. A duplicate key means another replica has it: stop.
-2. Read ``cycle_timezone`` (one small partition): the timezones with cycle subscriptions.
-3. For each timezone, :func:`notee.core.clock.due_buckets` says which local (day, hour,
-   minute) buckets are due (one; more right after a spring-forward gap; none during the repeated
-   hour of a fall-back). Read each bucket's ``cycle_due`` partition: the templates with subscribers.
-4. Create one fan-out job per (template, bucket) with the idempotency key
-   ``cycle:{key}:{timezone}:{DAYHHMM}:{utc minute}``: a retried or reclaimed minute finds the job
-   it already made instead of making a second one.
-5. Record the minute done (or late, when it ran after its own minute).
+"""The ``notee scheduler`` process: once a minute (APScheduler cron trigger at second 0) it fires the
+current minute's cycle jobs (``notee.usecases.cycle_fire``: claim the minute once across replicas,
+create one fan-out job per due template) and catches up the minutes it missed; hourly retention and
+periodic reconcile batches run beside it, each claimed once per period.
 
 Nothing lives in process memory between minutes: the tick rows are the state, so a restarted or
 additional replica picks up exactly where the others are. After downtime, ``tick`` runs missed
@@ -19,8 +9,8 @@ minutes that are at most ``scheduler_grace_minutes`` old, late, once; older miss
 recorded as ``skipped`` and never sent.
 
 "Now" is the database server's clock, not the replica's: a replica whose own clock runs fast would
-otherwise run future minutes early and record the minutes in between as skipped. Each cycle job
-carries a deadline (its minute + grace) after which workers expire it instead of sending it late.
+otherwise run future minutes early and record the minutes in between as skipped. A minute's jobs
+carry a deadline (its minute + grace) after which workers expire them instead of sending them late.
 Retention pruning is a separate hourly job, claimed once per hour across replicas.
 """
 
@@ -32,43 +22,24 @@ import secrets
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
-from sqlalchemy.exc import IntegrityError
 
 from notee.core import clock, heartbeat, metrics
-from notee.core.errors import InvalidInput, NotFound, PayloadTooLarge
 from notee.core.logs import announce_emulator
-from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
-from notee.store.cql.due import timezones_in_use
-from notee.store.jobs_sql import JobRow
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.usecases import reconcile, retention
-from notee.usecases.job_requests import JobRequest
-from notee.usecases.publish import create_job
+from notee.usecases.cycle_fire import CycleFire, MinuteResult, iso_minute
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-
-
-@dataclass
-class MinuteResult:
-    minute_utc: datetime
-    state: str  # done | late | taken (another replica has or had it)
-    buckets: int = 0  # (timezone, local bucket) pairs with at least one due template
-    jobs_created: int = 0
-    jobs_existing: int = 0  # already made by an earlier attempt at this minute
-    templates_skipped: int = 0  # in cycle_due but deleted in MySQL, or does not render: skipped
-    job_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -107,8 +78,14 @@ class Scheduler:
         self.max_skew = timedelta(seconds=s.scheduler_max_clock_skew_s)
         self.lease_s = s.scheduler_lease_s if lease_s is None else lease_s
         self.grace = timedelta(minutes=s.scheduler_grace_minutes if grace_minutes is None else grace_minutes)
-        self.concurrency = s.scheduler_job_concurrency
-        self.newest_minute: datetime | None = None  # the newest minute this replica ran (metrics)
+        self.fire = CycleFire(
+            runtime,
+            namespace=self.namespace,
+            owner=self.owner,
+            lease_s=self.lease_s,
+            grace=self.grace,
+            concurrency=s.scheduler_job_concurrency,
+        )
 
     def database_now(self) -> datetime:
         """The database server's UTC clock: the one clock every replica (and every lease) shares."""
@@ -129,131 +106,10 @@ class Scheduler:
             )
         return skew
 
-    # ------------------------------------------------------------------ one minute
     def run_minute(self, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
-        """Run one UTC minute if this replica can claim it. ``now`` (default: the clock) only decides
-        whether the minute is recorded as done or late."""
-        minute = clock.floor_minute(minute_utc)
-        now = now or self.clock()
-        with self.runtime.sessions.begin() as session:
-            mine = ticks.claim(
-                session, namespace=self.namespace, minute_utc=minute, owner=self.owner, lease_s=self.lease_s
-            )
-        if not mine:
-            return MinuteResult(minute, "taken")
-        started = time.monotonic()
-        result = self._create_jobs(minute, now)
-        result.state = "late" if clock.floor_minute(now) > minute else "done"
-        # the lag: from the minute's start to now (``now`` was read when the tick began)
-        aware_now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-        lag_s = (aware_now - minute).total_seconds() + time.monotonic() - started
-        with self.runtime.sessions.begin() as session:
-            kept = ticks.finish(
-                session,
-                namespace=self.namespace,
-                minute_utc=minute,
-                owner=self.owner,
-                state=result.state,
-                jobs=result.jobs_created + result.jobs_existing,
-            )
-        if not kept:  # our lease expired and another replica took the minute over; its jobs = ours
-            log.warning("minute %s: claim taken over by another scheduler before it finished", _iso(minute))
-        metrics.scheduler_minutes(result.state).inc()
-        metrics.SCHEDULER_JOBS.inc(result.jobs_created)
-        metrics.SCHEDULER_LAG.set(lag_s)
-        if self.newest_minute is None or minute > self.newest_minute:
-            self.newest_minute = minute
-            metrics.SCHEDULER_LAST_MINUTE.set(minute.timestamp())
-        log.log(
-            logging.INFO if result.jobs_created or result.state == "late" else logging.DEBUG,
-            "minute %s %s: %d bucket(s), %d job(s) created, %d existing, %d template(s) skipped",
-            _iso(minute),
-            result.state,
-            result.buckets,
-            result.jobs_created,
-            result.jobs_existing,
-            result.templates_skipped,
-        )
-        return result
-
-    def due(self, minute: datetime) -> list[tuple[CycleTarget, str, str, str]]:
-        """(bucket, service, notification_key, notification_type) due at a UTC minute: 1 read of
-        cycle_timezone, then one cycle_due partition read per (timezone, due bucket), concurrently."""
-        st = self.runtime.statements
-        buckets: list[CycleTarget] = []
-        for tz in timezones_in_use(st):
-            try:
-                buckets.extend(clock.due_buckets(minute, tz))
-            except ValueError:  # a zone this host's tz database lacks: loud, but the others still run
-                log.error("minute %s: unknown timezone %r in cycle_timezone; its buckets are not run", _iso(minute), tz)
-        futures = [(b, st.due_templates_async(b)) for b in buckets]  # every read in flight before any wait
-        due = []
-        for b, future in futures:  # a failed read fails the minute (abandoning the other reads is harmless)
-            for service, key, type_ in st.due_rows_of(future):
-                due.append((b, service, key, type_))
-        return due
-
-    def _create_jobs(self, minute: datetime, now: datetime) -> MinuteResult:
-        due = self.due(minute)
-        result = MinuteResult(minute, "running", buckets=len({b for b, *_ in due}))
-        # The job's deadline: its minute + grace. Stored on the database clock as "this many seconds
-        # from now", so it is right whatever clock ``now`` came from.
-        deadline_in_s = (minute + self.grace - now).total_seconds()
-
-        def create(bucket: CycleTarget, service: str, key: str, type_: str) -> JobRow:
-            request = JobRequest(
-                service=service,
-                notification_key=key,
-                method="CYCLE",
-                type_=type_,
-                target=bucket,
-                idempotency_key=clock.idempotency_key(key, bucket, minute),
-                deadline_in_s=deadline_in_s,
-            )
-            with self.runtime.sessions.begin() as session:  # this minute's job: its own unit of work
-                return create_job(self.runtime, session, request)
-
-        def one(item: tuple[CycleTarget, str, str, str]) -> JobRow | None:
-            try:
-                try:
-                    return create(*item)
-                except IntegrityError:
-                    # Another scheduler inserted the same key concurrently (only after a takeover); a
-                    # fresh transaction sees its committed job and returns it.
-                    return create(*item)
-            except NotFound as exc:
-                # The due index may name a template deleted since (reconcile removes it later).
-                log.warning("minute %s: template %s of %s skipped: %s", _iso(minute), item[2], item[1], exc)
-                return None
-            except (InvalidInput, PayloadTooLarge) as exc:
-                # Saving refuses a CYCLE template that cannot render (notee/domain/render.py), so only a
-                # template saved before that rule gets here: its subscribers get nothing until it is fixed.
-                log.error(
-                    "minute %s: CYCLE template %s of %s does not render, nothing sent: %s",
-                    _iso(minute),
-                    item[2],
-                    item[1],
-                    exc,
-                )
-                return None
-
-        if len(due) <= 1:
-            outcomes = [one(item) for item in due]
-        else:
-            with ThreadPoolExecutor(
-                max_workers=min(self.concurrency, len(due)), thread_name_prefix="scheduler-job"
-            ) as pool:
-                outcomes = list(pool.map(one, due))  # re-raises the first store error: minute stays claimed
-        for job in outcomes:
-            if job is None:
-                result.templates_skipped += 1
-            else:
-                result.job_ids.append(job.job_id)
-                if job.created:
-                    result.jobs_created += 1
-                else:
-                    result.jobs_existing += 1
-        return result
+        """Fire one UTC minute if this replica can claim it (``CycleFire.run_minute``). ``now``
+        (default: the clock) only decides whether the minute is recorded as done or late."""
+        return self.fire.run_minute(minute_utc, now or self.clock())
 
     # ------------------------------------------------------------------ a tick: now + catch-up
     def tick(self, now: datetime | None = None) -> TickResult:
@@ -297,8 +153,8 @@ class Scheduler:
                     if gap:
                         log.warning(
                             "minutes %s .. %s missed beyond the %s grace window: recorded as skipped, not sent",
-                            _iso(gap[0]),
-                            _iso(gap[-1]),
+                            iso_minute(gap[0]),
+                            iso_minute(gap[-1]),
                             self.grace,
                         )
         missed = [m for m in clock.minutes(start, current) if recorded.get(m.replace(tzinfo=None)) in (None, "running")]
@@ -363,15 +219,6 @@ def reconcile_namespace(namespace: str) -> str:
 def retention_namespace(namespace: str) -> str:
     """The tick-ledger namespace of a scheduler namespace's hourly retention claims (64 chars max)."""
     return namespace[:54] + "/retention"
-
-
-def run_minute(runtime: Runtime, minute_utc: datetime, *, now: datetime | None = None) -> MinuteResult:
-    """Run one UTC minute with the settings' namespace (see ``Scheduler.run_minute``)."""
-    return Scheduler(runtime).run_minute(minute_utc, now=now)
-
-
-def _iso(minute: datetime) -> str:
-    return minute.strftime("%Y-%m-%dT%H:%MZ")
 
 
 # ---------------------------------------------------------------------- the process

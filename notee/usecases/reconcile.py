@@ -42,11 +42,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 from notee.core.vocabulary import CycleTarget
-from notee.domain import subscriptions
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscription_rows import remove_rows
-from notee.store import services_sql, templates_sql, users_sql
 from notee.store import subscription_sql as subsql
+from notee.store import templates_sql, users_sql
 from notee.store.cql.counters import max_slot
 from notee.store.cql.due import timezones_in_use
 from notee.store.cql.rows import IndexRow
@@ -125,38 +124,6 @@ def _remove_missing_devices(runtime: Runtime, service: str, user_id: str) -> int
     return len(rows)
 
 
-BACKFILL_USERS = 500  # users whose slot rows one backfill transaction rewrites
-
-
-def backfill_zones(runtime: Runtime, service: str | None = None) -> dict[str, int]:
-    """`notee backfill-zones`: write every user's zone on its topic slot rows (CQL 0004) for the
-    services not yet marked (``service.slot_zones`` = 0, those that existed before the column), then
-    mark each: from then on its local-time jobs read each zone's rows alone (docs/FANOUT.md). Users
-    are done ``BACKFILL_USERS`` at a time, each batch under its users' shared row locks; safe to run
-    again (it rewrites the same values). Run it once the API, workers and scheduler all run a
-    version that stores the zone (rows an older process writes after the walk would carry none)."""
-    st = runtime.statements
-    counts = {"services": 0, "users": 0, "rows": 0}
-    with runtime.sessions() as s:
-        services = [r for r in services_sql.list_services(s) if service is None or r.service == service]
-    for svc in services:
-        if svc.slot_zones:
-            continue
-        after: str | None = None
-        while True:
-            with runtime.sessions.begin() as s:  # the caller owns the commit: it ends the batch's locks
-                users = users_sql.user_ids_page(s, svc.service, after, BACKFILL_USERS)
-                if not users:
-                    services_sql.set_slot_zones(s, svc.service)
-                    break
-                counts["rows"] += subscriptions.backfill_zones(s, st, svc.service, users)
-            counts["users"] += len(users)
-            after = users[-1]
-        counts["services"] += 1
-        log.info("backfill-zones: %s done (its slot rows carry their zone)", svc.service)
-    return counts
-
-
 def _partitions(st: Statements, fetch_size: int) -> Iterator[tuple[str, str, list[IndexRow]]]:
     current: tuple[str, str] | None = None
     rows: list[IndexRow] = []
@@ -170,67 +137,111 @@ def _partitions(st: Statements, fetch_size: int) -> Iterator[tuple[str, str, lis
         yield current[0], current[1], rows
 
 
-def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
-    """Fix counts, delete dead rows and stale due buckets, for one service or all; return a report."""
-    st = runtime.statements
-    started_us = time.time_ns() // 1000
-    with runtime.sessions() as s:
-        live = subsql.live_template_keys(s, service)
-    actual: Counter[tuple[str, str, str]] = Counter()
-    topic_actual: Counter[tuple[str, str, str]] = Counter()
-    buckets: set[tuple[str, str, int, int, str]] = set()
-    zones: set[str] = set()
-    dead = 0
-    gone: set[str] = set()
+class _FullWalk:
+    """`notee reconcile`'s walk of the whole per-user index (one service's rows, or all): it removes
+    the rows of deleted templates, users and devices on the way, and tallies what is live: users per
+    (service, method, type) and per topic, and the due buckets and zones of live cycle subscriptions."""
 
-    def is_live(key: str | None) -> bool:
-        # A key missing from the snapshot may belong to a template created since: confirm in MySQL.
-        if key in live:
-            return True
-        if key is None or key in gone:
-            return False
+    def __init__(self, runtime: Runtime, service: str | None) -> None:
+        self.runtime = runtime
+        self.service = service
         with runtime.sessions() as s:
+            self.live = subsql.live_template_keys(s, service)
+        self.gone: set[str] = set()
+        self.actual: Counter[tuple[str, str, str]] = Counter()  # (service, method, type) -> users
+        self.topic_actual: Counter[tuple[str, str, str]] = Counter()  # (service, type, topic) -> users
+        self.buckets: set[tuple[str, str, int, int, str]] = set()  # (zone, day, hour, minute, key)
+        self.zones: set[str] = set()
+        self.dead = 0
+        self.missing = {"users_removed": 0, "device_rows_removed": 0}
+
+    def is_live(self, key: str | None) -> bool:
+        # A key missing from the snapshot may belong to a template created since: confirm in MySQL.
+        if key in self.live:
+            return True
+        if key is None or key in self.gone:
+            return False
+        with self.runtime.sessions() as s:
             found = templates_sql.get_template_by_key(s, key) is not None
-        (live if found else gone).add(key)
+        (self.live if found else self.gone).add(key)
         return found
 
-    missing = {"users_removed": 0, "device_rows_removed": 0}
-    pending: list[Partition] = []
+    def walk(self, fetch_size: int) -> None:
+        st = self.runtime.statements
+        pending: list[Partition] = []
+        for user_id, svc, rows in _partitions(st, fetch_size):
+            if self.service is not None and svc != self.service:
+                continue
+            dead_rows = [r for r in rows if not self.is_live(r.data.get("key"))]
+            if dead_rows:
+                remove_rows(st, svc, user_id, dead_rows)
+                self.dead += len(dead_rows)
+                rows = [r for r in rows if r not in dead_rows]
+            pending.append((user_id, svc, rows))
+            if len(pending) >= MYSQL_CHECK_USERS:
+                self._settle(pending)
+                pending = []
+        self._settle(pending)
 
-    def settle(parts: list[Partition]) -> None:
-        counts, gone_users = _remove_missing(runtime, parts)
+    def _settle(self, parts: list[Partition]) -> None:
+        """Remove the rows of missing users and devices among ``parts``, then tally the live rest."""
+        counts, gone_users = _remove_missing(self.runtime, parts)
         for k, v in counts.items():
-            missing[k] += v
+            self.missing[k] += v
         for user_id, svc, rows in parts:
             if (user_id, svc) in gone_users:
                 continue
             types = set()
             for r in rows:
-                if not r.is_user_level or r.data.get("key") not in live:
+                if not r.is_user_level or r.data.get("key") not in self.live:
                     continue
                 types.add((svc, r.method, r.type_))
                 if r.method == "TOPIC":
-                    topic_actual[(svc, r.type_, r.target)] += 1  # one user-level row per (user, type, topic)
+                    self.topic_actual[(svc, r.type_, r.target)] += 1  # one user-level row per (user, type, topic)
                 if r.method == "CYCLE":
                     sch = parse_canonical(r.target)
-                    zones.add(sch.timezone)
-                    buckets.update((sch.timezone, d, sch.hour, sch.minute, r.data["key"]) for d in sch.days)
-            actual.update(types)
+                    self.zones.add(sch.timezone)
+                    self.buckets.update((sch.timezone, d, sch.hour, sch.minute, r.data["key"]) for d in sch.days)
+            self.actual.update(types)
 
-    for user_id, svc, rows in _partitions(st, fetch_size):
+
+def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
+    """Fix counts, delete dead rows and stale due buckets, for one service or all; return a report."""
+    st = runtime.statements
+    started_us = time.time_ns() // 1000
+    tally = _FullWalk(runtime, service)
+    tally.walk(fetch_size)
+    fixed = _fix_counts(st, tally.actual, service, fetch_size)
+    topics_fixed = _fix_topic_counts(st, tally.topic_actual, service, fetch_size)
+    due_removed = 0
+    for tz, day, hour, minute, notification_key, svc in st.scan_due(fetch_size):
         if service is not None and svc != service:
             continue
-        dead_rows = [r for r in rows if not is_live(r.data.get("key"))]
-        if dead_rows:
-            remove_rows(st, svc, user_id, dead_rows)
-            dead += len(dead_rows)
-            rows = [r for r in rows if r not in dead_rows]
-        pending.append((user_id, svc, rows))
-        if len(pending) >= MYSQL_CHECK_USERS:
-            settle(pending)
-            pending = []
-    settle(pending)
+        if (tz, day, hour, minute, notification_key) not in tally.buckets:
+            st.delete_due(started_us, tz, day, hour, minute, notification_key)
+            due_removed += 1
+    zones_removed = 0
+    if service is None:  # zones are shared by every service: only a full run may drop one
+        for tz in timezones_in_use(st):
+            if tz not in tally.zones:
+                st.delete_timezone(started_us, tz)
+                zones_removed += 1
+    report = {
+        "counts_fixed": fixed,
+        "topic_counts_fixed": topics_fixed,
+        "dead_rows_removed": tally.dead,
+        **tally.missing,
+        "due_buckets_removed": due_removed,
+        "timezones_removed": zones_removed,
+    }
+    if service is None:  # target_slots of every service: the whole table, cursor untouched
+        report |= occupancy.prune(runtime, max_rows=None, fetch_size=fetch_size)
+    log.info("reconcile%s: %s", f" of {service}" if service else "", report)
+    return report
 
+
+def _fix_counts(st: Statements, actual: Counter[tuple[str, str, str]], service: str | None, fetch_size: int) -> int:
+    """Apply ``actual - current`` to every (service, method, type) subscription count that differs."""
     fixed = 0
     seen = set()
     for svc, method, type_, count in st.scan_counts(fetch_size):
@@ -246,34 +257,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
         if key not in seen and n:
             st.add_count(*key, n)
             fixed += 1
-
-    topics_fixed = _fix_topic_counts(st, topic_actual, service, fetch_size)
-
-    due_removed = 0
-    for tz, day, hour, minute, notification_key, svc in st.scan_due(fetch_size):
-        if service is not None and svc != service:
-            continue
-        if (tz, day, hour, minute, notification_key) not in buckets:
-            st.delete_due(started_us, tz, day, hour, minute, notification_key)
-            due_removed += 1
-    zones_removed = 0
-    if service is None:  # zones are shared by every service: only a full run may drop one
-        for tz in timezones_in_use(st):
-            if tz not in zones:
-                st.delete_timezone(started_us, tz)
-                zones_removed += 1
-    report = {
-        "counts_fixed": fixed,
-        "topic_counts_fixed": topics_fixed,
-        "dead_rows_removed": dead,
-        **missing,
-        "due_buckets_removed": due_removed,
-        "timezones_removed": zones_removed,
-    }
-    if service is None:  # target_slots of every service: the whole table, cursor untouched
-        report |= occupancy.prune(runtime, max_rows=None, fetch_size=fetch_size)
-    log.info("reconcile%s: %s", f" of {service}" if service else "", report)
-    return report
+    return fixed
 
 
 def _fix_topic_counts(

@@ -1,0 +1,304 @@
+"""One example per schema of the OpenAPI document, in one place (the models stay about validation),
+and ``with_examples``, which puts them on the document's schemas (Swagger UI and ReDoc show them on
+every operation that uses the schema). The values tell one story: service SHOP, user Alice with an
+Android device, a "news" topic publish. tests/test_api_openapi.py checks that every schema has one
+and that each is valid for its schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_T = "2026-11-30T09:00:00.123456Z"
+_USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
+_JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
+_KEY = "d2f1e0c9-8b7a-4c6d-9e5f-1a2b3c4d5e6f"
+_TOKEN = "fcm-registration-token-of-alices-phone"
+_SERVICE_OUT = {
+    "service": "SHOP",
+    "display_name": "Shop",
+    "timezone": "Europe/Berlin",
+    "delivery_mode": "live",
+    "created_at": _T,
+}
+_API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
+_DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE", "created_at": _T, "updated_at": _T}
+_VARIANT = {"title": "Hallo {{name}}", "body": "Neues in {{topic}}", "data": {"screen": "news"}}
+_TEMPLATE = {
+    "method": "TOPIC",
+    "type": "news",
+    "title": "Hi {{name}}",
+    "body": "Something new in {{topic}}",
+    "data": {"screen": "news"},
+    "defaults": {"topic": "sports"},
+    "variants": {"de": _VARIANT},
+    "ttl_seconds": 3600,
+    "priority": "high",
+    "quiet_hours": "hold",
+    "notification_key": _KEY,
+    "version": 3,
+    "created_at": _T,
+    "updated_at": _T,
+}
+_SCHEDULE = {
+    "days": ["MON", "FRI"],
+    "hour": 9,
+    "minute": 30,
+    "timezone": "Europe/Berlin",
+    "canonical": "MON,FRI 09:30 Europe/Berlin",
+}
+_JOB_STATUS = {
+    "job_id": _JOB,
+    "state": "running",
+    "send_at": None,
+    "dry_run": False,
+    "notification_type": "news",
+    "target": {"topic": "sports"},
+    "targeted": 12000,
+    "sent": 11950,
+    "failed": 12,
+    "no_credentials": 0,
+    "pruned": 38,
+    "retried": 20,
+    "quiet_dropped": 0,
+    "tasks": 2,
+    "tasks_done": 1,
+    "error": None,
+    "created_at": _T,
+    "started_at": _T,
+    "finished_at": None,
+}
+_RATE = {"class": "publish", "rate": 50.0, "burst": 200, "custom": True}
+_WEBHOOK = {
+    "endpoint_id": "0b7c6a55-3f0e-4a8e-9d55-0f1e2d3c4b5a",
+    "url": "https://shop.example/notee/events",
+    "events": ["job.finished", "token.pruned"],
+    "description": "order backend",
+    "created_at": _T,
+}
+_WEBHOOK_DELIVERY = {
+    "delivery_id": 42,
+    "event_id": "5d1f0c7e-2a7b-4c1e-8f0a-6b9d3e2c1a00",
+    "event_type": "token.pruned",
+    "state": "pending",
+    "attempts": 2,
+    "last_status": 500,
+    "last_error": "HTTP 500",
+    "next_attempt_at": _T,
+    "created_at": _T,
+    "resent_at": None,
+    "finished_at": None,
+    "event": {
+        "id": "5d1f0c7e-2a7b-4c1e-8f0a-6b9d3e2c1a00",
+        "type": "token.pruned",
+        "created_at": _T,
+        "service": "SHOP",
+        "data": {"tokens": [_TOKEN], "user_ids": [_JOB], "reason": "fcm UNREGISTERED"},
+    },
+}
+_DEAD_LETTER = {
+    "id": 7,
+    "job_id": _JOB,
+    "device_token": _TOKEN,
+    "device_os": "AOS",
+    "provider": "fcm",
+    "reason": "UNAVAILABLE after 5 attempts",
+    "attempts": 5,
+    "payload": {"title": "Hi Alice", "body": "Something new in sports", "data": {}},
+    "created_at": _T,
+}
+_DETAIL = {"loc": ["body", "variables", "name"], "type": "missing", "msg": "required by the template"}
+_DUE = {
+    "service": "SHOP",
+    "notification_type": "digest",
+    "notification_key": _KEY,
+    "timezone": "Europe/Berlin",
+    "day": "MON",
+    "hour": 9,
+    "minute": 30,
+    "subscriptions": 1200,
+}
+_CALENDAR_MINUTE = {"minute": "2026-11-30T08:30:00Z", "subscriptions": 1200, "templates": [_DUE]}
+_COUNTS = {
+    "jobs": 3,
+    "targeted": 12000,
+    "sent": 11950,
+    "failed": 12,
+    "pruned": 38,
+    "no_credentials": 0,
+    "retried": 20,
+    "dead_lettered": 12,
+}
+_SUMMARY = {
+    "service": "SHOP",
+    "since": "2026-11-29T10:00:00Z",
+    "until": "2026-11-30T09:12:00.5Z",
+    "totals": _COUNTS,
+    "jobs_by_state": {"scheduled": 0, "queued": 0, "running": 1, "done": 2, "failed": 0, "expired": 0, "cancelled": 0},
+    "hours": [{"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS}],
+}
+_TOPIC_COUNT = {"type": "news", "topic": "sports", "subscribers": 4200}
+EXAMPLES: dict[str, Any] = {
+    "ApiKeyCreated": _API_KEY | {"api_key": "nk_k3y1d4b2c5_s3cr3t-shown-once"},
+    "ApiKeyIn": {"label": "backend"},
+    "ApiKeyList": {"items": [_API_KEY]},
+    "ApiKeyOut": _API_KEY,
+    "ApnsCredentialsIn": {
+        "key_id": "ABC123DEFG",
+        "team_id": "TEAM123456",
+        "bundle_id": "com.example.shop",
+        "private_key": "-----BEGIN PRIVATE KEY-----\\n...\\n-----END PRIVATE KEY-----",
+        "sandbox": False,
+    },
+    "BulkIn": {"user_ids": [_USER]},
+    "BulkOut": {
+        "results": [{"user_id": _USER, "status": "subscribed"}],
+        "subscribed": 1,
+        "already_subscribed": 0,
+        "not_found": 0,
+    },
+    "BulkResult": {"user_id": _USER, "status": "subscribed"},
+    "CalendarMinuteOut": _CALENDAR_MINUTE,
+    "CalendarOut": {
+        "start": "2026-11-30T08:01:00Z",
+        "end": "2026-12-01T08:01:00Z",
+        "subscriptions": 1200,
+        "truncated": False,
+        "minutes": [_CALENDAR_MINUTE],
+    },
+    "CredentialsStatus": {"fcm": True, "apns": False},
+    "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
+    "DeadLetterList": {"items": [_DEAD_LETTER], "next_before_id": None},
+    "DeadLetterOut": _DEAD_LETTER,
+    "DeliveryCounts": _COUNTS,
+    "DeliverySummaryList": {"items": [_SUMMARY]},
+    "DeliverySummaryOut": _SUMMARY,
+    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE"},
+    "DeviceList": {"items": [_DEVICE]},
+    "DeviceOut": _DEVICE,
+    "ErrorBody": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]},
+    "ErrorDetail": _DETAIL,
+    "ErrorResponse": {
+        "error": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]}
+    },
+    "FcmCredentialsIn": {
+        "service_account": {
+            "type": "service_account",
+            "project_id": "shop-app",
+            "client_email": "notee@shop-app.iam.gserviceaccount.com",
+            "private_key": "-----BEGIN PRIVATE KEY-----\\n...",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        }
+    },
+    "DueTemplateOut": _DUE,
+    "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
+    "HourOut": {"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS},
+    "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
+    "JobStatus": _JOB_STATUS,
+    "PublishAccepted": {"job_id": _JOB, "state": "scheduled", "send_at": "2026-12-01T08:00:00Z"},
+    "PublishRequest": {
+        "variables": {"name": "Alice"},
+        "data": {"article": "42"},
+        "send_at": "2026-12-01T09:00:00+01:00",
+        "local_time": "09:00",
+    },
+    "RateLimitIn": {"rate": 50.0, "burst": 200},
+    "RateLimitList": {"items": [_RATE]},
+    "RateLimitOut": _RATE,
+    "ReplayIn": {"job_id": _JOB},
+    "ReplayOut": {"replayed": 12, "delivered": 11, "pruned": 1, "failed": 0},
+    "RotateIn": {"old_token": _TOKEN, "new_token": _TOKEN + "-v2"},
+    "RotateOut": {"rotated": 1},
+    "ScheduleOut": _SCHEDULE,
+    "SendIn": {"type": "otp", "variables": {"code": "123456"}, "quiet_hours": False},
+    "SendOut": {
+        "devices": 2,
+        "delivered": 2,
+        "pruned": 0,
+        "retried": 0,
+        "failed": 0,
+        "dry_run": False,
+        "quiet_dropped": 0,
+    },
+    "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
+    "ServiceList": {"items": [_SERVICE_OUT]},
+    "ServiceOut": _SERVICE_OUT,
+    "ServiceUpdate": {"delivery_mode": "dry_run"},
+    "SubscriberCounts": {
+        "items": [
+            {"method": "CYCLE", "type": "digest", "subscribers": 1200},
+            {"method": "TOPIC", "type": "news", "subscribers": 5100},
+        ]
+    },
+    "SubscribeOut": {"status": "subscribed", "devices": 1, "schedule": None},
+    "WebhookIn": {"url": "https://shop.example/notee/events", "events": ["job.finished", "token.pruned"]},
+    "WebhookOut": _WEBHOOK,
+    "WebhookCreated": {**_WEBHOOK, "secret": "whsec_" + "x" * 43},
+    "WebhookList": {"items": [_WEBHOOK]},
+    "WebhookDeliveryOut": _WEBHOOK_DELIVERY,
+    "WebhookDeliveryList": {"items": [_WEBHOOK_DELIVERY], "next_before_id": None},
+    "SubscriptionList": {
+        "items": [
+            {
+                "method": "CYCLE",
+                "type": "digest",
+                "topic": None,
+                "schedule": _SCHEDULE,
+                "registered_at": _T,
+                "devices": 1,
+            }
+        ]
+    },
+    "SubscriptionOut": {
+        "method": "TOPIC",
+        "type": "news",
+        "topic": "sports",
+        "schedule": None,
+        "registered_at": _T,
+        "devices": 1,
+    },
+    "TemplateIn": {
+        "title": "Hi {{name}}",
+        "body": "Something new in {{topic}}",
+        "data": {"screen": "news"},
+        "defaults": {"topic": "sports"},
+        "variants": {"de": _VARIANT, "pt-BR": {"title": "Olá {{name}}", "body": "Novidades em {{topic}}"}},
+        "ttl_seconds": 3600,
+        "priority": "high",
+        "quiet_hours": "hold",
+    },
+    "TemplateList": {"items": [_TEMPLATE]},
+    "TemplateOut": _TEMPLATE,
+    "TopicCountOut": _TOPIC_COUNT,
+    "TopicList": {"items": [_TOPIC_COUNT], "next_cursor": "WyJuZXdzIiwgInNwb3J0cyJd"},
+    "TypeCountOut": {"method": "TOPIC", "type": "news", "subscribers": 5100},
+    "UserIn": {
+        "name": "Alice",
+        "locale": "de-DE",
+        "timezone": "Europe/Berlin",
+        "quiet_hours": {"start": "22:00", "end": "07:00"},
+    },
+    "QuietHours": {"start": "22:00", "end": "07:00"},
+    "ServiceQuietHours": {"quiet_hours": {"start": "22:00", "end": "07:00"}},
+    "UserOut": {
+        "user_id": _USER,
+        "service_user_id": "alice-1",
+        "name": "Alice",
+        "locale": "de-DE",
+        "timezone": "Europe/Berlin",
+        "quiet_hours": {"start": "22:00", "end": "07:00"},
+        "created_at": _T,
+        "updated_at": _T,
+    },
+    "VariantIn": _VARIANT,
+    "VariantOut": _VARIANT,
+}
+
+
+def with_examples(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with ``EXAMPLES`` on its schemas (Swagger UI and ReDoc show them on every
+    operation that uses the schema)."""
+    for name, schema in document.get("components", {}).get("schemas", {}).items():
+        if name in EXAMPLES and "examples" not in schema:
+            schema["examples"] = [EXAMPLES[name]]
+    return document

@@ -1,0 +1,156 @@
+"""The commands over HTTP that send (NOTEE_API_KEY): `notee publish` to a topic (following the job with
+a progress line), `notee send` to one user, and `notee jobs list|show|cancel`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+
+from notee.cli.remote_client import SEND_AT_HELP, fail, instant, pairs, print_json, sdk_client
+
+jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).", no_args_is_help=True)
+
+
+def publish(
+    type: str = typer.Argument(..., help="The TOPIC template's notification type."),
+    topic: str = typer.Argument(..., help="The topic."),
+    var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
+    data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
+    title: str | None = typer.Option(None, help="Replaces the template's title."),
+    body: str | None = typer.Option(None, help="Replaces the template's body."),
+    local_time: str | None = typer.Option(
+        None, "--local-time", help="HH:MM: reach each recipient when its time zone's clock next shows it."
+    ),
+    idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
+    send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
+    wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
+    timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
+) -> None:
+    """Publish a TOPIC template to every subscriber of a topic; prints the job id."""
+    with sdk_client() as notee:
+        accepted = notee.publish_topic(
+            type,
+            topic,
+            variables=pairs(var, "--var") or None,
+            data=pairs(data, "--data") or None,
+            title=title,
+            body=body,
+            local_time=local_time,
+            idempotency_key=idempotency_key,
+            send_at=instant(send_at),
+        )
+        typer.echo(accepted.job_id)
+        if wait:
+            # deferred: the SDK is its own distribution, loaded only by these commands (see remote_client.sdk_client).
+            from notee_client import JobTimeout
+
+            bar = _ProgressLine()
+            try:
+                job = notee.wait(accepted.job_id, on_progress=bar.update, poll_interval=0.5, timeout=timeout)
+            except JobTimeout as exc:
+                bar.close()
+                fail(str(exc))
+            bar.close()
+            if job.state != "done":
+                fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
+
+
+class _ProgressLine:
+    """``sent 1,200/5,000 · failed 3 · pruned 1 · 850/s · ~4 s left`` on stderr: redrawn in place on
+    a terminal, one line per change otherwise (logs, CI)."""
+
+    def __init__(self, out: Any = None) -> None:
+        self.out = out or sys.stderr
+        self.tty = bool(getattr(self.out, "isatty", lambda: False)())
+        self.start = time.monotonic()
+        self.last = ""
+
+    def update(self, job: Any) -> None:
+        elapsed = max(time.monotonic() - self.start, 1e-6)
+        done = job.sent + job.failed + job.pruned
+        rate = done / elapsed
+        line = (
+            f"{job.state}: sent {job.sent:,}/{job.targeted:,} · failed {job.failed:,} · pruned {job.pruned:,}"
+            f" · {rate:,.0f}/s"
+        )
+        if job.state in ("queued", "running") and job.tasks and job.tasks_done < job.tasks and rate > 0:
+            remaining = max(job.targeted - done, 0)
+            line += f" · ~{remaining / rate:,.0f} s left" if remaining else ""
+        if line == self.last:
+            return
+        self.last = line
+        if self.tty:
+            self.out.write("\r\x1b[2K" + line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.tty and self.last:
+            self.out.write("\n")
+            self.out.flush()
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: str | None = typer.Option(None, help="scheduled, queued, running, done, failed, ..."),
+    method: str | None = typer.Option(None, help="TOPIC (publishes), CYCLE (schedules) or SINGLE (scheduled sends)."),
+    type: str | None = typer.Option(None, help="Notification type."),
+    limit: int = typer.Option(50, min=1, help="At most this many jobs."),
+) -> None:
+    """The service's jobs, newest first, one JSON object a line."""
+    with sdk_client() as notee:
+        for n, job in enumerate(notee.iter_jobs(state=state, method=method, type=type, page_size=min(limit, 200))):
+            if n >= limit:
+                break
+            print_json(job)
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str) -> None:
+    """One job's state and counts, as JSON."""
+    with sdk_client() as notee:
+        print_json(notee.get_job(job_id))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: str) -> None:
+    """Cancel a scheduled, queued or running job; prints its final state and counts."""
+    with sdk_client() as notee:
+        job = notee.cancel_job(job_id)
+    typer.echo(f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}")
+
+
+def send(
+    user_id: str = typer.Argument(..., help="Notee's user_id."),
+    type: str = typer.Argument(..., help="The SINGLE template's notification type."),
+    var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
+    data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
+    send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
+) -> None:
+    """Send a SINGLE template to every device of one user, now (prints the counts), or at --send-at
+    (prints the scheduled job's id)."""
+    when = instant(send_at)
+    with sdk_client() as notee:
+        if when is not None:
+            accepted = notee.send_to_user(
+                user_id,
+                type,
+                variables=pairs(var, "--var") or None,
+                data=pairs(data, "--data") or None,
+                send_at=when,
+            )
+            typer.echo(accepted.job_id)
+            return
+        result = notee.send_to_user(
+            user_id, type, variables=pairs(var, "--var") or None, data=pairs(data, "--data") or None
+        )
+    typer.echo(
+        f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · pruned {result.pruned}"
+    )
+    if result.failed:
+        raise typer.Exit(1)

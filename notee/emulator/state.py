@@ -1,0 +1,112 @@
+"""What the emulator remembers, in its one granian worker's memory: tokens with canned answers,
+faults, counts, deliveries, the last request per token, realism switches and their rate windows;
+and, in realistic mode, the APNs port's HTTP/2 server. Read and changed by the personas
+(``notee.emulator.fcm``, ``notee.emulator.apns``) and the control API (``notee.emulator.control_api``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from notee.emulator.peer import PeerServer
+
+# (status, headers, body): what every handler of the emulator answers.
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+# ASGI, as granian calls the app.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+JSON_HEADERS = [(b"content-type", b"application/json; charset=UTF-8")]
+LAST_REQUESTS_MAX = 10_000  # tokens whose last request is kept (``GET /_emu/requests/last``)
+LAUNCH_REALISTIC: bool = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
+
+
+@dataclass
+class Fault:
+    api: str  # "fcm" | "apns"
+    match: str  # a token, or "*"
+    status: int
+    code: str  # FCM errorCode or APNs reason
+    retry_after: str | None
+    remaining: int
+
+
+@dataclass
+class Realism:
+    """How closely the emulator behaves like FCM and APNs (``notee emulator --realistic``; every
+    switch can be changed through ``POST /_emu/realistic``). Off: any bearer is accepted and
+    there are no rate limits, so wire-format tests stay simple."""
+
+    enabled: bool = False
+    fcm_auth: bool = True  # FCM accepts only access tokens issued by POST /token, until they expire
+    fcm_token_lifetime_s: float = 3600.0
+    fcm_quota_per_minute: int = 600_000  # per project (FCM's default quota)
+    device_per_minute: int = 240  # per device token and API (FCM: 240 a minute to one device)
+    minute_s: float = 60.0  # the length of an emulated "minute", to scale the limits for tests
+    apns_token_update_min_s: float = 1200.0  # a connection may change its provider token this often
+
+    def update(self, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if key not in self.__dataclass_fields__:
+                raise KeyError(key)
+            setattr(self, key, type(getattr(self, key))(value))
+
+
+@dataclass
+class State:
+    fcm_tokens: dict[str, str] = field(default_factory=dict)  # token -> FCM errorCode
+    apns_tokens: dict[str, tuple[int, str]] = field(default_factory=dict)  # token -> (status, reason)
+    faults: list[Fault] = field(default_factory=list)
+    latency_s: float = 0.0
+    rejected_bearers: set[str] = field(default_factory=set)
+    counts: Counter[str] = field(default_factory=Counter)
+    delivered: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # api -> token -> n
+    attempts: Counter[str] = field(default_factory=Counter)  # token -> requests received
+    last: dict[str, dict[str, Any]] = field(default_factory=dict)  # token -> last request seen
+    jwt_iat: dict[bytes, int | None] = field(default_factory=dict)
+    seq: int = 0
+    realism: Realism = field(default_factory=lambda: Realism(enabled=LAUNCH_REALISTIC))
+    issued: dict[str, float] = field(default_factory=dict)  # FCM access token -> expiry (epoch s)
+    windows: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (minute, count)
+    conn_tokens: dict[Any, tuple[bytes, float]] = field(default_factory=dict)  # connection -> (JWT, since)
+
+    def over_limit(self, key: tuple[str, str], limit: int, now: float) -> float | None:
+        """Count one request against ``limit`` per emulated minute; seconds until the window ends
+        when the limit is exceeded, else None."""
+        minute_s = self.realism.minute_s
+        window = int(now // minute_s)
+        current, count = self.windows.get(key, (window, 0))
+        if current != window:
+            count = 0
+        if count >= limit:
+            self.windows[key] = (window, count)
+            return (window + 1) * minute_s - now
+        self.windows[key] = (window, count + 1)
+        return None
+
+    def reset(self) -> None:
+        """Back to a fresh state, in place: the app and the HTTP/2 servers hold this object."""
+        fresh = State()
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    def take_fault(self, api: str, token: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.api == api and fault.match in ("*", token) and fault.remaining > 0:
+                fault.remaining -= 1
+                return fault
+        return None
+
+
+@dataclass
+class Emulator:
+    """The worker's emulator: its state, and in realistic mode the APNs port's HTTP/2 server
+    (``notee.emulator.peer``), which the control API reads and re-rules."""
+
+    state: State
+    peer: PeerServer | None = None
