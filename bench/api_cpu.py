@@ -76,23 +76,28 @@ def requests_of(kind: str, users: list[str], topic: str) -> list[tuple[str, str]
     return [("PUT", f"/v1/users/{u}/subscriptions/topic/{TYPE}/{topic}") for u in users]
 
 
-def measure(
-    tree: str | None, label: str, api_key: str, users: list[str], n: int, concurrency: int, kinds: list[str]
-) -> dict[str, float]:
-    """One API process serving ``tree`` (None: this checkout): ms of its CPU per request, per kind."""
+def start_api(tree: str | None) -> ApiProcess:
+    """An API process serving ``tree`` (None: this checkout)."""
     saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     if tree is not None:
         # `python -m notee` puts its working directory first on sys.path: run it from the tree too
         os.environ["PYTHONPATH"] = tree
         os.chdir(tree)
     try:
-        api = ApiProcess()
+        return ApiProcess()
     finally:
         os.chdir(cwd)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def measure(
+    tree: str | None, label: str, api_key: str, users: list[str], n: int, concurrency: int, kinds: list[str]
+) -> dict[str, float]:
+    """One API process serving ``tree`` (None: this checkout): ms of its CPU per request, per kind."""
+    api = start_api(tree)
     out: dict[str, float] = {}
     try:
         warm = users[: max(50, n // 10)]
