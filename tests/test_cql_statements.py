@@ -3,6 +3,7 @@
 from cassandra.query import PreparedStatement
 
 from notee.store.cql.rows import SubscriptionRef
+from tests.support.pins import ROW_BINDER
 
 
 def test_only_counter_increments_are_not_idempotent(runtime):
@@ -20,8 +21,9 @@ def test_only_counter_increments_are_not_idempotent(runtime):
 
 
 def test_rows_bound_by_the_binder_equal_the_drivers(runtime):
-    """``RowBinder`` appends what ``BatchStatement.add`` appends (a private list of the locked driver
-    version): a driver upgrade that changes it fails here, not in production. Every statement the
+    """``RowBinder`` appends what ``BatchStatement.add`` appends (a private list of the pinned driver
+    version: a performance detour, docs/BENCHMARKS.md "Performance detours"): a driver upgrade that
+    changes it fails here, naming the detour and the versions, not in production. Every statement the
     subscribe writes bind that way, with real rows (a user with two devices and its user-level row)."""
     from cassandra.query import BatchStatement, BatchType
 
@@ -41,6 +43,10 @@ def test_rows_bound_by_the_binder_equal_the_drivers(runtime):
     for stmt, params in rows:
         theirs.add(stmt, params)
         binder.add(ours, stmt, params)
-    assert ours._statements_and_parameters == theirs._statements_and_parameters
-    assert (ours.routing_key, ours.keyspace) == (theirs.routing_key, theirs.keyspace)
+    assert ours._statements_and_parameters == theirs._statements_and_parameters, ROW_BINDER.loud(
+        "the rows RowBinder appends differ from BatchStatement.add's"
+    )
+    assert (ours.routing_key, ours.keyspace) == (theirs.routing_key, theirs.keyspace), ROW_BINDER.loud(
+        "the batch's routing key or keyspace differs from the driver's"
+    )
     assert ours.routing_key is not None

@@ -11,6 +11,10 @@ with the head-size bound Notee needs and a response written in one piece.
   to) where one would do. ``CoalescingTransport`` holds what is written in one
   event-loop step and sends it as one piece at the end of the step (anything of 64 KiB or more at
   once, after what it holds).
+
+A subclass of uvicorn's protocol that re-implements its ``data_received``: a performance detour
+(docs/BENCHMARKS.md, "Performance detours"). uvicorn and httptools are pinned exactly, and
+tests/test_uvicorn_pins.py fails, naming it, when what it overrides or reads changes.
 """
 
 from __future__ import annotations

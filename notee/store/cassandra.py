@@ -134,8 +134,8 @@ def pages(
         # The request's timer (cancelled once the page arrived) and its future point at each other
         # (``Timer.callback`` is the future's bound ``_on_timeout``): a cycle that only the garbage
         # collector frees, the page's rows with it. Dropped here, the page is freed as soon as its
-        # reader lets go; kept, every page cost a collection (~0.3 µs per row, docs/BENCHMARKS.md,
-        # slot walk; tests/test_cassandra_profiles.py).
+        # reader lets go; kept, every page cost a collection (~0.3 µs per row). A private attribute
+        # of the pinned driver: docs/BENCHMARKS.md "Performance detours"; tests/test_cassandra_pins.py.
         result.response_future._timer = None
         yield result
         paging_state = result.paging_state

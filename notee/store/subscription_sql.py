@@ -64,7 +64,9 @@ def _driver_rows(db: Session | Connection, sql: str, params: dict[str, Any]) -> 
     ~100-190 µs statement (docs/BENCHMARKS.md, "Subscribe through the API, third round"). An error
     takes SQLAlchemy's own path (``Connection._handle_dbapi_exception``, a private method, the one
     ``exec_driver_sql`` calls): the same exception types (the API's 503 mapping), the pool's
-    disconnect handling and the ``handle_error`` events (``notee_store_errors_total``). The
+    disconnect handling and the ``handle_error`` events (``notee_store_errors_total``). A performance
+    detour (docs/BENCHMARKS.md, "Performance detours"): SQLAlchemy is pinned exactly, and
+    tests/test_sqlalchemy_pins.py fails, naming it, when that private method changes. The
     transaction this opens on the DBAPI connection ends with the caller's, or when the pool resets
     the connection on its return (a rollback)."""
     conn = _connection(db)

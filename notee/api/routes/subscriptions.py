@@ -155,7 +155,8 @@ class TopicSubscribeShortcut:
     stack skipped"). Every other request, and any subscribe whose parameters need the route's
     validation or conversion (an uppercase UUID, a bad type), goes on to FastAPI. The route stays
     the documented definition (OpenAPI); tests/test_subscriptions_api.py holds the two to the same
-    answers."""
+    answers. A performance detour (docs/BENCHMARKS.md, "Performance detours"): FastAPI and Starlette
+    are pinned exactly, and tests/test_shortcut_pins.py checks what it reproduces of theirs."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -41,8 +41,10 @@ class RowBinder:
     subscribe: the driver's binding"). The first row of a batch still goes through
     ``BatchStatement.add``, which gives the batch its routing key; the others are appended as the
     driver appends them, (True, query id, serialized values), to its ``_statements_and_parameters``
-    list: a private attribute of the locked driver version, pinned by
-    ``tests/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers``."""
+    list: a private attribute, so a performance detour (docs/BENCHMARKS.md, "Performance detours"):
+    cassandra-driver is pinned exactly, and
+    ``tests/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers`` and
+    tests/test_cassandra_pins.py fail, naming it, when the driver changes what it relies on."""
 
     def __init__(self, protocol_version: int) -> None:
         self._version = protocol_version
