@@ -235,6 +235,22 @@ def test_wheel_carries_every_module_and_migration(wheel: Path) -> None:
     assert not any(n.startswith(("tests/", "bench/", "schema/")) for n in names)
 
 
+def test_both_distributions_are_licensed_apache_2(wheel: Path) -> None:
+    """The wheel's metadata names the licence (PEP 639) and carries its text; the SDK's
+    distribution declares the same licence with the same text."""
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    headers = archive.read(metadata).decode()
+    assert "License-Expression: Apache-2.0" in headers.splitlines(), headers[:800]
+    licence = (ROOT / "LICENSE").read_bytes()
+    assert b"Apache License" in licence and b"Version 2.0, January 2004" in licence
+    (carried,) = [n for n in archive.namelist() if n.endswith("licenses/LICENSE")]
+    assert archive.read(carried) == licence
+    sdk = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+    assert (sdk["license"], sdk["license-files"]) == ("Apache-2.0", ["LICENSE"])
+    assert (ROOT / "clients" / "python" / "LICENSE").read_bytes() == licence
+
+
 @pytest.fixture(scope="module")
 def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
     """NOTEE_* settings naming a database and keyspaces of their own, so the installed `notee
