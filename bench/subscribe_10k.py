@@ -34,7 +34,12 @@ def _seed_users(runtime, service: str, n: int) -> list[str]:
     with runtime.sessions.begin() as s:
         for i, u in enumerate(ids):
             users_sql.upsert_user(
-                s, service=service, service_user_id=f"bench-{i}", name="bench", new_user_id=u, now=now
+                s,
+                service=service,
+                service_user_id=f"bench-{i}",
+                new_user_id=u,
+                now=now,
+                profile={"service_user_name": "bench"},
             )
             users_sql.upsert_device(
                 s,

@@ -31,6 +31,25 @@ def test_put_user_twice_returns_the_same_user_id(client, settings, service_id):
     assert other["user_id"] != got["user_id"] and other["name"] == ""
 
 
+def test_put_user_without_a_field_leaves_it_as_it_was(client, settings, service_id):
+    """PUT /v1/users/{id} is an upsert that never wipes what it was not given; a field sent as null
+    is cleared."""
+    h = new_service(client, settings, service_id)
+    body = {
+        "name": "Alice",
+        "locale": "de-DE",
+        "timezone": "Europe/Berlin",
+        "quiet_hours": {"start": "22:00", "end": "07:00"},
+    }
+    user_id = client.put("/v1/users/alice", json=body, headers=h).json()["user_id"]
+    assert client.put("/v1/users/alice", json={}, headers=h).status_code == 200
+    got = client.get(f"/v1/users/{user_id}", headers=h).json()
+    assert {k: got[k] for k in body} == body
+    client.put("/v1/users/alice", json={"locale": None, "name": "Alice B"}, headers=h)
+    got = client.get(f"/v1/users/{user_id}", headers=h).json()
+    assert (got["name"], got["locale"], got["timezone"]) == ("Alice B", None, "Europe/Berlin")
+
+
 def test_same_service_user_id_in_two_services_are_two_users(client, settings, service_id):
     a = new_service(client, settings, service_id)
     b = new_service(client, settings, service_id + "B")

@@ -20,6 +20,7 @@ import notee_client
 import pytest
 from notee_client import AsyncClient, Client, models
 
+from notee.core.version import VERSION
 from tests.support.emulator import deliveries_per_token
 from tests.support.processes import Processes
 from tests.support.registry import fcm_service_account, random_token
@@ -304,3 +305,30 @@ def test_dead_letters_are_listed_and_replayed_through_the_sdk(tenant, admin):
     assert page.items == [] and page.next_before_id is None
     assert notee.replay_dead_letters().replayed == 0
     assert admin.admin_list_dead_letters(service).items == []
+
+
+def test_put_user_again_without_a_field_keeps_what_was_set(tenant):
+    """An upsert never wipes what it was not given: put_user with only the id keeps the name, the
+    locale, the zone and the quiet hours set before (the SDK used to send name='' each time)."""
+    _, c = tenant
+    first = c.put_user(
+        "keep-me",
+        name="Alice",
+        locale="de-DE",
+        timezone="Europe/Berlin",
+        quiet_hours={"start": "22:00", "end": "07:00"},
+    )
+    again = c.put_user("keep-me")
+    assert again.user_id == first.user_id
+    got = c.get_user(first.user_id)
+    assert (got.name, got.locale, got.timezone) == ("Alice", "de-DE", "Europe/Berlin")
+    assert got.quiet_hours == {"start": "22:00", "end": "07:00"}
+    renamed = c.put_user("keep-me", name="")
+    assert renamed.name == "" and renamed.locale == "de-DE"  # an explicit value is still set
+
+
+def test_liveness_and_readiness_carry_the_version(api):
+    with Client(api.url, max_retries=0) as c:
+        live, ready = c.live(), c.ready()
+    assert (live.status, live.version) == ("ok", VERSION)
+    assert (ready.status, ready.version, ready.mysql, ready.cassandra) == ("ok", VERSION, "ok", "ok")

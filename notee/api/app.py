@@ -31,6 +31,7 @@ from notee.api.routes import (
 from notee.api.subscribe_groups import SubscribeGroups
 from notee.core.logs import announce_emulator
 from notee.core.settings import Settings
+from notee.core.version import VERSION
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
 from notee.usecases.queue_levels import watch_queue
@@ -77,7 +78,7 @@ def create_app(
 
     app = FastAPI(
         title="Notee",
-        version="0.1.0",
+        version=VERSION,
         description="Self-hosted multi-tenant push notifications: users, devices, templates, "
         "topic and cycle subscriptions, publishes fanned out through FCM and APNs.",
         lifespan=lifespan,

@@ -247,7 +247,9 @@ class CredentialsStatus(BaseModel):
 
 
 class UserIn(_In):
-    name: StrictStr = Field("", max_length=191, description="The user's name in the service")
+    name: StrictStr = Field(
+        "", max_length=191, description="The user's name in the service; left out: unchanged (a new user's: empty)."
+    )
     locale: Locale | None = Field(None, description=_LOCALE_FIELD + " A device's own locale wins over it.")
     timezone: StrictStr | None = Field(
         None,

@@ -19,6 +19,8 @@ from fastapi.routing import APIRoute
 
 OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): "health",
+    ("GET", "/livez"): "live",
+    ("GET", "/readyz"): "ready",
     # admin
     ("POST", "/v1/admin/services"): "createService",
     ("GET", "/v1/admin/services"): "listServices",

@@ -191,7 +191,8 @@ EXAMPLES: dict[str, Any] = {
         }
     },
     "DueTemplateOut": _DUE,
-    "Health": {"status": "ok", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
+    "Alive": {"status": "ok", "version": "0.1.0"},
+    "Health": {"status": "ok", "version": "0.1.0", "mysql": "ok", "cassandra": "ok", "emulator_url": None},
     "HourOut": {"hour": "2026-11-30T09:00:00Z", "counts": _COUNTS},
     "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
     "JobStatus": _JOB_STATUS,

@@ -14,10 +14,26 @@ import typer
 
 from notee.cli import operations, remote
 from notee.cli.config import load_settings
+from notee.core.version import VERSION
 from notee.emulator.tls import TlsFiles
 
 app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
 log = logging.getLogger("notee")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"notee {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print Notee's version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
+    """Notee push-notification platform."""
 
 
 def api(

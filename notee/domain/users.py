@@ -111,20 +111,22 @@ def upsert_user(
     service: str,
     service_user_id: str,
     *,
-    name: str = "",
+    name: str = KEEP,
     locale: str | None = KEEP,
     timezone: str | None = KEEP,
     quiet_hours: dict[str, str] | None = KEEP,
 ) -> User:
-    """Create or rename; the same service_user_id always maps to the same platform user_id.
-    ``locale`` (BCP 47, canonicalised) and ``timezone`` (IANA; None: the service's): set, cleared
+    """Create or update; the same service_user_id always maps to the same platform user_id. Every
+    field left out (``KEEP``) stays as it is: an update never wipes what it was not given.
+    ``name``: set when given (a new user's is empty). ``locale`` (BCP 47, canonicalised) and ``timezone`` (IANA; None: the service's): set, cleared
     with None, kept when left out. A changed ``timezone`` is written to the user's topic slot rows
     too (``subscriptions.on_user_zone_changed``), under the user's row lock, before the caller
     commits: a local-time job's parts read rows by zone. ``statements`` is called only then (a
     PUT that changes no zone needs no Cassandra)."""
     check_text("service_user_id", service_user_id, min_len=1, max_len=191)
-    check_text("name", name, max_len=191)
     profile: dict[str, Any] = {}
+    if name is not KEEP:
+        profile["service_user_name"] = check_text("name", name, max_len=191)
     if locale is not KEEP:
         profile["locale"] = None if locale is None else check_locale(locale)
     if timezone is not KEEP:
@@ -142,7 +144,6 @@ def upsert_user(
         session,
         service=service,
         service_user_id=service_user_id,
-        name=name,
         new_user_id=new_id,
         now=stored_now(),
         profile=profile,

@@ -69,26 +69,24 @@ def upsert_user(
     *,
     service: str,
     service_user_id: str,
-    name: str,
     new_user_id: str,
     now: datetime,
     profile: dict[str, Any] | None = None,
 ) -> AnyRow:
-    """Create or rename the user; the platform user_id is only set on creation. Race-free: two
+    """Create or update the user; the platform user_id is only set on creation. Race-free: two
     concurrent first calls both end with the one row the database kept. ``profile``: the user
-    columns the request set (``locale``; absent keys are left as they are)."""
+    columns the request set (``service_user_name``, ``locale``, ...); the others are left as they
+    are (a new user: the name empty, the rest NULL)."""
     profile = profile or {}
     stmt = mysql_insert(user_t).values(
         service=service,
         service_user_id=service_user_id,
-        service_user_name=name,
         user_id=new_user_id,
         created_at=now,
         updated_at=now,
-        **profile,
+        **({"service_user_name": ""} | profile),
     )
     stmt = stmt.on_duplicate_key_update(
-        service_user_name=stmt.inserted.service_user_name,
         updated_at=stmt.inserted.updated_at,
         **{k: getattr(stmt.inserted, k) for k in profile},
     )

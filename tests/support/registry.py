@@ -57,7 +57,12 @@ def make_user(runtime: Runtime, service: str, service_user_id: str | None = None
     user_id = str(uuid.uuid4())
     with runtime.sessions.begin() as s:
         row = users_sql.upsert_user(
-            s, service=service, service_user_id=service_user_id or user_id, name="name", new_user_id=user_id, now=_now()
+            s,
+            service=service,
+            service_user_id=service_user_id or user_id,
+            new_user_id=user_id,
+            now=_now(),
+            profile={"service_user_name": "name"},
         )
     return str(row.user_id)
 

@@ -137,7 +137,7 @@ wins over the user's (None: left as it is)."""
         return self.call(_ops.get_webhook(endpoint_id))
 
     def health(self) -> m.Health:
-        """Liveness of the API and its stores."""
+        """Readiness of the API: both stores answer (/healthz, the same check as /readyz)."""
         return self.call(_ops.health())
 
     def list_api_keys(self, service: str) -> list[m.ApiKey]:
@@ -180,6 +180,10 @@ wins over the user's (None: left as it is)."""
         """This service's webhook endpoints (never their secrets)."""
         return self.call(_ops.list_webhooks())
 
+    def live(self) -> m.Alive:
+        """Liveness of the API process (reads no store)."""
+        return self.call(_ops.live())
+
     def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
@@ -208,12 +212,17 @@ clear them with ``start=None``."""
 ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
         return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    def put_user(self, service_user_id: str, name: str = "", locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+    def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
-``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
-local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
-(None: each left as it is)."""
+``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
+variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
+``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+again with fewer arguments never wipes what an earlier call set."""
         return self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
+
+    def ready(self) -> m.Health:
+        """Readiness of the API: both stores answer."""
+        return self.call(_ops.ready())
 
     def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""
@@ -391,7 +400,7 @@ wins over the user's (None: left as it is)."""
         return await self.call(_ops.get_webhook(endpoint_id))
 
     async def health(self) -> m.Health:
-        """Liveness of the API and its stores."""
+        """Readiness of the API: both stores answer (/healthz, the same check as /readyz)."""
         return await self.call(_ops.health())
 
     async def list_api_keys(self, service: str) -> list[m.ApiKey]:
@@ -434,6 +443,10 @@ wins over the user's (None: left as it is)."""
         """This service's webhook endpoints (never their secrets)."""
         return await self.call(_ops.list_webhooks())
 
+    async def live(self) -> m.Alive:
+        """Liveness of the API process (reads no store)."""
+        return await self.call(_ops.live())
+
     async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
@@ -462,12 +475,17 @@ clear them with ``start=None``."""
 ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
         return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    async def put_user(self, service_user_id: str, name: str = "", locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+    async def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
-``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
-local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
-(None: each left as it is)."""
+``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
+variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
+``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+again with fewer arguments never wipes what an earlier call set."""
         return await self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
+
+    async def ready(self) -> m.Health:
+        """Readiness of the API: both stores answer."""
+        return await self.call(_ops.ready())
 
     async def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""

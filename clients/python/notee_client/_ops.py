@@ -67,8 +67,18 @@ def _instant(moment: datetime | None) -> str | None:
 # --- health and admin ------------------------------------------------------------------------------
 
 def health() -> Op[m.Health]:
-    """Liveness of the API and its stores."""
+    """Readiness of the API: both stores answer (/healthz, the same check as /readyz)."""
     return Op("GET", "/healthz", _one(m.Health))
+
+
+def live() -> Op[m.Alive]:
+    """Liveness of the API process (reads no store)."""
+    return Op("GET", "/livez", _one(m.Alive))
+
+
+def ready() -> Op[m.Health]:
+    """Readiness of the API: both stores answer."""
+    return Op("GET", "/readyz", _one(m.Health))
 
 
 def create_service(service: str, display_name: str, timezone: str | None = None) -> Op[m.Service]:
@@ -150,15 +160,16 @@ def delete_credentials(service: str, provider: str) -> Op[None]:
 
 # --- users and devices -----------------------------------------------------------------------------
 
-def put_user(service_user_id: str, name: str = "", locale: str | None = None,
+def put_user(service_user_id: str, name: str | None = None, locale: str | None = None,
              timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> Op[m.User]:
     """Create or update a user by the service's own id; answers the platform ``user_id``.
-    ``locale``: BCP 47 tag choosing templates' locale variants; ``timezone``: IANA zone for
-    local-time publishes and quiet hours; ``quiet_hours``: ``{"start": "22:00", "end": "07:00"}``
-    (None: each left as it is)."""
+    ``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
+    variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
+    ``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+    again with fewer arguments never wipes what an earlier call set."""
     return Op("PUT", f"/v1/users/{_seg(service_user_id)}", _one(m.User),
-              json={"name": name} | _clean(locale=locale, timezone=timezone,
-                                           quiet_hours=dict(quiet_hours) if quiet_hours is not None else None))
+              json=_clean(name=name, locale=locale, timezone=timezone,
+                          quiet_hours=dict(quiet_hours) if quiet_hours is not None else None))
 
 
 def get_quiet_hours() -> Op[m.ServiceQuietHours]:

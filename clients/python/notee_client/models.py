@@ -23,8 +23,14 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class Alive(Model):
+    status: str
+    version: str
+
+
 class Health(Model):
     status: str
+    version: str
     mysql: str
     cassandra: str
     emulator_url: str | None = None  # set when every push goes to an emulator instead of FCM/APNs

@@ -28,14 +28,16 @@ def put_user(
     runtime: RuntimeDep,
     response: Response,
 ) -> users.User:
-    """Create or update a user; the same service_user_id always returns the same user_id (201 when created)."""
+    """Create or update a user; the same service_user_id always returns the same user_id (201 when
+    created). A field left out of the body stays as it is (a new user's name is empty); a field
+    sent as null is cleared (locale, timezone, quiet_hours)."""
     given = body.model_fields_set
     user = users.upsert_user(
         db,
         lambda: runtime.statements,
         service,
         service_user_id,
-        name=body.name,
+        name=body.name if "name" in given else KEEP,
         locale=body.locale if "locale" in given else KEEP,
         timezone=body.timezone if "timezone" in given else KEEP,
         quiet_hours=(body.quiet_hours.model_dump() if body.quiet_hours else None) if "quiet_hours" in given else KEEP,
