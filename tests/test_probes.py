@@ -1,4 +1,4 @@
-"""Liveness and readiness (docs/DEPLOY.md "Probes"): /livez never reads a store, so a store outage
+"""Liveness and readiness (docs/API.md "Probes"): /livez never reads a store, so a store outage
 does not make an orchestrator restart the API; /readyz (and /healthz, its older name) says which
 store is down. Both carry Notee's version, as does `notee --version`."""
 

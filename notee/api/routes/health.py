@@ -1,4 +1,4 @@
-"""Liveness and readiness, as Kubernetes probes ask them (docs/DEPLOY.md "Probes").
+"""Liveness and readiness, as Kubernetes probes ask them (docs/API.md "Probes").
 
 - ``/livez``: the process answers; never touches a store, so a MySQL or Cassandra blip does not
   make an orchestrator restart every API process at once (a restart would not bring a store back).
@@ -62,7 +62,7 @@ def check_stores(runtime: Runtime, emulator_url: str | None) -> Health:
 @router.get("/livez", response_model=Alive)
 async def livez() -> Alive:
     """Liveness: 200 while the process answers. It reads no store (a store outage must not restart
-    the API processes: docs/DEPLOY.md "Probes")."""
+    the API processes: docs/API.md "Probes")."""
     return Alive(status="ok", version=VERSION)
 
 
