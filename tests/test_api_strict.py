@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 
 import pytest
+from starlette.routing import compile_path
 
 from notee.core.errors import InvalidInput
 from notee.usecases import publish
@@ -166,3 +167,47 @@ def test_bad_token_in_device_delete_path_is_422_not_503(client, runtime, tenant,
     before = snapshot(runtime, service)
     _is_422(client.delete(f"/v1/users/{user}/devices/{token}", headers=headers))
     assert snapshot(runtime, service) == before
+
+
+def test_a_405_names_every_method_its_path_is_served_with(app, client, settings, tenant) -> None:
+    """RFC 9110 15.5.6: a 405's Allow lists the methods the resource supports (those of every route
+    its URL matches: DELETE .../credentials/apns is served by .../credentials/{provider}). FastAPI keeps one
+    route per (path, method), so Starlette's own 405 named only the first route of the path (a
+    schemathesis run found 8 paths whose Allow left methods out). Every path of the API, asked with
+    a method it is not served with, lists all of its methods."""
+    _, headers, user, token = tenant
+    by_path: dict[str, set[str]] = {}
+    for path, item in app.openapi()["paths"].items():
+        by_path[path] = {method.upper() for method in item}
+    fill = {
+        "{user_id}": user,
+        "{token}": token,
+        "{service}": "SVC",
+        "{service_user_id}": "u1",
+        "{key_id}": "k",
+        "{provider}": "fcm",
+        "{rate_class}": "read",
+        "{method}": "TOPIC",
+        "{type}": "news",
+        "{topic}": "t",
+        "{job_id}": user,
+        "{endpoint_id}": user,
+        "{delivery_id}": "1",
+        "{letter_id}": "1",
+    }
+    checked = 0
+    for path, methods in sorted(by_path.items()):
+        unused = [m for m in ("PATCH", "PUT", "POST", "DELETE") if m not in methods]
+        if not unused:
+            continue
+        url = path
+        for name, value in fill.items():
+            url = url.replace(name, value)
+        assert "{" not in url, f"no value for a parameter of {path}"
+        r = client.request(unused[0], url, headers=admin_headers(settings) if path.startswith("/v1/admin") else headers)
+        assert r.status_code == 405, (path, r.status_code, r.text)
+        served = {m for other, ms in by_path.items() if compile_path(other)[0].match(url) for m in ms}
+        assert set(r.headers["allow"].split(", ")) == served, (path, r.headers["allow"])
+        assert r.json()["error"]["code"] == "method_not_allowed"
+        checked += 1
+    assert checked > 20

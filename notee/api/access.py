@@ -20,12 +20,10 @@ import logging
 import re
 import secrets
 import time
-from typing import Any
 
-from fastapi.routing import iter_route_contexts
-from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from notee.api.route_table import route_table
 from notee.api.routes.devices import shorten_tokens_in_path
 from notee.core import logs, metrics
 
@@ -51,20 +49,6 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 UNMATCHED = "unmatched"
 
 
-def _route_table(app: Any) -> list[tuple[re.Pattern[str], frozenset[str], str]]:
-    """(path regex, methods, template) of every route of ``app``, built once per app. FastAPI nests
-    included routers, so the flat list comes from its route contexts (each with its full path)."""
-    table: list[tuple[re.Pattern[str], frozenset[str], str]] | None = getattr(app.state, "route_table", None)
-    if table is None:
-        table = []
-        for context in iter_route_contexts(app.router.routes):
-            if context.path is not None:
-                methods = getattr(context.original_route, "methods", None) or ()
-                table.append((compile_path(context.path)[0], frozenset(methods), context.path))
-        app.state.route_table = table
-    return table
-
-
 def route_template(scope: Scope) -> str:
     """The template of the route that served (or would serve) the request, for metric labels."""
     route = scope.get("route")
@@ -73,7 +57,7 @@ def route_template(scope: Scope) -> str:
         return path
     # answered before routing (the edge), or no route: the template the path was meant for
     partial = UNMATCHED  # the path matches but not the method (405)
-    for regex, methods, template in _route_table(scope["app"]):
+    for regex, methods, template in route_table(scope["app"]):
         if regex.match(scope["path"]):
             if not methods or scope["method"] in methods:
                 return template

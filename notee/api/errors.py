@@ -20,6 +20,7 @@ from pymysql import err as pymysql_err
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from notee.api.route_table import allowed_methods
 from notee.core.errors import NoteeError
 from notee.store.outage import is_store_outage
 
@@ -129,7 +130,10 @@ def install(app: FastAPI) -> None:
             # FastAPI's own 400 is a body it could not parse (bad JSON, not UTF-8): one format for all input errors.
             return error_response(422, "invalid_input", "request body could not be parsed")
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {"Allow": ", ".join(allowed_methods(_request.app, _request.url.path))}
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(NoteeError)
     @app.exception_handler(SQLAlchemyError)
