@@ -38,6 +38,14 @@ def admin_env(api, settings) -> dict[str, str]:
     return env | {"NOTEE_URL": api.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
 
 
+def test_a_service_created_without_a_time_zone_is_in_utc(admin_env, service_id):
+    """The CLI's default zone is UTC, said in its --help (the API's own default is the seed's)."""
+    made = notee("admin", "service", "create", service_id, "--name", "No zone", env=admin_env)
+    assert made.returncode == 0 and made.stdout.strip() == f"service {service_id} created (UTC)", (
+        made.stdout + made.stderr
+    )
+
+
 def test_from_a_new_service_to_a_push_with_the_cli_alone(processes, admin_env, service_id, emulator, tmp_path: Path):
     ok = notee(
         "admin", "service", "create", service_id, "--name", "CLI shop", "--timezone", "Europe/Paris", env=admin_env

@@ -26,9 +26,11 @@ admin_app.add_typer(credentials_app, name="credentials")
 def service_create(
     service: str = typer.Argument(..., help="Tenant id, e.g. SHOP (A-Z, 0-9, _)."),
     name: str = typer.Option(..., "--name", help="Display name."),
-    timezone: str | None = typer.Option(None, help="IANA time zone (default Asia/Seoul)."),
+    timezone: str = typer.Option(
+        "UTC", help="IANA time zone of its cycle schedules, local-time publishes and quiet hours."
+    ),
 ) -> None:
-    """Create a service."""
+    """Create a service (its time zone: UTC unless given)."""
     with sdk_client() as notee:
         created = notee.create_service(service, name, timezone)
     typer.echo(f"service {created.service} created ({created.timezone})")
