@@ -10,7 +10,7 @@ from sqlalchemy import select
 from notee.api.routes import devices as devices_route
 from notee.domain import templates, users
 from notee.store import templates_sql, users_sql
-from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 
 
 def _devices(client, headers, user_id):
@@ -244,3 +244,49 @@ def test_subscriptions_follow_devices_rotation_and_user_deletion(client, setting
     assert client.delete(f"/v1/users/{user_id}", headers=h).status_code == 204
     assert slot_tokens() == set()
     assert index_rows() == []
+
+
+def test_every_user_route_takes_the_services_own_id(client, settings, service_id):
+    """``ext:<service_user_id>`` names the same user as its platform user_id on every
+    /v1/users/{user_id}/... route: devices, subscriptions, the single send, reading and deleting."""
+    h = new_service(client, settings, service_id)
+    dry = client.patch(
+        f"/v1/admin/services/{service_id}", json={"delivery_mode": "dry_run"}, headers=admin_headers(settings)
+    )
+    assert dry.status_code == 200, dry.text  # the single send is recorded, not sent
+    new_template(client, h, "TOPIC", "news")
+    new_template(client, h, "CYCLE", "digest")
+    new_template(client, h, "SINGLE", "hello")
+    token = random_token("ext")
+    user_id = new_user(client, h, "alice@example.com", devices=[(token, "AOS")])
+    ext = "/v1/users/ext:alice@example.com"
+    assert client.get(ext, headers=h).json() == client.get(f"/v1/users/{user_id}", headers=h).json()
+    devices = client.get(f"{ext}/devices", headers=h)
+    assert devices.status_code == 200 and [d["token"] for d in devices.json()["items"]] == [token]
+    second = random_token("ext2")
+    assert client.post(f"{ext}/devices", json={"token": second, "os": "IOS"}, headers=h).status_code == 201
+    assert client.put(f"{ext}/subscriptions/topic/news/sports", headers=h).status_code == 201
+    cycle = {"days": ["MON"], "hour": 9, "minute": 0}
+    assert client.put(f"{ext}/subscriptions/cycle/digest", json=cycle, headers=h).status_code == 201
+    listed = client.get(f"/v1/users/{user_id}/subscriptions", headers=h).json()["items"]
+    assert sorted(s["type"] for s in listed) == ["digest", "news"]
+    assert client.get(f"{ext}/subscriptions", headers=h).json()["items"] == listed
+    sent = client.post(f"{ext}/send", json={"type": "hello", "variables": {"name": "A"}}, headers=h)
+    assert sent.status_code == 200 and (sent.json()["devices"], sent.json()["dry_run"]) == (2, True), sent.text
+    assert client.delete(f"{ext}/subscriptions/topic/news/sports", headers=h).status_code == 204
+    assert client.delete(f"{ext}/subscriptions/cycle/digest", headers=h).status_code == 204
+    assert client.delete(f"{ext}/devices/{second}", headers=h).status_code == 204
+    assert client.delete(ext, headers=h).status_code == 204
+    assert client.get(f"/v1/users/{user_id}", headers=h).status_code == 404
+
+
+def test_an_unknown_or_another_services_own_id_is_404_and_a_bad_one_422(client, settings, service_id):
+    a = new_service(client, settings, service_id)
+    b = new_service(client, settings, service_id + "B")
+    new_user(client, b, "bob")
+    for headers, ref in ((a, "ext:bob"), (a, "ext:nobody")):  # b's user is unknown to a, as a missing one
+        r = client.get(f"/v1/users/{ref}/devices", headers=headers)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+    for bad in ("ext:", "bob", "ext:" + "x" * 192, "ext:a%09b"):
+        r = client.get(f"/v1/users/{bad}/subscriptions", headers=a)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (bad, r.text)

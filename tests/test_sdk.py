@@ -332,3 +332,14 @@ def test_liveness_and_readiness_carry_the_version(api):
         live, ready = c.live(), c.ready()
     assert (live.status, live.version) == ("ok", VERSION)
     assert (ready.status, ready.version, ready.mysql, ready.cassandra) == ("ok", VERSION, "ok", "ok")
+
+
+def test_the_sdk_names_a_user_by_the_services_own_id(tenant):
+    _, c = tenant
+    user = c.put_user("carol-7", name="Carol")
+    token = random_token("byid")
+    c.add_device(notee_client.by_service_id("carol-7"), token=token, os="AOS")
+    assert [d.token for d in c.list_devices(user.user_id)] == [token]
+    assert c.get_user(notee_client.by_service_id("carol-7")).user_id == user.user_id
+    with pytest.raises(ValueError, match="cannot name a user in a path"):
+        notee_client.by_service_id("a/b")

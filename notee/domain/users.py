@@ -156,6 +156,14 @@ def upsert_user(
     return _user(row, created=created)
 
 
+def user_id_of(session: Session, service: str, service_user_id: str) -> str:
+    """The platform user_id of the service's own id (NotFound, as for an unknown user_id)."""
+    found = store.user_zone(session, service, check_text("service_user_id", service_user_id, min_len=1, max_len=191))
+    if found is None:
+        raise NotFound("user not found")
+    return found[0]
+
+
 def get_user(session: Session, service: str, user_id: str) -> User:
     row = store.get_user(session, service, check_user_id(user_id))
     if row is None:

@@ -10,6 +10,7 @@
 """
 
 from notee_client import models
+from notee_client._ids import by_service_id
 from notee_client._ops import Op
 from notee_client.client import AsyncClient, Client, ProgressCallback
 from notee_client.errors import (
@@ -26,6 +27,6 @@ from notee_client.errors import (
 )
 
 __all__ = [
-    "AsyncClient", "BadRequest", "Client", "Conflict", "JobTimeout", "NotFound", "NoteeError", "Op",
+    "AsyncClient", "BadRequest", "by_service_id", "Client", "Conflict", "JobTimeout", "NotFound", "NoteeError", "Op",
     "ProgressCallback", "RateLimited", "ServerError", "Unauthorized", "Unavailable", "ValidationFailed", "models",
 ]

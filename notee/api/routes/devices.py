@@ -5,20 +5,18 @@ from __future__ import annotations
 import logging
 import re
 from typing import Annotated, Any
-from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
+from notee.api.user_ref import UserDep
 from notee.core.logs import token_hint
 from notee.domain import subscriptions, users
 from notee.domain.rules import TOKEN_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["devices"])
-
-UserIdPath = Annotated[UUID, Path(description="Platform user id")]
 
 
 _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "description": "Created"}}
@@ -26,41 +24,41 @@ _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "descript
 
 @router.post("/users/{user_id}/devices", response_model=DeviceOut, responses=_CREATED | errors(404))
 def add_device(
-    user_id: UserIdPath, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
+    user_id: UserDep, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
 ) -> users.Device:
     """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
     device = users.add_device(
         db,
         service,
-        str(user_id),
+        user_id,
         token=body.token,
         os=body.os,
         region=body.region,
         locale=body.locale if "locale" in body.model_fields_set else users.KEEP,
     )
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
-    subscriptions.on_device_added(db, runtime.statements, service, str(user_id), body.token, body.os)
+    subscriptions.on_device_added(db, runtime.statements, service, user_id, body.token, body.os)
     db.commit()  # ends the copy's transaction: releases the user's shared row lock
     response.status_code = 201 if device.created else 200
     return device
 
 
 @router.get("/users/{user_id}/devices", response_model=DeviceList, responses=errors(404))
-def list_devices(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> DeviceList:
+def list_devices(user_id: UserDep, service: ServiceDep, db: DbDep) -> DeviceList:
     """Every device (push token) of the user."""
-    return DeviceList(items=[DeviceOut.model_validate(d) for d in users.list_devices(db, service, str(user_id))])
+    return DeviceList(items=[DeviceOut.model_validate(d) for d in users.list_devices(db, service, user_id)])
 
 
 @router.delete("/users/{user_id}/devices/{token:path}", status_code=204, response_class=Response, responses=errors(404))
 def delete_device(
-    user_id: UserIdPath,
+    user_id: UserDep,
     token: Annotated[str, Path(pattern=TOKEN_PATTERN)],
     service: ServiceDep,
     db: DbDep,
     runtime: RuntimeDep,
 ) -> None:
     """Remove a device and its subscription rows. The token is URL-encoded in the path."""
-    users.remove_device(db, runtime.statements, service, str(user_id), token)
+    users.remove_device(db, runtime.statements, service, user_id, token)
     db.commit()
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 from typing import Annotated, Any
-from uuid import UUID
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, StringConstraints
 
@@ -16,6 +15,7 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
+from notee.api.user_ref import UserDep
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
@@ -100,7 +100,7 @@ def _schedule(
     },
 )
 async def send_to_user(
-    user_id: Annotated[UUID, Path(description="Platform user id")],
+    user_id: UserDep,
     body: SendIn,
     service: ServiceDep,
     request: Request,
@@ -122,11 +122,11 @@ async def send_to_user(
     template that drops answers 200 with ``quiet_dropped``, one that holds answers 202 with a job
     scheduled for the end of the window (as with ``send_at``)."""
     if body.send_at is not None:
-        accepted = await asyncio.to_thread(_schedule, runtime, service, str(user_id), body, idempotency_key)
+        accepted = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
     try:
         send = SingleSend(
-            service, str(user_id), body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
+            service, user_id, body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
         )
         devices, result = await sender.send_single(send, stop=getattr(request.app.state, "stopping", None))
     except QuietDropped as exc:
@@ -134,9 +134,7 @@ async def send_to_user(
             devices=exc.devices, delivered=0, pruned=0, retried=0, failed=0, dry_run=False, quiet_dropped=exc.devices
         )
     except QuietHoursNow as exc:  # held: a scheduled single send at the end of the window
-        accepted = await asyncio.to_thread(
-            _schedule, runtime, service, str(user_id), body, idempotency_key, exc.until_at
-        )
+        accepted = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key, exc.until_at)
         return JSONResponse(accepted, status_code=202)
     return SendOut(
         devices=devices,

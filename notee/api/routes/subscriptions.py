@@ -21,6 +21,7 @@ from notee.api.deps import DbDep, RuntimeDep, SubscribeGroupsDep
 from notee.api.errors import known_error_response
 from notee.api.models import Answer, errors
 from notee.api.subscribe_groups import SubscribeGroups
+from notee.api.user_ref import UserDep
 from notee.domain import cycle_subscriptions, subscriptions, topic_subscriptions
 from notee.domain.cycle_subscriptions import ScheduleRequest
 from notee.domain.rules import TYPE_PATTERN
@@ -29,7 +30,6 @@ from notee.domain.subscription_rows import SubscribeResult
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 
-UserIdPath = Annotated[UUID, Path(description="Platform user id")]
 TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The template's notification_type")]
 TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded)")]
 
@@ -107,7 +107,7 @@ class BulkOut(BaseModel):
     responses={201: {"model": SubscribeOut, "description": "Created"}, **errors(404, 422)},
 )
 async def subscribe_topic(
-    user_id: UserIdPath,
+    user_id: UserDep,
     type: TypePath,
     topic: TopicPath,
     service: ServiceDep,
@@ -115,7 +115,7 @@ async def subscribe_topic(
 ) -> Response:
     """Subscribe the user (every device it has, and any it registers later) to a topic of a TOPIC
     template: 201 when the subscription is new, 200 when it existed (nothing changes)."""
-    status, body = await _subscribe_topic_answer(groups, service, str(user_id), type, topic)
+    status, body = await _subscribe_topic_answer(groups, service, user_id, type, topic)
     return Response(body, status_code=status, media_type="application/json")
 
 
@@ -198,10 +198,10 @@ def _upserted(response: Response, result: SubscribeResult) -> SubscribeResult:
     responses=errors(404, 422),
 )
 def unsubscribe_topic(
-    user_id: UserIdPath, type: TypePath, topic: TopicPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
+    user_id: UserDep, type: TypePath, topic: TopicPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep
 ) -> None:
     """Remove exactly this user's rows of this topic (no-op when not subscribed)."""
-    topic_subscriptions.unsubscribe_topic(db, runtime.statements, service, str(user_id), type, topic)
+    topic_subscriptions.unsubscribe_topic(db, runtime.statements, service, user_id, type, topic)
 
 
 @router.put(
@@ -210,7 +210,7 @@ def unsubscribe_topic(
     responses={201: {"model": SubscribeOut, "description": "Created or replaced"}, **errors(404, 422)},
 )
 def subscribe_cycle(
-    user_id: UserIdPath,
+    user_id: UserDep,
     type: TypePath,
     body: CycleIn,
     service: ServiceDep,
@@ -226,7 +226,7 @@ def subscribe_cycle(
             db,
             runtime.statements,
             service,
-            str(user_id),
+            user_id,
             type,
             ScheduleRequest(body.days, body.hour, body.minute, body.timezone),
         ),
@@ -236,16 +236,16 @@ def subscribe_cycle(
 @router.delete(
     "/users/{user_id}/subscriptions/cycle/{type}", status_code=204, response_class=Response, responses=errors(404)
 )
-def unsubscribe_cycle(user_id: UserIdPath, type: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
+def unsubscribe_cycle(user_id: UserDep, type: TypePath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Remove the user's recurring schedule for this type (every device)."""
-    cycle_subscriptions.unsubscribe_cycle(db, runtime.statements, service, str(user_id), type)
+    cycle_subscriptions.unsubscribe_cycle(db, runtime.statements, service, user_id, type)
 
 
 @router.get("/users/{user_id}/subscriptions", response_model=SubscriptionList, responses=errors(404))
-def list_subscriptions(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> SubscriptionList:
+def list_subscriptions(user_id: UserDep, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> SubscriptionList:
     """The user's subscriptions, from the per-user index."""
     return SubscriptionList.model_validate(
-        {"items": subscriptions.list_subscriptions(db, runtime.statements, service, str(user_id))}
+        {"items": subscriptions.list_subscriptions(db, runtime.statements, service, user_id)}
     )
 
 

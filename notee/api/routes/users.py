@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from typing import Annotated
-from uuid import UUID
 
 from fastapi import APIRouter, Path, Response
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import UserIn, UserOut, errors
+from notee.api.user_ref import UserDep
 from notee.domain import users
 from notee.domain.users import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
 ServiceUserIdPath = Annotated[str, Path(min_length=1, max_length=191, description="The service's own user id")]
-UserIdPath = Annotated[UUID, Path(description="Platform user id")]
 
 
 @router.put("/{service_user_id}", response_model=UserOut, responses={201: {"model": UserOut, "description": "Created"}})
@@ -48,13 +47,13 @@ def put_user(
 
 
 @router.get("/{user_id}", response_model=UserOut, responses=errors(404))
-def get_user(user_id: UserIdPath, service: ServiceDep, db: DbDep) -> users.User:
+def get_user(user_id: UserDep, service: ServiceDep, db: DbDep) -> users.User:
     """One user by Notee's user_id."""
-    return users.get_user(db, service, str(user_id))
+    return users.get_user(db, service, user_id)
 
 
 @router.delete("/{user_id}", status_code=204, response_class=Response, responses=errors(404))
-def delete_user(user_id: UserIdPath, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
+def delete_user(user_id: UserDep, service: ServiceDep, db: DbDep, runtime: RuntimeDep) -> None:
     """Delete the user, its devices and its subscriptions."""
-    users.delete_user(db, runtime.statements, service, str(user_id))
+    users.delete_user(db, runtime.statements, service, user_id)
     db.commit()
