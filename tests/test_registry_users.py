@@ -290,3 +290,41 @@ def test_an_unknown_or_another_services_own_id_is_404_and_a_bad_one_422(client, 
     for bad in ("ext:", "bob", "ext:" + "x" * 192, "ext:a%09b"):
         r = client.get(f"/v1/users/{bad}/subscriptions", headers=a)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (bad, r.text)
+
+
+def test_users_are_listed_newest_first_a_page_at_a_time_with_filters(client, settings, service_id):
+    """GET /v1/users: newest first, keyset pages (a user added while paging does not shift them),
+    filtered by creation time, by having devices and by platform; a foreign cursor is 422."""
+    h = new_service(client, settings, service_id)
+    ios, aos = random_token("ios"), random_token("aos")
+    ids = [new_user(client, h, f"u{i}") for i in range(5)]
+    client.post(f"/v1/users/{ids[1]}/devices", json={"token": ios, "os": "IOS"}, headers=h)
+    client.post(f"/v1/users/{ids[3]}/devices", json={"token": aos, "os": "AOS"}, headers=h)
+
+    def listed(**query) -> tuple[list[str], str | None]:
+        r = client.get("/v1/users", params=query, headers=h)
+        assert r.status_code == 200, r.text
+        return [u["user_id"] for u in r.json()["items"]], r.json()["next_cursor"]
+
+    first, cursor = listed(limit=2)
+    assert first == ids[::-1][:2] and cursor is not None
+    new_user(client, h, "late")  # newer than every listed user: the next pages do not see it
+    second, cursor = listed(limit=2, cursor=cursor)
+    third, end = listed(limit=2, cursor=cursor)
+    assert second + third == ids[::-1][2:] and end is None
+    assert listed(has_devices="true")[0] == [ids[3], ids[1]]
+    assert set(listed(has_devices="false")[0]) == set(ids) - {ids[1], ids[3]} | {listed(limit=1)[0][0]}
+    assert listed(platform="IOS")[0] == [ids[1]]
+    since = client.get(f"/v1/users/{ids[3]}", headers=h).json()["created_at"]
+    assert listed(created_since=since)[0][-2:] == [ids[4], ids[3]]
+    for bad in ({"cursor": "bm90LW91cnM="}, {"platform": "WEB"}, {"created_since": "2026-01-01"}, {"limit": 0}):
+        r = client.get("/v1/users", params=bad, headers=h)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (bad, r.text)
+
+
+def test_another_services_users_are_never_listed(client, settings, service_id):
+    a = new_service(client, settings, service_id)
+    b = new_service(client, settings, service_id + "B")
+    mine = new_user(client, a, "mine")
+    new_user(client, b, "theirs")
+    assert [u["user_id"] for u in client.get("/v1/users", headers=a).json()["items"]] == [mine]

@@ -38,6 +38,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/admin/services/{service}/credentials/{provider}"): "deleteCredentials",
     # users and devices
     ("PUT", "/v1/users/{service_user_id}"): "putUser",
+    ("GET", "/v1/users"): "listUsers",
     ("GET", "/v1/service/quiet-hours"): "getQuietHours",
     ("PUT", "/v1/service/quiet-hours"): "putQuietHours",
     ("GET", "/v1/users/{user_id}"): "getUser",

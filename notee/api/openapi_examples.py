@@ -291,6 +291,21 @@ EXAMPLES: dict[str, Any] = {
         "created_at": _T,
         "updated_at": _T,
     },
+    "UserList": {
+        "items": [
+            {
+                "user_id": _USER,
+                "service_user_id": "alice-1",
+                "name": "Alice",
+                "locale": None,
+                "timezone": None,
+                "quiet_hours": None,
+                "created_at": _T,
+                "updated_at": _T,
+            }
+        ],
+        "next_cursor": None,
+    },
     "VariantIn": _VARIANT,
     "VariantOut": _VARIANT,
 }

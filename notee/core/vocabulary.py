@@ -219,6 +219,18 @@ class JobFilter:
     limit: int = 50
 
 
+@dataclass(frozen=True, slots=True)
+class UserFilter:
+    """Which of a service's users a listing shows, newest first. None: no filter on that field.
+    ``before``: the (created_at, user_id) of the previous page's last user (keyset paging)."""
+
+    created_since: datetime | None = None  # naive UTC, inclusive
+    has_devices: bool | None = None
+    platform: str | None = None  # a device of this OS (IOS, AOS)
+    before: tuple[datetime, str] | None = None
+    limit: int = 50
+
+
 # --- provider credentials (decrypted) -------------------------------------------------------------
 
 # Google's OAuth2 token endpoint: the only place a stored service account's signed assertion may go

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import NotFound
-from notee.core.vocabulary import OSES
+from notee.core.vocabulary import OSES, UserFilter
 from notee.domain import subscriptions
 from notee.domain.rules import (
     REGION_RE,
@@ -162,6 +162,13 @@ def user_id_of(session: Session, service: str, service_user_id: str) -> str:
     if found is None:
         raise NotFound("user not found")
     return found[0]
+
+
+def list_users(session: Session, service: str, wanted: UserFilter) -> list[User]:
+    """A service's users, newest first (``UserFilter``: creation time, devices, platform, the page)."""
+    if wanted.platform is not None and wanted.platform not in OSES:
+        raise bad("platform", f"must be one of {', '.join(OSES)}", "enum")
+    return [_user(row) for row in store.list_users(session, service, wanted)]
 
 
 def get_user(session: Session, service: str, user_id: str) -> User:

@@ -22,13 +22,16 @@ from sqlalchemy import (
     Table,
     and_,
     delete,
+    exists,
     func,
+    or_,
     select,
     update,
 )
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.orm import Session
 
+from notee.core.vocabulary import UserFilter
 from notee.store.mysql import AnyRow, affected
 
 metadata = MetaData()
@@ -94,6 +97,27 @@ def upsert_user(
     return session.execute(
         select(user_t).where(and_(user_t.c.service == service, user_t.c.service_user_id == service_user_id))
     ).one()
+
+
+def list_users(session: Session, service: str, wanted: UserFilter) -> list[AnyRow]:
+    """A service's users, newest first, a page at a time (ix_user_created: keyset on (created_at,
+    user_id), stable while users are added). "Has devices" and the platform are EXISTS on device's
+    primary key, which begins with (service, user_id)."""
+    q = select(user_t).where(user_t.c.service == service)
+    if wanted.created_since is not None:
+        q = q.where(user_t.c.created_at >= wanted.created_since)
+    if wanted.before is not None:
+        at, user_id = wanted.before
+        q = q.where(or_(user_t.c.created_at < at, and_(user_t.c.created_at == at, user_t.c.user_id < user_id)))
+    devices = select(device_t.c.device_token).where(
+        device_t.c.service == user_t.c.service, device_t.c.user_id == user_t.c.user_id
+    )
+    if wanted.platform is not None:
+        q = q.where(exists(devices.where(device_t.c.device_os == wanted.platform)))
+    if wanted.has_devices is not None:
+        q = q.where(exists(devices) if wanted.has_devices else ~exists(devices))
+    q = q.order_by(user_t.c.created_at.desc(), user_t.c.user_id.desc()).limit(wanted.limit)
+    return list(session.execute(q).all())
 
 
 def user_ids_page(session: Session, service: str, after: str | None, limit: int) -> list[str]:

@@ -172,6 +172,12 @@ wins over the user's (None: left as it is)."""
         """One page of the service's topics that have subscribers, with their counts."""
         return self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
 
+    def list_users(self, created_since: datetime | None = None, has_devices: bool | None = None, platform: str | None = None, cursor: str | None = None, limit: int = 50) -> m.UserPage:
+        """One page of the service's users, newest first (``next_cursor`` for the next one; ``iter_users``
+walks them all). ``has_devices``: True only users with a device, False only without; ``platform``:
+only users with a device of it (IOS, AOS)."""
+        return self.call(_ops.list_users(created_since, has_devices, platform, cursor, limit))
+
     def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
         """One page of an endpoint's recent deliveries, newest first."""
         return self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, before_id=before_id, limit=limit))
@@ -434,6 +440,12 @@ wins over the user's (None: left as it is)."""
     async def list_topics(self, *, type: str | None = None, cursor: str | None = None, limit: int = 100) -> m.TopicPage:
         """One page of the service's topics that have subscribers, with their counts."""
         return await self.call(_ops.list_topics(type=type, cursor=cursor, limit=limit))
+
+    async def list_users(self, created_since: datetime | None = None, has_devices: bool | None = None, platform: str | None = None, cursor: str | None = None, limit: int = 50) -> m.UserPage:
+        """One page of the service's users, newest first (``next_cursor`` for the next one; ``iter_users``
+walks them all). ``has_devices``: True only users with a device, False only without; ``platform``:
+only users with a device of it (IOS, AOS)."""
+        return await self.call(_ops.list_users(created_since, has_devices, platform, cursor, limit))
 
     async def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
         """One page of an endpoint's recent deliveries, newest first."""

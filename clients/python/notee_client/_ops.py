@@ -184,6 +184,17 @@ def put_quiet_hours(start: str | None, end: str | None = None) -> Op[m.ServiceQu
     return Op("PUT", "/v1/service/quiet-hours", _one(m.ServiceQuietHours), json={"quiet_hours": window})
 
 
+def list_users(created_since: datetime | None = None, has_devices: bool | None = None,
+               platform: str | None = None, cursor: str | None = None, limit: int = 50) -> Op[m.UserPage]:
+    """One page of the service's users, newest first (``next_cursor`` for the next one; ``iter_users``
+    walks them all). ``has_devices``: True only users with a device, False only without; ``platform``:
+    only users with a device of it (IOS, AOS)."""
+    params = _clean(created_since=_instant(created_since), platform=platform, cursor=cursor, limit=limit)
+    if has_devices is not None:
+        params["has_devices"] = "true" if has_devices else "false"
+    return Op("GET", "/v1/users", _one(m.UserPage), params=params)
+
+
 def get_user(user_id: str) -> Op[m.User]:
     """One user by platform ``user_id``."""
     return Op("GET", f"/v1/users/{_seg(user_id)}", _one(m.User))

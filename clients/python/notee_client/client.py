@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -156,6 +157,18 @@ class Client(SyncMethods):
             cursor = page.next_cursor
 
 
+    def iter_users(self, *, created_since: datetime | None = None, has_devices: bool | None = None,
+                   platform: str | None = None, page_size: int = 50) -> Iterator[m.User]:
+        """Every user of the service matching the filters, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.call(_ops.list_users(created_since=created_since, has_devices=has_devices,
+                                             platform=platform, cursor=cursor, limit=page_size))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
         before: int | None = None
@@ -228,6 +241,19 @@ class AsyncClient(AsyncMethods):
                 return
             cursor = page.next_cursor
 
+
+    async def iter_users(self, *, created_since: datetime | None = None, has_devices: bool | None = None,
+                         platform: str | None = None, page_size: int = 50) -> AsyncIterator[m.User]:
+        """Every user of the service matching the filters, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.call(_ops.list_users(created_since=created_since, has_devices=has_devices,
+                                                   platform=platform, cursor=cursor, limit=page_size))
+            for user in page.items:
+                yield user
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def iter_dead_letters(self, *, job_id: str | None = None,
                                 page_size: int = 100) -> AsyncIterator[m.DeadLetter]:

@@ -71,6 +71,11 @@ class User(Model):
     quiet_hours: dict[str, str] | None = None
 
 
+class UserPage(Model):
+    items: list[User]
+    next_cursor: str | None = None
+
+
 class ServiceQuietHours(Model):
     quiet_hours: dict[str, str] | None = None
 

@@ -4,20 +4,17 @@ Thin wrappers of ``notee.domain.insight`` (the web console calls the same functi
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
+from notee.api import cursors
 from notee.api.auth import AdminDep, ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, errors
-from notee.core.errors import InvalidInput
 from notee.core.vocabulary import JobState
 from notee.domain import insight, services
 from notee.domain.rules import SERVICE_PATTERN, TYPE_PATTERN
@@ -156,23 +153,6 @@ def calendar_out(cal: insight.Calendar) -> CalendarOut:
     )
 
 
-def _encode_cursor(after: tuple[str, str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(after)).encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        value = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
-            return value[0], value[1]
-    except (ValueError, binascii.Error, UnicodeError):
-        pass
-    raise InvalidInput(
-        "cursor is not one this API returned",
-        details=[{"loc": ["query", "cursor"], "type": "invalid_cursor", "msg": "use next_cursor of a previous page"}],
-    )
-
-
 def _subscriber_counts(db: Session, runtime: Runtime, service: str) -> SubscriberCounts:
     counts = insight.subscriber_counts(db, runtime.statements, service)
     return SubscriberCounts(
@@ -184,11 +164,16 @@ def _topics(
     db: Session, runtime: Runtime, service: str, type_: str | None, cursor: str | None, limit: int
 ) -> TopicList:
     page = insight.topic_counts(
-        db, runtime.statements, service, type_=type_, after=_decode_cursor(cursor) if cursor else None, limit=limit
+        db,
+        runtime.statements,
+        service,
+        type_=type_,
+        after=cast(tuple[str, str], cursors.decode(cursor, 2)) if cursor else None,
+        limit=limit,
     )
     return TopicList(
         items=[TopicCountOut(type=t.type_, topic=t.topic, subscribers=t.subscribers) for t in page.items],
-        next_cursor=_encode_cursor(page.next_after) if page.next_after else None,
+        next_cursor=cursors.encode(*page.next_after) if page.next_after else None,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -12,12 +11,11 @@ from fastapi import APIRouter, Depends, Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
 from sqlalchemy.orm import Session
 
+from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.errors import ErrorResponse
-from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
-from notee.core import clock
-from notee.core.errors import InvalidInput
+from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
 from notee.core.vocabulary import JobFilter, JobState, Progress
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
@@ -192,23 +190,6 @@ class JobList(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end.")
 
 
-def _encode_cursor(job: JobRow) -> str:
-    return base64.urlsafe_b64encode(f"{job.created_at.isoformat()}|{job.job_id}".encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, job_id = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return datetime.fromisoformat(created), str(UUID(job_id))
-    except (ValueError, UnicodeError) as exc:
-        raise InvalidInput(
-            "cursor is not one this API returned",
-            details=[
-                {"loc": ["query", "cursor"], "type": "invalid_cursor", "msg": "use next_cursor of a previous page"}
-            ],
-        ) from exc
-
-
 StateQuery = Annotated[JobState | None, Query(description="Only jobs in this state.")]
 MethodQuery = Annotated[
     Literal["TOPIC", "CYCLE", "SINGLE"] | None,
@@ -247,9 +228,9 @@ class JobQuery:
             state=self.state,
             method=self.method,
             type_=self.type_,
-            created_from=_rfc3339(self.created_from, "created_from"),
-            created_to=_rfc3339(self.created_to, "created_to"),
-            before=_decode_cursor(self.cursor) if self.cursor else None,
+            created_from=query_instant(self.created_from, "created_from"),
+            created_to=query_instant(self.created_to, "created_to"),
+            before=cursors.decode_position(self.cursor) if self.cursor else None,
             limit=self.limit,
         )
 
@@ -276,7 +257,12 @@ def job_page(db: Session, service: str, query: JobQuery) -> JobList:
     job_filter = query.filter()
     rows = jobs.list_jobs(db, service, job_filter)
     items = [status_of(job, progress) for job, progress in rows]
-    return JobList(items=items, next_cursor=_encode_cursor(rows[-1][0]) if len(rows) == job_filter.limit else None)
+    return JobList(
+        items=items,
+        next_cursor=cursors.encode_position(rows[-1][0].created_at, rows[-1][0].job_id)
+        if len(rows) == job_filter.limit
+        else None,
+    )
 
 
 @router.get("/jobs", response_model=JobList)
@@ -284,23 +270,6 @@ def list_jobs(db: DbDep, service: ServiceDep, query: JobQueryDep) -> JobList:
     """This service's jobs, newest first: topic publishes, cycle minutes and scheduled single sends,
     with their counts (``state=scheduled``: the ones waiting for their send_at)."""
     return job_page(db, service, query)
-
-
-def _rfc3339(value: str | None, name: str) -> datetime | None:
-    """A query parameter's RFC 3339 time (with its offset), as the naive UTC the stores keep. Strict:
-    a number or a time without an offset is refused, not guessed."""
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value) if "T" in value.upper() else None
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise InvalidInput(
-            f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z",
-            details=[{"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}],
-        )
-    return clock.naive_utc(moment)
 
 
 def status_of(job: JobRow, progress: Progress) -> JobStatus:

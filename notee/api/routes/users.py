@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
+from pydantic import BaseModel, Field
 
+from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import UserIn, UserOut, errors
+from notee.api.models import UserIn, UserOut, errors, query_instant
 from notee.api.user_ref import UserDep
+from notee.core import clock
+from notee.core.vocabulary import Os, UserFilter
 from notee.domain import users
 from notee.domain.users import KEEP
 
@@ -44,6 +49,48 @@ def put_user(
     db.commit()
     response.status_code = 201 if user.created else 200
     return user
+
+
+class UserList(BaseModel):
+    items: list[UserOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end.")
+
+
+@router.get("", response_model=UserList, responses=errors(422))
+def list_users(
+    service: ServiceDep,
+    db: DbDep,
+    created_since: Annotated[
+        str | None,
+        Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created at or after (RFC 3339)."),
+    ] = None,
+    has_devices: Annotated[
+        bool | None, Query(description="true: only users with a device; false: only without.")
+    ] = None,
+    platform: Annotated[Os | None, Query(description="Only users with a device of this platform.")] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> UserList:
+    """The service's users, newest first, a page at a time (pass ``next_cursor`` back as ``cursor``:
+    stable while users are added), filtered by creation time, by having devices and by platform."""
+    wanted = UserFilter(
+        created_since=query_instant(created_since, "created_since"),
+        has_devices=has_devices,
+        platform=platform,
+        before=_position(cursor) if cursor else None,
+        limit=limit,
+    )
+    found = users.list_users(db, service, wanted)
+    last = found[-1] if len(found) == limit else None
+    return UserList(
+        items=[UserOut.model_validate(u) for u in found],
+        next_cursor=cursors.encode_position(last.created_at, last.user_id) if last else None,
+    )
+
+
+def _position(cursor: str) -> tuple[datetime, str]:
+    at, user_id = cursors.decode_position(cursor)
+    return clock.naive_utc(at), user_id  # the column holds naive UTC; the answer shows it aware
 
 
 @router.get("/{user_id}", response_model=UserOut, responses=errors(404))
