@@ -134,6 +134,12 @@ def test_dead_letters_are_listed_and_replayed_by_their_tenant_only(client, runti
     assert [i["id"] for i in page["items"]] == [max(ids)] and page["next_before_id"] == max(ids)
     older = client.get("/v1/dead-letters", params={"before_id": max(ids)}, headers=b_auth).json()
     assert [i["id"] for i in older["items"]] == [min(ids)]
+    # The API's one cursor style: next_cursor in, cursor out (before_id stays, deprecated).
+    assert page["next_cursor"] is not None and listed["next_cursor"] is None
+    by_cursor = client.get("/v1/dead-letters", params={"limit": 1, "cursor": page["next_cursor"]}, headers=b_auth)
+    assert [i["id"] for i in by_cursor.json()["items"]] == [min(ids)]
+    forged = client.get("/v1/dead-letters", params={"cursor": "WyJ4Il0="}, headers=b_auth)  # ["x"]
+    assert forged.status_code == 422 and forged.json()["error"]["details"][0]["type"] == "invalid_cursor"
 
     # Another tenant sees none of them and cannot replay them.
     assert client.get("/v1/dead-letters", headers=a_auth).json()["items"] == []

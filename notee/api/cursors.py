@@ -46,5 +46,17 @@ def decode_position(cursor: str) -> tuple[datetime, str]:
         raise _invalid() from None
 
 
+def encode_id(last: int) -> str:
+    """An id position: the order of dead letters and webhook deliveries (newest first)."""
+    return encode(str(last))
+
+
+def decode_id(cursor: str) -> int:
+    (last,) = decode(cursor, 1)
+    if not last.isdigit():
+        raise _invalid()
+    return int(last)
+
+
 def _invalid() -> InvalidInput:
     return InvalidInput(_INVALID.message, details=_INVALID.details)

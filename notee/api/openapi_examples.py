@@ -168,7 +168,7 @@ EXAMPLES: dict[str, Any] = {
     },
     "CredentialsStatus": {"fcm": True, "apns": False},
     "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
-    "DeadLetterList": {"items": [_DEAD_LETTER], "next_before_id": None},
+    "DeadLetterList": {"items": [_DEAD_LETTER], "next_cursor": None, "next_before_id": None},
     "DeadLetterOut": _DEAD_LETTER,
     "DeliveryCounts": _COUNTS,
     "DeliverySummaryList": {"items": [_SUMMARY]},
@@ -237,7 +237,7 @@ EXAMPLES: dict[str, Any] = {
     "WebhookCreated": {**_WEBHOOK, "secret": "whsec_" + "x" * 43},
     "WebhookList": {"items": [_WEBHOOK]},
     "WebhookDeliveryOut": _WEBHOOK_DELIVERY,
-    "WebhookDeliveryList": {"items": [_WEBHOOK_DELIVERY], "next_before_id": None},
+    "WebhookDeliveryList": {"items": [_WEBHOOK_DELIVERY], "next_cursor": None, "next_before_id": None},
     "SubscriptionList": {
         "items": [
             {

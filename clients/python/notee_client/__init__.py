@@ -27,6 +27,20 @@ from notee_client.errors import (
 )
 
 __all__ = [
-    "AsyncClient", "BadRequest", "by_service_id", "Client", "Conflict", "JobTimeout", "NotFound", "NoteeError", "Op",
-    "ProgressCallback", "RateLimited", "ServerError", "Unauthorized", "Unavailable", "ValidationFailed", "models",
+    "AsyncClient",
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "JobTimeout",
+    "NotFound",
+    "NoteeError",
+    "Op",
+    "ProgressCallback",
+    "RateLimited",
+    "ServerError",
+    "Unauthorized",
+    "Unavailable",
+    "ValidationFailed",
+    "by_service_id",
+    "models",
 ]

@@ -32,9 +32,9 @@ wins over the user's (None: left as it is)."""
         """Any service's subscribed users per template. Admin token."""
         return self.call(_ops.admin_get_subscriber_counts(service))
 
-    def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+    def admin_list_dead_letters(self, service: str, *, limit: int = 100, cursor: str | None = None, job_id: str | None = None) -> m.DeadLetterPage:
         """One page of any service's dead letters, newest first. Admin token."""
-        return self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+        return self.call(_ops.admin_list_dead_letters(service, limit=limit, cursor=cursor, job_id=job_id))
 
     def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
         """The delivery summary of every service. Admin token."""
@@ -144,9 +144,9 @@ wins over the user's (None: left as it is)."""
         """A service's API keys (never their secrets). Admin token."""
         return self.call(_ops.list_api_keys(service))
 
-    def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
-        """One page of this service's dead letters, newest first."""
-        return self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
+    def list_dead_letters(self, *, limit: int = 100, cursor: str | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of this service's dead letters, newest first (``next_cursor`` for the next one)."""
+        return self.call(_ops.list_dead_letters(limit=limit, cursor=cursor, job_id=job_id))
 
     def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
@@ -178,9 +178,9 @@ walks them all). ``has_devices``: True only users with a device, False only with
 only users with a device of it (IOS, AOS)."""
         return self.call(_ops.list_users(created_since, has_devices, platform, cursor, limit))
 
-    def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
-        """One page of an endpoint's recent deliveries, newest first."""
-        return self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, before_id=before_id, limit=limit))
+    def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, cursor: str | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
+        """One page of an endpoint's recent deliveries, newest first (``next_cursor`` for the next one)."""
+        return self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor, limit=limit))
 
     def list_webhooks(self) -> list[m.Webhook]:
         """This service's webhook endpoints (never their secrets)."""
@@ -301,9 +301,9 @@ wins over the user's (None: left as it is)."""
         """Any service's subscribed users per template. Admin token."""
         return await self.call(_ops.admin_get_subscriber_counts(service))
 
-    async def admin_list_dead_letters(self, service: str, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+    async def admin_list_dead_letters(self, service: str, *, limit: int = 100, cursor: str | None = None, job_id: str | None = None) -> m.DeadLetterPage:
         """One page of any service's dead letters, newest first. Admin token."""
-        return await self.call(_ops.admin_list_dead_letters(service, limit=limit, before_id=before_id, job_id=job_id))
+        return await self.call(_ops.admin_list_dead_letters(service, limit=limit, cursor=cursor, job_id=job_id))
 
     async def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
         """The delivery summary of every service. Admin token."""
@@ -413,9 +413,9 @@ wins over the user's (None: left as it is)."""
         """A service's API keys (never their secrets). Admin token."""
         return await self.call(_ops.list_api_keys(service))
 
-    async def list_dead_letters(self, *, limit: int = 100, before_id: int | None = None, job_id: str | None = None) -> m.DeadLetterPage:
-        """One page of this service's dead letters, newest first."""
-        return await self.call(_ops.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id))
+    async def list_dead_letters(self, *, limit: int = 100, cursor: str | None = None, job_id: str | None = None) -> m.DeadLetterPage:
+        """One page of this service's dead letters, newest first (``next_cursor`` for the next one)."""
+        return await self.call(_ops.list_dead_letters(limit=limit, cursor=cursor, job_id=job_id))
 
     async def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
@@ -447,9 +447,9 @@ walks them all). ``has_devices``: True only users with a device, False only with
 only users with a device of it (IOS, AOS)."""
         return await self.call(_ops.list_users(created_since, has_devices, platform, cursor, limit))
 
-    async def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, before_id: int | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
-        """One page of an endpoint's recent deliveries, newest first."""
-        return await self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, before_id=before_id, limit=limit))
+    async def list_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None, cursor: str | None = None, limit: int = 50) -> m.WebhookDeliveryPage:
+        """One page of an endpoint's recent deliveries, newest first (``next_cursor`` for the next one)."""
+        return await self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor, limit=limit))
 
     async def list_webhooks(self) -> list[m.Webhook]:
         """This service's webhook endpoints (never their secrets)."""

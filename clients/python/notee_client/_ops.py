@@ -361,11 +361,11 @@ def _sent_or_scheduled(body: Any) -> m.SendResult | m.PublishAccepted:
 
 # --- operators -------------------------------------------------------------------------------------
 
-def list_dead_letters(*, limit: int = 100, before_id: int | None = None,
+def list_dead_letters(*, limit: int = 100, cursor: str | None = None,
                       job_id: str | None = None) -> Op[m.DeadLetterPage]:
-    """One page of this service's dead letters, newest first."""
+    """One page of this service's dead letters, newest first (``next_cursor`` for the next one)."""
     return Op("GET", "/v1/dead-letters", _one(m.DeadLetterPage),
-              params=_clean(limit=limit, before_id=before_id, job_id=job_id))
+              params=_clean(limit=limit, cursor=cursor, job_id=job_id))
 
 
 def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None = None) -> Op[m.Replayed]:
@@ -374,11 +374,11 @@ def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None 
               json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
 
 
-def admin_list_dead_letters(service: str, *, limit: int = 100, before_id: int | None = None,
+def admin_list_dead_letters(service: str, *, limit: int = 100, cursor: str | None = None,
                             job_id: str | None = None) -> Op[m.DeadLetterPage]:
     """One page of any service's dead letters, newest first. Admin token."""
     return Op("GET", f"/v1/admin/services/{_seg(service)}/dead-letters", _one(m.DeadLetterPage),
-              params=_clean(limit=limit, before_id=before_id, job_id=job_id))
+              params=_clean(limit=limit, cursor=cursor, job_id=job_id))
 
 
 def admin_replay_dead_letters(service: str, *, ids: Sequence[int] | None = None,
@@ -474,11 +474,11 @@ def delete_webhook(endpoint_id: str) -> Op[None]:
     return Op("DELETE", f"/v1/webhooks/{_seg(endpoint_id)}", _nothing)
 
 
-def list_webhook_deliveries(endpoint_id: str, *, state: str | None = None, before_id: int | None = None,
+def list_webhook_deliveries(endpoint_id: str, *, state: str | None = None, cursor: str | None = None,
                             limit: int = 50) -> Op[m.WebhookDeliveryPage]:
-    """One page of an endpoint's recent deliveries, newest first."""
+    """One page of an endpoint's recent deliveries, newest first (``next_cursor`` for the next one)."""
     return Op("GET", f"/v1/webhooks/{_seg(endpoint_id)}/deliveries", _one(m.WebhookDeliveryPage),
-              params=_clean(state=state, before_id=before_id, limit=limit))
+              params=_clean(state=state, cursor=cursor, limit=limit))
 
 
 def resend_webhook_delivery(endpoint_id: str, delivery_id: int) -> Op[m.WebhookDelivery]:

@@ -171,13 +171,34 @@ class Client(SyncMethods):
 
     def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
-        before: int | None = None
+        cursor: str | None = None
         while True:
-            page = self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            page = self.call(_ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
             yield from page.items
-            if page.next_before_id is None:
+            if page.next_cursor is None:
                 return
-            before = page.next_before_id
+            cursor = page.next_cursor
+
+    def iter_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None,
+                                page_size: int = 50) -> Iterator[m.WebhookDelivery]:
+        """Every recent delivery of a webhook endpoint, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor, limit=page_size))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> Iterator[m.TopicCount]:
+        """Every topic of the service with its subscriber count, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.call(_ops.list_topics(type=type, cursor=cursor, limit=page_size))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
 
 class AsyncClient(AsyncMethods):
@@ -258,14 +279,38 @@ class AsyncClient(AsyncMethods):
     async def iter_dead_letters(self, *, job_id: str | None = None,
                                 page_size: int = 100) -> AsyncIterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
-        before: int | None = None
+        cursor: str | None = None
         while True:
-            page = await self.call(_ops.list_dead_letters(limit=page_size, before_id=before, job_id=job_id))
+            page = await self.call(_ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
             for letter in page.items:
                 yield letter
-            if page.next_before_id is None:
+            if page.next_cursor is None:
                 return
-            before = page.next_before_id
+            cursor = page.next_cursor
+
+    async def iter_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None,
+                                      page_size: int = 50) -> AsyncIterator[m.WebhookDelivery]:
+        """Every recent delivery of a webhook endpoint, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor,
+                                                                limit=page_size))
+            for delivery in page.items:
+                yield delivery
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> AsyncIterator[m.TopicCount]:
+        """Every topic of the service with its subscriber count, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.call(_ops.list_topics(type=type, cursor=cursor, limit=page_size))
+            for topic in page.items:
+                yield topic
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
 
 __all__ = ["AsyncClient", "Client", "NoteeError", "ProgressCallback"]

@@ -213,7 +213,8 @@ class DeadLetter(Model):
 
 class DeadLetterPage(Model):
     items: list[DeadLetter]
-    next_before_id: int | None
+    next_cursor: str | None = None
+    next_before_id: int | None = None  # deprecated: next_cursor
 
 
 class Replayed(Model):
@@ -325,4 +326,5 @@ class WebhookDelivery(Model):
 
 class WebhookDeliveryPage(Model):
     items: list[WebhookDelivery]
-    next_before_id: int | None
+    next_cursor: str | None = None
+    next_before_id: int | None = None  # deprecated: next_cursor

@@ -19,7 +19,7 @@ from fastapi.responses import Response
 from notee.api.console import web
 from notee.api.console.web import PostedForm, SessionDep
 from notee.api.deps import DbDep, RuntimeDep, SenderDep
-from notee.api.routes.deadletters import MAX_REPLAY, list_letters
+from notee.api.routes.deadletters import MAX_REPLAY, LetterPage, list_letters
 from notee.api.routes.publish import status_of
 from notee.core.errors import InvalidInput, NoteeError, NotFound
 from notee.core.vocabulary import JobFilter, JobState
@@ -297,7 +297,7 @@ def dead_letters(
     failed: int | None = Query(None, ge=0),
 ) -> Response:
     _open(db, who, service)
-    letters = list_letters(db, service, 100, None, None)
+    letters = list_letters(db, service, LetterPage())
     outcome = (
         {"replayed": replayed, "delivered": delivered, "pruned": pruned, "failed": failed}
         if replayed is not None

@@ -29,10 +29,8 @@ from notee.api.models import (
     errors,
 )
 from notee.api.routes.deadletters import (
-    BeforeQuery,
     DeadLetterList,
-    JobQuery,
-    LimitQuery,
+    LetterPageDep,
     ReplayIn,
     ReplayOut,
     list_letters,
@@ -206,12 +204,10 @@ def requeue_job(job_id: Annotated[UUID, Path(description="A failed job's id")], 
 
 
 @router.get("/services/{service}/dead-letters", response_model=DeadLetterList, responses=errors(404))
-def list_dead_letters(
-    service: ServicePath, db: DbDep, limit: LimitQuery = 100, before_id: BeforeQuery = None, job_id: JobQuery = None
-) -> DeadLetterList:
-    """A service's dead letters, newest first."""
+def list_dead_letters(service: ServicePath, db: DbDep, page: LetterPageDep) -> DeadLetterList:
+    """A service's dead letters, newest first, a page at a time (``next_cursor``)."""
     services.get_service(db, service)
-    return list_letters(db, service, limit, before_id, job_id)
+    return list_letters(db, service, page)
 
 
 @router.post("/services/{service}/dead-letters/replay", response_model=ReplayOut, responses=errors(404))

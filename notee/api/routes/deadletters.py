@@ -3,14 +3,16 @@ sends them again (``/v1/dead-letters``); the admin API does the same for any ser
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, SenderDep
 from notee.usecases.replay import list_dead_letters as dead_letters_of
@@ -35,7 +37,10 @@ class DeadLetterOut(BaseModel):
 
 class DeadLetterList(BaseModel):
     items: list[DeadLetterOut]
-    next_before_id: int | None = Field(description="Pass as before_id for the next (older) page; null at the end.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end.")
+    next_before_id: int | None = Field(
+        description="Deprecated (use next_cursor): pass as before_id for the next page.", deprecated=True
+    )
 
 
 class ReplayIn(BaseModel):
@@ -55,14 +60,39 @@ class ReplayOut(BaseModel):
 
 
 LimitQuery = Annotated[int, Query(ge=1, le=500)]
-BeforeQuery = Annotated[int | None, Query(ge=1, description="Only letters older than this id (paging).")]
+CursorQuery = Annotated[str | None, Query(max_length=200, description="From the previous page.")]
+BeforeQuery = Annotated[
+    int | None, Query(ge=1, description="Deprecated (use cursor): only letters older than this id.", deprecated=True)
+]
 JobQuery = Annotated[UUID | None, Query(description="Only this job's dead letters.")]
 
 
-def list_letters(db: Session, service: str, limit: int, before_id: int | None, job_id: UUID | None) -> DeadLetterList:
-    rows = dead_letters_of(db, service, limit=limit, before_id=before_id, job_id=str(job_id) if job_id else None)
+def list_letters(db: Session, service: str, page: LetterPage) -> DeadLetterList:
+    before = cursors.decode_id(page.cursor) if page.cursor else page.before_id
+    job = str(page.job_id) if page.job_id else None
+    rows = dead_letters_of(db, service, limit=page.limit, before_id=before, job_id=job)
     items = [DeadLetterOut.model_validate(r, from_attributes=True) for r in rows]
-    return DeadLetterList(items=items, next_before_id=items[-1].id if len(items) == limit else None)
+    last = items[-1].id if len(items) == page.limit else None
+    return DeadLetterList(items=items, next_cursor=cursors.encode_id(last) if last else None, next_before_id=last)
+
+
+@dataclass(frozen=True, slots=True)
+class LetterPage:
+    """A dead-letter listing's query (the tenant's and the admin's)."""
+
+    limit: int = 100
+    cursor: str | None = None
+    before_id: int | None = None
+    job_id: UUID | None = None
+
+
+def letter_page(
+    limit: LimitQuery = 100, cursor: CursorQuery = None, before_id: BeforeQuery = None, job_id: JobQuery = None
+) -> LetterPage:
+    return LetterPage(limit, cursor, before_id, job_id)
+
+
+LetterPageDep = Annotated[LetterPage, Depends(letter_page)]
 
 
 async def replay(sender: DeliverySender, service: str, body: ReplayIn | None) -> ReplayOut:
@@ -74,11 +104,9 @@ async def replay(sender: DeliverySender, service: str, body: ReplayIn | None) ->
 
 
 @router.get("/dead-letters", response_model=DeadLetterList)
-def list_dead_letters(
-    db: DbDep, service: ServiceDep, limit: LimitQuery = 100, before_id: BeforeQuery = None, job_id: JobQuery = None
-) -> DeadLetterList:
-    """This service's dead letters, newest first."""
-    return list_letters(db, service, limit, before_id, job_id)
+def list_dead_letters(db: DbDep, service: ServiceDep, page: LetterPageDep) -> DeadLetterList:
+    """This service's dead letters, newest first, a page at a time (``next_cursor``)."""
+    return list_letters(db, service, page)
 
 
 @router.post("/dead-letters/replay", response_model=ReplayOut)

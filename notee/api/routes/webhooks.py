@@ -11,6 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from notee.api import cursors
 from notee.api.auth import BoxDep, ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, OneLineText, errors
@@ -74,7 +75,10 @@ class WebhookDeliveryOut(Answer):
 
 class WebhookDeliveryList(Answer):
     items: list[WebhookDeliveryOut]
-    next_before_id: int | None = Field(description="Pass as before_id for the next (older) page; null at the end.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null at the end.")
+    next_before_id: int | None = Field(
+        description="Deprecated (use next_cursor): pass as before_id for the next page.", deprecated=True
+    )
 
 
 EndpointPath = Annotated[UUID, Path(description="The endpoint_id POST /v1/webhooks answered.")]
@@ -142,13 +146,20 @@ def list_deliveries(
     service: ServiceDep,
     db: DbDep,
     state: Annotated[WebhookDeliveryState | None, Query(description="Only deliveries in this state.")] = None,
-    before_id: Annotated[int | None, Query(ge=1, description="Only deliveries older than this id (paging).")] = None,
+    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+    before_id: Annotated[
+        int | None,
+        Query(ge=1, description="Deprecated (use cursor): only deliveries older than this id.", deprecated=True),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> WebhookDeliveryList:
-    """The endpoint's recent deliveries, newest first, with their attempts and last answer."""
-    rows = webhooks.list_deliveries(db, service, str(endpoint_id), state=state, before_id=before_id, limit=limit)
+    """The endpoint's recent deliveries, newest first, with their attempts and last answer, a page at
+    a time (``next_cursor``)."""
+    before = cursors.decode_id(cursor) if cursor else before_id
+    rows = webhooks.list_deliveries(db, service, str(endpoint_id), state=state, before_id=before, limit=limit)
+    last = rows[-1].delivery_id if len(rows) == limit else None
     return WebhookDeliveryList(
-        items=[_delivery(d) for d in rows], next_before_id=rows[-1].delivery_id if len(rows) == limit else None
+        items=[_delivery(d) for d in rows], next_cursor=cursors.encode_id(last) if last else None, next_before_id=last
     )
 
 
