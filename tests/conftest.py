@@ -20,8 +20,8 @@ from notee.store.runtime import Runtime
 from tests.support.stores import drop_test_stores
 
 # Whole-session log capture and the final scan for credential material (issue 9); the shared
-# fixtures of tests/support (emulator, processes), available to every test without an import.
-pytest_plugins = ["tests.security_logscan", "tests.support.emulator", "tests.support.processes"]
+# fixtures of tests/support (emulator, processes, the CLI's API), available to every test without an import.
+pytest_plugins = ["tests.security_logscan", "tests.support.emulator", "tests.support.processes", "tests.support.cli"]
 
 
 def _test_environment() -> None:

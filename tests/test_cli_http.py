@@ -15,27 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import notee
 from tests.support.emulator import deliveries_per_token
-from tests.support.processes import Processes, free_port
+from tests.support.processes import free_port
 from tests.support.registry import fcm_service_account, random_token
-
-
-def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "notee", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-@pytest.fixture(scope="module")
-def api(emulator_process, migrated):
-    with Processes() as procs:
-        yield procs.api()
-
-
-@pytest.fixture()
-def admin_env(api, settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTEE_API_KEY",)}
-    return env | {"NOTEE_URL": api.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
 
 
 def test_a_service_created_without_a_time_zone_is_in_utc(admin_env, service_id):

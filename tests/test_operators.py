@@ -1,6 +1,7 @@
 """Operators can act (issue 14, item 3): a failed job is resumed from its checkpoints (`notee jobs
-requeue`, the admin API); dead letters are listed and replayed (tenant API, admin API, CLI), never
-across tenants; a user's dead letters are deleted with the user (not a shared device's)."""
+requeue`, the admin API); dead letters are listed and replayed (tenant API, admin API; the CLI, which
+goes through them, in tests/test_cli_contract.py), never across tenants; a user's dead letters are
+deleted with the user (not a shared device's)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from notee.core.errors import ProviderConfigError
 from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
-from notee.store import deadletter, jobs_sql
+from notee.store import jobs_sql
 from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff
@@ -181,36 +182,6 @@ def test_admin_lists_and_replays_any_services_dead_letters(client, runtime, sett
     r = client.post(f"/v1/admin/services/{service_id}/dead-letters/replay", json={}, headers=admin)
     assert r.status_code == 200 and r.json()["delivered"] == 1
     assert emu_app.deliveries(token)["fcm"] == 1
-
-
-def test_dead_letters_cli_lists_and_replays(client, runtime, settings, service_id, emulator):
-    headers = new_service(client, settings, service_id, credentials=True)
-    new_template(client, headers, "SINGLE", "hi", title="Hi", body="there")
-    token = random_token("cli")
-    with runtime.sessions.begin() as s:  # as a fan-out job records it
-        deadletter.record(
-            s,
-            [
-                deadletter.DeadLetter(
-                    service_id,
-                    None,
-                    token,
-                    "AOS",
-                    "fcm",
-                    "gave up after 5 attempts",
-                    5,
-                    {"title": "Hi", "body": "there", "data": {}},
-                )
-            ],
-            now=__import__("datetime").datetime(2026, 1, 1),
-        )
-    listed = CliRunner().invoke(cli, ["dead-letters", "list", "--service", service_id])
-    assert listed.exit_code == 0 and "gave up after 5 attempts" in listed.output
-    assert token not in listed.output  # tokens are shortened in operator output
-    replayed = CliRunner().invoke(cli, ["dead-letters", "replay", "--service", service_id])
-    assert replayed.exit_code == 0, replayed.output
-    assert '"replayed": 1, "delivered": 1' in replayed.output
-    assert emulator.deliveries(token)["fcm"] == 1
 
 
 def test_dead_letters_are_deleted_with_their_user_but_not_a_shared_devices(

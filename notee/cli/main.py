@@ -202,7 +202,6 @@ app.command("backfill-occupancy")(operations.backfill_occupancy)
 app.command("cassandra-ready")(operations.cassandra_ready)
 app.command("healthcheck")(healthcheck)
 app.command("openapi")(openapi)
-app.add_typer(operations.dead_letters_app, name="dead-letters")
 app.add_typer(operations.credentials_app, name="credentials")
 remote.install(app)  # the commands that call a running Notee over HTTP (the SDK)
 

@@ -1,11 +1,10 @@
 """The operator's `notee` commands on the stores themselves (no API, no API key): migrations,
-retention, reconcile and the backfills, waiting for the Cassandra ring, dead letters, a failed
-job's requeue and the credentials key's rotation. Each command imports what it runs when it runs
+retention, reconcile and the backfills, waiting for the Cassandra ring, a failed job's requeue and
+the credentials key's rotation. Each command imports what it runs when it runs
 (the `notee` command starts fast)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -165,11 +164,6 @@ def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this 
     typer.echo(f"cassandra ring of {len(settings.cassandra_hosts)} node(s) ready after {waited:.1f} s")
 
 
-dead_letters_app = typer.Typer(
-    help="Pushes that still failed after the retries: list and send again.", no_args_is_help=True
-)
-
-
 @jobs_app.command("requeue")  # beside list/show/cancel; this one is the operator's, on the database
 def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id.")) -> None:
     """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
@@ -190,79 +184,6 @@ def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."))
     typer.echo(
         f"job {job.job_id} requeued: {job.state}, {progress.tasks_done} of {job.task_count} tasks done, "
         f"{progress.sent} sent so far"
-    )
-
-
-@dead_letters_app.command("list")
-def dead_letters_list(
-    service: str = typer.Option(..., help="The service (tenant)."),
-    job: str | None = typer.Option(None, help="Only this job's dead letters."),
-    limit: int = typer.Option(100, min=1, max=500),
-) -> None:
-    """A service's dead letters, newest first, one JSON object a line (device tokens shortened)."""
-    # deferred: each command loads only what it runs (`notee` starts fast)
-    from notee.core.logs import token_hint
-    from notee.store import deadletter
-    from notee.store.runtime import Runtime
-
-    runtime = Runtime(load_settings())
-    try:
-        with runtime.sessions() as session:
-            rows = deadletter.list_for_service(session, service, limit=limit, job_id=job)
-    finally:
-        runtime.close()
-    for r in rows:
-        typer.echo(
-            json.dumps(
-                {
-                    "id": r.id,
-                    "job_id": r.job_id,
-                    "device": token_hint(r.device_token),
-                    "provider": r.provider,
-                    "reason": r.reason,
-                    "attempts": r.attempts,
-                    "created_at": r.created_at.isoformat(),
-                }
-            )
-        )
-    typer.echo(f"{len(rows)} dead letter(s)", err=True)
-
-
-@dead_letters_app.command("replay")
-def dead_letters_replay(
-    service: str = typer.Option(..., help="The service (tenant)."),
-    id: list[int] = typer.Option([], "--id", help="Dead letter ids (repeatable; default: any)."),
-    job: str | None = typer.Option(None, help="Only this job's dead letters."),
-    limit: int = typer.Option(1000, min=1, max=10000),
-) -> None:
-    """Send dead letters again; delivered and pruned ones are removed, failures are recorded anew."""
-    # deferred: each command loads only what it runs (`notee` starts fast)
-    from notee.store.runtime import Runtime
-    from notee.usecases.replay import ReplayResult
-    from notee.usecases.sender import DeliverySender
-
-    runtime = Runtime(load_settings())
-
-    async def run() -> ReplayResult:
-        sender = DeliverySender(runtime)
-        try:
-            return await sender.replay(service, ids=id or None, job_id=job, limit=limit)
-        finally:
-            await sender.close()
-
-    try:
-        result = asyncio.run(run())
-    finally:
-        runtime.close()
-    typer.echo(
-        json.dumps(
-            {
-                "replayed": result.replayed,
-                "delivered": result.delivered,
-                "pruned": result.pruned,
-                "failed": result.failed,
-            }
-        )
     )
 
 

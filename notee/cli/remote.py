@@ -7,7 +7,8 @@ pipe into ``jq``; actions print one human line.
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
-(publish, send, jobs); ``remote_client`` is what they share.
+(publish, send, jobs), ``remote_dead_letters`` (a service's dead letters, or any service's with the
+admin token); ``remote_client`` is what they share.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import typer
 
 from notee.cli.remote_admin import admin_app
+from notee.cli.remote_dead_letters import dead_letters_app
 from notee.cli.remote_publish import jobs_app, publish, send
 from notee.cli.remote_tenant import (
     calendar,
@@ -37,6 +39,7 @@ def install(app: typer.Typer) -> None:
     app.add_typer(user_app, name="user")
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(webhook_app, name="webhook")
+    app.add_typer(dead_letters_app, name="dead-letters")
     app.command("subscribe")(subscribe)
     app.command("subscribe-bulk")(subscribe_bulk)
     app.command("publish")(publish)

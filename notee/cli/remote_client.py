@@ -63,7 +63,9 @@ def pairs(values: list[str], what: str) -> dict[str, str]:
 
 
 def print_json(model: Any) -> None:
-    typer.echo(json.dumps(model.model_dump(mode="json"), ensure_ascii=False))
+    """One JSON object on a line: an SDK model, or a plain dict."""
+    fields = model if isinstance(model, dict) else model.model_dump(mode="json")
+    typer.echo(json.dumps(fields, ensure_ascii=False))
 
 
 def instant(value: str | None) -> datetime | None:
