@@ -1,6 +1,7 @@
 """The `notee` CLI as a user runs it: subprocesses against a real `notee api`, a real worker and the
 emulator, configured only by NOTEE_URL and NOTEE_ADMIN_TOKEN / NOTEE_API_KEY. Errors are one line on
-stderr with a non-zero exit, also for `notee migrate` with a store down."""
+stderr with the exit code of their kind (notee.cli.remote_client.ExitCode), also for `notee migrate`
+with a store down; tests/test_cli_contract.py has each code, --json, completion and the newer commands."""
 
 from __future__ import annotations
 
@@ -106,29 +107,29 @@ def test_many_users_subscribed_from_the_cli(admin_env, service_id):
 
 
 @pytest.mark.parametrize(
-    "args, expected",
+    "args, expected, code",
     [
-        (("template", "put", "BOGUS", "x", "--title", "t", "--body", "b"), "error: 422"),
-        (("jobs", "show", "00000000-0000-4000-8000-000000000000"), "error: 404"),
-        (("subscribe", "00000000-0000-4000-8000-000000000000", "news"), "give a TOPIC, or --days and --at"),
+        (("template", "put", "BOGUS", "x", "--title", "t", "--body", "b"), "error: 422", 2),
+        (("jobs", "show", "00000000-0000-4000-8000-000000000000"), "error: 404", 3),
+        (("subscribe", "00000000-0000-4000-8000-000000000000", "news"), "give a TOPIC, or --days and --at", 2),
     ],
 )
-def test_errors_are_one_line_and_a_non_zero_exit(admin_env, service_id, args, expected):
+def test_errors_are_one_line_and_a_non_zero_exit(admin_env, service_id, args, expected, code):
     notee("admin", "service", "create", service_id, "--name", "Errors", env=admin_env)
     key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
     env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
     out = notee(*args, env=env)
-    assert out.returncode != 0
+    assert out.returncode == code, out.stderr
     assert expected in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_wrong_credentials_and_an_unreachable_server_are_one_line(admin_env):
     wrong = notee("template", "list", env=admin_env | {"NOTEE_API_KEY": "nk_nokey_" + secrets.token_hex(16)})
-    assert wrong.returncode == 1 and wrong.stderr.startswith("error: 401") and wrong.stderr.count("\n") == 1
+    assert wrong.returncode == 4 and wrong.stderr.startswith("error: 401") and wrong.stderr.count("\n") == 1
     nowhere = f"http://127.0.0.1:{free_port()}"
     down = notee("template", "list", env=admin_env | {"NOTEE_URL": nowhere, "NOTEE_API_KEY": "nk_x_y"})
     assert (
-        down.returncode == 1
+        down.returncode == 5
         and down.stderr == f"error: cannot reach Notee at {nowhere}: {down.stderr.split(': ', 2)[2]}"
         and down.stderr.count("\n") == 1
     )
@@ -147,7 +148,7 @@ def test_migrate_with_a_store_down_names_it_in_one_line(store, settings):
         env["NOTEE_CASSANDRA_PORT"] = str(port)
         expected = f"error: Cassandra at 127.0.0.1 port {port} is not reachable: "
     out = notee("migrate", env=env)
-    assert out.returncode == 1
+    assert out.returncode == 5  # unavailable
     assert out.stderr.startswith(expected) and out.stderr.count("\n") == 1, out.stderr
 
 
@@ -173,10 +174,10 @@ def test_a_scheduled_publish_and_send_from_the_cli_wait_and_can_be_cancelled(adm
     bad = notee("publish", "news", "sports", "--send-at", "2099-01-01T09:00:00", env=env)  # no offset
     assert bad.returncode == 2 and "RFC 3339" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
     far = notee("publish", "news", "sports", "--send-at", at, env=env)  # beyond schedule_max_days: the API's 422
-    assert far.returncode == 1 and far.stderr.startswith("error: 422") and "send_at" in far.stderr, far.stderr
+    assert far.returncode == 2 and far.stderr.startswith("error: 422") and "send_at" in far.stderr, far.stderr
     soon = "2000-01-01T00:00:00Z"
     past = notee("send", user_id, "otp", "--send-at", soon, env=env)
-    assert past.returncode == 1 and "in the past" in past.stderr, past.stderr
+    assert past.returncode == 2 and "in the past" in past.stderr, past.stderr
     when = (datetime.now(UTC) + timedelta(days=2)).isoformat()
     topic_job = notee("publish", "news", "sports", "--send-at", when, env=env).stdout.strip()
     send_job = notee("send", user_id, "otp", "--send-at", when, env=env).stdout.strip()
@@ -224,7 +225,7 @@ def test_subscriber_counts_calendar_and_summary_from_the_cli(admin_env, service_
         admin_cal = notee("admin", "calendar", "--hours", "168", "--service", service_id, env=admin_env)
         assert admin_cal.returncode == 0 and len(admin_cal.stdout.splitlines()) == 2, admin_cal.stderr
         bad = notee("calendar", "--hours", "1000", env=env)
-        assert bad.returncode == 1 and bad.stderr.startswith("error: 422") and bad.stderr.count("\n") == 1
+        assert bad.returncode == 2 and bad.stderr.startswith("error: 422") and bad.stderr.count("\n") == 1
     finally:  # the scheduler tests share the due index
         st = runtime.statements
         stamp = time.time_ns() // 1000 + 1
@@ -240,7 +241,7 @@ def test_webhook_endpoints_from_the_cli(admin_env, service_id):
     key = notee("admin", "key", "create", service_id, env=admin_env).stdout.strip()
     env = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"} | {"NOTEE_API_KEY": key}
     bad = notee("webhook", "create", "https://127.0.0.1/x", env=env)
-    assert bad.returncode == 1 and bad.stderr.startswith("error: 422") and "url" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and bad.stderr.startswith("error: 422") and "url" in bad.stderr, bad.stderr
     made = notee("webhook", "create", "https://hooks.example.com/x", "--event", "token.pruned", env=env)
     assert made.returncode == 0, made.stderr
     created = json.loads(made.stdout)

@@ -99,7 +99,9 @@ def test_notee_jobs_requeue_cli(runtime, service_id):
     assert result.exit_code == 0, result.output
     assert f"job {job.job_id} requeued: running" in result.output
     again = CliRunner().invoke(cli, ["jobs", "requeue", job.job_id])
-    assert again.exit_code == 1 and "only a failed job" in again.output
+    assert again.exit_code == 1 and "only a failed job" in again.output  # a conflict: 1
+    unknown = CliRunner().invoke(cli, ["jobs", "requeue", str(uuid.uuid4())])
+    assert unknown.exit_code == 3, unknown.output  # not found
     _run_until_idle(runtime, service_id, Sender())
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done" and progress.sent == 120

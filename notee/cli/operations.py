@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from notee.cli.config import load_settings
+from notee.cli.remote_client import AsJson, ExitCode, exit_code_for, print_json, say
 from notee.cli.remote_publish import jobs_app
 from notee.core.settings import Settings
+
+if TYPE_CHECKING:
+    from notee.usecases.migrate import Status
 
 
 def store_down(settings: Settings, exc: Exception) -> str | None:
@@ -42,8 +48,10 @@ def migrate(
         False, "--allow-out-of-order", help="Apply a pending file numbered below the highest applied one."
     ),
     lock_timeout: int = typer.Option(600, help="Seconds to wait for another running `notee migrate`."),
+    as_json: AsJson = False,
 ) -> None:
-    """Apply pending schema migrations to MySQL and Cassandra (idempotent; one run at a time)."""
+    """Apply pending schema migrations to MySQL and Cassandra (idempotent; one run at a time). A store
+    that cannot be reached is one line and exit 5."""
     # deferred: each command loads only what it runs (`notee` starts fast)
     from notee.usecases import migrate as migrations
 
@@ -53,13 +61,7 @@ def migrate(
     logging.getLogger("cassandra.cluster").setLevel(logging.CRITICAL)
     try:
         if status:
-            for st in migrations.status_all(settings):
-                typer.echo(f"{st.store}: {len(st.applied)} applied, {len(st.pending)} pending")
-                for _version, name, applied_at in st.applied:
-                    when = applied_at.strftime("%Y-%m-%dT%H:%M:%SZ") if applied_at else "?"
-                    typer.echo(f"  applied  {name}  ({when})")
-                for name in st.pending:
-                    typer.echo(f"  pending  {name}")
+            _print_status(migrations.status_all(settings), as_json)
             return
         applied = migrations.migrate_all(settings, allow_out_of_order=allow_out_of_order, lock_timeout_s=lock_timeout)
     except migrations.MigrationError as exc:
@@ -70,11 +72,36 @@ def migrate(
         if line is None:
             raise
         typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
+    line = f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "")
+    say(line, {"applied": applied}, as_json)
 
 
-def prune(days: int | None = typer.Option(None, help="Override settings.retention_days.")) -> None:
+def _print_status(stores: list[Status], as_json: bool) -> None:
+    """`notee migrate --status`: each store's applied files (with when) and pending ones."""
+    if as_json:
+        print_json({"stores": [_store_status(st) for st in stores]})
+        return
+    for st in stores:
+        typer.echo(f"{st.store}: {len(st.applied)} applied, {len(st.pending)} pending")
+        for _version, name, applied_at in st.applied:
+            typer.echo(f"  applied  {name}  ({_when(applied_at)})")
+        for name in st.pending:
+            typer.echo(f"  pending  {name}")
+
+
+def _store_status(st: Status) -> dict[str, Any]:
+    applied = [{"name": name, "applied_at": _when(at) if at else None} for _version, name, at in st.applied]
+    return {"store": st.store, "applied": applied, "pending": list(st.pending)}
+
+
+def _when(applied_at: datetime | None) -> str:
+    return applied_at.strftime("%Y-%m-%dT%H:%M:%SZ") if applied_at else "?"
+
+
+def prune(
+    days: int | None = typer.Option(None, help="Override settings.retention_days."), as_json: AsJson = False
+) -> None:
     """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters, finished webhook
     deliveries. The scheduler also does this every hour."""
     # deferred: each command loads only what it runs (`notee` starts fast)
@@ -89,7 +116,7 @@ def prune(days: int | None = typer.Option(None, help="Override settings.retentio
         counts = retention.prune_all(runtime)
     finally:
         runtime.close()
-    typer.echo("pruned " + ", ".join(f"{n} {what}" for what, n in counts.items()))
+    say("pruned " + ", ".join(f"{n} {what}" for what, n in counts.items()), {"pruned": counts}, as_json)
 
 
 def reconcile(
@@ -144,7 +171,9 @@ def backfill_occupancy(
     typer.echo(json.dumps(report))
 
 
-def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this many seconds (exit 1).")) -> None:
+def cassandra_ready(
+    timeout: float = typer.Option(300, help="Give up after this many seconds (exit 5)."), as_json: AsJson = False
+) -> None:
     """Wait until every node of NOTEE_CASSANDRA_HOSTS sees all of them UP, NORMAL (joined) and in
     schema agreement: a multi-node cluster is ready only then, not when each node answers CQL."""
     # deferred: each command loads only what it runs (`notee` starts fast)
@@ -160,12 +189,13 @@ def cassandra_ready(timeout: float = typer.Option(300, help="Give up after this 
         )
     except TimeoutError as exc:
         typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from exc
-    typer.echo(f"cassandra ring of {len(settings.cassandra_hosts)} node(s) ready after {waited:.1f} s")
+        raise typer.Exit(ExitCode.UNAVAILABLE) from exc
+    nodes = len(settings.cassandra_hosts)
+    say(f"cassandra ring of {nodes} node(s) ready after {waited:.1f} s", {"nodes": nodes, "waited_s": waited}, as_json)
 
 
 @jobs_app.command("requeue")  # beside list/show/cancel; this one is the operator's, on the database
-def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id.")) -> None:
+def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."), as_json: AsJson = False) -> None:
     """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
     # deferred: each command loads only what it runs (`notee` starts fast)
     from notee.core.errors import NoteeError
@@ -178,20 +208,28 @@ def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."))
             job, progress = jobs.requeue_job(session, job_id)
     except NoteeError as exc:
         typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exit_code_for(exc.status)) from exc
     finally:
         runtime.close()
-    typer.echo(
+    line = (
         f"job {job.job_id} requeued: {job.state}, {progress.tasks_done} of {job.task_count} tasks done, "
         f"{progress.sent} sent so far"
     )
+    answer = {
+        "job_id": job.job_id,
+        "state": job.state,
+        "tasks": job.task_count,
+        "tasks_done": progress.tasks_done,
+        "sent": progress.sent,
+    }
+    say(line, answer, as_json)
 
 
 credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).", no_args_is_help=True)
 
 
 @credentials_app.command("rotate-key")
-def rotate_key() -> None:
+def rotate_key(as_json: AsJson = False) -> None:
     """Re-encrypt every stored provider credential under NOTEE_CREDENTIALS_KEY. Rotation: give every
     process the new key as NOTEE_CREDENTIALS_KEY and the old one in NOTEE_CREDENTIALS_OLD_KEYS, run
     this, then drop the old key."""
@@ -212,7 +250,8 @@ def rotate_key() -> None:
         raise typer.Exit(1) from None
     finally:
         runtime.close()
-    typer.echo(
+    line = (
         f"re-encrypted {counts['credentials']} credential(s) of {counts['services']} service(s) "
         f"and {secrets_n} webhook secret(s) under NOTEE_CREDENTIALS_KEY"
     )
+    say(line, {**counts, "webhook_secrets": secrets_n}, as_json)

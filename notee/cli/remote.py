@@ -1,9 +1,20 @@
 """The `notee` commands that call a running Notee over HTTP, through the Python SDK
 (clients/python): ``NOTEE_URL`` plus ``NOTEE_API_KEY`` (a service's key) or ``NOTEE_ADMIN_TOKEN``.
 
-Every failure is one line on stderr and a non-zero exit: 1 for an error answer or an unreachable
-server, 2 for a wrong command line (typer's own). Listings print one JSON object per line, so they
-pipe into ``jq``; actions print one human line.
+Every failure is one line on stderr and an exit code that says which kind
+(``remote_client.ExitCode``, the one table; README "CLI"):
+
+====  ==========================================================================================
+0     ok
+1     anything else: a conflict (409), a server error (500), a job that failed, a failed send
+2     invalid: a wrong command line (typer's own), or the API's 400/422
+3     not found: the API's 404
+4     unauthorized: the API's 401/403 (a missing, wrong or revoked key or token)
+5     unavailable: the API's 503, its 429 after the SDK's retries, or Notee unreachable
+====  ==========================================================================================
+
+Listings print one JSON object per line, so they pipe into ``jq``; ``show`` commands print one JSON
+object; actions print one human line, or with ``--json`` the API's answer as one JSON object.
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``

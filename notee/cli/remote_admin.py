@@ -8,7 +8,7 @@ import json
 
 import typer
 
-from notee.cli.remote_client import print_calendar, print_json, sdk_client
+from notee.cli.remote_client import AsJson, print_calendar, print_json, say, sdk_client
 
 admin_app = typer.Typer(
     help="Operator commands (NOTEE_ADMIN_TOKEN): services, API keys, the calendar and delivery summary of every service.",
@@ -29,21 +29,24 @@ def service_create(
     timezone: str = typer.Option(
         "UTC", help="IANA time zone of its cycle schedules, local-time publishes and quiet hours."
     ),
+    as_json: AsJson = False,
 ) -> None:
     """Create a service (its time zone: UTC unless given)."""
     with sdk_client() as notee:
         created = notee.create_service(service, name, timezone)
-    typer.echo(f"service {created.service} created ({created.timezone})")
+    say(f"service {created.service} created ({created.timezone})", created, as_json)
 
 
 @service_app.command("update")
 def service_update(
-    service: str, delivery_mode: str = typer.Option(..., help="live, or dry_run (pushes are recorded, never sent).")
+    service: str,
+    delivery_mode: str = typer.Option(..., help="live, or dry_run (pushes are recorded, never sent)."),
+    as_json: AsJson = False,
 ) -> None:
     """Change a service's delivery mode."""
     with sdk_client() as notee:
         updated = notee.update_service(service, delivery_mode=delivery_mode)
-    typer.echo(f"service {updated.service}: delivery_mode {updated.delivery_mode}")
+    say(f"service {updated.service}: delivery_mode {updated.delivery_mode}", updated, as_json)
 
 
 @service_app.command("list")
@@ -55,10 +58,16 @@ def service_list() -> None:
 
 
 @key_app.command("create")
-def key_create(service: str, label: str = typer.Option("", help="A note on what the key is for.")) -> None:
-    """Create an API key; it is printed once, on stdout alone (the key id goes to stderr)."""
+def key_create(
+    service: str, label: str = typer.Option("", help="A note on what the key is for."), as_json: AsJson = False
+) -> None:
+    """Create an API key; it is printed once, on stdout alone (the key id goes to stderr); with --json,
+    the key and its id as one JSON object."""
     with sdk_client() as notee:
         created = notee.create_api_key(service, label)
+    if as_json:
+        print_json(created)
+        return
     typer.echo(f"key {created.key_id} of {service} (store it now; it is not shown again):", err=True)
     typer.echo(created.api_key)
 
@@ -72,16 +81,18 @@ def key_list(service: str) -> None:
 
 
 @key_app.command("revoke")
-def key_revoke(service: str, key_id: str) -> None:
+def key_revoke(service: str, key_id: str, as_json: AsJson = False) -> None:
     """Revoke an API key (effective on its next request)."""
     with sdk_client() as notee:
         notee.revoke_api_key(service, key_id)
-    typer.echo(f"key {key_id} of {service} revoked")
+    say(f"key {key_id} of {service} revoked", {"service": service, "key_id": key_id, "revoked": True}, as_json)
 
 
 @credentials_app.command("fcm")
 def credentials_fcm(
-    service: str, file: typer.FileText = typer.Option(..., "--file", help="The Firebase service-account JSON file.")
+    service: str,
+    file: typer.FileText = typer.Option(..., "--file", help="The Firebase service-account JSON file."),
+    as_json: AsJson = False,
 ) -> None:
     """Store a service's Firebase service account (encrypted at rest)."""
     try:
@@ -90,7 +101,7 @@ def credentials_fcm(
         raise typer.BadParameter(f"not JSON: {exc}", param_hint="--file") from exc
     with sdk_client() as notee:
         status = notee.put_fcm_credentials(service, account)
-    typer.echo(f"credentials of {service}: fcm={status.fcm} apns={status.apns}")
+    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns}", status, as_json)
 
 
 @credentials_app.command("apns")
@@ -101,13 +112,14 @@ def credentials_apns(
     bundle_id: str = typer.Option(...),
     key_file: typer.FileText = typer.Option(..., "--key-file", help="The .p8 signing key."),
     sandbox: bool = typer.Option(False, help="Use APNs' sandbox (development builds)."),
+    as_json: AsJson = False,
 ) -> None:
     """Store a service's APNs token-signing key (encrypted at rest)."""
     with sdk_client() as notee:
         status = notee.put_apns_credentials(
             service, key_id=key_id, team_id=team_id, bundle_id=bundle_id, private_key=key_file.read(), sandbox=sandbox
         )
-    typer.echo(f"credentials of {service}: fcm={status.fcm} apns={status.apns}")
+    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns}", status, as_json)
 
 
 @admin_app.command("calendar")

@@ -1,6 +1,6 @@
 """What the `notee` commands that call a running Notee over HTTP share: the SDK client from the
-environment (``NOTEE_URL`` plus ``NOTEE_API_KEY`` or ``NOTEE_ADMIN_TOKEN``), failures as one line
-and exit 1, ``KEY=VALUE`` options, ``--send-at`` times and JSON lines (notee.cli.remote).
+environment (``NOTEE_URL`` plus ``NOTEE_API_KEY`` or ``NOTEE_ADMIN_TOKEN``), the exit codes, failures
+as one line, ``--json``, ``KEY=VALUE`` options, ``--send-at`` times and JSON lines (notee.cli.remote).
 """
 
 from __future__ import annotations
@@ -9,16 +9,52 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, NoReturn
+from enum import IntEnum
+from typing import Annotated, Any, NoReturn
 
 import typer
 
+USER_HELP = "Notee's user_id, or ext:<your id> (e.g. ext:alice)."
 SEND_AT_HELP = "Send then, not now: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+09:00 (a scheduled job)."
+
+
+class ExitCode(IntEnum):
+    """Every `notee` command's exit codes (README "CLI"; notee.cli.remote): scripts tell the failures
+    apart by these, so a code never changes meaning."""
+
+    OK = 0
+    FAILED = 1  # anything else: a conflict (409), a server error (500), a job that failed
+    INVALID = 2  # a wrong command line (typer's own), or the API's 400/422
+    NOT_FOUND = 3  # the API's 404
+    UNAUTHORIZED = 4  # the API's 401/403: a missing, wrong or revoked key or token
+    UNAVAILABLE = 5  # the API's 503, or 429 after the SDK's retries, or Notee (or a store) unreachable
+
+
+_EXIT_BY_STATUS = {
+    400: ExitCode.INVALID,
+    422: ExitCode.INVALID,
+    404: ExitCode.NOT_FOUND,
+    401: ExitCode.UNAUTHORIZED,
+    403: ExitCode.UNAUTHORIZED,
+    429: ExitCode.UNAVAILABLE,
+    503: ExitCode.UNAVAILABLE,
+}
+
+
+def exit_code_for(status: int) -> ExitCode:
+    """The exit code of an API error answer's HTTP status."""
+    return _EXIT_BY_STATUS.get(status, ExitCode.FAILED)
+
+
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print the API's answer as one JSON object instead of a line of prose.")
+]
 
 
 @contextmanager
 def sdk_client() -> Iterator[Any]:
-    """An SDK client from the environment; every error becomes one line and exit code 1."""
+    """An SDK client from the environment; every error becomes one line on stderr and its exit code
+    (``ExitCode``)."""
     try:
         # deferred: the SDK is its own distribution (clients/python), needed only by these commands.
         import httpx
@@ -34,9 +70,13 @@ def sdk_client() -> Iterator[Any]:
             yield sdk
     except NoteeError as exc:
         detail = "; ".join(_detail(d) for d in exc.details[:3])
-        fail(f"{exc.status} {exc.code}: {exc.message}" + (f" ({detail})" if detail else ""))
+        fail(f"{exc.status} {exc.code}: {exc.message}" + (f" ({detail})" if detail else ""), exit_code_for(exc.status))
     except httpx.HTTPError as exc:
-        fail(f"cannot reach Notee at {sdk._policy.base_url}: {exc or type(exc).__name__}")
+        # A transport error (refused, reset, timed out) is Notee unreachable; anything else (a redirect
+        # loop, say) is no outage.
+        unreachable = isinstance(exc, httpx.TransportError)
+        code = ExitCode.UNAVAILABLE if unreachable else ExitCode.FAILED
+        fail(f"cannot reach Notee at {sdk._policy.base_url}: {exc or type(exc).__name__}", code)
 
 
 def _detail(detail: Any) -> str:
@@ -46,9 +86,10 @@ def _detail(detail: Any) -> str:
     return str(detail)
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:
+    """One line on stderr, then exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def pairs(values: list[str], what: str) -> dict[str, str]:
@@ -68,8 +109,16 @@ def print_json(model: Any) -> None:
     typer.echo(json.dumps(fields, ensure_ascii=False))
 
 
-def instant(value: str | None) -> datetime | None:
-    """``--send-at``: an RFC 3339 time with its offset; anything else is one line and exit 2."""
+def say(line: str, answer: Any, as_json: bool) -> None:
+    """A command's outcome: its line of prose, or with ``--json`` the API's ``answer`` as one JSON object."""
+    if as_json:
+        print_json(answer)
+    else:
+        typer.echo(line)
+
+
+def instant(value: str | None, option: str = "--send-at") -> datetime | None:
+    """A time ``option`` gave: RFC 3339 with its offset; anything else is one line and exit 2."""
     if value is None:
         return None
     try:
@@ -77,8 +126,7 @@ def instant(value: str | None) -> datetime | None:
     except ValueError:
         moment = None
     if moment is None or moment.tzinfo is None:
-        typer.echo(f"error: --send-at {value!r} is not an RFC 3339 time with its offset", err=True)
-        raise typer.Exit(2)
+        fail(f"{option} {value!r} is not an RFC 3339 time with its offset", ExitCode.INVALID)
     return moment
 
 

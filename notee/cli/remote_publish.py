@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from notee.cli.remote_client import SEND_AT_HELP, fail, instant, pairs, print_json, sdk_client
+from notee.cli.remote_client import SEND_AT_HELP, USER_HELP, AsJson, fail, instant, pairs, print_json, say, sdk_client
 
 jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).", no_args_is_help=True)
 
@@ -29,8 +29,10 @@ def publish(
     send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
     wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
     timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
+    as_json: AsJson = False,
 ) -> None:
-    """Publish a TOPIC template to every subscriber of a topic; prints the job id."""
+    """Publish a TOPIC template to every subscriber of a topic; prints the job id (with --json, the
+    API's answer, or with --wait the finished job)."""
     with sdk_client() as notee:
         accepted = notee.publish_topic(
             type,
@@ -43,20 +45,31 @@ def publish(
             idempotency_key=idempotency_key,
             send_at=instant(send_at),
         )
-        typer.echo(accepted.job_id)
-        if wait:
-            # deferred: the SDK is its own distribution, loaded only by these commands (see remote_client.sdk_client).
-            from notee_client import JobTimeout
+        if not wait:
+            say(accepted.job_id, accepted, as_json)
+            return
+        if not as_json:
+            typer.echo(accepted.job_id)
+        job = _follow(notee, accepted.job_id, timeout)
+    if as_json:
+        print_json(job)
+    if job.state != "done":
+        fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
 
-            bar = _ProgressLine()
-            try:
-                job = notee.wait(accepted.job_id, on_progress=bar.update, poll_interval=0.5, timeout=timeout)
-            except JobTimeout as exc:
-                bar.close()
-                fail(str(exc))
-            bar.close()
-            if job.state != "done":
-                fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
+
+def _follow(notee: Any, job_id: str, timeout: float | None) -> Any:
+    """The job once its counts are final, with a progress line on stderr meanwhile; exit 1 after
+    ``timeout`` seconds (the job goes on)."""
+    # deferred: the SDK is its own distribution, loaded only by these commands (see remote_client.sdk_client).
+    from notee_client import JobTimeout
+
+    bar = _ProgressLine()
+    try:
+        return notee.wait(job_id, on_progress=bar.update, poll_interval=0.5, timeout=timeout)
+    except JobTimeout as exc:
+        fail(str(exc))
+    finally:
+        bar.close()
 
 
 class _ProgressLine:
@@ -118,22 +131,27 @@ def jobs_show(job_id: str) -> None:
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: str) -> None:
+def jobs_cancel(job_id: str, as_json: AsJson = False) -> None:
     """Cancel a scheduled, queued or running job; prints its final state and counts."""
     with sdk_client() as notee:
         job = notee.cancel_job(job_id)
-    typer.echo(f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}")
+    say(
+        f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}",
+        job,
+        as_json,
+    )
 
 
 def send(
-    user_id: str = typer.Argument(..., help="Notee's user_id."),
+    user_id: str = typer.Argument(..., help=USER_HELP),
     type: str = typer.Argument(..., help="The SINGLE template's notification type."),
     var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
     send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
+    as_json: AsJson = False,
 ) -> None:
-    """Send a SINGLE template to every device of one user, now (prints the counts), or at --send-at
-    (prints the scheduled job's id)."""
+    """Send a SINGLE template to every device of one user, now (prints the counts; exit 1 when one
+    failed), or at --send-at (prints the scheduled job's id)."""
     when = instant(send_at)
     with sdk_client() as notee:
         if when is not None:
@@ -144,13 +162,14 @@ def send(
                 data=pairs(data, "--data") or None,
                 send_at=when,
             )
-            typer.echo(accepted.job_id)
+            say(accepted.job_id, accepted, as_json)
             return
         result = notee.send_to_user(
             user_id, type, variables=pairs(var, "--var") or None, data=pairs(data, "--data") or None
         )
-    typer.echo(
+    counts = (
         f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · pruned {result.pruned}"
     )
+    say(counts, result, as_json)
     if result.failed:
         raise typer.Exit(1)

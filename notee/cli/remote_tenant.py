@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from notee.cli.remote_client import pairs, print_calendar, print_json, sdk_client
+from notee.cli.remote_client import USER_HELP, AsJson, pairs, print_calendar, print_json, say, sdk_client
 
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
@@ -28,6 +28,7 @@ def template_put(
     data: list[str] = typer.Option([], help="KEY=VALUE sent with the push (repeatable)."),
     ttl: int | None = typer.Option(None, help="Seconds the provider keeps an undelivered push."),
     priority: str | None = typer.Option(None, help="high (default) or normal."),
+    as_json: AsJson = False,
 ) -> None:
     """Create or update a template."""
     with sdk_client() as notee:
@@ -40,7 +41,7 @@ def template_put(
             ttl_seconds=ttl,
             priority=priority,
         )
-    typer.echo(f"template {template.method}/{template.type} saved (version {template.version})")
+    say(f"template {template.method}/{template.type} saved (version {template.version})", template, as_json)
 
 
 @template_app.command("list")
@@ -58,37 +59,40 @@ def user_put(
     locale: str | None = typer.Option(None, help="BCP 47 tag choosing templates' locale variants, e.g. pt-BR."),
     timezone: str | None = typer.Option(None, help="IANA time zone (local-time publishes, quiet hours)."),
     quiet: str | None = typer.Option(None, help="Quiet hours HH:MM-HH:MM local, e.g. 22:00-07:00."),
+    as_json: AsJson = False,
 ) -> None:
-    """Create or update a user; prints Notee's user_id."""
+    """Create or update a user; prints Notee's user_id (with --json, the user)."""
     window = None
     if quiet is not None:
         start, _, end = quiet.partition("-")
         window = {"start": start, "end": end}
     with sdk_client() as notee:
         user = notee.put_user(service_user_id, name, locale=locale, timezone=timezone, quiet_hours=window)
-    typer.echo(user.user_id)
+    say(user.user_id, user, as_json)
 
 
 @user_app.command("device")
 def user_device(
-    user_id: str,
-    token: str,
+    user_id: str = typer.Argument(..., help=USER_HELP),
+    token: str = typer.Argument(..., help="The device's push token."),
     os: str = typer.Option(..., help="AOS (FCM) or IOS (APNs)."),
     region: str = typer.Option("", help="Optional region code, e.g. KR."),
+    as_json: AsJson = False,
 ) -> None:
     """Register a device (push token) of a user."""
     with sdk_client() as notee:
         device = notee.add_device(user_id, token, os.upper(), region)
-    typer.echo(f"device {device.os} registered")
+    say(f"device {device.os} registered", device, as_json)
 
 
 def subscribe(
-    user_id: str = typer.Argument(..., help="Notee's user_id."),
+    user_id: str = typer.Argument(..., help=USER_HELP),
     type: str = typer.Argument(..., help="The template's notification type."),
     topic: str | None = typer.Argument(None, help="Topic (TOPIC templates); omit for a CYCLE schedule."),
     days: str | None = typer.Option(None, help="CYCLE: days, e.g. MON,WED,FRI."),
     at: str | None = typer.Option(None, help="CYCLE: local time HH:MM."),
     timezone: str | None = typer.Option(None, help="CYCLE: IANA zone (default: the service's)."),
+    as_json: AsJson = False,
 ) -> None:
     """Subscribe a user to a topic (`notee subscribe USER news sports`) or to a recurring schedule
     (`notee subscribe USER daily --days MON,FRI --at 09:30`)."""
@@ -111,7 +115,8 @@ def subscribe(
                 minute=int(minute),
                 timezone=timezone,
             )
-    typer.echo(f"{result.status}: {result.devices} device(s)" + (f", {result.schedule}" if result.schedule else ""))
+    schedule = f", {result.schedule}" if result.schedule else ""
+    say(f"{result.status}: {result.devices} device(s){schedule}", result, as_json)
 
 
 BULK_CHUNK = 1000  # user ids per request: the bulk endpoint's maximum
@@ -122,23 +127,26 @@ def subscribe_bulk(
     topic: str = typer.Argument(..., help="The topic."),
     user_ids: list[str] = typer.Argument(None, help="Notee user_ids; none: read them from --file."),
     file: typer.FileText | None = typer.Option(None, help="One user_id a line ('-': standard input)."),
+    as_json: AsJson = False,
 ) -> None:
     """Subscribe many users to a topic, 1,000 per request; prints the counts and one JSON line per
-    user not found (exit 1 then)."""
+    user not found (exit 1 then). With --json: the API's answers as one, ``{results, subscribed,
+    already_subscribed, not_found}`` (the results of every request)."""
     ids = list(user_ids or [])
     if file is not None:
         ids += [line.strip() for line in file if line.strip()]
     if not ids:
         raise typer.BadParameter("give user ids, or --file with one a line")
     counts = {"subscribed": 0, "already_subscribed": 0, "not_found": 0}
+    results = []
     with sdk_client() as notee:
         for i in range(0, len(ids), BULK_CHUNK):
-            result = notee.bulk_subscribe(type, topic, ids[i : i + BULK_CHUNK])
-            for item in result.results:
+            for item in notee.bulk_subscribe(type, topic, ids[i : i + BULK_CHUNK]).results:
                 counts[item.status] += 1
-                if item.status == "not_found":
+                results.append(item.model_dump(mode="json"))
+                if item.status == "not_found" and not as_json:
                     print_json(item)
-    typer.echo(" · ".join(f"{name} {n}" for name, n in counts.items()))
+    say(" · ".join(f"{name} {n}" for name, n in counts.items()), {"results": results, **counts}, as_json)
     if counts["not_found"]:
         raise typer.Exit(1)
 
@@ -207,11 +215,11 @@ def webhook_list() -> None:
 
 
 @webhook_app.command("delete")
-def webhook_delete(endpoint_id: str) -> None:
+def webhook_delete(endpoint_id: str, as_json: AsJson = False) -> None:
     """Delete an endpoint and its deliveries."""
     with sdk_client() as notee:
         notee.delete_webhook(endpoint_id)
-    typer.echo(f"webhook {endpoint_id} deleted")
+    say(f"webhook {endpoint_id} deleted", {"endpoint_id": endpoint_id, "deleted": True}, as_json)
 
 
 @webhook_app.command("deliveries")
@@ -227,17 +235,19 @@ def webhook_deliveries(
 
 
 @webhook_app.command("resend")
-def webhook_resend(endpoint_id: str, delivery_id: int) -> None:
+def webhook_resend(endpoint_id: str, delivery_id: int, as_json: AsJson = False) -> None:
     """Send a delivery again (same event id and body)."""
     with sdk_client() as notee:
         delivery = notee.resend_webhook_delivery(endpoint_id, delivery_id)
-    typer.echo(f"delivery {delivery.delivery_id} ({delivery.event_type} {delivery.event_id}) {delivery.state}")
+    line = f"delivery {delivery.delivery_id} ({delivery.event_type} {delivery.event_id}) {delivery.state}"
+    say(line, delivery, as_json)
 
 
 def quiet_hours(
     window: str | None = typer.Argument(
         None, help="HH:MM-HH:MM local (22:00-07:00 crosses midnight); 'off' clears; nothing: show."
     ),
+    as_json: AsJson = False,
 ) -> None:
     """The service's quiet hours: TOPIC pushes due inside them are held (or dropped, per template)."""
     with sdk_client() as notee:
@@ -249,4 +259,4 @@ def quiet_hours(
             start, _, end = window.partition("-")
             answer = notee.put_quiet_hours(start, end)
     q = answer.quiet_hours
-    typer.echo(f"{q['start']}-{q['end']}" if q else "off")
+    say(f"{q['start']}-{q['end']}" if q else "off", answer, as_json)
