@@ -1,7 +1,7 @@
 """What scripts rely on in the `notee` CLI (issue 37, "Ready to adopt"): an exit code per kind of
 failure, each from a real subprocess against a real `notee api`; ``--json`` on the commands that
-print a line of prose; dead letters through the API (a service's key, or the admin token with
---service)."""
+print a line of prose; the template and user commands; dead letters through the API (a service's key,
+or the admin token with --service); shell completion."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_invalid_not_found_unauthorized_and_other_failures_exit_with_their_codes
     invalid = notee("template", "put", "BOGUS", "x", "--title", "t", "--body", "b", env=env)  # the API's 422
     assert invalid.returncode == 2 and invalid.stderr.startswith("error: 422 invalid_input"), invalid.stderr
 
-    for args in (("jobs", "show", UNKNOWN_ID),):
+    for args in (("jobs", "show", UNKNOWN_ID), ("user", "show", "ext:nobody"), ("template", "show", "TOPIC", "no")):
         missing = notee(*args, env=env)
         assert missing.returncode == ExitCode.NOT_FOUND == 3, (args, missing.stderr)
         assert missing.stderr.startswith("error: 404 not_found") and missing.stderr.count("\n") == 1
@@ -157,8 +157,51 @@ def test_json_prints_the_apis_answer_instead_of_a_line(admin_env, service_id):
     assert accepted["state"] == "scheduled" and accepted["send_at"]
     cancelled = _json(notee("jobs", "cancel", accepted["job_id"], "--json", env=env))
     assert (cancelled["job_id"], cancelled["state"]) == (accepted["job_id"], "cancelled")
+    deleted = _json(notee("template", "delete", "topic", "news", "--json", env=env))
+    assert deleted == {"method": "TOPIC", "type": "news", "deleted": True}
     revoked = _json(notee("admin", "key", "revoke", service_id, key["key_id"], "--json", env=admin_env))
     assert revoked == {"service": service_id, "key_id": key["key_id"], "revoked": True}
+
+
+# --- templates and users ------------------------------------------------------------------------------
+
+
+def test_a_template_is_shown_and_deleted(admin_env, service_id):
+    env = tenant_env(admin_env, service_id)
+    notee("template", "put", "SINGLE", "otp", "--title", "Code", "--body", "{{code}}", "--data", "k=v", env=env)
+    shown = _json(notee("template", "show", "single", "otp", env=env))
+    assert (shown["method"], shown["type"], shown["title"], shown["data"]) == ("SINGLE", "otp", "Code", {"k": "v"})
+    gone = notee("template", "delete", "SINGLE", "otp", env=env)
+    assert gone.returncode == 0 and gone.stdout == "template SINGLE/otp deleted\n", gone.stdout + gone.stderr
+    assert notee("template", "show", "SINGLE", "otp", env=env).returncode == 3
+    assert notee("template", "delete", "SINGLE", "otp", env=env).returncode == 3
+
+
+def test_users_are_shown_by_either_id_and_listed_with_filters(admin_env, service_id):
+    env = tenant_env(admin_env, service_id)
+    ids = {}
+    for name in ("none", "android", "iphone"):  # created in this order: listed newest first
+        ids[name] = notee("user", "put", f"cli-{name}", "--name", name, env=env).stdout.strip()
+    notee("user", "device", ids["android"], random_token("and"), "--os", "AOS", env=env)
+    notee("user", "device", "ext:cli-iphone", random_token("ios"), "--os", "IOS", env=env)  # by the service's id
+
+    by_uuid = _json(notee("user", "show", ids["iphone"], env=env))
+    by_ext = _json(notee("user", "show", "ext:cli-iphone", env=env))
+    assert by_uuid == by_ext and (by_ext["user_id"], by_ext["name"]) == (ids["iphone"], "iphone")
+
+    def listed(*args: str) -> list[str]:
+        out = notee("user", "list", *args, env=env)
+        assert out.returncode == 0, out.stderr
+        return [json.loads(line)["service_user_id"] for line in out.stdout.splitlines()]
+
+    assert listed() == ["cli-iphone", "cli-android", "cli-none"]
+    assert listed("--has-devices") == ["cli-iphone", "cli-android"]
+    assert listed("--no-devices") == ["cli-none"]
+    assert listed("--platform", "ios") == ["cli-iphone"]
+    assert listed("--limit", "2") == ["cli-iphone", "cli-android"]
+    assert listed("--created-since", (datetime.now(UTC) + timedelta(hours=1)).isoformat()) == []
+    bad = notee("user", "list", "--created-since", "yesterday", env=env)
+    assert bad.returncode == 2 and "--created-since 'yesterday' is not an RFC 3339 time" in bad.stderr
 
 
 # --- dead letters through the API ---------------------------------------------------------------------
@@ -208,3 +251,21 @@ def test_dead_letters_are_listed_and_replayed_through_the_api(admin_env, service
     assert json.loads(replayed.stdout) == {"replayed": 1, "delivered": 1, "pruned": 0, "failed": 0}
     assert deliveries_per_token(emulator, [token], api="fcm") == {token: 1}
     assert notee("dead-letters", "list", env=env).stdout == ""
+
+
+# --- shell completion ---------------------------------------------------------------------------------
+
+
+def test_shell_completion_scripts_and_answers():
+    # Typer's switch for naming the shell instead of detecting it (no interactive shell here).
+    env = subprocess_env(_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    bash = notee("--show-completion", "bash", env=env)
+    assert bash.returncode == 0 and "complete -o default -F _notee_completion notee" in bash.stdout, bash.stderr
+    zsh = notee("--show-completion", "zsh", env=env)
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef notee"), zsh.stdout
+    # What bash's completion function asks `notee` (the script above), answered without a shell.
+    asked = env | {"_NOTEE_COMPLETE": "complete_bash", "COMP_WORDS": "notee template ", "COMP_CWORD": "2"}
+    answer = notee(env=asked)
+    assert answer.stdout.split() == ["put", "show", "delete", "list"], answer.stdout + answer.stderr
+    groups = notee(env=asked | {"COMP_WORDS": "notee dead", "COMP_CWORD": "1"})
+    assert groups.stdout.split() == ["dead-letters"]

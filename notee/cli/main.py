@@ -17,7 +17,8 @@ from notee.cli.config import load_settings
 from notee.core.version import VERSION
 from notee.emulator.tls import TlsFiles
 
-app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=False)
+# add_completion: `notee --install-completion` / `--show-completion` (bash, zsh, fish, PowerShell).
+app = typer.Typer(help="Notee push-notification platform.", no_args_is_help=True, add_completion=True)
 log = logging.getLogger("notee")
 
 
@@ -207,4 +208,5 @@ remote.install(app)  # the commands that call a running Notee over HTTP (the SDK
 
 
 def main() -> None:
-    app()
+    # "notee" also under `python -m notee`: the completion scripts complete the installed command.
+    app(prog_name="notee")

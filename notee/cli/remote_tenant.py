@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from notee.cli.remote_client import USER_HELP, AsJson, pairs, print_calendar, print_json, say, sdk_client
+from notee.cli.remote_client import USER_HELP, AsJson, instant, pairs, print_calendar, print_json, say, sdk_client
 
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
@@ -44,6 +44,29 @@ def template_put(
     say(f"template {template.method}/{template.type} saved (version {template.version})", template, as_json)
 
 
+@template_app.command("show")
+def template_show(
+    method: str = typer.Argument(..., help="TOPIC, CYCLE or SINGLE."),
+    type: str = typer.Argument(..., help="Notification type, e.g. news."),
+) -> None:
+    """One template, as JSON."""
+    with sdk_client() as notee:
+        print_json(notee.get_template(method.upper(), type))
+
+
+@template_app.command("delete")
+def template_delete(
+    method: str = typer.Argument(..., help="TOPIC, CYCLE or SINGLE."),
+    type: str = typer.Argument(..., help="Notification type, e.g. news."),
+    as_json: AsJson = False,
+) -> None:
+    """Delete a template; its subscriptions stop receiving."""
+    with sdk_client() as notee:
+        notee.delete_template(method.upper(), type)
+    gone = {"method": method.upper(), "type": type, "deleted": True}
+    say(f"template {method.upper()}/{type} deleted", gone, as_json)
+
+
 @template_app.command("list")
 def template_list() -> None:
     """The service's templates, one JSON object a line."""
@@ -69,6 +92,39 @@ def user_put(
     with sdk_client() as notee:
         user = notee.put_user(service_user_id, name, locale=locale, timezone=timezone, quiet_hours=window)
     say(user.user_id, user, as_json)
+
+
+@user_app.command("show")
+def user_show(user: str = typer.Argument(..., help=USER_HELP)) -> None:
+    """One user, as JSON."""
+    with sdk_client() as notee:
+        print_json(notee.get_user(user))
+
+
+@user_app.command("list")
+def user_list(
+    created_since: str | None = typer.Option(
+        None, help="Only users created at or after this RFC 3339 time (with its offset)."
+    ),
+    has_devices: bool | None = typer.Option(
+        None, "--has-devices/--no-devices", help="Only users with a device, or only users without one."
+    ),
+    platform: str | None = typer.Option(None, help="Only users with a device of this platform: IOS or AOS."),
+    limit: int | None = typer.Option(None, min=1, help="At most this many (default: every user)."),
+) -> None:
+    """The service's users, newest first, one JSON object a line (every page, or --limit)."""
+    since = instant(created_since, "--created-since")
+    with sdk_client() as notee:
+        users = notee.iter_users(
+            created_since=since,
+            has_devices=has_devices,
+            platform=platform.upper() if platform else None,
+            page_size=min(limit or 200, 200),
+        )
+        for n, user in enumerate(users):
+            if limit is not None and n >= limit:
+                break
+            print_json(user)
 
 
 @user_app.command("device")
