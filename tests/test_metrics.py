@@ -341,10 +341,10 @@ def _dashboard_queries() -> list[str]:
     return queries
 
 
-def test_the_scrape_config_names_the_three_processes() -> None:
-    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+def test_the_scrape_config_names_every_process() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"notee-api", "notee-worker", "notee-scheduler"}
+    assert set(jobs) == {"notee-api", "notee-worker", "notee-scheduler", "notee-webhooks"}
     assert jobs["notee-api"]["authorization"]["credentials_file"]  # /metrics of the API needs the admin token
     assert all(job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] for job in jobs.values())
 
