@@ -118,7 +118,11 @@ def test_probes_ask_what_the_api_serves_and_grace_covers_the_drain(settings: Set
         declared = {p["containerPort"] for p in container.get("ports", [])}
         for var in ("NOTEE_API_PORT", "NOTEE_API_ADMIN_PORT") if container["args"][0] == "api" else ():
             assert int(config[var]) in declared, (name, var)
-        metrics = {"worker": "NOTEE_WORKER_METRICS_PORT", "scheduler": "NOTEE_SCHEDULER_METRICS_PORT"}
+        metrics = {
+            "worker": "NOTEE_WORKER_METRICS_PORT",
+            "scheduler": "NOTEE_SCHEDULER_METRICS_PORT",
+            "webhooks": "NOTEE_WEBHOOKS_METRICS_PORT",
+        }
         if container["args"][0] in metrics:
             assert int(config[metrics[container["args"][0]]]) in declared, name
         assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]

@@ -1,5 +1,5 @@
-"""`notee healthcheck api|worker|scheduler`, the container healthchecks of compose.yaml, against real
-processes: healthy while they work, unhealthy once they hang (SIGSTOP) or are gone."""
+"""`notee healthcheck api|worker|scheduler|webhooks|emulator`, the container healthchecks of compose.yaml,
+against real processes: healthy while they work, unhealthy once they hang (SIGSTOP) or are gone."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from notee.emulator.tls import ensure_tls
 
 
 def free_port() -> int:
@@ -127,3 +129,28 @@ def test_api_healthcheck_answers_for_a_running_api_only(migrated) -> None:
     other = free_port()
     default = _healthcheck("api", env=os.environ | {"NOTEE_API_PORT": str(other)})
     assert default.returncode == 1 and f"http://127.0.0.1:{other}/healthz" in default.stderr
+
+
+def test_emulator_healthcheck_passes_once_it_serves_with_the_ca_it_wrote(tmp_path: Path) -> None:
+    """compose.yaml starts the processes that read the emulator's CA once this passes: the CA file is
+    written and the emulator's certificate verifies against it."""
+    port, state = free_port(), tmp_path / "emulator"
+    env = os.environ | {"NOTEE_EMULATOR_URL": f"https://127.0.0.1:{port}", "NOTEE_EMULATOR_CA_FILE": f"{state}/ca.crt"}
+    before = _healthcheck("emulator", env=env)
+    assert before.returncode == 1 and "FileNotFoundError" in before.stderr  # no CA written yet
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notee", "emulator", "--port", str(port), "--state-dir", str(state)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        out = _wait_for(("emulator",), env, 0)
+        assert out.startswith(f"healthy: https://127.0.0.1:{port}/_emu/stats answered 200"), out
+        strange = ensure_tls(tmp_path / "another-ca").ca_cert  # a CA that did not sign its certificate
+        other = _healthcheck("emulator", env=env | {"NOTEE_EMULATOR_CA_FILE": str(strange)})
+        assert other.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in other.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    unset = {k: v for k, v in env.items() if k != "NOTEE_EMULATOR_URL"}
+    assert _healthcheck("emulator", env=unset).returncode == 1

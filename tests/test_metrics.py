@@ -1,7 +1,8 @@
 """Prometheus metrics from every process (issue 16.1), scraped over HTTP from real `notee api`,
-`notee worker` and `notee scheduler` processes and parsed with prometheus_client's parser:
-counters move by exactly what happened, HTTP requests are labelled by route template, secrets never
-appear, /metrics needs the admin token, and several workers of one host do not collide."""
+`notee worker`, `notee scheduler` and `notee webhooks` processes and parsed with prometheus_client's
+parser: counters move by exactly what happened, HTTP requests are labelled by route template, secrets
+never appear, /metrics needs the admin token, and several workers of one host do not collide (the
+dispatcher's own figures: tests/test_webhook_metrics.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import httpx
 import yaml
+from prometheus_client import REGISTRY
 
 from notee.core import clock
+from notee.core.metrics import BREAKER_STATES
+from notee.providers.breaker import CircuitBreaker
 from notee.store import jobs_sql, task_leases, ticks
 from notee.store.mysql import db_now
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
@@ -159,6 +163,9 @@ def test_worker_counts_pushes_retries_latency_claims_and_a_lease_takeover(
     assert m.value("notee_tasks_claimed_total") == 1
     assert m.value("notee_task_lease_takeovers_total") == 1
     assert m.has("notee_job_queue_depth") and m.has("notee_job_queue_running") and m.has("notee_job_queue_delayed")
+    # the breaker that guarded the sends: one series per state, 1 for the one it is in
+    assert [m.value("notee_circuit_breaker_state", provider="fcm", state=st) for st in BREAKER_STATES] == [1, 0, 0]
+    assert not [name for (name, _) in m.samples if name.endswith("_created")]  # no _created series
     assert "took over" in worker.output()
     for token in tokens:
         assert token not in m.text
@@ -291,6 +298,31 @@ def test_scheduler_counts_done_late_and_skipped_minutes_and_logs_json_without_ap
     assert apscheduler_info == []
 
 
+def test_the_breaker_state_is_one_series_per_state() -> None:
+    """``notee_circuit_breaker_state{provider, state}``: 1 for the state the provider's breaker is in,
+    0 for the others; no series for a provider it never guarded."""
+    now = [0.0]
+    breaker = CircuitBreaker(open_s=2.0, clock=lambda: now[0])
+    provider = "test-" + secrets.token_hex(4)  # this process's other breakers never saw it
+
+    def states() -> list[float | None]:
+        return [
+            REGISTRY.get_sample_value("notee_circuit_breaker_state", {"provider": provider, "state": state})
+            for state in BREAKER_STATES
+        ]
+
+    assert states() == [None, None, None]
+    assert not breaker.record(provider, sent=10, unreachable=1)
+    assert states() == [1, 0, 0]  # closed
+    assert breaker.record(provider, sent=10, unreachable=9)
+    assert states() == [0, 0, 1]  # open
+    now[0] = 2.5
+    assert states() == [0, 1, 0]  # half-open: the next send is a probe
+    assert not breaker.record(provider, sent=1, unreachable=0)
+    assert states() == [1, 0, 0]
+    assert BREAKER_STATES == ("closed", "half_open", "open")
+
+
 def test_the_promql_name_reader() -> None:
     expr = (
         'histogram_quantile(0.95, sum by (le, provider) (rate(notee_provider_response_seconds_bucket{job="worker",'
@@ -309,10 +341,10 @@ def _dashboard_queries() -> list[str]:
     return queries
 
 
-def test_the_scrape_config_names_the_three_processes() -> None:
-    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+def test_the_scrape_config_names_every_process() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"notee-api", "notee-worker", "notee-scheduler"}
+    assert set(jobs) == {"notee-api", "notee-worker", "notee-scheduler", "notee-webhooks"}
     assert jobs["notee-api"]["authorization"]["credentials_file"]  # /metrics of the API needs the admin token
     assert all(job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] for job in jobs.values())
 
@@ -321,8 +353,11 @@ def test_every_metric_of_the_dashboard_is_exposed_by_a_running_process(
     processes: Processes, runtime, settings, service_id, emulator
 ) -> None:
     api = processes.api()
-    worker_port, scheduler_port = free_port(), free_port()
+    worker_port, scheduler_port, webhooks_port = free_port(), free_port(), free_port()
     processes.worker(service_id, NOTEE_WORKER_METRICS_PORT=str(worker_port))
+    dispatcher = processes.start(
+        "webhooks", ["webhooks"], subprocess_env(NOTEE_WEBHOOKS_METRICS_PORT=str(webhooks_port))
+    )
     scheduler = processes.start(
         "scheduler",
         ["scheduler"],
@@ -346,12 +381,14 @@ def test_every_metric_of_the_dashboard_is_exposed_by_a_running_process(
     job_id = r.json()["job_id"]
     wait_for(lambda: job_progress(runtime, job_id)[0].state == "done", timeout=90, what="the published job done")
     wait_http(worker_metrics_url(scheduler_port), proc=scheduler)
+    wait_http(worker_metrics_url(webhooks_port), proc=dispatcher)
 
     token = settings.admin_token.get_secret_value()
     scrapes = {
         "api": scrape(api.url + "/metrics", token),
         "worker": scrape(worker_metrics_url(worker_port)),
         "scheduler": scrape(worker_metrics_url(scheduler_port)),
+        "webhooks": scrape(worker_metrics_url(webhooks_port)),
     }
     assert scrapes["worker"].value("notee_pushes_total", provider="fcm", service=service_id, outcome="sent") == 5
     exposed = set().union(*(s.exposed for s in scrapes.values()))

@@ -374,10 +374,101 @@ def test_compose_publishes_nothing_beyond_loopback_and_checks_every_notee_proces
             host_ip = parts[0] if len(parts) == 3 else ""  # "8080:8080" publishes on every interface
             assert host_ip == "127.0.0.1", f"{name} publishes {port} on {host_ip or 'all interfaces'}"
     services = _notee_services(compose)
-    for name in ("api", "worker", "scheduler"):
+    for name in ("api", "worker", "scheduler", "webhooks", "emulator"):
         assert "healthcheck" in services[name], f"{name} has no healthcheck"
     assert services["emulator"].get("profiles") == ["emulator"], "the emulator must be an optional profile"
     assert "profiles" not in services["api"]
+    for name in ("prometheus", "grafana"):
+        assert compose["services"][name].get("profiles") == ["monitoring"], f"{name} must be an optional profile"
+
+
+def _metrics_ports(compose: dict[str, Any]) -> dict[str, int]:
+    env = _notee_services(compose)["worker"]["environment"]  # the environment every Notee process shares
+    return {name: int(env[f"NOTEE_{name.upper()}_METRICS_PORT"]) for name in ("worker", "scheduler", "webhooks")}
+
+
+def test_compose_turns_metrics_on_inside_the_compose_network_only() -> None:
+    compose = _compose()
+    ports = _metrics_ports(compose)
+    assert len(set(ports.values())) == 3, ports
+    for name, svc in _notee_services(compose).items():
+        if name == "emulator":
+            continue
+        assert svc["environment"]["NOTEE_METRICS_HOST"] == "0.0.0.0", f"{name}: metrics must bind in the container"
+        published = {int(_default(str(p)).split(":")[-1]) for p in svc.get("ports", [])}
+        assert not published & set(ports.values()), f"{name} publishes a metrics port: {published}"
+
+
+def test_compose_starts_the_emulator_before_the_processes_that_read_its_ca() -> None:
+    compose = _compose()
+    services = compose["services"]
+    for name in ("api", "worker"):  # the processes that send pushes, through NOTEE_EMULATOR_CA_FILE's CA
+        depends = services[name]["depends_on"]
+        assert depends["emulator"] == {"condition": "service_healthy", "required": False}, name
+        assert depends["migrate"] == {"condition": "service_completed_successfully"}, name
+    emulator = services["emulator"]
+    assert emulator["healthcheck"]["test"] == ["CMD", "notee", "healthcheck", "emulator"]
+    state_dir = emulator["command"][emulator["command"].index("--state-dir") + 1]
+    assert emulator["environment"]["NOTEE_EMULATOR_CA_FILE"] == f"{state_dir}/ca.crt"
+    example = (ROOT / ".env.example").read_text()
+    assert f"NOTEE_EMULATOR_CA_FILE={state_dir}/ca.crt" in example  # what the other processes are told
+    # Compose refuses a dependency on a service of a profile that may be off, unless it is optional.
+    for name, svc in services.items():
+        depends = svc.get("depends_on") or {}
+        for dependency, how in (depends if isinstance(depends, dict) else {key: {} for key in depends}).items():
+            if how.get("required") is False:
+                continue
+            wanted = set(services[dependency].get("profiles", []))
+            assert not wanted or wanted & set(svc.get("profiles", [])), f"{name} needs {dependency} of {wanted}"
+
+
+def _bind_mounts(svc: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> the checkout's file or folder, for each ``./host:container[:ro]`` volume."""
+    mounts = {}
+    for volume in svc.get("volumes", []):
+        host, container = str(volume).split(":")[:2]
+        if host.startswith("./"):
+            mounts[container] = ROOT / host
+    return mounts
+
+
+def _mounted(mounts: dict[str, Path], container_path: str) -> Path:
+    for container, host in sorted(mounts.items(), key=lambda m: -len(m[0])):
+        if container_path == container or container_path.startswith(container + "/"):
+            return host / container_path.removeprefix(container).lstrip("/")
+    raise AssertionError(f"{container_path} is not mounted from the checkout")
+
+
+def test_compose_monitoring_profile_scrapes_every_process_and_provisions_the_dashboard() -> None:
+    import yaml
+
+    compose = _compose()
+    services, ports = compose["services"], _metrics_ports(compose)
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert re.fullmatch(r"prom/prometheus:v\d+\.\d+\.\d+", prometheus["image"]), prometheus["image"]
+    assert re.fullmatch(r"grafana/grafana:\d+\.\d+\.\d+", grafana["image"]), grafana["image"]
+    for svc in (prometheus, grafana):
+        assert all(path.exists() for path in _bind_mounts(svc).values()), _bind_mounts(svc)
+    flag = next(a for a in prometheus["command"] if a.startswith("--config.file="))
+    config_file = _mounted(_bind_mounts(prometheus), flag.split("=", 1)[1])
+    config = yaml.safe_load(config_file.read_text())
+    assert all((config_file.parent / rules).exists() for rules in config["rule_files"])
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"notee-api", "notee-worker", "notee-scheduler", "notee-webhooks"}
+    api_port = services["api"]["command"][services["api"]["command"].index("--port") + 1]
+    assert jobs["notee-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
+    [secret] = prometheus["secrets"]
+    assert jobs["notee-api"]["authorization"]["credentials_file"] == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret] == {"environment": "NOTEE_ADMIN_TOKEN"}
+    for process, port in ports.items():  # every replica: the service's name resolves to each container
+        [lookup] = jobs[f"notee-{process}"]["dns_sd_configs"]
+        assert (lookup["names"], lookup["type"], lookup["port"]) == ([process], "A", port), lookup
+    provisioning = _mounted(_bind_mounts(grafana), "/etc/grafana/provisioning")
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090" and "127.0.0.1:9090:9090" in prometheus["ports"]
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "notee.yml").read_text())["providers"]
+    dashboard = _mounted(_bind_mounts(grafana), provider["options"]["path"] + "/notee-dashboard.json")
+    assert dashboard == ROOT / "deploy" / "grafana" / "notee-dashboard.json"
 
 
 def test_image_is_built_from_the_wheel_and_the_lock_and_runs_unprivileged() -> None:

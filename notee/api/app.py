@@ -34,7 +34,7 @@ from notee.core.settings import Settings
 from notee.core.version import VERSION
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
-from notee.usecases.queue_levels import watch_queue
+from notee.usecases.queue_levels import watch_outbox, watch_queue
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
@@ -62,6 +62,7 @@ def create_app(
         app.state.loop = asyncio.get_running_loop()
         app.state.stopping = asyncio.Event()  # set by begin_shutdown: in-flight sends stop waiting to retry
         watch_queue(app.state.runtime)  # /metrics reports the job queue
+        watch_outbox(app.state.runtime)  # and the webhook outbox
         app.state.subscribe_groups = SubscribeGroups.of(app.state.runtime)
         # single sends and replays (routes get it through deps.SenderDep): built here, in the serving
         # event loop, once; its HTTP/2 pools connect on first use. An app served again inside a serving

@@ -134,18 +134,39 @@ def scheduler() -> None:
         runtime.close()
 
 
+def _emulator_health(target: str | None, ca_file: str | None) -> tuple[bool, str]:
+    """The emulator answers its control API over TLS verified with ``ca_file``: the CA the emulator
+    writes at start is there, and its certificate is the one that CA signed (what its clients check)."""
+    # deferred: only this health check needs them; the other commands start without
+    import ssl
+
+    import httpx
+
+    if not target or not ca_file:
+        return False, "NOTEE_EMULATOR_URL and NOTEE_EMULATOR_CA_FILE must be set"
+    probe = target.rstrip("/") + "/_emu/stats"
+    try:
+        verify = ssl.create_default_context(cafile=ca_file)
+        response = httpx.get(probe, timeout=5.0, verify=verify, trust_env=False)  # a local probe: no proxy
+    except (httpx.HTTPError, OSError) as exc:  # OSError: no CA file yet
+        return False, f"{probe}: {type(exc).__name__}: {exc}"
+    return response.status_code == 200, f"{probe} answered {response.status_code}"
+
+
 def healthcheck(
-    process: str = typer.Argument(..., help="api, worker, scheduler or webhooks"),
+    process: str = typer.Argument(..., help="api, worker, scheduler, webhooks or emulator"),
     url: str | None = typer.Option(
-        None, help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz)."
+        None,
+        help="api: the health URL (default http://127.0.0.1:<NOTEE_API_PORT>/healthz); emulator: its base URL "
+        "(default NOTEE_EMULATOR_URL).",
     ),
     max_age: float | None = typer.Option(
         None, help="worker/scheduler: oldest heartbeat accepted, in seconds (default worker 30, scheduler 150)."
     ),
 ) -> None:
     """Exit 0 when the process in this container is healthy, 1 (with one line saying why) when not:
-    api answers /healthz with both stores ok; worker/scheduler/webhooks touched NOTEE_HEARTBEAT_FILE recently.
-    For container healthchecks (compose.yaml)."""
+    api answers /healthz with both stores ok; worker/scheduler/webhooks touched NOTEE_HEARTBEAT_FILE recently;
+    emulator answers over TLS verified with NOTEE_EMULATOR_CA_FILE. For container healthchecks (compose.yaml)."""
     from notee.core import heartbeat
 
     settings = load_settings()
@@ -159,6 +180,8 @@ def healthcheck(
             reason = f"{target} answered {response.status_code} {response.text[:200]}"
         except (httpx.HTTPError, ValueError) as exc:
             healthy, reason = False, f"{target}: {type(exc).__name__}: {exc}"
+    elif process == "emulator":
+        healthy, reason = _emulator_health(url or settings.emulator_url, settings.emulator_ca_file)
     elif process in heartbeat.MAX_AGE_S:
         if not settings.heartbeat_file:
             typer.echo("unhealthy: NOTEE_HEARTBEAT_FILE is not set", err=True)
@@ -168,7 +191,7 @@ def healthcheck(
         healthy = age is not None and age <= limit
         reason = "no heartbeat yet" if age is None else f"last heartbeat {age:.0f} s ago (limit {limit:.0f} s)"
     else:
-        typer.echo(f"unknown process {process!r}: api, worker or scheduler", err=True)
+        typer.echo(f"unknown process {process!r}: api, worker, scheduler, webhooks or emulator", err=True)
         raise typer.Exit(2)
     if not healthy:
         typer.echo(f"unhealthy: {reason}", err=True)

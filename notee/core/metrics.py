@@ -1,15 +1,17 @@
 """Every Prometheus metric of Notee, defined once, on prometheus_client's default registry.
 
 Shared layer: imports no Notee module, so the stores, the transport, the domain and the API all
-count through it, each at the one place that owns the concern (docs/OPERATIONS.md, "Metrics", lists
-every metric with its labels). The API serves the registry on ``/metrics`` (admin token); the
-worker and the scheduler on their own metrics port (``serve``). Each process has one registry: the
+count through it, each at the one place that owns the concern (docs/METRICS.md lists every metric
+with its labels). The API serves the registry on ``/metrics`` (admin token); the worker, the
+scheduler and the webhook dispatcher on their own metrics port (``serve``). Each process has one registry: the
 API's listeners and the worker's lanes share one process (lanes are coroutines, not forked
 processes), so no multiprocess mode is needed.
 
 Cheap on the hot path: labelled children are looked up once per label set (``_child``, cached), a
 page's pushes are counted once per (provider, outcome), and what is a level rather than an event
-(open HTTP/2 streams, circuit breakers, the job queue) is read only when Prometheus scrapes.
+(open HTTP/2 streams, circuit breakers, the job queue, the webhook outbox) is read only when
+Prometheus scrapes. No ``<name>_created`` series: Prometheus does not use them, and each would double
+a counter's or histogram's series.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Protocol
+from typing import Protocol, TypeVar
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
+
+# No <name>_created series; called before the first metric below, as it applies to those made after it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 PREFIX = "notee_"
 
@@ -113,6 +118,15 @@ SCHEDULER_LAST_MINUTE = Gauge(
 )
 SCHEDULER_JOBS = Counter("notee_scheduler_jobs_created_total", "Cycle fan-out jobs created by this scheduler.")
 
+# --- webhook dispatcher (notee/webhooks/dispatcher.py) ------------------------------------------------
+WEBHOOK_ATTEMPTS = Counter(
+    "notee_webhook_attempts_total",
+    "Webhook delivery attempts by the endpoint's answer class (2xx, 3xx, 4xx, 5xx, timeout, connect, tls, "
+    "transport, refused_address, unresolved, secret) and what the delivery became (delivered, retry, failed, "
+    "lost: the claim ran out before the outcome was recorded).",
+    ["answer", "outcome"],
+)
+
 # --- stores (notee/store/outage.py) ------------------------------------------------------------------
 STORE_ERRORS = Counter(
     "notee_store_errors_total",
@@ -162,6 +176,10 @@ def provider_latency(provider: str) -> Histogram:
     return PROVIDER_LATENCY.labels(provider)
 
 
+def webhook_attempts(answer: str, outcome: str) -> Counter:
+    return _child(WEBHOOK_ATTEMPTS, answer, outcome)
+
+
 def store_error(store: str, outage: bool) -> None:
     _child(STORE_ERRORS, store, "outage" if outage else "error").inc()
 
@@ -179,7 +197,7 @@ class StreamSource(Protocol):
 
 class BreakerSource(Protocol):
     def states(self) -> dict[str, str]:
-        """provider -> ``open`` or ``half_open`` (a closed breaker is not listed)."""
+        """provider -> ``closed``, ``half_open`` or ``open``, for every provider it has guarded."""
         ...
 
 
@@ -191,18 +209,122 @@ class QueueLevels:
     oldest_waiting_age_s: float  # how long the oldest claimable task's job has been due (0 when none waits)
 
 
-BREAKER_STATES = {"closed": 0, "open": 1, "half_open": 2}
+@dataclass(frozen=True)
+class OutboxLevels:
+    pending: int  # deliveries neither delivered nor failed: due, backing off, or under a dispatcher's lease
+    due: int  # pending deliveries a dispatcher may claim now
+    oldest_due_age_s: float  # how long the oldest claimable delivery has been due (0 when none is)
+
+
+# A breaker's states, mildest first: a provider's state in a process is the worst its breakers report.
+BREAKER_STATES = ("closed", "half_open", "open")
+
+# The levels: name -> (help, label names). Families built from this table when Prometheus scrapes.
+LEVELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "notee_http2_open_streams": ("HTTP/2 streams open to push providers now, by provider.", ("provider",)),
+    "notee_circuit_breaker_state": (
+        "A provider's circuit breaker in this process: 1 for its current state (closed, half_open: the next send "
+        "is a probe, open), 0 for the others.",
+        ("provider", "state"),
+    ),
+    "notee_job_queue_depth": (
+        "Fan-out tasks a worker may claim now (queued and due, or leased by a worker whose lease expired).",
+        (),
+    ),
+    "notee_job_queue_running": ("Fan-out tasks under a live lease.", ()),
+    "notee_job_queue_delayed": (
+        "Queued fan-out tasks not due yet: scheduled for a later send_at, or backing off after an outage.",
+        (),
+    ),
+    "notee_job_queue_oldest_age_seconds": (
+        "How long the job of the oldest claimable task has been due (since its send_at, else its creation); "
+        "0 when nothing waits.",
+        (),
+    ),
+    "notee_webhook_outbox_depth": (
+        "Webhook deliveries pending: due, backing off after a failed attempt, or being attempted.",
+        (),
+    ),
+    "notee_webhook_outbox_due": ("Pending webhook deliveries a dispatcher may claim now.", ()),
+    "notee_webhook_outbox_oldest_due_age_seconds": (
+        "How long the oldest claimable webhook delivery has been due; 0 when none is.",
+        (),
+    ),
+}
+
+Levels = TypeVar("Levels")
+
+
+def _level(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """The family ``name`` of ``LEVELS``: empty, or with ``value`` when it has no labels."""
+    help_text, labels = LEVELS[name]
+    if value is not None:
+        return GaugeMetricFamily(name, help_text, value=value)
+    return GaugeMetricFamily(name, help_text, labels=list(labels))
+
+
+def _open_streams(pools: list[StreamSource]) -> Metric:
+    streams = _level("notee_http2_open_streams")
+    totals: dict[str, int] = {}
+    for pool in pools:
+        totals[pool.provider] = totals.get(pool.provider, 0) + pool.open_streams
+    for provider, n in sorted(totals.items()):
+        streams.add_metric([provider], n)
+    return streams
+
+
+def _breaker_states(breakers: list[BreakerSource]) -> Metric:
+    """One series per (provider, state), 1 for the state the provider is in and 0 for the others."""
+    family = _level("notee_circuit_breaker_state")
+    worst: dict[str, int] = {}
+    for breaker in breakers:
+        for provider, state in breaker.states().items():
+            worst[provider] = max(worst.get(provider, 0), BREAKER_STATES.index(state))
+    for provider, rank in sorted(worst.items()):
+        for index, state in enumerate(BREAKER_STATES):
+            family.add_metric([provider, state], 1 if index == rank else 0)
+    return family
+
+
+def _queue_families(levels: QueueLevels) -> list[Metric]:
+    return [
+        _level("notee_job_queue_depth", levels.waiting),
+        _level("notee_job_queue_running", levels.running),
+        _level("notee_job_queue_delayed", levels.delayed),
+        _level("notee_job_queue_oldest_age_seconds", levels.oldest_waiting_age_s),
+    ]
+
+
+def _outbox_families(levels: OutboxLevels) -> list[Metric]:
+    return [
+        _level("notee_webhook_outbox_depth", levels.pending),
+        _level("notee_webhook_outbox_due", levels.due),
+        _level("notee_webhook_outbox_oldest_due_age_seconds", levels.oldest_due_age_s),
+    ]
+
+
+def _read_levels(read: Callable[[], Levels] | None, what: str) -> Levels | None:
+    """``read()``, or None when unset or when it fails: no figures in this scrape rather than wrong ones."""
+    if read is None:
+        return None
+    try:
+        return read()
+    except Exception as exc:
+        log.warning("metrics: the %s's levels could not be read: %s", what, type(exc).__name__)
+        return None
 
 
 class _ScrapeTime(Collector):
-    """The gauges that are levels: computed from live objects when Prometheus scrapes, so the send
-    path never pays for them. Objects are held weakly (a closed pool drops out by itself)."""
+    """The gauges that are levels: computed from live objects and short reads of MySQL when Prometheus
+    scrapes, so the send path never pays for them. Objects are held weakly (a closed pool drops out by
+    itself); ``queue`` and ``outbox`` are set by the processes that report them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pools: weakref.WeakSet[StreamSource] = weakref.WeakSet()
         self._breakers: weakref.WeakSet[BreakerSource] = weakref.WeakSet()
         self.queue: Callable[[], QueueLevels] | None = None
+        self.outbox: Callable[[], OutboxLevels] | None = None
 
     def track_pool(self, pool: StreamSource) -> None:
         with self._lock:
@@ -213,63 +335,27 @@ class _ScrapeTime(Collector):
             self._breakers.add(breaker)
 
     def describe(self) -> Iterable[Metric]:
-        return []  # computed on collect; nothing to check at registration
+        """Every family this collector may yield (empty): their names are registered like the others'."""
+        return [_level(name) for name in LEVELS]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            pools, breakers, queue = list(self._pools), list(self._breakers), self.queue
-        streams = GaugeMetricFamily(
-            "notee_http2_open_streams", "HTTP/2 streams open to push providers now, by provider.", labels=["provider"]
-        )
-        totals: dict[str, int] = {}
-        for pool in pools:
-            totals[pool.provider] = totals.get(pool.provider, 0) + pool.open_streams
-        for provider, n in sorted(totals.items()):
-            streams.add_metric([provider], n)
-        yield streams
-        state = GaugeMetricFamily(
-            "notee_circuit_breaker_state",
-            "A provider's circuit breaker in this process: 0 closed, 1 open, 2 half-open (the next send is a probe).",
-            labels=["provider"],
-        )
-        seen: dict[str, int] = {}
-        for breaker in breakers:
-            for provider, name in breaker.states().items():
-                seen[provider] = max(seen.get(provider, 0), BREAKER_STATES[name])
-        for provider, code in sorted(seen.items()):
-            state.add_metric([provider], code)
-        yield state
-        if queue is None:
-            return
-        try:
-            levels = queue()
-        except Exception as exc:  # no queue figures in this scrape rather than wrong ones
-            log.warning("metrics: the job queue's levels could not be read: %s", type(exc).__name__)
-            return
-        yield GaugeMetricFamily(
-            "notee_job_queue_depth",
-            "Fan-out tasks a worker may claim now (queued and due, or leased by a worker whose lease expired).",
-            value=levels.waiting,
-        )
-        yield GaugeMetricFamily("notee_job_queue_running", "Fan-out tasks under a live lease.", value=levels.running)
-        yield GaugeMetricFamily(
-            "notee_job_queue_delayed",
-            "Queued fan-out tasks not due yet: scheduled for a later send_at, or backing off after an outage.",
-            value=levels.delayed,
-        )
-        yield GaugeMetricFamily(
-            "notee_job_queue_oldest_age_seconds",
-            "How long the job of the oldest claimable task has been due (since its send_at, else its creation); "
-            "0 when nothing waits.",
-            value=levels.oldest_waiting_age_s,
-        )
+            pools, breakers, queue, outbox = list(self._pools), list(self._breakers), self.queue, self.outbox
+        yield _open_streams(pools)
+        yield _breaker_states(breakers)
+        queue_levels = _read_levels(queue, "job queue")
+        if queue_levels is not None:
+            yield from _queue_families(queue_levels)
+        outbox_levels = _read_levels(outbox, "webhook outbox")
+        if outbox_levels is not None:
+            yield from _outbox_families(outbox_levels)
 
 
 SCRAPE_TIME = _ScrapeTime()
 REGISTRY.register(SCRAPE_TIME)
 
 
-# --- the worker's and the scheduler's metrics port ---------------------------------------------------
+# --- the metrics port of the worker, the scheduler and the webhook dispatcher -----------------------
 def parse_ports(spec: str) -> list[int]:
     """``"9101"``, ``"9101-9110"`` (the first free one) or ``"0"`` (any free port)."""
     first, _, last = spec.partition("-")

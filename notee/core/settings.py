@@ -247,9 +247,11 @@ class Settings(BaseSettings):
         "(the scheduler follows the database clock).",
     )
 
-    # --- metrics (the API serves /metrics itself; docs/OPERATIONS.md "Metrics") -------------------
+    # --- metrics (the API serves /metrics itself; docs/METRICS.md) ---------------------------------
     metrics_host: str = Field(
-        "127.0.0.1", description="Address the worker's and the scheduler's metrics port binds (no authentication)."
+        "127.0.0.1",
+        description="Address the metrics ports of the worker, the scheduler and the webhook dispatcher bind "
+        "(no authentication).",
     )
     worker_metrics_port: str | None = Field(
         None,
@@ -261,6 +263,11 @@ class Settings(BaseSettings):
         None,
         pattern=r"^[0-9]{1,5}(-[0-9]{1,5})?$",
         description="`notee scheduler`'s metrics port, as worker_metrics_port. Unset: off.",
+    )
+    webhooks_metrics_port: str | None = Field(
+        None,
+        pattern=r"^[0-9]{1,5}(-[0-9]{1,5})?$",
+        description="`notee webhooks`' metrics port, as worker_metrics_port. Unset: off.",
     )
 
     heartbeat_file: str | None = Field(
@@ -282,7 +289,7 @@ class Settings(BaseSettings):
             raise ValueError("NOTEE_API_TLS_CERT_FILE and NOTEE_API_TLS_KEY_FILE must be set together")
         return self
 
-    @field_validator("worker_metrics_port", "scheduler_metrics_port")
+    @field_validator("worker_metrics_port", "scheduler_metrics_port", "webhooks_metrics_port")
     @classmethod
     def _port_range(cls, value: str | None) -> str | None:
         if value is not None:

@@ -163,7 +163,7 @@ def live_user_level(rows: Sequence[IndexRow], key: str) -> list[IndexRow]:
 def first_of_type(rows_after: Sequence[IndexRow], key: str, target: str, at: int) -> bool:
     """After writing (target, at), am I the one that should count this user? The earliest live
     subscription of the type does: two racing first subscriptions that both see each other agree on
-    one winner, so `count` is incremented once (docs/SCHEMA.md, "count")."""
+    one winner, so `count` is incremented once (docs/SCHEMA.md, "Counters")."""
     live = live_user_level(rows_after, key)
     if not live:
         return False

@@ -36,14 +36,18 @@ class CircuitBreaker:
         self.first_open_s = open_s
         self.max_open_s = max_open_s
         self.clock = clock
-        self._providers: dict[str, _State] = {}
+        self._providers: dict[str, _State] = {}  # the providers whose breaker is not closed
+        self._guarded: set[str] = set()  # every provider a send was recorded for (the metrics list them)
         self.opened = 0  # how many times a breaker opened (for logs and tests)
         metrics.SCRAPE_TIME.track_breaker(self)  # notee_circuit_breaker_state, read when Prometheus scrapes
 
     def states(self) -> dict[str, str]:
-        """provider -> ``open`` or ``half_open`` (due for a probe); closed providers are not listed."""
+        """provider -> ``closed``, ``open`` or ``half_open`` (due for a probe), for every provider it guarded."""
         now = self.clock()
-        return {p: "open" if now < s.open_until else "half_open" for p, s in list(self._providers.items())}
+        states = dict.fromkeys(list(self._guarded), "closed")
+        for provider, state in list(self._providers.items()):
+            states[provider] = "open" if now < state.open_until else "half_open"
+        return states
 
     def blocked_for(self, provider: str) -> float:
         """Seconds until ``provider`` may be tried again (0: closed or due for a probe)."""
@@ -68,4 +72,5 @@ class CircuitBreaker:
             metrics.BREAKER_OPENED.labels(provider).inc()
             return True
         self._providers.pop(provider, None)  # the provider answered: closed
+        self._guarded.add(provider)
         return False

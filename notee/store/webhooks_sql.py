@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.core.metrics import OutboxLevels
 from notee.core.vocabulary import WebhookEvent
 from notee.store.mysql import affected
 
@@ -238,6 +239,20 @@ def claim(sessions: sessionmaker[Session], *, limit: int, lease_s: float) -> lis
             body = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
             out.append(Claimed(_delivery(row), endpoint.url, bytes(endpoint.secret), token, body))
         return out
+
+
+def outbox_levels(session: Session) -> OutboxLevels:
+    """The outbox now, for the metrics: pending deliveries, those a dispatcher may claim now, and how
+    long the oldest of those has been due. One range read of ix_webhook_delivery_due (index only)."""
+    row = session.execute(
+        text(
+            "SELECT COUNT(*) AS pending, COALESCE(SUM(next_attempt_at <= UTC_TIMESTAMP(6)), 0) AS due,"
+            " TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN next_attempt_at <= UTC_TIMESTAMP(6) THEN next_attempt_at END),"
+            " UTC_TIMESTAMP(6)) AS oldest_us"
+            " FROM webhook_delivery WHERE state = 'pending'"
+        )
+    ).one()
+    return OutboxLevels(int(row.pending), int(row.due), max(0.0, (row.oldest_us or 0) / 1e6))
 
 
 def record_attempt(

@@ -1,13 +1,15 @@
-"""The fan-out queue's levels for the metrics, read when Prometheus scrapes (``notee_job_queue_*``).
+"""The queues' levels for the metrics, read when Prometheus scrapes: the fan-out queue
+(``notee_job_queue_*``) and the webhook outbox (``notee_webhook_outbox_*``).
 
-The API and every worker expose them (the same cluster-wide figures: dashboards take ``max``), so
-the queue stays visible while no worker runs. Each scrape reads them in a short session of its own.
+The API exposes both, every worker the job queue and every webhook dispatcher the outbox (the same
+cluster-wide figures in each: dashboards take ``max``), so a queue stays visible while no process
+that works it runs. Each scrape reads them in a short session of its own.
 """
 
 from __future__ import annotations
 
 from notee.core import metrics
-from notee.store import queue_overview
+from notee.store import queue_overview, webhooks_sql
 from notee.store.runtime import Runtime
 
 
@@ -19,3 +21,13 @@ def watch_queue(runtime: Runtime) -> None:
             return queue_overview.queue_levels(session)
 
     metrics.SCRAPE_TIME.queue = read
+
+
+def watch_outbox(runtime: Runtime) -> None:
+    """From now on, every scrape of this process reports ``runtime``'s webhook outbox."""
+
+    def read() -> metrics.OutboxLevels:
+        with runtime.sessions() as session:
+            return webhooks_sql.outbox_levels(session)
+
+    metrics.SCRAPE_TIME.outbox = read

@@ -17,6 +17,10 @@ a name that resolves to a private, loopback or link-local address is refused unl
 NOTEE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES. Redirects are not followed. (The HTTP client resolves the
 name again to connect; a DNS answer that changes between the two — rebinding — is the remaining gap,
 named in docs/WEBHOOKS.md.)
+
+Metrics (NOTEE_WEBHOOKS_METRICS_PORT, docs/METRICS.md): every attempt counted by its answer's class
+(never by URL or service) and what the delivery became; the outbox's levels read when Prometheus
+scrapes.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import signal
 import socket
 import ssl
 import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 
-from notee.core import heartbeat
+from notee.core import heartbeat, metrics
 from notee.core.settings import Settings
 from notee.domain.credentials import credentials_box
 from notee.domain.webhooks import SIGNATURE_HEADER, address_refused, open_secret, signature
@@ -40,6 +45,7 @@ from notee.store import webhooks_sql as store
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.store.webhooks_sql import Claimed
+from notee.usecases.queue_levels import watch_outbox
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,41 @@ IDLE_POLL_S = 0.5
 LEASE_S = 120.0  # a claimed delivery is due again after this if its dispatcher died
 BACKOFF_CAP_S = 3600.0
 USER_AGENT = "Notee-Webhooks/1"
+# The delivery's state after an attempt -> the outcome the metrics count (a lost claim: "lost").
+OUTCOMES = {"delivered": "delivered", "pending": "retry", "failed": "failed"}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What one attempt came to. ``answer`` is its class for the metrics: ``2xx``..``5xx`` when the
+    endpoint answered (``status``), else why not (``error_class``; ``refused_address``, ``unresolved``,
+    ``secret`` before any request); ``error`` says it for the delivery's last_error."""
+
+    answer: str
+    status: int | None = None
+    error: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.answer == "2xx"
+
+
+def status_class(status: int) -> str:
+    """``2xx``, ``3xx`` (a redirect, not followed), ``4xx``, ``5xx``; ``other`` for anything else."""
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
+
+
+def error_class(exc: httpx.HTTPError) -> str:
+    """No answer: ``timeout``, ``tls`` (handshake or certificate refused), ``connect`` (refused,
+    unreachable) or ``transport`` (the connection broke after it was made, a protocol error)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return "tls"
+        cause = cause.__cause__ or cause.__context__
+    return "connect" if isinstance(exc, httpx.ConnectError) else "transport"
 
 
 def retry_delay(attempts: int, base_s: float, rng: random.Random | None = None) -> float:
@@ -64,18 +105,20 @@ def tls_context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
-def _refused_address(url: str) -> str | None:
-    """Why the URL's host may not be called (a non-public address it resolves to), or None."""
+def _refused_address(url: str) -> AttemptResult | None:
+    """Why the URL's host may not be called (it does not resolve, or to a non-public address), or None."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     try:
         infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
     except OSError as exc:
-        return f"cannot resolve {host}: {exc}"
+        return AttemptResult("unresolved", error=f"cannot resolve {host}: {exc}")
     for info in infos:
         reason = address_refused(str(info[4][0]))
         if reason:
-            return f"{host} resolves to a {reason} address ({info[4][0]}); refused"
+            return AttemptResult(
+                "refused_address", error=f"{host} resolves to a {reason} address ({info[4][0]}); refused"
+            )
     return None
 
 
@@ -134,22 +177,24 @@ class Dispatcher:
             pass
 
     async def _attempt(self, claimed: Claimed) -> None:
-        delivered, status, error = await self._post(claimed)
+        result = await self._post(claimed)
         attempts = claimed.delivery.attempts + 1
-        delay = 0.0 if delivered else retry_delay(attempts, self.settings.webhook_backoff_base_s)
-        state = await self._record(claimed, delivered, status, error, delay)
+        delay = 0.0 if result.delivered else retry_delay(attempts, self.settings.webhook_backoff_base_s)
+        state = await self._record(claimed, result, delay)
+        outcome = OUTCOMES.get(state or "", "lost")
+        metrics.webhook_attempts(result.answer, outcome).inc()
         d = claimed.delivery
         if state is None:
             log.warning("webhook delivery %d: claim lost before its outcome was recorded", d.delivery_id)
             return
-        self.attempts["delivered" if state == "delivered" else "failed" if state == "failed" else "retry"] += 1
+        self.attempts[outcome] += 1
         if state == "delivered":
             log.info(
                 "webhook %s %s -> endpoint %s: delivered (%s) after %d attempt(s)",
                 d.event_type,
                 d.event_id,
                 d.endpoint_id,
-                status,
+                result.status,
                 attempts,
             )
         else:
@@ -159,20 +204,20 @@ class Dispatcher:
                 d.event_id,
                 d.endpoint_id,
                 attempts,
-                error,
+                result.error,
                 "; gave up" if state == "failed" else f"; retry in {delay:.1f} s",
             )
 
-    async def _post(self, claimed: Claimed) -> tuple[bool, int | None, str | None]:
-        """One attempt: (delivered, HTTP status or None, error or None). Never raises."""
+    async def _post(self, claimed: Claimed) -> AttemptResult:
+        """One attempt. Never raises."""
         if not self.settings.webhook_allow_private_addresses:
             refused = await asyncio.to_thread(_refused_address, claimed.url)
             if refused:
-                return False, None, refused
+                return refused
         try:
             secret = open_secret(self.box, claimed.secret)
         except Exception as exc:  # key missing or rotated away: retried (an operator can fix the key)
-            return False, None, f"cannot open the endpoint's secret: {type(exc).__name__}"
+            return AttemptResult("secret", error=f"cannot open the endpoint's secret: {type(exc).__name__}")
         body = claimed.body
         timestamp = int(time.time())
         headers = {
@@ -185,20 +230,17 @@ class Dispatcher:
         try:
             response = await self.client.post(claimed.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            return False, None, f"{type(exc).__name__}: {exc}"[:300]
-        if 200 <= response.status_code < 300:
-            return True, response.status_code, None
-        return False, response.status_code, f"HTTP {response.status_code}"
+            return AttemptResult(error_class(exc), error=f"{type(exc).__name__}: {exc}"[:300])
+        result = AttemptResult(status_class(response.status_code), response.status_code)
+        return result if result.delivered else AttemptResult(result.answer, result.status, f"HTTP {result.status}")
 
-    async def _record(
-        self, claimed: Claimed, delivered: bool, status: int | None, error: str | None, delay: float
-    ) -> str | None:
+    async def _record(self, claimed: Claimed, result: AttemptResult, delay: float) -> str | None:
         """Record the outcome; while MySQL is away keep trying (until stop: then the lease expires and
         the attempt is simply made again: at least once)."""
         wait = 1.0
         while True:
             try:
-                return await asyncio.to_thread(self._record_sync, claimed, delivered, status, error, delay)
+                return await asyncio.to_thread(self._record_sync, claimed, result, delay)
             except Exception as exc:
                 if self.stop.is_set() or not is_store_outage(exc):
                     log.warning("webhook delivery %d: outcome not recorded (%s)", claimed.delivery.delivery_id, exc)
@@ -206,22 +248,22 @@ class Dispatcher:
                 await self._sleep(wait)
                 wait = min(wait * 2, 30.0)
 
-    def _record_sync(
-        self, claimed: Claimed, delivered: bool, status: int | None, error: str | None, delay: float
-    ) -> str | None:
+    def _record_sync(self, claimed: Claimed, result: AttemptResult, delay: float) -> str | None:
         with self.runtime.sessions.begin() as session:
             return store.record_attempt(
                 session,
                 claimed,
-                delivered=delivered,
-                status=status,
-                error=error,
+                delivered=result.delivered,
+                status=result.status,
+                error=result.error,
                 retry_in_s=delay,
                 retry_hours=self.settings.webhook_retry_hours,
             )
 
 
 async def _main(runtime: Runtime) -> None:
+    exporter = metrics.serve(runtime.settings.webhooks_metrics_port, runtime.settings.metrics_host, "webhooks")
+    watch_outbox(runtime)  # the outbox's levels on every scrape
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -246,6 +288,8 @@ async def _main(runtime: Runtime) -> None:
         stop.set()
         await beats
         await dispatcher.close()
+        if exporter is not None:
+            exporter.close()
         log.info("webhooks dispatcher stopped: %s", dispatcher.attempts)
 
 

@@ -3,8 +3,8 @@
 Served where the admin API is served (the single listener, or the admin listener when
 ``NOTEE_API_ADMIN_PORT`` splits them; never on a tenant-only listener) and only with the admin
 token: the labels name every service and its volumes, which no tenant may see. Prometheus sends the
-token with ``authorization: {credentials_file: ...}`` (deploy/prometheus.yml). Not in the OpenAPI
-document: it is not a JSON API.
+token with ``authorization: {credentials_file: ...}`` (deploy/prometheus/prometheus.yml). Not in the
+OpenAPI document: it is not a JSON API.
 """
 
 from __future__ import annotations
