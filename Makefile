@@ -23,8 +23,9 @@ LOCK_VENV := .venv-lock
 LOCK := $(LOCK_VENV)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11
 lock:
 	test -x $(LOCK_VENV)/bin/uv || (python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q 'uv>=0.9,<1')
-	$(LOCK) --extra test --extra bench --extra dev -o requirements-dev.lock pyproject.toml
+	$(LOCK) --extra emulator --extra test --extra bench --extra dev -o requirements-dev.lock pyproject.toml
 	$(LOCK) -c requirements-dev.lock -o requirements.lock pyproject.toml
+	$(LOCK) -c requirements-dev.lock --extra emulator -o requirements-emulator.lock pyproject.toml
 
 services-up:
 	services/up.sh

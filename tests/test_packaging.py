@@ -46,13 +46,16 @@ def _requirements(group: str | None) -> list[Requirement]:
 def _imported_modules(folder: Path) -> set[str]:
     """Every absolute module named by an import statement anywhere in *folder* (function-level
     imports included)."""
+    return {m for path in folder.rglob("*.py") for m in _modules_of(path)}
+
+
+def _modules_of(path: Path) -> set[str]:
     found: set[str] = set()
-    for path in folder.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
     return {m for m in found if m.split(".")[0] not in sys.stdlib_module_names}
 
 
@@ -90,8 +93,38 @@ def _distributions(modules: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _production_modules() -> set[str]:
+    """What notee/ imports outside notee/emulator/ (the emulator's server is its own extra)."""
+    package = ROOT / "notee"
+    return {m for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "emulator" for m in _modules_of(p)}
+
+
+def test_the_emulators_server_is_an_extra_production_does_not_carry() -> None:
+    """`pip install notee` leaves the emulator's server out (granian, h2, hyperframe: the `emulator`
+    extra); only notee/emulator/ imports them, and the image's lock has none of them."""
+    extra = {canonicalize_name(r.name) for r in _requirements("emulator")}
+    assert extra == {"granian", "h2", "hyperframe"}
+    runtime = {canonicalize_name(r.name) for r in _requirements(None)}
+    assert not extra & runtime
+    production = set(_distributions(_production_modules()).values())
+    assert not extra & production, f"notee/ outside the emulator imports {extra & production}"
+    emulator = set(_distributions(_imported_modules(ROOT / "notee" / "emulator")).values())
+    assert extra <= emulator | runtime
+    lock = {
+        canonicalize_name(line.split("==")[0])
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
+    # h2 and hyperframe come with httpx's HTTP/2 (firebase-admin's) anyway; the server is what stays out
+    assert "granian" not in lock, "requirements.lock (the image's) carries the emulator's server"
+    emulator_lock = (ROOT / "requirements-emulator.lock").read_text()
+    assert all(f"{name}==" in emulator_lock for name in extra)
+
+
 def test_every_runtime_dependency_is_imported_and_every_import_declared() -> None:
-    declared = {canonicalize_name(r.name) for r in _requirements(None)}
+    declared = {canonicalize_name(r.name) for r in _requirements(None)} | {
+        canonicalize_name(r.name) for r in _requirements("emulator")
+    }
     imported = _distributions(_imported_modules(ROOT / "notee"))
     undeclared = {m: d for m, d in imported.items() if d not in declared}
     assert not undeclared, f"notee/ imports distributions missing from [project.dependencies]: {undeclared}"
@@ -99,7 +132,8 @@ def test_every_runtime_dependency_is_imported_and_every_import_declared() -> Non
     assert not unused, f"declared runtime dependencies notee/ never imports (move to an extra or drop): {unused}"
 
 
-@pytest.mark.parametrize(("folder", "groups"), [("tests", ("test",)), ("bench", ("bench",))])
+# tests and bench start the emulator (and talk HTTP/2 with h2): `make venv` installs every extra
+@pytest.mark.parametrize(("folder", "groups"), [("tests", ("test", "emulator")), ("bench", ("bench", "emulator"))])
 def test_test_and_bench_imports_are_declared_in_their_extras(folder: str, groups: tuple[str, ...]) -> None:
     declared = {canonicalize_name(r.name) for g in (None, *groups) for r in _requirements(g)}
     imported = _distributions(_imported_modules(ROOT / folder))
@@ -304,6 +338,11 @@ def test_wheel_installs_from_the_lock_and_migrates_from_a_clean_virtualenv(
 
     help_text = _run([notee, "api", "--help"], env=wheel_env, cwd=tmp_path).stdout
     assert "Serve the HTTP API" in help_text
+    # The production install has no emulator server: the command says how to get it, in one line.
+    emulator = subprocess.run(
+        [notee, "emulator"], env=wheel_env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert emulator.returncode == 1 and "pip install 'notee[emulator]'" in emulator.stderr, emulator.stderr
 
 
 # --- compose.yaml, Dockerfile, .env.example ---------------------------------------------------------
@@ -321,7 +360,8 @@ def _notee_help(*args: str) -> str:
 
 
 def _notee_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in compose["services"].items() if svc.get("image") == "notee:local"}
+    images = ("notee:local", "notee-emulator:local")  # the emulator's: the same Dockerfile, with its extra
+    return {name: svc for name, svc in compose["services"].items() if svc.get("image") in images}
 
 
 def test_compose_runs_only_real_notee_commands_and_options() -> None:

@@ -76,7 +76,11 @@ def emulator(
     ),
 ) -> None:
     """Serve Notee's FCM + APNs emulator over TLS (HTTP/2 and HTTP/1.1) with its /_emu control API."""
-    from notee.emulator.server import EmulatorConfig, serve
+    try:
+        from notee.emulator.server import EmulatorConfig, serve
+    except ImportError as missing:  # its server is an extra: production installs leave it out
+        typer.echo(f"error: the emulator needs its extra ({missing.name}): pip install 'notee[emulator]'", err=True)
+        raise typer.Exit(1) from missing
 
     settings = load_settings()
     config = EmulatorConfig(
