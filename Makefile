@@ -44,11 +44,12 @@ migrate: venv services-up
 run: migrate
 	exec workers/run.sh
 
-## Style and types: ruff lint, ruff format check, mypy --strict on notee/ (config in pyproject.toml).
+## Style, types and dead code: ruff lint, ruff format check, mypy --strict on notee/, vulture (config in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check notee tests bench
 	$(VENV)/bin/ruff format --check notee tests bench
 	$(VENV)/bin/mypy --strict notee
+	$(VENV)/bin/vulture   # dead code: names nothing uses ([tool.vulture] in pyproject.toml, vulture_allowlist.py)
 
 ## Every test except the long fault suite and the soak, after `make lint` (a lint or type regression fails it).
 test: venv lint services-up browser

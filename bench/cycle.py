@@ -73,7 +73,7 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 900
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
-        r = publish_and_wait(runtime, emulator, worker, start=tick, expect=devices, job_of=None, timeout=timeout)
+        r = publish_and_wait(runtime, emulator, worker, start=tick, expect=devices, timeout=timeout)
     finally:
         worker.stop()
         st.delete_due(time.time_ns() // 1000, TZ, bucket.day, bucket.hour, bucket.minute, key)

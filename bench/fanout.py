@@ -113,9 +113,7 @@ def publish_now(runtime, service: str, type_: str, topic: str) -> str:
     return job.job_id
 
 
-def publish_and_wait(
-    runtime, emulator, worker: WorkerProcess, *, start, expect: int, job_of, timeout: float
-) -> dict[str, Any]:
+def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect: int, timeout: float) -> dict[str, Any]:
     """Start the clock, call ``start()`` (creates the job(s), returns their ids), then sample until the
     emulator acknowledged ``expect`` pushes. Returns seconds, RSS samples and job ids."""
     emulator.reset()
@@ -223,11 +221,11 @@ def run(
         bracket = (
             None if ceilings is not None else bracket_ceilings(runtime, emulator, key, topic, devices, bare_send_n)
         )
-        r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, job_of=None, timeout=timeout)
+        r = publish_and_wait(runtime, emulator, worker, start=start, expect=devices, timeout=timeout)
         # Not part of either figure: the same worker's CPU per push for APNs, from a smaller publish
         # to iOS devices (the emulator's APNs port), measured after the FCM one.
         set_no_counter(runtime.cql, runtime.keyspaces.numbering, tenant.service, "TOPIC", TYPE, devices + ios)
-        r_apns = publish_and_wait(runtime, emulator, worker, start=start_apns, expect=ios, job_of=None, timeout=timeout)
+        r_apns = publish_and_wait(runtime, emulator, worker, start=start_apns, expect=ios, timeout=timeout)
     finally:
         worker.stop()
     extra_ceilings: dict[str, float] = {}

@@ -51,7 +51,7 @@ class _BareClient(asyncio.Protocol):
         self,
         targets: list[str],
         body: tuple[bytes, bytes],
-        path: tuple[bytes, bytes],
+        path: bytes,
         head: list[tuple[bytes, bytes]],
         in_flight: int,
         done: asyncio.Future,
@@ -73,7 +73,7 @@ class _BareClient(asyncio.Protocol):
         self.conn.encoder.encode = lambda headers, huffman=True: encode(headers, huffman=False)
         self.targets, self.next, self.in_flight, self.limit = targets, 0, in_flight, 0
         self.prefix, self.suffix = body
-        self.path_prefix, self.path_suffix = path
+        self.path_prefix = path  # APNs: the token follows it
         self.head, self.apns_id = head, apns_id
         self.done, self.ok, self.other, self.open = done, 0, 0, 0
         self.status: dict[int, int] = {}
@@ -177,7 +177,7 @@ async def _bare(url: str, ca_file: str, n: int) -> dict[str, Any]:
     path = f"/v1/projects/{PROJECT}/messages:send".encode()
     head = [(b":authority", urlsplit(url).hostname.encode()), *_headers(bearer)]
     cpu, wall, proto = await _drive(
-        url, ca_file, lambda: _BareClient(tokens, (prefix, suffix), (path, b""), head, IN_FLIGHT, done)
+        url, ca_file, lambda: _BareClient(tokens, (prefix, suffix), path, head, IN_FLIGHT, done)
     )
     if proto.ok != n:
         raise AssertionError(f"bare client: {proto.ok} of {n} requests answered 200 ({proto.other} other)")

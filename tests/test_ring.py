@@ -25,7 +25,6 @@ def view(
         normal=set(HOSTS) if normal is None else normal,
         heartbeats={h: (0 if h in stale else beat) for h in HOSTS},
         schema_versions={"v1"} if schema is None else schema,
-        all_read_ok=error is None,
         error=error,
     )
 

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from anyio import to_thread
-from cassandra.cluster import Session as CqlSession
 from fastapi import Depends, Request
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -50,13 +49,6 @@ async def get_db(runtime: RuntimeDep) -> AsyncIterator[Session]:
 
 
 DbDep = Annotated[Session, Depends(get_db)]
-
-
-async def get_cql(runtime: RuntimeDep) -> CqlSession:
-    return runtime.cql
-
-
-CqlDep = Annotated[CqlSession, Depends(get_cql)]
 
 
 async def get_subscribe_groups(request: Request) -> SubscribeGroups:

@@ -53,9 +53,6 @@ class Variant:
     body: str
     data: Mapping[str, str] | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        return {"title": self.title, "body": self.body, **({"data": dict(self.data)} if self.data else {})}
-
 
 @dataclass(frozen=True, slots=True)
 class TemplateContent:

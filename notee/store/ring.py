@@ -45,7 +45,6 @@ class NodeView:
     normal: set[str] = field(default_factory=set)  # endpoints gossip shows as NORMAL
     heartbeats: dict[str, int] = field(default_factory=dict)
     schema_versions: set[str] = field(default_factory=set)  # its own and its peers'
-    all_read_ok: bool = False
     error: str | None = None
 
 
@@ -99,7 +98,6 @@ def _look(session: Session, address: str, *, check_all: bool) -> NodeView:
         return view
     try:
         session.execute(_ALL_READ)
-        view.all_read_ok = True
     except Exception as exc:  # Unavailable: a replica is down in this node's view
         view.error = f"ALL read: {type(exc).__name__}"
     return view

@@ -31,8 +31,6 @@ from sqlalchemy.orm import Session
 from notee.core.clock import naive_utc
 from notee.store.mysql import AnyRow, affected
 
-STATES = ("running", "done", "late", "skipped")
-
 _metadata = MetaData()
 cycle_tick = Table(
     "cycle_tick",

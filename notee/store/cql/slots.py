@@ -60,9 +60,6 @@ class TopicSlots:
             " WHERE slot = ? AND notification_key = ? AND topic = ? AND (no, device_token) > (?, ?) AND zone = ?"
             " ALLOW FILTERING"
         )
-        self.topic_users = p(
-            f"SELECT user_id FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
-        )
 
     def set_zone(self, row: IndexRow, zone: str) -> ResponseFuture | None:
         """Rewrite the zone of the topic slot row a device index row points at (None: no slot row)."""
