@@ -58,7 +58,7 @@ def schema_dir() -> Path:
     build copies the repository's ``schema/`` there, see setup.py), in a source checkout or an
     editable install the repository's own ``schema/``."""
     packaged = Path(str(resources.files("notee") / "_schema"))
-    source = Path(__file__).resolve().parent.parent / "schema"
+    source = Path(__file__).resolve().parents[2] / "schema"
     if not packaged.is_dir() and (source / "mysql").is_dir() and (source.parent / "pyproject.toml").is_file():
         return source
     return packaged
