@@ -21,7 +21,12 @@ from tests.support.stores import drop_test_stores
 
 # Whole-session log capture and the final scan for credential material (issue 9); the shared
 # fixtures of tests/support (emulator, processes), available to every test without an import.
-pytest_plugins = ["tests.security_logscan", "tests.support.emulator", "tests.support.processes"]
+pytest_plugins = [
+    "tests.support.logscan",
+    "tests.support.emulator",
+    "tests.support.processes",
+    "tests.support.providers",
+]
 
 
 def _test_environment() -> None:

@@ -3,7 +3,7 @@
 
 The operationIds are part of the API: renaming one renames a method in every generated client, so
 they are listed here by (method, path) rather than derived from Python function names. The Python
-SDK (clients/python) uses the same names in snake case; tests/test_sdk.py checks the two agree and
+SDK (clients/python) uses the same names in snake case; tests/integration/test_sdk.py checks the two agree and
 that no route is missing here.
 """
 
@@ -137,7 +137,7 @@ TAGS: list[dict[str, str]] = [
 
 def operation_id(route: APIRoute) -> str:
     """The listed operationId; a route missing from the list gets a camelCase name of its function
-    (tests/test_api_openapi.py fails until it is listed)."""
+    (tests/integration/test_api_openapi.py fails until it is listed)."""
     method = sorted(route.methods or ())[0]
     listed = OPERATION_IDS.get((method, route.path_format))
     if listed is not None:
@@ -153,7 +153,7 @@ def snake(operation: str) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     """docs/API-REFERENCE.md: every operation and schema of the OpenAPI document, grouped by tag.
-    ``notee openapi --markdown`` prints it; tests/test_api_openapi.py checks the file is current."""
+    ``notee openapi --markdown`` prints it; tests/integration/test_api_openapi.py checks the file is current."""
     out = [
         f"# {doc['info']['title']} API reference",
         "",
@@ -225,7 +225,7 @@ def _cell(text: str) -> str:
 
 # One example per schema of the document, in one place (the models stay about validation). The
 # values tell one story: service SHOP, user Alice with an Android device, a "news" topic publish.
-# tests/test_api_openapi.py checks that every schema has one and that each is valid for its schema.
+# tests/integration/test_api_openapi.py checks that every schema has one and that each is valid for its schema.
 _T = "2026-11-30T09:00:00.123456Z"
 _USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
 _JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"

@@ -83,7 +83,7 @@ class RowBinder:
     ``BatchStatement.add``, which gives the batch its routing key; the others are appended as the
     driver appends them, (True, query id, serialized values), to its ``_statements_and_parameters``
     list: a private attribute of the locked driver version, pinned by
-    ``tests/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers``."""
+    ``tests/integration/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers``."""
 
     def __init__(self, protocol_version: int) -> None:
         self._version = protocol_version

@@ -1,7 +1,7 @@
 """The one launcher of Notee subprocesses (``python -m notee <args>``) for tests.
 
 Each process writes its output into the session's log folder (so the final secrets scan,
-tests/security_logscan.py, covers it); the ``processes`` fixture stops every process a test
+tests/support/logscan.py, covers it); the ``processes`` fixture stops every process a test
 started, by pid, at teardown. Registered as a plugin by tests/conftest.py.
 """
 
@@ -23,7 +23,7 @@ import pytest
 
 from notee.core.settings import Settings
 from notee.emulator.control import free_port
-from tests.security_logscan import log_dir
+from tests.support.logscan import log_dir
 
 __all__ = [
     "NoteeProcess",
