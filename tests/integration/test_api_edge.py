@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from notee.api.app import create_app
-from tests.support.registry import admin_headers, new_service
+from tests.support.registry import admin_headers
 
 MIB = 1024 * 1024
 
@@ -96,8 +96,9 @@ def asgi(client, app) -> Asgi:  # ``client`` ran the lifespan, so app.state.runt
 
 
 @pytest.fixture(scope="module")
-def tenant(client, settings) -> dict[str, str]:
-    return new_service(client, settings, "EDGE" + __import__("secrets").token_hex(4).upper())
+def tenant(module_tenant) -> dict[str, str]:
+    """The family's tenant of this module: its auth headers are what these tests send."""
+    return module_tenant.headers
 
 
 def _error(body: dict, code: str) -> None:

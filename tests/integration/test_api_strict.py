@@ -9,20 +9,19 @@ import pytest
 
 from notee.core.errors import InvalidInput
 from notee.usecases import publish as jobs
-from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.registry import admin_headers, random_token
 from tests.support.stores import snapshot
 
 
 @pytest.fixture(scope="module")
-def tenant(client, settings):
-    service = "STRICT" + secrets.token_hex(3).upper()
-    headers = new_service(client, settings, service)
+def tenant(module_tenant):
+    """The family's tenant of this module with a user, its device and a template of each method."""
     token = random_token("strict")
-    user = new_user(client, headers, "strict-user", devices=[(token, "AOS")])
-    new_template(client, headers, "TOPIC", "news")
-    new_template(client, headers, "CYCLE", "remind")
-    new_template(client, headers, "SINGLE", "hello")
-    return service, headers, user, token
+    user = module_tenant.user("strict-user", devices=[(token, "AOS")])
+    module_tenant.template("TOPIC", "news")
+    module_tenant.template("CYCLE", "remind")
+    module_tenant.template("SINGLE", "hello")
+    return module_tenant.service, module_tenant.headers, user, token
 
 
 def _is_422(r) -> None:

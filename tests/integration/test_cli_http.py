@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.emulator import deliveries_per_token
-from tests.support.processes import Processes, free_port
+from tests.support.processes import free_port
 from tests.support.registry import fcm_service_account, random_token
 
 
@@ -26,16 +26,10 @@ def notee(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.C
     )
 
 
-@pytest.fixture(scope="module")
-def api(emulator_process, migrated):
-    with Processes() as procs:
-        yield procs.api()
-
-
 @pytest.fixture()
-def admin_env(api, settings) -> dict[str, str]:
+def admin_env(api_process, settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NOTEE_API_KEY",)}
-    return env | {"NOTEE_URL": api.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
+    return env | {"NOTEE_URL": api_process.url, "NOTEE_ADMIN_TOKEN": settings.admin_token.get_secret_value()}
 
 
 def test_from_a_new_service_to_a_push_with_the_cli_alone(processes, admin_env, service_id, emulator, tmp_path: Path):

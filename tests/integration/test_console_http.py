@@ -57,11 +57,10 @@ def _key(headers: dict[str, str]) -> str:
 
 
 @pytest.fixture()
-def tenant(client, settings, service_id) -> str:
-    """A service with a TOPIC template; its API key."""
-    headers = new_service(client, settings, service_id)
-    new_template(client, headers, "TOPIC", "news", title="Hi {{name}}", body="b")
-    return _key(headers)
+def tenant(tenant) -> str:
+    """The family's tenant with a TOPIC template; its API key."""
+    tenant.template("TOPIC", "news", title="Hi {{name}}", body="b")
+    return tenant.api_key
 
 
 def test_without_a_session_pages_redirect_to_sign_in_and_posts_write_nothing(app, client, settings, service_id, tenant):

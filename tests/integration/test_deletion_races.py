@@ -20,7 +20,7 @@ from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
 from notee.store import registry_sql as reg
 from notee.usecases import reconcile
-from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.registry import new_user, random_token
 from tests.support.scheduler import scheduler
 
 ITERATIONS = 25
@@ -29,16 +29,11 @@ BUCKET = CycleTarget("UTC", "MON", 9, 0)
 
 
 @pytest.fixture()
-def st(runtime):
-    return runtime.statements
-
-
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    h = new_service(client, settings, service_id)
-    news = new_template(client, h, "TOPIC", "news")["notification_key"]
-    remind = new_template(client, h, "CYCLE", "remind")["notification_key"]
-    return service_id, h, news, remind
+def tenant(tenant):
+    """The family's tenant with a TOPIC and a CYCLE template: (service, headers, their keys)."""
+    news = tenant.template("TOPIC", "news")["notification_key"]
+    remind = tenant.template("CYCLE", "remind")["notification_key"]
+    return tenant.service, tenant.headers, news, remind
 
 
 def slot_rows(st, service, key, target, method, type_):

@@ -35,22 +35,6 @@ from tests.support.registry import (
 )
 
 
-@pytest.fixture()
-def emu_client(client, settings, emulator):
-    """The API app with its providers pointed at the emulator."""
-    from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
-
-    sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(
-        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
-    )
-    client.app.state.sender = sender
-    yield emulator
-    client.portal.call(sender.close)
-    client.app.state.sender = None
-
-
 def _set_mode(client, settings, service: str, mode: str):
     return client.patch(f"/v1/admin/services/{service}", json={"delivery_mode": mode}, headers=admin_headers(settings))
 
@@ -89,7 +73,7 @@ def test_a_service_key_cannot_change_its_delivery_mode(client, settings, service
     )
 
 
-def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, service_id, emu_client, caplog):
+def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, service_id, emu_app, caplog):
     headers = new_service(client, settings, service_id)
     assert _set_mode(client, settings, service_id, "dry_run").status_code == 200
     tokens = [random_token("a"), random_token("i")]
@@ -107,7 +91,7 @@ def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, s
         "dry_run": True,
         "quiet_dropped": 0,
     }
-    assert emu_client.stats()["counts"] == {}  # nothing left the process
+    assert emu_app.stats()["counts"] == {}  # nothing left the process
     assert "dry run" in caplog.text
 
 
@@ -129,9 +113,7 @@ def test_dry_run_topic_job_says_dry_run_and_sends_nothing(client, settings, runt
     assert client.get(f"/v1/jobs/{live_job['job_id']}", headers=headers).json()["dry_run"] is False
 
 
-def test_device_of_a_platform_without_credentials_is_a_counted_failure(
-    client, settings, runtime, service_id, emu_client
-):
+def test_device_of_a_platform_without_credentials_is_a_counted_failure(client, settings, runtime, service_id, emu_app):
     headers = new_service(client, settings, service_id)
     r = client.put(
         f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
@@ -151,14 +133,14 @@ def test_device_of_a_platform_without_credentials_is_a_counted_failure(
         "dry_run": False,
         "quiet_dropped": 0,
     }
-    assert emu_client.deliveries(ios)["apns"] == 1
-    assert emu_client.deliveries(aos)["attempts"] == 0  # not sent
+    assert emu_app.deliveries(ios)["apns"] == 1
+    assert emu_app.deliveries(aos)["attempts"] == 0  # not sent
     assert _devices(client, headers, user) == sorted([ios, aos])  # not pruned
     [letter] = _letters(runtime, service_id)
     assert (letter.device_token, letter.reason, letter.provider) == (aos, "no_credentials", "none")
 
 
-def test_single_send_where_no_device_has_credentials_fails_once(client, settings, runtime, service_id, emu_client):
+def test_single_send_where_no_device_has_credentials_fails_once(client, settings, runtime, service_id, emu_app):
     headers = new_service(client, settings, service_id)
     tokens = [random_token("a"), random_token("i")]
     user = new_user(client, headers, devices=[(tokens[0], "AOS"), (tokens[1], "IOS")])
@@ -167,7 +149,7 @@ def test_single_send_where_no_device_has_credentials_fails_once(client, settings
     assert r.status_code == 424, r.text
     err = r.json()["error"]
     assert err["code"] == "provider_config" and "no provider credentials" in err["message"]
-    assert emu_client.stats()["counts"] == {}
+    assert emu_app.stats()["counts"] == {}
     assert _devices(client, headers, user) == sorted(tokens)
     assert _letters(runtime, service_id) == []
 

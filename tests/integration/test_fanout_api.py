@@ -6,14 +6,16 @@ from __future__ import annotations
 import pytest
 
 from tests.support.fanout import count_rows, emulator_runtime, run_worker_until_idle
-from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.registry import new_service, new_user, random_token
+
+pytestmark = pytest.mark.tenant(credentials=True)
 
 
 @pytest.fixture()
-def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id, credentials=True)
-    new_template(client, headers, "TOPIC", "news", title="Hello {{name}}", body="Body")
-    return service_id, headers
+def tenant(tenant):
+    """The family's tenant with a TOPIC template ``news``."""
+    tenant.template("TOPIC", "news", title="Hello {{name}}", body="Body")
+    return tenant
 
 
 def _publish(client, headers, topic="sports", body=None, key=None, type_="news"):

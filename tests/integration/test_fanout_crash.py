@@ -16,7 +16,7 @@ import pytest
 from notee.store import job_queue as store
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
-from tests.support.processes import wait_for
+from tests.support.waiting import wait_for
 
 N = 3000
 FETCH = 100

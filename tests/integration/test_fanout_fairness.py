@@ -23,7 +23,8 @@ from notee.store.runtime import Runtime
 from tests.support import registry
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
-from tests.support.processes import subprocess_env, wait_for
+from tests.support.processes import subprocess_env
+from tests.support.waiting import wait_for
 
 PAYLOAD = {"title": "Hi", "body": "fair", "data": {}, "ttl_seconds": None, "priority": "high"}
 FETCH = 20

@@ -6,7 +6,7 @@ from __future__ import annotations
 from notee.store import job_queue as store
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
-from tests.support.processes import wait_for
+from tests.support.waiting import wait_for
 
 N = 70_000
 

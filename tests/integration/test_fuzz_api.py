@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from notee.store.runtime import Runtime
-from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.registry import admin_headers, new_template, new_user, random_token
 from tests.support.stores import Snapshot, changes, snapshot, totals
 
 MAX_EXAMPLES = 20
@@ -44,10 +44,9 @@ _TALLY: Counter = Counter()
 
 
 @pytest.fixture(scope="module")
-def fuzz_auth(client, settings):
+def fuzz_auth(client, settings, make_module_tenant):
     """A tenant with an API key, a user with a device and a template: real objects some cases hit."""
-    service = "FUZZ" + __import__("secrets").token_hex(4).upper()
-    headers = new_service(client, settings, service)
+    service, headers = make_module_tenant()
     new_user(client, headers, "fuzz-user", devices=[(random_token("fuzz"), "AOS")])
     new_template(client, headers, "TOPIC", "news")
     return {"service": headers, "admin": admin_headers(settings), "tenant": service}
@@ -164,10 +163,9 @@ def _body_operations() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def edge_target(client, settings):
+def edge_target(client, settings, make_module_tenant):
     """A service with a user, a device and one template of each method, and the path values naming them."""
-    service = "FUZZE" + __import__("secrets").token_hex(4).upper()
-    headers = new_service(client, settings, service)
+    service, headers = make_module_tenant()
     token = random_token("edge")
     user = new_user(client, headers, "edge-user", devices=[(token, "AOS")])
     for method in ("TOPIC", "CYCLE", "SINGLE"):

@@ -26,8 +26,8 @@ from notee.store import job_queue as store
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.logscan import log_dir, remember_secret
-from tests.support.processes import wait_for
 from tests.support.registry import new_service, random_token
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RETRY_AFTER_S = 60  # far longer than any grace below: a worker that slept it out would be caught

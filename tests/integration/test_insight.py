@@ -29,8 +29,9 @@ def call(runtime, fn, *args, **kwargs):
 
 
 @pytest.fixture()
-def svc(runtime, service_id):
-    return make_service(runtime, service_id)
+def svc(store_tenant):
+    """This module's name for the family's store-made tenant (tests/support/tenants.py)."""
+    return store_tenant
 
 
 def topics(runtime, svc, **kw) -> list[tuple[str, str, int]]:

@@ -4,26 +4,24 @@ format; a key sees only its own service."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
-from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.registry import admin_headers, new_template, new_user, random_token
 
 
 @pytest.fixture(scope="module")
-def two(client, settings, runtime):
+def two(client, runtime, make_module_tenant):
     """Tenants A and B, each with a TOPIC and a CYCLE template, users subscribed to topics, a cycle
     schedule due a few minutes from now (database clock), and one publish job."""
     out = {}
     with runtime.sessions() as s:
         soon = s.execute(text("SELECT UTC_TIMESTAMP()")).scalar_one().replace(tzinfo=UTC) + timedelta(minutes=7)
     for name in ("A", "B"):
-        service = name + secrets.token_hex(5).upper()
-        auth = new_service(client, settings, service)
+        service, auth = make_module_tenant()
         new_template(client, auth, "TOPIC", "news")
         new_template(client, auth, "CYCLE", "remind")
         users = [new_user(client, auth, devices=[(random_token(), "AOS")]) for _ in range(3)]

@@ -12,22 +12,20 @@ from sqlalchemy import text
 
 from notee.store import job_queue as store
 from tests.support.fanout import (
-    emulator_runtime,
     job_progress,
     run_worker_until_idle,
     seed_topic,
     topic_job,
     topic_template,
 )
-from tests.support.processes import wait_for
 from tests.support.registry import new_service
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture()
-def erun(emulator_process, migrated):
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
+def erun(emu_runtime):
+    """This module's name for the family's emulator-routed runtime (tests/support/emulator.py)."""
+    return emu_runtime
 
 
 def _api_headers(client, settings, service: str) -> dict[str, str]:

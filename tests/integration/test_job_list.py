@@ -27,11 +27,11 @@ def _set_created(runtime, job_id: str, at: datetime) -> None:
 
 
 @pytest.fixture(scope="module")
-def tenant(client, settings, runtime):
-    """A service with 4 topic publishes (types alpha, beta), one cycle job made by a scheduler minute,
-    one job cancelled and one failed; creation times T0 + 0..4 h, two of them equal (a tie)."""
-    service = "J" + secrets.token_hex(5).upper()
-    auth = new_service(client, settings, service)
+def tenant(client, runtime, module_tenant):
+    """The family's tenant of this module with 4 topic publishes (types alpha, beta), one cycle job
+    made by a scheduler minute, one job cancelled and one failed; creation times T0 + 0..4 h, two of
+    them equal (a tie)."""
+    service, auth = module_tenant
     new_template(client, auth, "TOPIC", "alpha")
     new_template(client, auth, "TOPIC", "beta")
     cycle_key = new_template(client, auth, "CYCLE", "remind")["notification_key"]

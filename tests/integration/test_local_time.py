@@ -23,7 +23,7 @@ from notee.store.mysql import db_now
 from notee.usecases import publish as jobs
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
-from tests.support.registry import new_service, random_token
+from tests.support.registry import random_token
 from tests.support.stores import changes, snapshot
 
 
@@ -40,9 +40,7 @@ ZONES = {  # zone of the user (None: the service's, Asia/Seoul) -> its 09:00 aft
 }
 
 
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    return service_id, new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
+pytestmark = pytest.mark.tenant(credentials=True, timezone="Asia/Seoul")
 
 
 def _subscribers(client, headers, zones, per_zone=2):

@@ -25,17 +25,22 @@ from notee.usecases import publish as jobs
 from notee.usecases import reconcile
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import run_worker_until_idle
-from tests.support.registry import new_service, random_token
+from tests.support.registry import random_token
 
 AT = datetime(2026, 10, 31, 20, 0)  # simulated publish instant (UTC): every 09:00 after it is past now
 
 
+pytestmark = pytest.mark.tenant(credentials=True, timezone="Asia/Seoul")
+
+
 @pytest.fixture()
-def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
-    r = client.put("/v1/templates/TOPIC/news", json={"title": "Good morning", "body": "b"}, headers=headers)
+def tenant(tenant):
+    """The family's tenant with a TOPIC template ``news``."""
+    r = tenant.client.put(
+        "/v1/templates/TOPIC/news", json={"title": "Good morning", "body": "b"}, headers=tenant.headers
+    )
     assert r.status_code == 201, r.text
-    return service_id, headers
+    return tenant
 
 
 def _user(client, headers, zone: str | None, devices: int = 1, topic: str | None = "all") -> tuple[str, list[str]]:

@@ -15,7 +15,7 @@ import pytest
 
 from notee.domain import render
 from tests.support.fanout import run_worker_until_idle
-from tests.support.registry import new_service, new_user, random_token
+from tests.support.registry import new_user, random_token
 from tests.support.stores import snapshot
 
 VARIANTS = {
@@ -27,24 +27,7 @@ VARIANTS = {
 TEMPLATE = {"title": "Hello {{name}}", "body": "New", "data": {"lang": "en", "k": "v"}, "variants": VARIANTS}
 
 
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    return service_id, new_service(client, settings, service_id, credentials=True)
-
-
-@pytest.fixture()
-def emu_client(client, settings, emulator):
-    from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
-
-    sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(
-        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
-    )
-    client.app.state.sender = sender
-    yield emulator
-    client.portal.call(sender.close)
-    client.app.state.sender = None
+pytestmark = pytest.mark.tenant(credentials=True)
 
 
 def test_template_variants_round_trip_with_canonical_tags(client, tenant):
@@ -152,7 +135,7 @@ def test_a_topic_publish_renders_once_per_variant_and_each_device_gets_its_local
     assert _titles(emulator, expected) == {t: want for t, (_, want) in expected.items()}
 
 
-def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_client, monkeypatch):
+def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_app, monkeypatch):
     import notee.usecases.deliver as delivery
 
     _, headers = tenant
@@ -169,7 +152,7 @@ def test_a_single_send_renders_once_per_variant_used(client, tenant, emu_client,
     r = client.post(f"/v1/users/{user}/send", json={"type": "s", "variables": {"name": "Kim"}}, headers=headers)
     assert r.status_code == 200 and r.json()["delivered"] == 4, r.text
     assert len(calls) == 2  # de (the user's, two devices) and pt-BR (two devices): not 4, not 1 + 3
-    titles = {t: v[0] for t, v in _titles(emu_client, devices).items()}
+    titles = {t: v[0] for t, v in _titles(emu_app, devices).items()}
     assert sorted(titles.values()) == ["Hallo Kim", "Hallo Kim", "Olá Kim", "Olá Kim"]
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
-from tests.support.processes import Processes, free_port, subprocess_env, wait_for
+from tests.support.processes import Processes, free_port, subprocess_env
 from tests.support.registry import admin_headers
+from tests.support.waiting import wait_for
 
 JSON_ENV = {"NOTEE_LOG_FORMAT": "json", "NOTEE_LOG_LEVEL": "INFO"}
 

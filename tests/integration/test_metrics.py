@@ -22,9 +22,10 @@ from notee.store import job_queue, ticks
 from notee.store.mysql import db_now
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.metrics import Scrape, metric_names_in, scrape, worker_metrics_url
-from tests.support.processes import Processes, free_port, subprocess_env, wait_for, wait_http
+from tests.support.processes import Processes, free_port, subprocess_env, wait_http
 from tests.support.registry import admin_headers, bearer, random_token
 from tests.support.scheduler import tick_states
+from tests.support.waiting import wait_for
 
 
 def _service_with_key(api_url: str, settings, prefix: str = "MET") -> tuple[str, str]:

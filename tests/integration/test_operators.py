@@ -8,7 +8,6 @@ import asyncio
 import uuid
 from collections import Counter
 
-import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
@@ -16,26 +15,11 @@ from notee.cli.main import app as cli
 from notee.core.errors import ProviderConfigError
 from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
-from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store import job_queue as store
-from notee.usecases.deliver import DeliverySender
 from notee.worker.lanes import OutageBackoff, Worker
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
-
-
-@pytest.fixture()
-def emu_app(client, settings, emulator):
-    """The API app with its sender pointed at the emulator."""
-    sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(
-        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
-    )
-    client.app.state.sender = sender
-    yield emulator
-    client.portal.call(sender.close)
-    client.app.state.sender = None
 
 
 class Sender:

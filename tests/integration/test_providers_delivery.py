@@ -15,7 +15,7 @@ from sqlalchemy import text
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
-from notee.usecases.deliver import DeliverySender
+from tests.support.emulator import app_sending_to
 from tests.support.registry import (
     admin_headers,
     apns_credentials,
@@ -29,27 +29,12 @@ from tests.support.registry import (
 
 @pytest.fixture()
 def emu_app(client, settings, emulator):
-    """The API app with its providers pointed at the emulator."""
-    sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(
-        settings.model_copy(
-            update={
-                "emulator_url": emulator.url,
-                "emulator_apns_url": emulator.apns_url,
-                "emulator_ca_file": emulator.ca_file,
-            }
-        )
-    )
-    client.app.state.sender = sender
-    yield emulator
-    client.portal.call(sender.close)
-    client.app.state.sender = None
+    """The API app with its providers pointed at the emulator, APNs at its own port."""
+    with app_sending_to(client, settings, emulator, apns_port=True) as emu:
+        yield emu
 
 
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id, credentials=True)
-    return service_id, headers
+pytestmark = pytest.mark.tenant(credentials=True)
 
 
 def _send(client, headers, user_id, **body):

@@ -24,9 +24,7 @@ def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)
 
 
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    return service_id, new_service(client, settings, service_id, credentials=True, timezone="Asia/Seoul")
+pytestmark = pytest.mark.tenant(credentials=True, timezone="Asia/Seoul")
 
 
 def _user(client, headers, *, quiet=None, timezone=None, topic="all"):

@@ -5,7 +5,6 @@ The rules of this topic that need no server are in tests/unit/test_rate_limits.p
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 
@@ -15,13 +14,8 @@ from sqlalchemy import event
 from notee.core.errors import RateLimited
 from notee.domain import ratelimit
 from notee.store import ratelimit_sql
-from tests.support.registry import admin_headers, new_service, new_template
+from tests.support.registry import admin_headers, new_template
 from tests.support.stores import snapshot
-
-
-def _service(client, settings) -> tuple[str, dict[str, str]]:
-    service = "RL" + secrets.token_hex(4).upper()
-    return service, new_service(client, settings, service)
 
 
 def _set(client, settings, service: str, klass: str, rate: float, burst: int) -> httpx.Response:
@@ -32,8 +26,8 @@ def _set(client, settings, service: str, klass: str, rate: float, burst: int) ->
     )
 
 
-def test_admin_sets_gets_and_resets_limits(client, settings):
-    service, key = _service(client, settings)
+def test_admin_sets_gets_and_resets_limits(client, settings, make_tenant):
+    service, key = make_tenant()
     admin = admin_headers(settings)
     r = client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin)
     assert r.status_code == 200
@@ -73,9 +67,9 @@ def test_admin_sets_gets_and_resets_limits(client, settings):
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (klass, body, r.text)
 
 
-def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenants_go_on(client, settings):
-    service, key = _service(client, settings)
-    _, other_key = _service(client, settings)
+def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenants_go_on(client, settings, make_tenant):
+    service, key = make_tenant()
+    _, other_key = make_tenant()
     assert _set(client, settings, service, "read", 0.01, 3).status_code == 200
     got = [client.get("/v1/templates", headers=key) for _ in range(5)]
     assert [r.status_code for r in got] == [200, 200, 200, 429, 429]
@@ -91,8 +85,8 @@ def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenant
     assert client.get("/v1/templates", headers=key).status_code == 200
 
 
-def test_a_refused_publish_writes_nothing(client, runtime, settings):
-    service, key = _service(client, settings)
+def test_a_refused_publish_writes_nothing(client, runtime, settings, make_tenant):
+    service, key = make_tenant()
     new_template(client, key, "TOPIC", "news")
     assert _set(client, settings, service, "publish", 0.01, 2).status_code == 200
     for _ in range(2):
@@ -106,11 +100,11 @@ def test_a_refused_publish_writes_nothing(client, runtime, settings):
     assert snapshot(runtime, service) == before
 
 
-def test_mysql_lost_while_taking_a_token_answers_503_not_500(client, runtime, settings):
+def test_mysql_lost_while_taking_a_token_answers_503_not_500(client, runtime, settings, make_tenant):
     """MariaDB gone in the middle of the rate-limit UPDATE (CI's MariaDB restart under load caught it):
     the request is the outage's 503 in the error format. Committing the dead transaction afterwards
     raised PendingRollbackError in place of the outage, which the API answered with a bare 500."""
-    _, key = _service(client, settings)
+    _, key = make_tenant()
     assert client.get("/v1/templates", headers=key).status_code == 200  # the key cached, the bucket made
     killed: list[int] = []
 
@@ -132,9 +126,9 @@ def test_mysql_lost_while_taking_a_token_answers_503_not_500(client, runtime, se
     assert client.put("/v1/users/rl-lost", json={}, headers=key).status_code == 201  # nothing was written
 
 
-def test_concurrent_takes_never_over_admit(client, runtime, settings):
+def test_concurrent_takes_never_over_admit(client, runtime, settings, make_tenant):
     """40 threads race for a bucket of 15 tokens refilling at 0.01/s: 15 admitted, not one more."""
-    service, _ = _service(client, settings)
+    service, _ = make_tenant()
     with runtime.sessions.begin() as session:
         ratelimit.set_limit(session, settings, service, "send", rate=0.01, burst=15)
     admitted, refused, start = [], [], threading.Barrier(40)
@@ -158,11 +152,11 @@ def test_concurrent_takes_never_over_admit(client, runtime, settings):
     assert (len(admitted), len(refused)) == (15, 25)
 
 
-def test_a_bucket_made_by_a_concurrent_first_request_is_no_refusal(client, runtime, settings):
+def test_a_bucket_made_by_a_concurrent_first_request_is_no_refusal(client, runtime, settings, make_tenant):
     """Two first requests of a new bucket race: one's UPDATE finds no bucket, the other creates the
     bucket before the first checks whether one exists. The first is admitted, not refused (this
     answered 429 at rate 1e6, burst 1e7 in `make bench`)."""
-    service, _ = _service(client, settings)
+    service, _ = make_tenant()
     with runtime.sessions.begin() as session:
         ratelimit.set_limit(session, settings, service, "write", rate=1e6, burst=10_000_000)
     first_update: list[int] = []
@@ -183,8 +177,8 @@ def test_a_bucket_made_by_a_concurrent_first_request_is_no_refusal(client, runti
     assert first_update == [0]  # the race really happened: the first UPDATE found no bucket
 
 
-def test_two_api_processes_share_one_limit(processes, client, settings):
-    service, key = _service(client, settings)
+def test_two_api_processes_share_one_limit(processes, client, settings, make_tenant):
+    service, key = make_tenant()
     rate, burst = 0.2, 10
     assert _set(client, settings, service, "read", rate, burst).status_code == 200
     a, b = processes.api(name="api-a"), processes.api(name="api-b")
@@ -214,9 +208,9 @@ def _bucket_updates(runtime) -> tuple[list[str], object]:
     return seen, count
 
 
-def test_a_busy_process_admits_most_requests_without_an_update(client, runtime, settings):
+def test_a_busy_process_admits_most_requests_without_an_update(client, runtime, settings, make_tenant):
     """Under load, one UPDATE takes tokens for the next requests: far fewer statements than requests."""
-    service, key = _service(client, settings)
+    service, key = make_tenant()
     assert _set(client, settings, service, "read", 100_000, 1_000_000).status_code == 200
     assert client.get("/v1/templates", headers=key).status_code == 200  # the key cached
     updates, listener = _bucket_updates(runtime)
@@ -228,13 +222,13 @@ def test_a_busy_process_admits_most_requests_without_an_update(client, runtime, 
     assert len(updates) <= 600 // 2, f"{len(updates)} UPDATEs for 600 requests"  # one each before: 600
 
 
-def test_tokens_taken_ahead_never_admit_more_than_the_limit(client, runtime, settings):
+def test_tokens_taken_ahead_never_admit_more_than_the_limit(client, runtime, settings, make_tenant):
     """Four threads admit requests as the edge does (a token held by the process, else an UPDATE that
     also takes ahead), far faster than the limit: never more than the burst plus what the elapsed time
     refilled, and requests were admitted from tokens taken ahead (fewer UPDATEs than admissions)."""
     from notee.api.auth import authenticate_service
 
-    service, _ = _service(client, settings)
+    service, _ = make_tenant()
     rate, burst = 300.0, 20_000  # a take-ahead may hold up to min(300 x HOLD_S, 20,000 / 8) = 15 tokens
     with runtime.sessions.begin() as session:
         ratelimit.set_limit(session, settings, service, "read", rate=rate, burst=burst)

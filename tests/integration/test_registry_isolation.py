@@ -18,8 +18,6 @@ from tests.support.registry import (
     bearer,
     new_api_key,
     new_service,
-    new_template,
-    new_user,
     random_token,
 )
 from tests.support.stores import snapshot
@@ -103,12 +101,11 @@ class Victim:
 
 
 @pytest.fixture()
-def victim(client, settings, service_id) -> Victim:
-    h = new_service(client, settings, service_id)
+def victim(tenant) -> Victim:
     token = "fcm:" + random_token()
-    user_id = new_user(client, h, "victim-1", devices=[(token, "IOS")])
-    template = new_template(client, h, "TOPIC", "news")
-    return Victim(service_id, h, user_id, "victim-1", token, template)
+    user_id = tenant.user("victim-1", devices=[(token, "IOS")])
+    template = tenant.template("TOPIC", "news")
+    return Victim(tenant.service, tenant.headers, user_id, "victim-1", token, template)
 
 
 @pytest.mark.parametrize("method, path, body, outcome", SERVICE_ROUTES, ids=[f"{m} {p}" for m, p, *_ in SERVICE_ROUTES])

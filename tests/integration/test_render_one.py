@@ -15,13 +15,10 @@ import pytest
 from notee.domain import render
 from notee.providers import apns
 from tests.support.fanout import run_worker_until_idle
-from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.registry import new_template, new_user, random_token
 from tests.support.stores import snapshot
 
-
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    return service_id, new_service(client, settings, service_id, credentials=True)
+pytestmark = pytest.mark.tenant(credentials=True)
 
 
 def test_template_defaults_round_trip(client, tenant):
@@ -107,24 +104,8 @@ def _seen(emu, token: str) -> tuple[str, str, dict]:
     return note["title"], note["body"], body.get("data") or {}
 
 
-@pytest.fixture()
-def emu_client(client, settings, emulator):
-    """The API app with its providers pointed at the emulator."""
-    from notee.providers.routing import ProviderSet
-    from notee.usecases.deliver import DeliverySender
-
-    sender = DeliverySender(client.app.state.runtime)
-    sender.providers = ProviderSet(
-        settings.model_copy(update={"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file})
-    )
-    client.app.state.sender = sender
-    yield emulator
-    client.portal.call(sender.close)
-    client.app.state.sender = None
-
-
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_single_send_delivers_every_shape_rendered(client, tenant, emu_client, shape):
+def test_single_send_delivers_every_shape_rendered(client, tenant, emu_app, shape):
     _, headers = tenant
     token = random_token("s")
     user = new_user(client, headers, devices=[(token, "AOS")])
@@ -133,7 +114,7 @@ def test_single_send_delivers_every_shape_rendered(client, tenant, emu_client, s
     assert r.status_code == 200, r.text
     assert r.json()["delivered"] == 1
     title, body, data = SHAPES[shape][5]
-    assert _seen(emu_client, token) == (title, body, data)
+    assert _seen(emu_app, token) == (title, body, data)
 
 
 @pytest.mark.parametrize("with_variables", [True, False], ids=["with_variables", "without_variables"])
@@ -241,7 +222,7 @@ def test_a_topic_job_renders_once_not_per_device(client, tenant, emulator, emu_r
     assert [_seen(emulator, t)[0] for t in tokens] == ["Hi Kim"] * 3
 
 
-def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_client):
+def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_app):
     """A push rendered to exactly APNs' 4,096-byte payload is accepted by the emulator's APNs (which
     answers 413 PayloadTooLarge above it); one byte more is refused before anything is sent."""
     from tests.support.registry import admin_headers, apns_credentials
@@ -266,8 +247,8 @@ def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_
 
     at_limit = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill)}, headers=headers)
     assert at_limit.status_code == 200 and at_limit.json()["delivered"] == 1, at_limit.text
-    assert emu_client.deliveries(token)["apns"] == 1
+    assert emu_app.deliveries(token)["apns"] == 1
     over = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill + 1)}, headers=headers)
     assert over.status_code == 422 and over.json()["error"]["code"] == "payload_too_large"
     assert [d["loc"] for d in over.json()["error"]["details"]] == [["payload", "apns"]]
-    assert emu_client.deliveries(token)["attempts"] == 1  # the refused one never left
+    assert emu_app.deliveries(token)["attempts"] == 1  # the refused one never left

@@ -15,8 +15,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from notee.core.vocabulary import TOKEN, TopicTarget
 from notee.domain import subscriptions as subs
 from notee.store import cql as cqlstore
@@ -32,11 +30,6 @@ SUBSCRIBERS = 4_000
 ROTATED = 400
 
 FETCH_SIZE = 100  # many pages: many chances for a rotation to fall between two reads
-
-
-@pytest.fixture()
-def st(runtime):
-    return runtime.statements
 
 
 def slot_tokens(st, service, key, topic):

@@ -17,7 +17,6 @@ from notee.usecases import publish as jobs
 from tests.support.emulator import census
 from tests.support.fanout import (
     count_rows,
-    emulator_runtime,
     job_progress,
     run_worker_until_idle,
     seed_topic,
@@ -25,15 +24,14 @@ from tests.support.fanout import (
     topic_template,
     wait_job,
 )
-from tests.support.processes import wait_for
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture()
-def erun(emulator_process, migrated):
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
+def erun(emu_runtime):
+    """This module's name for the family's emulator-routed runtime (tests/support/emulator.py)."""
+    return emu_runtime
 
 
 def _db_now(runtime) -> datetime:

@@ -11,23 +11,16 @@ import pytest
 from notee.core import clock
 from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
-from tests.support.registry import make_service
-from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
+from tests.support.scheduler import jobs_of, scheduler, tick_states, utc
 
 NY = "America/New_York"
 SEOUL = "Asia/Seoul"
 
 
 @pytest.fixture()
-def due(runtime):
-    index = DueIndex(runtime)
-    yield index
-    index.cleanup()
-
-
-@pytest.fixture()
-def tenant(runtime, service_id):
-    return make_service(runtime, service_id)
+def tenant(store_tenant):
+    """This module's name for the family's store-made tenant (tests/support/tenants.py)."""
+    return store_tenant
 
 
 def run(sched, start, end):

@@ -9,23 +9,16 @@ import threading
 from collections import Counter
 from datetime import timedelta
 
-import pytest
 from sqlalchemy import text
 
 from notee.core import clock
 from notee.core.vocabulary import CycleTarget
-from tests.support.processes import subprocess_env, wait_for
+from tests.support.processes import subprocess_env
 from tests.support.registry import make_service
-from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
+from tests.support.scheduler import jobs_of, scheduler, tick_states, utc
+from tests.support.waiting import wait_for
 
 SEOUL = "Asia/Seoul"
-
-
-@pytest.fixture()
-def due(runtime):
-    index = DueIndex(runtime)
-    yield index
-    index.cleanup()
 
 
 def test_two_schedulers_over_a_simulated_hour_make_one_job_per_template_and_minute(runtime, service_id, due):

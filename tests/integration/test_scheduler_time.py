@@ -24,23 +24,16 @@ from notee.store import ticks
 from notee.usecases import publish as jobs
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime, run_worker_until_idle, seed_topic, topic_template
-from tests.support.registry import make_service
-from tests.support.scheduler import DueIndex, jobs_of, scheduler, tick_states, utc
+from tests.support.scheduler import jobs_of, scheduler, tick_states, utc
 
 SEOUL = "Asia/Seoul"
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
 
 
 @pytest.fixture()
-def due(runtime):
-    index = DueIndex(runtime)
-    yield index
-    index.cleanup()
-
-
-@pytest.fixture()
-def tenant(runtime, service_id):
-    return make_service(runtime, service_id)
+def tenant(store_tenant):
+    """This module's name for the family's store-made tenant (tests/support/tenants.py)."""
+    return store_tenant
 
 
 def _bucket(minute_utc: datetime) -> CycleTarget:

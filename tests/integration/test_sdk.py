@@ -19,31 +19,24 @@ import pytest
 from notee_client import AsyncClient, Client, models
 
 from tests.support.emulator import deliveries_per_token
-from tests.support.processes import Processes
 from tests.support.registry import fcm_service_account, random_token
 
 SDK = Path(__file__).resolve().parents[2] / "clients" / "python"
 
 
-@pytest.fixture(scope="module")
-def api(emulator_process, migrated):  # the emulator env must be exported before the API starts
-    with Processes() as procs:
-        yield procs.api()
-
-
 @pytest.fixture()
-def admin(api, settings):
-    with Client(api.url, admin_token=settings.admin_token.get_secret_value(), max_retries=0) as c:
+def admin(api_process, settings):
+    with Client(api_process.url, admin_token=settings.admin_token.get_secret_value(), max_retries=0) as c:
         yield c
 
 
 @pytest.fixture()
-def tenant(admin, service_id, api):
+def tenant(admin, service_id, api_process):
     """A new service with FCM credentials and a client holding its API key."""
     admin.create_service(service_id, f"SDK {service_id}", timezone="Europe/Berlin")
     key = admin.create_api_key(service_id, label="sdk")
     admin.put_fcm_credentials(service_id, fcm_service_account())
-    with Client(api.url, api_key=key.api_key) as c:
+    with Client(api_process.url, api_key=key.api_key) as c:
         yield service_id, c
 
 
@@ -89,7 +82,7 @@ def test_every_publish_carries_an_idempotency_key(tenant):
     assert isinstance(publish, op) and publish.headers["Idempotency-Key"].startswith("sdk-") and publish.repeatable
 
 
-def test_errors_come_back_typed_with_the_servers_details(tenant, api):
+def test_errors_come_back_typed_with_the_servers_details(tenant, api_process):
     _, notee = tenant
     with pytest.raises(notee_client.NotFound) as missing:
         notee.get_user("00000000-0000-4000-8000-000000000000")
@@ -100,18 +93,18 @@ def test_errors_come_back_typed_with_the_servers_details(tenant, api):
     assert invalid.value.status == 422 and invalid.value.details
     assert notee.list_devices(user.user_id) == []  # nothing was written
     with (
-        Client(api.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger,
+        Client(api_process.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger,
         pytest.raises(notee_client.Unauthorized),
     ):
         stranger.list_templates()
 
 
-def test_the_async_client_runs_the_same_operations(tenant, api):
+def test_the_async_client_runs_the_same_operations(tenant, api_process):
     _service, sync = tenant
     key = sync._policy.api_key
 
     async def scenario() -> tuple[list[models.Subscription], list[models.Template], models.Subscribed]:
-        async with AsyncClient(api.url, api_key=key) as notee:
+        async with AsyncClient(api_process.url, api_key=key) as notee:
             user = await notee.put_user("carol-" + secrets.token_hex(4))
             await notee.add_device(user.user_id, random_token("async"), "IOS")
             await notee.put_template("CYCLE", "daily", title="Good morning", body="Your summary")

@@ -29,7 +29,7 @@ from notee.store.mysql import make_engine
 from notee.usecases import migrate
 from tests.support.fanout import count_rows, topic_job
 from tests.support.logscan import remember_secret
-from tests.support.registry import fcm_service_account, new_service, new_template
+from tests.support.registry import fcm_service_account
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -251,10 +251,10 @@ def test_dev_secret_files_are_owner_only(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id)
-    template = new_template(client, headers, "TOPIC", "news", title="Hello {{name}}", body="Body")
-    return service_id, headers, template["notification_key"]
+def tenant(tenant):
+    """The family's tenant with a TOPIC template: (service, headers, its key)."""
+    template = tenant.template("TOPIC", "news", title="Hello {{name}}", body="Body")
+    return tenant.service, tenant.headers, template["notification_key"]
 
 
 def _publish(client, headers, key: str, body: dict, topic: str = "sports"):

@@ -19,7 +19,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from notee.store import webhooks_sql
-from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.registry import new_template, new_user, random_token
 from tests.support.stores import snapshot
 
 # Routes that act on the caller's own tenant only; each gets its own check below.
@@ -107,11 +107,9 @@ def test_route_walk_matches_the_openapi_document(app):
 
 
 @pytest.fixture(scope="module")
-def tenants(client, settings, runtime):
-    a = "A" + secrets.token_hex(5).upper()
-    b = "B" + secrets.token_hex(5).upper()
-    a_auth = new_service(client, settings, a)
-    b_auth = new_service(client, settings, b)
+def tenants(client, runtime, make_module_tenant):
+    a, a_auth = make_module_tenant()
+    b, b_auth = make_module_tenant()
     token = random_token("iso")
     b_suid = "b-user-" + secrets.token_hex(4)
     user_id = new_user(client, b_auth, b_suid, devices=[(token, "AOS")])

@@ -29,11 +29,14 @@ TYPE = "sparse"
 SPREAD = 300_000  # numbers taken by other subscriptions of the type between two of ours: 10 slots apart
 
 
+pytestmark = pytest.mark.tenant(credentials=True)
+
+
 @pytest.fixture()
-def tenant(client, settings, service_id):
-    headers = new_service(client, settings, service_id, credentials=True)
-    new_template(client, headers, "TOPIC", TYPE, title="Hello {{name}}", body="Body")
-    return service_id, headers
+def tenant(tenant):
+    """The family's tenant with a TOPIC template of type ``TYPE``."""
+    tenant.template("TOPIC", TYPE, title="Hello {{name}}", body="Body")
+    return tenant
 
 
 def _subscribe(client, headers, user_id, topic):

@@ -21,16 +21,6 @@ from notee.usecases import reconcile
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
 
 
-@pytest.fixture()
-def st(runtime):
-    return runtime.statements
-
-
-@pytest.fixture()
-def tenant(client, settings, service_id):
-    return service_id, new_service(client, settings, service_id)
-
-
 def recipients(st, key, target, service, method, type_):
     out = []
     for slot in range(cqlstore.max_slot(st, service, method, type_) + 1):

@@ -26,11 +26,6 @@ def token(prefix: str = "tok") -> str:
     return f"{prefix}-{next(_tok):06d}-" + "x" * 20
 
 
-@pytest.fixture()
-def st(runtime):
-    return runtime.statements
-
-
 def call(runtime, fn, *args, **kwargs):
     """Run one subscriptions function the way its callers do: in a unit of work the caller commits."""
     with runtime.sessions.begin() as session:
@@ -38,8 +33,9 @@ def call(runtime, fn, *args, **kwargs):
 
 
 @pytest.fixture()
-def svc(runtime, service_id):
-    return make_service(runtime, service_id)
+def svc(store_tenant):
+    """This module's name for the family's store-made tenant (tests/support/tenants.py)."""
+    return store_tenant
 
 
 def recipients(st, key, target, service, method, type_, fetch_size=100):

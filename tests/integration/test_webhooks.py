@@ -23,20 +23,20 @@ from notee.domain.credentials import credentials_box
 from notee.store import job_queue, webhooks_sql
 from notee.store.runtime import Runtime
 from notee.webhooks.dispatcher import Dispatcher
-from tests.support.fanout import emulator_runtime, job_progress, seed_topic, topic_job, topic_template, wait_job
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template, wait_job
 from tests.support.logscan import remember_secret
-from tests.support.processes import subprocess_env, wait_for
+from tests.support.processes import subprocess_env
 from tests.support.registry import admin_headers, new_service
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver, start_receiver
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "WEBHOOKS.md"
 
 
 @pytest.fixture()
-def erun(emulator_process, migrated):
-    rt = emulator_runtime()
-    yield rt
-    rt.close()
+def erun(emu_runtime):
+    """This module's name for the family's emulator-routed runtime (tests/support/emulator.py)."""
+    return emu_runtime
 
 
 @pytest.fixture()

@@ -13,10 +13,9 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import pytest
@@ -28,17 +27,16 @@ from tests.support.logscan import log_dir
 __all__ = [
     "NoteeProcess",
     "Processes",
+    "api_process",
     "free_port",
     "processes",
     "settings_from",
     "subprocess_env",
-    "wait_for",
     "wait_http",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
 _serial = itertools.count(1)
-T = TypeVar("T")
 
 
 @dataclass
@@ -154,6 +152,14 @@ def processes() -> Iterator[Processes]:
         procs.stop_all()
 
 
+@pytest.fixture(scope="module")
+def api_process(emulator_process: object, migrated: None) -> Iterator[NoteeProcess]:
+    """One ``notee api`` for the tests of a module, started once the emulator exported its URL and
+    CA (so the API's senders reach it) and the stores are migrated."""
+    with Processes() as procs:
+        yield procs.api()
+
+
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """The test environment (test database, keyspaces, admin token, emulator) plus overrides."""
     env = dict(os.environ)
@@ -189,15 +195,3 @@ def wait_http(
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url} did not answer within {timeout} s" + (f"\n{proc.tail()}" if proc else ""))
-
-
-def wait_for(predicate: Callable[[], T], *, timeout: float, interval: float = 0.1, what: str = "condition") -> T:
-    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` s (a bound, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
