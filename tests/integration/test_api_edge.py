@@ -11,7 +11,6 @@ import json
 import select
 import socket
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -20,6 +19,7 @@ import pytest
 
 from notee.api.app import create_app
 from tests.support.registry import admin_headers
+from tests.support.waiting import wait_for
 
 MIB = 1024 * 1024
 
@@ -47,7 +47,8 @@ class Asgi:
     ) -> tuple[int, dict, int]:
         return asyncio.run(self._call(method, path, headers or {}, list(chunks), chunked, query, raw_path))
 
-    async def _call(self, method, path, headers, chunks, chunked, query, raw_path, stall=False):
+    async def _call(self, method, path, headers, chunks, chunked, query, raw_path, stall=False, stalled=None):
+        """``stall``: the body never ends; ``stalled`` (an Event) is set once the app waits for more."""
         hdrs = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         if chunks and not chunked:
             hdrs.append((b"content-length", str(sum(map(len, chunks))).encode()))
@@ -72,8 +73,10 @@ class Asgi:
 
         async def receive():
             nonlocal pulled
-            if not pending:
-                await asyncio.sleep(3600)  # nothing more: a client that stopped sending
+            if not pending:  # nothing more: a client that stopped sending
+                if stalled is not None:
+                    stalled.set()
+                await asyncio.Event().wait()
             pulled += 1
             return {"type": "http.request", "body": pending.pop(0), "more_body": bool(pending) or stall}
 
@@ -174,10 +177,11 @@ def test_concurrency_limit_answers_503_in_the_error_format(runtime, settings, te
 
     async def both():
         # The first request's body never finishes: it holds the only slot while the second arrives.
+        stalled = asyncio.Event()
         first = asyncio.create_task(
-            asgi._call("PUT", "/v1/users/edge-slow", tenant, [b'{"name": '], True, b"", None, stall=True)
+            asgi._call("PUT", "/v1/users/edge-slow", tenant, [b'{"name": '], True, b"", None, True, stalled)
         )
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(stalled.wait(), 30)  # the app waits for the rest of the body, in the slot
         second = await asgi._call("GET", "/healthz", {}, [], False, b"", None)
         first.cancel()
         return second
@@ -203,7 +207,7 @@ def test_twenty_concurrent_50mb_uploads_leave_memory_flat_and_health_answering(p
                 health.append(httpx.get(api.url + "/healthz", timeout=10).status_code)
             except httpx.HTTPError as exc:
                 health.append(type(exc).__name__)
-            time.sleep(0.05)
+            stop.wait(0.05)
 
     results: list[tuple[str, int]] = []
 
@@ -219,7 +223,8 @@ def test_twenty_concurrent_50mb_uploads_leave_memory_flat_and_health_answering(p
         t.start()
     for t in threads:
         t.join(120)
-    time.sleep(0.5)
+    checked = len(health)  # memory and health once the uploads are over, too
+    wait_for(lambda: len(health) >= checked + 3, timeout=60, interval=0.05, what="three health checks more")
     stop.set()
     watcher.join()
     after = proc.memory_info().rss
@@ -250,7 +255,8 @@ def test_oversized_headers_are_refused_by_the_server_process(processes):
         try:
             for _ in range(64):
                 sock.sendall(b"X-Pad: " + b"p" * 1000 + b"\r\n")
-                time.sleep(0.01)
+                if select.select([sock], [], [], 0.01)[0]:  # the server answered (or closed): stop
+                    break
         except (BrokenPipeError, ConnectionResetError):
             pass
         answer = sock.recv(4096)

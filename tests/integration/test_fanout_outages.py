@@ -40,6 +40,7 @@ from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import shared_service_account
 from tests.support.tcp_switch import TcpSwitch
+from tests.support.waiting import until
 
 
 def _claim(runtime: Runtime, service: str) -> store.Claim | None:
@@ -261,13 +262,13 @@ def test_a_refused_provider_opens_the_circuit_and_dead_letters_nothing(
                 )
             with pytest.raises(ProviderUnavailable) as refused:  # open: refused without sending
                 await deliver(runtime, providers, service_id, _messages(["r4"]), credentials=CREDS, breaker=breaker)
-            await asyncio.sleep(0.25)
+            await until(lambda: breaker.probing("fcm"), timeout=10, what="the breaker due for a probe")
             with pytest.raises(ProviderUnavailable):  # the probe fails too: open again
                 await deliver(
                     runtime, providers, service_id, _messages(["r5", "r6"]), credentials=CREDS, breaker=breaker
                 )
             switch.on()
-            await asyncio.sleep(breaker.blocked_for("fcm") + 0.01)
+            await until(lambda: breaker.probing("fcm"), timeout=10, what="the breaker due for a probe again")
             result = await deliver(
                 runtime, providers, service_id, _messages(["r7", "r8", "r9"]), credentials=CREDS, breaker=breaker
             )

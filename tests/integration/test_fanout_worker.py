@@ -5,7 +5,7 @@ keeper keeps a slow task's lease."""
 from __future__ import annotations
 
 import asyncio
-import time
+from datetime import timedelta
 
 from sqlalchemy import event
 
@@ -16,11 +16,14 @@ from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import (
     emulator_runtime,
     job_progress,
+    lease_until,
     run_worker_until_idle,
     seed_topic,
     topic_job,
     topic_template,
+    wait_lease_expired,
 )
+from tests.support.waiting import until
 
 
 def test_no_query_per_device_one_page_read_and_one_checkpoint_per_page(runtime, service_id, emulator):
@@ -145,8 +148,8 @@ def test_idle_lanes_take_turns_and_a_claim_wakes_them(runtime, monkeypatch):
         assert w._next_idle_turn(125.0) == 140.0  # after the turns already given
         assert w._next_idle_turn(200.0) == 210.0  # idle long enough: from now
         waits = [asyncio.create_task(w._idle_wait()) for _ in range(3)]
-        await asyncio.sleep(0.05)
-        assert not any(t.done() for t in waits)  # each waits for its turn (10 s and more away)
+        done, _ = await asyncio.wait(waits, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+        assert not done  # none ends within 50 ms: each waits for its turn (10 s and more away)
         w._claimed.set()
         await asyncio.wait_for(asyncio.gather(*waits), 5)
 
@@ -158,18 +161,25 @@ def test_the_lease_keeper_renews_a_slow_tasks_lease(runtime, service_id):
     topic_job(runtime, service_id, key, "k")
     lease_s = 0.6
     claim = store.claim(runtime.sessions, owner="slow", lease_s=lease_s, services=[service_id])
+    first_until = lease_until(runtime, claim)
     worker = Worker(runtime, send_page=None, lease_s=lease_s)
 
-    async def hold(seconds):
+    async def hold():
         lost = asyncio.Event()
         keeper = asyncio.create_task(worker._keep_lease(claim, lost))
-        await asyncio.sleep(seconds)
+        # renewed until the lease ends more than 3 leases after the first one would have
+        kept = timedelta(seconds=3 * lease_s)
+        await until(
+            lambda: lost.is_set() or lease_until(runtime, claim) > first_until + kept,
+            timeout=60,
+            what="the lease renewed past three lease lengths",
+        )
         keeper.cancel()
         return lost.is_set()
 
-    assert asyncio.run(hold(2.0)) is False  # kept for > 3 leases
+    assert asyncio.run(hold()) is False  # kept for > 3 leases
     assert store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id]) is None
-    time.sleep(lease_s + 0.3)  # keeper gone: the lease runs out
+    wait_lease_expired(runtime, claim)  # keeper gone: the lease runs out
     other = store.claim(runtime.sessions, owner="other", lease_s=30, services=[service_id])
     assert other is not None and other.attempts == 2
     store.complete(runtime.sessions, other, counts=PageCounts())

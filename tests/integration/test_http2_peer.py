@@ -99,9 +99,11 @@ def test_no_stream_before_the_servers_first_settings_on_a_new_connection(tls: Tl
 
 
 def test_connect_waits_for_settings_and_reports_a_server_that_sends_none(tls: TlsFiles) -> None:
+    test_over = asyncio.Event()
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1 << 16)  # reads the preface, never answers
-        await asyncio.sleep(5)
+        await test_over.wait()  # the connection stays open, silent, until the test has its answer
         writer.close()
 
     async def run() -> None:
@@ -116,6 +118,7 @@ def test_connect_waits_for_settings_and_reports_a_server_that_sends_none(tls: Tl
             assert err.value.unprocessed and "SETTINGS" in str(err.value)
             assert not conn.usable
         finally:
+            test_over.set()
             srv.close()
 
     asyncio.run(run())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 from notee.core import clock
 from notee.store import job_queue, ticks
 from notee.store.mysql import db_now
-from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template, wait_lease_expired
 from tests.support.metrics import Scrape, metric_names_in, scrape, worker_metrics_url
 from tests.support.processes import Processes, free_port, subprocess_env, wait_http
 from tests.support.registry import admin_headers, bearer, random_token
@@ -140,7 +139,7 @@ def test_worker_counts_pushes_retries_latency_claims_and_a_lease_takeover(
     # a worker that claimed the task and died: its lease runs out, the next worker takes it over
     stale = job_queue.claim(runtime.sessions, owner="dead-worker", lease_s=1, services=[service_id])
     assert stale is not None and not stale.taken_over
-    time.sleep(1.2)
+    wait_lease_expired(runtime, stale)
     port = free_port()
     worker = processes.worker(service_id, lanes=1, NOTEE_WORKER_METRICS_PORT=str(port))
     wait_for(lambda: job_progress(runtime, job.job_id)[0].state == "done", timeout=90, what="job done")

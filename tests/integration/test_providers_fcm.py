@@ -16,6 +16,7 @@ from notee.providers.base import Delivered, Failed, InvalidToken, Message, Retry
 from notee.providers.fcm import FcmProvider, ServiceAccountTokens, StaticToken
 from notee.providers.http2 import Pool, client_ssl_context
 from tests.support.providers import sdk_message
+from tests.support.waiting import until
 
 PROJECT = "demo-test"
 
@@ -201,7 +202,8 @@ def test_an_expired_access_token_gets_401_and_is_refreshed_once(emulator, sdk):
         provider = FcmProvider(PROJECT, tokens, Pool(emulator.url, client_ssl_context(emulator.ca_file)))
         try:
             await tokens.token()
-            await asyncio.sleep(1.2)  # the emulator's token expires
+            issued_by = time.time()  # the emulator issued it before this: it expires by issued_by + 1 s
+            await until(lambda: time.time() > issued_by + 1, timeout=10, what="the emulator's token expired")
             return await provider.send([msg("e1"), msg("e2")]), tokens.fetched
         finally:
             await provider.close()

@@ -24,6 +24,7 @@ from notee.worker.lanes import Worker
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime
 from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
+from tests.support.waiting import wait_for
 
 SUBSCRIBERS = 4_000
 
@@ -101,8 +102,7 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
         assert r.status_code == 200, r.text
         answered[old], new_of[old] = time.monotonic(), new
 
-    while not sends:  # rotate while the publish runs
-        time.sleep(0.01)
+    wait_for(lambda: sends, timeout=300, interval=0.01, what="the publish's first page sent")  # rotate while it runs
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(rotate, rotated))
     during = sum(1 for t in answered.values() if t < (sends[-1][0] if sends else 0))

@@ -11,9 +11,7 @@ The rules of this topic that need no server are in tests/unit/test_subscribe_gro
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,6 +19,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from tests.support.registry import new_service, new_template, new_user, random_token
+from tests.support.waiting import wait_for
 
 
 def group_sizes() -> tuple[float, float]:
@@ -28,13 +27,6 @@ def group_sizes() -> tuple[float, float]:
     count = REGISTRY.get_sample_value("notee_subscribe_group_size_count") or 0.0
     total = REGISTRY.get_sample_value("notee_subscribe_group_size_sum") or 0.0
     return count, total
-
-
-def eventually(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_subscribes_queued_behind_a_call_are_one_group_through_the_api(client, runtime, settings, service_id):
@@ -58,10 +50,14 @@ def test_subscribes_queued_behind_a_call_are_one_group_through_the_api(client, r
         )
         try:
             first = pool.submit(put, blocked)
-            eventually(lambda: group_sizes()[0] == before[0] + 1)  # its call started: it waits on the lock
+            wait_for(
+                lambda: group_sizes()[0] == before[0] + 1, timeout=30, interval=0.01, what="the first call started"
+            )  # its call started: it waits on the lock
             queued = [pool.submit(put, u) for u in [*users, unknown, users[0]]]
             groups = client.app.state.subscribe_groups
-            eventually(lambda: groups.waiting(service_id, "news") == 6)  # they reached the API's loop
+            wait_for(
+                lambda: groups.waiting(service_id, "news") == 6, timeout=30, interval=0.01, what="six requests waiting"
+            )  # they reached the API's loop
             assert not first.done()
         finally:
             holder.rollback()  # the lock ends: the first call goes on, then the six in one more
@@ -112,12 +108,18 @@ def test_a_drains_calls_share_its_connection_and_each_calls_locks_end_with_it(
     try:
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(put, a)
-            eventually(lambda: len(used) == 1)  # its call waits on A's lock
+            wait_for(
+                lambda: len(used) == 1, timeout=30, interval=0.01, what="the first call"
+            )  # its call waits on A's lock
             second = pool.submit(put, b)
-            eventually(lambda: groups.waiting(service_id, "news") == 1)
+            wait_for(
+                lambda: groups.waiting(service_id, "news") == 1, timeout=30, interval=0.01, what="one request waiting"
+            )
             holds[a].rollback()
             assert first.result(timeout=30) == 201
-            eventually(lambda: len(used) == 2)  # the second call, waiting on B's lock
+            wait_for(
+                lambda: len(used) == 2, timeout=30, interval=0.01, what="the second call"
+            )  # the second call, waiting on B's lock
             assert used[1] is used[0]
             with runtime.engine.connect() as probe:  # A's lock ended with the first call
                 row = probe.execute(
@@ -130,7 +132,12 @@ def test_a_drains_calls_share_its_connection_and_each_calls_locks_end_with_it(
     finally:
         for holder in holds.values():
             holder.close()
-    eventually(lambda: runtime.engine.pool.checkedout() == checked_out - 2)  # the drain's and the holders'
+    wait_for(
+        lambda: runtime.engine.pool.checkedout() == checked_out - 2,
+        timeout=30,
+        interval=0.01,
+        what="the connections back in the pool",
+    )  # the drain's and the holders'
 
 
 def test_a_failed_call_gives_its_connection_back(client, runtime, settings, service_id):
