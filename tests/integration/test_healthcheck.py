@@ -13,6 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from notee.core.settings import Settings
+from notee.usecases import migrate
+from tests.support.stores import store_env
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -43,6 +49,14 @@ def _wait_for(args: tuple[str, ...], env: dict[str, str], returncode: int, *, wi
         time.sleep(0.5)
 
 
+@pytest.fixture()
+def own_stores(fresh_stores: Settings) -> dict[str, str]:
+    """Migrated stores of the test's own, for a process that serves every tenant (a worker without
+    --service, the webhook dispatcher, a scheduler): it acts on no other test's rows."""
+    migrate.migrate_all(fresh_stores)
+    return store_env(fresh_stores)
+
+
 @contextmanager
 def _process(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
@@ -60,8 +74,8 @@ def _process(command: str, env: dict[str, str]) -> Iterator[subprocess.Popen[byt
             proc.wait()
 
 
-def test_worker_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> None:
-    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
+def test_worker_healthcheck_follows_its_event_loop(tmp_path: Path, own_stores) -> None:
+    env = own_stores | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
     assert _healthcheck("worker", env=env).returncode == 1  # nothing has beaten yet
     with _process("worker", env) as proc:
         out = _wait_for(("worker",), env, 0)
@@ -73,8 +87,8 @@ def test_worker_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> 
         _wait_for(("worker", "--max-age", "10"), env, 0)
 
 
-def test_webhook_dispatcher_healthcheck_follows_its_event_loop(tmp_path: Path, migrated) -> None:
-    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
+def test_webhook_dispatcher_healthcheck_follows_its_event_loop(tmp_path: Path, own_stores) -> None:
+    env = own_stores | {"NOTEE_HEARTBEAT_FILE": str(tmp_path / "heartbeat")}
     assert _healthcheck("webhooks", env=env).returncode == 1  # nothing has beaten yet
     with _process("webhooks", env) as proc:
         assert _wait_for(("webhooks",), env, 0).startswith("healthy: last heartbeat")
@@ -84,9 +98,9 @@ def test_webhook_dispatcher_healthcheck_follows_its_event_loop(tmp_path: Path, m
         _wait_for(("webhooks", "--max-age", "10"), env, 0)
 
 
-def test_scheduler_beats_after_every_minute_tick(tmp_path: Path, migrated) -> None:
+def test_scheduler_beats_after_every_minute_tick(tmp_path: Path, own_stores) -> None:
     beat = tmp_path / "heartbeat"
-    env = os.environ | {"NOTEE_HEARTBEAT_FILE": str(beat)}
+    env = own_stores | {"NOTEE_HEARTBEAT_FILE": str(beat)}
     with _process("scheduler", env):
         out = _wait_for(("scheduler",), env, 0)  # the catch-up tick at start-up
         assert out.startswith("healthy: last heartbeat")

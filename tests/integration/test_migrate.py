@@ -18,14 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
 
 from notee.core.settings import Settings
 from notee.usecases import migrate
 from tests.support.logscan import log_dir
-from tests.support.stores import drop_test_stores
 
 REPO = Path(__file__).resolve().parents[2]
 MYSQL_FILES = [m.name for m in migrate.load(migrate.SCHEMA_DIR / "mysql")]
@@ -33,23 +30,9 @@ CQL_FILES = [m.name for m in migrate.load(migrate.SCHEMA_DIR / "cql")]
 
 
 @pytest.fixture()
-def fresh(settings: Settings) -> Iterator[Settings]:
-    """Settings naming a new, empty MySQL database and new keyspaces; all dropped at the end."""
-    suffix = secrets.token_hex(3)
-    url = make_url(settings.mysql_url.get_secret_value())
-    url = url.set(database=f"{url.database}_m{suffix}")
-    fresh_settings = settings.model_copy(
-        update={
-            "mysql_url": SecretStr(url.render_as_string(hide_password=False)),
-            "cassandra_keyspace_notification": f"{settings.cassandra_keyspace_notification}_m{suffix}",
-            "cassandra_keyspace_numbering": f"{settings.cassandra_keyspace_numbering}_m{suffix}",
-        }
-    )
-    migrate.ensure_mysql_database(fresh_settings)
-    try:
-        yield fresh_settings
-    finally:
-        drop_test_stores(fresh_settings)
+def fresh(fresh_stores: Settings) -> Settings:
+    """This module's name for the family's fresh stores (tests/support/stores.py)."""
+    return fresh_stores
 
 
 @pytest.fixture()

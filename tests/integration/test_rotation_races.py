@@ -23,7 +23,15 @@ from notee.worker import lanes as worker_mod
 from notee.worker.lanes import Worker
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import emulator_runtime
-from tests.support.registry import make_device, make_user, new_service, new_template, new_user, random_token
+from tests.support.registry import (
+    make_device,
+    make_user,
+    make_users_with_devices,
+    new_service,
+    new_template,
+    new_user,
+    random_token,
+)
 from tests.support.waiting import wait_for
 
 SUBSCRIBERS = 4_000
@@ -48,12 +56,9 @@ def test_tokens_rotated_during_a_publish_get_it_at_most_once_and_never_after_a_r
     svc = service_id
     h = new_service(client, settings, svc, credentials=True)
     new_template(client, h, "TOPIC", "news")
-    users = []
-    tokens: dict[str, str] = {}  # user -> token
-    for i in range(SUBSCRIBERS):
-        u = make_user(runtime, svc)
-        tokens[u] = make_device(runtime, svc, u, random_token(f"r{i:05d}"))
-        users.append(u)
+    made = [random_token(f"r{i:05d}") for i in range(SUBSCRIBERS)]
+    users = make_users_with_devices(runtime, svc, made)
+    tokens: dict[str, str] = dict(zip(users, made, strict=True))  # user -> token
     for i in range(0, SUBSCRIBERS, 1000):
         r = client.post("/v1/topics/news/big/subscribers", json={"user_ids": users[i : i + 1000]}, headers=h)
         assert r.status_code == 200, r.text

@@ -173,6 +173,6 @@ def test_credential_material_never_logged(client, settings, service_id, caplog):
     assert logscan.scan_text(logged, secrets_used) == []
     for handler in logging.getLogger().handlers:
         handler.flush()
-    session_log = (logscan.log_dir() / "session.log").read_text(errors="replace")
+    session_log = logscan.session_log().read_text(errors="replace")
     assert logscan.scan_text(session_log, secrets_used, "session.log") == []
     assert json.dumps(account["private_key"])[1:40] not in session_log

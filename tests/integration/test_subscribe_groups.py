@@ -53,11 +53,18 @@ def test_subscribes_queued_behind_a_call_are_one_group_through_the_api(client, r
             wait_for(
                 lambda: group_sizes()[0] == before[0] + 1, timeout=30, interval=0.01, what="the first call started"
             )  # its call started: it waits on the lock
-            queued = [pool.submit(put, u) for u in [*users, unknown, users[0]]]
             groups = client.app.state.subscribe_groups
-            wait_for(
-                lambda: groups.waiting(service_id, "news") == 6, timeout=30, interval=0.01, what="six requests waiting"
-            )  # they reached the API's loop
+            queued = []
+            # One at a time, each in the API's loop before the next is sent: the group answers them in
+            # the order they arrived (the repeat of users[0] after its first request).
+            for n, user in enumerate([*users, unknown, users[0]], 1):
+                queued.append(pool.submit(put, user))
+                wait_for(
+                    lambda n=n: groups.waiting(service_id, "news") == n,
+                    timeout=30,
+                    interval=0.01,
+                    what=f"request {n} waiting",
+                )
             assert not first.done()
         finally:
             holder.rollback()  # the lock ends: the first call goes on, then the six in one more

@@ -4,11 +4,13 @@ it (plus the logs of the Notee subprocesses the tests started) for credential ma
 Loaded for the whole suite from ``tests/conftest.py`` (``pytest_plugins``). How it works:
 
 - at start-up a root ``logging`` handler writes every record (Notee's from DEBUG, others from INFO,
-  SQLAlchemy's statement log off) to ``.run/test-logs/<run>/session.log``; subprocesses started by the fault tests write their
+  SQLAlchemy's statement log off) to ``.run/test-logs/<run>/session.log`` (an xdist worker's to
+  ``session-<worker>.log`` in the same folder); subprocesses started by the tests write their
   stderr into the same folder (``log_dir()``);
 - every API key the session generates is remembered: ``notee.core.crypto.generate_api_key`` is wrapped,
   and tests that get keys from a subprocess API call ``remember_secret()``; the admin token and the
-  credentials key come from the environment;
+  credentials key come from the environment; an xdist worker hands the keys it saw to the controller
+  when it ends (``workeroutput``);
 - at session end the folder is scanned for the known secrets (literally) and for credential
   patterns (full API keys, PEM private keys, an FCM service account's ``private_key``, JWTs).
   A finding turns the session red (exit status 1) and prints file, line number and kind, never the
@@ -68,6 +70,11 @@ def log_dir() -> Path:
     return Path(path)  # type: ignore[arg-type]
 
 
+def session_log() -> Path:
+    """This test process's own log file (``session.log``, or an xdist worker's ``session-<worker>.log``)."""
+    return Path(_STATE.get("log") or log_dir() / "session.log")  # type: ignore[arg-type]
+
+
 def scan_text(text: str, known: set[str] | frozenset[str] = frozenset(), path: str = "<text>") -> list[Finding]:
     """Pure: every line of ``text`` holding a known secret or a credential pattern."""
     found = []
@@ -110,13 +117,20 @@ def _wrap_key_generation() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # xdist worker: the controller scans
-        return
-    folder = _REPO / ".run" / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    _STATE["dir"] = folder
-    os.environ["NOTEE_TEST_LOG_DIR"] = str(folder)
-    handler = logging.FileHandler(folder / "session.log", encoding="utf-8")
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker and os.environ.get("NOTEE_TEST_LOG_DIR"):
+        # An xdist worker: its records go to the controller's folder (``session-<worker>.log``),
+        # the secrets it makes go back to the controller at its end, and the controller scans.
+        folder = Path(os.environ["NOTEE_TEST_LOG_DIR"])
+        name = f"session-{worker}.log"
+    else:
+        folder = _REPO / ".run" / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.environ["NOTEE_TEST_LOG_DIR"] = str(folder)  # inherited by the xdist workers started next
+        name = "session.log"
+        _STATE["scans"] = True
+    _STATE["dir"], _STATE["log"] = folder, folder / name
+    handler = logging.FileHandler(folder / name, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -130,12 +144,22 @@ def pytest_configure(config: pytest.Config) -> None:
     _wrap_key_generation()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """xdist, on the controller: the secrets a worker made, for the scan of every log."""
+    for secret in getattr(node, "workeroutput", {}).get("notee_known_secrets", []):
+        remember_secret(secret)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     handler = _STATE.get("handler")
     folder = _STATE.get("dir")
     if handler is None or folder is None:
         return
     handler.flush()  # type: ignore[union-attr]
+    if not _STATE.get("scans"):  # an xdist worker: hand its secrets to the controller
+        session.config.workeroutput["notee_known_secrets"] = sorted(_KNOWN)  # type: ignore[attr-defined]
+        return
     _env_secrets()
     findings = scan_dir(Path(folder), _KNOWN)  # type: ignore[arg-type]
     _STATE["findings"] = findings
@@ -145,7 +169,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     folder = _STATE.get("dir")
-    if folder is None:
+    if folder is None or not _STATE.get("scans"):
         return
     findings: list[Finding] = _STATE.get("findings", [])  # type: ignore[assignment]
     size = sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())  # type: ignore[arg-type]

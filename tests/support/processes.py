@@ -37,11 +37,14 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 _serial = itertools.count(1)
+# xdist workers write into the same session folder, each counting from 1: their files keep apart.
+_WORKER = f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
 
 
 @dataclass
 class NoteeProcess:
-    """One ``python -m notee <args>`` subprocess; output goes to ``<session log dir>/<name>-<n>.log``."""
+    """One ``python -m notee <args>`` subprocess; output goes to ``<session log dir>/<name>-<n>.log``
+    (``<name>-<n>-<xdist worker>.log`` in an xdist worker)."""
 
     name: str
     args: list[str]
@@ -56,7 +59,7 @@ class NoteeProcess:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> NoteeProcess:
-        self.log_path = log_dir() / f"{self.name}-{next(_serial)}.log"
+        self.log_path = log_dir() / f"{self.name}-{next(_serial)}{_WORKER}.log"
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "notee", *self.args],

@@ -2,7 +2,8 @@
 
 Fixtures (registered as a plugin by tests/conftest.py): ``settings``, ``migrated`` (the test database
 and keyspaces at this checkout's schema), ``runtime`` (one per test process), ``app`` and ``client``
-(the API in-process, on that runtime), ``st`` (the runtime's prepared Cassandra statements).
+(the API in-process, on that runtime), ``st`` (the runtime's prepared Cassandra statements),
+``fresh_stores`` (a database and keyspaces of one test's own; ``store_env`` points a process at them).
 
 Checks: everything the stores hold for one tenant, as a comparable value, to prove that a rejected
 request wrote nothing: ``assert snapshot(runtime, service) == before``."""
@@ -10,6 +11,8 @@ request wrote nothing: ``assert snapshot(runtime, service) == before``."""
 from __future__ import annotations
 
 import fcntl
+import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 from cassandra.query import PreparedStatement
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -180,3 +184,36 @@ def client(app: Any) -> Iterator[TestClient]:
 def st(runtime: Runtime) -> Any:
     """The runtime's prepared Cassandra statements (``notee.store.cql.Statements``)."""
     return runtime.statements
+
+
+@pytest.fixture()
+def fresh_stores(settings: Settings) -> Iterator[Settings]:
+    """Settings naming a new, empty MySQL database and new keyspaces of the test's own (created,
+    nothing migrated); all dropped at its end. For tests of migrations, and for processes that must
+    act on no other test's rows: a `notee scheduler` (it runs every tenant's due minutes), the
+    workers of `make run` (they serve every tenant), a webhook dispatcher (it claims every tenant's
+    deliveries)."""
+    suffix = secrets.token_hex(3)
+    url = make_url(settings.mysql_url.get_secret_value())
+    url = url.set(database=f"{url.database}_m{suffix}")
+    fresh = settings.model_copy(
+        update={
+            "mysql_url": SecretStr(url.render_as_string(hide_password=False)),
+            "cassandra_keyspace_notification": f"{settings.cassandra_keyspace_notification}_m{suffix}",
+            "cassandra_keyspace_numbering": f"{settings.cassandra_keyspace_numbering}_m{suffix}",
+        }
+    )
+    migrate.ensure_mysql_database(fresh)
+    try:
+        yield fresh
+    finally:
+        drop_test_stores(fresh)
+
+
+def store_env(settings: Settings) -> dict[str, str]:
+    """The environment of a process using ``settings``' stores: this process's, with them."""
+    return os.environ | {
+        "NOTEE_MYSQL_URL": settings.mysql_url.get_secret_value(),
+        "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": settings.cassandra_keyspace_notification,
+        "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": settings.cassandra_keyspace_numbering,
+    }

@@ -56,4 +56,4 @@ def test_session_logs_reach_the_file() -> None:
     logging.getLogger("notee.test").info("%s", marker)
     for handler in logging.getLogger().handlers:
         handler.flush()
-    assert marker in (scan.log_dir() / "session.log").read_text()
+    assert marker in scan.session_log().read_text()
