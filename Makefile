@@ -5,7 +5,17 @@ PY := $(VENV)/bin/python
 NOTEE := $(VENV)/bin/notee
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-faults soak bench bench-quick services-up services-down migrate venv lock cluster-up cluster-down browser
+.PHONY: run test test-unit test-integration test-faults soak bench bench-quick bench-tools services-up services-down migrate venv lock cluster-up cluster-down browser lint
+
+## The integration lane's test processes (pytest-xdist). Its tests mostly wait on MariaDB, Cassandra,
+## the emulator and the processes they start: on this 2-core machine 3 was the fastest of 2, 3 and 4
+## (docs/TESTING.md). LANE prints a lane's wall time and adds it to the summary `make test` ends with.
+XDIST_N ?= 3
+LANE := tests/lane.sh
+LANES := .run/test-lanes.txt
+export TEST_LANES := $(LANES)
+# Not $(MAKE) itself in `test`'s recipe: make runs a line naming $(MAKE) even under `make -n`.
+SUBMAKE := $(MAKE) --no-print-directory
 
 ## The exact, hash-checked versions of requirements-dev.lock (runtime + test + bench + dev extras),
 ## then Notee itself without resolving anything again.
@@ -51,9 +61,33 @@ lint: venv
 	$(VENV)/bin/mypy --strict notee
 	$(VENV)/bin/vulture   # dead code: names nothing uses ([tool.vulture] in pyproject.toml, vulture_allowlist.py)
 
-## Every test except the long fault suite and the soak, after `make lint` (a lint or type regression fails it).
-test: venv lint services-up browser
-	$(PY) -m pytest -m "not faults and not soak" $(PYTEST_ARGS)
+## Every test except the long fault suite and the soak, in lanes, each printing its wall time
+## (docs/TESTING.md): setup (venv, stores, Debian's chromium for the console's browser test); then
+## side by side, as they share nothing: lint (a lint or type regression fails it), unit, and
+## integration-serial (the few integration tests that read or change what every tenant shares,
+## alone); then integration (the rest of tests/integration, on XDIST_N processes). gorush, for the
+## bench smoke test, builds in the background from the start (.run/bench-tools.log). Stops at the
+## first failing stage; the lanes' summary prints either way.
+UNIT := $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+INTEGRATION := $(PY) -m pytest tests/integration -m "not serial" -n $(XDIST_N) $(PYTEST_ARGS)
+INTEGRATION_SERIAL := $(PY) -m pytest tests/integration -m serial $(PYTEST_ARGS)
+test:
+	@mkdir -p .run && rm -f $(LANES)
+	@$(LANE) setup $(SUBMAKE) venv services-up browser && \
+	{ $(SUBMAKE) bench-tools > .run/bench-tools.log 2>&1 & } && \
+	tests/side_by_side.sh '$(LANE) lint $(SUBMAKE) lint' '$(LANE) unit $(UNIT)' \
+		'$(LANE) integration-serial $(INTEGRATION_SERIAL)' && \
+	$(LANE) integration $(INTEGRATION); \
+	rc=$$?; echo "make test: wall time per lane"; cat $(LANES); exit $$rc
+
+## The pure rules alone (tests/unit: no server, no socket, no sleep), well under a minute.
+test-unit: venv
+	@$(LANE) unit $(UNIT)
+
+## tests/integration alone, as `make test` runs it: the serial tests alone, then the rest in parallel.
+test-integration: venv services-up
+	@$(LANE) integration-serial $(INTEGRATION_SERIAL)
+	@$(LANE) integration $(INTEGRATION)
 
 ## Long fault-injection tests (3-node Cassandra cluster, restarts, storms).
 test-faults: venv services-up
@@ -68,6 +102,11 @@ bench: venv services-up
 
 bench-quick: venv services-up
 	$(PY) -m bench.run --quick
+
+## gorush (bench/gorush.py), built once into .run/bench-tools from the Go module proxy; without Go it
+## says so and the gorush comparison is skipped. `make test` runs it in the background.
+bench-tools: venv
+	$(PY) -m bench.gorush
 
 ## A 3-node local Cassandra cluster on 127.0.0.1-3 (CQL port 9043), to try a real cluster; returns once the nodes form one ring.
 cluster-up: venv

@@ -20,17 +20,20 @@ _.connection_lost  # notee/emulator/peer.py, notee/providers/http2.py: asyncio.P
 _.trust_env  # notee/providers/fcm.py: requests.Session's attribute (no proxy, no global CA)
 _.PRIORITY  # notee/providers/http2_wire.py: RFC 9113's frame type 2, so the frame types read as the RFC's table
 _.oldest_queued_at  # notee/store/queue_overview.py: read by the console's health page (templates/health.html)
+_.OK  # notee/cli/remote_client.py ExitCode: the table of exit codes scripts read; 0 is returned by typer itself
 _._utc  # notee/store/mysql.py: a SQLAlchemy "connect" event listener (registered by its decorator)
 
 # tests and bench: test doubles and library hooks
+_.get_write_buffer_size  # tests/support/loopback.py: asyncio's transport API, called by the protocol under test
+_._split_scope  # tests/support/parallel.py: pytest-xdist's LoadScopeScheduling hook, overridden
 _.restart  # tests/faults/conftest.py: the cluster's restart, for fault tests that need one
 _.binary_location  # tests/support/browser.py: selenium's ChromeOptions field
 _.do_POST  # tests/support/webhook_receiver.py: http.server calls it
 _.log_message  # tests/support/webhook_receiver.py: http.server calls it
-_.handle_starttag  # tests/test_docs_offline.py: html.parser calls it
+_.handle_starttag  # tests/integration/test_docs_offline.py: html.parser calls it
 _.executemany  # tests: a DBAPI cursor's method, replaced to count statements
-_.depends_on  # tests/test_http2_framing.py: an h2 PRIORITY frame's fields
+_.depends_on  # tests/unit/test_http2_framing.py: an h2 PRIORITY frame's fields
 _.stream_weight
-_.APNS_SERVER  # aioapns' client protocol reads them (tests/test_providers_apns.py, bench/sender_cpu.py)
+_.APNS_SERVER  # aioapns' client protocol reads them (tests/{unit,integration}/test_providers_apns.py, bench/sender_cpu.py)
 _.APNS_PORT
 _.huffman  # bench: h2's encoder keyword, replaced by a lambda that ignores it

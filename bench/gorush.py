@@ -27,6 +27,7 @@ speed on the day.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -58,11 +59,25 @@ DATA = {"kind": "bench", "ref": "12345"}
 GO_FIRST_BURST = 100  # x/net/http2's initialMaxConcurrentStreams: streams it opens before the server's SETTINGS
 
 
+def available() -> bool:
+    """gorush is built, or can be: a Go toolchain is on PATH."""
+    return (TOOLS / "gorush").exists() or shutil.which("go") is not None
+
+
 def build(timeout_s: float = 900) -> Path:
     """The gorush binary, built once from the Go module proxy (RuntimeError: why it cannot be).
     ``go mod download`` of the tagged version, then ``go build`` in the module's own directory, so
     its own go.sum checks every dependency (``go install m@v`` also asks the proxy for the module's
-    version list, which the registry here refuses)."""
+    version list, which the registry here refuses). One build at a time (a file lock): `make test`
+    starts it in the background (``python -m bench.gorush``) and the smoke test that needs the binary
+    waits for that build instead of starting its own."""
+    TOOLS.mkdir(parents=True, exist_ok=True)
+    with (TOOLS / ".build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(timeout_s)
+
+
+def _build(timeout_s: float) -> Path:
     binary = TOOLS / "gorush"
     if binary.exists():
         return binary
@@ -76,7 +91,6 @@ def build(timeout_s: float = 900) -> Path:
     if got.returncode != 0:
         raise RuntimeError(f"go mod download {MODULE}@{VERSION} failed: {(got.stdout + got.stderr)[-1500:]}")
     source = json.loads(got.stdout)["Dir"]
-    TOOLS.mkdir(parents=True, exist_ok=True)
     built = subprocess.run(
         [go, "build", "-o", str(binary), "."], cwd=source, env=env, capture_output=True, text=True, timeout=timeout_s
     )
@@ -285,3 +299,13 @@ def add_worker_side(figures: dict[str, dict[str, Any]]) -> None:
         worker_us = float(fan[key])
         fig.setdefault("extra", {})["notee_worker_us_per_push"] = worker_us
         fig["extra"]["gorush_per_notee_worker"] = round(fig["numerator"]["value"] / worker_us, 4)
+
+
+if __name__ == "__main__":
+    # `python -m bench.gorush`: build the binary now (`make bench-tools`; `make test` runs it in the
+    # background so the smoke test finds it built). Without Go there is nothing to build: not an error.
+    if shutil.which("go") is None and not (TOOLS / "gorush").exists():
+        print("gorush: no Go toolchain (go not on PATH): the gorush comparison will be skipped")
+    else:
+        started = time.monotonic()
+        print(f"gorush: {build()} ({time.monotonic() - started:.0f} s)")

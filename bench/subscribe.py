@@ -54,7 +54,7 @@ class ApiProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "notee", "api", "--host", "127.0.0.1", "--port", str(self.port)],
             # The figure is the subscribe path's throughput; tenant rate limits are a policy with their
-            # own tests (tests/test_rate_limits.py) and would cap or refuse the load here. Their cost
+            # own tests (tests/integration/test_rate_limits.py) and would cap or refuse the load here. Their cost
             # per request is measured apart (``rate_limits=True``, the tenant's limits at the maximum).
             env={
                 **os.environ,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless browser for the console's browser tests (tests/test_console_browser.py):
+# Install Debian's headless browser for the console's browser tests (tests/integration/test_console_browser.py):
 # the packages chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver). Browser
 # builds downloaded at install time (playwright install, selenium-manager) are not reachable from
 # our machines and CI, so the browser comes from apt like MariaDB does (services/mariadb/server.sh).

@@ -14,7 +14,7 @@ with the head-size bound Notee needs and a response written in one piece.
 
 A subclass of uvicorn's protocol that re-implements its ``data_received``: a performance detour
 (docs/BENCHMARKS.md, "Performance detours"). uvicorn and httptools are pinned exactly, and
-tests/test_uvicorn_pins.py fails, naming it, when what it overrides or reads changes.
+tests/unit/test_uvicorn_pins.py fails, naming it, when what it overrides or reads changes.
 """
 
 from __future__ import annotations

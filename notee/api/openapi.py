@@ -3,7 +3,7 @@
 
 The operationIds are part of the API: renaming one renames a method in every generated client, so
 they are listed here by (method, path) rather than derived from Python function names. The Python
-SDK (clients/python) uses the same names in snake case; tests/test_sdk.py checks the two agree and
+SDK (clients/python) uses the same names in snake case; tests/{unit,integration}/test_sdk.py checks the two agree and
 that no route is missing here.
 
 ``markdown`` renders the document as docs/API-REFERENCE.md; the schemas' examples are
@@ -143,7 +143,7 @@ TAGS: list[dict[str, str]] = [
 
 def operation_id(route: APIRoute) -> str:
     """The listed operationId; a route missing from the list gets a camelCase name of its function
-    (tests/test_api_openapi.py fails until it is listed)."""
+    (tests/integration/test_api_openapi.py fails until it is listed)."""
     method = sorted(route.methods or ())[0]
     listed = OPERATION_IDS.get((method, route.path_format))
     if listed is not None:
@@ -159,7 +159,7 @@ def snake(operation: str) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     """docs/API-REFERENCE.md: every operation and schema of the OpenAPI document, grouped by tag.
-    ``notee openapi --markdown`` prints it; tests/test_api_openapi.py checks the file is current."""
+    ``notee openapi --markdown`` prints it; tests/integration/test_api_openapi.py checks the file is current."""
     out = [
         f"# {doc['info']['title']} API reference",
         "",

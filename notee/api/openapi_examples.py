@@ -1,7 +1,7 @@
 """One example per schema of the OpenAPI document, in one place (the models stay about validation),
 and ``with_examples``, which puts them on the document's schemas (Swagger UI and ReDoc show them on
 every operation that uses the schema). The values tell one story: service SHOP, user Alice with an
-Android device, a "news" topic publish. tests/test_api_openapi.py checks that every schema has one
+Android device, a "news" topic publish. tests/integration/test_api_openapi.py checks that every schema has one
 and that each is valid for its schema.
 """
 

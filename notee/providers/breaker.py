@@ -7,7 +7,7 @@ device. After ``open_s`` the breaker is *half-open*: the next send is a probe of
 message. A probe that gets any answer from the provider closes the breaker and the page goes on; a
 probe that fails at the transport level opens it again for twice as long (capped at ``max_open_s``).
 
-Pure state and a clock: no I/O, so it is unit-tested without a network (tests/test_fanout_outages.py).
+Pure state and a clock: no I/O, so it is unit-tested without a network (tests/unit/test_fanout_outages.py).
 One breaker per worker process, shared by its lanes.
 """
 

@@ -3,8 +3,8 @@
 firebase-admin is used for what it does well, credentials (its service-account ``Certificate``
 issues the OAuth access tokens, cached here until near expiry) and the reference message model;
 the transport is ours because the SDK's senders cost ~1,060-1,180 µs CPU per message against
-~40 µs for ours (docs/PROVIDERS.md, "HTTP/2 engines"). tests/test_providers_fcm.py
-shows our request bodies equal the SDK's encoding and our classification matches the exception
+~40 µs for ours (docs/PROVIDERS.md, "HTTP/2 engines"). tests/{unit,integration}/test_providers_fcm.py
+show our request bodies equal the SDK's encoding and our classification matches the exception
 the SDK raises for the same emulator response.
 
 Error codes: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
@@ -137,7 +137,7 @@ class _BodyCache:
     """JSON bodies of consecutive messages that differ only in their token (every message of a
     fan-out page) are one rendering with the token spliced in: the encoding is done once per page,
     not once per device. The result is byte-identical to ``json.dumps({"message": fcm_message(m)})``
-    (tests/test_providers_fcm.py)."""
+    (tests/unit/test_providers_fcm.py)."""
 
     _MARK = "\x00notee-token\x00"
 

@@ -13,7 +13,7 @@ never uses (event objects, a state machine per stream, header validation); libcu
 cheaper still but opens streams before the server's first SETTINGS. The frames are parsed here with
 ``struct`` over one receive buffer; request headers are HPACK-encoded by ``HeaderEncoder`` (no
 Huffman, constant headers indexed once per connection); response header blocks are decoded by jh2's
-native HPACK decoder (``jh2._hazmat``, pinned: tests/test_http2_pins.py).
+native HPACK decoder (``jh2._hazmat``, pinned: tests/unit/test_http2_pins.py).
 
 Here: one ``Connection`` and its batches. The frame layout, settings and HPACK are
 ``notee.providers.http2_wire``; the senders' pool of connections is ``notee.providers.http2_pool``.

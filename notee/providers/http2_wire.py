@@ -2,7 +2,7 @@
 flags, error codes and settings of RFC 9113, the connection preface, and HPACK (RFC 7541): request
 header blocks encoded by ``HeaderEncoder`` (no Huffman, constant headers indexed once per
 connection), response header blocks decoded by jh2's native decoder (``jh2._hazmat``, pinned:
-tests/test_http2_pins.py). The connection imports these names into its own module, so a frame
+tests/unit/test_http2_pins.py). The connection imports these names into its own module, so a frame
 costs the same lookups as when they were defined beside it.
 """
 

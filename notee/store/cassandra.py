@@ -28,7 +28,7 @@ from notee.store.outage import count_cassandra_error, watch_cassandra
 # Named execution profile for counter updates: same routing, but the default retry policy could
 # resend a timed-out write, and counters are not idempotent (DATA-RULES.md). The driver's
 # ``FallthroughRetryPolicy`` never retries (it answers RETHROW to read/write timeouts, unavailable
-# and request errors alike: tests/test_cassandra_profiles.py);
+# and request errors alike: tests/unit/test_cassandra_profiles.py);
 # the caller decides.
 COUNTER_PROFILE = "counter"
 # Named execution profile for the fan-out's page reads: rows come back as plain tuples, which the
@@ -135,7 +135,7 @@ def pages(
         # (``Timer.callback`` is the future's bound ``_on_timeout``): a cycle that only the garbage
         # collector frees, the page's rows with it. Dropped here, the page is freed as soon as its
         # reader lets go; kept, every page cost a collection (~0.3 µs per row). A private attribute
-        # of the pinned driver: docs/BENCHMARKS.md "Performance detours"; tests/test_cassandra_pins.py.
+        # of the pinned driver: docs/BENCHMARKS.md "Performance detours"; tests/integration/test_cassandra_pins.py.
         result.response_future._timer = None
         yield result
         paging_state = result.paging_state

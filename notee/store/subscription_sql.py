@@ -66,7 +66,7 @@ def _driver_rows(db: Session | Connection, sql: str, params: dict[str, Any]) -> 
     ``exec_driver_sql`` calls): the same exception types (the API's 503 mapping), the pool's
     disconnect handling and the ``handle_error`` events (``notee_store_errors_total``). A performance
     detour (docs/BENCHMARKS.md, "Performance detours"): SQLAlchemy is pinned exactly, and
-    tests/test_sqlalchemy_pins.py fails, naming it, when that private method changes. The
+    tests/integration/test_sqlalchemy_pins.py fails, naming it, when that private method changes. The
     transaction this opens on the DBAPI connection ends with the caller's, or when the pool resets
     the connection on its return (a rollback)."""
     conn = _connection(db)

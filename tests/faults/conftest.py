@@ -6,7 +6,7 @@ Nothing here touches the shared servers the rest of the suite uses (MariaDB on 3
 Cassandra node on 9042): the cluster runs on 127.0.0.1-3:9043 (services/cassandra/cluster.sh) with
 its own keyspaces, and the killable MariaDB runs on 3307 with its own datadir under ``.run/``.
 Every subprocess writes its output into the session's log folder, so the final secrets scan
-(tests/security_logscan.py) covers it.
+(tests/support/logscan.py) covers it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, text
 
 from notee.core.settings import Settings
 from notee.store.runtime import Runtime
-from tests.security_logscan import log_dir
+from tests.support.logscan import log_dir
 from tests.support.processes import NoteeProcess, settings_from, subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]

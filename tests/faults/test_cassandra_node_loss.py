@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 
-from tests.security_logscan import remember_secret
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_template, wait_job
+from tests.support.logscan import remember_secret
 from tests.support.processes import free_port, wait_http
 from tests.support.registry import admin_headers, bearer
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.security_logscan import remember_secret
+from tests.support.logscan import remember_secret
 from tests.support.processes import free_port, subprocess_env, wait_http
 from tests.support.registry import admin_headers, bearer, shared_service_account
 

@@ -1,6 +1,6 @@
 """The provider refuses connections for 60 s mid-publish (issue 14, item 2).
 
-Two real ``notee worker`` processes send to the emulator through a TCP switch (tests/tcp_switch.py):
+Two real ``notee worker`` processes send to the emulator through a TCP switch (tests/support/tcp_switch.py):
 once a fifth is sent, the switch closes the port (connections refused, open ones cut) for 60 s and
 then listens again; the emulator itself keeps running and keeps its counts. Each worker's circuit
 breaker must open, its tasks be released without advancing, and probes resume sending once the
@@ -19,7 +19,7 @@ from tests.faults.conftest import dead_letters_of, outage_releases, task_attempt
 from tests.support.emulator import census
 from tests.support.fanout import seed_topic, topic_job, topic_template, wait_job
 from tests.support.processes import subprocess_env
-from tests.tcp_switch import TcpSwitch
+from tests.support.tcp_switch import TcpSwitch
 
 pytestmark = pytest.mark.faults
 

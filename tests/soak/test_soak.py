@@ -40,8 +40,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from tests.security_logscan import log_dir, remember_secret
 from tests.support.emulator import Emulator
+from tests.support.logscan import log_dir, remember_secret
 from tests.support.processes import free_port, settings_from, subprocess_env, wait_http
 from tests.support.registry import shared_service_account
 

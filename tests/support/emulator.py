@@ -1,25 +1,41 @@
 """The emulator for tests: fixtures, and the one way to count deliveries per token.
 
-``emulator_process`` (session) starts ``notee emulator`` on a free port with a fresh test CA and
-exports SSL_CERT_FILE / REQUESTS_CA_BUNDLE / NO_PROXY / NOTEE_EMULATOR_URL / NOTEE_EMULATOR_CA_FILE
-(before any client is built); ``emulator`` (per test) resets its state and hands back the control
-client. Registered as a plugin by tests/conftest.py: request the fixture, do not import it.
+``emulator_process`` (session: one emulator per test process, so xdist workers never share one)
+starts ``notee emulator`` on a free port with a fresh test CA and exports SSL_CERT_FILE /
+REQUESTS_CA_BUNDLE / NO_PROXY / NOTEE_EMULATOR_URL / NOTEE_EMULATOR_CA_FILE (before any client is
+built); ``emulator`` (per test) resets its state and hands back the control client; ``emu_runtime``
+is a Runtime whose senders reach it; ``emu_app`` points the in-process API app's sender at it.
+Registered as a plugin by tests/conftest.py: request the fixture, do not import it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+from fastapi.testclient import TestClient
 
 from notee.core.settings import Settings
 from notee.emulator.control import EmulatorControl as Emulator
 from notee.emulator.control import local_emulator
+from notee.providers.routing import ProviderSet
 from notee.store.runtime import Runtime
+from notee.usecases.sender import DeliverySender
 
-__all__ = ["Census", "Emulator", "census", "deliveries_per_token", "emu_runtime", "emulator", "emulator_process"]
+__all__ = [
+    "Census",
+    "Emulator",
+    "app_sending_to",
+    "census",
+    "deliveries_per_token",
+    "emu_app",
+    "emu_runtime",
+    "emulator",
+    "emulator_process",
+]
 
 
 @pytest.fixture(scope="session")
@@ -45,12 +61,38 @@ def emulator(emulator_process: Emulator) -> Emulator:
 
 
 @pytest.fixture(scope="module")
-def emu_runtime(emulator_process: Emulator) -> Iterator[Runtime]:
+def emu_runtime(emulator_process: Emulator, migrated: None) -> Iterator[Runtime]:
     """A Runtime whose settings route to the emulator (made after it exported its URL and CA), for
     in-process workers: one per test module."""
     rt = Runtime(Settings())
     yield rt
     rt.close()
+
+
+@contextmanager
+def app_sending_to(
+    client: TestClient, settings: Settings, emulator: Emulator, *, apns_port: bool = False
+) -> Iterator[Emulator]:
+    """The in-process API app (``client``) sends to the emulator until the block ends: FCM and APNs
+    at its URL, or APNs at its own realistic APNs port with ``apns_port``."""
+    routed = {"emulator_url": emulator.url, "emulator_ca_file": emulator.ca_file}
+    if apns_port:
+        routed["emulator_apns_url"] = emulator.apns_url
+    sender = DeliverySender(client.app.state.runtime)  # type: ignore[attr-defined]
+    sender.providers = ProviderSet(settings.model_copy(update=routed))
+    client.app.state.sender = sender  # type: ignore[attr-defined]
+    try:
+        yield emulator
+    finally:
+        client.portal.call(sender.close)  # type: ignore[union-attr]
+        client.app.state.sender = None  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def emu_app(client: TestClient, settings: Settings, emulator: Emulator) -> Iterator[Emulator]:
+    """The API app (``client``) with its sender pointed at the emulator: the emulator."""
+    with app_sending_to(client, settings, emulator) as emu:
+        yield emu
 
 
 def deliveries_per_token(emu: Emulator, tokens: list[str], api: str | None = None) -> dict[str, int]:

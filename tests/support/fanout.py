@@ -1,11 +1,11 @@
 """Fan-out test helpers: topic subscribers seeded at scale straight into Cassandra, TOPIC publish
-jobs, in-process workers, and the job's rows and progress."""
+jobs, in-process workers, the job's rows and progress, and a task's lease on the database clock."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cassandra.concurrent import execute_concurrent
@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from notee.core.settings import Settings
 from notee.core.vocabulary import BLOCK_SIZE, SLOT_SIZE, Progress, TopicTarget
-from notee.store import jobs_sql
+from notee.store import jobs_sql, task_leases
 from notee.store.runtime import Runtime
 from notee.usecases import jobs, publish
 from notee.usecases.job_requests import JobRequest
@@ -22,6 +22,7 @@ from notee.usecases.sender import DeliverySender
 from notee.worker.lanes import Worker, WorkerOptions
 from tests.support import registry
 from tests.support.processes import NoteeProcess
+from tests.support.waiting import wait_for
 
 
 def seed_topic(
@@ -161,4 +162,27 @@ def wait_job(
             raise AssertionError("every worker exited:\n" + "\n".join(w.tail() for w in workers))
         if time.monotonic() > deadline:
             raise AssertionError(f"job {job_id} still {job.state} after {timeout} s: {progress}")
-        time.sleep(0.5)
+        time.sleep(0.1)
+
+
+def lease_left(runtime: Runtime, claim: task_leases.Claim) -> timedelta:
+    """How long the task's lease still runs, on the database clock (negative once expired)."""
+    with runtime.sessions() as s:
+        until, now = s.execute(
+            text("SELECT lease_until, UTC_TIMESTAMP(6) FROM fanout_task WHERE job_id = :j AND task_no = :n"),
+            {"j": claim.job_id, "n": claim.task_no},
+        ).one()
+    return until - now  # type: ignore[no-any-return]
+
+
+def lease_until(runtime: Runtime, claim: task_leases.Claim) -> datetime:
+    with runtime.sessions() as s:
+        return s.execute(  # type: ignore[no-any-return]
+            text("SELECT lease_until FROM fanout_task WHERE job_id = :j AND task_no = :n"),
+            {"j": claim.job_id, "n": claim.task_no},
+        ).scalar_one()
+
+
+def wait_lease_expired(runtime: Runtime, claim: task_leases.Claim, timeout: float = 60) -> None:
+    """Until the task's lease has run out on the database clock (the clock the claim reads)."""
+    wait_for(lambda: lease_left(runtime, claim) <= timedelta(0), timeout=timeout, what="the lease to run out")

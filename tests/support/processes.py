@@ -1,7 +1,7 @@
 """The one launcher of Notee subprocesses (``python -m notee <args>``) for tests.
 
 Each process writes its output into the session's log folder (so the final secrets scan,
-tests/security_logscan.py, covers it); the ``processes`` fixture stops every process a test
+tests/support/logscan.py, covers it); the ``processes`` fixture stops every process a test
 started, by pid, at teardown. Registered as a plugin by tests/conftest.py.
 """
 
@@ -13,37 +13,38 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import pytest
 
 from notee.core.settings import Settings
 from notee.emulator.control import free_port
-from tests.security_logscan import log_dir
+from tests.support.logscan import log_dir
 
 __all__ = [
     "NoteeProcess",
     "Processes",
+    "api_process",
     "free_port",
     "processes",
     "settings_from",
     "subprocess_env",
-    "wait_for",
     "wait_http",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
 _serial = itertools.count(1)
-T = TypeVar("T")
+# xdist workers write into the same session folder, each counting from 1: their files keep apart.
+_WORKER = f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
 
 
 @dataclass
 class NoteeProcess:
-    """One ``python -m notee <args>`` subprocess; output goes to ``<session log dir>/<name>-<n>.log``."""
+    """One ``python -m notee <args>`` subprocess; output goes to ``<session log dir>/<name>-<n>.log``
+    (``<name>-<n>-<xdist worker>.log`` in an xdist worker)."""
 
     name: str
     args: list[str]
@@ -58,7 +59,7 @@ class NoteeProcess:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> NoteeProcess:
-        self.log_path = log_dir() / f"{self.name}-{next(_serial)}.log"
+        self.log_path = log_dir() / f"{self.name}-{next(_serial)}{_WORKER}.log"
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "notee", *self.args],
@@ -154,6 +155,14 @@ def processes() -> Iterator[Processes]:
         procs.stop_all()
 
 
+@pytest.fixture(scope="module")
+def api_process(emulator_process: object, migrated: None) -> Iterator[NoteeProcess]:
+    """One ``notee api`` for the tests of a module, started once the emulator exported its URL and
+    CA (so the API's senders reach it) and the stores are migrated."""
+    with Processes() as procs:
+        yield procs.api()
+
+
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """The test environment (test database, keyspaces, admin token, emulator) plus overrides."""
     env = dict(os.environ)
@@ -189,15 +198,3 @@ def wait_http(
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url} did not answer within {timeout} s" + (f"\n{proc.tail()}" if proc else ""))
-
-
-def wait_for(predicate: Callable[[], T], *, timeout: float, interval: float = 0.1, what: str = "condition") -> T:
-    """Poll until ``predicate()`` is truthy; fail the test after ``timeout`` s (a bound, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)

@@ -74,6 +74,29 @@ def make_device(runtime: Runtime, service: str, user_id: str, token: str, os: st
     return token
 
 
+def make_users_with_devices(runtime: Runtime, service: str, tokens: Sequence[str], os: str = "AOS") -> list[str]:
+    """One user per token, each with that one device (``make_user`` + ``make_device`` at scale, in one
+    transaction per 500 users): their user_ids, in the tokens' order."""
+    users: list[str] = []
+    for start in range(0, len(tokens), 500):
+        with runtime.sessions.begin() as s:
+            for token in tokens[start : start + 500]:
+                new = str(uuid.uuid4())
+                row = users_sql.upsert_user(
+                    s,
+                    service=service,
+                    service_user_id=new,
+                    new_user_id=new,
+                    now=_now(),
+                    profile={"service_user_name": "name"},
+                )
+                users_sql.upsert_device(
+                    s, service=service, user_id=str(row.user_id), token=token, os=os, region="KR", now=_now()
+                )
+                users.append(str(row.user_id))
+    return users
+
+
 def make_template(
     runtime: Runtime, service: str, method: str, type_: str, title: str = "Hi {{name}}", body: str = "Body"
 ) -> str:

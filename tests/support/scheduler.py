@@ -1,16 +1,20 @@
 """Scheduler test helpers: CYCLE templates marked due at chosen local buckets (through the
-subscription store's own ``mark_due``), a scheduler with a private tick namespace, and the job and
-tick rows a tenant or namespace got. Every test makes its own tenant and namespace, so tests share
-no tick or job rows."""
+subscription store's own ``mark_due``; the ``due`` fixture removes them when the test ends), a
+scheduler with a private tick namespace, and the job and tick rows a tenant or namespace got. Every
+test makes its own tenant and namespace, so tests share no tick or job rows; the due index itself is
+shared (a scheduler runs a minute for every tenant), see docs/TESTING.md. Registered as a plugin
+by tests/conftest.py."""
 
 from __future__ import annotations
 
 import json
 import secrets
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from notee.core.vocabulary import CycleTarget
@@ -57,6 +61,14 @@ class DueIndex:
         stamp = int(time.time() * 1_000_000) + 1
         for b, key in self.rows:
             st.delete_due(stamp, b.timezone, b.day, b.hour, b.minute, key)
+
+
+@pytest.fixture()
+def due(runtime: Runtime) -> Iterator[DueIndex]:
+    """Due buckets the test marks, removed when it ends."""
+    index = DueIndex(runtime)
+    yield index
+    index.cleanup()
 
 
 def scheduler(runtime: Runtime, namespace: str | None = None, **kwargs: Any) -> Scheduler:

@@ -1,15 +1,34 @@
-"""Everything the stores hold for one tenant, as a comparable value, to prove that a rejected request
-wrote nothing: ``assert snapshot(runtime, service) == before``."""
+"""The test stores: the fixtures that open them, and read-side checks on them.
+
+Fixtures (registered as a plugin by tests/conftest.py): ``settings``, ``migrated`` (the test database
+and keyspaces at this checkout's schema), ``runtime`` (one per test process), ``app`` and ``client``
+(the API in-process, on that runtime), ``st`` (the runtime's prepared Cassandra statements),
+``fresh_stores`` (a database and keyspaces of one test's own; ``store_env`` points a process at them).
+
+Checks: everything the stores hold for one tenant, as a comparable value, to prove that a rejected
+request wrote nothing: ``assert snapshot(runtime, service) == before``."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
 from cassandra.query import PreparedStatement
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from notee.core.settings import Settings
 from notee.store.cassandra import connect
 from notee.store.runtime import Runtime
+from notee.usecases import migrate
 
 NOT_DATA = {"rate_bucket"}  # request accounting, changed by every request by design
 # Tables without a ``service`` column that still hold a tenant's rows, with the query selecting them.
@@ -109,3 +128,92 @@ def drop_test_stores(settings: Settings) -> None:
             session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
     finally:
         cluster.shutdown()
+
+
+# --- fixtures ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def migrated(settings: Settings) -> None:
+    """The test database and keyspaces at this checkout's schema. They persist between runs (the
+    MariaDB data directory is the machine's); when another checkout left a history this one cannot
+    continue (a renumbered or edited file), they are dropped and migrated from scratch.
+
+    Every test process (each xdist worker, and the other checkouts of this machine) asks; a file lock
+    named after the test database makes them take turns, so a reset never drops the stores under a
+    process that has already migrated them (``migrate_all`` alone serialises the migrations, not
+    the drop)."""
+    database = make_url(settings.mysql_url.get_secret_value()).database
+    lock = Path(tempfile.gettempdir()) / f"notee-{database}-migrate.lock"
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            migrate.migrate_all(settings)
+        except migrate.HistoryMismatch as mismatch:
+            print(f"test stores reset: {mismatch}")
+            drop_test_stores(settings)
+            migrate.migrate_all(settings)
+
+
+@pytest.fixture(scope="session")
+def runtime(settings: Settings, migrated: None) -> Iterator[Runtime]:
+    rt = Runtime(settings)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="session")
+def app(settings: Settings, runtime: Runtime) -> Any:
+    from notee.api.app import create_app  # deferred: the API's import cost only where a test needs it
+
+    return create_app(settings, runtime=runtime)
+
+
+@pytest.fixture(scope="session")
+def client(app: Any) -> Iterator[TestClient]:
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture()
+def st(runtime: Runtime) -> Any:
+    """The runtime's prepared Cassandra statements (``notee.store.cql.Statements``)."""
+    return runtime.statements
+
+
+@pytest.fixture()
+def fresh_stores(settings: Settings) -> Iterator[Settings]:
+    """Settings naming a new, empty MySQL database and new keyspaces of the test's own (created,
+    nothing migrated); all dropped at its end. For tests of migrations, and for processes that must
+    act on no other test's rows: a `notee scheduler` (it runs every tenant's due minutes), the
+    workers of `make run` (they serve every tenant), a webhook dispatcher (it claims every tenant's
+    deliveries)."""
+    suffix = secrets.token_hex(3)
+    url = make_url(settings.mysql_url.get_secret_value())
+    url = url.set(database=f"{url.database}_m{suffix}")
+    fresh = settings.model_copy(
+        update={
+            "mysql_url": SecretStr(url.render_as_string(hide_password=False)),
+            "cassandra_keyspace_notification": f"{settings.cassandra_keyspace_notification}_m{suffix}",
+            "cassandra_keyspace_numbering": f"{settings.cassandra_keyspace_numbering}_m{suffix}",
+        }
+    )
+    migrate.ensure_mysql_database(fresh)
+    try:
+        yield fresh
+    finally:
+        drop_test_stores(fresh)
+
+
+def store_env(settings: Settings) -> dict[str, str]:
+    """The environment of a process using ``settings``' stores: this process's, with them."""
+    return os.environ | {
+        "NOTEE_MYSQL_URL": settings.mysql_url.get_secret_value(),
+        "NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION": settings.cassandra_keyspace_notification,
+        "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": settings.cassandra_keyspace_numbering,
+    }

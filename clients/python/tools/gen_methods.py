@@ -1,5 +1,5 @@
 """Writes notee_client/_methods.py: one typed method per operation in notee_client/_ops.py, for the
-sync and the async client. Run it after adding an operation (tests/test_sdk.py checks it is current):
+sync and the async client. Run it after adding an operation (tests/integration/test_sdk.py checks it is current):
 
     python clients/python/tools/gen_methods.py
 """

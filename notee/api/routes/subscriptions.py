@@ -128,7 +128,7 @@ async def _subscribe_topic_answer(
     validate_topic(topic)
     result = await groups.subscribe(service, user_id, type_, topic)
     # SubscribeOut's JSON written directly: validating and serialising the response model cost more
-    # than building it (tests/test_subscriptions_api.py checks it against the model).
+    # than building it (tests/{unit,integration}/test_subscriptions_api.py checks it against the model).
     return 201 if result["status"] == "subscribed" else 200, subscribe_out_json(result)
 
 
@@ -154,9 +154,9 @@ class TopicSubscribeShortcut:
     a fifth of the API process's CPU per subscription (docs/BENCHMARKS.md, "Fifth round: the HTTP
     stack skipped"). Every other request, and any subscribe whose parameters need the route's
     validation or conversion (an uppercase UUID, a bad type), goes on to FastAPI. The route stays
-    the documented definition (OpenAPI); tests/test_subscriptions_api.py holds the two to the same
+    the documented definition (OpenAPI); tests/{unit,integration}/test_subscriptions_api.py holds the two to the same
     answers. A performance detour (docs/BENCHMARKS.md, "Performance detours"): FastAPI and Starlette
-    are pinned exactly, and tests/test_shortcut_pins.py checks what it reproduces of theirs."""
+    are pinned exactly, and tests/unit/test_shortcut_pins.py checks what it reproduces of theirs."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

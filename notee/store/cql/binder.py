@@ -43,8 +43,8 @@ class RowBinder:
     driver appends them, (True, query id, serialized values), to its ``_statements_and_parameters``
     list: a private attribute, so a performance detour (docs/BENCHMARKS.md, "Performance detours"):
     cassandra-driver is pinned exactly, and
-    ``tests/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers`` and
-    tests/test_cassandra_pins.py fail, naming it, when the driver changes what it relies on."""
+    ``tests/integration/test_cql_statements.py::test_rows_bound_by_the_binder_equal_the_drivers`` and
+    tests/integration/test_cassandra_pins.py fail, naming it, when the driver changes what it relies on."""
 
     def __init__(self, protocol_version: int) -> None:
         self._version = protocol_version

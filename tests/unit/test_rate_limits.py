@@ -1,0 +1,82 @@
+"""Per-tenant rate limits (issue 15, item 2): set by the admin per service and class, 429 with
+Retry-After in the error format, one bucket per (service, class) in MySQL shared by every API process.
+
+Here, the rules that need no server; tests/integration/test_rate_limits.py has the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from notee.api.edge import rate_class
+from notee.domain import ratelimit
+
+
+@pytest.mark.parametrize(
+    "method,path,klass",
+    [
+        ("POST", "/v1/topics/news/sports/publish", "publish"),
+        ("POST", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/send", "send"),
+        ("PUT", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/topic/news/sports", "write"),
+        ("POST", "/v1/topics/news/sports/subscribers", "write"),
+        ("DELETE", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/cycle/remind", "write"),
+        ("PUT", "/v1/users/someone", "write"),
+        ("PUT", "/v1/templates/TOPIC/news", "write"),
+        ("GET", "/v1/templates", "read"),
+        ("GET", "/v1/jobs/0b5c2f7e-0000-4000-8000-000000000000", "read"),
+        ("PUT", "/v1/admin/services/X/rate-limits/read", None),
+        ("GET", "/healthz", None),
+    ],
+)
+def test_rate_class_of_each_route(method, path, klass):
+    assert rate_class(method, path) == klass
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_allowance_takes_ahead_only_under_load_and_drops_what_it_does_not_use():
+    clock = _Clock()
+    allowance = ratelimit.Allowance(clock)
+    hold, window = ratelimit.Allowance.HOLD_S, ratelimit.Allowance.WINDOW_S
+    # a few requests a second: every one asks the bucket for its own token only
+    for _ in range(3):
+        assert allowance.take("S", "write") is False
+        assert allowance.ahead_for("S", "write") == 0
+        clock.now += 0.3
+    # 400 a second for a window: the next UPDATE takes what 400/s needs in HOLD_S
+    for _ in range(int(400 * window)):
+        assert allowance.take("S", "write") is False
+        clock.now += 1 / 400
+    assert allowance.take("S", "write") is False
+    assert allowance.ahead_for("S", "write") == 0  # not before the limit was read
+    assert allowance.needs_limit("S", "write")
+    allowance.learn("S", "write", 1000.0, 5000.0)
+    assert not allowance.needs_limit("S", "write")
+    wanted = allowance.ahead_for("S", "write")
+    assert 15 <= wanted <= int(400 * hold) == 20  # about 400/s over the last whole window
+    allowance.keep("S", "write", wanted, wanted=wanted)
+    assert [allowance.take("S", "write") for _ in range(wanted + 1)] == [True] * wanted + [False]  # no more
+    assert allowance.take("S", "read") is False and allowance.take("T", "write") is False  # per service and class
+    # tokens not used within HOLD_S are dropped, never used later
+    allowance.keep("S", "write", 5, wanted=20)
+    clock.now += hold
+    assert allowance.take("S", "write") is False
+    # a take-ahead that did not fit (near the limit): one token at a time for TIGHT_S
+    allowance.keep("S", "write", 0, wanted=20)
+    assert allowance.ahead_for("S", "write") == 0
+    clock.now += ratelimit.Allowance.TIGHT_S
+    assert allowance.ahead_for("S", "write") > 0
+    # a small limit caps a take: what it refills in HOLD_S and an eighth of its burst (one is the request's)
+    allowance.learn("S", "write", 100.0, 40.0)
+    assert allowance.ahead_for("S", "write") == min(100 * hold, 40 / 8) - 1 == 4
+    clock.now += ratelimit.Allowance.LIMIT_TTL_S  # read again every LIMIT_TTL_S
+    assert allowance.needs_limit("S", "write") and allowance.ahead_for("S", "write") == 0
+    # a changed limit drops what the process holds for the service
+    allowance.keep("S", "write", 3, wanted=3)
+    allowance.forget("S")
+    assert allowance.take("S", "write") is False

@@ -1,0 +1,57 @@
+"""Delivery webhooks (issue 18 item 4; docs/WEBHOOKS.md): a service registers an HTTPS endpoint and
+receives signed job.finished / job.failed / token.pruned / dead_letter.created events, at least once,
+retried with backoff, without ever holding fan-out up. The receiver is a real local HTTPS server with
+its own CA (tests/support/webhook_receiver.py) that checks every signature and fails on purpose.
+
+Here, the rules that need no server; tests/integration/test_webhooks.py has the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from notee.core.settings import Settings
+from notee.domain import webhooks
+from notee.webhooks.dispatcher import retry_delay
+
+
+def test_retry_delay_doubles_up_to_an_hour_with_jitter():
+    import random
+
+    rng = random.Random(7)
+    delays = [retry_delay(n, 5.0, rng) for n in range(1, 14)]
+    for n, d in enumerate(delays, start=1):
+        ceiling = min(3600.0, 5.0 * 2 ** (n - 1))
+        assert ceiling / 2 <= d <= ceiling
+    assert max(delays) <= 3600.0 and delays[-1] >= 1800.0
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.7", "private"),
+        ("192.168.1.1", "private"),
+        ("172.16.0.1", "private"),
+        ("169.254.169.254", "link-local"),  # cloud metadata
+        ("fe80::1", "link-local"),
+        ("::ffff:127.0.0.1", "loopback"),  # an IPv4-mapped IPv6 address is judged as the IPv4 one
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "not public"),  # carrier-grade NAT
+        ("93.184.216.34", None),
+        ("2606:4700::1111", None),
+    ],
+)
+def test_address_rules(address, refused):
+    assert webhooks.address_refused(address) == refused
+
+
+def test_plain_http_and_private_addresses_only_behind_their_settings():
+    strict = Settings()
+    dev = strict.model_copy(update={"webhook_allow_http": True, "webhook_allow_private_addresses": True})
+    for url in ("http://hooks.example.com/x", "https://127.0.0.1:8443/x"):
+        with pytest.raises(webhooks.InvalidInput):
+            webhooks.check_url(url, strict)
+        assert webhooks.check_url(url, dev) == url
+    assert webhooks.check_url("https://hooks.example.com/x?a=1", strict) == "https://hooks.example.com/x?a=1"
