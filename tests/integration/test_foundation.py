@@ -12,6 +12,7 @@ from cassandra.policies import TokenAwarePolicy
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from notee.core.version import VERSION
 from notee.store import cassandra as cstore
 from notee.usecases import migrate
 
@@ -171,4 +172,5 @@ def test_health_endpoint_reports_both_stores(client):
         "mysql": "ok",
         "cassandra": "ok",
         "emulator_url": client.app.state.settings.emulator_url,
+        "version": VERSION,
     }

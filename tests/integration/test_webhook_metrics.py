@@ -11,7 +11,6 @@ import secrets
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -119,6 +118,13 @@ def _settled(runtime: Runtime, url: str) -> Scrape | None:
     return None
 
 
+def _backlog(url: str) -> Scrape | None:
+    """The scrape once the outbox shows the backlog: three or more deliveries due, the oldest for a second."""
+    levels = scrape(url)
+    due = levels.value("notee_webhook_outbox_due") >= 3
+    return levels if due and levels.value("notee_webhook_outbox_oldest_due_age_seconds") >= 1.0 else None
+
+
 def test_the_dispatcher_process_serves_the_outbox_levels_and_attempts_by_answer_class(
     client, settings, runtime, processes: Processes, receiver, silent
 ) -> None:
@@ -151,10 +157,7 @@ def test_the_dispatcher_process_serves_the_outbox_levels_and_attempts_by_answer_
     _emit(runtime, slow)
     wait_for(lambda: silent.held, timeout=30, what="the dispatcher connected to the silent endpoint")
     _emit(runtime, busy)  # three deliveries due while the only slot waits on the silent endpoint
-    time.sleep(1.5)
-    backlog = scrape(url)
-    assert backlog.value("notee_webhook_outbox_due") >= 3
-    assert backlog.value("notee_webhook_outbox_oldest_due_age_seconds") >= 1.0
+    backlog = wait_for(lambda: _backlog(url), timeout=30, what="three deliveries due for a second while the slot waits")
     assert backlog.value("notee_webhook_outbox_depth") - before.value("notee_webhook_outbox_depth") == 4
     assert [d.attempts for d in _deliveries(runtime, busy)] == [0, 0, 0]  # still waiting: the levels saw a backlog
 

@@ -80,12 +80,12 @@ def app_sending_to(
         routed["emulator_apns_url"] = emulator.apns_url
     sender = DeliverySender(client.app.state.runtime)  # type: ignore[attr-defined]
     sender.providers = ProviderSet(settings.model_copy(update=routed))
-    client.app.state.sender = sender  # type: ignore[attr-defined]
+    app_sender, client.app.state.sender = client.app.state.sender, sender  # type: ignore[attr-defined]
     try:
         yield emulator
     finally:
+        client.app.state.sender = app_sender  # type: ignore[attr-defined]  # the app's own, back after the block
         client.portal.call(sender.close)  # type: ignore[union-attr]
-        client.app.state.sender = None  # type: ignore[attr-defined]
 
 
 @pytest.fixture()

@@ -84,6 +84,7 @@ GROUPS: dict[str, dict[str, str]] = {
     "webhooks": {
         "test_webhooks.py": "dispatchers that claim every tenant's deliveries and count their attempts",
         "test_security_isolation.py": "its data set puts an event in the outbox",
+        "test_webhook_metrics.py": "a dispatcher that claims every tenant's deliveries; reads the outbox's levels",
         "test_healthcheck.py::test_webhook_dispatcher_healthcheck_follows_its_event_loop": (
             "a `notee webhooks` process, stopped (SIGSTOP) while it may hold deliveries"
         ),
