@@ -1,7 +1,7 @@
 """Small functions, small modules (docs/CONTRIBUTING.md): no function in notee/ is longer than 80
 lines or takes more than 8 parameters (a bundle of arguments is a named dataclass), and a module over
 400 lines says why on a ``# over 400 lines: <why>`` line among its first lines. The few exceptions
-are listed here, each with its reason. Measured as ../shared/tools/shape.py measures: a function's
+are listed here, each with its reason. Measured as the project's shape tool measures: a function's
 lines from its ``def`` to its last line, its parameters without ``self``/``cls``, ``*args`` and
 ``**kwargs``.
 """
