@@ -5,7 +5,7 @@ place, each with its reason (docs/TESTING.md):
 
 - ``SERIAL``: tests that read or change what every tenant shares, or start a process that acts on
   every tenant. They get the ``serial`` marker: the parallel pass leaves them out (``-m "not
-  serial"``) and a second pass runs them alone, one after another (``-m serial``).
+  serial"``) and a pass of their own, before it, runs them alone, one after another (``-m serial``).
 - ``GROUPS``: tests that only get in each other's way. The scheduler below (xdist's
   ``pytest_xdist_make_scheduler`` hook) gives each group to one process, which runs its tests one
   after another while the other tests go on beside them. (xdist's own ``--dist loadgroup`` renames
