@@ -237,8 +237,8 @@ def test_put_user_again_without_a_field_keeps_what_was_set(tenant):
     assert renamed.name == "" and renamed.locale == "de-DE"  # an explicit value is still set
 
 
-def test_liveness_and_readiness_carry_the_version(api):
-    with Client(api.url, max_retries=0) as c:
+def test_liveness_and_readiness_carry_the_version(api_process):
+    with Client(api_process.url, max_retries=0) as c:
         live, ready = c.live(), c.ready()
     assert (live.status, live.version) == ("ok", VERSION)
     assert (ready.status, ready.version, ready.mysql, ready.cassandra) == ("ok", VERSION, "ok", "ok")
