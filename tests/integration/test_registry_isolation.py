@@ -26,6 +26,7 @@ from tests.support.stores import snapshot
 # route acts on the caller's own tenant only (creates/lists there), never on the victim's.
 SERVICE_ROUTES = [
     ("PUT", "/v1/users/{service_user_id}", {"name": "mallory"}, "own"),
+    ("GET", "/v1/users", None, "own"),
     ("GET", "/v1/users/{user_id}", None, "404"),
     ("DELETE", "/v1/users/{user_id}", None, "404"),
     ("POST", "/v1/users/{user_id}/devices", {"token": "tok-attacker-0001", "os": "AOS"}, "404"),
