@@ -323,3 +323,12 @@ def test_a_cursor_the_api_returned_is_taken(client, tenant):
     assert first["next_cursor"]
     r = client.get("/v1/users", params={"limit": 1, "cursor": first["next_cursor"]}, headers=headers)
     assert r.status_code == 200, r.text
+
+
+def test_an_ext_user_reference_follows_the_text_rule(client, document, tenant):
+    """``ext:`` and a service user id: C1 control characters are refused like the others."""
+    _, headers, _ = tenant
+    schema = _parameter(document, "get", "/v1/users/{user_id}", "user_id")
+    assert _refuses(schema, "ext:a\u0085b") and not _refuses(schema, "ext:constraints-user")
+    _is_422(client.get("/v1/users/" + quote("ext:a\u0085b"), headers=headers))
+    assert client.get("/v1/users/ext:constraints-user", headers=headers).status_code == 200
