@@ -117,7 +117,7 @@ def create_app(
         console.install(app)
     devices.install_access_log_filter()  # device tokens in paths are shortened in the access log
     document = app.openapi
-    app.openapi = lambda: openapi_examples.with_examples(document())  # type: ignore[method-assign]
+    app.openapi = lambda: openapi_examples.with_examples(openapi.key_patterns(document()))  # type: ignore[method-assign]
     return app
 
 

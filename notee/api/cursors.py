@@ -8,9 +8,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from datetime import datetime
+from typing import Any
+
+from fastapi import Query
 
 from notee.core.errors import InvalidInput
+
+# What every cursor is made of (base64url, padded), as the OpenAPI document states it. ``decode``
+# refuses anything else before decoding: base64 decoding alone would skip characters it does not know.
+PATTERN = r"^[A-Za-z0-9_-]*={0,2}$"
+_CURSOR_RE = re.compile(PATTERN)
 
 _INVALID = InvalidInput(
     "cursor is not one this API returned",
@@ -18,12 +27,22 @@ _INVALID = InvalidInput(
 )
 
 
+def query(max_length: int, description: str = "From the previous page.") -> Any:
+    """The ``cursor`` query parameter of a listing: at most ``max_length`` characters (every cursor
+    the listing answers fits), of the cursor alphabet (documented; ``decode`` refuses the rest)."""
+    return Query(max_length=max_length, description=description, json_schema_extra={"pattern": PATTERN})
+
+
 def encode(*parts: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(parts)).encode()).decode()
+    # UTF-8 rather than \u escapes: a (type, topic) position of 50 non-ASCII characters stays
+    # within its listing's max_length (an escaped astral character takes 12 bytes, UTF-8 four).
+    return base64.urlsafe_b64encode(json.dumps(list(parts), ensure_ascii=False).encode()).decode()
 
 
 def decode(cursor: str, count: int) -> tuple[str, ...]:
     """The ``count`` strings a cursor of ``encode`` holds; InvalidInput otherwise."""
+    if not _CURSOR_RE.fullmatch(cursor):
+        raise _invalid()
     try:
         value = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, binascii.Error, UnicodeError):

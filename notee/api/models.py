@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from notee.api.documented import FCM_SERVICE_ACCOUNT, VARIANTS, DataMap, DefaultsMap, MultiLine, OneLine, PemKey
 from notee.api.errors import ErrorResponse
 from notee.core import clock
 from notee.core.errors import InvalidInput
@@ -118,9 +119,9 @@ _QUIET_FIELD = (
     "dropped, as the template says). Replaces the service's window; null: the service's; left out: unchanged."
 )
 
-# Text fields of per-send input follow the templates' rule (notee.domain.rules.check_text).
-OneLineText = Annotated[StrictStr, AfterValidator(_one_line)]
-MultiLineText = Annotated[StrictStr, AfterValidator(_multi_line)]
+# Text fields of per-send input follow the templates' rule (notee.domain.rules.check_text), checked here.
+OneLineText = Annotated[OneLine, AfterValidator(_one_line)]
+MultiLineText = Annotated[MultiLine, AfterValidator(_multi_line)]
 
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked credentials",
@@ -164,7 +165,7 @@ class _Out(Answer):
 
 class ServiceIn(_In):
     service: StrictStr = Field(pattern=SERVICE_PATTERN, description="Tenant identifier, e.g. SMEEM", examples=["SMEEM"])
-    display_name: StrictStr = Field(min_length=1, max_length=200)
+    display_name: OneLine = Field(min_length=1, max_length=200)
     timezone: StrictStr | None = Field(
         None, max_length=64, description="IANA name; default Asia/Seoul", examples=["Asia/Seoul"]
     )
@@ -188,7 +189,7 @@ class ServiceList(BaseModel):
 
 
 class ApiKeyIn(_In):
-    label: StrictStr = Field("", max_length=100)
+    label: OneLine = Field("", max_length=100)
 
 
 class ApiKeyOut(_Out):
@@ -207,7 +208,7 @@ class ApiKeyCreated(ApiKeyOut):
 
 
 class FcmCredentialsIn(_In):
-    service_account: dict[str, Any] = Field(
+    service_account: Annotated[dict[str, Any], FCM_SERVICE_ACCOUNT] = Field(
         description="The Firebase service-account JSON (type, project_id, client_email, private_key, ...)"
     )
 
@@ -216,7 +217,7 @@ class ApnsCredentialsIn(_In):
     key_id: StrictStr = Field(pattern=APNS_ID_PATTERN, description="APNs auth key id")
     team_id: StrictStr = Field(pattern=APNS_ID_PATTERN)
     bundle_id: StrictStr = Field(pattern=BUNDLE_PATTERN, description="App bundle id (the apns-topic)")
-    private_key: StrictStr = Field(max_length=MAX_PEM_LEN, description="Contents of the .p8 file (PEM, EC P-256)")
+    private_key: PemKey = Field(max_length=MAX_PEM_LEN, description="Contents of the .p8 file (PEM, EC P-256)")
     sandbox: StrictBool = False
 
 
@@ -249,7 +250,7 @@ class CredentialsStatus(BaseModel):
 
 
 class UserIn(_In):
-    name: StrictStr = Field(
+    name: OneLine = Field(
         "", max_length=191, description="The user's name in the service; left out: unchanged (a new user's: empty)."
     )
     locale: Locale | None = Field(None, description=_LOCALE_FIELD + " A device's own locale wins over it.")
@@ -317,9 +318,9 @@ class RotateOut(BaseModel):
 
 
 class VariantIn(_In):
-    title: StrictStr = Field(min_length=1, max_length=200)
-    body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
-    data: dict[StrictStr, StrictStr] | None = Field(None, description="Merged over the template's data")
+    title: OneLine = Field(min_length=1, max_length=200)
+    body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    data: DataMap | None = Field(None, description="Merged over the template's data")
 
 
 class VariantOut(BaseModel):
@@ -329,14 +330,14 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    title: StrictStr = Field(min_length=1, max_length=200)
-    body: StrictStr = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
-    data: dict[StrictStr, StrictStr] | None = Field(None, description="Flat string map sent with the push")
-    defaults: dict[StrictStr, StrictStr] | None = Field(
+    title: OneLine = Field(min_length=1, max_length=200)
+    body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    data: DataMap | None = Field(None, description="Flat string map sent with the push")
+    defaults: DefaultsMap | None = Field(
         None,
         description="Default values of placeholders ({{name}} or {{user.name}}) in title, body and data "
         "values, used when a send or publish gives no variable of that name. A CYCLE template needs one for every "
-        "placeholder.",
+        "placeholder. A value holds no {{ or }}.",
         examples=[{"name": "there"}],
     )
     ttl_seconds: StrictInt | None = Field(None, ge=0, le=MAX_TTL_SECONDS)
@@ -346,7 +347,7 @@ class TemplateIn(_In):
         description="A TOPIC push due in a recipient's quiet hours: hold (sent when they end) or drop (not "
         "sent, counted in the job's quiet_dropped). Also what an opted-in single send does.",
     )
-    variants: dict[Locale, VariantIn] | None = Field(
+    variants: Annotated[dict[Locale, VariantIn], VARIANTS] | None = Field(
         None,
         description="The text per locale (BCP 47 tag -> title, body, data merged over the template's): a "
         "recipient gets the variant of its locale's best match (language-Script-REGION, then shorter, "

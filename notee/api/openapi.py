@@ -7,7 +7,7 @@ SDK (clients/python) uses the same names in snake case; tests/{unit,integration}
 that no route is missing here.
 
 ``markdown`` renders the document as docs/API-REFERENCE.md; the schemas' examples are
-``notee.api.openapi_examples``.
+``notee.api.openapi_examples``; ``key_patterns`` states the key rule of maps as JSON Schema means it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import re
 from typing import Any
 
 from fastapi.routing import APIRoute
+
+from notee.api.documented import merge_schema
 
 OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): "health",
@@ -150,6 +152,24 @@ def operation_id(route: APIRoute) -> str:
         return listed
     head, *rest = route.name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def key_patterns(node: Any) -> Any:
+    """``node`` (the document) with each map's key pattern stated as ``propertyNames``: pydantic
+    writes a ``dict`` whose keys have a pattern as ``patternProperties``, which lets any other key
+    through, while the server refuses it. Idempotent (the document is cached and served again)."""
+    if isinstance(node, dict):
+        by_pattern = node.get("patternProperties")
+        if isinstance(by_pattern, dict) and len(by_pattern) == 1:
+            ((pattern, values),) = by_pattern.items()
+            merge_schema(node, {"propertyNames": {"pattern": pattern}, "additionalProperties": values})
+            del node["patternProperties"]
+        for value in node.values():
+            key_patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            key_patterns(value)
+    return node
 
 
 def snake(operation: str) -> str:

@@ -20,9 +20,7 @@ from notee.api.deps import DbDep
 from notee.domain import users
 
 EXT = "ext:"
-USER_REF_PATTERN = (
-    r"^(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|ext:[^\x00-\x1f\x7f/]{1,191})$"
-)
+USER_REF_PATTERN = r"^(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}|ext:[^\x00-\x1f\x7f-\x9f/]{1,191})$"
 
 UserRefPath = Annotated[
     str,

@@ -36,9 +36,17 @@ BUNDLE_RE = re.compile(BUNDLE_PATTERN)
 # A Google Cloud project id: 6-30 lowercase letters, digits and hyphens, starting with a letter, not
 # ending with a hyphen (https://cloud.google.com/resource-manager/docs/creating-managing-projects).
 # It becomes a path segment of every FCM request, so nothing else may pass.
-FCM_PROJECT_ID_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_NEWLINE_RE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+FCM_PROJECT_ID_PATTERN = r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+FCM_PROJECT_ID_RE = re.compile(FCM_PROJECT_ID_PATTERN)
+# The text rule's control characters (C0, DEL, C1); ``\n`` is allowed where a text may span lines.
+_CONTROL = r"\x00-\x1f\x7f-\x9f"
+_CONTROL_BUT_NEWLINE = r"\x00-\x09\x0b-\x1f\x7f-\x9f"
+_CONTROL_RE = re.compile(f"[{_CONTROL}]")
+_CONTROL_BUT_NEWLINE_RE = re.compile(f"[{_CONTROL_BUT_NEWLINE}]")
+# The same rule as the OpenAPI document states it for the API's text fields. Lone surrogates, which
+# ``check_text`` refuses too, have no pattern that every JSON Schema regex dialect reads alike.
+ONE_LINE_PATTERN = f"^[^{_CONTROL}]*$"
+MULTI_LINE_PATTERN = f"^[^{_CONTROL_BUT_NEWLINE}]*$"
 
 DEFAULT_TIMEZONE = "Asia/Seoul"
 MAX_TTL_SECONDS = 2_419_200  # 28 days: FCM's maximum android.ttl (APNs has no shorter cap)
@@ -112,7 +120,8 @@ def check_send_inputs(variables: Any, overrides: Any) -> None:
 
 
 def check_pattern(field_: str, value: Any, pattern: re.Pattern[str], what: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
+    # fullmatch: a ``$`` also matches before a final "\n", which would let "SMEEM\n" pass.
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise bad(field_, f"must be {what}", "pattern")
     return value
 
@@ -152,7 +161,7 @@ def canonical_locale(tag: str) -> str:
 
 def check_locale(value: Any, field_: str = "locale") -> str:
     """A BCP 47 tag (``LOCALE_PATTERN``), returned in canonical case."""
-    if not isinstance(value, str) or not LOCALE_RE.match(value):
+    if not isinstance(value, str) or not LOCALE_RE.fullmatch(value):
         raise bad(
             field_,
             "must be a BCP 47 language tag: language[-Script][-REGION], e.g. de, pt-BR, zh-Hant-TW, es-419",

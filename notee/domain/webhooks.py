@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,13 @@ log = logging.getLogger(__name__)
 SECRET_PREFIX = "whsec_"
 SIGNATURE_HEADER = "Notee-Signature"
 MAX_URL_LEN = 2048
+# Spaces and control characters (C0, DEL, C1) have no place in a URL; urlsplit would drop some of
+# them (tabs, newlines, leading spaces) while checking, and the URL would be stored with them.
+_URL_REFUSED = r"\x00-\x20\x7f-\x9f"
+_URL_REFUSED_RE = re.compile(f"[{_URL_REFUSED}]")
+# ``check_url`` as the OpenAPI document states it for the default settings: https (any case), then
+# no space or control character. NOTEE_WEBHOOK_ALLOW_HTTP adds http://, which no document can say.
+URL_PATTERN = f"^[Hh][Tt][Tt][Pp][Ss]://[^{_URL_REFUSED}]+$"
 
 
 @dataclass(frozen=True)
@@ -69,10 +77,13 @@ def address_refused(address: str) -> str | None:
 
 def check_url(url: str, settings: Settings) -> str:
     """The endpoint URL as stored, or InvalidInput: https (http only with NOTEE_WEBHOOK_ALLOW_HTTP),
-    a host, no user:password, no fragment; an IP literal or ``localhost`` must be public unless
-    NOTEE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES. (Host names are checked again, resolved, at each send.)"""
+    no space or control character, a host, no user:password, no fragment; an IP literal or
+    ``localhost`` must be public unless NOTEE_WEBHOOK_ALLOW_PRIVATE_ADDRESSES. (Host names are
+    checked again, resolved, at each send.)"""
     if len(url) > MAX_URL_LEN:
         raise _bad_url(f"is longer than {MAX_URL_LEN} characters", "string_too_long")
+    if _URL_REFUSED_RE.search(url):
+        raise _bad_url("must not contain spaces or control characters", "url_characters")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -9,6 +9,11 @@ the row counts of the admin tables (``totals``) are compared after every rejecte
 
 The number of cases is bounded (``MAX_EXAMPLES`` per operation and generation mode) so the test
 stays inside ``make test``; the count is printed at the end.
+
+``test_fuzz_over_http`` sends fewer cases (the schemas' examples and ``MAX_EXAMPLES_HTTP`` generated
+ones per operation and mode, about 500 in 20-50 s) to a real ``notee api`` process (``api_process``)
+over a socket: what the in-process calls skip (uvicorn's parsing, the URL as it travels, the
+process's own middleware stack) answers below 500 and in the error format too.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from tests.support.registry import admin_headers, new_template, new_user, random
 from tests.support.stores import Snapshot, changes, snapshot, totals
 
 MAX_EXAMPLES = 20
+MAX_EXAMPLES_HTTP = 8
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -79,29 +85,34 @@ def store_watch(runtime, fuzz_auth):
     return StoreWatch(runtime, fuzz_auth["tenant"])
 
 
-def _schema():
+def _schema(max_examples: int = MAX_EXAMPLES, phases: list[str] | None = None):
     from notee.api.app import create_app
     from notee.core.settings import Settings
 
     loaded = schemathesis.openapi.from_dict(create_app(Settings()).openapi())  # connects nothing
     loaded.config.generation.update(
         modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-        max_examples=MAX_EXAMPLES,
+        max_examples=max_examples,
         deterministic=True,
         database="none",
         with_security_parameters=False,
     )
+    if phases is not None:
+        loaded.config.phases.update(phases=phases)
     return loaded
 
 
 schema = _schema()
+# Over HTTP: the schemas' examples and the generated cases, not the coverage phase's boundary values
+# (the in-process run sends those), so that the run stays under a minute.
+http_schema = _schema(MAX_EXAMPLES_HTTP, phases=["examples", "fuzzing"])
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
     total = sum(_TALLY.values())
-    by_status = ", ".join(f"{k}: {v}" for k, v in sorted(_TALLY.items()))
+    by_status = ", ".join(f"{k}: {v}" for k, v in sorted(_TALLY.items(), key=lambda kv: str(kv[0])))
     print(
         f"\nfuzz: {total} schemathesis cases over {len(list(schema.get_all_operations()))} operations "
         f"(statuses {by_status})",
@@ -144,6 +155,31 @@ def test_fuzz_every_operation(case, app, fuzz_auth, store_watch):
             case.formatted_path,
             response.text,
         )
+
+
+def _is_error_format(response) -> bool:
+    content_type = response.headers.get("content-type") or [""]  # schemathesis: each header's values
+    if not content_type[0].startswith("application/json"):
+        return False
+    body = response.json()
+    return isinstance(body, dict) and set(body) == {"error"} and {"code", "message"} <= set(body["error"])
+
+
+@http_schema.parametrize()
+def test_fuzz_over_http(case, api_process, fuzz_auth, store_watch):
+    """The same generated cases, fewer of them, over HTTP to ``notee api``: every answer below 500,
+    each error in the error format, a rejected case writes nothing, the document's checks hold."""
+    kind, headers = _auth_for(case, fuzz_auth)
+    if case.headers:
+        case.headers.pop("Authorization", None)
+    response = case.call(base_url=api_process.url, headers=headers, timeout=30)
+    _TALLY[f"http {response.status_code}"] += 1
+    what = f"{case.method} {case.formatted_path} with {kind} credentials over HTTP"
+    store_watch.after(response.status_code, what)
+    assert response.status_code < 500, (what, response.text)
+    if response.status_code >= 400:
+        assert _is_error_format(response), (what, response.status_code, response.headers, response.text)
+    case.validate_response(response, checks=CHECKS)
 
 
 # --- oversized and deeply nested bodies (issue 15, item 8) -------------------------------------------

@@ -35,6 +35,9 @@ SERIAL: dict[str, str] = {
     "test_fuzz_api.py::test_fuzz_every_operation": (
         "compares the row counts of the admin tables (every service's) around each case"
     ),
+    "test_fuzz_api.py::test_fuzz_over_http": (
+        "compares the row counts of the admin tables (every service's) around each case, as the in-process run"
+    ),
     "test_metrics.py::test_the_job_queue_levels_follow_the_queue": "the job queue's depth counts every tenant's tasks",
     "test_quickstart.py::test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env": (
         "`make run` starts a worker that claims any tenant's tasks, and a scheduler in the default namespace"

@@ -26,7 +26,8 @@ class Op(Generic[T]):
     json: Any = None
     params: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    #: May be sent again after a 503 or a dropped connection without doing the work twice. Every
+    #: May be sent again after a 502/503/504, a dropped connection or a read timeout without doing
+    #: the work twice (notee_client.client's retry policy). Every
     #: PUT/GET/DELETE of the API is idempotent; a POST only when it is an upsert or carries an
     #: Idempotency-Key. A 429 is always retried: the request was refused before any work.
     repeatable: bool = True

@@ -1,22 +1,24 @@
 """The sync and async clients. Both run the operations of ``_ops`` through one retry policy:
 
-- 429 is retried whatever the method (the server refused before doing any work), waiting what its
-  ``Retry-After`` says;
-- 503 and a connection that could not be opened are retried only for repeatable operations (GET,
-  PUT, DELETE, upserts, and publishes, which always carry an Idempotency-Key), so a retry never sends
-  twice;
-- waits are capped by ``max_retry_wait``; after ``max_retries`` the error is raised
-  (``RateLimited``, ``Unavailable`` or httpx's own transport error).
+- 429 is retried whatever the method (the server refused before doing any work);
+- 502, 503 and 504, a connection that could not be opened, one dropped before the answer came
+  (reset, closed) and a read timeout are retried only for repeatable operations (``Op.repeatable``:
+  GET, PUT, DELETE, upserts, and publishes and scheduled sends, which always carry an
+  Idempotency-Key), so a retry never does the work twice;
+- the wait is what ``Retry-After`` says (seconds or an HTTP date), else exponential backoff with
+  jitter; never more than ``max_retry_wait``; after ``max_retries`` the error is raised
+  (``RateLimited``, ``Unavailable``, ``ServerError`` or httpx's own transport error).
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import httpx
@@ -31,6 +33,15 @@ T = TypeVar("T")
 ProgressCallback = Callable[[m.Job], None]
 
 USER_AGENT = "notee-client-python/0.1.0"
+
+#: Answers retried: 429 for every operation, the others for repeatable ones only.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: Transport failures retried for repeatable operations: the connection could not be opened, was
+#: dropped before the whole answer came, or the answer did not come in time.
+RETRY_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError,
+    httpx.ReadTimeout,
+)
 
 
 class _Policy:
@@ -67,12 +78,12 @@ class _Policy:
         if attempt >= self.max_retries:
             return None
         if response is not None:
-            if response.status_code == 429 or (response.status_code == 503 and op.repeatable):
-                after = _retry_after(response)
-                if after is not None:
-                    return min(after, self.max_retry_wait)
-            else:
+            status = response.status_code
+            if status not in RETRY_STATUSES or (status != 429 and not op.repeatable):
                 return None
+            after = _retry_after(response)
+            if after is not None:
+                return min(after, self.max_retry_wait)
         elif not op.repeatable:
             return None
         # Exponential backoff with full jitter when the server gave no Retry-After.
@@ -87,11 +98,22 @@ def _json_or_none(response: httpx.Response) -> Any:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds from now: delay-seconds or an HTTP date (RFC 9110 10.2.3); None
+    when absent or unreadable (the backoff applies)."""
     value = response.headers.get("Retry-After")
+    if value is None:
+        return None
     try:
-        return max(0.0, float(value)) if value is not None else None
+        return max(0.0, float(value))
     except ValueError:
-        return None  # an HTTP date: treat as absent, the backoff applies
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 class Client(SyncMethods):
@@ -119,12 +141,12 @@ class Client(SyncMethods):
         while True:
             try:
                 response = self._http.send(self._policy.request(self._http, op))
-            except httpx.ConnectError:
+            except RETRY_ERRORS:
                 wait = self._policy.delay(op, attempt, None)
                 if wait is None:
                     raise
             else:
-                wait = self._policy.delay(op, attempt, response) if response.status_code in (429, 503) else None
+                wait = self._policy.delay(op, attempt, response)
                 if wait is None:
                     return self._policy.result(op, response)
             time.sleep(wait)
@@ -224,12 +246,12 @@ class AsyncClient(AsyncMethods):
         while True:
             try:
                 response = await self._http.send(self._policy.request(self._http, op))
-            except httpx.ConnectError:
+            except RETRY_ERRORS:
                 wait = self._policy.delay(op, attempt, None)
                 if wait is None:
                     raise
             else:
-                wait = self._policy.delay(op, attempt, response) if response.status_code in (429, 503) else None
+                wait = self._policy.delay(op, attempt, response)
                 if wait is None:
                     return self._policy.result(op, response)
             await asyncio.sleep(wait)

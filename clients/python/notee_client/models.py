@@ -15,6 +15,16 @@ Method = Literal["TOPIC", "CYCLE", "SINGLE"]
 Os = Literal["IOS", "AOS"]
 Priority = Literal["high", "normal"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled", "expired", "scheduled"]
+SubscriptionMethod = Literal["TOPIC", "CYCLE"]  # a SINGLE template has no subscribers
+DeliveryMode = Literal["live", "dry_run"]
+QuietHoursMode = Literal["hold", "drop"]
+SubscribeStatus = Literal["subscribed", "already_subscribed"]
+BulkStatus = Literal["subscribed", "already_subscribed", "not_found"]
+RateClass = Literal["publish", "send", "write", "read"]
+WebhookEvent = Literal["job.finished", "job.failed", "token.pruned", "dead_letter.created"]
+WebhookDeliveryState = Literal["pending", "delivered", "failed"]
+# The server's enums, field by field: tests/integration/test_sdk_literals.py holds them to the
+# OpenAPI document. A value a newer server adds fails to parse here: upgrade the client.
 #: States after which a job's counts no longer change.
 FINAL_JOB_STATES = frozenset({"done", "failed", "cancelled", "expired"})
 
@@ -40,7 +50,7 @@ class Service(Model):
     service: str
     display_name: str
     timezone: str
-    delivery_mode: str = "live"  # "dry_run": pushes are recorded, never sent
+    delivery_mode: DeliveryMode = "live"  # "dry_run": pushes are recorded, never sent
     created_at: datetime
 
 
@@ -106,11 +116,11 @@ class Template(Model):
     created_at: datetime
     updated_at: datetime
     variants: dict[str, dict[str, Any]] | None = None
-    quiet_hours: str = "hold"
+    quiet_hours: QuietHoursMode = "hold"
 
 
 class Subscribed(Model):
-    status: str
+    status: SubscribeStatus
     devices: int
     schedule: str | None = None
 
@@ -124,7 +134,7 @@ class Schedule(Model):
 
 
 class Subscription(Model):
-    method: Method
+    method: SubscriptionMethod
     type: str
     topic: str | None = None
     schedule: Schedule | None = None
@@ -134,7 +144,7 @@ class Subscription(Model):
 
 class BulkResult(Model):
     user_id: str
-    status: str
+    status: BulkStatus
 
 
 class BulkSubscribed(Model):
@@ -146,13 +156,13 @@ class BulkSubscribed(Model):
 
 class PublishAccepted(Model):
     job_id: str
-    state: str = "queued"  # "scheduled" when send_at is in the future
+    state: JobState = "queued"  # "scheduled" when send_at is in the future
     send_at: datetime | None = None
 
 
 class Job(Model):
     job_id: str
-    state: str
+    state: JobState
     send_at: datetime | None = None  # a scheduled job is sent then
     dry_run: bool = False  # the service was in dry_run mode: nothing was sent
     notification_type: str
@@ -193,7 +203,7 @@ class SendResult(Model):
 
 
 class RateLimit(Model):
-    rate_class: str = Field(alias="class")
+    rate_class: RateClass = Field(alias="class")
     rate: float
     burst: int
     custom: bool
@@ -300,7 +310,7 @@ class DeliverySummary(Model):
 class Webhook(Model):
     endpoint_id: str
     url: str
-    events: list[str]
+    events: list[WebhookEvent]
     description: str | None = None
     created_at: datetime
 
@@ -312,8 +322,8 @@ class WebhookCreated(Webhook):
 class WebhookDelivery(Model):
     delivery_id: int
     event_id: str
-    event_type: str
-    state: str  # pending | delivered | failed
+    event_type: WebhookEvent
+    state: WebhookDeliveryState
     attempts: int
     last_status: int | None = None
     last_error: str | None = None

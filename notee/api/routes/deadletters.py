@@ -60,7 +60,7 @@ class ReplayOut(BaseModel):
 
 
 LimitQuery = Annotated[int, Query(ge=1, le=500)]
-CursorQuery = Annotated[str | None, Query(max_length=200, description="From the previous page.")]
+CursorQuery = Annotated[str | None, cursors.query(200)]
 BeforeQuery = Annotated[
     int | None, Query(ge=1, description="Deprecated (use cursor): only letters older than this id.", deprecated=True)
 ]

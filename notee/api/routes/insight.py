@@ -179,7 +179,7 @@ def _topics(
 
 # ---------------------------------------------------------------------- parameters
 TypeQuery = Annotated[str | None, Query(pattern=TYPE_PATTERN, description="Only this TOPIC template's topics.")]
-CursorQuery = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page.")]
+CursorQuery = Annotated[str | None, cursors.query(400, "next_cursor of the previous page.")]
 TopicLimit = Annotated[int, Query(ge=1, le=insight.TOPICS_MAX_PAGE)]
 CalendarHours = Annotated[
     int, Query(ge=1, le=insight.CALENDAR_MAX_HOURS, description="How far ahead to look, in hours.")

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
+from notee.api.documented import TopicPath
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
 from notee.core.vocabulary import JobFilter, JobState, Progress
@@ -109,7 +110,6 @@ class JobStatus(Answer):
 
 
 TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The TOPIC template's notification_type.")]
-TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded).")]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -204,7 +204,7 @@ CreatedToQuery = Annotated[
     str | None,
     Query(max_length=40, json_schema_extra={"format": "date-time"}, description="Created before (RFC 3339)."),
 ]
-JobCursorQuery = Annotated[str | None, Query(max_length=200, description="From the previous page.")]
+JobCursorQuery = Annotated[str | None, cursors.query(200)]
 JobLimitQuery = Annotated[int, Query(ge=1, le=200)]
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, String
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
+from notee.api.documented import DATA
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.api.user_ref import UserDep
@@ -40,7 +41,7 @@ class SendIn(BaseModel):
         description="Values for the template's {{name}} placeholders; the template's defaults fill the rest. Every "
         "placeholder left unfilled is listed in one 422.",
     )
-    data: dict[OneLineText, MultiLineText] | None = Field(
+    data: Annotated[dict[OneLineText, MultiLineText], DATA] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
     send_at: Rfc3339 | None = SEND_AT_FIELD

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep, SubscribeGroupsDep
+from notee.api.documented import TopicPath
 from notee.api.errors import known_error_response
 from notee.api.models import Answer, errors
 from notee.api.subscribe_groups import SubscribeGroups
@@ -31,7 +32,6 @@ from notee.domain.subscription_rows import SubscribeResult
 router = APIRouter(prefix="/v1", tags=["subscriptions"])
 
 TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The template's notification_type")]
-TopicPath = Annotated[str, Path(description="Topic, 1-50 characters, no control characters (URL-encoded)")]
 
 
 class _In(BaseModel):
@@ -40,8 +40,10 @@ class _In(BaseModel):
 
 class CycleIn(_In):
     days: list[StrictStr] = Field(..., min_length=1, max_length=7, description="MON..SUN", examples=[["MON", "WED"]])
-    hour: StrictInt = Field(..., description="0-23, local to timezone")
-    minute: StrictInt = Field(..., description="0-59, local to timezone")
+    hour: StrictInt = Field(..., description="0-23, local to timezone", json_schema_extra={"minimum": 0, "maximum": 23})
+    minute: StrictInt = Field(
+        ..., description="0-59, local to timezone", json_schema_extra={"minimum": 0, "maximum": 59}
+    )
     timezone: StrictStr | None = Field(
         None, max_length=64, description="IANA timezone; default: the service's timezone"
     )

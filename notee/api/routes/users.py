@@ -20,7 +20,16 @@ from notee.domain.users import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 
-ServiceUserIdPath = Annotated[str, Path(min_length=1, max_length=191, description="The service's own user id")]
+# The domain checks its text rule (the document states it); "/" cannot travel in one path segment.
+ServiceUserIdPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=191,
+        description="The service's own user id",
+        json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f-\x9f/]+$"},
+    ),
+]
 
 
 @router.put("/{service_user_id}", response_model=UserOut, responses={201: {"model": UserOut, "description": "Created"}})
@@ -68,7 +77,7 @@ def list_users(
         bool | None, Query(description="true: only users with a device; false: only without.")
     ] = None,
     platform: Annotated[Os | None, Query(description="Only users with a device of this platform.")] = None,
-    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+    cursor: Annotated[str | None, cursors.query(200)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> UserList:
     """The service's users, newest first, a page at a time (pass ``next_cursor`` back as ``cursor``:

@@ -28,8 +28,9 @@ class WebhookIn(BaseModel):
     url: StrictStr = Field(
         min_length=8,
         max_length=webhooks.MAX_URL_LEN,
-        description="HTTPS URL Notee POSTs events to. Loopback, private and link-local addresses are refused "
-        "(also when a host name resolves to one at send time).",
+        description="HTTPS URL Notee POSTs events to (http:// too where NOTEE_WEBHOOK_ALLOW_HTTP is set). Loopback, "
+        "private and link-local addresses are refused (also when a host name resolves to one at send time).",
+        json_schema_extra={"format": "uri", "pattern": webhooks.URL_PATTERN},
     )
     events: list[WebhookEvent] | None = Field(
         None, min_length=1, max_length=4, description="The events it receives; default all four."
@@ -146,7 +147,7 @@ def list_deliveries(
     service: ServiceDep,
     db: DbDep,
     state: Annotated[WebhookDeliveryState | None, Query(description="Only deliveries in this state.")] = None,
-    cursor: Annotated[str | None, Query(max_length=200, description="From the previous page.")] = None,
+    cursor: Annotated[str | None, cursors.query(200)] = None,
     before_id: Annotated[
         int | None,
         Query(ge=1, description="Deprecated (use cursor): only deliveries older than this id.", deprecated=True),
