@@ -59,6 +59,7 @@ lint: venv
 	$(VENV)/bin/ruff check notee tests bench
 	$(VENV)/bin/ruff format --check notee tests bench
 	$(VENV)/bin/mypy --strict notee
+	$(VENV)/bin/mypy --strict clients/python/notee_client  # the SDK: its users type-check their code against it
 	$(VENV)/bin/vulture   # dead code: names nothing uses ([tool.vulture] in pyproject.toml, vulture_allowlist.py)
 
 ## Every test except the long fault suite and the soak, in lanes, each printing its wall time
