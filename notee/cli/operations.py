@@ -1,6 +1,6 @@
 """The operator's `notee` commands on the stores themselves (no API, no API key): migrations,
-retention, reconcile and the backfills, waiting for the Cassandra ring, a failed job's requeue and
-the credentials key's rotation. Each command imports what it runs when it runs
+retention, reconcile and the backfills, waiting for the Cassandra ring and the credentials key's
+rotation. Each command imports what it runs when it runs
 (the `notee` command starts fast)."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from notee.cli.config import load_settings
-from notee.cli.remote_client import AsJson, ExitCode, exit_code_for, print_json, say
-from notee.cli.remote_publish import jobs_app
+from notee.cli.remote_client import AsJson, ExitCode, print_json, say
 from notee.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -192,37 +191,6 @@ def cassandra_ready(
         raise typer.Exit(ExitCode.UNAVAILABLE) from exc
     nodes = len(settings.cassandra_hosts)
     say(f"cassandra ring of {nodes} node(s) ready after {waited:.1f} s", {"nodes": nodes, "waited_s": waited}, as_json)
-
-
-@jobs_app.command("requeue")  # beside list/show/cancel; this one is the operator's, on the database
-def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."), as_json: AsJson = False) -> None:
-    """Resume a failed job from its tasks' checkpoints (operators: reads the database, no API key)."""
-    # deferred: each command loads only what it runs (`notee` starts fast)
-    from notee.core.errors import NoteeError
-    from notee.store.runtime import Runtime
-    from notee.usecases import jobs
-
-    runtime = Runtime(load_settings())
-    try:
-        with runtime.sessions.begin() as session:
-            job, progress = jobs.requeue_job(session, job_id)
-    except NoteeError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(exit_code_for(exc.status)) from exc
-    finally:
-        runtime.close()
-    line = (
-        f"job {job.job_id} requeued: {job.state}, {progress.tasks_done} of {job.task_count} tasks done, "
-        f"{progress.sent} sent so far"
-    )
-    answer = {
-        "job_id": job.job_id,
-        "state": job.state,
-        "tasks": job.task_count,
-        "tasks_done": progress.tasks_done,
-        "sent": progress.sent,
-    }
-    say(line, answer, as_json)
 
 
 credentials_app = typer.Typer(help="Provider credentials stored by Notee (encrypted at rest).", no_args_is_help=True)

@@ -1,5 +1,6 @@
 """The commands over HTTP that send (NOTEE_API_KEY): `notee publish` to a topic (following the job with
-a progress line), `notee send` to one user, and `notee jobs list|show|cancel`.
+a progress line), `notee send` to one user, and `notee jobs list|show|cancel` (and `requeue`, the
+operator's, with NOTEE_ADMIN_TOKEN).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import typer
 
 from notee.cli.remote_client import SEND_AT_HELP, USER_HELP, AsJson, fail, instant, pairs, print_json, say, sdk_client
 
-jobs_app = typer.Typer(help="Publish jobs: list, show, cancel (NOTEE_API_KEY).", no_args_is_help=True)
+jobs_app = typer.Typer(
+    help="Publish jobs: list, show, cancel (NOTEE_API_KEY); requeue (NOTEE_ADMIN_TOKEN).", no_args_is_help=True
+)
 
 
 def publish(
@@ -137,6 +140,19 @@ def jobs_cancel(job_id: str, as_json: AsJson = False) -> None:
         job = notee.cancel_job(job_id)
     say(
         f"job {job.job_id} {job.state}: sent {job.sent:,} of {job.targeted:,} read · failed {job.failed:,}",
+        job,
+        as_json,
+    )
+
+
+@jobs_app.command("requeue")
+def jobs_requeue(job_id: str = typer.Argument(..., help="The failed job's id."), as_json: AsJson = False) -> None:
+    """Resume a failed job from its tasks' checkpoints, once its cause is fixed (operators: the admin
+    API, NOTEE_ADMIN_TOKEN); what was sent is not sent again."""
+    with sdk_client() as notee:
+        job = notee.requeue_job(job_id)
+    say(
+        f"job {job.job_id} requeued: {job.state}, {job.tasks_done} of {job.tasks} tasks done, {job.sent:,} sent so far",
         job,
         as_json,
     )

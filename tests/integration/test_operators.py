@@ -10,15 +10,14 @@ import uuid
 from collections import Counter
 
 from sqlalchemy import text
-from typer.testing import CliRunner
 
-from notee.cli.main import app as cli
 from notee.core.errors import ProviderConfigError
 from notee.core.vocabulary import PageCounts
 from notee.providers.base import Message
 from notee.store import jobs_sql
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff
+from tests.support.cli import notee
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
 from tests.support.registry import admin_headers, new_service, new_template, new_user, random_token
 
@@ -73,19 +72,22 @@ def test_a_failed_job_is_requeued_and_resumes_from_its_checkpoint(client, runtim
     assert set(both) == set(tokens) and set(both.values()) == {1}  # resumed at the checkpoint, nothing twice
 
 
-def test_notee_jobs_requeue_cli(runtime, service_id):
+def test_notee_jobs_requeue_cli(runtime, service_id, admin_env):
+    """`notee jobs requeue` goes through the admin API (NOTEE_URL, NOTEE_ADMIN_TOKEN), as a subprocess."""
     key = topic_template(runtime, service_id)
     seed_topic(runtime, service_id, "news", key, "cli", 120)
     job = topic_job(runtime, service_id, key, "cli")
     _run_until_idle(runtime, service_id, Sender(fail_after=0))
     assert job_progress(runtime, job.job_id)[0].state == "failed"
-    result = CliRunner().invoke(cli, ["jobs", "requeue", job.job_id])
-    assert result.exit_code == 0, result.output
-    assert f"job {job.job_id} requeued: running" in result.output
-    again = CliRunner().invoke(cli, ["jobs", "requeue", job.job_id])
-    assert again.exit_code == 1 and "only a failed job" in again.output  # a conflict: 1
-    unknown = CliRunner().invoke(cli, ["jobs", "requeue", str(uuid.uuid4())])
-    assert unknown.exit_code == 3, unknown.output  # not found
+    result = notee("jobs", "requeue", job.job_id, env=admin_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"job {job.job_id} requeued: running, 0 of 1 tasks done, 0 sent so far")
+    again = notee("jobs", "requeue", job.job_id, "--json", env=admin_env)
+    assert again.returncode == 1 and "only a failed job" in again.stderr  # a conflict: 1
+    unknown = notee("jobs", "requeue", str(uuid.uuid4()), env=admin_env)
+    assert unknown.returncode == 3, unknown.stderr  # not found
+    keyless = {k: v for k, v in admin_env.items() if k != "NOTEE_ADMIN_TOKEN"}
+    assert notee("jobs", "requeue", job.job_id, env=keyless).returncode == 4  # no credentials: unauthorized
     _run_until_idle(runtime, service_id, Sender())
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done" and progress.sent == 120
