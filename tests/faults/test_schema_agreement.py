@@ -83,7 +83,9 @@ def _write(folder: Path, name: str, table: str) -> None:
     )
 
 
-def test_migrate_waits_for_schema_agreement_after_each_ddl(agree_settings: Settings, tmp_path: Path) -> None:
+def test_migrate_waits_for_schema_agreement_after_each_ddl(
+    agree_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ks = agree_settings.cassandra_keyspace_notification
     folder = tmp_path / "cql"
     folder.mkdir()
@@ -101,14 +103,25 @@ def test_migrate_waits_for_schema_agreement_after_each_ddl(agree_settings: Setti
         assert _tables_per_node(ks) == {host: expected for host in FaultCluster.hosts()}
 
         # Node 3 paused: it is still counted live but applies nothing, so no agreement is reached.
+        # Paused right before the new file's DDL, not before the run: the run's first read (of
+        # schema_version, a range read at LOCAL_ONE) may be served by node 3, and would then time out
+        # before any DDL is tried, which is not what this test is about.
         _write(folder, "0004_table_4.cql", "agree_4")
         pid = FaultCluster.node_pid(PAUSED_NODE)
-        os.kill(pid, signal.SIGSTOP)
+        execute_ddl = migrate._execute_ddl
+
+        def pause_before_the_new_table(session: Session, statement: str, wait_s: float) -> None:
+            if "agree_4" in statement:
+                os.kill(pid, signal.SIGSTOP)
+            execute_ddl(session, statement, wait_s)
+
+        monkeypatch.setattr(migrate, "_execute_ddl", pause_before_the_new_table)
         try:
             with pytest.raises(migrate.MigrationError, match="no schema agreement 5 s after"):
                 migrate.migrate_cassandra(session, agree_settings, folder)
         finally:
             os.kill(pid, signal.SIGCONT)
+            monkeypatch.undo()
         applied = {r.version for r in session.execute(f"SELECT version FROM {ks}.schema_version")}
         assert applied == {1, 2, 3}  # the unfinished file is not recorded: the next run applies it
 
