@@ -113,6 +113,8 @@ def test_the_async_client_runs_the_same_operations(tenant, api_process):
             subscribed = await notee.subscribe_cycle(user.user_id, "daily", days=["MON", "FRI"], hour=9, minute=30)
             subs = await notee.list_subscriptions(user.user_id)
             templates = await notee.list_templates()
+            listed = [u.user_id async for u in notee.iter_users(page_size=1)]  # follows next_cursor
+            assert user.user_id in listed and len(listed) == len(set(listed))
             await notee.unsubscribe_cycle(user.user_id, "daily")
             assert await notee.list_subscriptions(user.user_id) == []
             await notee.delete_user(user.user_id)

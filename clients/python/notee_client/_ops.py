@@ -18,11 +18,14 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
+Parsed = TypeVar("Parsed", covariant=True)  # an Op[JobPage] is an Op of any page type JobPage is
+
+
 @dataclass(frozen=True)
-class Op(Generic[T]):
+class Op(Generic[Parsed]):
     method: str
     path: str
-    parse: Callable[[Any], T]
+    parse: Callable[[Any], Parsed]
     json: Any = None
     params: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)

@@ -17,9 +17,9 @@ import email.utils
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -31,6 +31,20 @@ from notee_client.errors import JobTimeout, NoteeError, error_for
 
 T = TypeVar("T")
 ProgressCallback = Callable[[m.Job], None]
+Item = TypeVar("Item", covariant=True)
+
+
+class _Page(Protocol[Item]):
+    """One page of a listing: every list of the API pages the same way (``cursor`` in, ``next_cursor`` out)."""
+
+    @property
+    def items(self) -> Sequence[Item]: ...
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+PageAt = Callable[[str | None], Op[_Page[Item]]]  # the listing's operation for one cursor
 
 USER_AGENT = "notee-client-python/0.1.0"
 
@@ -167,60 +181,41 @@ class Client(SyncMethods):
                 raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
             time.sleep(poll_interval)
 
-    def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
-                  page_size: int = 50) -> Iterator[m.Job]:
-        """Every job of the service matching the filters, newest first, fetched a page at a time."""
+    def _walk(self, page_at: PageAt[Item]) -> Iterator[Item]:
+        """Every item of a listing, following ``next_cursor`` a page at a time."""
         cursor: str | None = None
         while True:
-            page = self.call(_ops.list_jobs(state=state, method=method, type=type, cursor=cursor, limit=page_size))
+            page = self.call(page_at(cursor))
             yield from page.items
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
+    def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
+                  page_size: int = 50) -> Iterator[m.Job]:
+        """Every job of the service matching the filters, newest first, fetched a page at a time."""
+        return self._walk(lambda cursor: _ops.list_jobs(state=state, method=method, type=type, cursor=cursor,
+                                                        limit=page_size))
 
     def iter_users(self, *, created_since: datetime | None = None, has_devices: bool | None = None,
                    platform: str | None = None, page_size: int = 50) -> Iterator[m.User]:
         """Every user of the service matching the filters, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.call(_ops.list_users(created_since=created_since, has_devices=has_devices,
-                                             platform=platform, cursor=cursor, limit=page_size))
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_users(created_since=created_since, has_devices=has_devices,
+                                                         platform=platform, cursor=cursor, limit=page_size))
 
     def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> Iterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.call(_ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
 
     def iter_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None,
                                 page_size: int = 50) -> Iterator[m.WebhookDelivery]:
         """Every recent delivery of a webhook endpoint, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor, limit=page_size))
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor,
+                                                                      limit=page_size))
 
     def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> Iterator[m.TopicCount]:
         """Every topic of the service with its subscriber count, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = self.call(_ops.list_topics(type=type, cursor=cursor, limit=page_size))
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_topics(type=type, cursor=cursor, limit=page_size))
 
 
 class AsyncClient(AsyncMethods):
@@ -271,68 +266,42 @@ class AsyncClient(AsyncMethods):
                 raise JobTimeout(f"job {job_id} still {job.state} after {timeout} s")
             await asyncio.sleep(poll_interval)
 
-    async def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
-                        page_size: int = 50) -> AsyncIterator[m.Job]:
+    async def _walk(self, page_at: PageAt[Item]) -> AsyncIterator[Item]:
+        """Every item of a listing, following ``next_cursor`` a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = await self.call(page_at(cursor))
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def iter_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None,
+                  page_size: int = 50) -> AsyncIterator[m.Job]:
         """Every job of the service matching the filters, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.call(_ops.list_jobs(state=state, method=method, type=type, cursor=cursor,
-                                                  limit=page_size))
-            for job in page.items:
-                yield job
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_jobs(state=state, method=method, type=type, cursor=cursor,
+                                                        limit=page_size))
 
-
-    async def iter_users(self, *, created_since: datetime | None = None, has_devices: bool | None = None,
-                         platform: str | None = None, page_size: int = 50) -> AsyncIterator[m.User]:
+    def iter_users(self, *, created_since: datetime | None = None, has_devices: bool | None = None,
+                   platform: str | None = None, page_size: int = 50) -> AsyncIterator[m.User]:
         """Every user of the service matching the filters, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.call(_ops.list_users(created_since=created_since, has_devices=has_devices,
-                                                   platform=platform, cursor=cursor, limit=page_size))
-            for user in page.items:
-                yield user
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_users(created_since=created_since, has_devices=has_devices,
+                                                         platform=platform, cursor=cursor, limit=page_size))
 
-    async def iter_dead_letters(self, *, job_id: str | None = None,
-                                page_size: int = 100) -> AsyncIterator[m.DeadLetter]:
+    def iter_dead_letters(self, *, job_id: str | None = None, page_size: int = 100) -> AsyncIterator[m.DeadLetter]:
         """Every dead letter of the service, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.call(_ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
-            for letter in page.items:
-                yield letter
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_dead_letters(limit=page_size, cursor=cursor, job_id=job_id))
 
-    async def iter_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None,
-                                      page_size: int = 50) -> AsyncIterator[m.WebhookDelivery]:
+    def iter_webhook_deliveries(self, endpoint_id: str, *, state: str | None = None,
+                                page_size: int = 50) -> AsyncIterator[m.WebhookDelivery]:
         """Every recent delivery of a webhook endpoint, newest first, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.call(_ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor,
-                                                                limit=page_size))
-            for delivery in page.items:
-                yield delivery
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_webhook_deliveries(endpoint_id, state=state, cursor=cursor,
+                                                                      limit=page_size))
 
-    async def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> AsyncIterator[m.TopicCount]:
+    def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> AsyncIterator[m.TopicCount]:
         """Every topic of the service with its subscriber count, fetched a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.call(_ops.list_topics(type=type, cursor=cursor, limit=page_size))
-            for topic in page.items:
-                yield topic
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self._walk(lambda cursor: _ops.list_topics(type=type, cursor=cursor, limit=page_size))
 
 
 __all__ = ["AsyncClient", "Client", "NoteeError", "ProgressCallback"]
