@@ -53,10 +53,6 @@ class TagRow(NamedTuple):
     value_num: float | None = None
 
 
-def _of_user(service: str, user_id: str) -> list[object]:
-    return [user_tag_t.c.service == service, user_tag_t.c.user_id == user_id]
-
-
 def read(session: Session, service: str, user_id: str) -> dict[str, TagValue]:
     """A user's tags, key -> value, in key order (the primary key)."""
     rows = session.execute(
