@@ -151,3 +151,22 @@ def _race(calls: list[Callable[[], Any]]) -> list[Any]:
 
     with ThreadPoolExecutor(len(calls)) as pool:
         return list(pool.map(go, calls))
+
+
+def test_a_send_held_by_quiet_hours_keeps_its_202_for_the_key(client, runtime, tenant, emu_app):
+    service, h = tenant
+    token = random_token("q")
+    user = new_user(client, h, "quiet-1", devices=[(token, "AOS")])
+    now = stored_now()
+    window = {"start": f"{(now - timedelta(hours=1)):%H:%M}", "end": f"{(now + timedelta(hours=1)):%H:%M}"}
+    r = client.put("/v1/users/quiet-1", json={"timezone": "UTC", "quiet_hours": window}, headers=h)
+    assert r.status_code == 200, r.text
+    first = _send(client, h, user, "held-1", quiet_hours=True)
+    assert first.status_code == 202, first.text
+    again = _send(client, h, user, "held-1", quiet_hours=True)
+    assert again.status_code == 202 and again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    with runtime.engine.connect() as conn:
+        jobs = conn.execute(text("SELECT COUNT(*) FROM fanout_job WHERE service = :s"), {"s": service}).scalar_one()
+    assert jobs == 1
+    assert deliveries_per_token(emu_app, [token]) == {token: 0}
