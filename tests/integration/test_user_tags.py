@@ -243,3 +243,20 @@ def _race(calls: list[Callable[[], Any]]) -> list[int]:
 
     with ThreadPoolExecutor(len(calls)) as pool:
         return list(pool.map(go, calls))
+
+
+def test_a_tag_write_racing_the_users_deletion_leaves_no_tag_and_no_error(client, runtime, tenant):
+    """The write locks the user's row: it finishes first (its tags go with the user: 200) or finds
+    the user gone (404); never a foreign-key failure (500), never a tag without its user."""
+    service, h = tenant
+    for _ in range(10):
+        user = tenant.user()
+        body = {f"k{i}": i for i in range(20)}
+        deleted, patched = _race(
+            [
+                lambda user=user: client.delete(f"/v1/users/{user}", headers=h),
+                lambda user=user, body=body: client.patch(f"/v1/users/{user}/tags", json=body, headers=h),
+            ]
+        )
+        assert deleted == 204 and patched in (200, 404), (deleted, patched)
+    assert _rows(runtime, service) == []
