@@ -24,6 +24,7 @@ from notee.api.routes import (
     quiet,
     sends,
     subscriptions,
+    tags,
     templates,
     users,
     webhooks,
@@ -38,6 +39,10 @@ from notee.usecases.queue_levels import watch_outbox, watch_queue
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
+
+
+# The tenant API's routers, in the order routing tries them (see create_app).
+_TENANT_ROUTES = (subscriptions, users, tags, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
 
 
 def create_app(
@@ -103,10 +108,7 @@ def create_app(
     # subscriptions), the admin API last (docs/BENCHMARKS.md, "The API's HTTP stack").
     routers = [health.router]
     if app.state.serves_tenant:
-        routers += [
-            r.router
-            for r in (subscriptions, users, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
-        ]
+        routers += [r.router for r in _TENANT_ROUTES]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
         routers += [insight.admin_router, admin.router, prometheus.router]

@@ -206,6 +206,11 @@ class Settings(BaseSettings):
     )
     schedule_max_days: int = Field(30, ge=1, le=366, description="Furthest ahead a send_at may be, in days.")
 
+    # --- audiences (docs/AUDIENCES.md) -----------------------------------------------------------
+    tags_per_user_max: int = Field(
+        100, ge=1, le=10_000, description="Tag keys a user may hold; a write that would leave more answers 422."
+    )
+
     # --- delivery webhooks (docs/WEBHOOKS.md) -----------------------------------------------------
     webhook_ca_file: str | None = Field(
         None, description="PEM CA bundle `notee webhooks` trusts besides the system's (a private CA, tests)."
