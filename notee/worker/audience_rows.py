@@ -1,0 +1,181 @@
+"""What a task reads besides a topic's or cycle bucket's rows (docs/AUDIENCES.md "Design"):
+
+* a condition job's row filter (``ConditionRows``): a row of the walked topic is kept when the
+  condition holds for its device's memberships and the device is in no earlier walked topic, so
+  every device is sent once; the memberships of the condition's other topics are read once per job
+  and worker process into sets (``MEMBERS``), kept while a task of the job runs here;
+* a platforms filter for Cassandra rows (``keep_platforms``);
+* an audience job's pages from MySQL (``audience_page``), and its checkpoint: the last
+  (user_id, device_token) read, as the task's paging state bytes (``encode_key``/``decode_key``).
+
+A device is keyed by its token (and a rotated row also by its first token, ``origin``), not by
+(user_id, device_token): a push reaches a token, and a token several users share is one device, so
+"in topic b" means "this token gets b's pushes", whichever of its users subscribed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from notee.core.vocabulary import ORIGIN, OS, TOKEN, AudienceTarget, RecipientRow, TopicTarget
+from notee.domain.conditions import parse_condition
+from notee.store import audience_users_sql, jobs_sql
+from notee.store.cql.recipients import stream_recipients
+from notee.store.cql.statements import Statements
+from notee.usecases.planning import task_plan, walk_of
+
+RowFilter = Callable[[list[RecipientRow]], list[RecipientRow]]
+MEMBER_PAGE = 5000  # rows per page when a topic's members are loaded
+
+
+class ConditionTooLarge(RuntimeError):
+    """A topic whose members a condition job loads has more than NOTEE_CONDITION_MEMBERS_MAX of them
+    (its counter was under the cap at publish): the job fails, saying so."""
+
+
+def load_members(statements: Statements, job: jobs_sql.JobRow, topic: str, members_max: int) -> frozenset[str]:
+    """The tokens (and first tokens of rotated rows) subscribed to ``topic`` with the job's template:
+    every occupied slot of it read in pages of ``MEMBER_PAGE``. ConditionTooLarge past ``members_max``."""
+    target = TopicTarget(topic)
+    ranges, slots = task_plan(statements, job.service, job.method, job.type_, job.notification_key, target)
+    walk = slots if slots is not None else list(range(ranges[0][0], ranges[-1][1] + 1))
+    members: set[str] = set()
+    for slot in walk:
+        for page, _ in stream_recipients(statements, job.notification_key, target, slot, MEMBER_PAGE):
+            members.update(r[TOKEN] for r in page)
+            members.update(r[ORIGIN] for r in page if r[ORIGIN])
+            if len(members) > 2 * members_max:  # two keys per rotated row at most
+                raise ConditionTooLarge(f"topic {topic!r} has more than {members_max} members")
+    return frozenset(members)
+
+
+@dataclass
+class _Entry:
+    sets: dict[str, frozenset[str]] = field(default_factory=dict)
+    users: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class MemberCache:
+    """The loaded memberships of condition jobs in this process: one entry per job with a task
+    running here (``acquire``/``release``), plus the last one used (its next task here reuses it);
+    any other idle entry is dropped when a job is acquired, so memory holds the running jobs' sets."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Entry] = {}
+
+    def acquire(
+        self, job_id: str, topics: Iterable[str], load: Callable[[str], frozenset[str]]
+    ) -> dict[str, frozenset[str]]:
+        """The sets of ``topics`` for the job, loaded by ``load`` once per job (a second task of the
+        job waits for the first's load instead of loading again)."""
+        with self._lock:
+            for other in [j for j, e in self._jobs.items() if e.users == 0 and j != job_id]:
+                del self._jobs[other]
+            entry = self._jobs.setdefault(job_id, _Entry())
+            entry.users += 1
+        try:
+            with entry.lock:
+                for topic in topics:
+                    if topic not in entry.sets:
+                        entry.sets[topic] = load(topic)
+                return dict(entry.sets)
+        except BaseException:
+            self.release(job_id)
+            raise
+
+    def release(self, job_id: str) -> None:
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            if entry is not None:
+                entry.users = max(0, entry.users - 1)
+
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+
+MEMBERS = MemberCache()
+
+
+def condition_topics(target: dict[str, Any], task_no: int) -> tuple[str, list[str]]:
+    """(the topic a condition job's task walks, the topics whose members it needs: the others)."""
+    _, walk = walk_of(target, task_no)
+    return str(walk["topic"]), [t for t in target["topics"] if t != walk["topic"]]
+
+
+class ConditionRows:
+    """The row filter of one task of a condition job: keeps a row when the condition holds for its
+    device and the device is in no topic walked before this task's (precomputed: the verdict of
+    each combination of the other topics' memberships, so a row costs a few set lookups)."""
+
+    __slots__ = ("allowed", "platforms", "sets")
+
+    def __init__(
+        self, target: dict[str, Any], task_no: int, members: dict[str, frozenset[str]], platforms: Iterable[str] = ()
+    ) -> None:
+        condition = parse_condition(target["condition"])
+        index, walk = walk_of(target, task_no)
+        walked = str(walk["topic"])
+        earlier = {str(w["topic"]) for w in target["walks"][:index]}
+        others = [t for t in condition.topics if t != walked]
+        self.sets = [members[t] for t in others]
+        self.platforms = frozenset(platforms)
+        self.allowed = set()
+        for mask in range(1 << len(others)):
+            member = {walked} | {t for j, t in enumerate(others) if mask >> j & 1}
+            if condition.holds(member) and not member & earlier:
+                self.allowed.add(mask)
+
+    def __call__(self, page: list[RecipientRow]) -> list[RecipientRow]:
+        kept = []
+        sets, allowed, platforms = self.sets, self.allowed, self.platforms
+        for r in page:
+            if platforms and r[OS] not in platforms:
+                continue
+            token, origin = r[TOKEN], r[ORIGIN]
+            mask = 0
+            for j, s in enumerate(sets):
+                if token in s or (origin is not None and origin in s):
+                    mask |= 1 << j
+            if mask in allowed:
+                kept.append(r)
+        return kept
+
+
+def keep_platforms(platforms: Iterable[str]) -> RowFilter:
+    """The rows of devices of ``platforms`` only (a topic publish narrowed by platforms)."""
+    wanted = frozenset(platforms)
+    return lambda page: [r for r in page if r[OS] in wanted]
+
+
+# ----------------------------------------------------------------------------- audience walks
+
+
+def encode_key(key: tuple[str, str]) -> bytes:
+    """An audience task's checkpoint: the last (user_id, device_token) read (both ASCII, no NUL)."""
+    return f"{key[0]}\x00{key[1]}".encode("ascii")
+
+
+def decode_key(state: bytes | None) -> tuple[str, str] | None:
+    if not state:
+        return None
+    user_id, _, token = state.decode("ascii").partition("\x00")
+    return user_id, token
+
+
+def audience_page(
+    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, slot: int, after: tuple[str, str] | None, limit: int
+) -> list[RecipientRow]:
+    """One page of an audience job's devices in a slot, after ``after``, as recipient rows."""
+    if "users" in target.spec:
+        rows = audience_users_sql.user_list_page(session, job.service, job.job_id, slot, after, limit, target.platforms)
+    else:
+        raise NotImplementedError("filter and segments walks")
+    return [(token, os_, user_id, 0, None) for user_id, token, os_ in rows]
