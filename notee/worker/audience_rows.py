@@ -63,8 +63,9 @@ class _Entry:
 
 class MemberCache:
     """The loaded memberships of condition jobs in this process: one entry per job with a task
-    running here (``acquire``/``release``), plus the last one used (its next task here reuses it);
-    any other idle entry is dropped when a job is acquired, so memory holds the running jobs' sets."""
+    running here (``acquire``/``release``). An idle entry (no task of its job runs here) is kept
+    until another job is acquired (the job's next task here reuses it), then dropped: memory holds
+    the sets of the jobs running here, and at most the last one besides."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

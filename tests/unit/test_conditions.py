@@ -114,3 +114,72 @@ def test_the_job_walks_the_cheapest_topics_that_meet_every_recipient(
     assert condition.walked_topics(counts) == walked
     for member in condition.satisfying():
         assert member & set(walked)
+
+
+def _target(text: str, walked: list[str], tasks: list[int] | None = None) -> dict[str, object]:
+    condition = parse_condition(text)
+    counts = tasks or [1] * len(walked)
+    return {
+        "condition": text,
+        "topics": list(condition.topics),
+        "walks": [{"topic": t, "tasks": n, "slots": None} for t, n in zip(walked, counts, strict=True)],
+    }
+
+
+def test_a_condition_task_keeps_a_row_once_over_the_walked_topics() -> None:
+    from notee.worker.audience_rows import ConditionRows
+
+    target = _target("'a' in topics || 'b' in topics", ["a", "b"], [2, 1])
+    members = {"a": frozenset({"t-ab", "t-a", "old-x"}), "b": frozenset({"t-ab", "t-b"})}
+    row = lambda token, origin=None, os_="AOS": (token, os_, "u", 0, origin)  # noqa: E731
+    walk_a = ConditionRows(target, 1, members)  # task 1: still the first walk (a has two tasks)
+    walk_b = ConditionRows(target, 2, members)
+    rows_a = [row("t-ab"), row("t-a"), row("new-x", "old-x")]
+    rows_b = [row("t-ab"), row("t-b"), row("new-x", "old-x")]
+    assert [r[0] for r in walk_a(rows_a)] == ["t-ab", "t-a", "new-x"]
+    assert [r[0] for r in walk_b(rows_b)] == ["t-b"]  # t-ab and the rotated device were sent from a
+    ios_only = ConditionRows(target, 2, members, ["IOS"])
+    assert ios_only([row("t-b", os_="IOS"), row("t-b2", os_="AOS")]) == [row("t-b", os_="IOS")]
+
+
+def test_and_not_keeps_the_walked_topics_rows_outside_the_excluded_one() -> None:
+    from notee.worker.audience_rows import ConditionRows
+
+    target = _target("'a' in topics && !('b' in topics)", ["a"])
+    keep = ConditionRows(target, 0, {"b": frozenset({"in-b"})})
+    assert [r[0] for r in keep([("in-b", "AOS", "u", 0, None), ("only-a", "AOS", "u", 1, None)])] == ["only-a"]
+
+
+def test_the_member_cache_loads_once_per_job_and_drops_idle_jobs() -> None:
+    from notee.worker.audience_rows import MemberCache
+
+    cache, loads = MemberCache(), []
+
+    def load(topic: str) -> frozenset[str]:
+        loads.append(topic)
+        return frozenset({topic})
+
+    assert cache.acquire("j1", ["a"], load) == {"a": frozenset({"a"})}
+    cache.acquire("j1", ["a"], load)
+    assert loads == ["a"]
+    cache.release("j1")
+    assert cache.jobs() == ["j1"]  # one task of j1 still runs
+    cache.acquire("j2", ["b"], load)
+    assert cache.jobs() == ["j1", "j2"]
+    cache.release("j1")
+    cache.acquire("j1", ["a"], load)  # idle, kept until another job comes: not loaded again
+    assert loads == ["a", "b"]
+    cache.release("j1")
+    cache.acquire("j3", ["c"], load)
+    assert cache.jobs() == ["j2", "j3"]  # j1 idle: dropped
+
+
+def test_an_audience_job_covers_every_slot_once() -> None:
+    from notee.usecases.planning import ONE_TASK_USERS, audience_ranges
+
+    assert audience_ranges(3) == [(0, 255)]
+    ranges = audience_ranges(ONE_TASK_USERS + 1)
+    assert len(ranges) == 16 and ranges == audience_ranges(None)
+    covered = [s for a, b in ranges for s in range(a, b + 1)]
+    assert covered == list(range(256))
+    assert [a for a, _ in ranges[1:]] == [ord(c) for c in "123456789abcdef"]
