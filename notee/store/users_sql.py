@@ -60,6 +60,8 @@ device_t = Table(
     Column("device_os", String(3)),
     Column("region", String(8)),
     Column("locale", String(35), nullable=True),
+    Column("app_version", String(32), nullable=True),
+    Column("app_version_key", String(100), nullable=True),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
 )

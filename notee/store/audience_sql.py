@@ -1,0 +1,266 @@
+"""Audience SQL (docs/AUDIENCES.md "Design"): an ``Audience`` (notee/domain/filters.py) compiled to
+one SQL condition over a device row ``d``, its user ``u`` and ``EXISTS`` lookups on ``user_tag``'s
+primary key; the page reads of an audience walk (a service's devices in primary-key order, one
+"slot" at a time) and the counts of an estimate.
+
+A walk's slot is the first byte of the user id (a UUID's first two hex digits: 256 slots of about
+equal size); a page is read after the (user_id, device_token) of the last row of the page before it,
+so a walk resumes from a checkpoint exactly. Every query names the service: tags and devices of
+another service are never read.
+
+Every predicate compiles to a two-valued condition (a missing value is false, never NULL), so a
+group's NOT (an excluded segment) means what it says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    DateTime,
+    Float,
+    MetaData,
+    String,
+    Table,
+    and_,
+    exists,
+    false,
+    func,
+    not_,
+    or_,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from notee.core.audience import (
+    ATTRIBUTES,
+    BOOLEAN,
+    ELAPSED,
+    STRING,
+    TIMESTAMP,
+    Audience,
+    Filter,
+    Predicate,
+)
+from notee.store.users_sql import device_t, user_t
+
+SLOTS = 256  # a walk's slots: the first byte of the user id
+
+_meta = MetaData()
+user_tag_t = Table(
+    "user_tag",
+    _meta,
+    Column("service", String(32), primary_key=True),
+    Column("user_id", String(36), primary_key=True),
+    Column("tag_key", String(64), primary_key=True),
+    Column("kind", String(1)),
+    Column("value_str", String(255)),
+    Column("value_num", Float),
+    Column("updated_at", DateTime),
+)
+
+d = device_t.alias("d")
+u = user_t.alias("u")
+
+# attribute -> its column (user's ``u`` or device's ``d``)
+_ATTRIBUTE_COLUMNS: dict[str, Any] = {
+    "locale": u.c.locale,
+    "timezone": u.c.timezone,
+    "created_at": u.c.created_at,
+    "platform": d.c.device_os,
+    "app_version": d.c.app_version_key,
+    "country": d.c.region,
+    "last_seen": d.c.updated_at,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AudienceQuery:
+    """What a walk or a count selects: the audience (None: every device of the service), the
+    platforms it is narrowed to (None: all), and ``now`` (naive UTC, the database's clock) for the
+    elapsed-time predicates."""
+
+    audience: Audience | None
+    platforms: tuple[str, ...] | None
+    now: datetime
+
+
+def slot_bounds(slot: int) -> tuple[str, str]:
+    """The user ids of a slot: [low, high) as strings (a UUID's first two hex digits)."""
+    low = f"{slot:02x}"
+    return low, (f"{slot + 1:02x}" if slot < SLOTS - 1 else "g")
+
+
+def slot_of(user_id: str) -> int:
+    return int(user_id[:2], 16)
+
+
+# ------------------------------------------------------------------------------------- compiling
+def _two_valued(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """NULL (a missing value) as false."""
+    return func.coalesce(condition, false())
+
+
+def _epoch_time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+
+
+def _compare(column: Any, op: str, value: Any) -> ColumnElement[bool]:
+    """``column op value`` for the ordering and equality ops, and in."""
+    if op == "=":
+        return column == value  # type: ignore[no-any-return]
+    if op == "<":
+        return column < value  # type: ignore[no-any-return]
+    if op == "<=":
+        return column <= value  # type: ignore[no-any-return]
+    if op == ">":
+        return column > value  # type: ignore[no-any-return]
+    if op == ">=":
+        return column >= value  # type: ignore[no-any-return]
+    return column.in_(value)  # type: ignore[no-any-return]
+
+
+_NEGATED = {"!=": "=", "not_in": "in", "not_exists": "exists"}
+
+
+def _tag(p: Predicate, now: datetime) -> ColumnElement[bool]:
+    """A tag predicate: an EXISTS on user_tag's primary key (negated ops: NOT EXISTS of the positive,
+    so a user without the tag matches ``!=`` and ``not_in``)."""
+    op = _NEGATED.get(p.op, p.op)
+    t = user_tag_t
+    where = [t.c.service == d.c.service, t.c.user_id == d.c.user_id, t.c.tag_key == p.tag]
+    if op != "exists":
+        where.append(t.c.kind == p.kind)
+        if op in ELAPSED:
+            cutoff = now.replace(tzinfo=UTC).timestamp() - float(p.value)  # type: ignore[arg-type]
+            where.append(t.c.value_num < cutoff if op == "elapsed_gt" else t.c.value_num > cutoff)
+        else:
+            value: Any = p.value
+            if p.kind == BOOLEAN:
+                value = 1.0 if value else 0.0
+            where.append(_compare(t.c.value_str if p.kind == STRING else t.c.value_num, op, value))
+    found = exists().where(*where)
+    return not_(found) if p.op in _NEGATED else found
+
+
+def _attribute(p: Predicate, now: datetime) -> ColumnElement[bool]:
+    """A built-in attribute's predicate over its column; '' (a device without a region) is absent."""
+    assert p.attribute is not None
+    column = _ATTRIBUTE_COLUMNS[p.attribute]
+    present = and_(column.is_not(None), column != "") if p.kind == STRING else column.is_not(None)
+    op = _NEGATED.get(p.op, p.op)
+    if op == "exists":
+        positive: ColumnElement[bool] = present
+    elif op in ELAPSED:
+        cutoff = now - timedelta(seconds=float(p.value))  # type: ignore[arg-type]
+        positive = column < cutoff if op == "elapsed_gt" else column > cutoff
+    else:
+        value: Any = p.value
+        if p.kind == TIMESTAMP:
+            value = _epoch_time(float(value))
+        positive = _compare(column, op, value)
+    positive = _two_valued(and_(present, positive))
+    return not_(positive) if p.op in _NEGATED else positive
+
+
+def _predicate(p: Predicate, now: datetime) -> ColumnElement[bool]:
+    return _tag(p, now) if p.tag is not None else _attribute(p, now)
+
+
+def _filter(f: Filter, now: datetime) -> ColumnElement[bool]:
+    return or_(*(and_(*(_predicate(p, now) for p in group)) for group in f))
+
+
+def audience_condition(audience: Audience, now: datetime) -> ColumnElement[bool]:
+    """The audience as one condition over ``d`` and ``u``: in an included filter, in no excluded one."""
+    included = or_(*(_filter(f, now) for f in audience.include))
+    if not audience.exclude:
+        return included
+    return and_(included, not_(or_(*(_filter(f, now) for f in audience.exclude))))
+
+
+def _needs_user(audience: Audience | None) -> bool:
+    if audience is None:
+        return False
+    filters = (*audience.include, *audience.exclude)
+    return any(
+        p.attribute is not None and not ATTRIBUTES[p.attribute][1] for f in filters for group in f for p in group
+    )
+
+
+def _where(service: str, query: AudienceQuery) -> list[ColumnElement[bool]]:
+    where: list[ColumnElement[bool]] = [d.c.service == service]
+    if query.platforms is not None:
+        where.append(d.c.device_os.in_(query.platforms))
+    if query.audience is not None:
+        where.append(audience_condition(query.audience, query.now))
+    return where
+
+
+def _from(query: AudienceQuery) -> Any:
+    """The device table, joined to its user when a predicate reads the user's attributes (the join is
+    a lookup on uq_user_user_id per device)."""
+    if not _needs_user(query.audience):
+        return d
+    return d.join(u, and_(u.c.service == d.c.service, u.c.user_id == d.c.user_id))
+
+
+# ------------------------------------------------------------------------------------- reading
+def device_page(
+    session: Session, service: str, query: AudienceQuery, slot: int, after: tuple[str, str] | None, limit: int
+) -> list[tuple[str, str, str]]:
+    """At most ``limit`` (user_id, device_token, device_os) of the audience in ``slot``, in primary-key
+    order, after the (user_id, device_token) ``after`` (None: from the slot's start)."""
+    low, high = slot_bounds(slot)
+    where = [*_where(service, query), d.c.user_id >= low, d.c.user_id < high]
+    if after is not None:
+        where.append(or_(d.c.user_id > after[0], and_(d.c.user_id == after[0], d.c.device_token > after[1])))
+    stmt = (
+        select(d.c.user_id, d.c.device_token, d.c.device_os)
+        .select_from(_from(query))
+        .where(*where)
+        .order_by(d.c.user_id, d.c.device_token)
+        .limit(limit)
+    )
+    return [(r.user_id, r.device_token, r.device_os) for r in session.execute(stmt)]
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What an audience reaches now: users with at least one matching device, and the devices by
+    platform."""
+
+    users: int
+    devices_by_platform: dict[str, int]
+
+    @property
+    def devices(self) -> int:
+        return sum(self.devices_by_platform.values())
+
+
+def count(session: Session, service: str, query: AudienceQuery) -> Reach:
+    """The audience's reach, counted exactly (one scan of the service's devices in MySQL)."""
+    base = select(d.c.device_os, d.c.user_id).select_from(_from(query)).where(*_where(service, query)).subquery()
+    by_platform = {
+        os_: int(n) for os_, n in session.execute(select(base.c.device_os, func.count()).group_by(base.c.device_os))
+    }
+    users = session.execute(select(func.count(func.distinct(base.c.user_id)))).scalar_one()
+    return Reach(int(users), by_platform)
+
+
+def explain_page(session: Session, service: str, query: AudienceQuery) -> list[dict[str, Any]]:
+    """MariaDB's plan of a page read (tests check it uses the indexes it should)."""
+    low, high = slot_bounds(0)
+    stmt = (
+        select(d.c.user_id, d.c.device_token, d.c.device_os)
+        .select_from(_from(query))
+        .where(*_where(service, query), d.c.user_id >= low, d.c.user_id < high)
+        .order_by(d.c.user_id, d.c.device_token)
+        .limit(1000)
+    )
+    compiled = stmt.compile(session.get_bind(), compile_kwargs={"literal_binds": True})
+    return [dict(r._mapping) for r in session.connection().exec_driver_sql(f"EXPLAIN {compiled}")]
