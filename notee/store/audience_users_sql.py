@@ -1,13 +1,19 @@
-"""The SQL of a publish to a list of users (docs/AUDIENCES.md "User lists"): their service user ids
-resolved to platform ids, kept beside the job (``job_audience_user``), and the walk of their devices
-in (user_id, device_token) order, one slot (the first byte of the user id) at a time."""
+"""The SQL of an audience job besides the filter's (notee/store/audience_sql.py): a publish to a list
+of users (docs/AUDIENCES.md "User lists": their service user ids resolved to platform ids, kept
+beside the job in ``job_audience_user``, and the walk of their devices in (user_id, device_token)
+order, one slot of audience_sql's at a time), the segment definitions a job snapshots, and which
+user of a filter's audience holds a shared token first (each device is sent once)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import and_, bindparam, func, select, text
 from sqlalchemy.orm import Session
+
+from notee.store.audience_sql import AudienceQuery, audience_condition, d, slot_bounds, u
 
 CHUNK = 1000  # ids per IN (...) / rows per INSERT: well inside max_allowed_packet
 
@@ -32,14 +38,6 @@ def insert_job_users(session: Session, job_id: str, user_ids: Sequence[str]) -> 
         session.execute(stmt, [{"j": job_id, "u": u} for u in user_ids[i : i + CHUNK]])
 
 
-def slot_bounds(slot: int) -> tuple[str, str | None] | None:
-    """The user ids of a slot: those from chr(slot) up to (not including) chr(slot + 1); None for a
-    slot past ASCII (user ids are ASCII: nothing there)."""
-    if slot >= 128:
-        return None
-    return chr(slot), chr(slot + 1) if slot < 127 else None
-
-
 def user_list_page(
     session: Session,
     service: str,
@@ -54,10 +52,7 @@ def user_list_page(
     hold is read once, with the lowest of their ids (each device gets a publish at most once).
     Index use: job_audience_user's primary key (job_id, user_id) for the slot's range, device's
     primary key per user, ix_device_token for the shared-token check."""
-    bounds = slot_bounds(slot)
-    if bounds is None:
-        return []
-    low, high = bounds
+    low, high = slot_bounds(slot)
     after_user, after_token = after if after is not None else ("", "")
     narrow = " AND d.device_os IN :os" if platforms else ""
     narrow2 = " AND d2.device_os IN :os" if platforms else ""
@@ -67,7 +62,7 @@ def user_list_page(
         "SELECT j.user_id, d.device_token, d.device_os FROM job_audience_user j"
         " JOIN device d ON d.service = :s AND d.user_id = j.user_id"
         " WHERE j.job_id = :j AND j.user_id >= CONVERT(:low USING ascii) COLLATE ascii_bin"
-        + (" AND j.user_id < CONVERT(:high USING ascii) COLLATE ascii_bin" if high is not None else "")
+        + " AND j.user_id < CONVERT(:high USING ascii) COLLATE ascii_bin"
         + " AND (j.user_id > CONVERT(:au USING ascii) COLLATE ascii_bin OR (j.user_id = CONVERT(:au USING ascii)"
         " COLLATE ascii_bin AND d.device_token COLLATE ascii_bin > CONVERT(:at USING ascii) COLLATE ascii_bin))"
         + narrow
@@ -77,10 +72,43 @@ def user_list_page(
         " ORDER BY j.user_id, d.device_token COLLATE ascii_bin LIMIT :n"
     )
     stmt = text(sql)
-    params: dict[str, object] = {"s": service, "j": job_id, "low": low, "au": after_user, "at": after_token, "n": limit}
-    if high is not None:
-        params["high"] = high
+    params: dict[str, object] = {
+        "s": service,
+        "j": job_id,
+        "low": low,
+        "high": high,
+        "au": after_user,
+        "at": after_token,
+        "n": limit,
+    }
     if platforms:
         stmt = stmt.bindparams(bindparam("os", expanding=True))
         params["os"] = list(platforms)
     return [(r.user_id, r.device_token, r.device_os) for r in session.execute(stmt, params)]
+
+
+def segment_filters(session: Session, service: str, names: Sequence[str]) -> dict[str, Any]:
+    """The stored filters (JSON as the API took it) of the service's segments among ``names``, by name."""
+    if not names:
+        return {}
+    stmt = text("SELECT name, filter FROM segment WHERE service = :s AND name IN :names").bindparams(
+        bindparam("names", expanding=True)
+    )
+    rows = session.execute(stmt, {"s": service, "names": list(names)})
+    return {r.name: json.loads(r.filter) if isinstance(r.filter, str | bytes) else r.filter for r in rows}
+
+
+def first_holders(session: Session, service: str, query: AudienceQuery, tokens: Sequence[str]) -> dict[str, str]:
+    """token -> the lowest user id of the audience's (and platforms') devices holding it, for
+    ``tokens`` (one page's): a device several matching users share is sent with that user only.
+    ix_device_token per token; the audience's condition per matching row."""
+    if not tokens:
+        return {}
+    where = [d.c.service == service, d.c.device_token.in_(list(tokens))]
+    if query.platforms is not None:
+        where.append(d.c.device_os.in_(query.platforms))
+    if query.audience is not None:
+        where.append(audience_condition(query.audience, query.now))
+    joined = d.join(u, and_(u.c.service == d.c.service, u.c.user_id == d.c.user_id))
+    stmt = select(d.c.device_token, func.min(d.c.user_id)).select_from(joined).where(*where).group_by(d.c.device_token)
+    return {str(t): str(first) for t, first in session.execute(stmt)}

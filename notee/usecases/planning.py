@@ -115,22 +115,20 @@ def walk_of(target: dict[str, Any], task_no: int) -> tuple[int, dict[str, Any]]:
     raise ValueError(f"task {task_no} is past the job's walks")
 
 
-# An audience job's slots (docs/AUDIENCES.md "Design"): the first byte of a user id, 256 of them.
-# Platform ids are UUIDs (a hex digit first), so a job gets one task per hex digit; the other slots
-# go with their neighbours (walked anyway: one empty indexed read each), so no id is ever missed.
+# An audience job's slots (notee/store/audience_sql.py): a user id's first two hex digits, 256 slots
+# of about equal size (platform ids are UUIDs). Sixteen tasks of sixteen slots each; a short user
+# list is one task over every slot.
 AUDIENCE_SLOTS = 256
-_HEX_SLOTS = [ord(c) for c in "0123456789abcdef"]
+AUDIENCE_TASKS = 16
 ONE_TASK_USERS = 1000  # a user list this short is one task (a page or two): no point in sixteen claims
 
 
 def audience_ranges(users: int | None) -> list[tuple[int, int]]:
-    """The task ranges of an audience job: one task over every slot for a short user list, else one
-    per hex digit (a filter, segments or a long list), together covering slots 0..255."""
+    """The task ranges of an audience job: one task over every slot for a short user list, else
+    ``AUDIENCE_TASKS`` (a filter, segments or a long list), together covering slots 0..255."""
     if users is not None and users <= ONE_TASK_USERS:
         return [(0, AUDIENCE_SLOTS - 1)]
-    starts = [0, *_HEX_SLOTS[1:]]
-    ends = [s - 1 for s in starts[1:]] + [AUDIENCE_SLOTS - 1]
-    return list(zip(starts, ends, strict=True))
+    return slot_ranges(AUDIENCE_SLOTS - 1, AUDIENCE_SLOTS // AUDIENCE_TASKS)
 
 
 def task_slots(target: dict[str, Any], current_slot: int, slot_to: int, task_no: int = 0) -> list[int]:

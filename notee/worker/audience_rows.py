@@ -22,11 +22,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from notee.core.audience import audience_from_json
 from notee.core.vocabulary import ORIGIN, OS, TOKEN, AudienceTarget, RecipientRow, TopicTarget
 from notee.domain.conditions import parse_condition
-from notee.store import audience_users_sql, jobs_sql
+from notee.store import audience_sql, audience_users_sql, jobs_sql
+from notee.store.audience_sql import AudienceQuery
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
+from notee.store.mysql import db_now
 from notee.usecases.planning import task_plan, walk_of
 
 RowFilter = Callable[[list[RecipientRow]], list[RecipientRow]]
@@ -173,10 +176,18 @@ def decode_key(state: bytes | None) -> tuple[str, str] | None:
 
 def audience_page(
     session: Session, job: jobs_sql.JobRow, target: AudienceTarget, slot: int, after: tuple[str, str] | None, limit: int
-) -> list[RecipientRow]:
-    """One page of an audience job's devices in a slot, after ``after``, as recipient rows."""
+) -> tuple[list[RecipientRow], tuple[str, str] | None]:
+    """One page of an audience job's devices in a slot, after ``after``, as recipient rows to send,
+    and the key of the last device read (None: the slot holds no more; the slot goes on when the
+    page was full, whatever was left out of it)."""
     if "users" in target.spec:
         rows = audience_users_sql.user_list_page(session, job.service, job.job_id, slot, after, limit, target.platforms)
+        kept = rows
     else:
-        raise NotImplementedError("filter and segments walks")
-    return [(token, os_, user_id, 0, None) for user_id, token, os_ in rows]
+        query = AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, db_now(session))
+        rows = audience_sql.device_page(session, job.service, query, slot, after, limit)
+        # A token several matching users hold: sent with the lowest of them only (once per device).
+        first = audience_users_sql.first_holders(session, job.service, query, sorted({t for _, t, _ in rows}))
+        kept = [r for r in rows if first.get(r[1], r[0]) == r[0]]
+    last = (rows[-1][0], rows[-1][1]) if len(rows) >= limit else None
+    return [(token, os_, user_id, 0, None) for user_id, token, os_ in kept], last

@@ -259,15 +259,15 @@ class PageReader:
         for slot in self.walk:
             after = decode_key(claim.paging_state) if slot == claim.current_slot else None
             while True:
-                page = await asyncio.to_thread(self._audience_page, target, slot, after)
-                full = len(page) >= self.fetch_size
-                after = (page[-1][USER], page[-1][TOKEN]) if page else after
-                await self._take(slot, page, encode_key(after) if full and after else None, None)
-                if not full:
+                page, after = await asyncio.to_thread(self._audience_page, target, slot, after)
+                await self._take(slot, page, encode_key(after) if after else None, None)
+                if after is None:  # a short page: the slot is done
                     break
         await self._hand_over()
 
-    def _audience_page(self, target: AudienceTarget, slot: int, after: tuple[str, str] | None) -> list[RecipientRow]:
+    def _audience_page(
+        self, target: AudienceTarget, slot: int, after: tuple[str, str] | None
+    ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
         with self.runtime.sessions() as session:
             return audience_page(session, self.job, target, slot, after, self.fetch_size)
 

@@ -6,6 +6,7 @@ send_at, cancel, local time and quiet hours, locale variants, progress, webhooks
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -140,7 +141,7 @@ def test_a_long_user_list_is_one_task_per_hex_digit_each_sent_once(
             text("SELECT slot_from, slot_to FROM fanout_task WHERE job_id = :j ORDER BY task_no"),
             {"j": r.json()["job_id"]},
         ).all()
-    assert ranges[0] == (0, ord("0")) and ranges[-1] == (ord("f"), 255)
+    assert ranges[0] == (0, 15) and ranges[-1] == (240, 255)
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))  # every slot, once
     run_worker_until_idle(emu_runtime, [service])
     assert deliveries_per_token(emulator, tokens) == dict.fromkeys(tokens, 1)
@@ -293,3 +294,82 @@ def test_locale_variants_dead_letters_and_webhooks_for_a_user_list(client, runti
     with runtime.sessions() as s:
         events = webhooks_sql.list_deliveries(s, service, endpoint.endpoint.endpoint_id, limit=50)
     assert any(job in str(e) and "job.finished" in str(e) for e in events), events
+
+
+def _tag(runtime, service, user_id, key, value):
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "INSERT INTO user_tag (service, user_id, tag_key, kind, value_str, updated_at)"
+                " VALUES (:s, :u, :k, 's', :v, UTC_TIMESTAMP(6))"
+            ),
+            {"s": service, "u": user_id, "k": key, "v": value},
+        )
+
+
+def _segment(runtime, service, name, filter_):
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "INSERT INTO segment (service, name, filter, created_at, updated_at)"
+                " VALUES (:s, :n, :f, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+                " ON DUPLICATE KEY UPDATE filter = VALUES(filter)"
+            ),
+            {"s": service, "n": name, "f": json.dumps(filter_)},
+        )
+
+
+PRO = [[{"tag": "plan", "op": "=", "value": "pro"}]]
+
+
+def test_a_filter_reaches_its_users_devices_each_once(client, runtime, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    pro_user, pro = _member(client, headers, [], service_user_id="f-pro")
+    ios_user, pro_ios = _member(client, headers, [], "IOS", service_user_id="f-pro-ios")
+    free_user, free = _member(client, headers, [], service_user_id="f-free")
+    shared = random_token("shared")  # two pro users share a device: sent once
+    shared_users = [_member(client, headers, [], service_user_id=f"f-sh{i}", token=shared)[0] for i in (1, 2)]
+    for user in (pro_user, ios_user, *shared_users):
+        _tag(runtime, service, user, "plan", "pro")
+    _tag(runtime, service, free_user, "plan", "free")
+    r = _publish(client, headers, {"filter": PRO, "method": "SINGLE"})
+    assert r.status_code == 202, r.text
+    aos = _publish(client, headers, {"filter": PRO, "platforms": ["AOS"]})
+    run_worker_until_idle(emu_runtime, [service], fetch_size=1)  # a page a device: every checkpoint resumes
+    got = deliveries_per_token(emulator, [pro, pro_ios, free, shared])
+    assert got == {pro: 2, pro_ios: 1, free: 0, shared: 2}, got
+    status = _status(client, headers, r.json()["job_id"])
+    assert (status["state"], status["targeted"], status["tasks"]) == ("done", 3, 16), status
+    assert _status(client, headers, aos.json()["job_id"])["targeted"] == 2
+
+
+def test_segments_are_snapshotted_when_the_job_is_made(client, runtime, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    users = {}
+    for name, plan in (("s-pro", "pro"), ("s-trial", "trial"), ("s-free", "free")):
+        users[name], token = _member(client, headers, [], service_user_id=name)
+        users[name + ":token"] = token
+        _tag(runtime, service, users[name], "plan", plan)
+    _tag(runtime, service, users["s-trial"], "churned", "yes")
+    _segment(runtime, service, "paying", [[{"tag": "plan", "op": "in", "value": ["pro", "trial"]}]])
+    _segment(runtime, service, "churned", [[{"tag": "churned", "op": "exists"}]])
+    body = {"segments": {"include": ["paying"], "exclude": ["churned"]}, "send_at": _soon()}
+    r = _publish(client, headers, body)
+    assert r.status_code == 202 and r.json()["state"] == "scheduled", r.text
+    _segment(runtime, service, "paying", [[{"tag": "plan", "op": "=", "value": "free"}]])  # changed after the job
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) WHERE job_id = :j"), {"j": r.json()["job_id"]}
+        )
+    run_worker_until_idle(emu_runtime, [service])
+    tokens = [users[n + ":token"] for n in ("s-pro", "s-trial", "s-free")]
+    assert deliveries_per_token(emulator, tokens) == dict(zip(tokens, (1, 0, 0), strict=True))
+    unknown = _publish(client, headers, {"segments": {"include": ["paying", "nope"]}})
+    assert unknown.status_code == 422
+    assert unknown.json()["error"]["details"][0]["loc"] == ["body", "segments", "include", "1"]  # loc is strings
+    bad = _publish(client, headers, {"filter": [[{"tag": "plan", "op": "elapsed_gt", "value": "x"}]]})
+    assert bad.status_code == 422 and bad.json()["error"]["details"][0]["loc"][:4] == ["body", "filter", "0", "0"]
+
+
+def _soon() -> str:
+    return (datetime.now(UTC) + timedelta(hours=2)).isoformat()

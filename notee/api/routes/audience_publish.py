@@ -78,7 +78,7 @@ TypePath = Annotated[str, Path(pattern=TYPE_PATTERN, description="The template's
     "/publish/{type}",
     status_code=202,
     response_model=GeneralPublishAccepted,
-    responses={404: {"model": ErrorResponse, "description": "No template of this method and type, or no such segment"}},
+    responses={404: {"model": ErrorResponse, "description": "No template of this method and type"}},
 )
 def publish_general(
     type: TypePath,
