@@ -98,6 +98,20 @@ def segment_filters(session: Session, service: str, names: Sequence[str]) -> dic
     return {r.name: json.loads(r.filter) if isinstance(r.filter, str | bytes) else r.filter for r in rows}
 
 
+def shared_tokens(session: Session, service: str, tokens: Sequence[str]) -> list[str]:
+    """Those of ``tokens`` that more than one user of the service holds (index-only on
+    ix_device_token): usually none, and then a page needs no ``first_holders``."""
+    if not tokens:
+        return []
+    stmt = (
+        select(d.c.device_token)
+        .where(d.c.service == service, d.c.device_token.in_(list(tokens)))
+        .group_by(d.c.device_token)
+        .having(func.count() > 1)
+    )
+    return [str(t) for (t,) in session.execute(stmt)]
+
+
 def first_holders(session: Session, service: str, query: AudienceQuery, tokens: Sequence[str]) -> dict[str, str]:
     """token -> the lowest user id of the audience's (and platforms') devices holding it, for
     ``tokens`` (one page's): a device several matching users share is sent with that user only.

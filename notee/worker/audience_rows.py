@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -29,7 +30,6 @@ from notee.store import audience_sql, audience_users_sql, jobs_sql
 from notee.store.audience_sql import AudienceQuery
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
-from notee.store.mysql import db_now
 from notee.usecases.planning import task_plan, walk_of
 
 RowFilter = Callable[[list[RecipientRow]], list[RecipientRow]]
@@ -174,20 +174,36 @@ def decode_key(state: bytes | None) -> tuple[str, str] | None:
     return user_id, token
 
 
+@dataclass(frozen=True, slots=True)
+class AudiencePage:
+    """Where one page of an audience task is read: the slot, the key after which it starts, how many
+    rows at most, and ``now`` (naive UTC, the database clock when the task started: elapsed-time
+    predicates compare with it)."""
+
+    slot: int
+    after: tuple[str, str] | None
+    limit: int
+    now: datetime
+
+
 def audience_page(
-    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, slot: int, after: tuple[str, str] | None, limit: int
+    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, at: AudiencePage
 ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
-    """One page of an audience job's devices in a slot, after ``after``, as recipient rows to send,
-    and the key of the last device read (None: the slot holds no more; the slot goes on when the
-    page was full, whatever was left out of it)."""
+    """One page of an audience job's devices, as recipient rows to send, and the key of the last
+    device read (None: the slot holds no more; the slot goes on when the page was full, whatever
+    was left out of it)."""
     if "users" in target.spec:
-        rows = audience_users_sql.user_list_page(session, job.service, job.job_id, slot, after, limit, target.platforms)
+        rows = audience_users_sql.user_list_page(
+            session, job.service, job.job_id, at.slot, at.after, at.limit, target.platforms
+        )
         kept = rows
     else:
-        query = AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, db_now(session))
-        rows = audience_sql.device_page(session, job.service, query, slot, after, limit)
+        query = AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, at.now)
+        rows = kept = audience_sql.device_page(session, job.service, query, at.slot, at.after, at.limit)
         # A token several matching users hold: sent with the lowest of them only (once per device).
-        first = audience_users_sql.first_holders(session, job.service, query, sorted({t for _, t, _ in rows}))
-        kept = [r for r in rows if first.get(r[1], r[0]) == r[0]]
-    last = (rows[-1][0], rows[-1][1]) if len(rows) >= limit else None
+        shared = audience_users_sql.shared_tokens(session, job.service, sorted({t for _, t, _ in rows}))
+        if shared:
+            first = audience_users_sql.first_holders(session, job.service, query, shared)
+            kept = [r for r in rows if first.get(r[1], r[0]) == r[0]]
+    last = (rows[-1][0], rows[-1][1]) if len(rows) >= at.limit else None
     return [(token, os_, user_id, 0, None) for user_id, token, os_ in kept], last

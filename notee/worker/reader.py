@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -43,12 +44,14 @@ from notee.providers.base import Message
 from notee.store import jobs_sql, users_sql
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
+from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobGone
 from notee.store.users_sql import UserClock, recipient_locales, user_clocks
 from notee.usecases.planning import in_part, placement, task_slots, task_unit
 from notee.worker.audience_rows import (
     MEMBERS,
+    AudiencePage,
     ConditionRows,
     RowFilter,
     audience_page,
@@ -256,20 +259,26 @@ class PageReader:
         device_token) (the task's paging state); each page's paging state is its last key while the
         slot goes on, so a crash resends at most one page."""
         claim = self.claim
+        now = await asyncio.to_thread(self._db_now)
         for slot in self.walk:
             after = decode_key(claim.paging_state) if slot == claim.current_slot else None
             while True:
-                page, after = await asyncio.to_thread(self._audience_page, target, slot, after)
+                at = AudiencePage(slot, after, self.fetch_size, now)
+                page, after = await asyncio.to_thread(self._audience_page, target, at)
                 await self._take(slot, page, encode_key(after) if after else None, None)
                 if after is None:  # a short page: the slot is done
                     break
         await self._hand_over()
 
+    def _db_now(self) -> datetime:
+        with self.runtime.sessions() as session:
+            return db_now(session)
+
     def _audience_page(
-        self, target: AudienceTarget, slot: int, after: tuple[str, str] | None
+        self, target: AudienceTarget, at: AudiencePage
     ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
         with self.runtime.sessions() as session:
-            return audience_page(session, self.job, target, slot, after, self.fetch_size)
+            return audience_page(session, self.job, target, at)
 
     async def _read_user(self, target: UserTarget) -> None:
         try:
