@@ -5,6 +5,7 @@ send_at, cancel, local time and quiet hours, locale variants, progress, webhooks
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from datetime import UTC, datetime, timedelta
@@ -373,3 +374,63 @@ def test_segments_are_snapshotted_when_the_job_is_made(client, runtime, tenant, 
 
 def _soon() -> str:
     return (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+
+
+def test_a_local_time_condition_reaches_each_zone_once(client, runtime, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    tokens = []
+    for zone in ("Europe/Berlin", "America/New_York", None):
+        body = {"name": "z"} | ({"timezone": zone} if zone else {})
+        user = client.put(f"/v1/users/z-{random_token()[-8:]}", json=body, headers=headers).json()["user_id"]
+        token = random_token("z")
+        client.post(f"/v1/users/{user}/devices", json={"token": token, "os": "AOS"}, headers=headers)
+        for topic in ("a", "b") if zone == "America/New_York" else ("a",):
+            client.put(f"/v1/users/{user}/subscriptions/topic/news/{topic}", headers=headers)
+        tokens.append(token)
+    at = (datetime.now(UTC) - timedelta(days=2)).replace(tzinfo=None)  # every part already released
+    with runtime.sessions.begin() as s:
+        job = publish_to(
+            runtime,
+            s,
+            Publish(service, "news", {"condition": "'a' in topics || 'b' in topics"}, local_time="09:00", at=at),
+        ).job
+    assert len(job.target["parts"]) == 3 and job.target["groups"]  # three zones, rows read by zone
+    run_worker_until_idle(emu_runtime, [service])
+    assert deliveries_per_token(emulator, tokens) == dict.fromkeys(tokens, 1)
+    assert _status(client, headers, job.job_id)["state"] == "done"
+
+
+def test_an_audience_task_resumes_after_its_checkpointed_key(client, runtime, tenant):
+    from notee.store import jobs_sql
+    from notee.store.task_leases import Claim
+    from notee.worker.audience_rows import encode_key
+    from notee.worker.reader import PageReader
+
+    service, headers = tenant
+    for i in range(4):
+        _member(client, headers, [], service_user_id=f"r-{i}")
+    job_id = _publish(client, headers, {"users": [f"r-{i}" for i in range(4)]}).json()["job_id"]
+    with runtime.sessions() as s:
+        job = jobs_sql.get_job(s, job_id)
+        keys = s.execute(
+            text(
+                "SELECT d.user_id, d.device_token FROM device d JOIN job_audience_user j USING (user_id)"
+                " WHERE j.job_id = :j AND d.service = :s ORDER BY d.user_id, d.device_token"
+            ),
+            {"j": job_id, "s": service},
+        ).all()
+    first_slot = int(keys[1][0][:2], 16)
+    claim = Claim(job_id, 0, 0, 255, first_slot, encode_key((keys[1][0], keys[1][1])), 1, "t")
+
+    async def read() -> list[str]:
+        reader = PageReader(runtime, 1, claim, job)
+        task = asyncio.create_task(reader.run())
+        got: list[str] = []
+        while True:
+            slot, state, _, _, page, _ = await reader.queue.get()
+            got += [r[0] for r in page]
+            if state is None and slot == 255:
+                await task
+                return got
+
+    assert asyncio.run(read()) == [k[1] for k in keys[2:]]  # after the checkpointed device, in order
