@@ -9,6 +9,7 @@ import os
 
 import pytest
 from notee_client import Client
+from sqlalchemy import text
 
 from tests.support.cli import notee
 from tests.support.emulator import deliveries_per_token
@@ -16,6 +17,7 @@ from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import random_token
 
 pytestmark = pytest.mark.tenant(credentials=True)
+PRO = [[{"tag": "plan", "op": "=", "value": "pro"}]]
 
 
 @pytest.fixture()
@@ -55,6 +57,34 @@ def test_the_cli_publishes_to_a_condition_a_user_list_and_a_topic(env, tenant, e
     run_worker_until_idle(emu_runtime, [tenant.service])
     got = deliveries_per_token(emulator, [a_only, both, listed_ios, listed_aos])
     assert got == {a_only: 1, both: 1, listed_ios: 1, listed_aos: 1}  # both: from the topic 'b' publish
+
+
+def test_the_cli_publishes_to_a_filter_and_a_segment(env, runtime, tenant, emulator, emu_runtime):
+    pro_user = tenant.user("cli-pro", devices=[(pro := random_token("pro"), "AOS")])
+    tenant.user("cli-free", devices=[(free := random_token("free"), "AOS")])
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "INSERT INTO user_tag (service, user_id, tag_key, kind, value_str, updated_at)"
+                " VALUES (:s, :u, 'plan', 's', 'pro', UTC_TIMESTAMP(6))"
+            ),
+            {"s": tenant.service, "u": pro_user},
+        )
+        s.execute(
+            text(
+                "INSERT INTO segment (service, name, filter, created_at, updated_at)"
+                " VALUES (:s, 'pros', :f, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+            ),
+            {"s": tenant.service, "f": json.dumps(PRO)},
+        )
+    by_filter = notee("publish", "news", "--filter", json.dumps(PRO), env=env)
+    assert by_filter.returncode == 0, by_filter.stderr
+    by_segment = notee("publish", "news", "--segment", "pros", "--exclude-segment", "pros", env=env)
+    assert by_segment.returncode == 0, by_segment.stderr  # in pros and not in pros: nobody
+    unknown = notee("publish", "news", "--segment", "nope", env=env)
+    assert unknown.returncode == 2 and "nope" in unknown.stderr, unknown.stderr
+    run_worker_until_idle(emu_runtime, [tenant.service])
+    assert deliveries_per_token(emulator, [pro, free]) == {pro: 1, free: 0}
 
 
 def test_the_sdk_publishes_to_a_condition_and_a_user_list(api_process, tenant, emulator, emu_runtime):

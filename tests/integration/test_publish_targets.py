@@ -194,7 +194,7 @@ def test_a_condition_over_a_topic_too_large_to_load_is_422(client, tenant):
 
 
 def test_another_tenants_users_are_unknown_and_its_jobs_404(
-    client, settings, tenant, service_id, emulator, emu_runtime
+    client, runtime, settings, tenant, service_id, emulator, emu_runtime
 ):
     service, headers = tenant
     other = new_service(client, settings, service_id + "X", credentials=True)
@@ -206,6 +206,9 @@ def test_another_tenants_users_are_unknown_and_its_jobs_404(
     new_template(client, other, "TOPIC", "news", title="t", body="b")
     theirs = _publish(client, other, {"users": ["same-id"]})
     assert theirs.status_code == 202 and theirs.json()["unknown_users"] == 1  # my user is not theirs
+    _segment(runtime, service_id + "X", "theirs", PRO)  # another tenant's segment is no segment of mine
+    r = _publish(client, headers, {"segments": {"include": ["theirs"]}})
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["type"] == "unknown_segment"
     run_worker_until_idle(emu_runtime, [service, service_id + "X"])
     assert deliveries_per_token(emulator, [mine]) == {mine: 1}
     assert _status(client, other, theirs.json()["job_id"])["targeted"] == 0
