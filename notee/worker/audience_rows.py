@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from notee.core.audience import audience_from_json
-from notee.core.vocabulary import ORIGIN, OS, TOKEN, AudienceTarget, RecipientRow, TopicTarget
+from notee.core.vocabulary import ORIGIN, OS, TOKEN, USER, AudienceTarget, RecipientRow, TopicTarget
 from notee.domain.conditions import parse_condition
 from notee.store import audience_sql, audience_users_sql, jobs_sql
 from notee.store.audience_sql import AudienceQuery
@@ -191,19 +191,33 @@ def audience_page(
 ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
     """One page of an audience job's devices, as recipient rows to send, and the key of the last
     device read (None: the slot holds no more; the slot goes on when the page was full, whatever
-    was left out of it)."""
+    was left out of it). A user list's page has each device once already; a filter's goes through
+    ``one_per_device`` before it is sent."""
     if "users" in target.spec:
         rows = audience_users_sql.user_list_page(
             session, job.service, job.job_id, at.slot, at.after, at.limit, target.platforms
         )
         kept = rows
     else:
-        query = AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, at.now)
-        rows = kept = audience_sql.device_page(session, job.service, query, at.slot, at.after, at.limit)
-        # A token several matching users hold: sent with the lowest of them only (once per device).
-        shared = audience_users_sql.shared_tokens(session, job.service, sorted({t for _, t, _ in rows}))
-        if shared:
-            first = audience_users_sql.first_holders(session, job.service, query, shared)
-            kept = [r for r in rows if first.get(r[1], r[0]) == r[0]]
+        rows = kept = audience_sql.device_page(
+            session, job.service, _query(target, at.now), at.slot, at.after, at.limit
+        )
     last = (rows[-1][0], rows[-1][1]) if len(rows) >= at.limit else None
     return [(token, os_, user_id, 0, None) for user_id, token, os_ in kept], last
+
+
+def _query(target: AudienceTarget, now: datetime) -> AudienceQuery:
+    return AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, now)
+
+
+def one_per_device(
+    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, now: datetime, rows: list[RecipientRow]
+) -> list[RecipientRow]:
+    """The rows of a filter's pages (handed over together: one check for them all) without those of
+    a token several matching users hold, except the lowest user's: each device is sent once. One
+    index-only query for the shared tokens; the audience's holders only when there are some."""
+    shared = audience_users_sql.shared_tokens(session, job.service, sorted({r[TOKEN] for r in rows}))
+    if not shared:
+        return rows
+    first = audience_users_sql.first_holders(session, job.service, _query(target, now), shared)
+    return [r for r in rows if first.get(r[TOKEN], r[USER]) == r[USER]]

@@ -16,6 +16,7 @@ queue, ahead of the sender; and what turns a page into messages (``messages_for`
 from __future__ import annotations
 
 import asyncio
+import functools
 import operator
 from collections.abc import Sequence
 from datetime import datetime
@@ -60,6 +61,7 @@ from notee.worker.audience_rows import (
     encode_key,
     keep_platforms,
     load_members,
+    one_per_device,
 )
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
@@ -189,6 +191,7 @@ class PageReader:
         "keep",
         "key",
         "locales_of",
+        "once",
         "part",
         "queue",
         "runtime",
@@ -204,6 +207,8 @@ class PageReader:
         # Rows of a Cassandra walk to leave out: a condition's (set by run) or other platforms'.
         platforms = getattr(self.target, "platforms", ())
         self.keep: RowFilter | None = keep_platforms(platforms) if platforms else None
+        # What a filter's held pages go through before they are sent (each device once; blocking).
+        self.once: RowFilter | None = None
         self.queue: asyncio.Queue[ReadItem] = asyncio.Queue(maxsize=READ_AHEAD)
         # The job's service when its template has locale variants (their locales: one query a page).
         self.locales_of = job.service if job.payload.get("variants") else None
@@ -260,6 +265,8 @@ class PageReader:
         slot goes on, so a crash resends at most one page."""
         claim = self.claim
         now = await asyncio.to_thread(self._db_now)
+        if "users" not in target.spec:
+            self.once = functools.partial(self._one_per_device, target, now)
         for slot in self.walk:
             after = decode_key(claim.paging_state) if slot == claim.current_slot else None
             while True:
@@ -269,6 +276,10 @@ class PageReader:
                 if after is None:  # a short page: the slot is done
                     break
         await self._hand_over()
+
+    def _one_per_device(self, target: AudienceTarget, now: datetime, rows: list[RecipientRow]) -> list[RecipientRow]:
+        with self.runtime.sessions() as session:
+            return one_per_device(session, self.job, target, now, rows)
 
     def _db_now(self) -> datetime:
         with self.runtime.sessions() as session:
@@ -338,6 +349,8 @@ class PageReader:
             return
         (slot, next_state, last_read), to_send, dropped = self.held_end, self.held_send, self.held_dropped
         self.held_send, self.held_rows, self.held_dropped, self.held_end = [], 0, 0, None
+        if self.once is not None and to_send:
+            to_send = await asyncio.to_thread(self.once, to_send)
         locales = None
         if self.locales_of is not None and to_send:
             locales = await asyncio.to_thread(self._locales, self.locales_of, to_send)
