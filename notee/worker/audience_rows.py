@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ from notee.usecases.planning import task_plan, walk_of
 
 RowFilter = Callable[[list[RecipientRow]], list[RecipientRow]]
 MEMBER_PAGE = 5000  # rows per page when a topic's members are loaded
+MEMBER_READERS = 4  # slots of a topic read at once when its members are loaded
 
 
 class ConditionTooLarge(RuntimeError):
@@ -43,17 +45,25 @@ class ConditionTooLarge(RuntimeError):
 
 def load_members(statements: Statements, job: jobs_sql.JobRow, topic: str, members_max: int) -> frozenset[str]:
     """The tokens (and first tokens of rotated rows) subscribed to ``topic`` with the job's template:
-    every occupied slot of it read in pages of ``MEMBER_PAGE``. ConditionTooLarge past ``members_max``."""
+    every occupied slot of it read in pages of ``MEMBER_PAGE``, up to ``MEMBER_READERS`` slots at
+    once (a condition's first page waits for this). ConditionTooLarge past ``members_max``."""
     target = TopicTarget(topic)
     ranges, slots = task_plan(statements, job.service, job.method, job.type_, job.notification_key, target)
     walk = slots if slots is not None else list(range(ranges[0][0], ranges[-1][1] + 1))
     members: set[str] = set()
-    for slot in walk:
+    lock = threading.Lock()
+
+    def read(slot: int) -> None:
         for page, _ in stream_recipients(statements, job.notification_key, target, slot, MEMBER_PAGE):
-            members.update(r[TOKEN] for r in page)
-            members.update(r[ORIGIN] for r in page if r[ORIGIN])
-            if len(members) > 2 * members_max:  # two keys per rotated row at most
-                raise ConditionTooLarge(f"topic {topic!r} has more than {members_max} members")
+            found = {r[TOKEN] for r in page} | {r[ORIGIN] for r in page if r[ORIGIN]}
+            with lock:
+                members.update(found)
+                if len(members) > 2 * members_max:  # two keys per rotated row at most
+                    raise ConditionTooLarge(f"topic {topic!r} has more than {members_max} members")
+
+    with ThreadPoolExecutor(max_workers=min(MEMBER_READERS, len(walk)) or 1) as pool:
+        for done in [pool.submit(read, slot) for slot in walk]:
+            done.result()
     return frozenset(members)
 
 

@@ -437,3 +437,21 @@ def test_an_audience_task_resumes_after_its_checkpointed_key(client, runtime, te
                 return got
 
     assert asyncio.run(read()) == [k[1] for k in keys[2:]]  # after the checkpointed device, in order
+
+
+def test_a_topic_grown_past_the_cap_after_the_publish_fails_the_job_once(client, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    in_a = _member(client, headers, ["a"])[1]
+    for _ in range(3):
+        _member(client, headers, ["big"])
+    r = _publish(client, headers, {"condition": "'a' in topics && !('big' in topics)"})
+    assert r.status_code == 202, r.text
+    cap = emu_runtime.settings.condition_members_max
+    emu_runtime.settings.condition_members_max = 1  # as if 'big' had grown since the publish
+    try:
+        run_worker_until_idle(emu_runtime, [service])
+    finally:
+        emu_runtime.settings.condition_members_max = cap
+    status = _status(client, headers, r.json()["job_id"])
+    assert status["state"] == "failed" and "NOTEE_CONDITION_MEMBERS_MAX" in status["error"], status
+    assert deliveries_per_token(emulator, [in_a]) == {in_a: 0}
