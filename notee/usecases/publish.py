@@ -1,5 +1,5 @@
-"""Publish jobs: turn a publish (topic or cycle bucket, or a scheduled single send) into one job row
-and one task per slot range.
+"""Publish jobs: turn a publish (topic, condition, audience or cycle bucket, or a scheduled single
+send) into one job row and one task per slot range.
 
 Called by the publish API (``publish_topic``, ``schedule_single``) and the scheduler (``create_job``),
 each with its request as one object (``TopicPublish``, ``ScheduledSingle``, ``JobRequest``). The job
@@ -194,9 +194,10 @@ def _plan_tasks(
     """The job's tasks and the target its row stores. The slots the job walks are read before
     writing: the target's occupied slots when its template's occupancy is known, else every slot
     that exists now (a scheduled job too: docs/API.md "Scheduled sends" says what that means for
-    later subscribers). A topic publish with a local time or recipients in quiet hours now is
-    planned in parts (``_plan_releases``): one task set per part (or per part and zone), each
-    walking every slot once."""
+    later subscribers); a condition's walked topics one after the other, an audience's user-id slots
+    (``_layout``). A topic, condition or audience publish with a local time or recipients in quiet
+    hours now is planned in parts (``_plan_releases``): one task set per part (or per part and zone,
+    for Cassandra rows that carry it), each walking every slot once."""
     ranges, walked, extra = _layout(runtime, request)
     target = target | extra
     holds: list[tuple[int, int, datetime]] = []
