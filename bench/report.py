@@ -60,6 +60,16 @@ GOALS: dict[str, tuple[str, float, str]] = {
         1.2,
         "local-time publish (24 zones) worker CPU per push / plain publish of the same topic",
     ),
+    "condition_publish_ratio": (
+        ">=",
+        0.8,
+        "condition 'A' && !'B' (two 100,000-subscriber topics) pushes/s / topic publish of 100,000, same run",
+    ),
+    "segment_publish_ratio": (
+        ">=",
+        0.8,
+        "filter matching 100,000 of 1,000,000 users pushes/s / topic publish to the same 100,000, same run",
+    ),
     "fairness_p99_s": (
         "<",
         2.0,

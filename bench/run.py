@@ -35,6 +35,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 20_000,
         "fair_devices": 40_000,
+        "cond_devices": 20_000,
+        "segment_users": 100_000,
+        "segment_matching": 10_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -52,6 +55,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 100_000,
         "fair_devices": 200_000,
+        "cond_devices": 100_000,
+        "segment_users": 1_000_000,
+        "segment_matching": 100_000,
     },
 }
 log = logging.getLogger("bench")
@@ -204,6 +210,28 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["fairness_p99_s"] = fairness.run(runtime, emulator, devices=sizes["fair_devices"])
 
         attempt(("fairness_p99_s",), fair)
+
+    if want("condition_publish_ratio"):
+
+        def condition() -> None:
+            from bench import audiences
+
+            figures["condition_publish_ratio"] = audiences.run_condition(
+                runtime, emulator, devices=sizes["cond_devices"]
+            )
+
+        attempt(("condition_publish_ratio",), condition)
+
+    if want("segment_publish_ratio"):
+
+        def segment() -> None:
+            from bench import audiences
+
+            figures["segment_publish_ratio"] = audiences.run_segment(
+                runtime, emulator, users=sizes["segment_users"], matching=sizes["segment_matching"]
+            )
+
+        attempt(("segment_publish_ratio",), segment)
 
     from bench import gorush
 

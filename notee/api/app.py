@@ -15,6 +15,7 @@ from notee.api.auth import ApiKeyCache
 from notee.api.edge import EdgeGuard
 from notee.api.routes import (
     admin,
+    audience_publish,
     deadletters,
     devices,
     health,
@@ -39,10 +40,21 @@ from notee.usecases.queue_levels import watch_outbox, watch_queue
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
-
-
-# The tenant API's routers, in the order routing tries them (see create_app).
-_TENANT_ROUTES = (subscriptions, users, tags, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
+# The tenant API's route modules, the busiest first (routing tries them in this order).
+TENANT_ROUTES = (
+    subscriptions,
+    users,
+    tags,
+    devices,
+    publish,
+    audience_publish,
+    sends,
+    templates,
+    deadletters,
+    insight,
+    webhooks,
+    quiet,
+)
 
 
 def create_app(
@@ -108,7 +120,7 @@ def create_app(
     # subscriptions), the admin API last (docs/BENCHMARKS.md, "The API's HTTP stack").
     routers = [health.router]
     if app.state.serves_tenant:
-        routers += [r.router for r in _TENANT_ROUTES]
+        routers += [r.router for r in TENANT_ROUTES]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
         routers += [insight.admin_router, admin.router, prometheus.router]

@@ -83,7 +83,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
     return False
 
 
-_PUBLISH = re.compile(r"^/v1/topics/[^/]+/[^/]+/publish$")
+_PUBLISH = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
 
 

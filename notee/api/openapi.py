@@ -67,6 +67,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("POST", "/v1/topics/{type}/{topic}/subscribers"): "bulkSubscribe",
     # publishing and jobs
     ("POST", "/v1/topics/{type}/{topic}/publish"): "publishTopic",
+    ("POST", "/v1/publish/{type}"): "publish",
     ("GET", "/v1/jobs"): "listJobs",
     ("GET", "/v1/jobs/{job_id}"): "getJob",
     ("POST", "/v1/jobs/{job_id}/cancel"): "cancelJob",

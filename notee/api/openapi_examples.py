@@ -205,6 +205,13 @@ EXAMPLES: dict[str, Any] = {
     "JobList": {"items": [_JOB_STATUS], "next_cursor": None},
     "JobStatus": _JOB_STATUS,
     "PublishAccepted": {"job_id": _JOB, "state": "scheduled", "send_at": "2026-12-01T08:00:00Z"},
+    "GeneralPublishAccepted": {"job_id": _JOB, "state": "queued", "send_at": None, "unknown_users": 1},
+    "GeneralPublishRequest": {
+        "condition": "'sports' in topics && !('news' in topics)",
+        "platforms": ["IOS"],
+        "variables": {"name": "Alice"},
+    },
+    "Segments": {"include": ["pro-users"], "exclude": ["churned"]},
     "PublishRequest": {
         "variables": {"name": "Alice"},
         "data": {"article": "42"},

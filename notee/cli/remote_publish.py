@@ -1,12 +1,14 @@
-"""The commands over HTTP that send (NOTEE_API_KEY): `notee publish` to a topic (following the job with
-a progress line), `notee send` to one user, and `notee jobs list|show|cancel` (and `requeue`, the
-operator's, with NOTEE_ADMIN_TOKEN).
+"""The commands over HTTP that send (NOTEE_API_KEY): `notee publish` to a topic, a condition, a filter,
+segments or a list of users (following the job with a progress line), `notee send` to one user, and
+`notee jobs list|show|cancel` (and `requeue`, the operator's, with NOTEE_ADMIN_TOKEN).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -19,8 +21,22 @@ jobs_app = typer.Typer(
 
 
 def publish(
-    type: str = typer.Argument(..., help="The TOPIC template's notification type."),
-    topic: str = typer.Argument(..., help="The topic."),
+    type: str = typer.Argument(..., help="The template's notification type."),
+    topic: str | None = typer.Argument(None, help="The topic (the same as --topic)."),
+    topic_option: str | None = typer.Option(None, "--topic", help="Every subscriber of this topic."),
+    condition: str | None = typer.Option(
+        None, "--condition", help="FCM's condition over topics: \"'a' in topics && !('b' in topics)\"."
+    ),
+    filter_json: str | None = typer.Option(None, "--filter", help="A filter: its JSON (a list of groups)."),
+    segment: list[str] = typer.Option([], "--segment", help="Users in this saved segment (repeatable)."),
+    exclude_segment: list[str] = typer.Option(
+        [], "--exclude-segment", help="…and not in this one (repeatable; with --segment)."
+    ),
+    users: str | None = typer.Option(
+        None, "--users", help="Your user ids: a file (one a line, or a JSON list) or a comma-separated list."
+    ),
+    platform: list[str] = typer.Option([], "--platform", help="Only devices of IOS or AOS (repeatable)."),
+    method: str = typer.Option("TOPIC", "--method", help="The template's method: TOPIC, or SINGLE (not for topics)."),
     var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
     title: str | None = typer.Option(None, help="Replaces the template's title."),
@@ -34,20 +50,45 @@ def publish(
     timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
     as_json: AsJson = False,
 ) -> None:
-    """Publish a TOPIC template to every subscriber of a topic; prints the job id (with --json, the
-    API's answer, or with --wait the finished job)."""
+    """Publish a template to one target: TOPIC (or --topic), --condition, --filter, --segment or
+    --users, optionally narrowed by --platform; prints the job id (with --json, the API's answer, or
+    with --wait the finished job). A user list also says how many of its ids are unknown (stderr)."""
+    fields: dict[str, Any] = {
+        "variables": pairs(var, "--var") or None,
+        "data": pairs(data, "--data") or None,
+        "title": title,
+        "body": body,
+        "local_time": local_time,
+        "idempotency_key": idempotency_key,
+        "send_at": instant(send_at),
+    }
+    targets: dict[str, Any] = {
+        "topic": topic_option if topic is None else topic,
+        "condition": condition,
+        "filter": _json_option(filter_json, "--filter") if filter_json is not None else None,
+        "segments": segment or None,
+        "users": _user_ids(users) if users is not None else None,
+    }
     with sdk_client() as notee:
-        accepted = notee.publish_topic(
-            type,
-            topic,
-            variables=pairs(var, "--var") or None,
-            data=pairs(data, "--data") or None,
-            title=title,
-            body=body,
-            local_time=local_time,
-            idempotency_key=idempotency_key,
-            send_at=instant(send_at),
-        )
+        if (
+            topic is not None
+            and topic_option is None
+            and not platform
+            and method == "TOPIC"
+            and len([v for v in targets.values() if v]) == 1
+        ):  # the original form: `notee publish TYPE TOPIC`
+            accepted = notee.publish_topic(type, topic, **fields)
+        else:
+            accepted = notee.publish(
+                type,
+                **targets,
+                exclude_segments=exclude_segment or None,
+                platforms=platform or None,
+                method=method,
+                **fields,
+            )
+            if getattr(accepted, "unknown_users", None):
+                typer.echo(f"{accepted.unknown_users} unknown user id(s) skipped", err=True)
         if not wait:
             say(accepted.job_id, accepted, as_json)
             return
@@ -58,6 +99,25 @@ def publish(
         print_json(job)
     if job.state != "done":
         fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
+
+
+def _json_option(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=what) from exc
+
+
+def _user_ids(value: str) -> list[str]:
+    """--users: a file of ids (one a line, or a JSON list), else a comma-separated list."""
+    path = Path(value)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            ids = _json_option(text, "--users")
+            return [str(i) for i in ids]
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _follow(notee: Any, job_id: str, timeout: float | None) -> Any:

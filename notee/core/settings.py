@@ -205,6 +205,13 @@ class Settings(BaseSettings):
         description="A send_at up to this many seconds in the past (database clock) is sent at once; older is 422.",
     )
     schedule_max_days: int = Field(30, ge=1, le=366, description="Furthest ahead a send_at may be, in days.")
+    condition_members_max: int = Field(
+        1_000_000,
+        ge=1,
+        description="A condition publish loads the members of the condition's topics it does not walk into a set "
+        "(about 200 bytes each, once per job and worker process): a topic whose subscriber counter exceeds this "
+        "is refused (422) at publish (docs/AUDIENCES.md).",
+    )
 
     # --- audiences (docs/AUDIENCES.md) -----------------------------------------------------------
     tags_per_user_max: int = Field(

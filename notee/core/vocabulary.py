@@ -46,9 +46,10 @@ WebhookDeliveryState = Literal["pending", "delivered", "failed"]
 
 @dataclass(frozen=True, slots=True)
 class TopicTarget:
-    """A topic of a TOPIC template."""
+    """A topic of a TOPIC template; ``platforms``: only devices of these OSes (empty: every OS)."""
 
     topic: str
+    platforms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +70,45 @@ class UserTarget:
     user_id: str
 
 
-Target = TopicTarget | CycleTarget | UserTarget
+@dataclass(frozen=True, slots=True)
+class ConditionTarget:
+    """The devices for which an FCM condition over topics holds (docs/AUDIENCES.md "Conditions"):
+    ``condition`` as given (notee/domain/conditions.py parses it); ``platforms`` as in TopicTarget."""
+
+    condition: str
+    platforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AudienceTarget:
+    """The service's devices walked in MySQL (docs/AUDIENCES.md "Design"): ``spec`` is what the job
+    row keeps of its filter, segments (their definitions, snapshotted) or user list (its users are in
+    ``job_audience_user``; the spec keeps their count and digest); ``platforms`` as in TopicTarget."""
+
+    spec: dict[str, Any]
+    platforms: tuple[str, ...] = ()
+
+
+Target = TopicTarget | CycleTarget | UserTarget | ConditionTarget | AudienceTarget
+
+
+# What an AUD job's stored target keeps of its audience (the rest is the planning's: "slots" ...).
+AUDIENCE_SPEC_KEYS = ("filter", "segments", "audience", "users")
+
+
+def _with_platforms(value: dict[str, Any], platforms: tuple[str, ...]) -> dict[str, Any]:
+    # only when given: the stored form (and request hash) of a publish without them is unchanged
+    return value | {"platforms": list(platforms)} if platforms else value
 
 
 def encode_target(target: Target) -> tuple[str, dict[str, Any]]:
     """(target_kind, JSON value) as a job row stores them."""
     if isinstance(target, TopicTarget):
-        return "TOPIC", {"topic": target.topic}
+        return "TOPIC", _with_platforms({"topic": target.topic}, target.platforms)
+    if isinstance(target, ConditionTarget):
+        return "COND", _with_platforms({"condition": target.condition}, target.platforms)
+    if isinstance(target, AudienceTarget):
+        return "AUD", _with_platforms(dict(target.spec), target.platforms)
     if isinstance(target, CycleTarget):
         return "CYCLE", asdict(target)
     if isinstance(target, UserTarget):
@@ -85,8 +118,13 @@ def encode_target(target: Target) -> tuple[str, dict[str, Any]]:
 
 def decode_target(kind: str, value: dict[str, Any]) -> Target:
     """Inverse of ``encode_target``; ValueError for a kind it never writes."""
+    platforms = tuple(value.get("platforms") or ())
     if kind == "TOPIC":
-        return TopicTarget(value["topic"])
+        return TopicTarget(value["topic"], platforms)
+    if kind == "COND":
+        return ConditionTarget(value["condition"], platforms)
+    if kind == "AUD":
+        return AudienceTarget({k: v for k, v in value.items() if k in AUDIENCE_SPEC_KEYS}, platforms)
     if kind == "CYCLE":
         return CycleTarget(value["timezone"], value["day"], int(value["hour"]), int(value["minute"]))
     if kind == "USER":

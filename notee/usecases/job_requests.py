@@ -98,6 +98,7 @@ class JobRequest:
     local_time: str | None = None
     at: datetime | None = None
     template: AnyRow | None = None
+    audience_users: tuple[str, ...] | None = None  # an AUD user list: platform ids, kept beside the job
 
     def asked_target(self, target_json: dict[str, Any]) -> dict[str, Any]:
         """The target as asked (the stored target, with ``local_time``): what the fingerprint covers."""
@@ -131,6 +132,7 @@ class TopicPublish:
     send_at: datetime | None = None
     local_time: str | None = None
     at: datetime | None = None
+    platforms: tuple[str, ...] = ()  # only devices of these OSes (empty: every OS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from notee.core import clock
+from notee.core.errors import InvalidInput
 from notee.core.vocabulary import CycleTarget, TopicTarget, pack_slots, slot_ranges
+from notee.domain.conditions import Condition
 from notee.domain.schedule import parse_local_time
 from notee.store.cql.counters import max_slot
 from notee.store.cql.rows import slot_zone
@@ -54,10 +56,85 @@ def task_plan(
     return ranges, occupied
 
 
-def task_slots(target: dict[str, Any], current_slot: int, slot_to: int) -> list[int]:
+def loaded_topics(topics: tuple[str, ...] | list[str], walked: list[str]) -> list[str]:
+    """The topics whose members a condition job's workers load into memory: for a task walking
+    topic t, every topic of the condition but t; so all of them unless one topic is walked."""
+    return [t for t in topics if [t] != walked]
+
+
+def condition_walks(
+    statements: Statements, service: str, type_: str, condition: Condition, members_max: int
+) -> list[str]:
+    """The topics a condition job walks (the cheapest cover by subscriber counters:
+    ``Condition.walked_topics``); InvalidInput (422) when a topic its workers would load into memory
+    has more subscribers than ``members_max`` (NOTEE_CONDITION_MEMBERS_MAX)."""
+    counts = {t: statements.topic_subscriber_count(service, type_, t) for t in condition.topics}
+    walked = condition.walked_topics(counts)
+    too_big = [t for t in loaded_topics(condition.topics, walked) if counts[t] > members_max]
+    if too_big:
+        raise InvalidInput(
+            f"condition: topic {too_big[0]!r} has {counts[too_big[0]]} subscribers; a condition loads at most "
+            f"{members_max} members of a topic it does not walk (NOTEE_CONDITION_MEMBERS_MAX)",
+            details=[
+                {
+                    "loc": ["body", "condition"],
+                    "type": "condition_topic_too_large",
+                    "msg": f"topic {t!r} has more than {members_max} subscribers",
+                    "ctx": {"topic": t, "subscribers": counts[t], "max": members_max},
+                }
+                for t in too_big
+            ],
+        )
+    return walked
+
+
+def condition_plan(
+    statements: Statements, service: str, method: str, type_: str, notification_key: str, walked: list[str]
+) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
+    """The task ranges of a condition job: each walked topic's (``task_plan``), one after the other,
+    and the ``walks`` its target stores (topic, how many tasks, the occupied slots or None) from
+    which ``walk_of`` maps a task number back to its topic."""
+    ranges: list[tuple[int, int]] = []
+    walks: list[dict[str, Any]] = []
+    for topic in walked:
+        topic_ranges, slots = task_plan(statements, service, method, type_, notification_key, TopicTarget(topic))
+        ranges += topic_ranges
+        walks.append({"topic": topic, "tasks": len(topic_ranges), "slots": slots})
+    return ranges, walks
+
+
+def walk_of(target: dict[str, Any], task_no: int) -> tuple[int, dict[str, Any]]:
+    """(index, walk) of a condition job's task: the topic it walks. Its number within its part (a
+    planned job repeats the job's tasks per part: ``tasks_per_part``) counts through the walks."""
+    per = target.get("tasks_per_part")
+    n = task_no % int(per) if per else task_no
+    for i, walk in enumerate(target["walks"]):
+        if n < int(walk["tasks"]):
+            return i, walk
+        n -= int(walk["tasks"])
+    raise ValueError(f"task {task_no} is past the job's walks")
+
+
+# An audience job's slots (notee/store/audience_sql.py): a user id's first two hex digits, 256 slots
+# of about equal size (platform ids are UUIDs). Sixteen tasks of sixteen slots each; a short user
+# list is one task over every slot.
+AUDIENCE_SLOTS = 256
+AUDIENCE_TASKS = 16
+ONE_TASK_USERS = 1000  # a user list this short is one task (a page or two): no point in sixteen claims
+
+
+def audience_ranges(users: int | None) -> list[tuple[int, int]]:
+    """The task ranges of an audience job: one task over every slot for a short user list, else
+    ``AUDIENCE_TASKS`` (a filter, segments or a long list), together covering slots 0..255."""
+    if users is not None and users <= ONE_TASK_USERS:
+        return [(0, AUDIENCE_SLOTS - 1)]
+    return slot_ranges(AUDIENCE_SLOTS - 1, AUDIENCE_SLOTS // AUDIENCE_TASKS)
+
+
+def task_slots(target: dict[str, Any], current_slot: int, slot_to: int, task_no: int = 0) -> list[int]:
     """The slots a task still walks, from its checkpoint's slot to its last: every one, or, in a job
-    planned from occupancy, those in the job's ``slots``."""
-    listed = target.get("slots")
+    planned from occupancy, those in the job's ``slots`` (a condition job: its walk's)."""
+    listed = walk_of(target, task_no)[1].get("slots") if "walks" in target else target.get("slots")
     if listed is None:
         return list(range(current_slot, slot_to + 1))
     return [s for s in listed if current_slot <= s <= slot_to]

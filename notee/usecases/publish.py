@@ -1,5 +1,5 @@
-"""Publish jobs: turn a publish (topic or cycle bucket, or a scheduled single send) into one job row
-and one task per slot range.
+"""Publish jobs: turn a publish (topic, condition, audience or cycle bucket, or a scheduled single
+send) into one job row and one task per slot range.
 
 Called by the publish API (``publish_topic``, ``schedule_single``) and the scheduler (``create_job``),
 each with its request as one object (``TopicPublish``, ``ScheduledSingle``, ``JobRequest``). The job
@@ -25,22 +25,27 @@ from sqlalchemy.orm import Session
 from notee.core import clock
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
-from notee.core.vocabulary import TopicTarget, UserTarget, encode_target
+from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
+from notee.domain.conditions import parse_condition
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
 from notee.domain.schedule import parse_local_time, validate_topic
-from notee.store import jobs_sql, services_sql, templates_sql, users_sql
+from notee.store import audience_users_sql, jobs_sql, services_sql, templates_sql, users_sql
 from notee.store.jobs_sql import JobRow, NewJob
 from notee.store.mysql import AnyRow, db_now
 from notee.store.runtime import Runtime
-from notee.usecases.job_requests import (
-    JobRequest,
-    ScheduledSingle,
-    TopicPublish,
-    client_idempotency_key,
-    key_reused,
+from notee.usecases.job_requests import JobRequest, ScheduledSingle, TopicPublish, client_idempotency_key, key_reused
+from notee.usecases.planning import (
+    audience_ranges,
+    condition_plan,
+    condition_walks,
+    placement,
+    plan_parts,
+    quiet_window,
+    task_plan,
+    utc_iso,
+    zone_groups,
 )
-from notee.usecases.planning import placement, plan_parts, quiet_window, task_plan, utc_iso, zone_groups
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,7 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
         deadline_in_s=request.deadline_in_s,
         send_at=request.send_at,
     )
-    winner = _insert(session, job, plan.holds)
+    winner = _insert(session, job, plan.holds, request.audience_users)
     if winner is not None:
         return winner
     _log_created(job, plan.walked)
@@ -180,19 +185,16 @@ def _plan_tasks(
     """The job's tasks and the target its row stores. The slots the job walks are read before
     writing: the target's occupied slots when its template's occupancy is known, else every slot
     that exists now (a scheduled job too: docs/API.md "Scheduled sends" says what that means for
-    later subscribers). A topic publish with a local time or recipients in quiet hours now is
-    planned in parts (``_plan_releases``): one task set per part (or per part and zone), each
-    walking every slot once."""
-    ranges, walked = (
-        ([(0, 0)], None)
-        if isinstance(request.target, UserTarget)
-        else task_plan(
-            runtime.statements, request.service, request.method, request.type_, request.notification_key, request.target
-        )
-    )
+    later subscribers); a condition's walked topics one after the other, an audience's user-id slots
+    (``_layout``). A topic, condition or audience publish with a local time or recipients in quiet
+    hours now is planned in parts (``_plan_releases``): one task set per part (or per part and zone,
+    for Cassandra rows that carry it), each walking every slot once."""
+    ranges, walked, extra = _layout(runtime, request)
+    target = target | extra
     holds: list[tuple[int, int, datetime]] = []
-    if request.method == "TOPIC" and kind == "TOPIC":  # local time and quiet hours concern topic publishes only
-        planned = _plan_releases(session, request, quiet_mode, service_row, len(ranges))
+    if kind in ("TOPIC", "COND", "AUD") and request.method in ("TOPIC", "SINGLE"):  # not the cycle or a single user
+        zoned = kind != "AUD" and service_row is not None and bool(service_row.slot_zones)
+        planned = _plan_releases(session, request, quiet_mode, service_row, len(ranges), zoned)
         if planned is not None:
             fields, holds = planned
             target = request.asked_target(target) | fields
@@ -202,12 +204,34 @@ def _plan_tasks(
     return JobPlan(target, ranges, walked, holds)
 
 
+def _layout(runtime: Runtime, request: JobRequest) -> tuple[list[tuple[int, int]], list[int] | None, dict[str, Any]]:
+    """A job's task ranges before any planning by clocks, the occupied slots they walk (None: every
+    slot), and what the stored target gets besides: a condition's walks (docs/AUDIENCES.md)."""
+    target = request.target
+    if isinstance(target, UserTarget):
+        return [(0, 0)], None, {}
+    if isinstance(target, AudienceTarget):
+        users = None if request.audience_users is None else len(request.audience_users)
+        return audience_ranges(users), None, {}
+    args = (runtime.statements, request.service, request.method, request.type_, request.notification_key)
+    if isinstance(target, ConditionTarget):
+        condition = parse_condition(target.condition)
+        walked = condition_walks(
+            runtime.statements, request.service, request.type_, condition, runtime.settings.condition_members_max
+        )
+        ranges, walks = condition_plan(*args, walked)
+        return ranges, None, {"topics": list(condition.topics), "walks": walks}
+    ranges, slots = task_plan(*args, target)
+    return ranges, slots, {}
+
+
 def _plan_releases(
     session: Session,
     request: JobRequest,
     quiet_mode: str | None,
     service_row: AnyRow | None,
     tasks_per_part: int,
+    zoned: bool,
 ) -> tuple[dict[str, Any], list[tuple[int, int, datetime]]] | None:
     """The plan of a topic publish by its recipients' clocks: the fields its target stores (the
     plan, its parts, its zone groups) and its task sets, each held until its part's release and
@@ -236,7 +260,7 @@ def _plan_releases(
     if request.local_time is None and not quiet_now:
         return None
     plan |= {"tasks_per_part": tasks_per_part, "parts": [{"at": utc_iso(p.at), "zones": list(p.zones)} for p in parts]}
-    if service_row is not None and service_row.slot_zones:  # every slot row carries its zone
+    if zoned:  # every slot row carries its zone (a MySQL walk reads its page's clocks instead)
         plan["groups"] = zone_groups(plan, in_use, quiet_pairs)
         units = [int(g["part"]) for g in plan["groups"]]
     else:  # rows without a zone (before `notee backfill-zones`): every part walks every row
@@ -250,14 +274,19 @@ def _plan_releases(
     return plan, holds
 
 
-def _insert(session: Session, job: NewJob, holds: list[tuple[int, int, datetime]]) -> JobRow | None:
-    """Insert the job, its tasks and their holds; None when inserted. When another request with the
-    same idempotency key won the race, that job instead (if it is the same request)."""
+def _insert(
+    session: Session, job: NewJob, holds: list[tuple[int, int, datetime]], users: tuple[str, ...] | None
+) -> JobRow | None:
+    """Insert the job, its tasks and their holds (and a user list's users); None when inserted. When
+    another request with the same idempotency key won the race, that job instead (if it is the same
+    request)."""
     try:
         with session.begin_nested():  # a SAVEPOINT, so an idempotency race does not abort the caller
             jobs_sql.insert_job(session, job)
             for first, last, release in holds:
                 jobs_sql.hold_tasks(session, job.job_id, first, last, release)
+            if users:
+                audience_users_sql.insert_job_users(session, job.job_id, users)
     except IntegrityError:
         if job.idempotency_key is None:
             raise
@@ -299,7 +328,7 @@ def publish_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> 
         notification_key=template.notification_key,
         method="TOPIC",
         type_=publish.type_,
-        target=TopicTarget(publish.topic),
+        target=TopicTarget(publish.topic, publish.platforms),
         idempotency_key=client_idempotency_key(publish.idempotency_key),
         variables=publish.variables,
         overrides=publish.overrides,

@@ -16,8 +16,10 @@ queue, ahead of the sender; and what turns a page into messages (``messages_for`
 from __future__ import annotations
 
 import asyncio
+import functools
 import operator
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +30,8 @@ from notee.core.vocabulary import (
     OS,
     TOKEN,
     USER,
+    AudienceTarget,
+    ConditionTarget,
     CycleTarget,
     Recipient,
     RecipientRow,
@@ -41,10 +45,24 @@ from notee.providers.base import Message
 from notee.store import jobs_sql, users_sql
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
+from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobGone
 from notee.store.users_sql import UserClock, recipient_locales, user_clocks
 from notee.usecases.planning import in_part, placement, task_slots, task_unit
+from notee.worker.audience_rows import (
+    MEMBERS,
+    AudiencePage,
+    ConditionRows,
+    RowFilter,
+    audience_page,
+    condition_topics,
+    decode_key,
+    encode_key,
+    keep_platforms,
+    load_members,
+    one_per_device,
+)
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
 
@@ -169,8 +187,11 @@ class PageReader:
         "held_end",
         "held_rows",
         "held_send",
+        "job",
+        "keep",
         "key",
         "locales_of",
+        "once",
         "part",
         "queue",
         "runtime",
@@ -181,15 +202,20 @@ class PageReader:
 
     def __init__(self, runtime: Runtime, fetch_size: int, claim: Claim, job: jobs_sql.JobRow) -> None:
         self.runtime, self.fetch_size, self.claim = runtime, fetch_size, claim
-        self.key, self.service = job.notification_key, job.service
+        self.key, self.service, self.job = job.notification_key, job.service, job
         self.target = decode_target(job.target_kind, job.target)
+        # Rows of a Cassandra walk to leave out: a condition's (set by run) or other platforms'.
+        platforms = getattr(self.target, "platforms", ())
+        self.keep: RowFilter | None = keep_platforms(platforms) if platforms else None
+        # What a filter's held pages go through before they are sent (each device once; blocking).
+        self.once: RowFilter | None = None
         self.queue: asyncio.Queue[ReadItem] = asyncio.Queue(maxsize=READ_AHEAD)
         # The job's service when its template has locale variants (their locales: one query a page).
         self.locales_of = job.service if job.payload.get("variants") else None
         # A planned job: this task sends only its part's recipients.
         self.part = _Part(job.target, claim.task_no) if job.target.get("parts") else None
         # The slots left to walk: every slot of the range, or the occupied ones (jobs.task_plan).
-        self.walk = task_slots(job.target, claim.current_slot, claim.slot_to)
+        self.walk = task_slots(job.target, claim.current_slot, claim.slot_to, claim.task_no)
         # Pages of finished slots that together hold less than a page are handed over as one (a
         # sparse target: a few rows in each of many slots is one send and one checkpoint, not one
         # per slot); never more rows than a page, so a resend after a crash stays within one page.
@@ -204,13 +230,66 @@ class PageReader:
         if isinstance(self.target, UserTarget):  # a scheduled single send: the user's devices as they are now
             await self._read_user(self.target)
             return
+        acquired = False
         try:  # preparing the statements is the process's first Cassandra call: it may meet an outage too
+            if isinstance(self.target, AudienceTarget):
+                await self._read_audience(self.target)
+                return
             statements = await asyncio.to_thread(lambda: self.runtime.statements)
+            topic: TopicTarget | CycleTarget
+            if isinstance(self.target, ConditionTarget):
+                walked, others = condition_topics(self.job.target, self.claim.task_no)
+                members = await asyncio.to_thread(self._members, statements, others)
+                acquired = True  # (a failed acquire has released itself)
+                self.keep = ConditionRows(self.job.target, self.claim.task_no, members, self.target.platforms)
+                topic = TopicTarget(walked)
+            else:
+                topic = self.target
             for slot in self.walk:
-                await self._read_slot(statements, self.target, slot)
+                await self._read_slot(statements, topic, slot)
             await self._hand_over()
         except Exception as exc:  # handed to the consumer, which releases the task
             await self.queue.put(exc)
+        finally:
+            if acquired:
+                MEMBERS.release(self.job.job_id)
+
+    def _members(self, statements: Statements, topics: list[str]) -> dict[str, frozenset[str]]:
+        """The condition's other topics' members (``MEMBERS``: loaded once per job in this process)."""
+        cap = self.runtime.settings.condition_members_max
+        return MEMBERS.acquire(self.job.job_id, topics, lambda t: load_members(statements, self.job, t, cap))
+
+    async def _read_audience(self, target: AudienceTarget) -> None:
+        """An audience job's slots from MySQL, page by page after the checkpoint's (user_id,
+        device_token) (the task's paging state); each page's paging state is its last key while the
+        slot goes on, so a crash resends at most one page."""
+        claim = self.claim
+        now = await asyncio.to_thread(self._db_now)
+        if "users" not in target.spec:
+            self.once = functools.partial(self._one_per_device, target, now)
+        for slot in self.walk:
+            after = decode_key(claim.paging_state) if slot == claim.current_slot else None
+            while True:
+                at = AudiencePage(slot, after, self.fetch_size, now)
+                page, after = await asyncio.to_thread(self._audience_page, target, at)
+                await self._take(slot, page, encode_key(after) if after else None, None)
+                if after is None:  # a short page: the slot is done
+                    break
+        await self._hand_over()
+
+    def _one_per_device(self, target: AudienceTarget, now: datetime, rows: list[RecipientRow]) -> list[RecipientRow]:
+        with self.runtime.sessions() as session:
+            return one_per_device(session, self.job, target, now, rows)
+
+    def _db_now(self) -> datetime:
+        with self.runtime.sessions() as session:
+            return db_now(session)
+
+    def _audience_page(
+        self, target: AudienceTarget, at: AudiencePage
+    ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
+        with self.runtime.sessions() as session:
+            return audience_page(session, self.job, target, at)
 
     async def _read_user(self, target: UserTarget) -> None:
         try:
@@ -240,19 +319,29 @@ class PageReader:
             page, next_state = item
             last_read = (page[-1][NO], page[-1][TOKEN]) if page else None
             page = moved(page)
-            to_send, dropped = page, 0
-            if part is not None and page and not part.lookup:
-                to_send, dropped = self._of_part(part, page)  # no I/O
-            elif part is not None and page:
-                to_send, dropped = await asyncio.to_thread(self._of_part, part, page)
-            if self.held_rows + len(page) > self.fetch_size:
-                await self._hand_over()
-            self.held_send = self.held_send + to_send if self.held_send else to_send
-            self.held_rows += len(page)
-            self.held_dropped += dropped
-            self.held_end = (slot, next_state, last_read)
-            if next_state is not None:  # the slot goes on: its checkpoint needs this page's state
-                await self._hand_over()
+            if self.keep is not None:
+                page = self.keep(page)
+            await self._take(slot, page, next_state, last_read)
+
+    async def _take(
+        self, slot: int, page: list[RecipientRow], next_state: bytes | None, last_read: tuple[int, str] | None
+    ) -> None:
+        """Hold one page read (its part's recipients of it, in a planned job); hand the held pages
+        over once the slot goes on or they would fill more than a page."""
+        part = self.part
+        to_send, dropped = page, 0
+        if part is not None and page and not part.lookup:
+            to_send, dropped = self._of_part(part, page)  # no I/O
+        elif part is not None and page:
+            to_send, dropped = await asyncio.to_thread(self._of_part, part, page)
+        if self.held_rows + len(page) > self.fetch_size:
+            await self._hand_over()
+        self.held_send = self.held_send + to_send if self.held_send else to_send
+        self.held_rows += len(page)
+        self.held_dropped += dropped
+        self.held_end = (slot, next_state, last_read)
+        if next_state is not None:  # the slot goes on: its checkpoint needs this page's state
+            await self._hand_over()
 
     async def _hand_over(self) -> None:
         """Queue the held pages as one (with their recipients' locales when the job needs them)."""
@@ -260,6 +349,8 @@ class PageReader:
             return
         (slot, next_state, last_read), to_send, dropped = self.held_end, self.held_send, self.held_dropped
         self.held_send, self.held_rows, self.held_dropped, self.held_end = [], 0, 0, None
+        if self.once is not None and to_send:
+            to_send = await asyncio.to_thread(self.once, to_send)
         locales = None
         if self.locales_of is not None and to_send:
             locales = await asyncio.to_thread(self._locales, self.locales_of, to_send)

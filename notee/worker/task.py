@@ -46,6 +46,7 @@ from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import Stopping
 from notee.usecases.sender import PageAborted
+from notee.worker.audience_rows import ConditionTooLarge
 from notee.worker.outage import OutageBackoff, is_outage
 from notee.worker.reader import PageReader, messages_for
 
@@ -260,6 +261,9 @@ class TaskRun:
             await self._release_waiting_page()
         elif isinstance(exc, ProviderConfigError):
             await self._fail_on_configuration(exc)
+        elif isinstance(exc, ConditionTooLarge):  # every task of the job would meet it: fail it once
+            log.error("job %s failed: %s", self.claim.job_id, exc)
+            await self._fail_job(f"condition: {exc} (NOTEE_CONDITION_MEMBERS_MAX)", self.aborted)
         elif isinstance(exc, PagingStateRejected):
             await self._resume_after_key(exc)
         else:

@@ -23,6 +23,7 @@ TABLE = {
     ("Subscription", "method"): ("SubscriptionOut", "method"),
     ("BulkResult", "status"): ("BulkResult", "status"),
     ("PublishAccepted", "state"): ("PublishAccepted", "state"),
+    ("GeneralPublishAccepted", "state"): ("GeneralPublishAccepted", "state"),
     ("Job", "state"): ("JobStatus", "state"),
     ("RateLimit", "rate_class"): ("RateLimitOut", "class"),
     ("Webhook", "events"): ("WebhookOut", "events"),

@@ -47,6 +47,7 @@ OWN = {
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
 BODIES: dict[str, dict] = {
     "POST /v1/topics/{type}/{topic}/publish": {"variables": {"name": "x"}},
+    "POST /v1/publish/{type}": {"users": ["{service_user_id}"], "variables": {"name": "x"}},
     "POST /v1/users/{user_id}/devices": {"token": "{new_token}", "os": "AOS", "region": "KR"},
     "POST /v1/devices/rotate": {"old_token": "{token}", "new_token": "{new_token}"},
     "PUT /v1/users/{user_id}/subscriptions/cycle/{type}": {"days": ["MON"], "hour": 9, "minute": 30},

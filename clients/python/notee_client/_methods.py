@@ -204,11 +204,19 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return self.call(_ops.patch_tags(user_id, tags))
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.GeneralPublishAccepted:
+        """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
+(``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
+(with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
+``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
+users. Answers a job id at once, like ``publish_topic``."""
+        return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -493,11 +501,19 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return await self.call(_ops.patch_tags(user_id, tags))
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.GeneralPublishAccepted:
+        """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
+(``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
+(with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
+``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
+users. Answers a job id at once, like ``publish_topic``."""
+        return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""

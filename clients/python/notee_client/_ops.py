@@ -330,15 +330,42 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
-                  local_time: str | None = None) -> Op[m.PublishAccepted]:
+                  local_time: str | None = None, platforms: Sequence[str] | None = None) -> Op[m.PublishAccepted]:
     """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
     if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-    reach each recipient when its time zone's clock next shows it."""
+    reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish", _one(m.PublishAccepted),
               json=_clean(variables=dict(variables) if variables is not None else None,
+                          data=dict(data) if data is not None else None, title=title, body=body,
+                          send_at=_instant(send_at), local_time=local_time,
+                          platforms=list(platforms) if platforms else None),
+              headers={"Idempotency-Key": key})
+
+
+def publish(type: str, *, topic: str | None = None, condition: str | None = None,
+            filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None,
+            exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None,
+            platforms: Sequence[str] | None = None, method: str = "TOPIC",
+            variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None,
+            title: str | None = None, body: str | None = None, idempotency_key: str | None = None,
+            send_at: datetime | None = None, local_time: str | None = None) -> Op[m.GeneralPublishAccepted]:
+    """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
+    (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
+    (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
+    ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
+    users. Answers a job id at once, like ``publish_topic``."""
+    key = idempotency_key or f"sdk-{uuid.uuid4()}"
+    seg = {"include": list(segments), "exclude": list(exclude_segments or [])} if segments else None
+    return Op("POST", f"/v1/publish/{_seg(type)}", _one(m.GeneralPublishAccepted),
+              json=_clean(topic=topic, condition=condition,
+                          filter=[[dict(p) for p in group] for group in filter] if filter is not None else None,
+                          segments=seg, users=list(users) if users is not None else None,
+                          platforms=list(platforms) if platforms else None,
+                          method=method if method != "TOPIC" else None,
+                          variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, title=title, body=body,
                           send_at=_instant(send_at), local_time=local_time),
               headers={"Idempotency-Key": key})

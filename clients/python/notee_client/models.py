@@ -168,6 +168,10 @@ class PublishAccepted(Model):
     send_at: datetime | None = None
 
 
+class GeneralPublishAccepted(PublishAccepted):
+    unknown_users: int | None = None  # a user list: how many of its ids name no user (skipped)
+
+
 class Job(Model):
     job_id: str
     state: JobState

@@ -69,6 +69,25 @@ class PublishRequest(BaseModel):
         "occurrence.",
         examples=["09:00"],
     )
+    platforms: list[Literal["IOS", "AOS"]] | None = Field(
+        None,
+        min_length=1,
+        max_length=2,
+        description="Only devices of these platforms (IOS, AOS); absent: every platform.",
+    )
+
+
+def platforms_of(request: PublishRequest) -> tuple[str, ...]:
+    """The request's platforms, as the job keeps them (sorted, each once; empty: every platform)."""
+    return tuple(sorted(set(request.platforms or ())))
+
+
+def overrides_of(request: PublishRequest) -> dict[str, Any] | None:
+    """The request's title, body and data overrides (None: none)."""
+    overrides = {
+        k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
+    }
+    return overrides or None
 
 
 class PublishAccepted(Answer):
@@ -141,18 +160,16 @@ def publish(
     job id; workers fan out in the background (with ``send_at``: from then on; the job is
     ``scheduled`` until then). Progress: ``GET /v1/jobs/{job_id}``."""
     request = request or PublishRequest()
-    overrides = {
-        k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
-    }
     asked = TopicPublish(
         service=service,
         type_=type,
         topic=topic,
         idempotency_key=idempotency_key,
         variables=request.variables,
-        overrides=overrides or None,
+        overrides=overrides_of(request),
         send_at=request.send_at,
         local_time=request.local_time,
+        platforms=platforms_of(request),
     )
     job = publish_topic(runtime, db, asked)
     db.commit()  # the route owns the unit of work; on an error the request's session rolls back
