@@ -22,6 +22,7 @@ from notee.api.routes import (
     prometheus,
     publish,
     quiet,
+    segments,
     sends,
     subscriptions,
     templates,
@@ -107,6 +108,7 @@ def create_app(
             r.router
             for r in (subscriptions, users, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
         ]
+        routers += [segments.router, segments.estimate_router]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
         routers += [insight.admin_router, admin.router, prometheus.router]

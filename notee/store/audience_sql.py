@@ -14,6 +14,7 @@ group's NOT (an excluded segment) means what it says.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -250,6 +251,39 @@ def count(session: Session, service: str, query: AudienceQuery) -> Reach:
     }
     users = session.execute(select(func.count(func.distinct(base.c.user_id)))).scalar_one()
     return Reach(int(users), by_platform)
+
+
+@dataclass(frozen=True, slots=True)
+class ListReach:
+    """What a list of users reaches now: ``reach`` (users with a device of the platforms asked for, their
+    devices) and ``known``, how many of the ids name a user of the service."""
+
+    reach: Reach
+    known: int
+
+
+def count_users_list(
+    session: Session, service: str, service_user_ids: Sequence[str], platforms: tuple[str, ...] | None
+) -> ListReach:
+    """The devices of the users a service names by its own ids (a publish's ``users``), counted
+    exactly: lookups on the user's primary key (service, service_user_id), then on the device's
+    (service, user_id)."""
+    ids = sorted(set(service_user_ids))
+    if not ids:
+        return ListReach(Reach(0, {}), 0)
+    known = session.execute(
+        select(func.count()).where(u.c.service == service, u.c.service_user_id.in_(ids))
+    ).scalar_one()
+    where = [u.c.service == service, u.c.service_user_id.in_(ids)]
+    if platforms is not None:
+        where.append(d.c.device_os.in_(platforms))
+    joined = u.join(d, and_(d.c.service == u.c.service, d.c.user_id == u.c.user_id))
+    base = select(d.c.device_os, d.c.user_id).select_from(joined).where(*where).subquery()
+    by_platform = {
+        os_: int(n) for os_, n in session.execute(select(base.c.device_os, func.count()).group_by(base.c.device_os))
+    }
+    users = session.execute(select(func.count(func.distinct(base.c.user_id)))).scalar_one()
+    return ListReach(Reach(int(users), by_platform), int(known))
 
 
 def explain_page(session: Session, service: str, query: AudienceQuery) -> list[dict[str, Any]]:

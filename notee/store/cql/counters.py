@@ -62,6 +62,7 @@ class Counters:
         self.topic_counts_of_type = p(f"{topic_cols} AND notification_type = ?")
         self.topic_counts_of_type_after = p(f"{topic_cols} AND notification_type = ? AND topic > ?")
         self.topic_counts_scan = p(f"SELECT service, notification_type, topic, subscribers FROM {c}.topic_subscribers")
+        self.topic_count_one = p(f"SELECT subscribers FROM {c}.topic_subscribers {topic_key}")
 
     # ------------------------------------------------------------------ numbers (``no``)
     def allocate_numbers(self, service: str, method: str, type_: str, n: int) -> int:
@@ -177,6 +178,11 @@ class Counters:
         stmt.fetch_size = fetch_size
         for r in rows(self.session, stmt):
             yield r.notification_type, r.topic, int(r.subscribers or 0)
+
+    def topic_subscriber_count(self, service: str, type_: str, topic: str) -> int:
+        """One topic's subscribed users (the counter: may drift until `notee reconcile`); 0 when none."""
+        row = self.session.execute(self.topic_count_one, (service, type_, topic), execution_profile=TUPLE_ROWS).one()
+        return int(row[0] or 0) if row is not None else 0
 
     def scan_topic_subscribers(self, fetch_size: int = 1000) -> Iterator[tuple[str, str, str, int]]:
         """(service, type, topic, subscribers) of every service (reconcile)."""
