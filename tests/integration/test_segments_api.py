@@ -160,7 +160,12 @@ def test_another_tenant_sees_none_of_it_and_may_use_the_same_name(client, tenant
     assert client.delete("/v1/segments/mine", headers=other.headers).status_code == 404
     assert client.get("/v1/segments", headers=other.headers).json()["items"] == []
     estimate = client.post("/v1/audience/estimate", json={"segments": {"include": ["mine"]}}, headers=other.headers)
-    assert estimate.status_code == 422 and estimate.json()["error"]["details"][0]["loc"] == ["body", "segments", "include", "0"]
+    assert estimate.status_code == 422 and estimate.json()["error"]["details"][0]["loc"] == [
+        "body",
+        "segments",
+        "include",
+        "0",
+    ]
     # the same name in the other service is its own segment, counting its own users (none)
     assert _create(client, other.headers, "mine", FREE_OR_IOS).status_code == 201
     assert client.get("/v1/segments/mine", headers=other.headers).json()["reach"]["users"] == 0

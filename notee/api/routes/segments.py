@@ -17,7 +17,6 @@ from notee.core.errors import InvalidInput
 from notee.core.vocabulary import Os
 from notee.domain import segments
 from notee.domain.segments import MAX_DESCRIPTION, MAX_NAMED, NAME_PATTERN, Segment, SegmentInput
-from notee.store.audience_sql import Reach
 from notee.usecases.estimate import MAX_USERS, Estimate, EstimateTarget, estimate
 
 router = APIRouter(prefix="/v1/segments", tags=["audiences"])
@@ -69,7 +68,8 @@ class SegmentList(Answer):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null at the end.")
 
 
-def _reach(reach: Reach | None) -> ReachOut | None:
+def _reach(s: Segment) -> ReachOut | None:
+    reach = s.reach
     if reach is None:
         return None
     return ReachOut(users=reach.users, devices=reach.devices, devices_by_platform=reach.devices_by_platform)
@@ -82,7 +82,7 @@ def _out(s: Segment) -> SegmentOut:
         filter=s.filter,
         created_at=s.created_at,
         updated_at=s.updated_at,
-        reach=_reach(s.reach),
+        reach=_reach(s),
     )
 
 
