@@ -35,6 +35,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 20_000,
         "fair_devices": 40_000,
+        "audience_users": 100_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -52,6 +53,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 100_000,
         "fair_devices": 200_000,
+        "audience_users": 1_000_000,
     },
 }
 log = logging.getLogger("bench")
@@ -204,6 +206,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["fairness_p99_s"] = fairness.run(runtime, emulator, devices=sizes["fair_devices"])
 
         attempt(("fairness_p99_s",), fair)
+
+    if want("estimate_s"):
+
+        def estimate() -> None:
+            from bench import estimate
+
+            figures["estimate_s"] = estimate.run(runtime, users=sizes["audience_users"])
+
+        attempt(("estimate_s",), estimate)
 
     from bench import gorush
 
