@@ -75,6 +75,7 @@ GOALS: dict[str, tuple[str, float, str]] = {
         2.0,
         "tenant B's publish -> acknowledged p99, seconds, while tenant A's large publish runs (1 worker)",
     ),
+    "estimate_s": ("<", 2.0, "filter estimate (tag = AND platform =) over 1,000,000 tagged users, seconds"),
 }
 # Figures whose value is a ratio but whose goal is on the numerator, an absolute rate (issue 19:
 # "at least 3,000 users/s" through the bulk endpoint; the ratio says how close to the raw writes).

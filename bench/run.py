@@ -38,6 +38,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "cond_devices": 20_000,
         "segment_users": 100_000,
         "segment_matching": 10_000,
+        "audience_users": 100_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -58,6 +59,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "cond_devices": 100_000,
         "segment_users": 1_000_000,
         "segment_matching": 100_000,
+        "audience_users": 1_000_000,
     },
 }
 log = logging.getLogger("bench")
@@ -232,6 +234,14 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             )
 
         attempt(("segment_publish_ratio",), segment)
+    if want("estimate_s"):
+
+        def estimate() -> None:
+            from bench import estimate
+
+            figures["estimate_s"] = estimate.run(runtime, users=sizes["audience_users"])
+
+        attempt(("estimate_s",), estimate)
 
     from bench import gorush
 

@@ -23,6 +23,7 @@ from notee.api.routes import (
     prometheus,
     publish,
     quiet,
+    segments,
     sends,
     subscriptions,
     tags,
@@ -121,6 +122,7 @@ def create_app(
     routers = [health.router]
     if app.state.serves_tenant:
         routers += [r.router for r in TENANT_ROUTES]
+        routers += [segments.router, segments.estimate_router]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
         routers += [insight.admin_router, admin.router, prometheus.router]

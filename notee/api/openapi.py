@@ -95,6 +95,13 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/webhooks/{endpoint_id}"): "deleteWebhook",
     ("GET", "/v1/webhooks/{endpoint_id}/deliveries"): "listWebhookDeliveries",
     ("POST", "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/resend"): "resendWebhookDelivery",
+    # audiences: saved segments and estimates
+    ("POST", "/v1/segments"): "createSegment",
+    ("GET", "/v1/segments"): "listSegments",
+    ("GET", "/v1/segments/{name}"): "getSegment",
+    ("PUT", "/v1/segments/{name}"): "putSegment",
+    ("DELETE", "/v1/segments/{name}"): "deleteSegment",
+    ("POST", "/v1/audience/estimate"): "estimateAudience",
 }
 
 TAGS: list[dict[str, str]] = [
@@ -144,6 +151,11 @@ TAGS: list[dict[str, str]] = [
         "name": "webhooks",
         "description": "Signed event callbacks (job.finished, job.failed, token.pruned, dead_letter.created) "
         "to a service's HTTPS endpoints, and their recent deliveries (docs/WEBHOOKS.md).",
+    },
+    {
+        "name": "audiences",
+        "description": "Saved segments (named filters over tags and attributes) and the estimate of what a "
+        "publish's target reaches now (docs/AUDIENCES.md).",
     },
 ]
 

@@ -48,6 +48,19 @@ _TEMPLATE = {
     "created_at": _T,
     "updated_at": _T,
 }
+_FILTER = [
+    [{"tag": "plan", "op": "=", "value": "pro"}, {"attribute": "app_version", "op": ">=", "value": "5.2"}],
+    [{"attribute": "country", "op": "in", "value": ["KR", "JP"]}],
+]
+_REACH = {"users": 5100, "devices": 6020, "devices_by_platform": {"AOS": 4210, "IOS": 1810}}
+_SEGMENT = {
+    "name": "pro-android",
+    "description": "Paying users on 5.2+",
+    "filter": _FILTER,
+    "created_at": _T,
+    "updated_at": _T,
+    "reach": _REACH,
+}
 _SCHEDULE = {
     "days": ["MON", "FRI"],
     "hour": 9,
@@ -328,6 +341,14 @@ EXAMPLES: dict[str, Any] = {
     },
     "VariantIn": _VARIANT,
     "VariantOut": _VARIANT,
+    "SegmentIn": {"name": "pro-android", "description": "Paying users on 5.2+", "filter": _FILTER},
+    "SegmentReplace": {"description": "Paying users on 5.2+", "filter": _FILTER},
+    "SegmentOut": _SEGMENT,
+    "SegmentList": {"items": [{**_SEGMENT, "reach": None}], "next_cursor": None},
+    "ReachOut": _REACH,
+    "SegmentsChoice": {"include": ["pro-android"], "exclude": ["churned"]},
+    "EstimateIn": {"segments": {"include": ["pro-android"], "exclude": ["churned"]}, "platforms": ["AOS"]},
+    "EstimateOut": {**_REACH, "exact": True, "method": "mysql_count", "unknown_users": None, "topics": None},
 }
 
 

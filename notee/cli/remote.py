@@ -18,8 +18,9 @@ object; actions print one human line, or with ``--json`` the API's answer as one
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
-(publish, send, jobs), ``remote_dead_letters`` (a service's dead letters, or any service's with the
-admin token), ``remote_tags`` (a user's tags); ``remote_client`` is what they share.
+(publish, send, jobs), ``remote_segments`` (segments, estimate), ``remote_dead_letters`` (a service's dead
+letters, or any service's with the admin token), ``remote_tags`` (a user's tags); ``remote_client`` is what
+they share.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from notee.cli import remote_tags  # noqa: F401 (registers `notee user tags|tag|
 from notee.cli.remote_admin import admin_app
 from notee.cli.remote_dead_letters import dead_letters_app
 from notee.cli.remote_publish import jobs_app, publish, send
+from notee.cli.remote_segments import estimate, segment_app
 from notee.cli.remote_tenant import (
     calendar,
     quiet_hours,
@@ -52,10 +54,12 @@ def install(app: typer.Typer) -> None:
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(webhook_app, name="webhook")
     app.add_typer(dead_letters_app, name="dead-letters")
+    app.add_typer(segment_app, name="segment")
     app.command("subscribe")(subscribe)
     app.command("subscribe-bulk")(subscribe_bulk)
     app.command("publish")(publish)
     app.command("send")(send)
+    app.command("estimate")(estimate)
     app.command("subscribers")(subscribers)
     app.command("topics")(topics)
     app.command("calendar")(calendar)

@@ -237,6 +237,9 @@ class Settings(BaseSettings):
     )
     webhook_concurrency: int = Field(32, ge=1, le=512, description="Webhook POSTs in flight per dispatcher.")
     webhook_max_endpoints: int = Field(10, ge=1, le=100, description="Webhook endpoints a service may register.")
+    segments_per_service_max: int = Field(
+        1000, ge=1, le=100_000, description="Saved segments a service may have (409 beyond; docs/AUDIENCES.md)."
+    )
 
     # --- scheduler ------------------------------------------------------------------------------
     scheduler_grace_minutes: int = Field(

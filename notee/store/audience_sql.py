@@ -14,6 +14,7 @@ group's NOT (an excluded segment) means what it says.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    case,
     exists,
     false,
     func,
@@ -40,6 +42,7 @@ from notee.core.audience import (
     ATTRIBUTES,
     BOOLEAN,
     ELAPSED,
+    PLATFORMS,
     STRING,
     TIMESTAMP,
     Audience,
@@ -127,12 +130,15 @@ def _compare(column: Any, op: str, value: Any) -> ColumnElement[bool]:
 _NEGATED = {"!=": "=", "not_in": "in", "not_exists": "exists"}
 
 
-def _tag(p: Predicate, now: datetime) -> ColumnElement[bool]:
+def _tag(p: Predicate, now: datetime, sets: str | None = None) -> ColumnElement[bool]:
     """A tag predicate: an EXISTS on user_tag's primary key (negated ops: NOT EXISTS of the positive,
-    so a user without the tag matches ``!=`` and ``not_in``)."""
+    so a user without the tag matches ``!=`` and ``not_in``). With ``sets`` (the service, for a
+    count): ``d.user_id [NOT] IN`` the set of the service's users whose tag matches, which MariaDB
+    may read from ix_user_tag_str/_num and join to the devices (a semi-join) instead of testing every
+    device (docs/AUDIENCES.md "Estimates")."""
     op = _NEGATED.get(p.op, p.op)
     t = user_tag_t
-    where = [t.c.service == d.c.service, t.c.user_id == d.c.user_id, t.c.tag_key == p.tag]
+    where = [t.c.tag_key == p.tag]
     if op != "exists":
         where.append(t.c.kind == p.kind)
         if op in ELAPSED:
@@ -143,7 +149,11 @@ def _tag(p: Predicate, now: datetime) -> ColumnElement[bool]:
             if p.kind == BOOLEAN:
                 value = 1.0 if value else 0.0
             where.append(_compare(t.c.value_str if p.kind == STRING else t.c.value_num, op, value))
-    found = exists().where(*where)
+    if sets is not None:
+        members = select(t.c.user_id).where(t.c.service == sets, *where)
+        found: ColumnElement[bool] = d.c.user_id.in_(members)
+    else:
+        found = exists().where(t.c.service == d.c.service, t.c.user_id == d.c.user_id, *where)
     return not_(found) if p.op in _NEGATED else found
 
 
@@ -167,20 +177,21 @@ def _attribute(p: Predicate, now: datetime) -> ColumnElement[bool]:
     return not_(positive) if p.op in _NEGATED else positive
 
 
-def _predicate(p: Predicate, now: datetime) -> ColumnElement[bool]:
-    return _tag(p, now) if p.tag is not None else _attribute(p, now)
+def _predicate(p: Predicate, now: datetime, sets: str | None) -> ColumnElement[bool]:
+    return _tag(p, now, sets) if p.tag is not None else _attribute(p, now)
 
 
-def _filter(f: Filter, now: datetime) -> ColumnElement[bool]:
-    return or_(*(and_(*(_predicate(p, now) for p in group)) for group in f))
+def _filter(f: Filter, now: datetime, sets: str | None) -> ColumnElement[bool]:
+    return or_(*(and_(*(_predicate(p, now, sets) for p in group)) for group in f))
 
 
-def audience_condition(audience: Audience, now: datetime) -> ColumnElement[bool]:
-    """The audience as one condition over ``d`` and ``u``: in an included filter, in no excluded one."""
-    included = or_(*(_filter(f, now) for f in audience.include))
+def audience_condition(audience: Audience, now: datetime, sets: str | None = None) -> ColumnElement[bool]:
+    """The audience as one condition over ``d`` and ``u``: in an included filter, in no excluded one
+    (``sets``: tag tests as sets of the service's users, for counts: ``_tag``)."""
+    included = or_(*(_filter(f, now, sets) for f in audience.include))
     if not audience.exclude:
         return included
-    return and_(included, not_(or_(*(_filter(f, now) for f in audience.exclude))))
+    return and_(included, not_(or_(*(_filter(f, now, sets) for f in audience.exclude))))
 
 
 def _needs_user(audience: Audience | None) -> bool:
@@ -192,12 +203,12 @@ def _needs_user(audience: Audience | None) -> bool:
     )
 
 
-def _where(service: str, query: AudienceQuery) -> list[ColumnElement[bool]]:
+def _where(service: str, query: AudienceQuery, *, counting: bool = False) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = [d.c.service == service]
     if query.platforms is not None:
         where.append(d.c.device_os.in_(query.platforms))
     if query.audience is not None:
-        where.append(audience_condition(query.audience, query.now))
+        where.append(audience_condition(query.audience, query.now, service if counting else None))
     return where
 
 
@@ -242,14 +253,53 @@ class Reach:
         return sum(self.devices_by_platform.values())
 
 
+def _tally(session: Session, source: Any, where: list[ColumnElement[bool]]) -> Reach:
+    """Devices by platform and distinct users of the rows ``where`` selects, in one pass (a sum per
+    platform beside COUNT(DISTINCT): no GROUP BY, so no sort of the matching rows)."""
+    stmt = (
+        select(
+            *(func.sum(case((d.c.device_os == p, 1), else_=0)) for p in PLATFORMS),
+            func.count(func.distinct(d.c.user_id)),
+        )
+        .select_from(source)
+        .where(*where)
+    )
+    *devices, users = session.execute(stmt).one()
+    return Reach(int(users), {p: int(n) for p, n in zip(PLATFORMS, devices, strict=True) if n})
+
+
 def count(session: Session, service: str, query: AudienceQuery) -> Reach:
-    """The audience's reach, counted exactly (one scan of the service's devices in MySQL)."""
-    base = select(d.c.device_os, d.c.user_id).select_from(_from(query)).where(*_where(service, query)).subquery()
-    by_platform = {
-        os_: int(n) for os_, n in session.execute(select(base.c.device_os, func.count()).group_by(base.c.device_os))
-    }
-    users = session.execute(select(func.count(func.distinct(base.c.user_id)))).scalar_one()
-    return Reach(int(users), by_platform)
+    """The audience's reach, counted exactly: one pass over the service's devices, or over the
+    members of a tag when MariaDB finds that cheaper (``_tag``'s sets)."""
+    return _tally(session, _from(query), _where(service, query, counting=True))
+
+
+@dataclass(frozen=True, slots=True)
+class ListReach:
+    """What a list of users reaches now: ``reach`` (users with a device of the platforms asked for, their
+    devices) and ``known``, how many of the ids name a user of the service."""
+
+    reach: Reach
+    known: int
+
+
+def count_users_list(
+    session: Session, service: str, service_user_ids: Sequence[str], platforms: tuple[str, ...] | None
+) -> ListReach:
+    """The devices of the users a service names by its own ids (a publish's ``users``), counted
+    exactly: lookups on the user's primary key (service, service_user_id), then on the device's
+    (service, user_id)."""
+    ids = sorted(set(service_user_ids))
+    if not ids:
+        return ListReach(Reach(0, {}), 0)
+    known = session.execute(
+        select(func.count()).where(u.c.service == service, u.c.service_user_id.in_(ids))
+    ).scalar_one()
+    where = [u.c.service == service, u.c.service_user_id.in_(ids)]
+    if platforms is not None:
+        where.append(d.c.device_os.in_(platforms))
+    joined = u.join(d, and_(d.c.service == u.c.service, d.c.user_id == u.c.user_id))
+    return ListReach(_tally(session, joined, where), int(known))
 
 
 def explain_page(session: Session, service: str, query: AudienceQuery) -> list[dict[str, Any]]:

@@ -137,6 +137,19 @@ def test_sparse_smoke(runtime, bench_emulator, name):
     assert bench_emulator.delivered() >= 3  # the full walk reached them too (the emulator counts since its reset)
 
 
+def test_estimate_smoke(runtime):
+    from bench import audience_data, estimate
+    from tests.support.tenants import new_service_id
+
+    service = new_service_id()
+    fig = estimate.run(runtime, users=3000, repeats=1, service=service)
+    _measured(fig, "estimate_s", ratio=False)
+    assert fig["value"] == fig["numerator"]["value"] and fig["extra"]["loaded_now"] is True
+    assert fig["extra"]["users_matched"] == 200  # i % 10 == 0 and not i % 3 == 0, of 3,000 (counted, checked)
+    again = audience_data.load_users(runtime, 3000, service)
+    assert again["loaded"] is False  # a service that holds the population is kept
+
+
 def test_subscribe_smoke(runtime):
     from bench import subscribe
 

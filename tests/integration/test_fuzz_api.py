@@ -220,6 +220,7 @@ def edge_target(client, settings, make_module_tenant):
         "key_id": "0123456789abcdef",
         "provider": "fcm",
         "rate_class": "read",
+        "name": "edge-segment",
     }
     return service, headers, admin_headers(settings), values
 

@@ -42,6 +42,10 @@ OWN = {
     # quiet hours: the caller's own service's (tests/integration/test_quiet_hours.py checks another tenant's stay unchanged)
     "GET /v1/service/quiet-hours",
     "PUT /v1/service/quiet-hours",
+    # segments: created in (PUT creates when absent) and listed from the caller's own tenant (checked below)
+    "POST /v1/segments",
+    "GET /v1/segments",
+    "PUT /v1/segments/{name}",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -59,6 +63,10 @@ BODIES: dict[str, dict] = {
     "PUT /v1/service/quiet-hours": {"quiet_hours": None},
     "PATCH /v1/users/{user_id}/tags": {"plan": "a-value", "gone": None},
     "PUT /v1/users/{user_id}/tags": {"plan": "a-value"},
+    "POST /v1/segments": {"name": "{name}", "filter": [[{"tag": "plan", "op": "exists"}]]},
+    "PUT /v1/segments/{name}": {"filter": [[{"tag": "plan", "op": "exists"}]]},
+    # another tenant's segment is no segment of the caller's: the same 422 as a name nobody has
+    "POST /v1/audience/estimate": {"segments": {"include": ["{name}"]}},
 }
 
 
@@ -134,6 +142,11 @@ def tenants(client, runtime, make_module_tenant):
     with runtime.sessions.begin() as s:  # one event in B's outbox, as a finished job would write it
         webhooks_sql.emit(s, b, "job.finished", {"job_id": r.json()["job_id"]})
     delivery = client.get(f"/v1/webhooks/{hook.json()['endpoint_id']}/deliveries", headers=b_auth).json()["items"][0]
+    segment = "b-seg-" + secrets.token_hex(4)
+    made = client.post(
+        "/v1/segments", json={"name": segment, "filter": [[{"tag": "plan", "op": "exists"}]]}, headers=b_auth
+    )
+    assert made.status_code == 201, made.text
     b_ids = {
         "user_id": user_id,
         "service_user_id": b_suid,
@@ -145,6 +158,7 @@ def tenants(client, runtime, make_module_tenant):
         "endpoint_id": hook.json()["endpoint_id"],
         "delivery_id": str(delivery["delivery_id"]),
         "key": tag_key,
+        "name": segment,
     }
     return {"a": a, "b": b, "a_auth": a_auth, "b_auth": b_auth, "b_ids": b_ids}
 
@@ -187,6 +201,7 @@ def _ids_for(path: str, which: dict) -> dict[str, str]:
         "endpoint_id": which["endpoint_id"],
         "delivery_id": which["delivery_id"],
         "key": which["key"],
+        "name": which["name"],
     }
 
 
@@ -201,6 +216,7 @@ def _missing() -> dict:
         "endpoint_id": str(uuid.uuid4()),
         "delivery_id": str(secrets.randbelow(10**9) + 10**9),
         "key": "iso-" + secrets.token_hex(4),
+        "name": "nobody-seg-" + secrets.token_hex(4),
     }
 
 
@@ -253,6 +269,13 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert '"all"' in client.get("/v1/topics", headers=tenants["b_auth"]).text  # the checks can fail
     assert b_ids["keys"][1] in client.get("/v1/calendar?hours=168", headers=tenants["b_auth"]).text
     assert tenants["b"] in client.get("/v1/delivery-summary", headers=tenants["b_auth"]).text
+    r = client.get("/v1/segments", headers=a_auth)
+    assert r.status_code == 200 and b_ids["name"] not in r.text
+    assert b_ids["name"] in client.get("/v1/segments", headers=tenants["b_auth"]).text  # the check can fail
+    b_segment = client.get(f"/v1/segments/{b_ids['name']}", headers=tenants["b_auth"]).json()
+    r = client.put(f"/v1/segments/{b_ids['name']}", json={"filter": [[{"tag": "x", "op": "exists"}]]}, headers=a_auth)
+    assert r.status_code == 201, r.text  # A's own segment of that name, not B's replaced
+    assert client.get(f"/v1/segments/{b_ids['name']}", headers=tenants["b_auth"]).json() == b_segment
     r = client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=a_auth)
     assert r.status_code in (200, 201) and r.json()["notification_key"] not in b_ids["keys"]
     assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {

@@ -65,6 +65,10 @@ compare as a version (None: each left as it is)."""
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
         return self.call(_ops.create_api_key(service, label))
 
+    def create_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
+        """Save a filter under a name (409 when the name is taken). The answer carries no count."""
+        return self.call(_ops.create_segment(name, filter, description=description))
+
     def create_service(self, service: str, display_name: str, timezone: str | None = None) -> m.Service:
         """Create a service (tenant). Admin token."""
         return self.call(_ops.create_service(service, display_name, timezone))
@@ -81,6 +85,10 @@ compare as a version (None: each left as it is)."""
         """Remove one of the user's devices."""
         return self.call(_ops.delete_device(user_id, token))
 
+    def delete_segment(self, name: str) -> None:
+        """Delete a segment (jobs already made keep their snapshot of it)."""
+        return self.call(_ops.delete_segment(name))
+
     def delete_tag(self, user_id: str, key: str) -> None:
         """Remove one of the user's tags (NotFound when the user does not hold it)."""
         return self.call(_ops.delete_tag(user_id, key))
@@ -96,6 +104,11 @@ compare as a version (None: each left as it is)."""
     def delete_webhook(self, endpoint_id: str) -> None:
         """Delete a webhook endpoint and its deliveries."""
         return self.call(_ops.delete_webhook(endpoint_id))
+
+    def estimate_audience(self, *, filter: Sequence[Any] | None = None, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None, users: Sequence[str] | None = None, topic: str | None = None, condition: str | None = None, type: str | None = None, platforms: Sequence[str] | None = None) -> m.Estimate:
+        """What a publish's target would reach now: name one of filter, include (and exclude) segments,
+users, topic or condition (the last two with type); ``platforms`` narrows it."""
+        return self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -120,6 +133,10 @@ compare as a version (None: each left as it is)."""
     def get_rate_limits(self, service: str) -> list[m.RateLimit]:
         """A service's rate limit per class (publish, send, write, read). Admin token."""
         return self.call(_ops.get_rate_limits(service))
+
+    def get_segment(self, name: str) -> m.Segment:
+        """One segment and what it reaches now."""
+        return self.call(_ops.get_segment(name))
 
     def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
@@ -164,6 +181,10 @@ compare as a version (None: each left as it is)."""
     def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of the service's jobs (publishes and cycle minutes), newest first."""
         return self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
+    def list_segments(self, *, counts: bool = False, cursor: str | None = None, limit: int = 50) -> m.SegmentPage:
+        """One page of the service's segments in name order; ``counts``: each with its reach (limit <= 20)."""
+        return self.call(_ops.list_segments(counts=counts, cursor=cursor, limit=limit))
 
     def list_services(self) -> list[m.Service]:
         """Every service of the deployment. Admin token."""
@@ -234,6 +255,10 @@ clear them with ``start=None``."""
     def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
+
+    def put_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
+        """Replace a segment's filter and description, or create it when there is none of that name."""
+        return self.call(_ops.put_segment(name, filter, description=description))
 
     def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
@@ -362,6 +387,10 @@ compare as a version (None: each left as it is)."""
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
         return await self.call(_ops.create_api_key(service, label))
 
+    async def create_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
+        """Save a filter under a name (409 when the name is taken). The answer carries no count."""
+        return await self.call(_ops.create_segment(name, filter, description=description))
+
     async def create_service(self, service: str, display_name: str, timezone: str | None = None) -> m.Service:
         """Create a service (tenant). Admin token."""
         return await self.call(_ops.create_service(service, display_name, timezone))
@@ -378,6 +407,10 @@ compare as a version (None: each left as it is)."""
         """Remove one of the user's devices."""
         return await self.call(_ops.delete_device(user_id, token))
 
+    async def delete_segment(self, name: str) -> None:
+        """Delete a segment (jobs already made keep their snapshot of it)."""
+        return await self.call(_ops.delete_segment(name))
+
     async def delete_tag(self, user_id: str, key: str) -> None:
         """Remove one of the user's tags (NotFound when the user does not hold it)."""
         return await self.call(_ops.delete_tag(user_id, key))
@@ -393,6 +426,11 @@ compare as a version (None: each left as it is)."""
     async def delete_webhook(self, endpoint_id: str) -> None:
         """Delete a webhook endpoint and its deliveries."""
         return await self.call(_ops.delete_webhook(endpoint_id))
+
+    async def estimate_audience(self, *, filter: Sequence[Any] | None = None, include: Sequence[str] | None = None, exclude: Sequence[str] | None = None, users: Sequence[str] | None = None, topic: str | None = None, condition: str | None = None, type: str | None = None, platforms: Sequence[str] | None = None) -> m.Estimate:
+        """What a publish's target would reach now: name one of filter, include (and exclude) segments,
+users, topic or condition (the last two with type); ``platforms`` narrows it."""
+        return await self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -417,6 +455,10 @@ compare as a version (None: each left as it is)."""
     async def get_rate_limits(self, service: str) -> list[m.RateLimit]:
         """A service's rate limit per class (publish, send, write, read). Admin token."""
         return await self.call(_ops.get_rate_limits(service))
+
+    async def get_segment(self, name: str) -> m.Segment:
+        """One segment and what it reaches now."""
+        return await self.call(_ops.get_segment(name))
 
     async def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
@@ -461,6 +503,10 @@ compare as a version (None: each left as it is)."""
     async def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of the service's jobs (publishes and cycle minutes), newest first."""
         return await self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
+    async def list_segments(self, *, counts: bool = False, cursor: str | None = None, limit: int = 50) -> m.SegmentPage:
+        """One page of the service's segments in name order; ``counts``: each with its reach (limit <= 20)."""
+        return await self.call(_ops.list_segments(counts=counts, cursor=cursor, limit=limit))
 
     async def list_services(self) -> list[m.Service]:
         """Every service of the deployment. Admin token."""
@@ -531,6 +577,10 @@ clear them with ``start=None``."""
     async def put_rate_limit(self, service: str, rate_class: str, *, rate: float, burst: int) -> m.RateLimit:
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return await self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
+
+    async def put_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
+        """Replace a segment's filter and description, or create it when there is none of that name."""
+        return await self.call(_ops.put_segment(name, filter, description=description))
 
     async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,

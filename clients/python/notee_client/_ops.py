@@ -542,3 +542,48 @@ def resend_webhook_delivery(endpoint_id: str, delivery_id: int) -> Op[m.WebhookD
     # Repeatable: re-sending twice only makes the same delivery due again.
     return Op("POST", f"/v1/webhooks/{_seg(endpoint_id)}/deliveries/{_seg(str(delivery_id))}/resend",
               _one(m.WebhookDelivery))
+
+
+# --- audiences: segments and estimates -------------------------------------------------------------
+
+def create_segment(name: str, filter: Sequence[Any], *, description: str | None = None) -> Op[m.Segment]:
+    """Save a filter under a name (409 when the name is taken). The answer carries no count."""
+    # Not repeatable: a retry after a lost answer would be a 409 for the segment it made.
+    return Op("POST", "/v1/segments", _one(m.Segment),
+              json=_clean(name=name, filter=list(filter), description=description), repeatable=False)
+
+
+def list_segments(*, counts: bool = False, cursor: str | None = None, limit: int = 50) -> Op[m.SegmentPage]:
+    """One page of the service's segments in name order; ``counts``: each with its reach (limit <= 20)."""
+    return Op("GET", "/v1/segments", _one(m.SegmentPage),
+              params=_clean(counts="true" if counts else None, cursor=cursor, limit=limit))
+
+
+def get_segment(name: str) -> Op[m.Segment]:
+    """One segment and what it reaches now."""
+    return Op("GET", f"/v1/segments/{_seg(name)}", _one(m.Segment))
+
+
+def put_segment(name: str, filter: Sequence[Any], *, description: str | None = None) -> Op[m.Segment]:
+    """Replace a segment's filter and description, or create it when there is none of that name."""
+    return Op("PUT", f"/v1/segments/{_seg(name)}", _one(m.Segment),
+              json=_clean(filter=list(filter), description=description))
+
+
+def delete_segment(name: str) -> Op[None]:
+    """Delete a segment (jobs already made keep their snapshot of it)."""
+    return Op("DELETE", f"/v1/segments/{_seg(name)}", _nothing)
+
+
+def estimate_audience(*, filter: Sequence[Any] | None = None, include: Sequence[str] | None = None,
+                      exclude: Sequence[str] | None = None, users: Sequence[str] | None = None,
+                      topic: str | None = None, condition: str | None = None, type: str | None = None,
+                      platforms: Sequence[str] | None = None) -> Op[m.Estimate]:
+    """What a publish's target would reach now: name one of filter, include (and exclude) segments,
+    users, topic or condition (the last two with type); ``platforms`` narrows it."""
+    segments = _clean(include=list(include), exclude=list(exclude or ())) if include is not None else None
+    # Repeatable: an estimate writes nothing.
+    return Op("POST", "/v1/audience/estimate", _one(m.Estimate),
+              json=_clean(filter=list(filter) if filter is not None else None, segments=segments,
+                          users=list(users) if users is not None else None, topic=topic, condition=condition,
+                          type=type, platforms=list(platforms) if platforms is not None else None))

@@ -217,6 +217,10 @@ class Client(SyncMethods):
         """Every topic of the service with its subscriber count, fetched a page at a time."""
         return self._walk(lambda cursor: _ops.list_topics(type=type, cursor=cursor, limit=page_size))
 
+    def iter_segments(self, *, counts: bool = False, page_size: int = 50) -> Iterator[m.Segment]:
+        """Every segment of the service in name order, fetched a page at a time (``counts``: page_size <= 20)."""
+        return self._walk(lambda cursor: _ops.list_segments(counts=counts, cursor=cursor, limit=page_size))
+
 
 class AsyncClient(AsyncMethods):
     """Asynchronous client with the same methods as ``Client``, each a coroutine."""
@@ -302,6 +306,10 @@ class AsyncClient(AsyncMethods):
     def iter_topics(self, *, type: str | None = None, page_size: int = 100) -> AsyncIterator[m.TopicCount]:
         """Every topic of the service with its subscriber count, fetched a page at a time."""
         return self._walk(lambda cursor: _ops.list_topics(type=type, cursor=cursor, limit=page_size))
+
+    def iter_segments(self, *, counts: bool = False, page_size: int = 50) -> AsyncIterator[m.Segment]:
+        """Every segment of the service in name order, fetched a page at a time (``counts``: page_size <= 20)."""
+        return self._walk(lambda cursor: _ops.list_segments(counts=counts, cursor=cursor, limit=page_size))
 
 
 __all__ = ["AsyncClient", "Client", "NoteeError", "ProgressCallback"]

@@ -248,6 +248,7 @@ class Replayed(Model):
 
 # --- insight: subscriber counts, the cycle calendar, the delivery summary ----------------------------
 
+
 class TypeCount(Model):
     method: str
     type: str
@@ -350,3 +351,36 @@ class WebhookDeliveryPage(Model):
     items: list[WebhookDelivery]
     next_cursor: str | None = None
     next_before_id: int | None = None  # deprecated: next_cursor
+
+
+# --- audiences: segments and estimates (docs/AUDIENCES.md) ---------------------------------------
+
+
+class Reach(Model):
+    users: int
+    devices: int
+    devices_by_platform: dict[str, int]
+
+
+class Segment(Model):
+    name: str
+    description: str
+    filter: list[Any]  # groups (ORed) of predicates (ANDed): [{"tag"|"attribute": ..., "op": ..., "value": ...}]
+    created_at: datetime
+    updated_at: datetime
+    reach: Reach | None = None  # what it matches now; None in a listing without counts
+
+
+class SegmentPage(Model):
+    items: list[Segment]
+    next_cursor: str | None
+
+
+class Estimate(Model):
+    users: int | None  # topic, condition: subscribed users (a bound); None: unknown
+    devices: int | None  # None: unknown (topic, condition)
+    devices_by_platform: dict[str, int] | None
+    exact: bool
+    method: str
+    unknown_users: int | None = None
+    topics: dict[str, int] | None = None
