@@ -18,6 +18,7 @@ from notee.api.routes import (
     deadletters,
     devices,
     health,
+    imports,
     insight,
     prometheus,
     publish,
@@ -38,6 +39,23 @@ from notee.usecases.queue_levels import watch_outbox, watch_queue
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
+
+
+# Routing tries routes in this order, each a regex match: the busiest first (health probes come
+# before these, subscriptions first among them), imports last (docs/BENCHMARKS.md, "The API's HTTP stack").
+_TENANT_ROUTES = (
+    subscriptions,
+    users,
+    devices,
+    publish,
+    sends,
+    templates,
+    deadletters,
+    insight,
+    webhooks,
+    quiet,
+    imports,
+)
 
 
 def create_app(
@@ -103,10 +121,7 @@ def create_app(
     # subscriptions), the admin API last (docs/BENCHMARKS.md, "The API's HTTP stack").
     routers = [health.router]
     if app.state.serves_tenant:
-        routers += [
-            r.router
-            for r in (subscriptions, users, devices, publish, sends, templates, deadletters, insight, webhooks, quiet)
-        ]
+        routers += [r.router for r in _TENANT_ROUTES]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
         routers += [insight.admin_router, admin.router, prometheus.router]

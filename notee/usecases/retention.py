@@ -1,5 +1,6 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
-jobs (their tasks cascade), scheduler tick rows, dead letters and finished webhook deliveries are kept
+jobs (their tasks cascade), scheduler tick rows, dead letters, finished webhook deliveries and finished
+bulk imports (their chunks and failed lines cascade) are kept
 ``settings.retention_days`` and then deleted here; expired web console sessions are deleted too.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
@@ -17,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.core.clock import naive_utc, now_utc
-from notee.store import console_sql, deadletter, jobs_sql, ticks, webhooks_sql
+from notee.store import console_sql, deadletter, imports_sql, jobs_sql, ticks, webhooks_sql
 from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,13 @@ def prune_webhook_deliveries(runtime: Runtime) -> int:
     return _drain(runtime, lambda s: webhooks_sql.prune_finished(s, older_than_days=days, batch=BATCH))
 
 
+def prune_imports(runtime: Runtime) -> int:
+    """Bulk imports finished more than retention_days ago (their chunks and failed lines cascade);
+    unfinished imports are never pruned."""
+    days = runtime.settings.retention_days
+    return _drain(runtime, lambda s: imports_sql.prune_finished(s, older_than_days=days, batch=BATCH))
+
+
 def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int]:
     counts = {
         "jobs": prune_jobs(runtime),
@@ -78,6 +86,7 @@ def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int
         "dead_letters": prune_dead_letters(runtime, now=now),
         "console_sessions": prune_console_sessions(runtime),
         "webhook_deliveries": prune_webhook_deliveries(runtime),
+        "imports": prune_imports(runtime),
     }
     if any(counts.values()):
         log.info("retention (%d days): pruned %s", runtime.settings.retention_days, counts)

@@ -1,0 +1,54 @@
+"""``notee worker``'s import lane: claims one chunk of a bulk import at a time and applies it
+(``notee.usecases.imports.run_chunk``), beside the fan-out lanes, until ``stop``.
+
+A crash leaves the chunk leased until ``import_lease_s``; the next claim (this worker's or another's)
+redoes it. SIGTERM: the chunk in hand is finished first (a chunk is short: one batch of upserts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from notee.store import imports_sql
+from notee.store.runtime import Runtime
+from notee.usecases.imports import run_chunk
+from notee.worker.outage import OutageBackoff
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.5
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+async def import_lane(runtime: Runtime, stop: asyncio.Event, owner: str, services: Sequence[str] | None) -> None:
+    """Claim and apply import chunks until ``stop``; a failure is logged and the chunk's lease left to
+    expire (it is redone)."""
+    backoff = OutageBackoff(cap_s=runtime.settings.fanout_outage_backoff_cap_s)
+    while not stop.is_set():
+        try:
+            claim = await asyncio.to_thread(
+                imports_sql.claim,
+                runtime.sessions,
+                owner=owner,
+                lease_s=runtime.settings.import_lease_s,
+                services=services,
+            )
+            if claim is None:
+                await _pause(stop, IDLE_POLL_S)
+                continue
+            await asyncio.to_thread(run_chunk, runtime, claim)
+            log.info("import %s: chunk %d applied", claim.import_id, claim.chunk_no)
+        except imports_sql.LeaseLost as exc:
+            log.warning("import lane of %s: %s", owner, exc)
+        except Exception as exc:  # a store down or a bug: keep the process; the lease expires and it is redone
+            delay = backoff.next_delay()
+            log.exception("import lane of %s: %s; again in %.1f s", owner, type(exc).__name__, delay)
+            await _pause(stop, delay)
