@@ -18,7 +18,7 @@ object; actions print one human line, or with ``--json`` the API's answer as one
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
-(publish, send, jobs), ``remote_dead_letters`` (a service's dead letters, or any service's with the
+(publish, send, jobs), ``remote_imports`` (bulk import and export), ``remote_dead_letters`` (a service's dead letters, or any service's with the
 admin token); ``remote_client`` is what they share.
 """
 
@@ -28,6 +28,7 @@ import typer
 
 from notee.cli.remote_admin import admin_app
 from notee.cli.remote_dead_letters import dead_letters_app
+from notee.cli.remote_imports import export_file, import_file
 from notee.cli.remote_publish import jobs_app, publish, send
 from notee.cli.remote_tenant import (
     calendar,
@@ -60,3 +61,5 @@ def install(app: typer.Typer) -> None:
     app.command("calendar")(calendar)
     app.command("summary")(summary)
     app.command("quiet-hours")(quiet_hours)
+    app.command("import")(import_file)
+    app.command("export")(export_file)

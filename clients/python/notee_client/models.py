@@ -338,3 +338,40 @@ class WebhookDeliveryPage(Model):
     items: list[WebhookDelivery]
     next_cursor: str | None = None
     next_before_id: int | None = None  # deprecated: next_cursor
+
+
+# --- bulk import and export ---------------------------------------------------------------------------
+
+class ImportCreated(Model):
+    import_id: str
+
+
+class Import(Model):
+    import_id: str
+    format: str
+    state: str  # queued, running, done
+    lines_total: int
+    lines_done: int
+    lines_failed: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "done"
+
+
+class ImportPage(Model):
+    items: list[Import]
+    next_cursor: str | None = None
+
+
+class LineError(Model):
+    line: int
+    reason: str
+
+
+class LineErrorPage(Model):
+    items: list[LineError]
+    next_cursor: str | None = None
