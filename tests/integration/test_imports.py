@@ -16,6 +16,7 @@ from sqlalchemy import text
 from notee.store import imports_sql
 from notee.usecases import imports
 from tests.support.registry import random_token
+from tests.support.waiting import wait_for
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
 CSV = {"Content-Type": "text/csv"}
@@ -297,3 +298,49 @@ def test_export_then_import_into_a_fresh_service_reproduces_it(news, make_tenant
         assert status(fresh, import_id)["lines_failed"] == 0, errors(fresh, import_id)
         assert export(fresh) == first, fmt
         assert export(fresh, "csv") == export(news, "csv")
+
+
+def test_a_device_imported_for_a_subscribed_user_gets_its_subscriptions(news, runtime, st):
+    """Like a registration (subscriptions.on_device_added): a new device of a user who already has
+    subscriptions gets their rows; a changed time zone moves the user's slot rows (as PUT /v1/users)."""
+    old = news.user("old-1", devices=[(random_token(), "AOS")])
+    r = news.client.put(f"/v1/users/{old}/subscriptions/topic/news/a", headers=news.headers)
+    assert r.status_code in (200, 201), r.text
+    new_token = random_token()
+    doc = {"user": "old-1", "timezone": "America/New_York", "devices": [{"token": new_token, "platform": "IOS"}]}
+    upload(news, lines(doc))
+    drain(runtime, news.service)
+    subs = news.client.get(f"/v1/users/{old}/subscriptions", headers=news.headers).json()["items"]
+    assert [(s["topic"], s["devices"]) for s in subs] == [("a", 2)]
+    rows = [r for r in st.user_rows(old, news.service) if r.device_token == new_token]
+    assert len(rows) == 1 and rows[0].target == "a"
+    key = news.client.get("/v1/templates/TOPIC/news", headers=news.headers).json()["notification_key"]
+    slot_rows = list(
+        runtime.cql.execute(
+            f"SELECT device_token, zone FROM {runtime.keyspaces.notification}.topic_notification"
+            " WHERE slot = 0 AND notification_key = %s AND topic = 'a'",
+            (key,),
+        )
+    )
+    assert {r.zone for r in slot_rows} == {"America/New_York"} and len(slot_rows) == 2
+
+
+def test_a_chunk_taken_over_after_its_mysql_commit_still_copies_subscriptions(news, runtime, st):
+    """A worker that died between a chunk's MySQL commit and its Cassandra writes: the next one goes on
+    from the chunk's stored ``copies`` (the device no longer looks new by then) and finishes it."""
+    old = news.user("old-2", devices=[(random_token(), "AOS")])
+    assert news.client.put(f"/v1/users/{old}/subscriptions/topic/news/b", headers=news.headers).status_code == 201
+    new_token = random_token()
+    import_id = upload(news, lines({"user": "old-2", "devices": [{"token": new_token, "platform": "IOS"}]}))
+    dead = imports_sql.claim(runtime.sessions, owner="dies", lease_s=0.001, services=[news.service])
+    with runtime.sessions.begin() as s:  # step 1 of run_chunk, then the worker "dies"
+        checked = imports._check(s, runtime, dead)
+        copies = imports._store(s, runtime.statements, news.service, checked, 100)
+        imports_sql.mark_stored(s, dead, copies, lease_s=0.001)
+    assert copies == [(old, new_token, "IOS")]
+    wait_for(lambda: drain(runtime, news.service) == 1, timeout=10, what="the lease to expire and the chunk redone")
+    subs = news.client.get(f"/v1/users/{old}/subscriptions", headers=news.headers).json()["items"]
+    assert [(s["topic"], s["devices"]) for s in subs] == [("b", 2)]
+    assert status(news, import_id)["lines_done"] == 1
+    with runtime.sessions() as s:
+        assert s.execute(text("SELECT attempts FROM import_chunk WHERE import_id = :i"), {"i": import_id}).scalar() == 2
