@@ -35,6 +35,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 20_000,
         "fair_devices": 40_000,
+        "import_users": 10_000,
+        "import_sub_users": 4_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -52,6 +54,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_repeats": 2,
         "local_devices": 100_000,
         "fair_devices": 200_000,
+        "import_users": 50_000,
+        "import_sub_users": 20_000,
     },
 }
 log = logging.getLogger("bench")
@@ -204,6 +208,24 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["fairness_p99_s"] = fairness.run(runtime, emulator, devices=sizes["fair_devices"])
 
         attempt(("fairness_p99_s",), fair)
+
+    if want("import_users_per_s"):
+
+        def import_users() -> None:
+            from bench import imports
+
+            figures["import_users_per_s"] = imports.run_users(runtime, users=sizes["import_users"])
+
+        attempt(("import_users_per_s",), import_users)
+
+    if want("import_subscriptions_ratio"):
+
+        def import_subscriptions() -> None:
+            from bench import imports
+
+            figures["import_subscriptions_ratio"] = imports.run_subscriptions(runtime, users=sizes["import_sub_users"])
+
+        attempt(("import_subscriptions_ratio",), import_subscriptions)
 
     from bench import gorush
 

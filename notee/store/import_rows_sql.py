@@ -10,9 +10,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TableClause, and_, column, delete, func, select, table, true, tuple_
-from sqlalchemy.dialects.mysql import Insert
-from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy import TextClause, and_, column, delete, select, table, text, tuple_
 from sqlalchemy.orm import Session
 
 from notee.store.mysql import AnyRow
@@ -52,13 +50,19 @@ tag_t = table(
 )
 
 
-def _changes(t: TableClause, stmt: Insert, given: Sequence[str]) -> list[tuple[str, Any]]:
-    """The ON DUPLICATE KEY UPDATE of an upsert: the columns ``given`` and ``updated_at``, which moves
-    only when one of them changes (the same file imported twice changes nothing). ``updated_at``
-    comes first: MariaDB assigns left to right, so it still compares with the old values."""
-    same = and_(true(), *(t.c[k].op("<=>")(stmt.inserted[k]) for k in given))
-    moved = func.if_(same, t.c.updated_at, stmt.inserted.updated_at)
-    return [("updated_at", moved), *((k, stmt.inserted[k]) for k in given)]
+def _upsert(table_name: str, columns: Sequence[str], given: Sequence[str]) -> TextClause:
+    """``INSERT … VALUES … ON DUPLICATE KEY UPDATE`` of ``columns`` updating those ``given`` and
+    ``updated_at``, which moves only when one of them changes (the same file imported twice changes
+    nothing); it comes first, since MariaDB assigns left to right and it compares the old values.
+    Run with a list of rows: PyMySQL's executemany sends them as multi-row statements (no per-row
+    compilation, unlike a Core ``insert().values([...])``)."""
+    same = " AND ".join(f"{c} <=> VALUES({c})" for c in given) or "TRUE"
+    updates = ", ".join(
+        [f"updated_at = IF({same}, updated_at, VALUES(updated_at))", *(f"{c} = VALUES({c})" for c in given)]
+    )
+    names = ", ".join(columns)
+    values = ", ".join(f":{c}" for c in columns)
+    return text(f"INSERT INTO {table_name} ({names}) VALUES ({values}) ON DUPLICATE KEY UPDATE {updates}")
 
 
 def users_by_service_id(session: Session, service: str, service_user_ids: Collection[str]) -> dict[str, AnyRow]:
@@ -81,7 +85,7 @@ def upsert_users(
     platform user_id is only set on creation."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for service_user_id, new_id, profile in sorted(rows, key=lambda r: r[0]):
-        values: dict[str, Any] = {
+        values = {
             "service": service,
             "service_user_id": service_user_id,
             "user_id": new_id,
@@ -91,8 +95,9 @@ def upsert_users(
         } | profile
         groups.setdefault(tuple(sorted(profile)), []).append(values)
     for given, batch in groups.items():
-        stmt = mysql_insert(user_t).values(batch)
-        session.execute(stmt.on_duplicate_key_update(_changes(user_t, stmt, given)))
+        columns = ["service", "service_user_id", "user_id", "created_at", "updated_at", "service_user_name"]
+        columns += [c for c in given if c not in columns]
+        session.execute(_upsert("`user`", columns, given), batch)
 
 
 def device_keys(session: Session, service: str, user_ids: Collection[str]) -> set[tuple[str, str]]:
@@ -118,8 +123,9 @@ def upsert_devices(session: Session, service: str, rows: Sequence[dict[str, Any]
             {"service": service, "region": "", "created_at": now, "updated_at": now} | row
         )
     for given, values in groups.items():
-        stmt = mysql_insert(device_t).values(values)
-        session.execute(stmt.on_duplicate_key_update(_changes(device_t, stmt, ("device_os", *given))))
+        columns = ["service", "user_id", "device_token", "device_os", "region", "created_at", "updated_at"]
+        columns += [c for c in given if c not in columns]
+        session.execute(_upsert("device", columns, ("device_os", *given)), values)
 
 
 def tag_keys(session: Session, service: str, user_ids: Collection[str]) -> dict[str, set[str]]:
@@ -144,8 +150,8 @@ def upsert_tags(session: Session, service: str, rows: Sequence[dict[str, Any]], 
     values = [
         {"service": service, "updated_at": now} | r for r in sorted(rows, key=lambda r: (r["user_id"], r["tag_key"]))
     ]
-    stmt = mysql_insert(tag_t).values(values)
-    session.execute(stmt.on_duplicate_key_update(_changes(tag_t, stmt, ("kind", "value_str", "value_num"))))
+    columns = ["service", "user_id", "tag_key", "kind", "value_str", "value_num", "updated_at"]
+    session.execute(_upsert("user_tag", columns, ("kind", "value_str", "value_num")), values)
 
 
 def delete_tags(session: Session, service: str, pairs: Collection[tuple[str, str]]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -101,6 +101,7 @@ def _is_uuid(value: str) -> bool:
 class _Checked:
     lines: list[ImportLine] = field(default_factory=list)
     rejected: dict[int, str] = field(default_factory=dict)
+    ids: dict[str, str] | None = None  # service_user_id -> user_id, once step 1 wrote the users
 
 
 def _check(session: Session, runtime: Runtime, claim: ChunkClaim) -> _Checked:
@@ -128,7 +129,9 @@ def run_chunk(runtime: Runtime, claim: ChunkClaim) -> None:
         if claim.stored:
             copies = claim.copies or []
         else:
-            copies = _store(session, runtime.statements, claim.service, checked, runtime.settings.tags_per_user_max)
+            copies = _store(
+                session, lambda: runtime.statements, claim.service, checked, runtime.settings.tags_per_user_max
+            )
             imports_sql.add_errors(session, claim.import_id, sorted(checked.rejected.items()))
             imports_sql.mark_stored(session, claim, copies, lease_s=lease_s)
     if copies:
@@ -137,20 +140,23 @@ def run_chunk(runtime: Runtime, claim: ChunkClaim) -> None:
             grouped.setdefault(user_id, []).append((token, os_))
         with runtime.sessions.begin() as session:
             subscriptions.on_devices_added(session, runtime.statements, claim.service, grouped)
-    late = _subscribe(runtime, claim.service, checked.lines)
+    late = _subscribe(runtime, claim.service, checked)
     with runtime.sessions.begin() as session:
         imports_sql.add_errors(session, claim.import_id, sorted(late.items()))
         imports_sql.mark_done(session, claim, len(checked.rejected) + len(late))
 
 
-def _subscribe(runtime: Runtime, service: str, lines: Sequence[ImportLine]) -> dict[int, str]:
+def _subscribe(runtime: Runtime, service: str, checked: _Checked) -> dict[int, str]:
     """The lines' topic subscriptions, a type and ``BULK_MAX`` pairs per transaction; the lines whose
     user was deleted meanwhile (line number -> reason)."""
-    wanted = [line for line in lines if line.topics]
+    wanted = [line for line in checked.lines if line.topics]
     if not wanted:
         return {}
-    with runtime.sessions() as session:
-        ids = rows_sql.users_by_service_id(session, service, {line.user for line in wanted})
+    ids = checked.ids
+    if ids is None:  # a chunk taken over after step 1: the users are read again
+        with runtime.sessions() as session:
+            found = rows_sql.users_by_service_id(session, service, {line.user for line in wanted})
+        ids = {u: r.user_id for u, r in found.items()}
     by_type: dict[str, list[tuple[int, str, str]]] = {}
     late: dict[int, str] = {}
     for line in wanted:
@@ -158,7 +164,7 @@ def _subscribe(runtime: Runtime, service: str, lines: Sequence[ImportLine]) -> d
             late[line.line_no] = "the user was deleted while the import ran"
             continue
         for type_, topic in dict.fromkeys(line.topics):
-            by_type.setdefault(type_, []).append((line.line_no, ids[line.user].user_id, topic))
+            by_type.setdefault(type_, []).append((line.line_no, ids[line.user], topic))
     for type_, pairs in sorted(by_type.items()):
         for start in range(0, len(pairs), BULK_MAX):
             batch = pairs[start : start + BULK_MAX]
@@ -188,9 +194,11 @@ def _tag_check(session: Session, service: str, checked: _Checked, existing: dict
     checked.lines = kept
 
 
-def _store(session: Session, st: Statements, service: str, checked: _Checked, limit: int) -> list[tuple[str, str, str]]:
+def _store(
+    session: Session, st: Callable[[], Statements], service: str, checked: _Checked, limit: int
+) -> list[tuple[str, str, str]]:
     """Step 1 (module doc) in the caller's transaction: users, devices, tags. Returns the devices
-    added to users that existed before (user_id, token, os)."""
+    added to users that existed before (user_id, token, os). ``st`` is called only for a zone change."""
     users = {line.user for line in checked.lines}
     existing = rows_sql.users_by_service_id(session, service, users)
     _tag_check(session, service, checked, existing, limit)
@@ -204,11 +212,16 @@ def _store(session: Session, st: Statements, service: str, checked: _Checked, li
     for line in checked.lines:
         profiles.setdefault(line.user, {}).update(line.profile)
     now = stored_now()
-    rows_sql.upsert_users(session, service, [(u, str(uuid.uuid4()), p) for u, p in profiles.items()], now)
-    ids = {u: r.user_id for u, r in rows_sql.users_by_service_id(session, service, users).items()}
+    # A user that exists and is given no field needs no write (a line of topics or tags alone).
+    writes = [(u, str(uuid.uuid4()), p) for u, p in profiles.items() if p or u not in existing]
+    rows_sql.upsert_users(session, service, writes, now)
+    ids = {u: r.user_id for u, r in existing.items()}
+    created = {u for u, _, _ in writes if u not in existing}
+    ids |= {u: r.user_id for u, r in rows_sql.users_by_service_id(session, service, created).items()}
+    checked.ids = ids
     for user, row in existing.items():
         if "timezone" in profiles[user] and profiles[user]["timezone"] != row.timezone:
-            subscriptions.on_user_zone_changed(session, st, service, row.user_id, profiles[user]["timezone"])
+            subscriptions.on_user_zone_changed(session, st(), service, row.user_id, profiles[user]["timezone"])
     copies = _store_devices(session, service, checked.lines, ids, {existing[u].user_id for u in existing})
     _store_tags(session, service, checked.lines, ids, now)
     return copies

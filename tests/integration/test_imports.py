@@ -128,7 +128,10 @@ def test_a_good_file_imports_users_devices_tags_and_topics(news, runtime):
     subs = news.client.get(f"/v1/users/{by_name['u-00001']['user_id']}/subscriptions", headers=news.headers).json()
     assert [(s["type"], s["topic"], s["devices"]) for s in subs["items"]] == [("news", "sports", 2)]
     with runtime.sessions() as s:
-        key = s.execute(text("SELECT app_version_key FROM device WHERE service = :s LIMIT 1"), {"s": news.service})
+        key = s.execute(
+            text("SELECT app_version_key FROM device WHERE service = :s AND device_token = :t"),
+            {"s": news.service, "t": docs[0]["devices"][0]["token"]},
+        )
         assert key.scalar_one() == "00005.00002.00001"
 
 
@@ -335,7 +338,7 @@ def test_a_chunk_taken_over_after_its_mysql_commit_still_copies_subscriptions(ne
     dead = imports_sql.claim(runtime.sessions, owner="dies", lease_s=0.001, services=[news.service])
     with runtime.sessions.begin() as s:  # step 1 of run_chunk, then the worker "dies"
         checked = imports._check(s, runtime, dead)
-        copies = imports._store(s, runtime.statements, news.service, checked, 100)
+        copies = imports._store(s, lambda: runtime.statements, news.service, checked, 100)
         imports_sql.mark_stored(s, dead, copies, lease_s=0.001)
     assert copies == [(old, new_token, "IOS")]
     wait_for(lambda: drain(runtime, news.service) == 1, timeout=10, what="the lease to expire and the chunk redone")
