@@ -191,6 +191,7 @@ def test_a_405_names_every_method_its_path_is_served_with(app, client, settings,
         "{topic}": "t",
         "{job_id}": user,
         "{endpoint_id}": user,
+        "{import_id}": user,
         "{delivery_id}": "1",
         "{letter_id}": "1",
     }
