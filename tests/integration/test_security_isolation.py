@@ -265,8 +265,8 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert r.status_code == 200 and b_ids["import_id"] not in r.text
     assert b_ids["import_id"] in client.get("/v1/imports", headers=tenants["b_auth"]).text  # the check can fail
     r = client.get("/v1/exports/users", headers=a_auth)
-    assert r.status_code == 200 and b_ids["service_user_id"] not in r.text and b_ids["token"] not in r.text
-    assert b_ids["service_user_id"] in client.get("/v1/exports/users", headers=tenants["b_auth"]).text
+    assert r.status_code == 200 and b_ids["token"] not in r.text  # (A has a user of B's service_user_id: PUT above)
+    assert b_ids["token"] in client.get("/v1/exports/users", headers=tenants["b_auth"]).text
     assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {
         f"{m} {p}" for m, p in routes
     }
