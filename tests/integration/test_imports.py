@@ -347,3 +347,26 @@ def test_a_chunk_taken_over_after_its_mysql_commit_still_copies_subscriptions(ne
     assert status(news, import_id)["lines_done"] == 1
     with runtime.sessions() as s:
         assert s.execute(text("SELECT attempts FROM import_chunk WHERE import_id = :i"), {"i": import_id}).scalar() == 2
+
+
+def test_retention_deletes_finished_imports_with_their_chunks_and_errors(news, runtime):
+    from notee.usecases import retention
+
+    old = upload(news, "{bad\n")
+    drain(runtime, news.service)
+    running = upload(news, lines({"user": "later"}))  # not applied: unfinished, kept however old
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "UPDATE import_job SET created_at = created_at - INTERVAL 40 DAY,"
+                " finished_at = finished_at - INTERVAL 40 DAY WHERE import_id IN (:a, :b)"
+            ),
+            {"a": old, "b": running},
+        )
+    assert retention.prune_imports(runtime) >= 1
+    assert news.client.get(f"/v1/imports/{old}", headers=news.headers).status_code == 404
+    assert status(news, running)["state"] == "queued"
+    with runtime.sessions() as s:
+        for table in ("import_chunk", "import_error"):
+            left = s.execute(text(f"SELECT COUNT(*) FROM {table} WHERE import_id = :i"), {"i": old}).scalar_one()
+            assert left == 0, table
