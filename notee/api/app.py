@@ -25,6 +25,7 @@ from notee.api.routes import (
     quiet,
     sends,
     subscriptions,
+    tags,
     templates,
     users,
     webhooks,
@@ -41,11 +42,11 @@ from notee.usecases.sender import DeliverySender
 Part = Literal["all", "tenant", "admin"]
 
 
-# Routing tries routes in this order, each a regex match: the busiest first (health probes come
-# before these, subscriptions first among them), imports last (docs/BENCHMARKS.md, "The API's HTTP stack").
+# The tenant API's routers, in the order routing tries them (see create_app): imports last.
 _TENANT_ROUTES = (
     subscriptions,
     users,
+    tags,
     devices,
     publish,
     sends,

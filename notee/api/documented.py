@@ -32,6 +32,7 @@ from notee.domain.rules import (
     ONE_LINE_PATTERN,
 )
 from notee.domain.schedule import TOPIC_MAX, topic_pattern
+from notee.domain.tags import MAX_TAG_STR_LEN, TAG_KEY_PATTERN
 
 
 def merge_schema(schema: dict[str, Any], keywords: Mapping[str, Any]) -> None:
@@ -116,3 +117,22 @@ TopicPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": TOPIC_MAX, "pattern": topic_pattern("/")},
     ),
 ]
+
+# ``notee.domain.tags``: a user's tags (a replacement), and a merge patch of them (null removes a key).
+_TAG_VALUE: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "maxLength": MAX_TAG_STR_LEN, "pattern": ONE_LINE_PATTERN},
+        {"type": "number"},
+        {"type": "boolean"},
+        {
+            "type": "object",
+            "properties": {"timestamp": {"type": "string", "format": "date-time"}},
+            "required": ["timestamp"],
+            "additionalProperties": False,
+        },
+    ]
+}
+TAGS = Documented.of(propertyNames={"pattern": TAG_KEY_PATTERN}, additionalProperties=_TAG_VALUE)
+TAGS_PATCH = Documented.of(
+    propertyNames={"pattern": TAG_KEY_PATTERN}, additionalProperties={"anyOf": [*_TAG_VALUE["anyOf"], {"type": "null"}]}
+)

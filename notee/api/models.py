@@ -25,20 +25,27 @@ from pydantic import (
     model_validator,
 )
 
-from notee.api.documented import FCM_SERVICE_ACCOUNT, VARIANTS, DataMap, DefaultsMap, MultiLine, OneLine, PemKey
+from notee.api.documented import (
+    FCM_SERVICE_ACCOUNT,
+    TAGS_PATCH,
+    VARIANTS,
+    DataMap,
+    DefaultsMap,
+    MultiLine,
+    OneLine,
+    PemKey,
+)
 from notee.api.errors import ErrorResponse
 from notee.core import clock
 from notee.core.errors import InvalidInput
-from notee.core.vocabulary import DeliveryMode, Method, Os, Priority, RateClass
+from notee.core.vocabulary import DeliveryMode, Method, Priority, RateClass
 from notee.domain.rules import (
     APNS_ID_PATTERN,
     BUNDLE_PATTERN,
     LOCALE_PATTERN,
     MAX_PEM_LEN,
     MAX_TTL_SECONDS,
-    REGION_PATTERN,
     SERVICE_PATTERN,
-    TOKEN_PATTERN,
     control_free,
 )
 from notee.domain.schedule import LOCAL_TIME_PATTERN
@@ -90,7 +97,7 @@ Locale = Annotated[
         examples=["pt-BR"],
     ),
 ]
-_LOCALE_FIELD = (
+LOCALE_FIELD = (
     "BCP 47 language tag (language[-Script][-REGION]) choosing a template's locale variant; "
     "null clears it; left out: unchanged."
 )
@@ -254,7 +261,7 @@ class UserIn(_In):
     name: OneLine = Field(
         "", max_length=191, description="The user's name in the service; left out: unchanged (a new user's: empty)."
     )
-    locale: Locale | None = Field(None, description=_LOCALE_FIELD + " A device's own locale wins over it.")
+    locale: Locale | None = Field(None, description=LOCALE_FIELD + " A device's own locale wins over it.")
     timezone: StrictStr | None = Field(
         None,
         max_length=64,
@@ -262,6 +269,12 @@ class UserIn(_In):
         examples=["Europe/Berlin"],
     )
     quiet_hours: QuietHours | None = Field(None, description=_QUIET_FIELD)
+    tags: Annotated[dict[str, Any], TAGS_PATCH] | None = Field(
+        None,
+        description="A JSON merge patch of the user's tags, as PATCH /v1/users/{user_id}/tags takes it (null "
+        "removes a key); null removes them all; left out: unchanged. The answer does not show tags.",
+        examples=[{"plan": "pro"}],
+    )
 
 
 class UserOut(_Out):
@@ -282,37 +295,6 @@ class UserOut(_Out):
 
     created_at: datetime
     updated_at: datetime
-
-
-class DeviceIn(_In):
-    token: StrictStr = Field(
-        pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or APNs device token)"
-    )
-    os: Os
-    region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
-    locale: Locale | None = Field(None, description=_LOCALE_FIELD + " Wins over the user's locale.")
-
-
-class DeviceOut(_Out):
-    token: str
-    os: Os
-    region: str
-    locale: str | None = Field(None, description="BCP 47 tag, canonical case; null: the user's")
-    created_at: datetime
-    updated_at: datetime
-
-
-class DeviceList(BaseModel):
-    items: list[DeviceOut]
-
-
-class RotateIn(_In):
-    old_token: StrictStr = Field(pattern=TOKEN_PATTERN)
-    new_token: StrictStr = Field(pattern=TOKEN_PATTERN)
-
-
-class RotateOut(BaseModel):
-    rotated: int = Field(description="Users of this service whose device now holds new_token")
 
 
 # --- templates -------------------------------------------------------------------------------------

@@ -49,6 +49,10 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/users/{user_id}/devices"): "listDevices",
     ("DELETE", "/v1/users/{user_id}/devices/{token}"): "deleteDevice",
     ("POST", "/v1/devices/rotate"): "rotateToken",
+    ("GET", "/v1/users/{user_id}/tags"): "getTags",
+    ("PATCH", "/v1/users/{user_id}/tags"): "patchTags",
+    ("PUT", "/v1/users/{user_id}/tags"): "replaceTags",
+    ("DELETE", "/v1/users/{user_id}/tags/{key}"): "deleteTag",
     # templates
     ("PUT", "/v1/templates/{method}/{type}"): "putTemplate",
     ("GET", "/v1/templates/{method}/{type}"): "getTemplate",

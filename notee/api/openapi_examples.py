@@ -35,7 +35,15 @@ _SERVICE_OUT = {
     "created_at": _T,
 }
 _API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
-_DEVICE = {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE", "created_at": _T, "updated_at": _T}
+_DEVICE = {
+    "token": _TOKEN,
+    "os": "AOS",
+    "region": "DE",
+    "locale": "de-DE",
+    "app_version": "5.2.1",
+    "created_at": _T,
+    "updated_at": _T,
+}
 _VARIANT = {"title": "Hallo {{name}}", "body": "Neues in {{topic}}", "data": {"screen": "news"}}
 _TEMPLATE = {
     "method": "TOPIC",
@@ -186,7 +194,7 @@ EXAMPLES: dict[str, Any] = {
     "DeliveryCounts": _COUNTS,
     "DeliverySummaryList": {"items": [_SUMMARY]},
     "DeliverySummaryOut": _SUMMARY,
-    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE"},
+    "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE", "app_version": "5.2.1"},
     "DeviceList": {"items": [_DEVICE]},
     "DeviceOut": _DEVICE,
     "ErrorBody": {"code": "invalid_input", "message": "missing template variable(s): name", "details": [_DETAIL]},
@@ -281,6 +289,10 @@ EXAMPLES: dict[str, Any] = {
         "priority": "high",
         "quiet_hours": "hold",
     },
+    "TagsOut": {
+        "user_id": _USER,
+        "tags": {"age": 31, "beta": True, "plan": "pro", "renews": {"timestamp": "2026-12-31T00:00:00Z"}},
+    },
     "TemplateList": {"items": [_TEMPLATE]},
     "TemplateOut": _TEMPLATE,
     "TopicCountOut": _TOPIC_COUNT,
@@ -291,6 +303,7 @@ EXAMPLES: dict[str, Any] = {
         "locale": "de-DE",
         "timezone": "Europe/Berlin",
         "quiet_hours": {"start": "22:00", "end": "07:00"},
+        "tags": {"plan": "pro", "trial": None},
     },
     "QuietHours": {"start": "22:00", "end": "07:00"},
     "ServiceQuietHours": {"quiet_hours": {"start": "22:00", "end": "07:00"}},

@@ -102,7 +102,7 @@ def prune(
     days: int | None = typer.Option(None, help="Override settings.retention_days."), as_json: AsJson = False
 ) -> None:
     """Delete rows past retention: finished jobs (and tasks), tick rows, dead letters, finished webhook
-    deliveries. The scheduler also does this every hour."""
+    deliveries, single sends' Idempotency-Keys older than 24 hours. The scheduler also does this every hour."""
     # deferred: each command loads only what it runs (`notee` starts fast)
     from notee.store.runtime import Runtime
     from notee.usecases import retention

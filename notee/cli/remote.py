@@ -18,14 +18,16 @@ object; actions print one human line, or with ``--json`` the API's answer as one
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
-(publish, send, jobs), ``remote_imports`` (bulk import and export), ``remote_dead_letters`` (a service's dead letters, or any service's with the
-admin token); ``remote_client`` is what they share.
+(publish, send, jobs), ``remote_imports`` (bulk import and export), ``remote_dead_letters`` (a service's
+dead letters, or any service's with the admin token), ``remote_tags`` (a user's tags); ``remote_client``
+is what they share.
 """
 
 from __future__ import annotations
 
 import typer
 
+from notee.cli import remote_tags  # noqa: F401 (registers `notee user tags|tag|untag` on user_app)
 from notee.cli.remote_admin import admin_app
 from notee.cli.remote_dead_letters import dead_letters_app
 from notee.cli.remote_imports import export_file, import_file

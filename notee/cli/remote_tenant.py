@@ -133,11 +133,12 @@ def user_device(
     token: str = typer.Argument(..., help="The device's push token."),
     os: str = typer.Option(..., help="AOS (FCM) or IOS (APNs)."),
     region: str = typer.Option("", help="Optional region code, e.g. KR."),
+    app_version: str | None = typer.Option(None, help="The app's version, e.g. 5.2.1 (left out: unchanged)."),
     as_json: AsJson = False,
 ) -> None:
     """Register a device (push token) of a user."""
     with sdk_client() as notee:
-        device = notee.add_device(user_id, token, os.upper(), region)
+        device = notee.add_device(user_id, token, os.upper(), region, app_version=app_version)
     say(f"device {device.os} registered", device, as_json)
 
 

@@ -19,11 +19,9 @@ from typing import Any
 
 from notee.core.errors import InvalidInput
 from notee.core.vocabulary import OSES
-from notee.domain import tags
+from notee.domain import tags, versions
 from notee.domain.rules import (
     REGION_RE,
-    app_version_key,
-    check_app_version,
     check_choice,
     check_locale,
     check_pattern,
@@ -59,8 +57,9 @@ class DeviceLine:
     token: str
     os: str
     region: str | None = None  # None: left as it is (a new device: '')
-    app_version: str | None = None  # None: left as it is
+    app_version: str | None = None
     app_version_key: str | None = None
+    app_version_given: bool = False  # False: left as it is; True with None: cleared (as a registration)
 
 
 @dataclass
@@ -272,9 +271,11 @@ def _check_device(i: int, item: Any) -> DeviceLine:
     if region is not None:
         region = check_pattern(f"{where}.country", region, REGION_RE, "up to 8 letters, digits, _ or -")
     version = item.get("app_version")
-    if version is not None:
-        version = check_app_version(version, f"{where}.app_version")
-    return DeviceLine(token, os_, region, version, app_version_key(version) if version else None)
+    if version is not None:  # the registration's rule (notee/domain/users.py add_device)
+        what = "1-32 letters, digits, '.', '-' or '+'"
+        version = check_pattern(f"{where}.app_version", version, versions.APP_VERSION_RE, what)
+    key = versions.version_key(version) if version is not None else None
+    return DeviceLine(token, os_, region, version, key, "app_version" in item)
 
 
 def _check_topic(i: int, item: Any, rules: LineRules) -> tuple[str, str]:

@@ -245,18 +245,3 @@ def check_fcm_service_account(sa: Any, *, emulator_url: str | None = None) -> di
         raise bad("service_account.token_uri", "must be " + " or ".join(allowed), "token_uri")
     check_pem("service_account.private_key", sa.get("private_key"), ec_only=False)
     return sa
-
-
-# A device's app version as the app reports it: dot-separated numbers (docs/AUDIENCES.md "Built-in
-# attributes"); stored beside its sortable key, each part zero-padded to 5 digits ('5.2' -> '00005.00002').
-APP_VERSION_PATTERN = r"^[0-9]{1,5}(?:\.[0-9]{1,5}){0,5}$"
-APP_VERSION_RE = re.compile(APP_VERSION_PATTERN)
-
-
-def check_app_version(value: Any, field_: str = "app_version") -> str:
-    return check_pattern(field_, value, APP_VERSION_RE, "1 to 6 dot-separated numbers of up to 5 digits, e.g. 5.2.1")
-
-
-def app_version_key(version: str) -> str:
-    """The sortable form of a checked app version: each part zero-padded to 5 digits."""
-    return ".".join(part.zfill(5) for part in version.split("."))

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import NotFound
 from notee.core.vocabulary import OSES, UserFilter
-from notee.domain import subscriptions
+from notee.domain import subscriptions, versions
 from notee.domain.rules import (
     REGION_RE,
     bad,
@@ -70,6 +70,7 @@ class Device:
     updated_at: datetime
     created: bool = False
     locale: str | None = None
+    app_version: str | None = None
 
 
 def _user(row: AnyRow, created: bool = False) -> User:
@@ -95,6 +96,7 @@ def _device(row: AnyRow, created: bool = False) -> Device:
         aware_utc(row.updated_at),
         created,
         row.locale,
+        row.app_version,
     )
 
 
@@ -210,9 +212,12 @@ def add_device(
     os: str,
     region: str = "",
     locale: str | None = KEEP,
+    app_version: str | None = KEEP,
 ) -> Device:
     """Register (or update os/region/locale of) a device, in MySQL. ``locale`` (BCP 47): the
-    device's own, which wins over its user's; set, cleared with None, kept when left out. The caller commits, then copies the
+    device's own, which wins over its user's; set, cleared with None, kept when left out.
+    ``app_version`` (``versions.APP_VERSION_PATTERN``): the app's version, stored with its sortable
+    key (``versions.version_key``); set, cleared with None, kept when left out. The caller commits, then copies the
     user's subscriptions to it with ``subscriptions.on_device_added`` every time, not only for a new
     device: that step is idempotent (it copies only what the device lacks), so repeating a
     registration whose Cassandra step failed completes it."""
@@ -222,6 +227,11 @@ def add_device(
     profile: dict[str, Any] = {}
     if locale is not KEEP:
         profile["locale"] = None if locale is None else check_locale(locale)
+    if app_version is not KEEP:
+        if app_version is not None:
+            check_pattern("app_version", app_version, versions.APP_VERSION_RE, "1-32 letters, digits, '.', '-' or '+'")
+        profile["app_version"] = app_version
+        profile["app_version_key"] = None if app_version is None else versions.version_key(app_version)
     user = store.get_user(session, service, check_user_id(user_id), for_update=True)
     if user is None:
         raise NotFound("user not found")

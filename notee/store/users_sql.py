@@ -60,6 +60,8 @@ device_t = Table(
     Column("device_os", String(3)),
     Column("region", String(8)),
     Column("locale", String(35), nullable=True),
+    Column("app_version", String(32), nullable=True),  # 0026: as the app reported it
+    Column("app_version_key", String(100), nullable=True),  # 0026: versions.version_key of it
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
 )
@@ -219,7 +221,8 @@ def upsert_device(
     now: datetime,
     profile: dict[str, Any] | None = None,
 ) -> AnyRow:
-    """``profile``: the device columns the request set (``locale``; absent keys are left as they are)."""
+    """``profile``: the device columns the request set (``locale``, ``app_version`` and
+    ``app_version_key``; absent keys are left as they are)."""
     profile = profile or {}
     stmt = mysql_insert(device_t).values(
         service=service,

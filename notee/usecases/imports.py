@@ -201,13 +201,20 @@ def _store(
     added to users that existed before (user_id, token, os). ``st`` is called only for a zone change."""
     users = {line.user for line in checked.lines}
     existing = rows_sql.users_by_service_id(session, service, users)
-    _tag_check(session, service, checked, existing, limit)
-    rezoned = sorted(
-        {existing[line.user].user_id for line in checked.lines if line.user in existing and "timezone" in line.profile}
+    # Existing users whose tags or time zone change are locked exclusively first (one statement, in
+    # index order), as every writer of them does (notee/domain/user_tags.py, users.upsert_user): the
+    # tag limit then counts the last writer's keys, and a zone change rewrites the slot rows under it.
+    locked = sorted(
+        {
+            existing[line.user].user_id
+            for line in checked.lines
+            if line.user in existing and (line.tags is not None or "timezone" in line.profile)
+        }
     )
-    if rezoned:  # a zone change rewrites the user's slot rows under its exclusive row lock (users.upsert_user)
-        users_sql.lock_users(session, service, rezoned, exclusive=True)
+    if locked:
+        users_sql.lock_users(session, service, locked, exclusive=True)
         existing = rows_sql.users_by_service_id(session, service, users)
+    _tag_check(session, service, checked, existing, limit)
     profiles: dict[str, dict[str, Any]] = {}
     for line in checked.lines:
         profiles.setdefault(line.user, {}).update(line.profile)
@@ -220,8 +227,9 @@ def _store(
     ids |= {u: r.user_id for u, r in rows_sql.users_by_service_id(session, service, created).items()}
     checked.ids = ids
     for user, row in existing.items():
-        if "timezone" in profiles[user] and profiles[user]["timezone"] != row.timezone:
-            subscriptions.on_user_zone_changed(session, st(), service, row.user_id, profiles[user]["timezone"])
+        given = profiles.get(user, {})  # (none: every line of the user was rejected)
+        if "timezone" in given and given["timezone"] != row.timezone:
+            subscriptions.on_user_zone_changed(session, st(), service, row.user_id, given["timezone"])
     copies = _store_devices(session, service, checked.lines, ids, {existing[u].user_id for u in existing})
     _store_tags(session, service, checked.lines, ids, now)
     return copies
@@ -236,7 +244,7 @@ def _store_devices(
             row: dict[str, Any] = {"user_id": ids[line.user], "device_token": d.token, "device_os": d.os}
             if d.region is not None:
                 row["region"] = d.region
-            if d.app_version is not None:
+            if d.app_version_given:
                 row |= {"app_version": d.app_version, "app_version_key": d.app_version_key}
             wanted[(row["user_id"], d.token)] = wanted.get((row["user_id"], d.token), {}) | row
     if not wanted:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from notee.core.errors import InvalidInput
 from notee.core.vocabulary import Target
 from notee.store.mysql import AnyRow
 
@@ -22,6 +23,20 @@ CLIENT_KEY_PREFIX = "client:"
 def client_idempotency_key(key: str | None) -> str | None:
     """The stored form of a client's Idempotency-Key header."""
     return None if key is None else CLIENT_KEY_PREFIX + key
+
+
+def key_reused() -> InvalidInput:
+    """The 422 of an idempotency key sent again with a different request (a publish, a single send)."""
+    return InvalidInput(
+        "Idempotency-Key was already used with a different request",
+        details=[
+            {
+                "loc": ["header", "Idempotency-Key"],
+                "type": "idempotency_key_reused",
+                "msg": "reused with a different request body or target",
+            }
+        ],
+    )
 
 
 def request_hash(

@@ -33,7 +33,13 @@ from notee.store import jobs_sql, services_sql, templates_sql, users_sql
 from notee.store.jobs_sql import JobRow, NewJob
 from notee.store.mysql import AnyRow, db_now
 from notee.store.runtime import Runtime
-from notee.usecases.job_requests import JobRequest, ScheduledSingle, TopicPublish, client_idempotency_key
+from notee.usecases.job_requests import (
+    JobRequest,
+    ScheduledSingle,
+    TopicPublish,
+    client_idempotency_key,
+    key_reused,
+)
 from notee.usecases.planning import placement, plan_parts, quiet_window, task_plan, utc_iso, zone_groups
 
 log = logging.getLogger(__name__)
@@ -42,16 +48,7 @@ log = logging.getLogger(__name__)
 def _same_request(existing: JobRow, fingerprint: str) -> JobRow:
     """The job an idempotency key already created, if it was created by the same request."""
     if existing.request_hash is not None and existing.request_hash != fingerprint:
-        raise InvalidInput(
-            "Idempotency-Key was already used with a different request",
-            details=[
-                {
-                    "loc": ["header", "Idempotency-Key"],
-                    "type": "idempotency_key_reused",
-                    "msg": "reused with a different request body or target",
-                }
-            ],
-        )
+        raise key_reused()
     return existing
 
 

@@ -1,7 +1,8 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
 jobs (their tasks cascade), scheduler tick rows, dead letters, finished webhook deliveries and finished
-bulk imports (their chunks and failed lines cascade) are kept
-``settings.retention_days`` and then deleted here; expired web console sessions are deleted too.
+bulk imports (their chunks and failed lines cascade) are kept ``settings.retention_days`` and then
+deleted here; expired web console sessions are deleted too, and the Idempotency-Keys of immediate
+single sends once they are 24 hours old.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
 replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
@@ -18,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.core.clock import naive_utc, now_utc
-from notee.store import console_sql, deadletter, imports_sql, jobs_sql, ticks, webhooks_sql
+from notee.store import console_sql, deadletter, imports_sql, jobs_sql, send_idempotency_sql, ticks, webhooks_sql
 from notee.store.runtime import Runtime
+from notee.usecases import send_once
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,13 @@ def prune_imports(runtime: Runtime) -> int:
     return _drain(runtime, lambda s: imports_sql.prune_finished(s, older_than_days=days, batch=BATCH))
 
 
+def prune_send_keys(runtime: Runtime, *, now: datetime | None = None) -> int:
+    """Idempotency-Keys of immediate single sends older than 24 hours (``send_once.TTL``): a request
+    with such a key is a new request (its row would be replaced by it anyway)."""
+    cutoff = naive_utc(now or now_utc()) - send_once.TTL
+    return _drain(runtime, lambda s: send_idempotency_sql.prune(s, older_than=cutoff, batch=BATCH))
+
+
 def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int]:
     counts = {
         "jobs": prune_jobs(runtime),
@@ -87,6 +96,7 @@ def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int
         "console_sessions": prune_console_sessions(runtime),
         "webhook_deliveries": prune_webhook_deliveries(runtime),
         "imports": prune_imports(runtime),
+        "send_idempotency_keys": prune_send_keys(runtime, now=now),
     }
     if any(counts.values()):
         log.info("retention (%d days): pruned %s", runtime.settings.retention_days, counts)

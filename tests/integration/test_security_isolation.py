@@ -62,6 +62,8 @@ BODIES: dict[str, dict] = {
     "PUT /v1/templates/{method}/{type}": {"title": "t", "body": "b"},
     "POST /v1/webhooks": {"url": "https://hooks.example.com/notee"},
     "PUT /v1/service/quiet-hours": {"quiet_hours": None},
+    "PATCH /v1/users/{user_id}/tags": {"plan": "a-value", "gone": None},
+    "PUT /v1/users/{user_id}/tags": {"plan": "a-value"},
 }
 
 
@@ -131,6 +133,9 @@ def tenants(client, runtime, make_module_tenant):
     assert hook.status_code == 201, hook.text
     r = client.post("/v1/topics/news/all/publish", json={"variables": {"name": "b"}}, headers=b_auth)
     assert r.status_code == 202, r.text
+    tag_key = "iso-" + secrets.token_hex(4)
+    r_tags = client.patch(f"/v1/users/{user_id}/tags", json={tag_key: "b-secret"}, headers=b_auth)
+    assert r_tags.status_code == 200, r_tags.text
     with runtime.sessions.begin() as s:  # one event in B's outbox, as a finished job would write it
         webhooks_sql.emit(s, b, "job.finished", {"job_id": r.json()["job_id"]})
     delivery = client.get(f"/v1/webhooks/{hook.json()['endpoint_id']}/deliveries", headers=b_auth).json()["items"][0]
@@ -151,6 +156,7 @@ def tenants(client, runtime, make_module_tenant):
         "endpoint_id": hook.json()["endpoint_id"],
         "delivery_id": str(delivery["delivery_id"]),
         "import_id": imported.json()["import_id"],
+        "key": tag_key,
     }
     return {"a": a, "b": b, "a_auth": a_auth, "b_auth": b_auth, "b_ids": b_ids}
 
@@ -193,6 +199,7 @@ def _ids_for(path: str, which: dict) -> dict[str, str]:
         "endpoint_id": which["endpoint_id"],
         "delivery_id": which["delivery_id"],
         "import_id": which["import_id"],
+        "key": which["key"],
     }
 
 
@@ -207,6 +214,7 @@ def _missing() -> dict:
         "endpoint_id": str(uuid.uuid4()),
         "delivery_id": str(secrets.randbelow(10**9) + 10**9),
         "import_id": str(uuid.uuid4()),
+        "key": "iso-" + secrets.token_hex(4),
     }
 
 

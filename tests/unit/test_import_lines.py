@@ -12,7 +12,7 @@ import pytest
 from notee.cli.remote_imports import ProgressBar
 from notee.core.errors import InvalidInput
 from notee.domain.import_lines import LineRejected, LineRules, check_record, split_upload
-from notee.domain.rules import app_version_key
+from notee.domain.versions import version_key
 
 RULES = LineRules(frozenset({"news"}), 3)
 
@@ -68,7 +68,7 @@ def test_a_good_line_is_checked_with_the_apis_rules():
         ('{"user": ""}', "user"),
         ('{"user": "u", "devices": [{"token": "tttttttttt"}]}', "token and platform"),
         ('{"user": "u", "devices": [{"token": "tttttttttt", "platform": "WIN"}]}', "devices[0].platform"),
-        ('{"user": "u", "devices": [{"token": "tttttttttt", "platform": "AOS", "app_version": "5.x"}]}', "app_version"),
+        ('{"user": "u", "devices": [{"token": "tttttttttt", "platform": "AOS", "app_version": "5 2"}]}', "app_version"),
         ('{"user": "u", "topics": [{"type": "promo", "topic": "x"}]}', "no TOPIC template 'promo'"),
         ('{"user": "u", "topics": [{"type": "news", "topic": ""}]}', "topics[0].topic"),
         ('{"user": "u", "tags": {"a": 1, "b": 2, "c": 3, "d": 4}}', "at most 3 tags"),
@@ -108,8 +108,11 @@ def test_csv_cells_are_typed_by_their_column_and_empty_cells_are_left_out():
     assert line.topics == [("news", "a"), ("news", "b")] and line.devices[0].region is None
 
 
-def test_app_version_key_pads_each_part():
-    assert app_version_key("5.2.1") == "00005.00002.00001" and app_version_key("5.10") > app_version_key("5.9")
+def test_an_app_version_is_stored_with_the_registrations_key():
+    line = _check('{"user": "u", "devices": [{"token": "tttttttttt", "platform": "AOS", "app_version": "5.2.1-beta"}]}')
+    assert line.devices[0].app_version_key == version_key("5.2.1-beta") and line.devices[0].app_version_given
+    cleared = _check('{"user": "u", "devices": [{"token": "tttttttttt", "platform": "AOS", "app_version": null}]}')
+    assert cleared.devices[0].app_version_given and cleared.devices[0].app_version is None
 
 
 class _Tty(io.StringIO):

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import notee_client
 import pytest
-from notee_client import Client
+from notee_client import Client, _ops
 
 SDK = Path(__file__).resolve().parents[2] / "clients" / "python"
 
@@ -57,18 +57,40 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
         ) as c:
             assert c.rotate_token("aaaaaaaa", "bbbbbbbb").rotated == 1
         assert slept == [7.0] and len(calls) == 2
-        # A 503 on a single send (no idempotency key) is not retried: it may have been sent.
+        # A 503 on a POST that is not repeatable (a new API key) is not retried: it may have been done.
         calls.clear()
         with (
             Client(
                 "http://notee.invalid",
-                api_key="k",
+                admin_token="t",
                 http_client=httpx.Client(transport=httpx.MockTransport(answer(503, "1"))),
             ) as c,
             pytest.raises(notee_client.Unavailable),
         ):
-            c.send_to_user("00000000-0000-4000-8000-000000000000", "otp")
+            c.create_api_key("SVC")
         assert len(calls) == 1
+        # A single send carries an Idempotency-Key (issue 30: the server sends it once), so its 503
+        # is retried, with the same key.
+        calls.clear()
+        sent = {"devices": 1, "delivered": 1, "pruned": 0, "retried": 0, "failed": 0, "dry_run": False}
+
+        def unavailable_once(request: httpx.Request) -> httpx.Response:
+            calls.append(request)
+            if len(calls) == 1:
+                return httpx.Response(
+                    503, headers={"Retry-After": "1"}, json={"error": {"code": "x", "message": "later"}}
+                )
+            return httpx.Response(200, json=sent)
+
+        with Client(
+            "http://notee.invalid",
+            api_key="k",
+            http_client=httpx.Client(transport=httpx.MockTransport(unavailable_once)),
+        ) as c:
+            assert c.send_to_user("00000000-0000-4000-8000-000000000000", "otp").delivered == 1
+        keys = {r.headers["Idempotency-Key"] for r in calls}
+        assert len(calls) == 2 and len(keys) == 1 and keys.pop().startswith("sdk-")
+        assert _ops.send_to_user("u", "otp", idempotency_key="mine").headers["Idempotency-Key"] == "mine"
         # ... while a 429 is retried for any operation, and the wait is capped.
         calls.clear()
         slept.clear()

@@ -19,10 +19,11 @@ class SyncMethods:
     def call(self, op: Op[T]) -> T:
         raise NotImplementedError
 
-    def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> m.Device:
+    def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
-wins over the user's (None: left as it is)."""
-        return self.call(_ops.add_device(user_id, token, os, region, locale))
+wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
+compare as a version (None: each left as it is)."""
+        return self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
 
     def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -85,6 +86,10 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
         """Remove one of the user's devices."""
         return self.call(_ops.delete_device(user_id, token))
 
+    def delete_tag(self, user_id: str, key: str) -> None:
+        """Remove one of the user's tags (NotFound when the user does not hold it)."""
+        return self.call(_ops.delete_tag(user_id, key))
+
     def delete_template(self, method: str, type: str) -> None:
         """Delete a template; its subscriptions stop receiving."""
         return self.call(_ops.delete_template(method, type))
@@ -137,6 +142,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     def get_subscriber_counts(self) -> m.SubscriberCounts:
         """Subscribed users per TOPIC and CYCLE template of the service."""
         return self.call(_ops.get_subscriber_counts())
+
+    def get_tags(self, user_id: str) -> m.UserTags:
+        """The user's tags (``user_id``: the platform id, or ``ext:`` and the service's own id)."""
+        return self.call(_ops.get_tags(user_id))
 
     def get_template(self, method: str, type: str) -> m.Template:
         """One template."""
@@ -212,6 +221,11 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return self.call(_ops.live())
 
+    def patch_tags(self, user_id: str, tags: Mapping[str, Any]) -> m.UserTags:
+        """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
+answers all of the user's tags."""
+        return self.call(_ops.patch_tags(user_id, tags))
+
     def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
@@ -240,17 +254,22 @@ clear them with ``start=None``."""
 ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
         return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+    def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None, tags: Mapping[str, Any] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
 ``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
 variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
-``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+``{"start": "22:00", "end": "07:00"}``; ``tags``: a merge patch of the user's tags (as
+``patch_tags``: a None value removes a key). None (the default): each is left as it is, so calling it
 again with fewer arguments never wipes what an earlier call set."""
-        return self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
+        return self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours, tags))
 
     def ready(self) -> m.Health:
         """Readiness of the API: both stores answer."""
         return self.call(_ops.ready())
+
+    def replace_tags(self, user_id: str, tags: Mapping[str, Any]) -> m.UserTags:
+        """Make ``tags`` the user's whole set of tags (``{}``: none)."""
+        return self.call(_ops.replace_tags(user_id, tags))
 
     def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""
@@ -280,7 +299,8 @@ again with fewer arguments never wipes what an earlier call set."""
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-held: a job scheduled for their end, a PublishAccepted)."""
+held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
+again (within 24 hours for a send now) answers the first answer and sends nothing."""
         return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
@@ -310,10 +330,11 @@ class AsyncMethods:
     def call(self, op: Op[T]) -> Awaitable[T]:
         raise NotImplementedError
 
-    async def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> m.Device:
+    async def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
-wins over the user's (None: left as it is)."""
-        return await self.call(_ops.add_device(user_id, token, os, region, locale))
+wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
+compare as a version (None: each left as it is)."""
+        return await self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
 
     async def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -376,6 +397,10 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
         """Remove one of the user's devices."""
         return await self.call(_ops.delete_device(user_id, token))
 
+    async def delete_tag(self, user_id: str, key: str) -> None:
+        """Remove one of the user's tags (NotFound when the user does not hold it)."""
+        return await self.call(_ops.delete_tag(user_id, key))
+
     async def delete_template(self, method: str, type: str) -> None:
         """Delete a template; its subscriptions stop receiving."""
         return await self.call(_ops.delete_template(method, type))
@@ -428,6 +453,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     async def get_subscriber_counts(self) -> m.SubscriberCounts:
         """Subscribed users per TOPIC and CYCLE template of the service."""
         return await self.call(_ops.get_subscriber_counts())
+
+    async def get_tags(self, user_id: str) -> m.UserTags:
+        """The user's tags (``user_id``: the platform id, or ``ext:`` and the service's own id)."""
+        return await self.call(_ops.get_tags(user_id))
 
     async def get_template(self, method: str, type: str) -> m.Template:
         """One template."""
@@ -503,6 +532,11 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return await self.call(_ops.live())
 
+    async def patch_tags(self, user_id: str, tags: Mapping[str, Any]) -> m.UserTags:
+        """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
+answers all of the user's tags."""
+        return await self.call(_ops.patch_tags(user_id, tags))
+
     async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
@@ -531,17 +565,22 @@ clear them with ``start=None``."""
 ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
         return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
 
-    async def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
+    async def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None, tags: Mapping[str, Any] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
 ``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
 variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
-``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+``{"start": "22:00", "end": "07:00"}``; ``tags``: a merge patch of the user's tags (as
+``patch_tags``: a None value removes a key). None (the default): each is left as it is, so calling it
 again with fewer arguments never wipes what an earlier call set."""
-        return await self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours))
+        return await self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours, tags))
 
     async def ready(self) -> m.Health:
         """Readiness of the API: both stores answer."""
         return await self.call(_ops.ready())
+
+    async def replace_tags(self, user_id: str, tags: Mapping[str, Any]) -> m.UserTags:
+        """Make ``tags`` the user's whole set of tags (``{}``: none)."""
+        return await self.call(_ops.replace_tags(user_id, tags))
 
     async def replay_dead_letters(self, *, ids: Sequence[int] | None = None, job_id: str | None = None) -> m.Replayed:
         """Send dead letters again (given ids, one job's, or the oldest)."""
@@ -571,7 +610,8 @@ again with fewer arguments never wipes what an earlier call set."""
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-held: a job scheduled for their end, a PublishAccepted)."""
+held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
+again (within 24 hours for a send now) answers the first answer and sends nothing."""
         return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:

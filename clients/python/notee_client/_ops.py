@@ -169,15 +169,18 @@ def delete_credentials(service: str, provider: str) -> Op[None]:
 # --- users and devices -----------------------------------------------------------------------------
 
 def put_user(service_user_id: str, name: str | None = None, locale: str | None = None,
-             timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> Op[m.User]:
+             timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None,
+             tags: Mapping[str, Any] | None = None) -> Op[m.User]:
     """Create or update a user by the service's own id; answers the platform ``user_id``.
     ``name``: the user's name in the service; ``locale``: BCP 47 tag choosing templates' locale
     variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``quiet_hours``:
-    ``{"start": "22:00", "end": "07:00"}``. None (the default): each is left as it is, so calling it
+    ``{"start": "22:00", "end": "07:00"}``; ``tags``: a merge patch of the user's tags (as
+    ``patch_tags``: a None value removes a key). None (the default): each is left as it is, so calling it
     again with fewer arguments never wipes what an earlier call set."""
     return Op("PUT", f"/v1/users/{_seg(service_user_id)}", _one(m.User),
               json=_clean(name=name, locale=locale, timezone=timezone,
-                          quiet_hours=dict(quiet_hours) if quiet_hours is not None else None))
+                          quiet_hours=dict(quiet_hours) if quiet_hours is not None else None,
+                          tags=dict(tags) if tags is not None else None))
 
 
 def get_quiet_hours() -> Op[m.ServiceQuietHours]:
@@ -213,11 +216,13 @@ def delete_user(user_id: str) -> Op[None]:
     return Op("DELETE", f"/v1/users/{_seg(user_id)}", _nothing)
 
 
-def add_device(user_id: str, token: str, os: str, region: str = "", locale: str | None = None) -> Op[m.Device]:
+def add_device(user_id: str, token: str, os: str, region: str = "", locale: str | None = None,
+               app_version: str | None = None) -> Op[m.Device]:
     """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
-    wins over the user's (None: left as it is)."""
+    wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
+    compare as a version (None: each left as it is)."""
     return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
-              json={"token": token, "os": os, "region": region} | _clean(locale=locale))
+              json={"token": token, "os": os, "region": region} | _clean(locale=locale, app_version=app_version))
 
 
 def list_devices(user_id: str) -> Op[list[m.Device]]:
@@ -233,6 +238,29 @@ def delete_device(user_id: str, token: str) -> Op[None]:
 def rotate_token(old_token: str, new_token: str) -> Op[m.Rotated]:
     """Replace a push token by its new value everywhere it is registered."""
     return Op("POST", "/v1/devices/rotate", _one(m.Rotated), json={"old_token": old_token, "new_token": new_token})
+
+
+# A tag value: a string, a number, a boolean, or {"timestamp": "2026-12-31T00:00:00Z"}.
+
+def get_tags(user_id: str) -> Op[m.UserTags]:
+    """The user's tags (``user_id``: the platform id, or ``ext:`` and the service's own id)."""
+    return Op("GET", f"/v1/users/{_seg(user_id)}/tags", _one(m.UserTags))
+
+
+def patch_tags(user_id: str, tags: Mapping[str, Any]) -> Op[m.UserTags]:
+    """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
+    answers all of the user's tags."""
+    return Op("PATCH", f"/v1/users/{_seg(user_id)}/tags", _one(m.UserTags), json=dict(tags))
+
+
+def replace_tags(user_id: str, tags: Mapping[str, Any]) -> Op[m.UserTags]:
+    """Make ``tags`` the user's whole set of tags (``{}``: none)."""
+    return Op("PUT", f"/v1/users/{_seg(user_id)}/tags", _one(m.UserTags), json=dict(tags))
+
+
+def delete_tag(user_id: str, key: str) -> Op[None]:
+    """Remove one of the user's tags (NotFound when the user does not hold it)."""
+    return Op("DELETE", f"/v1/users/{_seg(user_id)}/tags/{_seg(key)}", _nothing)
 
 
 # --- templates -------------------------------------------------------------------------------------
@@ -347,19 +375,16 @@ def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None
     """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
     or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
     ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-    held: a job scheduled for their end, a PublishAccepted)."""
-    if send_at is None:
-        # Not repeatable: a send now has no idempotency key, so a 503 is not retried (429 is: the
-        # request was refused before anything was sent).
-        return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
-                  json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                              data=dict(data) if data is not None else None, quiet_hours=quiet_hours or None),
-                  repeatable=False)
-    # A scheduled send is a job with an Idempotency-Key, so (unlike a send now) a retry is safe.
+    held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
+    again (within 24 hours for a send now) answers the first answer and sends nothing."""
+    # Every send carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry after
+    # a lost answer gets the first answer instead of sending twice: a send now's for 24 hours, a
+    # scheduled send's job for as long as the job is kept.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                          data=dict(data) if data is not None else None, send_at=_instant(send_at)),
+                          data=dict(data) if data is not None else None, send_at=_instant(send_at),
+                          quiet_hours=quiet_hours or None),
               headers={"Idempotency-Key": key})
 
 

@@ -97,6 +97,14 @@ class Device(Model):
     created_at: datetime
     updated_at: datetime
     locale: str | None = None
+    app_version: str | None = None
+
+
+class UserTags(Model):
+    """A user's tags, key: value (a str, a number, a bool, or ``{"timestamp": "..."}``)."""
+
+    user_id: str
+    tags: dict[str, Any]
 
 
 class Rotated(Model):

@@ -4,19 +4,68 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import DeviceIn, DeviceList, DeviceOut, RotateIn, RotateOut, errors
+from notee.api.models import LOCALE_FIELD, Answer, Locale, errors
 from notee.api.user_ref import UserDep
 from notee.core.logs import token_hint
+from notee.core.vocabulary import Os
 from notee.domain import subscriptions, users
-from notee.domain.rules import TOKEN_PATTERN
+from notee.domain.rules import REGION_PATTERN, TOKEN_PATTERN
+from notee.domain.versions import APP_VERSION_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["devices"])
+
+
+class DeviceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: StrictStr = Field(
+        pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or APNs device token)"
+    )
+    os: Os
+    region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
+    locale: Locale | None = Field(None, description=LOCALE_FIELD + " Wins over the user's locale.")
+    app_version: StrictStr | None = Field(
+        None,
+        pattern=APP_VERSION_PATTERN,
+        description="The app's version (`5.2.1`, `5.2.1-beta`), which filters compare as a version "
+        "(docs/AUDIENCES.md); null clears it; left out: unchanged.",
+        examples=["5.2.1"],
+    )
+
+
+class DeviceOut(Answer):
+    model_config = ConfigDict(from_attributes=True)
+
+    token: str
+    os: Os
+    region: str
+    locale: str | None = Field(None, description="BCP 47 tag, canonical case; null: the user's")
+    app_version: str | None = Field(None, description="The app's version as it registered it; null: never given")
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeviceList(BaseModel):
+    items: list[DeviceOut]
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    old_token: StrictStr = Field(pattern=TOKEN_PATTERN)
+    new_token: StrictStr = Field(pattern=TOKEN_PATTERN)
+
+
+class RotateOut(BaseModel):
+    rotated: int = Field(description="Users of this service whose device now holds new_token")
 
 
 _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "description": "Created"}}
@@ -26,7 +75,8 @@ _CREATED: dict[int | str, dict[str, Any]] = {201: {"model": DeviceOut, "descript
 def add_device(
     user_id: UserDep, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
 ) -> users.Device:
-    """Register a device (idempotent; updates os/region). A new device gets the user's subscriptions."""
+    """Register a device (idempotent; updates os/region, and locale and app_version when given). A new
+    device gets the user's subscriptions."""
     device = users.add_device(
         db,
         service,
@@ -35,6 +85,7 @@ def add_device(
         os=body.os,
         region=body.region,
         locale=body.locale if "locale" in body.model_fields_set else users.KEEP,
+        app_version=body.app_version if "app_version" in body.model_fields_set else users.KEEP,
     )
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
     subscriptions.on_device_added(db, runtime.statements, service, user_id, body.token, body.os)

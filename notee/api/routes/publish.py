@@ -116,7 +116,8 @@ IdempotencyKey = Annotated[
         alias="Idempotency-Key",
         min_length=1,
         max_length=200,
-        description="Repeating a publish with the same key returns the first job instead of sending again.",
+        description="Repeating a request with the same key returns its first answer instead of sending again "
+        "(a publish or scheduled send: its job; an immediate single send: its counts, for 24 hours).",
     ),
 ]
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, String
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
 from notee.api.documented import DATA
+from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.api.user_ref import UserDep
@@ -23,6 +24,7 @@ from notee.domain.rules import TYPE_PATTERN
 from notee.store.runtime import Runtime
 from notee.usecases.job_requests import ScheduledSingle
 from notee.usecases.publish import schedule_single
+from notee.usecases.send_once import Answer, send_once
 from notee.usecases.single_send import SingleSend
 
 router = APIRouter(prefix="/v1", tags=["sends"])
@@ -97,6 +99,7 @@ def _schedule(
     response_model=SendOut,
     responses={
         202: {"model": PublishAccepted, "description": "Scheduled (send_at given): the job that sends it then"},
+        409: {"model": ErrorResponse, "description": "A request with this Idempotency-Key is still being sent"},
         **errors(404, 422, 424),
     },
 )
@@ -116,8 +119,12 @@ async def send_to_user(
 
     With ``send_at`` nothing is sent now: the answer is 202 with a job (``scheduled``) that a worker
     sends at send_at to the devices the user has then; its counts are the job's (GET /v1/jobs/{job_id}),
-    and it can be cancelled. ``Idempotency-Key`` applies to such scheduled sends (the same key returns
-    the same job); an immediate send is not a job and ignores it.
+    and it can be cancelled. The same ``Idempotency-Key`` returns the same job.
+
+    An immediate send with an ``Idempotency-Key`` is sent once: the same key within 24 hours answers
+    the first request's answer again (with ``Idempotent-Replayed: true``) and sends nothing; one that
+    arrives while the first is still sending waits for that answer (409 after 30 s); the same key
+    with a different request is 422. An error answer is not kept: a retry is tried afresh.
 
     With ``quiet_hours: true`` the user's quiet hours apply: inside them nothing is sent now; a
     template that drops answers 200 with ``quiet_dropped``, one that holds answers 202 with a job
@@ -125,23 +132,37 @@ async def send_to_user(
     if body.send_at is not None:
         accepted = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
-    try:
-        send = SingleSend(
-            service, user_id, body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
-        )
-        devices, result = await sender.send_single(send, stop=getattr(request.app.state, "stopping", None))
-    except QuietDropped as exc:
-        return SendOut(
-            devices=exc.devices, delivered=0, pruned=0, retried=0, failed=0, dry_run=False, quiet_dropped=exc.devices
-        )
-    except QuietHoursNow as exc:  # held: a scheduled single send at the end of the window
-        accepted = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key, exc.until_at)
-        return JSONResponse(accepted, status_code=202)
-    return SendOut(
-        devices=devices,
-        delivered=result.delivered,
-        pruned=result.pruned,
-        retried=result.retried,
-        failed=len(result.failed),
-        dry_run=result.dry_run,
+    send = SingleSend(
+        service, user_id, body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
     )
+
+    async def send_now() -> Answer:
+        try:
+            devices, result = await sender.send_single(send, stop=getattr(request.app.state, "stopping", None))
+        except QuietDropped as exc:
+            dropped = SendOut(
+                devices=exc.devices,
+                delivered=0,
+                pruned=0,
+                retried=0,
+                failed=0,
+                dry_run=False,
+                quiet_dropped=exc.devices,
+            )
+            return Answer(200, dropped.model_dump(mode="json"))
+        except QuietHoursNow as exc:  # held: a scheduled single send at the end of the window
+            held = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key, exc.until_at)
+            return Answer(202, held)
+        sent = SendOut(
+            devices=devices,
+            delivered=result.delivered,
+            pruned=result.pruned,
+            retried=result.retried,
+            failed=len(result.failed),
+            dry_run=result.dry_run,
+        )
+        return Answer(200, sent.model_dump(mode="json"))
+
+    answer = await (send_now() if idempotency_key is None else send_once(runtime, send, idempotency_key, send_now))
+    replayed = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    return JSONResponse(answer.body, status_code=answer.status_code, headers=replayed)

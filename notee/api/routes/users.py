@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, Field
@@ -15,7 +15,7 @@ from notee.api.models import UserIn, UserOut, errors, query_instant
 from notee.api.user_ref import UserDep
 from notee.core import clock
 from notee.core.vocabulary import Os, UserFilter
-from notee.domain import users
+from notee.domain import user_tags, users
 from notee.domain.users import KEEP
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
@@ -43,17 +43,25 @@ def put_user(
 ) -> users.User:
     """Create or update a user; the same service_user_id always returns the same user_id (201 when
     created). A field left out of the body stays as it is (a new user's name is empty); a field
-    sent as null is cleared (locale, timezone, quiet_hours)."""
+    sent as null is cleared (locale, timezone, quiet_hours; tags: all of them). ``tags`` is a merge
+    patch of the user's tags, as PATCH /v1/users/{user_id}/tags takes it; the answer leaves them out."""
     given = body.model_fields_set
-    user = users.upsert_user(
+    profile: dict[str, Any] = {
+        "name": body.name if "name" in given else KEEP,
+        "locale": body.locale if "locale" in given else KEEP,
+        "timezone": body.timezone if "timezone" in given else KEEP,
+        "quiet_hours": (body.quiet_hours.model_dump() if body.quiet_hours else None)
+        if "quiet_hours" in given
+        else KEEP,
+    }
+    user = user_tags.upsert_user(
         db,
         lambda: runtime.statements,
         service,
         service_user_id,
-        name=body.name if "name" in given else KEEP,
-        locale=body.locale if "locale" in given else KEEP,
-        timezone=body.timezone if "timezone" in given else KEEP,
-        quiet_hours=(body.quiet_hours.model_dump() if body.quiet_hours else None) if "quiet_hours" in given else KEEP,
+        profile,
+        tags_body=body.tags if "tags" in given else KEEP,
+        limit=runtime.settings.tags_per_user_max,
     )
     db.commit()
     response.status_code = 201 if user.created else 200
