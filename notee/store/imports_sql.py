@@ -20,6 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from notee.store.mysql import AnyRow, affected
 
+# A chunk claimed this many times without finishing (its workers crashed, or it keeps failing) is a
+# poison chunk: its lines are reported failed and it is done, so the import still ends.
+MAX_CHUNK_ATTEMPTS = 10
+GAVE_UP = f"its chunk failed {MAX_CHUNK_ATTEMPTS} times (the worker's log says why); not applied, or only in part"
+
 
 class LeaseLost(RuntimeError):
     """The chunk's lease was taken over (it expired and another worker claimed it)."""
@@ -124,15 +129,20 @@ def claim(
         params["services"] = tuple(services)
     with sessions.begin() as session:
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
-        row = session.execute(
-            text(
-                "SELECT c.import_id, c.chunk_no, c.service, c.first_line, c.last_line, c.`lines`, c.stored, c.copies"
-                f" FROM import_chunk c WHERE {where} ORDER BY c.import_id, c.chunk_no LIMIT 1 FOR UPDATE SKIP LOCKED"
-            ).bindparams(*([_expanding("services")] if services else [])),
-            params,
-        ).one_or_none()
-        if row is None:
-            return None
+        while True:
+            row = session.execute(
+                text(
+                    "SELECT c.import_id, c.chunk_no, c.service, c.first_line, c.last_line, c.`lines`, c.stored,"
+                    f" c.copies, c.attempts FROM import_chunk c WHERE {where} ORDER BY c.import_id, c.chunk_no"
+                    " LIMIT 1 FOR UPDATE SKIP LOCKED"
+                ).bindparams(*([_expanding("services")] if services else [])),
+                params,
+            ).one_or_none()
+            if row is None:
+                return None
+            if row.attempts < MAX_CHUNK_ATTEMPTS:
+                break
+            _give_up(session, row.import_id, row.chunk_no, [int(n) for n, _ in json.loads(row.lines)])
         session.execute(
             text(
                 "UPDATE import_chunk SET state = 'running', lease_owner = :o, lease_token = :tok, attempts = attempts + 1,"
@@ -169,6 +179,42 @@ def _expanding(name: str) -> BindParameter[Any]:
     return bindparam(name, expanding=True)
 
 
+def _give_up(session: Session, import_id: str, chunk_no: int, line_numbers: Sequence[int]) -> None:
+    """A poison chunk: every line not failed already is reported failed; the chunk is done."""
+    if line_numbers:
+        session.execute(
+            text("INSERT IGNORE INTO import_error (import_id, line_no, reason) VALUES (:i, :n, :r)"),
+            [{"i": import_id, "n": n, "r": GAVE_UP} for n in line_numbers],
+        )
+    session.execute(
+        text(
+            "UPDATE import_chunk SET state = 'done', `lines` = '[]', copies = NULL, lease_token = NULL"
+            " WHERE import_id = :i AND chunk_no = :n"
+        ),
+        {"i": import_id, "n": chunk_no},
+    )
+    _count_done(session, import_id, len(line_numbers), len(line_numbers))
+
+
+def _count_done(session: Session, import_id: str, lines: int, failed: int) -> None:
+    """A chunk of ``lines`` lines (``failed`` of them failed) is done: counted into its import, which is
+    done with its last chunk."""
+    session.execute(
+        text(
+            "UPDATE import_job SET lines_done = lines_done + :d, lines_failed = lines_failed + :f,"
+            " chunks_done = chunks_done + 1 WHERE import_id = :i"
+        ),
+        {"d": lines, "f": failed, "i": import_id},
+    )
+    session.execute(
+        text(
+            "UPDATE import_job SET state = 'done', finished_at = UTC_TIMESTAMP(6)"
+            " WHERE import_id = :i AND chunks_done >= chunks_total AND state <> 'done'"
+        ),
+        {"i": import_id},
+    )
+
+
 def _fenced(session: Session, claim_: ChunkClaim, sql: str, params: dict[str, Any]) -> None:
     result = session.execute(
         text(sql + " WHERE import_id = :i AND chunk_no = :n AND lease_token = :tok AND state = 'running'"),
@@ -197,20 +243,7 @@ def mark_done(session: Session, claim_: ChunkClaim, lines_failed: int) -> None:
     _fenced(
         session, claim_, "UPDATE import_chunk SET state = 'done', `lines` = '[]', copies = NULL, lease_token = NULL", {}
     )
-    session.execute(
-        text(
-            "UPDATE import_job SET lines_done = lines_done + :d, lines_failed = lines_failed + :f,"
-            " chunks_done = chunks_done + 1 WHERE import_id = :i"
-        ),
-        {"d": len(claim_.lines), "f": lines_failed, "i": claim_.import_id},
-    )
-    session.execute(
-        text(
-            "UPDATE import_job SET state = 'done', finished_at = UTC_TIMESTAMP(6)"
-            " WHERE import_id = :i AND chunks_done >= chunks_total AND state <> 'done'"
-        ),
-        {"i": claim_.import_id},
-    )
+    _count_done(session, claim_.import_id, len(claim_.lines), lines_failed)
 
 
 def count_upload_failures(session: Session, import_id: str, failed: int) -> None:

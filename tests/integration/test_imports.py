@@ -370,3 +370,21 @@ def test_retention_deletes_finished_imports_with_their_chunks_and_errors(news, r
         for table in ("import_chunk", "import_error"):
             left = s.execute(text(f"SELECT COUNT(*) FROM {table} WHERE import_id = :i"), {"i": old}).scalar_one()
             assert left == 0, table
+
+
+def test_a_chunk_that_keeps_failing_is_given_up_and_the_import_ends(news, runtime):
+    """A poison chunk (claimed MAX_CHUNK_ATTEMPTS times without finishing) does not stop its import:
+    its lines are reported failed, the other chunks are applied."""
+    with runtime.sessions() as s:
+        body = lines(*({"user": f"p-{i}"} for i in range(6))).encode()
+        import_id = imports.start_import(s, news.service, body, "ndjson", chunk_lines=3, max_line_bytes=65536)
+        s.execute(
+            text("UPDATE import_chunk SET attempts = :n WHERE import_id = :i AND chunk_no = 0"),
+            {"n": imports_sql.MAX_CHUNK_ATTEMPTS, "i": import_id},
+        )
+        s.commit()
+    assert drain(runtime, news.service) == 1  # the other chunk; the poison one is given up in the claim
+    got = status(news, import_id)
+    assert (got["state"], got["lines_done"], got["lines_failed"]) == ("done", 6, 3)
+    assert [n for n, r in errors(news, import_id) if r == imports_sql.GAVE_UP] == [1, 2, 3]
+    assert [json.loads(x)["user"] for x in export(news).splitlines()] == ["p-3", "p-4", "p-5"]
