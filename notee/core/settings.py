@@ -222,6 +222,9 @@ class Settings(BaseSettings):
     import_max_line_bytes: int = Field(
         65_536, ge=1024, description="Longest line of an import; a longer one is a failed line, kept with its number."
     )
+    import_lanes: int = Field(
+        2, ge=0, le=16, description="Import chunks a notee worker applies at once (0: this worker takes no import)."
+    )
     import_lease_s: float = Field(
         30, ge=1, description="Lease of an import chunk; a dead worker's chunk is taken over after it."
     )

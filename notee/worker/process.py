@@ -61,8 +61,11 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     beats = asyncio.create_task(_heartbeat(worker, runtime.settings.heartbeat_file))
-    # Bulk imports (docs/AUDIENCES.md "Import and export"): one lane of its own beside the fan-out lanes.
-    imports = asyncio.create_task(import_lane(runtime, stop, worker.worker_id, services))
+    # Bulk imports (docs/AUDIENCES.md "Import and export"): lanes of their own beside the fan-out lanes
+    # (a chunk waits on MySQL and Cassandra most of its time: two overlap).
+    imports = asyncio.gather(
+        *(import_lane(runtime, stop, worker.worker_id, services) for _ in range(runtime.settings.import_lanes))
+    )
     try:
         await running
     except asyncio.CancelledError:
