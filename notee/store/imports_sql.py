@@ -224,6 +224,16 @@ def _fenced(session: Session, claim_: ChunkClaim, sql: str, params: dict[str, An
         raise LeaseLost(f"chunk {claim_.import_id}/{claim_.chunk_no} is no longer leased by this worker")
 
 
+def release(sessions: sessionmaker[Session], claim_: ChunkClaim) -> None:
+    """Give a chunk back after a failure (its lease ends now, so it is claimed again at once, and its
+    attempt counts toward ``MAX_CHUNK_ATTEMPTS``); nothing when the lease is gone already."""
+    with sessions.begin() as session:
+        try:
+            _fenced(session, claim_, "UPDATE import_chunk SET lease_until = UTC_TIMESTAMP(6)", {})
+        except LeaseLost:
+            pass
+
+
 def mark_stored(
     session: Session, claim_: ChunkClaim, copies: Sequence[tuple[str, str, str]], *, lease_s: float
 ) -> None:

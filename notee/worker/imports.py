@@ -1,8 +1,10 @@
-"""``notee worker``'s import lane: claims one chunk of a bulk import at a time and applies it
-(``notee.usecases.imports.run_chunk``), beside the fan-out lanes, until ``stop``.
+"""``notee worker``'s import lanes (``import_lanes`` of them): each claims one chunk of a bulk import
+at a time and applies it (``notee.usecases.imports.run_chunk``), beside the fan-out lanes, until ``stop``.
 
 A crash leaves the chunk leased until ``import_lease_s``; the next claim (this worker's or another's)
-redoes it. SIGTERM: the chunk in hand is finished first (a chunk is short: one batch of upserts).
+redoes it. A chunk that fails (a deadlock with another lane's chunk of the same users, a store down)
+is given back at once and claimed again after the lane's backoff. SIGTERM: the chunk in hand is
+finished first (a chunk is short: one batch of upserts).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ async def import_lane(runtime: Runtime, stop: asyncio.Event, owner: str, service
     expire (it is redone)."""
     backoff = OutageBackoff(cap_s=runtime.settings.fanout_outage_backoff_cap_s)
     while not stop.is_set():
+        claim = None
         try:
             claim = await asyncio.to_thread(
                 imports_sql.claim,
@@ -45,10 +48,20 @@ async def import_lane(runtime: Runtime, stop: asyncio.Event, owner: str, service
                 await _pause(stop, IDLE_POLL_S)
                 continue
             await asyncio.to_thread(run_chunk, runtime, claim)
+            backoff.reset()
             log.info("import %s: chunk %d applied", claim.import_id, claim.chunk_no)
         except imports_sql.LeaseLost as exc:
             log.warning("import lane of %s: %s", owner, exc)
-        except Exception as exc:  # a store down or a bug: keep the process; the lease expires and it is redone
+        except Exception as exc:  # a deadlock, a store down, a bug: keep the process; the chunk is redone
             delay = backoff.next_delay()
             log.exception("import lane of %s: %s; again in %.1f s", owner, type(exc).__name__, delay)
+            if claim is not None:
+                await asyncio.to_thread(_give_back, runtime, claim)
             await _pause(stop, delay)
+
+
+def _give_back(runtime: Runtime, claim: imports_sql.ChunkClaim) -> None:
+    try:
+        imports_sql.release(runtime.sessions, claim)
+    except Exception as exc:  # the store is down: the lease expires instead
+        log.warning("import %s: chunk %d not given back (%s)", claim.import_id, claim.chunk_no, type(exc).__name__)

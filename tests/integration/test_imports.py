@@ -388,3 +388,18 @@ def test_a_chunk_that_keeps_failing_is_given_up_and_the_import_ends(news, runtim
     assert (got["state"], got["lines_done"], got["lines_failed"]) == ("done", 6, 3)
     assert [n for n, r in errors(news, import_id) if r == imports_sql.GAVE_UP] == [1, 2, 3]
     assert [json.loads(x)["user"] for x in export(news).splitlines()] == ["p-3", "p-4", "p-5"]
+
+
+def test_a_chunk_given_back_after_a_failure_is_claimed_again_at_once(news, runtime):
+    import_id = upload(news, lines({"user": "again"}))
+    first = imports_sql.claim(runtime.sessions, owner="fails", lease_s=300, services=[news.service])
+    assert imports_sql.claim(runtime.sessions, owner="other", lease_s=300, services=[news.service]) is None  # leased
+    imports_sql.release(runtime.sessions, first)
+    second = imports_sql.claim(runtime.sessions, owner="other", lease_s=300, services=[news.service])
+    assert second is not None and (second.import_id, second.chunk_no) == (import_id, first.chunk_no)
+    imports_sql.release(runtime.sessions, first)  # the stale holder's give-back changes nothing
+    with pytest.raises(imports_sql.LeaseLost):
+        imports.run_chunk(runtime, first)  # its lease is gone: its writes are refused
+    imports.run_chunk(runtime, second)
+    got = status(news, import_id)
+    assert (got["state"], got["lines_done"]) == ("done", 1)
