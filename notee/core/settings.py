@@ -220,7 +220,10 @@ class Settings(BaseSettings):
         1000, ge=1, le=10_000, description="Lines per chunk of an import: the unit a worker leases, applies and redoes."
     )
     import_max_line_bytes: int = Field(
-        65_536, ge=1024, description="Longest line of an import; a longer one is a failed line, kept with its number."
+        65_536,
+        ge=1024,
+        le=4_194_304,
+        description="Longest line of an import; a longer one is a failed line, kept with its number.",
     )
     import_lanes: int = Field(
         2, ge=0, le=16, description="Import chunks a notee worker applies at once (0: this worker takes no import)."

@@ -84,13 +84,15 @@ def create(session: Session, job: NewImport, chunks: Sequence[list[tuple[int, An
         }
         for n, chunk in enumerate(chunks)
     ]
-    for start in range(0, len(rows), 20):  # a few MB per statement at most (max_allowed_packet)
+    # Each chunk is a few MB at most (usecases.imports.CHUNK_MAX_BYTES); PyMySQL's executemany groups
+    # rows into statements of about 1 MB, so no statement nears max_allowed_packet.
+    if rows:
         session.execute(
             text(
                 "INSERT INTO import_chunk (import_id, chunk_no, service, first_line, last_line, line_count, `lines`)"
                 " VALUES (:i, :n, :s, :a, :b, :c, :l)"
             ),
-            rows[start : start + 20],
+            rows,
         )
 
 

@@ -57,7 +57,7 @@ def start_import(
         raise InvalidInput("unknown format", details=[{"loc": ["header", "content-type"], "type": "format"}])
     upload = split_upload(body, fmt, max_line_bytes)
     import_id = str(uuid.uuid4())
-    chunks = [upload.records[i : i + chunk_lines] for i in range(0, len(upload.records), chunk_lines)]
+    chunks = _chunks(upload.records, chunk_lines)
     job = NewImport(import_id, service, fmt, upload.header, len(upload.records) + len(upload.failed), stored_now())
     imports_sql.create(session, job, chunks)
     imports_sql.add_errors(session, import_id, upload.failed)
@@ -66,6 +66,27 @@ def start_import(
         imports_sql.finish_empty(session, import_id, len(upload.failed))
     log.info("import %s of %s: %d line(s) in %d chunk(s)", import_id, service, job.lines_total, len(chunks))
     return import_id
+
+
+# A chunk's lines stay well under MariaDB's max_allowed_packet (16 MiB by default) whatever their length.
+CHUNK_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _chunks(records: list[tuple[int, Any]], chunk_lines: int) -> list[list[tuple[int, Any]]]:
+    """The records in chunks of at most ``chunk_lines`` lines and about ``CHUNK_MAX_BYTES``."""
+    chunks: list[list[tuple[int, Any]]] = []
+    current: list[tuple[int, Any]] = []
+    size = 0
+    for record in records:
+        length = len(record[1]) if isinstance(record[1], str) else sum(len(c) + 3 for c in record[1])
+        if current and (len(current) >= chunk_lines or size + length > CHUNK_MAX_BYTES):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(record)
+        size += length
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def get_import(session: Session, service: str, import_id: str) -> Any:

@@ -140,3 +140,15 @@ def test_the_progress_bar_redraws_on_a_terminal_and_writes_lines_elsewhere():
         "running: 50/200 lines",
         "done: 200/200 lines",
     ]
+
+
+def test_chunks_hold_at_most_their_lines_and_about_four_mebibytes():
+    from notee.usecases.imports import CHUNK_MAX_BYTES, _chunks
+
+    small = [(n, "x" * 10) for n in range(1, 8)]
+    assert [len(c) for c in _chunks(small, 3)] == [3, 3, 1]
+    big = [(n, "x" * 60_000) for n in range(1, 201)]
+    chunks = _chunks(big, 1000)
+    assert sum(len(c) for c in chunks) == 200 and len(chunks) == 3
+    assert all(sum(len(r) for _, r in c) <= CHUNK_MAX_BYTES for c in chunks)
+    assert [c[0][0] for c in chunks] == [1, 70, 139]  # in order, none lost
