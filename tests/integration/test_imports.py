@@ -403,3 +403,22 @@ def test_a_chunk_given_back_after_a_failure_is_claimed_again_at_once(news, runti
     imports.run_chunk(runtime, second)
     got = status(news, import_id)
     assert (got["state"], got["lines_done"]) == ("done", 1)
+
+
+def test_a_file_of_several_megabytes_is_kept_as_chunks(news, runtime, settings):
+    n = 20_000
+    body = lines(*({"user": f"m-{i:06d}", "name": "x" * 200} for i in range(n))).encode()
+    assert settings.api_max_body_bytes < len(body) < settings.import_max_body_bytes
+    import_id = upload(news, body)
+    got = status(news, import_id)
+    assert (got["state"], got["lines_total"]) == ("queued", n)
+    with runtime.sessions() as s:
+        counts = s.execute(
+            text(
+                "SELECT COUNT(*), SUM(line_count), MIN(first_line), MAX(last_line) FROM import_chunk WHERE import_id = :i"
+            ),
+            {"i": import_id},
+        ).one()
+    assert tuple(counts) == (n // settings.import_chunk_lines, n, 1, n)
+    with runtime.sessions.begin() as s:  # not applied: no worker of another test should take it up
+        s.execute(text("DELETE FROM import_job WHERE import_id = :i"), {"i": import_id})
