@@ -226,12 +226,18 @@ def _fenced(session: Session, claim_: ChunkClaim, sql: str, params: dict[str, An
         raise LeaseLost(f"chunk {claim_.import_id}/{claim_.chunk_no} is no longer leased by this worker")
 
 
-def release(sessions: sessionmaker[Session], claim_: ChunkClaim) -> None:
-    """Give a chunk back after a failure (its lease ends now, so it is claimed again at once, and its
-    attempt counts toward ``MAX_CHUNK_ATTEMPTS``); nothing when the lease is gone already."""
+def release(sessions: sessionmaker[Session], claim_: ChunkClaim, *, counts: bool = True) -> None:
+    """Give a chunk back after a failure: its lease ends now, so it is claimed again at once. A failure
+    ``counts`` toward ``MAX_CHUNK_ATTEMPTS``; an outage (a store unreachable: passing) does not, as for
+    fan-out tasks. Nothing when the lease is gone already."""
     with sessions.begin() as session:
         try:
-            _fenced(session, claim_, "UPDATE import_chunk SET lease_until = UTC_TIMESTAMP(6)", {})
+            _fenced(
+                session,
+                claim_,
+                "UPDATE import_chunk SET lease_until = UTC_TIMESTAMP(6), attempts = attempts - :back",
+                {"back": 0 if counts else 1},
+            )
         except LeaseLost:
             pass
 

@@ -3,7 +3,8 @@ at a time and applies it (``notee.usecases.imports.run_chunk``), beside the fan-
 
 A crash leaves the chunk leased until ``import_lease_s``; the next claim (this worker's or another's)
 redoes it. A chunk that fails (a deadlock with another lane's chunk of the same users, a store down)
-is given back at once and claimed again after the lane's backoff. SIGTERM: the chunk in hand is
+is given back at once and claimed again after the lane's backoff; an outage does not count toward
+its poison limit (``imports_sql.MAX_CHUNK_ATTEMPTS``), as for fan-out tasks. SIGTERM: the chunk in hand is
 finished first (a chunk is short: one batch of upserts).
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from notee.store import imports_sql
 from notee.store.runtime import Runtime
 from notee.usecases.imports import run_chunk
-from notee.worker.outage import OutageBackoff
+from notee.worker.outage import OutageBackoff, is_outage
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,12 @@ async def import_lane(runtime: Runtime, stop: asyncio.Event, owner: str, service
             delay = backoff.next_delay()
             log.exception("import lane of %s: %s; again in %.1f s", owner, type(exc).__name__, delay)
             if claim is not None:
-                await asyncio.to_thread(_give_back, runtime, claim)
+                await asyncio.to_thread(_give_back, runtime, claim, not is_outage(exc))
             await _pause(stop, delay)
 
 
-def _give_back(runtime: Runtime, claim: imports_sql.ChunkClaim) -> None:
+def _give_back(runtime: Runtime, claim: imports_sql.ChunkClaim, counts: bool) -> None:
     try:
-        imports_sql.release(runtime.sessions, claim)
+        imports_sql.release(runtime.sessions, claim, counts=counts)
     except Exception as exc:  # the store is down: the lease expires instead
         log.warning("import %s: chunk %d not given back (%s)", claim.import_id, claim.chunk_no, type(exc).__name__)

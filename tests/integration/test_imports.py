@@ -394,9 +394,12 @@ def test_a_chunk_given_back_after_a_failure_is_claimed_again_at_once(news, runti
     import_id = upload(news, lines({"user": "again"}))
     first = imports_sql.claim(runtime.sessions, owner="fails", lease_s=300, services=[news.service])
     assert imports_sql.claim(runtime.sessions, owner="other", lease_s=300, services=[news.service]) is None  # leased
-    imports_sql.release(runtime.sessions, first)
+    imports_sql.release(runtime.sessions, first, counts=False)  # an outage: not an attempt
     second = imports_sql.claim(runtime.sessions, owner="other", lease_s=300, services=[news.service])
     assert second is not None and (second.import_id, second.chunk_no) == (import_id, first.chunk_no)
+    with runtime.sessions() as s:
+        attempts = s.execute(text("SELECT attempts FROM import_chunk WHERE import_id = :i"), {"i": import_id})
+        assert attempts.scalar_one() == 1
     imports_sql.release(runtime.sessions, first)  # the stale holder's give-back changes nothing
     with pytest.raises(imports_sql.LeaseLost):
         imports.run_chunk(runtime, first)  # its lease is gone: its writes are refused
