@@ -39,6 +39,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "segment_users": 100_000,
         "segment_matching": 10_000,
         "audience_users": 100_000,
+        "import_users": 10_000,
+        "import_sub_users": 4_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -60,6 +62,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "segment_users": 1_000_000,
         "segment_matching": 100_000,
         "audience_users": 1_000_000,
+        "import_users": 50_000,
+        "import_sub_users": 20_000,
     },
 }
 log = logging.getLogger("bench")
@@ -242,6 +246,23 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["estimate_s"] = estimate.run(runtime, users=sizes["audience_users"])
 
         attempt(("estimate_s",), estimate)
+    if want("import_users_per_s"):
+
+        def import_users() -> None:
+            from bench import imports
+
+            figures["import_users_per_s"] = imports.run_users(runtime, users=sizes["import_users"])
+
+        attempt(("import_users_per_s",), import_users)
+
+    if want("import_subscriptions_ratio"):
+
+        def import_subscriptions() -> None:
+            from bench import imports
+
+            figures["import_subscriptions_ratio"] = imports.run_subscriptions(runtime, users=sizes["import_sub_users"])
+
+        attempt(("import_subscriptions_ratio",), import_subscriptions)
 
     from bench import gorush
 

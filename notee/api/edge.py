@@ -7,7 +7,8 @@ A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP
    percent-decodes to valid UTF-8 (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
    same user or topic);
 2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
-3. a declared ``Content-Length`` over ``api_max_body_bytes`` answers 413 at once;
+3. a declared ``Content-Length`` over ``api_max_body_bytes`` (``import_max_body_bytes`` for
+   ``POST /v1/imports``) answers 413 at once;
 4. credentials are checked from the headers alone — the admin token for ``/v1/admin``, an API key
    for the rest of ``/v1`` (one indexed MySQL lookup, or none for a key that authenticated within
    ``api_key_cache_s``: ``notee.api.auth.ApiKeyCache``) — so a caller without them never gets a byte
@@ -22,7 +23,7 @@ Early answers carry ``Connection: close`` so the server drops an unread body ins
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -38,6 +39,7 @@ from notee.core.vocabulary import RateClass
 from notee.domain.ratelimit import Allowance
 
 ADMIN_PREFIX = "/v1/admin"
+IMPORTS_PATH = "/v1/imports"  # POST: a bulk import's file (``import_max_body_bytes``, not ``api_max_body_bytes``)
 TENANT_PREFIX = "/v1/"
 # A JSON string (with escapes) or one bracket: strings are skipped whole so brackets inside them do not count.
 _JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
@@ -166,6 +168,9 @@ class EdgeGuard:
         """Steps 3 to 5, for a request counted in ``in_flight``."""
         declared = _header(scope, b"content-length")
         path: str = scope["path"]
+        is_import = scope["method"] == "POST" and path == IMPORTS_PATH
+        if is_import:  # a bulk import's file has a larger limit of its own, enforced the same way
+            limits = replace(limits, max_body_bytes=settings.import_max_body_bytes)
         is_admin = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
         refusal = _declared_too_large(declared, limits) or _served_elsewhere(path, is_admin, state)
         if refusal is not None:
@@ -190,7 +195,7 @@ class EdgeGuard:
         except _BodyTooLarge:
             await _body_too_large(limits)(scope, receive, send)
             return
-        if json_too_deep(body, limits.max_json_depth):
+        if not is_import and json_too_deep(body, limits.max_json_depth):  # an import checks each line itself
             await _too_deep(limits)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)

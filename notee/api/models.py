@@ -135,6 +135,7 @@ _DESCRIPTIONS = {
     403: "Admin API disabled (NOTEE_ADMIN_TOKEN unset)",
     404: "Not found (also for another service's objects: their existence is not revealed)",
     409: "Already exists",
+    413: "The request body is larger than its limit (refused before it is read)",
     429: "Rate limit of this class of requests used up; retry after Retry-After seconds",
     422: "Invalid input; nothing was written",
     424: "Provider configuration: credentials key not set, credentials unreadable or rejected by the provider, "

@@ -88,6 +88,12 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/services/{service}/topics"): "adminListTopics",
     ("GET", "/v1/admin/calendar"): "adminGetCalendar",
     ("GET", "/v1/admin/delivery-summary"): "adminListDeliverySummaries",
+    # bulk import and export
+    ("POST", "/v1/imports"): "createImport",
+    ("GET", "/v1/imports"): "listImports",
+    ("GET", "/v1/imports/{import_id}"): "getImport",
+    ("GET", "/v1/imports/{import_id}/errors"): "listImportErrors",
+    ("GET", "/v1/exports/users"): "exportUsers",
     # delivery webhooks
     ("POST", "/v1/webhooks"): "createWebhook",
     ("GET", "/v1/webhooks"): "listWebhooks",
@@ -146,6 +152,11 @@ TAGS: list[dict[str, str]] = [
         "name": "insight",
         "description": "What Notee is doing for the service: subscriber counts per template and per topic, "
         "the cycle calendar of the coming hours, and a delivery summary of the last hours.",
+    },
+    {
+        "name": "imports",
+        "description": "Bulk import of users, devices, tags and topic subscriptions from NDJSON or CSV (a job "
+        "a worker applies; progress and failed lines by number), and their export in the same format.",
     },
     {
         "name": "webhooks",

@@ -12,6 +12,19 @@ from typing import Any
 _T = "2026-11-30T09:00:00.123456Z"
 _USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
 _JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
+_IMPORT = "5d0c9b8a-7e6f-4a3b-9c2d-1e0f9a8b7c6d"
+_IMPORT_STATUS = {
+    "import_id": _IMPORT,
+    "format": "ndjson",
+    "state": "running",
+    "lines_total": 250000,
+    "lines_done": 120000,
+    "lines_failed": 3,
+    "created_at": _T,
+    "started_at": _T,
+    "finished_at": None,
+}
+_LINE_ERROR = {"line": 42, "reason": "locale: must be a BCP 47 language tag: language[-Script][-REGION], e.g. de"}
 _KEY = "d2f1e0c9-8b7a-4c6d-9e5f-1a2b3c4d5e6f"
 _TOKEN = "fcm-registration-token-of-alices-phone"
 _SERVICE_OUT = {
@@ -324,6 +337,11 @@ EXAMPLES: dict[str, Any] = {
         "created_at": _T,
         "updated_at": _T,
     },
+    "ImportCreated": {"import_id": _IMPORT},
+    "ImportOut": _IMPORT_STATUS,
+    "ImportList": {"items": [_IMPORT_STATUS], "next_cursor": None},
+    "LineError": _LINE_ERROR,
+    "LineErrorList": {"items": [_LINE_ERROR], "next_cursor": None},
     "UserList": {
         "items": [
             {

@@ -18,9 +18,9 @@ object; actions print one human line, or with ``--json`` the API's answer as one
 
 The commands live by what they manage: ``remote_admin`` (the operator's), ``remote_tenant`` (a
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
-(publish, send, jobs), ``remote_segments`` (segments, estimate), ``remote_dead_letters`` (a service's dead
-letters, or any service's with the admin token), ``remote_tags`` (a user's tags); ``remote_client`` is what
-they share.
+(publish, send, jobs), ``remote_segments`` (segments, estimate), ``remote_imports`` (bulk import and
+export), ``remote_dead_letters`` (a service's dead letters, or any service's with the admin token),
+``remote_tags`` (a user's tags); ``remote_client`` is what they share.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import typer
 from notee.cli import remote_tags  # noqa: F401 (registers `notee user tags|tag|untag` on user_app)
 from notee.cli.remote_admin import admin_app
 from notee.cli.remote_dead_letters import dead_letters_app
+from notee.cli.remote_imports import export_file, import_file
 from notee.cli.remote_publish import jobs_app, publish, send
 from notee.cli.remote_segments import estimate, segment_app
 from notee.cli.remote_tenant import (
@@ -65,3 +66,5 @@ def install(app: typer.Typer) -> None:
     app.command("calendar")(calendar)
     app.command("summary")(summary)
     app.command("quiet-hours")(quiet_hours)
+    app.command("import")(import_file)
+    app.command("export")(export_file)

@@ -217,6 +217,27 @@ class Settings(BaseSettings):
     tags_per_user_max: int = Field(
         100, ge=1, le=10_000, description="Tag keys a user may hold; a write that would leave more answers 422."
     )
+    # --- bulk import (docs/AUDIENCES.md "Import and export") ---------------------------------------
+    import_max_body_bytes: int = Field(
+        67_108_864,
+        ge=1024,
+        description="Largest file POST /v1/imports takes (its own body limit); a larger one answers 413 before it is read.",
+    )
+    import_chunk_lines: int = Field(
+        1000, ge=1, le=10_000, description="Lines per chunk of an import: the unit a worker leases, applies and redoes."
+    )
+    import_max_line_bytes: int = Field(
+        65_536,
+        ge=1024,
+        le=4_194_304,
+        description="Longest line of an import; a longer one is a failed line, kept with its number.",
+    )
+    import_lanes: int = Field(
+        2, ge=0, le=16, description="Import chunks a notee worker applies at once (0: this worker takes no import)."
+    )
+    import_lease_s: float = Field(
+        30, ge=1, description="Lease of an import chunk; a dead worker's chunk is taken over after it."
+    )
 
     # --- delivery webhooks (docs/WEBHOOKS.md) -----------------------------------------------------
     webhook_ca_file: str | None = Field(

@@ -39,8 +39,8 @@ from sqlalchemy.orm import Session
 from notee.core.errors import NotFound
 from notee.domain.schedule import parse_canonical
 from notee.domain.subscription_rows import lock_user, materialise, remove_rows
+from notee.store import import_rows_sql, templates_sql, users_sql, webhooks_sql
 from notee.store import subscription_sql as subsql
-from notee.store import templates_sql, users_sql, webhooks_sql
 from notee.store.cql.rows import DeviceSlot, IndexRow, SubscriptionRef, slot_ref, slot_zone
 from notee.store.cql.statements import Statements
 
@@ -116,6 +116,30 @@ def on_device_added(
         return
     live = {t.notification_key for t in templates_sql.list_templates(session, service)}
     _copy_to_device(st, service, user_id, rows, live, device_token, device_os, zone)
+
+
+def on_devices_added(
+    session: Session, st: Statements, service: str, devices: Mapping[str, Sequence[tuple[str, str]]]
+) -> int:
+    """``on_device_added`` for many users at once (bulk import): ``devices`` user_id -> (token, os)
+    added. Under the users' shared locks (one statement), their index rows read concurrently, the
+    templates once; users gone or devices removed meanwhile are skipped. Returns the devices copied to."""
+    zones = subsql.lock_users_zones(session, service, list(devices))
+    if not zones:
+        return 0
+    present = import_rows_sql.device_keys(session, service, zones)
+    reads = {u: st.user_rows_async(u, service) for u in sorted(zones)}
+    live = {t.notification_key for t in templates_sql.list_templates(session, service)}
+    copied = 0
+    for user_id, read in reads.items():
+        rows = st.index_rows_of(read)
+        if not any(r.is_user_level for r in rows):
+            continue
+        for token, os_ in devices[user_id]:
+            if (user_id, token) in present:
+                _copy_to_device(st, service, user_id, rows, live, token, os_, zones[user_id])
+                copied += 1
+    return copied
 
 
 def _copy_to_device(

@@ -1,7 +1,8 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
-jobs (their tasks cascade), scheduler tick rows, dead letters and finished webhook deliveries are kept
-``settings.retention_days`` and then deleted here; expired web console sessions are deleted too, and
-the Idempotency-Keys of immediate single sends once they are 24 hours old.
+jobs (their tasks cascade), scheduler tick rows, dead letters, finished webhook deliveries and finished
+bulk imports (their chunks and failed lines cascade) are kept ``settings.retention_days`` and then
+deleted here; expired web console sessions are deleted too, and the Idempotency-Keys of immediate
+single sends once they are 24 hours old.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
 replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from notee.core.clock import naive_utc, now_utc
-from notee.store import console_sql, deadletter, jobs_sql, send_idempotency_sql, ticks, webhooks_sql
+from notee.store import console_sql, deadletter, imports_sql, jobs_sql, send_idempotency_sql, ticks, webhooks_sql
 from notee.store.runtime import Runtime
 from notee.usecases import send_once
 
@@ -73,6 +74,13 @@ def prune_webhook_deliveries(runtime: Runtime) -> int:
     return _drain(runtime, lambda s: webhooks_sql.prune_finished(s, older_than_days=days, batch=BATCH))
 
 
+def prune_imports(runtime: Runtime) -> int:
+    """Bulk imports finished more than retention_days ago (their chunks and failed lines cascade);
+    unfinished imports are never pruned."""
+    days = runtime.settings.retention_days
+    return _drain(runtime, lambda s: imports_sql.prune_finished(s, older_than_days=days, batch=BATCH))
+
+
 def prune_send_keys(runtime: Runtime, *, now: datetime | None = None) -> int:
     """Idempotency-Keys of immediate single sends older than 24 hours (``send_once.TTL``): a request
     with such a key is a new request (its row would be replaced by it anyway)."""
@@ -87,6 +95,7 @@ def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int
         "dead_letters": prune_dead_letters(runtime, now=now),
         "console_sessions": prune_console_sessions(runtime),
         "webhook_deliveries": prune_webhook_deliveries(runtime),
+        "imports": prune_imports(runtime),
         "send_idempotency_keys": prune_send_keys(runtime, now=now),
     }
     if any(counts.values()):

@@ -18,6 +18,7 @@ from notee.core.settings import Settings
 from notee.store.runtime import Runtime
 from notee.usecases.queue_levels import watch_queue
 from notee.usecases.sender import DeliverySender
+from notee.worker.imports import import_lane
 from notee.worker.lanes import Worker, WorkerOptions
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,11 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     beats = asyncio.create_task(_heartbeat(worker, runtime.settings.heartbeat_file))
+    # Bulk imports (docs/AUDIENCES.md "Import and export"): lanes of their own beside the fan-out lanes
+    # (a chunk waits on MySQL and Cassandra most of its time: two overlap).
+    imports = asyncio.gather(
+        *(import_lane(runtime, stop, worker.worker_id, services) for _ in range(runtime.settings.import_lanes))
+    )
     try:
         await running
     except asyncio.CancelledError:
@@ -68,6 +74,7 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     finally:
         worker.stop.set()
         await beats
+        await imports
         await sender.close()
         if exporter is not None:
             exporter.close()

@@ -170,6 +170,21 @@ def test_bulk_subscribe_smoke(runtime):
     assert fig["extra"]["api_server_cpu_ms_per_user"] > 0
 
 
+def test_import_users_smoke(runtime):
+    from bench import imports
+
+    fig = imports.run_users(runtime, users=150, chunk_lines=50)
+    _measured(fig, "import_users_per_s", ratio=False)
+    assert fig["value"] == fig["numerator"]["value"] and 0 < fig["extra"]["split_share"] < 1
+
+
+def test_import_subscriptions_smoke(runtime):
+    from bench import imports
+
+    fig = imports.run_subscriptions(runtime, users=120, chunk_lines=50, repeats=1)
+    _measured(fig, "import_subscriptions_ratio")
+
+
 def test_local_time_smoke(runtime, bench_emulator):
     from bench import local_time
 

@@ -11,6 +11,7 @@ Routes that create in the caller's own tenant (``OWN``) are checked to never ret
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import uuid
@@ -46,6 +47,11 @@ OWN = {
     "POST /v1/segments",
     "GET /v1/segments",
     "PUT /v1/segments/{name}",
+    # bulk import and export: into and out of the caller's own service (checked below; another tenant's
+    # import id is a lookup, tests/integration/test_imports.py too)
+    "POST /v1/imports",
+    "GET /v1/imports",
+    "GET /v1/exports/users",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -147,6 +153,12 @@ def tenants(client, runtime, make_module_tenant):
         "/v1/segments", json={"name": segment, "filter": [[{"tag": "plan", "op": "exists"}]]}, headers=b_auth
     )
     assert made.status_code == 201, made.text
+    imported = client.post(
+        "/v1/imports",
+        content=json.dumps({"user": b_suid, "name": "imported"}) + "\n{bad\n",
+        headers=b_auth | {"Content-Type": "application/x-ndjson"},
+    )
+    assert imported.status_code == 202, imported.text
     b_ids = {
         "user_id": user_id,
         "service_user_id": b_suid,
@@ -157,6 +169,7 @@ def tenants(client, runtime, make_module_tenant):
         "types": {"topic": "news", "cycle": "daily", "single": "ping"},
         "endpoint_id": hook.json()["endpoint_id"],
         "delivery_id": str(delivery["delivery_id"]),
+        "import_id": imported.json()["import_id"],
         "key": tag_key,
         "name": segment,
     }
@@ -200,6 +213,7 @@ def _ids_for(path: str, which: dict) -> dict[str, str]:
         "new_token": which["new_token"],
         "endpoint_id": which["endpoint_id"],
         "delivery_id": which["delivery_id"],
+        "import_id": which["import_id"],
         "key": which["key"],
         "name": which["name"],
     }
@@ -215,6 +229,7 @@ def _missing() -> dict:
         "types": {k: "missing" + secrets.token_hex(3) for k in ("topic", "cycle", "single")},
         "endpoint_id": str(uuid.uuid4()),
         "delivery_id": str(secrets.randbelow(10**9) + 10**9),
+        "import_id": str(uuid.uuid4()),
         "key": "iso-" + secrets.token_hex(4),
         "name": "nobody-seg-" + secrets.token_hex(4),
     }
@@ -278,6 +293,12 @@ def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, te
     assert client.get(f"/v1/segments/{b_ids['name']}", headers=tenants["b_auth"]).json() == b_segment
     r = client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=a_auth)
     assert r.status_code in (200, 201) and r.json()["notification_key"] not in b_ids["keys"]
+    r = client.get("/v1/imports", headers=a_auth)
+    assert r.status_code == 200 and b_ids["import_id"] not in r.text
+    assert b_ids["import_id"] in client.get("/v1/imports", headers=tenants["b_auth"]).text  # the check can fail
+    r = client.get("/v1/exports/users", headers=a_auth)
+    assert r.status_code == 200 and b_ids["token"] not in r.text  # (A has a user of B's service_user_id: PUT above)
+    assert b_ids["token"] in client.get("/v1/exports/users", headers=tenants["b_auth"]).text
     assert {f"{m} {p}" for m, p in routes} - {f"{m} {p}" for m, p, _ in checked} == OWN & {
         f"{m} {p}" for m, p in routes
     }

@@ -65,6 +65,11 @@ compare as a version (None: each left as it is)."""
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
         return self.call(_ops.create_api_key(service, label))
 
+    def create_import(self, data: bytes, *, format: str = "ndjson") -> m.ImportCreated:
+        """Import users, devices, tags and topic subscriptions from an NDJSON or CSV file (``format``); a
+worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines are reported by number."""
+        return self.call(_ops.create_import(data, format=format))
+
     def create_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
         """Save a filter under a name (409 when the name is taken). The answer carries no count."""
         return self.call(_ops.create_segment(name, filter, description=description))
@@ -110,6 +115,11 @@ compare as a version (None: each left as it is)."""
 users, topic or condition (the last two with type); ``platforms`` narrows it."""
         return self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
+    def export_users(self, *, format: str = "ndjson") -> bytes:
+        """The service's users, devices, tags and topic subscriptions in the import's format, whole in
+memory (``Client.export_users_to`` streams it to a file instead)."""
+        return self.call(_ops.export_users(format=format))
+
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
         return self.call(_ops.get_calendar(hours=hours))
@@ -121,6 +131,10 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
     def get_delivery_summary(self, *, hours: int = 24) -> m.DeliverySummary:
         """What the service's jobs did in the last hours, per hour, with dead letters."""
         return self.call(_ops.get_delivery_summary(hours=hours))
+
+    def get_import(self, import_id: str) -> m.Import:
+        """An import's state and progress (lines total, done, failed)."""
+        return self.call(_ops.get_import(import_id))
 
     def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
@@ -177,6 +191,14 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
     def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return self.call(_ops.list_devices(user_id))
+
+    def list_import_errors(self, import_id: str, *, cursor: str | None = None, limit: int = 100) -> m.LineErrorPage:
+        """One page of an import's failed lines, in line order: the line number and why."""
+        return self.call(_ops.list_import_errors(import_id, cursor=cursor, limit=limit))
+
+    def list_imports(self, *, cursor: str | None = None, limit: int = 50) -> m.ImportPage:
+        """One page of the service's imports, newest first."""
+        return self.call(_ops.list_imports(cursor=cursor, limit=limit))
 
     def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of the service's jobs (publishes and cycle minutes), newest first."""
@@ -387,6 +409,11 @@ compare as a version (None: each left as it is)."""
         """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
         return await self.call(_ops.create_api_key(service, label))
 
+    async def create_import(self, data: bytes, *, format: str = "ndjson") -> m.ImportCreated:
+        """Import users, devices, tags and topic subscriptions from an NDJSON or CSV file (``format``); a
+worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines are reported by number."""
+        return await self.call(_ops.create_import(data, format=format))
+
     async def create_segment(self, name: str, filter: Sequence[Any], *, description: str | None = None) -> m.Segment:
         """Save a filter under a name (409 when the name is taken). The answer carries no count."""
         return await self.call(_ops.create_segment(name, filter, description=description))
@@ -432,6 +459,11 @@ compare as a version (None: each left as it is)."""
 users, topic or condition (the last two with type); ``platforms`` narrows it."""
         return await self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
+    async def export_users(self, *, format: str = "ndjson") -> bytes:
+        """The service's users, devices, tags and topic subscriptions in the import's format, whole in
+memory (``Client.export_users_to`` streams it to a file instead)."""
+        return await self.call(_ops.export_users(format=format))
+
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
         return await self.call(_ops.get_calendar(hours=hours))
@@ -443,6 +475,10 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
     async def get_delivery_summary(self, *, hours: int = 24) -> m.DeliverySummary:
         """What the service's jobs did in the last hours, per hour, with dead letters."""
         return await self.call(_ops.get_delivery_summary(hours=hours))
+
+    async def get_import(self, import_id: str) -> m.Import:
+        """An import's state and progress (lines total, done, failed)."""
+        return await self.call(_ops.get_import(import_id))
 
     async def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
@@ -499,6 +535,14 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
     async def list_devices(self, user_id: str) -> list[m.Device]:
         """The user's devices."""
         return await self.call(_ops.list_devices(user_id))
+
+    async def list_import_errors(self, import_id: str, *, cursor: str | None = None, limit: int = 100) -> m.LineErrorPage:
+        """One page of an import's failed lines, in line order: the line number and why."""
+        return await self.call(_ops.list_import_errors(import_id, cursor=cursor, limit=limit))
+
+    async def list_imports(self, *, cursor: str | None = None, limit: int = 50) -> m.ImportPage:
+        """One page of the service's imports, newest first."""
+        return await self.call(_ops.list_imports(cursor=cursor, limit=limit))
 
     async def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of the service's jobs (publishes and cycle minutes), newest first."""

@@ -34,6 +34,10 @@ class Op(Generic[Parsed]):
     #: PUT/GET/DELETE of the API is idempotent; a POST only when it is an upsert or carries an
     #: Idempotency-Key. A 429 is always retried: the request was refused before any work.
     repeatable: bool = True
+    #: The body as it is (a bulk import's file), sent instead of ``json``.
+    content: bytes | None = None
+    #: ``parse`` receives the answer's bytes, not its JSON (an export).
+    raw: bool = False
 
 
 def _one(model: type[M]) -> Callable[[Any], M]:
@@ -587,3 +591,35 @@ def estimate_audience(*, filter: Sequence[Any] | None = None, include: Sequence[
               json=_clean(filter=list(filter) if filter is not None else None, segments=segments,
                           users=list(users) if users is not None else None, topic=topic, condition=condition,
                           type=type, platforms=list(platforms) if platforms is not None else None))
+# --- bulk import and export ------------------------------------------------------------------------
+
+IMPORT_MEDIA = {"ndjson": "application/x-ndjson", "csv": "text/csv"}
+
+
+def create_import(data: bytes, *, format: str = "ndjson") -> Op[m.ImportCreated]:
+    """Import users, devices, tags and topic subscriptions from an NDJSON or CSV file (``format``); a
+    worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines are reported by number."""
+    return Op("POST", "/v1/imports", _one(m.ImportCreated), content=data,
+              headers={"Content-Type": IMPORT_MEDIA[format]}, repeatable=False)
+
+
+def get_import(import_id: str) -> Op[m.Import]:
+    """An import's state and progress (lines total, done, failed)."""
+    return Op("GET", f"/v1/imports/{_seg(import_id)}", _one(m.Import))
+
+
+def list_imports(*, cursor: str | None = None, limit: int = 50) -> Op[m.ImportPage]:
+    """One page of the service's imports, newest first."""
+    return Op("GET", "/v1/imports", _one(m.ImportPage), params=_clean(cursor=cursor, limit=limit))
+
+
+def list_import_errors(import_id: str, *, cursor: str | None = None, limit: int = 100) -> Op[m.LineErrorPage]:
+    """One page of an import's failed lines, in line order: the line number and why."""
+    return Op("GET", f"/v1/imports/{_seg(import_id)}/errors", _one(m.LineErrorPage),
+              params=_clean(cursor=cursor, limit=limit))
+
+
+def export_users(*, format: str = "ndjson") -> Op[bytes]:
+    """The service's users, devices, tags and topic subscriptions in the import's format, whole in
+    memory (``Client.export_users_to`` streams it to a file instead)."""
+    return Op("GET", "/v1/exports/users", bytes, params={"format": format}, raw=True)

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any, Protocol, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import httpx
 
@@ -80,11 +80,13 @@ class _Policy:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return client.build_request(op.method, self.base_url + op.path, json=op.json, params=op.params,
-                                    headers=headers)
+                                    headers=headers, content=op.content)
 
     def result(self, op: Op[T], response: httpx.Response) -> T:
         if response.status_code >= 400:
             raise error_for(response.status_code, _json_or_none(response), _retry_after(response))
+        if op.raw:
+            return op.parse(response.content)
         return op.parse(_json_or_none(response) if response.content else None)
 
     def delay(self, op: Op[Any], attempt: int, response: httpx.Response | None) -> float | None:
@@ -220,6 +222,41 @@ class Client(SyncMethods):
     def iter_segments(self, *, counts: bool = False, page_size: int = 50) -> Iterator[m.Segment]:
         """Every segment of the service in name order, fetched a page at a time (``counts``: page_size <= 20)."""
         return self._walk(lambda cursor: _ops.list_segments(counts=counts, cursor=cursor, limit=page_size))
+    def iter_import_errors(self, import_id: str, *, page_size: int = 100) -> Iterator[m.LineError]:
+        """Every failed line of an import, in line order, fetched a page at a time."""
+        return self._walk(lambda cursor: _ops.list_import_errors(import_id, cursor=cursor, limit=page_size))
+
+    def wait_import(self, import_id: str, *, on_progress: Callable[[m.Import], None] | None = None,
+                    poll_interval: float = 1.0, timeout: float | None = None) -> m.Import:
+        """Poll an import until it is done; ``on_progress(import_)`` after every poll. Raises
+        ``JobTimeout`` after ``timeout`` seconds (the import goes on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = self.get_import(import_id)
+            if on_progress is not None:
+                on_progress(found)
+            if found.finished:
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(f"import {import_id} still {found.state} after {timeout} s")
+            time.sleep(poll_interval)
+
+    def export_users_to(self, out: BinaryIO, *, format: str = "ndjson") -> int:
+        """Stream the service's export (``export_users``) into ``out`` as it arrives, never whole in
+        memory; returns the bytes written. Not retried: a broken download starts again."""
+        op = _ops.export_users(format=format)
+        response = self._http.send(self._policy.request(self._http, op), stream=True)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                self._policy.result(op, response)  # raises the typed error
+            written = 0
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+                written += len(chunk)
+            return written
+        finally:
+            response.close()
 
 
 class AsyncClient(AsyncMethods):

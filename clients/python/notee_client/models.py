@@ -384,3 +384,38 @@ class Estimate(Model):
     method: str
     unknown_users: int | None = None
     topics: dict[str, int] | None = None
+# --- bulk import and export ---------------------------------------------------------------------------
+
+class ImportCreated(Model):
+    import_id: str
+
+
+class Import(Model):
+    import_id: str
+    format: str
+    state: str  # queued, running, done
+    lines_total: int
+    lines_done: int
+    lines_failed: int
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "done"
+
+
+class ImportPage(Model):
+    items: list[Import]
+    next_cursor: str | None = None
+
+
+class LineError(Model):
+    line: int
+    reason: str
+
+
+class LineErrorPage(Model):
+    items: list[LineError]
+    next_cursor: str | None = None
