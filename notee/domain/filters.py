@@ -4,8 +4,8 @@ choice of saved segments (included, excluded) selects.
 
 ``parse_filter`` validates what a request gave (every problem a 422 whose ``loc`` names the part) and
 normalises each value to what the store compares: a timestamp as epoch seconds, a version as its
-sortable key (``version_key``). ``filter_to_json``/``filter_from_json`` keep a parsed filter in a
-job's target (the snapshot a job takes of its segments). Pure: the SQL is notee/store/audience_sql.py.
+sortable key (``notee.domain.versions.version_key``, the key a device stores). Pure: the SQL is
+notee/store/audience_sql.py; the parsed form and its JSON (a job's snapshot) notee/core/audience.py.
 """
 
 from __future__ import annotations
@@ -37,24 +37,13 @@ from notee.core.audience import (
 )
 from notee.core.errors import InvalidInput
 from notee.domain.rules import control_free
+from notee.domain.versions import APP_VERSION_RE, version_key
 
 MAX_GROUPS = 10
 MAX_PREDICATES = 50
 MAX_IN_VALUES = 100
 MAX_STRING = 255
 TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-VERSION_RE = re.compile(r"^[0-9]+(?:\.[0-9]+){0,5}(?:[-+][A-Za-z0-9.-]{1,20})?$")
-
-
-def version_key(text: str) -> str:
-    """A version (``VERSION_RE``) as a string that sorts like the version: six dot-separated numeric
-    parts, missing ones 0, each zero-padded to 5 digits (capped at 99,999), so '5.2' == '5.2.0' <
-    '5.2.1' < '5.10'; then '-' and a pre-release suffix, which sorts before the release's '~'
-    ('5.2-beta' < '5.2'); build metadata ('+...') does not order."""
-    core, sep, suffix = re.match(r"^([0-9.]+)(?:([-+])(.*))?$", text).groups("")  # type: ignore[union-attr]
-    parts = [int(p) for p in core.split(".")] + [0] * 6
-    padded = ".".join(f"{min(p, 99_999):05d}" for p in parts[:6])
-    return f"{padded}-{suffix}" if sep == "-" else f"{padded}~"
 
 
 def _problem(loc: Sequence[str | int], msg: str, type_: str = "value_error") -> InvalidInput:
@@ -180,7 +169,7 @@ def _scalar(value: Any, kind: str, where: Sequence[str | int]) -> Scalar:
     if kind == TIMESTAMP:
         text = value.get("timestamp") if isinstance(value, dict) and set(value) == {"timestamp"} else value
         return _epoch(text, where)
-    if kind == VERSION and isinstance(value, str) and VERSION_RE.match(value):
+    if kind == VERSION and isinstance(value, str) and APP_VERSION_RE.match(value):
         return version_key(value)
     if kind == PLATFORM and value in PLATFORMS:
         return str(value)

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import text
 
 from notee.core.audience import Audience
-from notee.domain.filters import parse_filter, version_key
+from notee.domain.filters import parse_filter
+from notee.domain.versions import version_key
 from notee.store.audience_sql import SLOTS, AudienceQuery, count, device_page, explain_page
 from notee.store.runtime import Runtime
 from tests.support import registry
