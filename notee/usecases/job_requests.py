@@ -105,12 +105,17 @@ class JobRequest:
         return target_json if self.local_time is None else target_json | {"local_time": self.local_time}
 
     def fingerprint(self, kind: str, target_json: dict[str, Any]) -> str:
-        """``request_hash`` of this request, its target encoded as (``kind``, ``target_json``)."""
+        """``request_hash`` of this request, its target encoded as (``kind``, ``target_json``). A
+        segments target is hashed by the names asked, not the definitions read: a retry after a
+        segment changed is the same request (and gets the job made first)."""
+        asked = self.asked_target(target_json)
+        if "segments" in asked:
+            asked = {k: v for k, v in asked.items() if k != "audience"}
         return request_hash(
             method=self.method,
             type_=self.type_,
             target_kind=kind,
-            target=self.asked_target(target_json),
+            target=asked,
             variables=self.variables,
             overrides=self.overrides,
             send_at=self.send_at,

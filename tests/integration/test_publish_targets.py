@@ -361,6 +361,17 @@ def test_segments_are_snapshotted_when_the_job_is_made(client, runtime, tenant, 
     r = _publish(client, headers, body)
     assert r.status_code == 202 and r.json()["state"] == "scheduled", r.text
     _segment(runtime, service, "paying", [[{"tag": "plan", "op": "=", "value": "free"}]])  # changed after the job
+    again = _publish(client, headers, body, key=None)
+    keyed = _publish(client, headers, body, key="seg-1")
+    _segment(runtime, service, "churned", [[{"tag": "churned", "op": "not_exists"}]])
+    retried = _publish(client, headers, body, key="seg-1")  # the same names asked: the same request
+    assert retried.status_code == 202 and retried.json()["job_id"] == keyed.json()["job_id"], retried.text
+    _segment(runtime, service, "churned", [[{"tag": "churned", "op": "exists"}]])
+    with runtime.sessions.begin() as s:  # only the first job is run below
+        s.execute(
+            text("UPDATE fanout_job SET state = 'cancelled' WHERE job_id IN (:a, :b)"),
+            {"a": again.json()["job_id"], "b": keyed.json()["job_id"]},
+        )
     with runtime.sessions.begin() as s:
         s.execute(
             text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) WHERE job_id = :j"), {"j": r.json()["job_id"]}
