@@ -6,9 +6,7 @@ user of a filter's audience holds a shared token first (each device is sent once
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import and_, bindparam, func, select, text
 from sqlalchemy.orm import Session
@@ -85,17 +83,6 @@ def user_list_page(
         stmt = stmt.bindparams(bindparam("os", expanding=True))
         params["os"] = list(platforms)
     return [(r.user_id, r.device_token, r.device_os) for r in session.execute(stmt, params)]
-
-
-def segment_filters(session: Session, service: str, names: Sequence[str]) -> dict[str, Any]:
-    """The stored filters (JSON as the API took it) of the service's segments among ``names``, by name."""
-    if not names:
-        return {}
-    stmt = text("SELECT name, filter FROM segment WHERE service = :s AND name IN :names").bindparams(
-        bindparam("names", expanding=True)
-    )
-    rows = session.execute(stmt, {"s": service, "names": list(names)})
-    return {r.name: json.loads(r.filter) if isinstance(r.filter, str | bytes) else r.filter for r in rows}
 
 
 def shared_tokens(session: Session, service: str, tokens: Sequence[str]) -> list[str]:
