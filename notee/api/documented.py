@@ -116,3 +116,27 @@ TopicPath = Annotated[
         json_schema_extra={"minLength": 1, "maxLength": TOPIC_MAX, "pattern": topic_pattern("/")},
     ),
 ]
+
+# notee.domain.payloads checks the rich fields (its 422 names the field); the document says what
+# they are and shows one (docs/PAYLOADS.md has the table and one example per kind).
+PAYLOAD_DESCRIPTION = (
+    "Rich push fields (docs/PAYLOADS.md): kind (alert | background), image (https URL), sound (a name, or "
+    "null for none; absent: APNs plays default), badge (0 clears), click_action, link (deep link), category "
+    "(action buttons), collapse_key, analytics_label, android {channel_id, icon, color, tag, visibility, "
+    "notification_priority, notification_count}, ios {thread_id, mutable_content, content_available, "
+    "interruption_level, relevance_score, target_content_id, subtitle, launch_image}, override {android, "
+    "apns} (raw keys Notee does not set). image, link and ios.subtitle take placeholders. A background push "
+    "has no title, body, sound or badge (422 otherwise)."
+)
+PAYLOAD_EXAMPLES: list[Any] = [
+    {
+        "image": "https://cdn.example.com/p/42.jpg",
+        "badge": 3,
+        "category": "ORDER",
+        "link": "shop://orders/{{order_id}}",
+        "android": {"channel_id": "orders", "color": "#3366FF"},
+        "ios": {"thread_id": "orders", "interruption_level": "time-sensitive"},
+    },
+    {"kind": "background", "collapse_key": "sync"},
+]
+PayloadObject = dict[StrictStr, Any]

@@ -25,7 +25,18 @@ from pydantic import (
     model_validator,
 )
 
-from notee.api.documented import FCM_SERVICE_ACCOUNT, VARIANTS, DataMap, DefaultsMap, MultiLine, OneLine, PemKey
+from notee.api.documented import (
+    FCM_SERVICE_ACCOUNT,
+    PAYLOAD_DESCRIPTION,
+    PAYLOAD_EXAMPLES,
+    VARIANTS,
+    DataMap,
+    DefaultsMap,
+    MultiLine,
+    OneLine,
+    PayloadObject,
+    PemKey,
+)
 from notee.api.errors import ErrorResponse
 from notee.core import clock
 from notee.core.errors import InvalidInput
@@ -330,8 +341,10 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    title: OneLine = Field(min_length=1, max_length=200)
-    body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    title: OneLine = Field(max_length=200, description="1..200 characters; empty for a background or badge-only push")
+    body: MultiLine = Field(
+        max_length=2000, description="May contain \\n; no other control characters; empty as the title may be"
+    )
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(
         None,
@@ -354,6 +367,7 @@ class TemplateIn(_In):
         "then the template's own title and body). Placeholders and defaults as for the template.",
         examples=[{"de": {"title": "Hallo {{name}}", "body": "Etwas ist passiert"}}],
     )
+    payload: PayloadObject | None = Field(None, description=PAYLOAD_DESCRIPTION, examples=PAYLOAD_EXAMPLES)
 
 
 class TemplateOut(_Out):
@@ -367,6 +381,7 @@ class TemplateOut(_Out):
     quiet_hours: Literal["hold", "drop"] = "hold"
     ttl_seconds: int | None
     priority: Priority
+    payload: dict[str, Any] | None = Field(None, description="The rich push fields (docs/PAYLOADS.md)")
     notification_key: str = Field(description="UUID created with the template; stable across updates")
     version: int = Field(description="Cache version; bumped by every write")
     created_at: datetime

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.documented import TopicPath
+from notee.api.documented import PAYLOAD_DESCRIPTION, PAYLOAD_EXAMPLES, PayloadObject, TopicPath
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
 from notee.core.vocabulary import JobFilter, JobState, Progress
@@ -68,6 +68,12 @@ class PublishRequest(BaseModel):
         "skipped by a DST change is reached at the first minute after the gap; a repeated one at its first "
         "occurrence.",
         examples=["09:00"],
+    )
+    payload: PayloadObject | None = Field(
+        None,
+        description="Rich fields merged over the template's (android, ios and override one level deeper). "
+        + PAYLOAD_DESCRIPTION,
+        examples=PAYLOAD_EXAMPLES,
     )
 
 
@@ -141,7 +147,14 @@ def publish(
     ``scheduled`` until then). Progress: ``GET /v1/jobs/{job_id}``."""
     request = request or PublishRequest()
     overrides = {
-        k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
+        k: v
+        for k, v in (
+            ("title", request.title),
+            ("body", request.body),
+            ("data", request.data),
+            ("payload", request.payload),
+        )
+        if v is not None
     }
     asked = TopicPublish(
         service=service,

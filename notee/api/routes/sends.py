@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, String
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
-from notee.api.documented import DATA
+from notee.api.documented import DATA, PAYLOAD_DESCRIPTION, PAYLOAD_EXAMPLES, PayloadObject
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.api.user_ref import UserDep
@@ -43,6 +43,12 @@ class SendIn(BaseModel):
     )
     data: Annotated[dict[OneLineText, MultiLineText], DATA] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
+    )
+    payload: PayloadObject | None = Field(
+        None,
+        description="Rich fields merged over the template's (android, ios and override one level deeper). "
+        + PAYLOAD_DESCRIPTION,
+        examples=PAYLOAD_EXAMPLES,
     )
     send_at: Rfc3339 | None = SEND_AT_FIELD
     quiet_hours: StrictBool = Field(
@@ -86,6 +92,7 @@ def _schedule(
         idempotency_key=idempotency_key,
         variables=body.variables,
         data=body.data,
+        payload=body.payload,
     )
     with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
         job = schedule_single(runtime, session, send)
@@ -127,7 +134,13 @@ async def send_to_user(
         return JSONResponse(accepted, status_code=202)
     try:
         send = SingleSend(
-            service, user_id, body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
+            service,
+            user_id,
+            body.type,
+            variables=body.variables,
+            data=body.data,
+            quiet_hours=body.quiet_hours,
+            payload=body.payload,
         )
         devices, result = await sender.send_single(send, stop=getattr(request.app.state, "stopping", None))
     except QuietDropped as exc:
