@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import GetJsonSchemaHandler, StrictStr
+from pydantic import Field, GetJsonSchemaHandler, StrictStr
 from pydantic.json_schema import JsonSchemaValue
 
 from notee.core.vocabulary import GOOGLE_TOKEN_URI
@@ -140,3 +140,9 @@ PAYLOAD_EXAMPLES: list[Any] = [
     {"kind": "background", "collapse_key": "sync"},
 ]
 PayloadObject = dict[StrictStr, Any]
+
+
+def payload_field(merged: bool = False) -> Any:
+    """The ``payload`` field of a template (``merged``: of a publish or send, over the template's)."""
+    prefix = "Rich fields merged over the template's (android, ios and override one level deeper). " if merged else ""
+    return Field(None, description=prefix + PAYLOAD_DESCRIPTION, examples=PAYLOAD_EXAMPLES)

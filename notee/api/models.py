@@ -25,18 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from notee.api.documented import (
-    FCM_SERVICE_ACCOUNT,
-    PAYLOAD_DESCRIPTION,
-    PAYLOAD_EXAMPLES,
-    VARIANTS,
-    DataMap,
-    DefaultsMap,
-    MultiLine,
-    OneLine,
-    PayloadObject,
-    PemKey,
-)
+from notee.api import documented
+from notee.api.documented import FCM_SERVICE_ACCOUNT, VARIANTS, DataMap, DefaultsMap, MultiLine, OneLine, PemKey
 from notee.api.errors import ErrorResponse
 from notee.core import clock
 from notee.core.errors import InvalidInput
@@ -342,9 +332,7 @@ class VariantOut(BaseModel):
 
 class TemplateIn(_In):
     title: OneLine = Field(max_length=200, description="1..200 characters; empty for a background or badge-only push")
-    body: MultiLine = Field(
-        max_length=2000, description="May contain \\n; no other control characters; empty as the title may be"
-    )
+    body: MultiLine = Field(max_length=2000, description="May contain \\n, no other control character; empty as title")
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(
         None,
@@ -367,7 +355,7 @@ class TemplateIn(_In):
         "then the template's own title and body). Placeholders and defaults as for the template.",
         examples=[{"de": {"title": "Hallo {{name}}", "body": "Etwas ist passiert"}}],
     )
-    payload: PayloadObject | None = Field(None, description=PAYLOAD_DESCRIPTION, examples=PAYLOAD_EXAMPLES)
+    payload: documented.PayloadObject | None = documented.payload_field()
 
 
 class TemplateOut(_Out):

@@ -49,6 +49,11 @@ def _text(path: tuple[str, ...], value: Any, max_len: int, pattern: re.Pattern[s
         raise _problem(path, f"length must be 1..{max_len}", "string_length")
     if not pattern.match(value):
         raise _problem(path, "has a character that is not allowed here", "pattern")
+    if path not in TEXT_FIELDS and ("{{" in value or "}}" in value):
+        # only the text fields are rendered: anything else would reach a device with its braces
+        raise _problem(
+            path, "takes no placeholders ({{ or }}); only image, link and ios.subtitle do", "invalid_placeholder"
+        )
     return value
 
 
@@ -158,10 +163,24 @@ def _override(value: Any) -> dict[str, Any]:
     for key in value:
         if key not in ("android", "apns"):
             raise _problem(("override", str(key)[:40]), "unknown platform; android or apns", "extra_forbidden")
-    size = len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode())
+    encoded = json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+    if any("{{" in text or "}}" in text for text in _strings(out)):
+        raise _problem(("override",), "takes no placeholders ({{ or }})", "invalid_placeholder")
+    size = len(encoded.encode())
     if size > MAX_OVERRIDE_BYTES:
         raise _problem(("override",), f"takes {size} bytes; at most {MAX_OVERRIDE_BYTES}", "too_long")
     return out
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string (keys too) inside a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [t for v in value for t in _strings(v)]
+    return []
 
 
 def check_payload(value: Any) -> dict[str, Any] | None:

@@ -226,6 +226,8 @@ def test_override_merges_and_may_not_set_owned_keys():
         ({"ios": {"relevance_score": 2}}, ["ios", "relevance_score"]),
         ({"ios": {"mutable_content": 1}}, ["ios", "mutable_content"]),
         ({"nope": 1}, ["nope"]),
+        ({"collapse_key": "o-{{id}}"}, ["collapse_key"]),
+        ({"override": {"apns": {"x": "{{id}}"}}}, ["override"]),
         ({"kind": "background", "badge": 1}, ["badge"]),
         ({"kind": "background", "sound": "x"}, ["sound"]),
         ({"kind": "background", "ios": {"subtitle": "x"}}, ["ios", "subtitle"]),

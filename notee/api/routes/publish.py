@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.documented import PAYLOAD_DESCRIPTION, PAYLOAD_EXAMPLES, PayloadObject, TopicPath
+from notee.api.documented import PayloadObject, TopicPath, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
 from notee.core.vocabulary import JobFilter, JobState, Progress
@@ -69,12 +69,7 @@ class PublishRequest(BaseModel):
         "occurrence.",
         examples=["09:00"],
     )
-    payload: PayloadObject | None = Field(
-        None,
-        description="Rich fields merged over the template's (android, ios and override one level deeper). "
-        + PAYLOAD_DESCRIPTION,
-        examples=PAYLOAD_EXAMPLES,
-    )
+    payload: PayloadObject | None = payload_field(merged=True)
 
 
 class PublishAccepted(Answer):

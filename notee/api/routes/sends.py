@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, String
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
-from notee.api.documented import DATA, PAYLOAD_DESCRIPTION, PAYLOAD_EXAMPLES, PayloadObject
+from notee.api.documented import DATA, PayloadObject, payload_field
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
 from notee.api.user_ref import UserDep
@@ -44,12 +44,7 @@ class SendIn(BaseModel):
     data: Annotated[dict[OneLineText, MultiLineText], DATA] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
-    payload: PayloadObject | None = Field(
-        None,
-        description="Rich fields merged over the template's (android, ios and override one level deeper). "
-        + PAYLOAD_DESCRIPTION,
-        examples=PAYLOAD_EXAMPLES,
-    )
+    payload: PayloadObject | None = payload_field(merged=True)
     send_at: Rfc3339 | None = SEND_AT_FIELD
     quiet_hours: StrictBool = Field(
         False,
