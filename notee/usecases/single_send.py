@@ -64,20 +64,22 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     tags = list((content.variants or {}).keys())
     overrides = {"data": extra} if extra else None
     spec = payloads.merge(template.payload, send.payload)
-    # a request that cannot render is refused even when the user has no device
-    first, rich_spec = payloads.render_with(
-        spec, content.defaults, variables, lambda: render(content, variables, overrides)
+    keys = [choose_variant(d.locale or user.locale, tags) for d in devices]
+    # the first variant a device needs, with the payload's text (a request that cannot render is
+    # refused even when the user has no device)
+    first = keys[0] if keys else None
+    pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
+    pushes[first], rich_spec = payloads.render_with(
+        spec, content.defaults, variables, lambda: render(content.content_for(first), variables, overrides)
     )
-    pushes: dict[str | None, Rendered] = {None: first}  # once per variant some device needs, never per device
-    for d in devices:
-        key = choose_variant(d.locale or user.locale, tags)
+    for key in keys:
         if key not in pushes:
             pushes[key] = render(content.content_for(key), variables, overrides)
     payloads.check_rendered(rich_spec, pushes)
     rich = Rich.from_spec(rich_spec)
     messages = []
-    for d in devices:
-        push = pushes[choose_variant(d.locale or user.locale, tags)]
+    for d, key in zip(devices, keys, strict=True):
+        push = pushes[key]
         messages.append(
             Message(
                 device_token=d.token,
