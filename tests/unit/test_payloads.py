@@ -290,3 +290,14 @@ def test_a_page_shares_one_rich_object():
     payload = {"title": "T", "body": "B", "data": {}, "rich": {"badge": 2, "collapse_key": "c"}}
     msgs = messages_for([Recipient("t1", "AOS", "u1"), Recipient("t2", "IOS", "u2")], payload)
     assert msgs[0].rich is msgs[1].rich and msgs[0].collapse_key == "c"
+
+
+def test_a_dead_letter_keeps_the_payload_and_its_replay_maps_it_again():
+    from notee.providers.payload import rich_of
+
+    m = _msg({"kind": "background", "collapse_key": "sync"}, title="", body="")
+    kept = rich_of(m)
+    assert kept == {"rich": {"kind": "background", "collapse_key": "sync"}}
+    again = Rich.from_spec(kept["rich"])
+    assert again is not None and again.background and again.collapse_key == "sync"
+    assert rich_of(Message("t", "AOS", "T", "B")) == {}

@@ -190,11 +190,12 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return self.call(_ops.live())
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+reach each recipient when its time zone's clock next shows it. ``payload``: rich fields merged
+over the template's (docs/PAYLOADS.md)."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -213,10 +214,11 @@ clear them with ``start=None``."""
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
 
-    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
-        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
+        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours, payload=payload))
 
     def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
@@ -254,12 +256,13 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-held: a job scheduled for their end, a PublishAccepted)."""
-        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
+held: a job scheduled for their end, a PublishAccepted). ``payload``: rich fields merged over
+the template's (docs/PAYLOADS.md)."""
+        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
@@ -459,11 +462,12 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return await self.call(_ops.live())
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+reach each recipient when its time zone's clock next shows it. ``payload``: rich fields merged
+over the template's (docs/PAYLOADS.md)."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -482,10 +486,11 @@ clear them with ``start=None``."""
         """Set a service's limit of one class: ``rate`` requests per second, ``burst`` at once. Admin token."""
         return await self.call(_ops.put_rate_limit(service, rate_class, rate=rate, burst=burst))
 
-    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
-        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
+        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours, payload=payload))
 
     async def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
@@ -523,12 +528,13 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-held: a job scheduled for their end, a PublishAccepted)."""
-        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
+held: a job scheduled for their end, a PublishAccepted). ``payload``: rich fields merged over
+the template's (docs/PAYLOADS.md)."""
+        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""

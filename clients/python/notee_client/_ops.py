@@ -236,14 +236,15 @@ def rotate_token(old_token: str, new_token: str) -> Op[m.Rotated]:
 def put_template(method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None,
                  ttl_seconds: int | None = None, priority: str | None = None,
                  variants: Mapping[str, Mapping[str, Any]] | None = None,
-                 quiet_hours: str | None = None) -> Op[m.Template]:
+                 quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> Op[m.Template]:
     """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-    ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
+    ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+    fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
     return Op("PUT", f"/v1/templates/{_seg(method)}/{_seg(type)}", _one(m.Template),
               json=_clean(title=title, body=body, data=dict(data) if data is not None else None,
                           ttl_seconds=ttl_seconds, priority=priority,
                           variants={k: dict(v) for k, v in variants.items()} if variants is not None else None,
-                          quiet_hours=quiet_hours))
+                          quiet_hours=quiet_hours, payload=dict(payload) if payload is not None else None))
 
 
 def get_template(method: str, type: str) -> Op[m.Template]:
@@ -302,17 +303,20 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
-                  local_time: str | None = None) -> Op[m.PublishAccepted]:
+                  local_time: str | None = None, payload: Mapping[str, Any] | None = None
+                  ) -> Op[m.PublishAccepted]:
     """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
     if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-    reach each recipient when its time zone's clock next shows it."""
+    reach each recipient when its time zone's clock next shows it. ``payload``: rich fields merged
+    over the template's (docs/PAYLOADS.md)."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish", _one(m.PublishAccepted),
               json=_clean(variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, title=title, body=body,
-                          send_at=_instant(send_at), local_time=local_time),
+                          send_at=_instant(send_at), local_time=local_time,
+                          payload=dict(payload) if payload is not None else None),
               headers={"Idempotency-Key": key})
 
 
@@ -338,24 +342,27 @@ def cancel_job(job_id: str) -> Op[m.Job]:
 
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
                  data: Mapping[str, str] | None = None, send_at: datetime | None = None,
-                 idempotency_key: str | None = None, quiet_hours: bool = False
-                 ) -> Op[m.SendResult | m.PublishAccepted]:
+                 idempotency_key: str | None = None, quiet_hours: bool = False,
+                 payload: Mapping[str, Any] | None = None) -> Op[m.SendResult | m.PublishAccepted]:
     """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
     or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
     ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
-    held: a job scheduled for their end, a PublishAccepted)."""
+    held: a job scheduled for their end, a PublishAccepted). ``payload``: rich fields merged over
+    the template's (docs/PAYLOADS.md)."""
+    rich = dict(payload) if payload is not None else None
     if send_at is None:
         # Not repeatable: a send now has no idempotency key, so a 503 is not retried (429 is: the
         # request was refused before anything was sent).
         return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
                   json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                              data=dict(data) if data is not None else None, quiet_hours=quiet_hours or None),
+                              data=dict(data) if data is not None else None, quiet_hours=quiet_hours or None,
+                              payload=rich),
                   repeatable=False)
     # A scheduled send is a job with an Idempotency-Key, so (unlike a send now) a retry is safe.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
-                          data=dict(data) if data is not None else None, send_at=_instant(send_at)),
+                          data=dict(data) if data is not None else None, send_at=_instant(send_at), payload=rich),
               headers={"Idempotency-Key": key})
 
 
