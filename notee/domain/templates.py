@@ -153,6 +153,8 @@ def _checked_row(service: str, method: str, type_: str, given: TemplateInput) ->
     ttl_seconds = check_ttl(given.ttl_seconds)
     check_choice("priority", given.priority, PRIORITIES)
     variants = _check_variants(given.variants)
+    if variants and payload and payload.get("kind") == "background":
+        raise bad("variants", "a background push has no text to translate", "background")
     check_choice("quiet_hours", given.quiet_hours, ("hold", "drop"))
     payloads.check_template(
         method,

@@ -137,6 +137,15 @@ def test_badge_only_push_clears_the_badge(client, settings, tenant, emu_app):
         ({"title": "", "body": "", "payload": {"kind": "background", "badge": 1}}, ["body", "payload", "badge"]),
         ({"title": "", "body": "b"}, ["title"]),
         (
+            {
+                "title": "",
+                "body": "",
+                "payload": {"kind": "background"},
+                "variants": {"de": {"title": "t", "body": "b"}},
+            },
+            ["variants"],
+        ),
+        (
             {"title": "t", "body": "b", "payload": {"override": {"apns": {"alert": "x"}}}},
             ["body", "payload", "override", "apns", "alert"],
         ),
