@@ -79,7 +79,6 @@ class Rich:
     aps: dict[str, Any] = field(default_factory=dict)  # APNs aps, but the alert's title and body
     alert: dict[str, Any] = field(default_factory=dict)  # APNs aps.alert's other keys
     custom: dict[str, Any] = field(default_factory=dict)  # APNs top-level custom keys
-    sound: str | None = "default"
     spec: Mapping[str, Any] = field(default_factory=dict)  # what it was built from (dead letters keep it)
 
     @property
@@ -107,7 +106,6 @@ def _background(spec: Mapping[str, Any]) -> Rich:
         fcm_aps=aps,
         fcm_options=_fcm_options(spec),
         aps=aps,
-        sound=None,
     )
 
 
@@ -155,7 +153,6 @@ def _alert(spec: Mapping[str, Any]) -> Rich:
         aps=aps,
         alert=alert,
         custom={"image": image} if image else {},
-        sound=sound,
     )
 
 
