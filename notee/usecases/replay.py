@@ -70,6 +70,7 @@ async def replay_dead_letters(
                     title=r.payload.get("title", ""),
                     body=r.payload.get("body", ""),
                     data=dict(r.payload.get("data") or {}),
+                    collapse_key=(r.payload.get("rich") or {}).get("collapse_key"),
                     rich=Rich.from_spec(r.payload.get("rich")),
                 )
                 for r in letters

@@ -226,13 +226,13 @@ def test_a_dead_lettered_rich_push_is_replayed_with_its_payload(client, tenant, 
     _, headers = tenant
     token = random_token("dl")
     user = new_user(client, headers, devices=[(token, "AOS")])
-    body = {"title": "", "body": "", "data": {"sync": "1"}, "payload": {"kind": "background", "link": "app://s"}}
+    body = {"title": "", "body": "", "data": {"sync": "1"}, "payload": {"kind": "background", "link": "app://s", "collapse_key": "s"}}
     assert client.put("/v1/templates/SINGLE/sync", json=body, headers=headers).status_code == 201
     emu_app.fault("fcm", 429, match=token, times=100, retry_after=0)
     r = client.post(f"/v1/users/{user}/send", json={"type": "sync"}, headers=headers)
     assert r.status_code == 200 and r.json()["failed"] == 1, r.text
     [letter] = client.get("/v1/dead-letters", headers=headers).json()["items"]
-    assert letter["payload"]["rich"] == {"kind": "background", "link": "app://s"}
+    assert letter["payload"]["rich"] == body["payload"]
     emu_app.reset()
     r = client.post("/v1/dead-letters/replay", json={"ids": [letter["id"]]}, headers=headers)
     assert r.json()["delivered"] == 1, r.text
@@ -240,3 +240,4 @@ def test_a_dead_lettered_rich_push_is_replayed_with_its_payload(client, tenant, 
     assert seen is not None and "notification" not in seen["body"]
     assert seen["body"]["data"] == {"sync": "1", "link": "app://s"}
     assert seen["body"]["apns"]["headers"]["apns-push-type"] == "background"
+    assert seen["body"]["android"]["collapse_key"] == "s"
