@@ -226,7 +226,12 @@ def test_a_dead_lettered_rich_push_is_replayed_with_its_payload(client, tenant, 
     _, headers = tenant
     token = random_token("dl")
     user = new_user(client, headers, devices=[(token, "AOS")])
-    body = {"title": "", "body": "", "data": {"sync": "1"}, "payload": {"kind": "background", "link": "app://s", "collapse_key": "s"}}
+    body = {
+        "title": "",
+        "body": "",
+        "data": {"sync": "1"},
+        "payload": {"kind": "background", "link": "app://s", "collapse_key": "s"},
+    }
     assert client.put("/v1/templates/SINGLE/sync", json=body, headers=headers).status_code == 201
     emu_app.fault("fcm", 429, match=token, times=100, retry_after=0)
     r = client.post(f"/v1/users/{user}/send", json={"type": "sync"}, headers=headers)
