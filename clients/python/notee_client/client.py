@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -126,8 +126,8 @@ def _retry_after(response: httpx.Response) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 class Client(SyncMethods):
