@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import GetJsonSchemaHandler, StrictStr
+from pydantic import Field, GetJsonSchemaHandler, StrictStr
 from pydantic.json_schema import JsonSchemaValue
 
 from notee.core.vocabulary import GOOGLE_TOKEN_URI
@@ -136,3 +136,32 @@ TAGS = Documented.of(propertyNames={"pattern": TAG_KEY_PATTERN}, additionalPrope
 TAGS_PATCH = Documented.of(
     propertyNames={"pattern": TAG_KEY_PATTERN}, additionalProperties={"anyOf": [*_TAG_VALUE["anyOf"], {"type": "null"}]}
 )
+# notee.domain.payloads checks the rich fields (its 422 names the field); the document says what
+# they are and shows one (docs/PAYLOADS.md has the table and one example per kind).
+PAYLOAD_DESCRIPTION = (
+    "Rich push fields (docs/PAYLOADS.md): kind (alert | background), image (https URL), sound (a name, or "
+    "null for none; absent: APNs plays default), badge (0 clears), click_action, link (deep link), category "
+    "(action buttons), collapse_key, analytics_label, android {channel_id, icon, color, tag, visibility, "
+    "notification_priority, notification_count}, ios {thread_id, mutable_content, content_available, "
+    "interruption_level, relevance_score, target_content_id, subtitle, launch_image}, override {android, "
+    "apns} (raw keys Notee does not set). image, link and ios.subtitle take placeholders. A background push "
+    "has no title, body, sound or badge (422 otherwise)."
+)
+PAYLOAD_EXAMPLES: list[Any] = [
+    {
+        "image": "https://cdn.example.com/p/42.jpg",
+        "badge": 3,
+        "category": "ORDER",
+        "link": "shop://orders/{{order_id}}",
+        "android": {"channel_id": "orders", "color": "#3366FF"},
+        "ios": {"thread_id": "orders", "interruption_level": "time-sensitive"},
+    },
+    {"kind": "background", "collapse_key": "sync"},
+]
+PayloadObject = dict[StrictStr, Any]
+
+
+def payload_field(merged: bool = False) -> Any:
+    """The ``payload`` field of a template (``merged``: of a publish or send, over the template's)."""
+    prefix = "Rich fields merged over the template's (android, ios and override one level deeper). " if merged else ""
+    return Field(None, description=prefix + PAYLOAD_DESCRIPTION, examples=PAYLOAD_EXAMPLES)

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from notee.api import documented
 from notee.api.documented import (
     FCM_SERVICE_ACCOUNT,
     TAGS_PATCH,
@@ -313,8 +314,8 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    title: OneLine = Field(min_length=1, max_length=200)
-    body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    title: OneLine = Field(max_length=200, description="1..200 characters; empty for a background or badge-only push")
+    body: MultiLine = Field(max_length=2000, description="May contain \\n, no other control character; empty as title")
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(
         None,
@@ -337,6 +338,7 @@ class TemplateIn(_In):
         "then the template's own title and body). Placeholders and defaults as for the template.",
         examples=[{"de": {"title": "Hallo {{name}}", "body": "Etwas ist passiert"}}],
     )
+    payload: documented.PayloadObject | None = documented.payload_field()
 
 
 class TemplateOut(_Out):
@@ -350,6 +352,7 @@ class TemplateOut(_Out):
     quiet_hours: Literal["hold", "drop"] = "hold"
     ttl_seconds: int | None
     priority: Priority
+    payload: dict[str, Any] | None = Field(None, description="The rich push fields (docs/PAYLOADS.md)")
     notification_key: str = Field(description="UUID created with the template; stable across updates")
     version: int = Field(description="Cache version; bumped by every write")
     created_at: datetime

@@ -103,6 +103,27 @@ def pairs(values: list[str], what: str) -> dict[str, str]:
     return out
 
 
+PAYLOAD_HELP = (
+    "The rich fields as a JSON object (docs/PAYLOADS.md); --badge, --sound, --image, --background set over it."
+)
+
+
+def payload_of(text: str | None, badge: int | None, sound: str | None, image: str | None, background: bool) -> Any:
+    """The ``payload`` object of ``--payload JSON`` and the flags for its common fields (None: none);
+    the server checks it (a bad field: its 422)."""
+    out: dict[str, Any] = {}
+    if text:
+        try:
+            out = json.loads(text)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+        if not isinstance(out, dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--payload")
+    given = {"badge": badge, "sound": sound, "image": image, "kind": "background" if background else None}
+    out.update({k: v for k, v in given.items() if v is not None})
+    return out or None
+
+
 def print_json(model: Any) -> None:
     """One JSON object on a line: an SDK model, or a plain dict."""
     fields = model if isinstance(model, dict) else model.model_dump(mode="json")

@@ -13,7 +13,27 @@ from typing import Any
 
 import typer
 
-from notee.cli.remote_client import SEND_AT_HELP, USER_HELP, AsJson, fail, instant, pairs, print_json, say, sdk_client
+from notee.cli.remote_client import (
+    PAYLOAD_HELP,
+    SEND_AT_HELP,
+    USER_HELP,
+    AsJson,
+    fail,
+    instant,
+    pairs,
+    payload_of,
+    print_json,
+    say,
+    sdk_client,
+)
+
+PayloadOpt = typer.Option(None, "--payload", help=PAYLOAD_HELP)
+BadgeOpt = typer.Option(None, "--badge", help="The app icon's badge (0 clears it).")
+SoundOpt = typer.Option(None, "--sound", help="The sound's name.")
+ImageOpt = typer.Option(None, "--image", help="An https:// image URL.")
+BackgroundOpt = typer.Option(
+    False, "--background", help="A silent background push (the template's title and body must be empty)."
+)
 
 jobs_app = typer.Typer(
     help="Publish jobs: list, show, cancel (NOTEE_API_KEY); requeue (NOTEE_ADMIN_TOKEN).", no_args_is_help=True
@@ -48,6 +68,11 @@ def publish(
     send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
     wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
     timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
+    payload: str | None = PayloadOpt,
+    badge: int | None = BadgeOpt,
+    sound: str | None = SoundOpt,
+    image: str | None = ImageOpt,
+    background: bool = BackgroundOpt,
     as_json: AsJson = False,
 ) -> None:
     """Publish a template to one target: TOPIC (or --topic), --condition, --filter, --segment or
@@ -61,6 +86,7 @@ def publish(
         "local_time": local_time,
         "idempotency_key": idempotency_key,
         "send_at": instant(send_at),
+        "payload": payload_of(payload, badge, sound, image, background),
     }
     targets: dict[str, Any] = {
         "topic": topic_option if topic is None else topic,
@@ -224,11 +250,17 @@ def send(
     var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),
     send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
+    payload: str | None = PayloadOpt,
+    badge: int | None = BadgeOpt,
+    sound: str | None = SoundOpt,
+    image: str | None = ImageOpt,
+    background: bool = BackgroundOpt,
     as_json: AsJson = False,
 ) -> None:
     """Send a SINGLE template to every device of one user, now (prints the counts; exit 1 when one
     failed), or at --send-at (prints the scheduled job's id)."""
     when = instant(send_at)
+    rich = payload_of(payload, badge, sound, image, background)
     with sdk_client() as notee:
         if when is not None:
             accepted = notee.send_to_user(
@@ -237,11 +269,12 @@ def send(
                 variables=pairs(var, "--var") or None,
                 data=pairs(data, "--data") or None,
                 send_at=when,
+                payload=rich,
             )
             say(accepted.job_id, accepted, as_json)
             return
         result = notee.send_to_user(
-            user_id, type, variables=pairs(var, "--var") or None, data=pairs(data, "--data") or None
+            user_id, type, variables=pairs(var, "--var") or None, data=pairs(data, "--data") or None, payload=rich
         )
     counts = (
         f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · pruned {result.pruned}"

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import typer
 
-from notee.cli.remote_client import USER_HELP, AsJson, instant, pairs, print_calendar, print_json, say, sdk_client
+from notee.cli.remote_client import (
+    PAYLOAD_HELP,
+    USER_HELP,
+    AsJson,
+    instant,
+    pairs,
+    payload_of,
+    print_calendar,
+    print_json,
+    say,
+    sdk_client,
+)
 
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their devices (NOTEE_API_KEY).", no_args_is_help=True)
@@ -23,11 +34,12 @@ webhook_app = typer.Typer(
 def template_put(
     method: str = typer.Argument(..., help="TOPIC, CYCLE or SINGLE."),
     type: str = typer.Argument(..., help="Notification type, e.g. news."),
-    title: str = typer.Option(..., help="Title; may hold {{variables}}."),
+    title: str = typer.Option(..., help="Title; may hold {{variables}} (empty for a background push)."),
     body: str = typer.Option(..., help="Body; may hold {{variables}}."),
     data: list[str] = typer.Option([], help="KEY=VALUE sent with the push (repeatable)."),
     ttl: int | None = typer.Option(None, help="Seconds the provider keeps an undelivered push."),
     priority: str | None = typer.Option(None, help="high (default) or normal."),
+    payload: str | None = typer.Option(None, "--payload", help=PAYLOAD_HELP),
     as_json: AsJson = False,
 ) -> None:
     """Create or update a template."""
@@ -40,6 +52,7 @@ def template_put(
             data=pairs(data, "--data") or None,
             ttl_seconds=ttl,
             priority=priority,
+            payload=payload_of(payload, None, None, None, False),
         )
     say(f"template {template.method}/{template.type} saved (version {template.version})", template, as_json)
 

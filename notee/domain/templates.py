@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import NotFound, PayloadTooLarge
 from notee.core.vocabulary import METHODS, PRIORITIES
-from notee.domain import render, subscriptions
+from notee.domain import payloads, render, subscriptions
 from notee.domain.rules import (
     MAX_TEMPLATE_BYTES,
     MAX_VARIANTS,
@@ -57,6 +57,7 @@ class Template:
     created: bool = False
     variants: dict[str, dict[str, Any]] | None = None
     quiet_hours: str = "hold"
+    payload: dict[str, Any] | None = None  # the rich fields (docs/PAYLOADS.md)
 
     def content(self) -> render.TemplateContent:
         """What the renderer needs of this template."""
@@ -85,6 +86,7 @@ class TemplateInput:
     priority: str = "high"
     variants: dict[str, dict[str, Any]] | None = None
     quiet_hours: str = "hold"
+    payload: dict[str, Any] | None = None
 
 
 def _template(row: AnyRow, version: int, created: bool = False) -> Template:
@@ -104,6 +106,7 @@ def _template(row: AnyRow, version: int, created: bool = False) -> Template:
         created,
         row.variants,
         row.quiet_hours,
+        row.payload,
     )
 
 
@@ -138,16 +141,22 @@ def put_template(
 
 def _checked_row(service: str, method: str, type_: str, given: TemplateInput) -> TemplateRow:
     """The row ``given`` writes once the rules pass it (checked in this order: the first failure is
-    the one reported): text, data, ttl, priority, variants, quiet_hours, then the placeholders
-    (``render.check_template``) and the size of each locale's text."""
-    check_text("title", given.title, min_len=1, max_len=200)
-    check_text("body", given.body, min_len=1, max_len=2000, newlines=True)
+    the one reported): payload, text, data, ttl, priority, variants, quiet_hours, then the placeholders
+    (``render.check_template``, the payload's text fields too) and the size of each locale's text.
+    A background or badge-only push may have an empty title and body (a background one must)."""
+    payload = payloads.check_payload(given.payload)
+    text_min = 1 if payloads.needs_text(payload) else 0
+    check_text("title", given.title, min_len=text_min, max_len=200)
+    check_text("body", given.body, min_len=text_min, max_len=2000, newlines=True)
+    payloads.check_text_for_kind(payload, given.title, given.body)
     data = check_data(given.data)
     ttl_seconds = check_ttl(given.ttl_seconds)
     check_choice("priority", given.priority, PRIORITIES)
     variants = _check_variants(given.variants)
+    if variants and payload and payload.get("kind") == "background":
+        raise bad("variants", "a background push has no text to translate", "background")
     check_choice("quiet_hours", given.quiet_hours, ("hold", "drop"))
-    render.check_template(
+    payloads.check_template(
         method,
         render.TemplateContent(
             given.title,
@@ -158,6 +167,7 @@ def _checked_row(service: str, method: str, type_: str, given: TemplateInput) ->
             given.priority,
             render.variants_from_json(variants),
         ),
+        payload,
     )
     _check_sizes(given.title, given.body, data, variants)
     return TemplateRow(
@@ -172,6 +182,7 @@ def _checked_row(service: str, method: str, type_: str, given: TemplateInput) ->
         ttl_seconds=ttl_seconds,
         priority=given.priority,
         quiet_hours=given.quiet_hours,
+        payload=payload,
     )
 
 

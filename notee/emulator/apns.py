@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from notee.emulator.rules import apns_reason
 from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
 
 APNS_DEFAULT_REASON = {
@@ -106,6 +107,14 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
         return _apns_out(400, "PayloadEmpty", apns_id)
     if len(body) > APNS_PAYLOAD_LIMIT:
         return _apns_out(413, "PayloadTooLarge", apns_id)
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    reason = apns_reason(headers, parsed)
+    if reason is not None:
+        state.counts["apns.invalid"] += 1
+        return _apns_out(400, reason, apns_id)
     state.counts["apns.ok"] += 1
     state.delivered["apns"][token] += 1
     return 200, [(b"apns-id", apns_id)], b""

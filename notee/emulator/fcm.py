@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
+from notee.emulator.rules import FcmProblem, check_fcm, fcm_device_view
 from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
 
 # errorCode -> (HTTP status, google.rpc status, message); messages as FCM sends them.
@@ -49,10 +50,32 @@ def fcm_error(
 
 
 def _fcm_payload_size(message: dict[str, Any]) -> int:
-    """FCM's 4,096-byte limit counts the message's payload (notification and data), not the token
-    or the request envelope."""
-    payload = {k: message[k] for k in ("notification", "data") if k in message}
+    """FCM's 4,096-byte limit counts the message's payload (notification and data, and what a device
+    gets of the platform blocks: android.notification, apns.payload), not the token, the headers or
+    the request envelope."""
+    payload: dict[str, Any] = {k: message[k] for k in ("notification", "data") if k in message}
+    if isinstance(message.get("android"), dict) and "notification" in message["android"]:
+        payload["android"] = {"notification": message["android"]["notification"]}
+    if isinstance(message.get("apns"), dict) and "payload" in message["apns"]:
+        payload["apns"] = {"payload": message["apns"]["payload"]}
     return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def fcm_bad_field(problem: FcmProblem) -> Response:
+    """What FCM answers for a message field it refuses (unknown, or a bad value)."""
+    error = {
+        "code": 400,
+        "message": problem.text,
+        "status": "INVALID_ARGUMENT",
+        "details": [
+            {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"},
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": problem.field, "description": problem.text}],
+            },
+        ],
+    }
+    return 400, list(JSON_HEADERS), json.dumps({"error": error}, indent=2).encode()
 
 
 def fcm_too_big() -> Response:
@@ -160,8 +183,15 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     if code:
         state.counts["fcm.error"] += 1
         return fcm_error(code)
+    try:
+        check_fcm(message)
+    except FcmProblem as problem:
+        state.counts["fcm.invalid"] += 1
+        return fcm_bad_field(problem)
     if _fcm_payload_size(message) > FCM_PAYLOAD_LIMIT:
         return fcm_too_big()
+    if token in state.last:
+        state.last[token]["device"] = fcm_device_view(message)
     state.counts["fcm.ok"] += 1
     state.delivered["fcm"][token] += 1
     state.seq += 1

@@ -22,6 +22,7 @@ from notee.core.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import TransportError
 from notee.providers.http2_pool import Pool
+from notee.providers.payload import Rich
 from notee.providers.retry import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,21 @@ _CONFIG_REASONS = {
 }
 
 
-def apns_payload(title: str, body: str, data: Mapping[str, str] | None) -> dict[str, Any]:
-    """The APNs JSON payload: ``aps`` plus custom keys at the top level."""
-    return {"aps": {"alert": {"title": title, "body": body}, "sound": "default"}, **(data or {})}
+def apns_payload(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> dict[str, Any]:
+    """The APNs JSON payload: ``aps`` plus custom keys at the top level (docs/PAYLOADS.md)."""
+    if rich is None:
+        return {"aps": {"alert": {"title": title, "body": body}, "sound": "default"}, **(data or {})}
+    aps: dict[str, Any] = {}
+    if not rich.background and (title or body or rich.alert):
+        aps["alert"] = {"title": title, "body": body, **rich.alert}
+    aps.update(rich.aps)
+    return {"aps": aps, **(data or {}), **rich.data, **rich.custom}
 
 
-def payload_bytes(title: str, body: str, data: Mapping[str, str] | None) -> int:
+def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
     """Bytes of the payload this sender puts on the wire: APNs' own measure of PAYLOAD_LIMIT."""
-    return len(json.dumps(apns_payload(title, body, data), separators=(",", ":"), ensure_ascii=False).encode())
+    payload = apns_payload(title, body, data, rich)
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 class ExpiredJwt(Exception):
@@ -128,11 +136,12 @@ def apns_ids(n: int) -> list[bytes]:
 def apns_headers(
     m: Message, topic: str, bearer: bytes, *, now: float | None = None, apns_id: bytes | None = None
 ) -> list[tuple[bytes, bytes]]:
+    background = m.rich is not None and m.rich.background
     headers = [
         (b"authorization", bearer),
         (b"apns-topic", topic.encode()),
-        (b"apns-push-type", b"alert"),
-        (b"apns-priority", b"10" if m.priority == "high" else b"5"),
+        (b"apns-push-type", b"background" if background else b"alert"),
+        (b"apns-priority", b"10" if m.priority == "high" and not background else b"5"),
         (b"apns-id", apns_id or str(uuid.uuid4()).encode()),
     ]
     if m.ttl_seconds is not None:
@@ -157,11 +166,11 @@ class ApnsProvider:
         items = []
         ids = apns_ids(len(messages))
         for m, apns_id in zip(messages, ids, strict=True):
-            key = (m.title, m.body, tuple(m.data.items()) if m.data else ())
+            key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich))
             body = bodies.get(key)
             if body is None:
                 body = bodies[key] = json.dumps(
-                    apns_payload(m.title, m.body, m.data), separators=(",", ":"), ensure_ascii=False
+                    apns_payload(m.title, m.body, m.data, m.rich), separators=(",", ":"), ensure_ascii=False
                 ).encode()
             items.append(
                 (

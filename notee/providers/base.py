@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from notee.providers.payload import Rich
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -24,6 +26,7 @@ class Message:
     ttl_seconds: int | None = None
     priority: str = "high"  # "high" | "normal"
     collapse_key: str | None = None
+    rich: Rich | None = None  # the rich fields (docs/PAYLOADS.md), one object shared by a whole page
 
 
 @dataclass(frozen=True, slots=True)

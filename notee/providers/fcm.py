@@ -30,6 +30,7 @@ from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import TransportError
 from notee.providers.http2_pool import Pool
+from notee.providers.payload import Rich, merge_android
 from notee.providers.retry import parse_retry_after
 
 log = logging.getLogger(__name__)
@@ -47,30 +48,58 @@ class AuthRejected(Exception):
 
 def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
     """The ``message`` object for one device, as firebase-admin's encoder would build it."""
-    out: dict[str, Any] = {"token": m.device_token, "notification": {"title": m.title, "body": m.body}}
-    if m.data:
-        out["data"] = dict(m.data)
+    rich = m.rich
+    out: dict[str, Any] = {"token": m.device_token}
+    if rich is None or (not rich.background and (m.title or m.body)):
+        out["notification"] = {"title": m.title, "body": m.body}
+        if rich is not None and rich.fcm_notification:
+            out["notification"].update(rich.fcm_notification)
+    data = {**m.data, **rich.data} if rich is not None and rich.data else m.data
+    if data:
+        out["data"] = dict(data)
     android: dict[str, Any] = {"priority": "high" if m.priority == "high" else "normal"}
     if m.ttl_seconds is not None:
         android["ttl"] = f"{m.ttl_seconds}s"
     if m.collapse_key:
         android["collapse_key"] = m.collapse_key
+    if rich is not None:
+        merge_android(android, rich)
     out["android"] = android
-    apns_headers = {"apns-priority": "10" if m.priority == "high" else "5"}
+    background = rich is not None and rich.background
+    apns_headers = {"apns-priority": "10" if m.priority == "high" and not background else "5"}
     if m.ttl_seconds is not None:
         apns_headers["apns-expiration"] = str(int(now if now is not None else time.time()) + m.ttl_seconds)
     if m.collapse_key:
         apns_headers["apns-collapse-id"] = m.collapse_key
+    if rich is not None:
+        apns_headers["apns-push-type"] = rich.kind
     out["apns"] = {"headers": apns_headers}
+    if rich is not None:
+        if rich.fcm_aps:
+            out["apns"]["payload"] = {"aps": rich.fcm_aps}
+        if rich.fcm_apns_options:
+            out["apns"]["fcm_options"] = dict(rich.fcm_apns_options)
+        if rich.fcm_options:
+            out["fcm_options"] = dict(rich.fcm_options)
     return out
 
 
-def payload_bytes(title: str, body: str, data: Mapping[str, str] | None) -> int:
-    """Bytes FCM counts against PAYLOAD_LIMIT: the message's notification and data, as ``fcm_message`` builds them."""
-    content: dict[str, Any] = {"notification": {"title": title, "body": body}}
-    if data:
-        content["data"] = dict(data)
-    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode())
+def counted_content(message: Mapping[str, Any]) -> dict[str, Any]:
+    """What FCM's PAYLOAD_LIMIT counts of a message: its notification and data, and what a device
+    gets of the platform blocks (``android.notification``, ``apns.payload``); not the token, the
+    headers or the envelope. The emulator counts the same (notee/emulator/fcm_rules.py)."""
+    content = {k: message[k] for k in ("notification", "data") if k in message}
+    if "notification" in message.get("android", {}):
+        content["android"] = {"notification": message["android"]["notification"]}
+    if "payload" in message.get("apns", {}):
+        content["apns"] = {"payload": message["apns"]["payload"]}
+    return content
+
+
+def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
+    """Bytes FCM counts against PAYLOAD_LIMIT (``counted_content``) of the message ``fcm_message`` builds."""
+    message = fcm_message(Message("", "AOS", title, body, dict(data or {}), rich=rich), now=0)
+    return len(json.dumps(counted_content(message), separators=(",", ":"), ensure_ascii=False).encode())
 
 
 # FCM's answer to a sent message, ``{"name": "projects/p/messages/id"}`` (pretty-printed or not), read
@@ -147,10 +176,12 @@ class _BodyCache:
         self._parts: tuple[bytes, bytes] = (b"", b"")
 
     def body(self, m: Message) -> bytes:
-        key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, int(time.time()))
+        key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, m.rich, int(time.time()))
         if key != self._key or (m.data is not self._data and m.data != self._data):
             template = _encode(
-                Message(self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key)
+                Message(
+                    self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key, m.rich
+                )
             )
             head, _, tail = template.partition(json.dumps(self._MARK).encode())
             self._key, self._data, self._parts = key, m.data, (head, tail)

@@ -31,6 +31,7 @@ template_t = Table(
     Column("data", JSON, nullable=True),
     Column("defaults", JSON, nullable=True),
     Column("variants", JSON, nullable=True),
+    Column("payload", JSON, nullable=True),
     Column("ttl_seconds", Integer, nullable=True),
     Column("priority", String(6)),
     Column("quiet_hours", String(4)),
@@ -64,6 +65,7 @@ class TemplateRow:
     ttl_seconds: int | None = None
     priority: str = "high"
     quiet_hours: str = "hold"
+    payload: dict[str, Any] | None = None  # the rich fields (notee/domain/payloads.py)
 
 
 def upsert_template(session: Session, row: TemplateRow, *, new_key: str, now: datetime) -> AnyRow:
@@ -77,6 +79,7 @@ def upsert_template(session: Session, row: TemplateRow, *, new_key: str, now: da
         data=row.data,
         defaults=row.defaults,
         variants=row.variants,
+        payload=row.payload,
         ttl_seconds=row.ttl_seconds,
         priority=row.priority,
         quiet_hours=row.quiet_hours,
@@ -90,6 +93,7 @@ def upsert_template(session: Session, row: TemplateRow, *, new_key: str, now: da
         data=stmt.inserted.data,
         defaults=stmt.inserted.defaults,
         variants=stmt.inserted.variants,
+        payload=stmt.inserted.payload,
         quiet_hours=stmt.inserted.quiet_hours,
         ttl_seconds=stmt.inserted.ttl_seconds,
         priority=stmt.inserted.priority,

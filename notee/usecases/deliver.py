@@ -52,6 +52,7 @@ from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import ProviderCredentials
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.breaker import CircuitBreaker
+from notee.providers.payload import rich_of
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet, ServiceProviders
 from notee.store import deadletter
@@ -339,7 +340,7 @@ class Delivery:
                 provider=provider,
                 reason=reason,
                 attempts=tries,
-                payload={"title": m.title, "body": m.body, "data": dict(m.data)},
+                payload={"title": m.title, "body": m.body, "data": dict(m.data), **rich_of(m)},
             )
         )
 

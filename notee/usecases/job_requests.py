@@ -152,3 +152,4 @@ class ScheduledSingle:
     idempotency_key: str | None = None
     variables: dict[str, Any] | None = None
     data: dict[str, Any] | None = None
+    payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)

@@ -26,6 +26,7 @@ from notee.core import clock
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
+from notee.domain import payloads
 from notee.domain.conditions import parse_condition
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
@@ -157,20 +158,33 @@ def _template_of(session: Session, request: JobRequest) -> AnyRow:
 
 def _render(template: AnyRow, request: JobRequest) -> dict[str, Any]:
     """The job's payload: rendered once here for every recipient of the job, once per locale
-    variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant."""
-    return render_all(
-        TemplateContent(
-            template.title,
-            template.body,
-            template.data,
-            template.defaults,
-            template.ttl_seconds,
-            template.priority,
-            variants_from_json(template.variants),
-        ),
+    variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
+    rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
+    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md)."""
+    spec = payloads.merge(template.payload, (request.overrides or {}).get("payload"))
+    localized, rich = payloads.render_with(
+        spec,
+        template.defaults,
         request.variables,
-        request.overrides,
-    ).as_job_payload()
+        lambda: render_all(
+            TemplateContent(
+                template.title,
+                template.body,
+                template.data,
+                template.defaults,
+                template.ttl_seconds,
+                template.priority,
+                variants_from_json(template.variants),
+            ),
+            request.variables,
+            request.overrides,
+        ),
+    )
+    payloads.check_rendered(rich, {None: localized.default, **localized.variants})
+    payload = localized.as_job_payload()
+    if rich:
+        payload["rich"] = rich
+    return payload
 
 
 def _plan_tasks(
@@ -361,7 +375,7 @@ def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -
         target=UserTarget(send.user_id),
         idempotency_key=client_idempotency_key(send.idempotency_key),
         variables=send.variables,
-        overrides={"data": extra} if extra else None,
+        overrides={**({"data": extra} if extra else {}), **({"payload": send.payload} if send.payload else {})} or None,
         send_at=when,
         template=template,
     )

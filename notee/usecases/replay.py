@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from notee.providers.base import Message
+from notee.providers.payload import Rich
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
 from notee.store.runtime import Runtime
@@ -69,6 +70,8 @@ async def replay_dead_letters(
                     title=r.payload.get("title", ""),
                     body=r.payload.get("body", ""),
                     data=dict(r.payload.get("data") or {}),
+                    collapse_key=(r.payload.get("rich") or {}).get("collapse_key"),
+                    rich=Rich.from_spec(r.payload.get("rich")),
                 )
                 for r in letters
             ]

@@ -10,13 +10,15 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from notee.core import clock
 from notee.core.errors import QuietDropped, QuietHoursNow
-from notee.domain import services, templates, users
+from notee.domain import payloads, services, templates, users
 from notee.domain.render import Rendered, choose_variant, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.providers.base import Message
+from notee.providers.payload import Rich
 from notee.providers.routing import ProviderSet
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
@@ -29,7 +31,8 @@ log = logging.getLogger(__name__)
 class SingleSend:
     """One single send: the SINGLE template ``type_`` of ``service`` to every device of ``user_id``,
     with ``variables`` for its placeholders and ``data`` merged over its data. ``quiet_hours``: the
-    send opted in to the user's quiet hours (QuietDropped / QuietHoursNow inside them)."""
+    send opted in to the user's quiet hours (QuietDropped / QuietHoursNow inside them); ``payload``:
+    rich fields merged over the template's."""
 
     service: str
     user_id: str
@@ -37,6 +40,7 @@ class SingleSend:
     variables: dict[str, str] | None = None
     data: dict[str, str] | None = None
     quiet_hours: bool = False
+    payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
 
 
 def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], bool]:
@@ -59,12 +63,22 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     content = template.content()
     tags = list((content.variants or {}).keys())
     overrides = {"data": extra} if extra else None
+    spec = payloads.merge(template.payload, send.payload)
+    keys = [choose_variant(d.locale or user.locale, tags) for d in devices]
+    # the first variant a device needs, with the payload's text (a request that cannot render is
+    # refused even when the user has no device)
+    first = keys[0] if keys else None
     pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
-    messages = []
-    for d in devices:
-        key = choose_variant(d.locale or user.locale, tags)
+    pushes[first], rich_spec = payloads.render_with(
+        spec, content.defaults, variables, lambda: render(content.content_for(first), variables, overrides)
+    )
+    for key in keys:
         if key not in pushes:
             pushes[key] = render(content.content_for(key), variables, overrides)
+    payloads.check_rendered(rich_spec, pushes)
+    rich = Rich.from_spec(rich_spec)
+    messages = []
+    for d, key in zip(devices, keys, strict=True):
         push = pushes[key]
         messages.append(
             Message(
@@ -75,10 +89,10 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
                 data=push.data,
                 ttl_seconds=push.ttl_seconds,
                 priority=push.priority,
+                collapse_key=rich.collapse_key if rich is not None else None,
+                rich=rich,
             )
         )
-    if not devices:  # nothing to send, but a request that cannot render is still refused
-        render(content, variables, overrides)
     return messages, dry_run
 
 

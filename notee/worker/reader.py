@@ -42,6 +42,7 @@ from notee.core.vocabulary import (
 )
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
+from notee.providers.payload import Rich
 from notee.store import jobs_sql, users_sql
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
@@ -153,13 +154,16 @@ def messages_for(
 ) -> list[Message]:
     """One page's messages (pure, no I/O): every recipient gets the job's rendered payload, or, when
     the template has locale variants, the variant its locale (``locales``: (user_id, device_token) ->
-    tag) matches best; nothing is rendered here."""
+    tag) matches best; nothing is rendered here. The rich fields (``rich``, docs/PAYLOADS.md) are
+    mapped once per page into one ``Rich`` every message of the page shares."""
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
     default = (payload["title"], payload["body"], payload.get("data") or {})
     variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
+    rich = Rich.from_spec(payload.get("rich"))
+    collapse = rich.collapse_key if rich is not None else None
     if not variants or not locales:
         title, body, data = default
-        return [Message(r[TOKEN], r[OS], title, body, data, ttl, priority) for r in page]
+        return [Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich) for r in page]
     by_locale: dict[str | None, tuple[str, str, dict[str, str]]] = {None: default}
     out = []
     for r in page:
@@ -169,7 +173,7 @@ def messages_for(
             tag = choose_variant(locale, variants)
             v = variants[tag] if tag is not None else None
             text = by_locale[locale] = default if v is None else (v["title"], v["body"], v.get("data") or {})
-        out.append(Message(r[TOKEN], r[OS], text[0], text[1], text[2], ttl, priority))
+        out.append(Message(r[TOKEN], r[OS], text[0], text[1], text[2], ttl, priority, collapse, rich))
     return out
 
 

@@ -328,3 +328,22 @@ def test_a_key_revoked_in_the_console_is_refused_at_once(app, client, settings, 
     assert r.status_code == 303, r.text
     r = client.get("/v1/templates", headers=auth)
     assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
+
+
+def test_the_template_form_saves_a_payload_and_refuses_a_bad_one(app, client, service_id, tenant):
+    """docs/PAYLOADS.md: the form's payload textarea is the API's payload (JSON); a bad field is the
+    domain's 422 on the page, nothing written."""
+    c = sign_in(_browser(app), tenant)
+    good = _csrf(c.get(f"/console/s/{service_id}/templates").text)
+    form = {"csrf": good, "method": "SINGLE", "type": "rich", "title": "t", "body": "b"}
+    r = c.post(f"/console/s/{service_id}/templates", data=form | {"payload": '{"badge": 2, "ios": {"thread_id": "x"}}'})
+    assert r.status_code == 303, r.text
+    auth = {"Authorization": f"Bearer {tenant}"}
+    assert client.get("/v1/templates/SINGLE/rich", headers=auth).json()["payload"] == {
+        "badge": 2,
+        "ios": {"thread_id": "x"},
+    }
+    for bad in ['{"android": {"color": "red"}}', "{not json"]:
+        r = c.post(f"/console/s/{service_id}/templates", data=form | {"type": "rich2", "payload": bad})
+        assert r.status_code == 422 and "payload" in r.text, r.text
+    assert client.get("/v1/templates/SINGLE/rich2", headers=auth).status_code == 404

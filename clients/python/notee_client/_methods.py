@@ -247,19 +247,20 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return self.call(_ops.patch_tags(user_id, tags))
 
-    def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.GeneralPublishAccepted:
+    def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
 (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
 (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
 ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
-users. Answers a job id at once, like ``publish_topic``."""
-        return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
+        return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms))
+reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
+``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -282,10 +283,11 @@ clear them with ``start=None``."""
         """Replace a segment's filter and description, or create it when there is none of that name."""
         return self.call(_ops.put_segment(name, filter, description=description))
 
-    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+    def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
-        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
+        return self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours, payload=payload))
 
     def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None, tags: Mapping[str, Any] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
@@ -328,13 +330,14 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
 held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
-again (within 24 hours for a send now) answers the first answer and sends nothing."""
-        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
+again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
+rich fields merged over the template's (docs/PAYLOADS.md)."""
+        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
@@ -591,19 +594,20 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return await self.call(_ops.patch_tags(user_id, tags))
 
-    async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.GeneralPublishAccepted:
+    async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
 (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
 (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
 ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
-users. Answers a job id at once, like ``publish_topic``."""
-        return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time))
+users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
+        return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms))
+reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
+``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -626,10 +630,11 @@ clear them with ``start=None``."""
         """Replace a segment's filter and description, or create it when there is none of that name."""
         return await self.call(_ops.put_segment(name, filter, description=description))
 
-    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None) -> m.Template:
+    async def put_template(self, method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None, ttl_seconds: int | None = None, priority: str | None = None, variants: Mapping[str, Mapping[str, Any]] | None = None, quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> m.Template:
         """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
-        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours))
+``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
+        return await self.call(_ops.put_template(method, type, title=title, body=body, data=data, ttl_seconds=ttl_seconds, priority=priority, variants=variants, quiet_hours=quiet_hours, payload=payload))
 
     async def put_user(self, service_user_id: str, name: str | None = None, locale: str | None = None, timezone: str | None = None, quiet_hours: Mapping[str, str] | None = None, tags: Mapping[str, Any] | None = None) -> m.User:
         """Create or update a user by the service's own id; answers the platform ``user_id``.
@@ -672,13 +677,14 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
 held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
-again (within 24 hours for a send now) answers the first answer and sends nothing."""
-        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours))
+again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
+rich fields merged over the template's (docs/PAYLOADS.md)."""
+        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""

@@ -268,14 +268,15 @@ def delete_tag(user_id: str, key: str) -> Op[None]:
 def put_template(method: str, type: str, *, title: str, body: str, data: Mapping[str, str] | None = None,
                  ttl_seconds: int | None = None, priority: str | None = None,
                  variants: Mapping[str, Mapping[str, Any]] | None = None,
-                 quiet_hours: str | None = None) -> Op[m.Template]:
+                 quiet_hours: str | None = None, payload: Mapping[str, Any] | None = None) -> Op[m.Template]:
     """Create or update the template of ``(method, type)``. ``variants``: the text per locale,
-    ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags)."""
+    ``{"de": {"title": ..., "body": ..., "data": {...}}}`` (BCP 47 tags); ``payload``: the rich
+    fields (image, sound, badge, ``kind: "background"``, ``android``, ``ios``...: docs/PAYLOADS.md)."""
     return Op("PUT", f"/v1/templates/{_seg(method)}/{_seg(type)}", _one(m.Template),
               json=_clean(title=title, body=body, data=dict(data) if data is not None else None,
                           ttl_seconds=ttl_seconds, priority=priority,
                           variants={k: dict(v) for k, v in variants.items()} if variants is not None else None,
-                          quiet_hours=quiet_hours))
+                          quiet_hours=quiet_hours, payload=dict(payload) if payload is not None else None))
 
 
 def get_template(method: str, type: str) -> Op[m.Template]:
@@ -334,10 +335,12 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
-                  local_time: str | None = None, platforms: Sequence[str] | None = None) -> Op[m.PublishAccepted]:
+                  local_time: str | None = None, platforms: Sequence[str] | None = None,
+                  payload: Mapping[str, Any] | None = None) -> Op[m.PublishAccepted]:
     """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
     if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
-    reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices."""
+    reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
+    ``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
@@ -345,7 +348,8 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None 
               json=_clean(variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, title=title, body=body,
                           send_at=_instant(send_at), local_time=local_time,
-                          platforms=list(platforms) if platforms else None),
+                          platforms=list(platforms) if platforms else None,
+                          payload=dict(payload) if payload is not None else None),
               headers={"Idempotency-Key": key})
 
 
@@ -355,12 +359,13 @@ def publish(type: str, *, topic: str | None = None, condition: str | None = None
             platforms: Sequence[str] | None = None, method: str = "TOPIC",
             variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None,
             title: str | None = None, body: str | None = None, idempotency_key: str | None = None,
-            send_at: datetime | None = None, local_time: str | None = None) -> Op[m.GeneralPublishAccepted]:
+            send_at: datetime | None = None, local_time: str | None = None,
+            payload: Mapping[str, Any] | None = None) -> Op[m.GeneralPublishAccepted]:
     """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
     (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
     (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
     ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
-    users. Answers a job id at once, like ``publish_topic``."""
+    users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     seg = {"include": list(segments), "exclude": list(exclude_segments or [])} if segments else None
     return Op("POST", f"/v1/publish/{_seg(type)}", _one(m.GeneralPublishAccepted),
@@ -371,7 +376,8 @@ def publish(type: str, *, topic: str | None = None, condition: str | None = None
                           method=method if method != "TOPIC" else None,
                           variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, title=title, body=body,
-                          send_at=_instant(send_at), local_time=local_time),
+                          send_at=_instant(send_at), local_time=local_time,
+                          payload=dict(payload) if payload is not None else None),
               headers={"Idempotency-Key": key})
 
 
@@ -397,13 +403,14 @@ def cancel_job(job_id: str) -> Op[m.Job]:
 
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
                  data: Mapping[str, str] | None = None, send_at: datetime | None = None,
-                 idempotency_key: str | None = None, quiet_hours: bool = False
-                 ) -> Op[m.SendResult | m.PublishAccepted]:
+                 idempotency_key: str | None = None, quiet_hours: bool = False,
+                 payload: Mapping[str, Any] | None = None) -> Op[m.SendResult | m.PublishAccepted]:
     """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
     or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
     ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
     held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
-    again (within 24 hours for a send now) answers the first answer and sends nothing."""
+    again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
+    rich fields merged over the template's (docs/PAYLOADS.md)."""
     # Every send carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry after
     # a lost answer gets the first answer instead of sending twice: a send now's for 24 hours, a
     # scheduled send's job for as long as the job is kept.
@@ -411,7 +418,8 @@ def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None
     return Op("POST", f"/v1/users/{_seg(user_id)}/send", _sent_or_scheduled,
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, send_at=_instant(send_at),
-                          quiet_hours=quiet_hours or None),
+                          quiet_hours=quiet_hours or None,
+                          payload=dict(payload) if payload is not None else None),
               headers={"Idempotency-Key": key})
 
 

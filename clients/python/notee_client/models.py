@@ -125,6 +125,7 @@ class Template(Model):
     updated_at: datetime
     variants: dict[str, dict[str, Any]] | None = None
     quiet_hours: QuietHoursMode = "hold"
+    payload: dict[str, Any] | None = None  # the rich fields (docs/PAYLOADS.md)
 
 
 class Subscribed(Model):

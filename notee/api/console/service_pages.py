@@ -6,6 +6,7 @@ as for a service that does not exist); the admin may open every service."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -98,6 +99,16 @@ def _pairs(text: str, what: str) -> dict[str, str] | None:
     return out or None
 
 
+def _json_object(text: str, what: str) -> Any:
+    """A textarea's JSON (None when empty); text that is not JSON is 422 (the domain checks the rest)."""
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidInput(f"{what}: not JSON", details=[{"loc": [what], "type": "json_invalid"}]) from None
+
+
 @router.post("/templates")
 def save_template(
     request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep, runtime: RuntimeDep
@@ -113,6 +124,7 @@ def save_template(
             defaults=_pairs(form.get("defaults", ""), "defaults"),
             ttl_seconds=int(ttl) if ttl.isdigit() else None,
             priority=form.get("priority", "high"),
+            payload=_json_object(form.get("payload", ""), "payload"),
         )
         templates.put_template(db, runtime.statements, service, method, type_, given)
         db.commit()

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.documented import TopicPath
+from notee.api.documented import PayloadObject, TopicPath, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
 from notee.core.vocabulary import JobFilter, JobState, Progress
@@ -75,6 +75,7 @@ class PublishRequest(BaseModel):
         max_length=2,
         description="Only devices of these platforms (IOS, AOS); absent: every platform.",
     )
+    payload: PayloadObject | None = payload_field(merged=True)
 
 
 def platforms_of(request: PublishRequest) -> tuple[str, ...]:
@@ -83,10 +84,9 @@ def platforms_of(request: PublishRequest) -> tuple[str, ...]:
 
 
 def overrides_of(request: PublishRequest) -> dict[str, Any] | None:
-    """The request's title, body and data overrides (None: none)."""
-    overrides = {
-        k: v for k, v in (("title", request.title), ("body", request.body), ("data", request.data)) if v is not None
-    }
+    """The request's title, body, data and payload overrides (None: none)."""
+    asked = (("title", request.title), ("body", request.body), ("data", request.data), ("payload", request.payload))
+    overrides = {k: v for k, v in asked if v is not None}
     return overrides or None
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, String
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
-from notee.api.documented import DATA
+from notee.api.documented import DATA, PayloadObject, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
 from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
@@ -46,6 +46,7 @@ class SendIn(BaseModel):
     data: Annotated[dict[OneLineText, MultiLineText], DATA] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
+    payload: PayloadObject | None = payload_field(merged=True)
     send_at: Rfc3339 | None = SEND_AT_FIELD
     quiet_hours: StrictBool = Field(
         False,
@@ -88,6 +89,7 @@ def _schedule(
         idempotency_key=idempotency_key,
         variables=body.variables,
         data=body.data,
+        payload=body.payload,
     )
     with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
         job = schedule_single(runtime, session, send)
@@ -133,7 +135,13 @@ async def send_to_user(
         accepted = await asyncio.to_thread(_schedule, runtime, service, user_id, body, idempotency_key)
         return JSONResponse(accepted, status_code=202)
     send = SingleSend(
-        service, user_id, body.type, variables=body.variables, data=body.data, quiet_hours=body.quiet_hours
+        service,
+        user_id,
+        body.type,
+        variables=body.variables,
+        data=body.data,
+        quiet_hours=body.quiet_hours,
+        payload=body.payload,
     )
 
     async def send_now() -> Answer:

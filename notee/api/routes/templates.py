@@ -43,6 +43,7 @@ def put_template(
         defaults=body.defaults,
         variants={k: v.model_dump(exclude_none=True) for k, v in body.variants.items()} if body.variants else None,
         quiet_hours=body.quiet_hours,
+        payload=body.payload,
     )
     template = templates.put_template(db, runtime.statements, service, method, type_, given)
     db.commit()
