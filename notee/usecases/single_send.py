@@ -10,11 +10,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from notee.core import clock
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import services, templates, users
-from notee.domain.render import Rendered, choose_variant, render
+from notee.domain.liquid import Scope
+from notee.domain.render import Rendered, choose_variant, depends_on_recipient, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
@@ -34,7 +36,7 @@ class SingleSend:
     service: str
     user_id: str
     type_: str
-    variables: dict[str, str] | None = None
+    variables: dict[str, Any] | None = None
     data: dict[str, str] | None = None
     quiet_hours: bool = False
 
@@ -59,13 +61,22 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     content = template.content()
     tags = list((content.variants or {}).keys())
     overrides = {"data": extra} if extra else None
-    pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
+    # Rendered once per variant some device needs, never per device; a template that depends on the
+    # recipient once per (variant, locale) of its devices (docs/TEMPLATES.md).
+    personal = depends_on_recipient(content)
+    pushes: dict[tuple[str | None, str | None], Rendered] = {}
     messages = []
     for d in devices:
-        key = choose_variant(d.locale or user.locale, tags)
-        if key not in pushes:
-            pushes[key] = render(content.content_for(key), variables, overrides)
-        push = pushes[key]
+        locale = d.locale or user.locale
+        key = choose_variant(locale, tags)
+        which = (key, locale if personal else None)
+        if which not in pushes:
+            scope = Scope(locale=key)
+            if personal:
+                zone = user.timezone or service_row.timezone
+                scope = Scope({"id": user.service_user_id, "name": user.name, "locale": locale, "timezone": zone}, key)
+            pushes[which] = render(content.content_for(key), variables, overrides, scope)
+        push = pushes[which]
         messages.append(
             Message(
                 device_token=d.token,

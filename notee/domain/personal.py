@@ -1,0 +1,79 @@
+"""Per-recipient texts of a job whose template depends on the recipient (``recipient.*`` or a date
+filter: ``render.depends_on_recipient``): pure, no I/O; the workers' page builder
+(``notee/worker/reader.py messages_for``) is its user.
+
+A job made of such a template carries, beside its rendered push (every recipient's fallback), its
+sources and values (``personal``: ``render.render_all``). Each recipient's text is rendered from them
+with its profile (``notee.store.users_sql.recipient_profiles``: one query per page), cached by what the
+template reads of a recipient (its variant, and only the fields it uses: a template that reads only
+the time zone renders once per zone and locale, not once per device). A recipient whose text does not
+render or is over a provider's size limit gets the fallback (logged): nothing is ever pushed half
+rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from notee.core.errors import InvalidInput, PayloadTooLarge
+from notee.domain import liquid
+from notee.domain.render import TemplateContent, choose_variant, render
+
+log = logging.getLogger(__name__)
+
+CACHE_LIMIT = 4096  # distinct renders kept per job (beyond: the cache starts over)
+Text = tuple[str, str, dict[str, str]]
+# A recipient as a page read finds it: (locale, time zone, name, service user id); the locale is the
+# device's, else its user's, the zone the user's, else the service's.
+Profile = tuple[str | None, str | None, str, str]
+_FIELD_INDEX = {"locale": 0, "timezone": 1, "name": 2, "id": 3}
+
+
+class Personalizer:
+    """One job's per-recipient renderer (made once per job, used for every page)."""
+
+    __slots__ = ("cache", "fallback", "fields", "priority", "tags", "texts", "ttl", "values")
+
+    def __init__(self, payload: Mapping[str, Any]) -> None:
+        personal = payload["personal"]
+        self.values: dict[str, Any] = personal["values"]
+        self.texts: dict[str, dict[str, Any]] = personal["texts"]
+        self.tags = [tag for tag in self.texts if tag]
+        self.ttl, self.priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
+        default = (payload["title"], payload["body"], payload.get("data") or {})
+        variants = payload.get("variants") or {}
+        self.fallback: dict[str, Text] = {"": default} | {
+            tag: (v["title"], v["body"], v.get("data") or {}) for tag, v in variants.items()
+        }
+        used: set[str] = set()
+        for text in self.texts.values():
+            for field in (text["title"], text["body"], *(text.get("data") or {}).values()):
+                used |= liquid.parse(field).recipient_fields
+        # The profile positions the cache key takes: only what the template reads.
+        self.fields = tuple(sorted(_FIELD_INDEX[f] for f in used))
+        self.cache: dict[tuple[Any, ...], Text] = {}
+
+    def text_for(self, profile: Profile | None) -> Text:
+        """The recipient's title, body and data (its variant's, rendered with its profile)."""
+        who: Profile = profile or (None, None, "", "")
+        tag = choose_variant(who[0], self.tags) or ""
+        key = (tag, *(who[i] for i in self.fields))
+        hit = self.cache.get(key)
+        if hit is None:
+            if len(self.cache) >= CACHE_LIMIT:
+                self.cache.clear()
+            hit = self.cache[key] = self._render(tag, who)
+        return hit
+
+    def _render(self, tag: str, who: Profile) -> Text:
+        text = self.texts[tag]
+        content = TemplateContent(text["title"], text["body"], text.get("data"), None, self.ttl, self.priority)
+        recipient = {"locale": who[0], "timezone": who[1], "name": who[2], "id": who[3]}
+        try:
+            done = render(content, self.values, None, liquid.Scope(recipient, tag or None))
+        except (InvalidInput, PayloadTooLarge) as exc:
+            log.warning("a recipient's text does not render (%s): it gets the job's text", exc.message)
+            return self.fallback.get(tag, self.fallback[""])
+        return done.title, done.body, done.data
