@@ -60,6 +60,11 @@ GOALS: dict[str, tuple[str, float, str]] = {
         1.2,
         "local-time publish (24 zones) worker CPU per push / plain publish of the same topic",
     ),
+    "personal_cpu_ratio": (
+        "<=",
+        3.0,
+        "worker CPU per push of a template reading recipient.name and a date / plain publish of the same topic",
+    ),
     "fairness_p99_s": (
         "<",
         2.0,

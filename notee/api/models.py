@@ -330,8 +330,17 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    title: OneLine = Field(min_length=1, max_length=200)
-    body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
+    """Title, body and data values are Liquid templates: conditionals, loops, filters, recipient.* (docs/TEMPLATES.md)."""
+
+    title: OneLine = Field(min_length=1, max_length=200, examples=["{{ n | plural: 'New message', '# new messages' }}"])
+    body: MultiLine = Field(
+        min_length=1,
+        max_length=2000,
+        description="May contain \\n; no other control characters",
+        examples=[
+            "Hi {{ recipient.name | default: 'there' }}{% if vip == 'yes' %}, VIP{% endif %}: sale at {{ at | datetime: 'time:short' }}"
+        ],
+    )
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(
         None,

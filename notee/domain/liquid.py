@@ -77,6 +77,10 @@ class Missing(Undefined):
         self._used()
         return iter([])
 
+    def items(self) -> Any:  # a {% for %} over a mapping reads its items
+        self._used()
+        return {}.items()
+
     def __int__(self) -> int:
         self._used()
         return 0
@@ -146,8 +150,17 @@ def datetime_filter(value: object, fmt: object = "medium", *, context: RenderCon
     short, medium, long, full (date and time), ``date:<style>``, ``time:<style>`` or a CLDR pattern."""
     if isinstance(value, Undefined):
         return str(value)
-    moment = _instant(value).astimezone(_zone(str(context.resolve(ZONE_KEY, default="UTC") or "UTC")))
-    locale, style = _locale(context), str(fmt)
+    zone = str(context.resolve(ZONE_KEY, default="UTC") or "UTC")
+    locale = str(context.resolve(LOCALE_KEY, default="en") or "en")
+    return _format_datetime(value if isinstance(value, (int, float)) else str(value), str(fmt), zone, locale)
+
+
+@lru_cache(maxsize=4096)
+def _format_datetime(value: str | float, style: str, zone: str, tag: str) -> str:
+    """The datetime filter's text: cached, as a job formats the same instants in a few zones and
+    locales for every recipient (babel's formatting is the costly part of a per-recipient render)."""
+    moment = _instant(value).astimezone(_zone(zone))
+    locale = _parse_locale(tag)
     kind, _, sub = style.partition(":")
     if kind == "date" and (sub or "medium") in _DATE_STYLES:
         return dates.format_date(moment, sub or "medium", locale=locale)

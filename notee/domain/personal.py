@@ -14,12 +14,15 @@ rendered.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from notee.core.errors import InvalidInput, PayloadTooLarge
+from notee.core.errors import PayloadTooLarge
 from notee.domain import liquid
-from notee.domain.render import TemplateContent, choose_variant, render
+from notee.domain.render import Rendered, check_size, choose_variant
+
+_LEFTOVER = re.compile(r"\{\{|\}\}")
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +71,31 @@ class Personalizer:
         return hit
 
     def _render(self, tag: str, who: Profile) -> Text:
+        """Only the fields that read the recipient are rendered; the others are the job's (the same
+        text for everyone). Missing values, a limit, a filter's error, ``{{``/``}}`` in the result or a
+        provider's size limit: the fallback."""
+        fallback = self.fallback.get(tag, self.fallback[""])
         text = self.texts[tag]
-        content = TemplateContent(text["title"], text["body"], text.get("data"), None, self.ttl, self.priority)
         recipient = {"locale": who[0], "timezone": who[1], "name": who[2], "id": who[3]}
+        context = liquid.Scope(recipient, tag or None).values(self.values)
         try:
-            done = render(content, self.values, None, liquid.Scope(recipient, tag or None))
-        except (InvalidInput, PayloadTooLarge) as exc:
-            log.warning("a recipient's text does not render (%s): it gets the job's text", exc.message)
-            return self.fallback.get(tag, self.fallback[""])
-        return done.title, done.body, done.data
+            title = self._field(text["title"], context, fallback[0])
+            body = self._field(text["body"], context, fallback[1])
+            data = {k: self._field(v, context, fallback[2].get(k, v)) for k, v in (text.get("data") or {}).items()}
+            if any(_LEFTOVER.search(t) for t in (title, body, *data.values())):
+                raise liquid.TemplateError("a value would put {{ or }} on a device")
+            check_size(Rendered(title, body, data, self.ttl, self.priority))
+        except (liquid.TemplateError, PayloadTooLarge) as exc:
+            log.warning("a recipient's text does not render (%s): it gets the job's text", exc)
+            return fallback
+        return title, body, data
+
+    @staticmethod
+    def _field(source: str, context: dict[str, Any], rendered: str) -> str:
+        parsed = liquid.parse(source)
+        if not parsed.recipient_fields:
+            return rendered
+        out, missing = liquid.render_text(parsed, context)
+        if missing:
+            raise liquid.TemplateError(f"missing {', '.join(missing)}")
+        return out

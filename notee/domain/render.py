@@ -42,6 +42,7 @@ NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
 PLACEHOLDER = re.compile(rf"\{{\{{\s*({NAME_PATTERN})\s*\}}\}}")
 _LEFTOVER = re.compile(r"\{\{|\}\}")
+_SPECIAL = re.compile(r"(\.(size|first|last))+$")  # Liquid's properties of a list, not names
 MAX_DEFAULTS = 32
 MAX_DEFAULT_LEN = 1024
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
@@ -274,7 +275,7 @@ def fill(
                 f"{'.'.join(loc[1:])}: {exc}", details=[{"loc": loc, "type": "template_error", "msg": str(exc)}]
             ) from None
         for name in unset:  # a missing parent (``user``) stands for every path the field reads under it
-            under = [p for p in parsed.paths if p == name or p.startswith(name + ".")]
+            under = [_SPECIAL.sub("", p) for p in parsed.paths if p == name or p.startswith(name + ".")]
             missing.update(dict.fromkeys(under or [name]))
         out.append(rendered)
     if missing:

@@ -1,0 +1,127 @@
+"""Templates with logic through the API, the worker and the emulator (docs/TEMPLATES.md): a 422
+naming the field for a template the engine refuses (nothing written), loops over list variables,
+every missing name in one 422 (nothing queued), and a template reading the recipient rendered per
+recipient by the worker (its name, its time zone and locale) while a plain one is still rendered once
+per job."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from notee.domain import render
+from tests.support.fanout import run_worker_until_idle
+from tests.support.registry import new_user, random_token
+from tests.support.stores import snapshot
+
+pytestmark = pytest.mark.tenant(credentials=True)
+
+
+def _seen(emu, token: str) -> tuple[str, str]:
+    last = emu.last_request(token)
+    assert last is not None, "the emulator never received a push for this device"
+    note = last["body"]["notification"]
+    return note["title"], note["body"]
+
+
+def _user(client, headers, profile: dict, token: str) -> str:
+    r = client.put(f"/v1/users/u-{secrets.token_hex(6)}", json=profile, headers=headers)
+    assert r.status_code == 201, r.text
+    user = str(r.json()["user_id"])
+    d = client.post(f"/v1/users/{user}/devices", json={"token": token, "os": "AOS", "region": "KR"}, headers=headers)
+    assert d.status_code == 201, d.text
+    return user
+
+
+def test_a_template_the_engine_refuses_is_422_naming_the_field_and_nothing_written(client, runtime, tenant):
+    service, headers = tenant
+    before = snapshot(runtime, service)
+    r = client.put(
+        "/v1/templates/TOPIC/logic",
+        json={"title": "Hi", "body": "{% for i in items %}{{ i | upcaes }}{% endfor %}"},
+        headers=headers,
+    )
+    assert r.status_code == 422, r.text
+    detail = r.json()["error"]["details"][0]
+    assert detail["loc"] == ["body", "body"] and "unknown filter upcaes" in detail["msg"]
+    r = client.put(
+        "/v1/templates/TOPIC/logic",
+        json={"title": "Hi", "body": "b", "variants": {"de": {"title": "{% if x %}", "body": "b"}}},
+        headers=headers,
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["details"][0]["loc"] == ["body", "variants", "de", "title"]
+    assert snapshot(runtime, service) == before
+
+
+def test_single_send_loops_over_a_list_and_reports_every_missing_name_at_once(client, tenant, emu_app):
+    _, headers = tenant
+    token = random_token("s")
+    user = new_user(client, headers, name="Mina", devices=[(token, "AOS")])
+    template = {
+        "title": "{{ items.size | plural: 'One item', '# items' }}",
+        "body": "{% for i in items %}{{ i.name | upcase }}{% unless forloop.last %}, {% endunless %}{% endfor %}"
+        " for {{ recipient.name }}{% if promo %} ({{ promo }}){% endif %}{{ who }}{{ where }}",
+    }
+    assert client.put("/v1/templates/SINGLE/cart", json=template, headers=headers).status_code == 201
+    r = client.post(f"/v1/users/{user}/send", json={"type": "cart", "variables": {"x": "1"}}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["error"]["details"]] == [
+        ["body", "variables", n] for n in ("items", "who", "where")
+    ]
+    assert emu_app.last_request(token) is None  # nothing sent
+    items = [{"name": "tea"}, {"name": "cake"}]
+    r = client.post(
+        f"/v1/users/{user}/send",
+        json={"type": "cart", "variables": {"items": items, "who": "!", "where": ""}},
+        headers=headers,
+    )
+    assert r.status_code == 200 and r.json()["delivered"] == 1, r.text
+    assert _seen(emu_app, token) == ("2 items", "TEA, CAKE for Mina!")
+
+
+def test_a_topic_template_reading_the_recipient_is_rendered_per_recipient_by_the_worker(
+    client, tenant, emulator, emu_runtime
+):
+    service, headers = tenant
+    seoul, berlin = random_token("k"), random_token("d")
+    kim = _user(client, headers, {"name": "Kim", "timezone": "Asia/Seoul", "locale": "ko-KR"}, seoul)
+    anna = _user(client, headers, {"name": "Anna", "timezone": "Europe/Berlin", "locale": "de-DE"}, berlin)
+    template = {
+        "title": "Sale {{ at | datetime: 'time:short' }}",
+        "body": "Hi {{ recipient.name }}",
+        "variants": {"de": {"title": "Angebot {{ at | datetime: 'time:short' }}", "body": "Hallo {{ recipient.name }}"}},
+    }
+    assert client.put("/v1/templates/TOPIC/sale", json=template, headers=headers).status_code == 201
+    for user in (kim, anna):
+        assert client.put(f"/v1/users/{user}/subscriptions/topic/sale/all", headers=headers).status_code in (200, 201)
+    r = client.post("/v1/topics/sale/all/publish", json={"variables": {"at": "2026-12-05T12:00:00Z"}}, headers=headers)
+    assert r.status_code == 202, r.text
+    run_worker_until_idle(emu_runtime, [service])
+    status = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=headers).json()
+    assert (status["state"], status["sent"]) == ("done", 2), status
+    assert _seen(emulator, seoul) == ("Sale 오후 9:00", "Hi Kim")
+    assert _seen(emulator, berlin) == ("Angebot 13:00", "Hallo Anna")
+
+
+def test_a_plain_template_is_still_rendered_once_per_job(client, tenant, emulator, emu_runtime, monkeypatch):
+    service, headers = tenant
+    calls: list[str] = []
+    real = render.render
+
+    def counting(*args, **kwargs):
+        calls.append("render")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render, "render", counting)
+    tokens = [random_token("p") for _ in range(3)]
+    user = new_user(client, headers, devices=[(t, "AOS") for t in tokens])
+    body = {"title": "{% if n != '0' %}{{ n }} new{% endif %}", "body": "{{ n | plural: 'item', 'items' }}"}
+    assert client.put("/v1/templates/TOPIC/plain", json=body, headers=headers).status_code == 201
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/plain/all", headers=headers).status_code in (200, 201)
+    r = client.post("/v1/topics/plain/all/publish", json={"variables": {"n": "2"}}, headers=headers)
+    assert r.status_code == 202, r.text
+    run_worker_until_idle(emu_runtime, [service])
+    assert calls == ["render"]  # once, when the job was made; never in the worker
+    assert [_seen(emulator, t) for t in tokens] == [("2 new", "items")] * 3
