@@ -135,7 +135,11 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
     per_push = {kind: r["worker_cpu_s"] / r["sent"] * 1e6 for kind, r in runs.items()}
     return figure(
         "personal_cpu_ratio",
-        Measure("publish of a recipient-dependent template (recipient.name, datetime), worker CPU per push", per_push["personal"], "µs"),
+        Measure(
+            "publish of a recipient-dependent template (recipient.name, datetime), worker CPU per push",
+            per_push["personal"],
+            "µs",
+        ),
         Measure("plain publish, worker CPU per push", per_push["plain"], "µs"),
         {"devices": devices, "zones": len(ZONES), "lanes": lanes, "worker_processes": 1},
         extra={

@@ -330,16 +330,13 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    """Title, body and data values are Liquid templates: conditionals, loops, filters, recipient.* (docs/TEMPLATES.md)."""
-
     title: OneLine = Field(min_length=1, max_length=200, examples=["{{ n | plural: 'New message', '# new messages' }}"])
     body: MultiLine = Field(
         min_length=1,
         max_length=2000,
-        description="May contain \\n; no other control characters",
-        examples=[
-            "Hi {{ recipient.name | default: 'there' }}{% if vip == 'yes' %}, VIP{% endif %}: sale at {{ at | datetime: 'time:short' }}"
-        ],
+        description="May contain \\n; no other control characters. Title, body and data values are Liquid "
+        "templates: conditionals, loops, filters, recipient.* (docs/TEMPLATES.md)",
+        examples=["Hi {{ recipient.name | default: 'there' }}{% if vip %}, VIP{% endif %}: {{ at | datetime }}"],
     )
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(

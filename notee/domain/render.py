@@ -246,8 +246,7 @@ def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
 
 
 def merge(template: TemplateContent, overrides: Mapping[str, Any] | None) -> tuple[str, str, dict[str, str]]:
-    """(title, body, data) to render: the overrides' title and body replace the template's, their
-    data merges over its data."""
+    """(title, body, data) to render: the overrides' title and body replace, their data merges over."""
     overrides = overrides or {}
     title: str = overrides["title"] if overrides.get("title") is not None else template.title
     body: str = overrides["body"] if overrides.get("body") is not None else template.body

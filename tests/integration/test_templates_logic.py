@@ -91,7 +91,9 @@ def test_a_topic_template_reading_the_recipient_is_rendered_per_recipient_by_the
     template = {
         "title": "Sale {{ at | datetime: 'time:short' }}",
         "body": "Hi {{ recipient.name }}",
-        "variants": {"de": {"title": "Angebot {{ at | datetime: 'time:short' }}", "body": "Hallo {{ recipient.name }}"}},
+        "variants": {
+            "de": {"title": "Angebot {{ at | datetime: 'time:short' }}", "body": "Hallo {{ recipient.name }}"}
+        },
     }
     assert client.put("/v1/templates/TOPIC/sale", json=template, headers=headers).status_code == 201
     for user in (kim, anna):

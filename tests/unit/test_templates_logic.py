@@ -36,8 +36,16 @@ def body_of(body: str, variables: dict[str, object] | None = None, scope: liquid
         ("{% if vip %}VIP {% else %}Hi {% endif %}{{ name }}", {"name": "Ann"}, "Hi Ann"),
         ("{% unless n == '0' %}{{ n }} new{% endunless %}", {"n": "2"}, "2 new"),
         ("{% case plan %}{% when 'pro' %}Pro{% else %}Free{% endcase %}", {"plan": "pro"}, "Pro"),
-        ("{% for i in items %}{{ i }}{% unless forloop.last %}, {% endunless %}{% endfor %}", {"items": ["a", "b"]}, "a, b"),
-        ("{% for i in items %}{{ i.name }} {{ i.price }}€;{% endfor %}", {"items": [{"name": "Tea", "price": "4"}]}, "Tea 4€;"),
+        (
+            "{% for i in items %}{{ i }}{% unless forloop.last %}, {% endunless %}{% endfor %}",
+            {"items": ["a", "b"]},
+            "a, b",
+        ),
+        (
+            "{% for i in items %}{{ i.name }} {{ i.price }}€;{% endfor %}",
+            {"items": [{"name": "Tea", "price": "4"}]},
+            "Tea 4€;",
+        ),
         ("{{ items.size }} items", {"items": ["a", "b", "c"]}, "3 items"),
         ("{{ name | default: 'there' }}", {}, "there"),
         ("{{ name | upcase }} {{ name | downcase }} {{ name | capitalize }}", {"name": "aNN"}, "ANN ann Ann"),
@@ -114,7 +122,9 @@ def test_a_template_the_engine_refuses_is_a_422_naming_the_field_with_a_readable
 
 
 def test_a_cycle_template_needs_a_default_for_every_name_but_recipient_ones():
-    render.check_template("CYCLE", content(body="{% if n %}{{ n }}{% endif %} {{ recipient.name }}", defaults={"n": "1"}))
+    render.check_template(
+        "CYCLE", content(body="{% if n %}{{ n }}{% endif %} {{ recipient.name }}", defaults={"n": "1"})
+    )
     with pytest.raises(InvalidInput) as err:
         render.check_template("CYCLE", content(body="{% for i in items %}{{ i }}{% endfor %}"))
     assert err.value.details[0]["type"] == "missing_default" and "items" in err.value.details[0]["msg"]
