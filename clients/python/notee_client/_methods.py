@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from notee_client import _ops
 from notee_client import models as m
-from notee_client._ops import Op
+from notee_client._ops import Op, TemplateValue
 
 T = TypeVar("T")
 
@@ -190,7 +190,7 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return self.call(_ops.live())
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it."""
@@ -254,7 +254,7 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
@@ -459,7 +459,7 @@ only users with a device of it (IOS, AOS)."""
         """Liveness of the API process (reads no store)."""
         return await self.call(_ops.live())
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it."""
@@ -523,7 +523,7 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
