@@ -28,7 +28,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel import Locale, UnknownLocaleError, dates, numbers
 from liquid import BoundTemplate, Environment, RenderContext
-from liquid.exceptions import LiquidError
+from liquid.builtin.expressions.primitive import RangeLiteral
+from liquid.exceptions import LiquidError, LoopIterationLimitError
 from liquid.filter import with_context
 from liquid.undefined import Undefined
 
@@ -204,6 +205,22 @@ def plural_filter(value: object, *forms: object, context: RenderContext, **named
     amount, locale = _number(value), _locale(context)
     form = given.get(locale.plural_form(amount), given["other"])
     return str(form).replace("#", numbers.format_decimal(amount, locale=locale))
+
+
+_make_range = RangeLiteral._make_range
+
+
+def _bounded_range(self: RangeLiteral, start: Any, stop: Any) -> range:
+    """A range literal of at most LOOP_LIMIT numbers: ``{% assign r = (1..1000000000) %}{{ r | join }}``
+    would otherwise spend minutes in a filter, where the loop limit does not look."""
+    made = _make_range(self, start, stop)
+    if len(made) > LOOP_LIMIT:
+        raise LoopIterationLimitError(f"a range of more than {LOOP_LIMIT} numbers", token=self.token)
+    return made
+
+
+# Notee is python-liquid's only user in its processes, so the bound applies to every range it makes.
+RangeLiteral._make_range = _bounded_range  # type: ignore[method-assign]
 
 
 def _environment() -> Environment:

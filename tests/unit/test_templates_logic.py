@@ -154,7 +154,9 @@ def test_list_variables_are_checked():
 @pytest.mark.parametrize(
     "body, says",
     [
-        ("{% for i in (1..1000000000) %}x{% endfor %}", "loop iteration limit"),
+        ("{% for i in (1..1000000000) %}x{% endfor %}", "a range of more than 1000 numbers"),
+        ("{% assign r = (1..1000000000) %}{{ r | join: ',' | size }}", "a range of more than 1000 numbers"),
+        ("{% for i in (1..n) %}x{% endfor %}", "a range of more than 1000 numbers"),
         ("{% for i in (1..40) %}{% for j in (1..40) %}x{% endfor %}{% endfor %}", "loop iteration limit"),
         ("{% for i in (1..999) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}", "output stream limit"),
         ("{% assign s = 'xx' %}{% for i in (1..60) %}{% assign s = s | append: s %}{% endfor %}", "namespace limit"),
@@ -164,7 +166,7 @@ def test_list_variables_are_checked():
 def test_hostile_templates_hit_a_limit(body, says):
     render.check_template("TOPIC", content(body=body))  # they parse
     with pytest.raises(InvalidInput) as err:
-        render.render(content(body=body))
+        render.render(content(body=body), {"n": "99999999"})
     assert says in err.value.details[0]["msg"]
 
 
