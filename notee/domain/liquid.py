@@ -22,14 +22,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel import Locale, UnknownLocaleError, dates, numbers
 from liquid import BoundTemplate, Environment, RenderContext
 from liquid.builtin.expressions.primitive import RangeLiteral
-from liquid.exceptions import LiquidError, LoopIterationLimitError
+from liquid.exceptions import LiquidError, LoopIterationLimitError, OutputStreamLimitError
 from liquid.filter import with_context
 from liquid.undefined import Undefined
 
@@ -214,13 +214,33 @@ def _bounded_range(self: RangeLiteral, start: Any, stop: Any) -> range:
     """A range literal of at most LOOP_LIMIT numbers: ``{% assign r = (1..1000000000) %}{{ r | join }}``
     would otherwise spend minutes in a filter, where the loop limit does not look."""
     made = _make_range(self, start, stop)
-    if len(made) > LOOP_LIMIT:
+    if made.stop - made.start > LOOP_LIMIT:  # not len(): a range of 10**100 numbers overflows it
         raise LoopIterationLimitError(f"a range of more than {LOOP_LIMIT} numbers", token=self.token)
     return made
 
 
 # Notee is python-liquid's only user in its processes, so the bound applies to every range it makes.
 RangeLiteral._make_range = _bounded_range  # type: ignore[method-assign]
+
+
+def _bounded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` refusing to make a text longer than OUTPUT_LIMIT (the output limit looks only at what is
+    written, so ``{{ s | replace: "a", s | replace: "a", s }}`` would otherwise grow 2,000 characters
+    to billions before anything is written); ``replace`` is refused before it runs."""
+
+    @wraps(fn)
+    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("replace") and isinstance(value, str) and len(args) >= 2:
+            old, new = str(args[0]), str(args[1])
+            grows = (value.count(old) if old else len(value) + 1) * max(len(new) - len(old), 0)
+            if len(value) + grows > OUTPUT_LIMIT:
+                raise OutputStreamLimitError(f"{name} would make more than {OUTPUT_LIMIT} characters", token=None)
+        out = fn(value, *args, **kwargs)
+        if isinstance(out, str) and len(out) > OUTPUT_LIMIT:
+            raise OutputStreamLimitError(f"{name} made more than {OUTPUT_LIMIT} characters", token=None)
+        return out
+
+    return bounded
 
 
 def _environment() -> Environment:
@@ -233,6 +253,8 @@ def _environment() -> Environment:
         "plural": plural_filter,
     }
     env.filters.update(filters)
+    for name, fn in list(env.filters.items()):
+        env.filters[name] = _bounded(name, fn)
     return env
 
 

@@ -159,14 +159,24 @@ def test_list_variables_are_checked():
         ("{% for i in (1..n) %}x{% endfor %}", "a range of more than 1000 numbers"),
         ("{% for i in (1..40) %}{% for j in (1..40) %}x{% endfor %}{% endfor %}", "loop iteration limit"),
         ("{% for i in (1..999) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}", "output stream limit"),
-        ("{% assign s = 'xx' %}{% for i in (1..60) %}{% assign s = s | append: s %}{% endfor %}", "namespace limit"),
+        ("{% assign s = 'xx' %}{% for i in (1..60) %}{% assign s = s | append: s %}{% endfor %}", "append made more"),
+        (
+            "{% for i in (1..900) %}{% assign a = a | append: '0123456789' %}"
+            "{% assign b = b | append: '0123456789' %}{% endfor %}",
+            "namespace limit",
+        ),
+        ("{{ n | replace: '9', n | replace: '9', n | replace: '9', n }}", "replace would make more"),
+        (
+            "{{ n | split: '' | join: '----------------------------------------------------------' | split: '' | join: n }}",
+            "join made more",
+        ),
         ("{% capture s %}{% for i in (1..999) %}abcdefghijklmnopq{% endfor %}{% endcapture %}", "limit"),
     ],
 )
 def test_hostile_templates_hit_a_limit(body, says):
     render.check_template("TOPIC", content(body=body))  # they parse
     with pytest.raises(InvalidInput) as err:
-        render.render(content(body=body), {"n": "99999999"})
+        render.render(content(body=body), {"n": "9" * 100, "a": "", "b": ""})
     assert says in err.value.details[0]["msg"]
 
 
