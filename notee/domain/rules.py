@@ -112,6 +112,10 @@ def check_send_inputs(variables: Any, overrides: Any) -> None:
     no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values)."""
     for name, value in (variables or {}).items():
         check_text("variables", name, min_len=1, max_len=64)
+        if name.split(".")[0] == "recipient":
+            raise bad(
+                f"variables.{name[:64]}", "recipient.* is the recipient's own (docs/TEMPLATES.md), not a variable"
+            )
         _check_variable(value)
     overrides = overrides or {}
     if overrides.get("title") is not None:

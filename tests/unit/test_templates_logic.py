@@ -146,6 +146,8 @@ def test_list_variables_are_checked():
         check_send_inputs({"items": ["a"] * 51}, None)
     with pytest.raises(InvalidInput):
         check_send_inputs({"items": [{"k": "x\x00"}]}, None)
+    with pytest.raises(InvalidInput):  # the recipient's own names are not variables
+        check_send_inputs({"recipient.name": "Eve"}, None)
 
 
 # --- hostile templates: refused when saved, or stopped by a limit when rendered (a 422, quickly) ---
