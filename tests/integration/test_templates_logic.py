@@ -7,13 +7,16 @@ per job."""
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 
 import pytest
 
 from notee.domain import render
+from notee.store import mysql
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_user, random_token
 from tests.support.stores import snapshot
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.tenant(credentials=True)
 
@@ -127,3 +130,30 @@ def test_a_plain_template_is_still_rendered_once_per_job(client, tenant, emulato
     run_worker_until_idle(emu_runtime, [service])
     assert calls == ["render"]  # once, when the job was made; never in the worker
     assert [_seen(emulator, t) for t in tokens] == [("2 new", "items")] * 3
+
+
+def test_a_scheduled_single_send_of_a_recipient_template_is_rendered_for_the_user_when_sent(
+    client, tenant, emulator, emu_runtime
+):
+    """A scheduled single send is a job the worker sends (``UserTarget``): the user's profile is read
+    then, so a name changed after scheduling is the one the device shows."""
+    service, headers = tenant
+    token = random_token("sch")
+    user = _user(client, headers, {"name": "Before", "timezone": "Asia/Seoul", "locale": "en-US"}, token)
+    tpl = {"title": "Hi {{ recipient.name }}", "body": "Due {{ at | datetime: 'time:short' }}"}
+    assert client.put("/v1/templates/SINGLE/due", json=tpl, headers=headers).status_code == 201
+    with emu_runtime.sessions() as s:
+        send_at = mysql.db_now(s) + timedelta(seconds=2)
+    body = {"type": "due", "variables": {"at": "2026-12-05T00:00:00Z"}, "send_at": f"{send_at.isoformat()}Z"}
+    r = client.post(f"/v1/users/{user}/send", json=body, headers=headers)
+    assert r.status_code == 202, r.text
+    service_user_id = client.get(f"/v1/users/{user}", headers=headers).json()["service_user_id"]
+    assert client.put(f"/v1/users/{service_user_id}", json={"name": "After"}, headers=headers).status_code == 200
+
+    def past() -> bool:
+        with emu_runtime.sessions() as s:
+            return bool(mysql.db_now(s) > send_at)
+
+    wait_for(past, timeout=30, what="the database clock to pass send_at")
+    run_worker_until_idle(emu_runtime, [service])
+    assert _seen(emulator, token) == ("Hi After", "Due 9:00\u202fAM")
