@@ -17,7 +17,7 @@ renderer reports every such name at once; ``{% if name %}`` and ``| default:`` t
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,7 +39,7 @@ LOCALS_LIMIT = 16384  # bytes of assign/capture values
 NESTING_LIMIT = 10  # nested blocks (if, for, case, ...)
 _REMOVED_TAGS = ("include", "render", "tablerow", "ifchanged")
 # What the recipient offers a template: ``recipient.<field>`` (docs/TEMPLATES.md).
-RECIPIENT_FIELDS = ("id", "name", "locale", "timezone")
+RECIPIENT_FIELDS = ("id", "name", "locale", "timezone", "tags")
 # Filters whose output depends on the recipient's time zone: a template using one renders per recipient.
 ZONE_FILTERS = frozenset({"datetime"})
 # The render's formatting locale and zone: keys no Liquid name can spell (":" is not in its grammar).
@@ -281,6 +281,14 @@ class Parsed:
         return frozenset(used)
 
 
+class Tags(dict[str, Any]):
+    """``recipient.tags``: a tag the user does not have is nil (``| default:`` fills it), not a
+    missing value: users differ in their tags, and a push is not refused for one of them."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
 class TemplateError(ValueError):
     """A field that is not a template Notee renders: the message says why, readably."""
 
@@ -319,6 +327,18 @@ def parse(text: str) -> Parsed:
     return Parsed(template, paths, frozenset(analysis.filters))
 
 
+def reads(texts: Iterable[str]) -> frozenset[str]:
+    """The recipient fields these texts read (``Parsed.recipient_fields``); a text that does not
+    parse reads nothing (it is refused when saved or rendered)."""
+    used: set[str] = set()
+    for text in texts:
+        try:
+            used |= parse(text).recipient_fields
+        except TemplateError:
+            continue
+    return frozenset(used)
+
+
 def literal_output(text: str) -> str | None:
     """The first ``{{ <literal> }}`` of ``text`` (a literal shown as it is, no value and no filter)."""
     found = _LITERAL_OUTPUT.search(text)
@@ -343,16 +363,17 @@ def nest(values: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """What a render reads besides the template: the recipient (``recipient.*``: id, name, locale,
+    """What a render reads besides the template: the recipient (``recipient.*``: id, name, locale, tags,
     timezone; None: a render for every recipient, whose ``recipient.*`` are empty) and the locale
     numbers and dates are formatted in."""
 
-    recipient: Mapping[str, str | None] | None = None
+    recipient: Mapping[str, Any] | None = None
     locale: str | None = None
 
     def values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The Liquid scope of a render: the nested values, ``recipient``, the formatting locale and zone."""
         who = dict.fromkeys(RECIPIENT_FIELDS, "") | dict(self.recipient or {})
+        who["tags"] = Tags(who["tags"] or {})
         locale = who.get("locale") or self.locale or "en"
         return nest(values) | {
             "recipient": who,

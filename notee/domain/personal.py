@@ -4,7 +4,8 @@ filter: ``render.depends_on_recipient``): pure, no I/O; the workers' page builde
 
 A job made of such a template carries, beside its rendered push (every recipient's fallback), its
 sources and values (``personal``: ``render.render_all``). Each recipient's text is rendered from them
-with its profile (``notee.store.users_sql.recipient_profiles``: one query per page), cached by what the
+with its profile (``notee.store.recipient_sql``: one query per page, and one for their tags when the template reads
+``recipient.tags``), cached by what the
 template reads of a recipient (its variant, and only the fields it uses: a template that reads only
 the time zone renders once per zone and locale, not once per device). A recipient whose text does not
 render or is over a provider's size limit gets the fallback (logged): nothing is ever pushed half
@@ -28,10 +29,12 @@ log = logging.getLogger(__name__)
 
 CACHE_LIMIT = 4096  # distinct renders kept per job (beyond: the cache starts over)
 Text = tuple[str, str, dict[str, str]]
-# A recipient as a page read finds it: (locale, time zone, name, service user id); the locale is the
-# device's, else its user's, the zone the user's, else the service's.
-Profile = tuple[str | None, str | None, str, str]
-_FIELD_INDEX = {"locale": 0, "timezone": 1, "name": 2, "id": 3}
+# A recipient as a page read finds it: (locale, time zone, name, service user id, tags or None when
+# the template reads none); the locale is the device's, else its user's, the zone the user's, else
+# the service's.
+Profile = tuple[str | None, str | None, str, str, dict[str, Any] | None]
+_FIELD_INDEX = {"locale": 0, "timezone": 1, "name": 2, "id": 3, "tags": 4}
+_NOBODY: Profile = (None, None, "", "", None)
 
 
 class Personalizer:
@@ -50,19 +53,15 @@ class Personalizer:
         self.fallback: dict[str, Text] = {"": default} | {
             tag: (v["title"], v["body"], v.get("data") or {}) for tag, v in variants.items()
         }
-        used: set[str] = set()
-        for text in self.texts.values():
-            for field in (text["title"], text["body"], *(text.get("data") or {}).values()):
-                used |= liquid.parse(field).recipient_fields
         # The profile positions the cache key takes: only what the template reads.
-        self.fields = tuple(sorted(_FIELD_INDEX[f] for f in used))
+        self.fields = tuple(sorted(_FIELD_INDEX[f] for f in personal["fields"]))
         self.cache: dict[tuple[Any, ...], Text] = {}
 
     def text_for(self, profile: Profile | None) -> Text:
         """The recipient's title, body and data (its variant's, rendered with its profile)."""
-        who: Profile = profile or (None, None, "", "")
+        who: Profile = profile or _NOBODY
         tag = choose_variant(who[0], self.tags) or ""
-        key = (tag, *(who[i] for i in self.fields))
+        key = (tag, *(_hashable(who[i]) for i in self.fields))
         hit = self.cache.get(key)
         if hit is None:
             if len(self.cache) >= CACHE_LIMIT:
@@ -76,7 +75,7 @@ class Personalizer:
         provider's size limit: the fallback."""
         fallback = self.fallback.get(tag, self.fallback[""])
         text = self.texts[tag]
-        recipient = {"locale": who[0], "timezone": who[1], "name": who[2], "id": who[3]}
+        recipient = {"locale": who[0], "timezone": who[1], "name": who[2], "id": who[3], "tags": who[4]}
         context = liquid.Scope(recipient, tag or None).values(self.values)
         try:
             title = self._field(text["title"], context, fallback[0])
@@ -99,3 +98,8 @@ class Personalizer:
         if missing:
             raise liquid.TemplateError(f"missing {', '.join(missing)}")
         return out
+
+
+def _hashable(value: Any) -> Any:
+    """A profile field as part of a cache key (tags: their sorted items)."""
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value

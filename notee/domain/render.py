@@ -206,16 +206,15 @@ def check_template(method: str, template: TemplateContent) -> None:
         )
 
 
+def recipient_fields(template: TemplateContent) -> frozenset[str]:
+    """What the template (or a variant) reads of the recipient (``liquid.reads``); not empty: it is
+    rendered per recipient (docs/TEMPLATES.md)."""
+    return liquid.reads(text for _, text in _all_fields(template))
+
+
 def depends_on_recipient(template: TemplateContent) -> bool:
-    """Whether some field of the template (or of a variant) reads ``recipient.*`` or formats a date
-    (the recipient's time zone): such a template is rendered per recipient by the workers."""
-    for _, text in _all_fields(template):
-        try:
-            if liquid.parse(text).recipient_fields:
-                return True
-        except liquid.TemplateError:
-            continue  # refused when rendered
-    return False
+    """Whether the template is rendered per recipient by the workers (``recipient_fields``)."""
+    return bool(recipient_fields(template))
 
 
 def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
@@ -369,15 +368,15 @@ def render_all(
                 missing.setdefault(d["loc"][-1], d)
     if missing:
         raise InvalidInput(f"missing template variable(s): {', '.join(missing)}", details=list(missing.values()))
-    personal = None
-    if depends_on_recipient(template) or any(
-        liquid.parse(text).recipient_fields for _, text in _fields(*merge(template, overrides))
-    ):
-        texts = {}
-        for key in keys:
-            title, body, data = merge(template.content_for(key), overrides)
-            texts[key or ""] = {"title": title, "body": body, "data": data}
-        personal = {"values": {**(template.defaults or {}), **(variables or {})}, "texts": texts}
+    texts: dict[str, dict[str, Any]] = {}  # what the workers render each recipient's text from
+    sources: list[str] = []
+    for key in keys:
+        title, body, data = merge(template.content_for(key), overrides)
+        texts[key or ""] = {"title": title, "body": body, "data": data}
+        sources += [title, body, *data.values()]
+    fields = sorted(liquid.reads(sources))
+    values = {**(template.defaults or {}), **(variables or {})}
+    personal = {"values": values, "texts": texts, "fields": fields} if fields else None
     return Localized(done.pop(None), {k: v for k, v in done.items() if k is not None}, personal)
 
 

@@ -51,8 +51,6 @@ user_t = Table(
     Column("updated_at", DateTime),
 )
 
-service_t = Table("service", metadata, Column("service", String(32), primary_key=True), Column("timezone", String(64)))
-
 device_t = Table(
     "device",
     metadata,
@@ -267,31 +265,6 @@ def recipient_locales(session: Session, service: str, user_ids: Collection[str])
         .where(and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids)), locale.is_not(None)))
     )
     return {(r[0], r[1]): r[2] for r in rows}
-
-
-def recipient_profiles(
-    session: Session, service: str, user_ids: Collection[str]
-) -> dict[tuple[str, str], tuple[str | None, str | None, str, str]]:
-    """(user_id, device_token) -> (locale: the device's, else its user's; time zone: the user's, else
-    the service's; the user's name; its service user id) of every device of these users: one query
-    per fan-out page of a template that depends on the recipient (uq_user_user_id, the device and
-    service primary keys)."""
-    if not user_ids:
-        return {}
-    rows = session.execute(
-        select(
-            device_t.c.user_id,
-            device_t.c.device_token,
-            func.coalesce(device_t.c.locale, user_t.c.locale),
-            func.coalesce(user_t.c.timezone, service_t.c.timezone),
-            user_t.c.service_user_name,
-            user_t.c.service_user_id,
-        )
-        .join(user_t, and_(user_t.c.service == device_t.c.service, user_t.c.user_id == device_t.c.user_id))
-        .join(service_t, service_t.c.service == device_t.c.service)
-        .where(and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids))))
-    )
-    return {(r[0], r[1]): (r[2], r[3], r[4] or "", r[5]) for r in rows}
 
 
 # A user's time zone and quiet-hours window as a recipient filter reads them: (timezone or None,

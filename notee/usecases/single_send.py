@@ -16,11 +16,12 @@ from notee.core import clock
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import services, templates, users
 from notee.domain.liquid import Scope
-from notee.domain.render import Rendered, choose_variant, depends_on_recipient, render
+from notee.domain.render import Rendered, choose_variant, recipient_fields, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store.mysql import db_now
+from notee.store.recipient_sql import recipient_tags
 from notee.store.runtime import Runtime
 from notee.usecases.deliver import DeliveryOptions, DeliveryResult, deliver
 
@@ -55,6 +56,8 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
         template = templates.get_template(session, runtime.statements, service, "SINGLE", send.type_)
         devices = users.list_devices(session, service, send.user_id)
         now = db_now(session) if send.quiet_hours else None
+        reads = recipient_fields(template.content())
+        user_tags = recipient_tags(session, service, [send.user_id]).get(send.user_id, {}) if "tags" in reads else None
     window = user.quiet_hours or service_row.quiet_hours
     if now is not None and window is not None:
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
@@ -63,7 +66,7 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     overrides = {"data": extra} if extra else None
     # Rendered once per variant some device needs, never per device; a template that depends on the
     # recipient once per (variant, locale) of its devices (docs/TEMPLATES.md).
-    personal = depends_on_recipient(content)
+    personal = bool(reads)
     pushes: dict[tuple[str | None, str | None], Rendered] = {}
     messages = []
     for d in devices:
@@ -74,7 +77,8 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
             scope = Scope(locale=key)
             if personal:
                 zone = user.timezone or service_row.timezone
-                scope = Scope({"id": user.service_user_id, "name": user.name, "locale": locale, "timezone": zone}, key)
+                who = {"id": user.service_user_id, "name": user.name, "locale": locale, "timezone": zone}
+                scope = Scope(who | {"tags": user_tags}, key)
             pushes[which] = render(content.content_for(key), variables, overrides, scope)
         push = pushes[which]
         messages.append(

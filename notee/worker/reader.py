@@ -42,9 +42,10 @@ from notee.providers.base import Message
 from notee.store import jobs_sql, users_sql
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
+from notee.store.recipient_sql import recipient_profiles, recipient_tags
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobGone
-from notee.store.users_sql import UserClock, recipient_locales, recipient_profiles, user_clocks
+from notee.store.users_sql import UserClock, recipient_locales, user_clocks
 from notee.usecases.planning import in_part, placement, task_slots, task_unit
 
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
@@ -202,6 +203,7 @@ class PageReader:
         "queue",
         "runtime",
         "service",
+        "tags",
         "target",
         "walk",
     )
@@ -214,6 +216,7 @@ class PageReader:
         # The job's service when its template has locale variants (their locales: one query a page)
         # or is rendered per recipient (their profiles: one query a page).
         self.personal = "personal" in job.payload
+        self.tags = self.personal and "tags" in job.payload["personal"].get("fields", ())
         self.locales_of = job.service if job.payload.get("variants") or self.personal else None
         # A planned job: this task sends only its part's recipients.
         self.part = _Part(job.target, claim.task_no) if job.target.get("parts") else None
@@ -313,7 +316,12 @@ class PageReader:
     def _locales(self, service: str, page: Sequence[RecipientRow]) -> dict[tuple[str, str], Any]:
         with self.runtime.sessions() as session:
             if self.personal:
-                return recipient_profiles(session, service, {r[USER] for r in page})
+                users = {r[USER] for r in page}
+                profiles = recipient_profiles(session, service, users)
+                if not self.tags:
+                    return {k: (*v, None) for k, v in profiles.items()}
+                tags = recipient_tags(session, service, users)  # the template reads recipient.tags
+                return {k: (*v, tags.get(k[0], {})) for k, v in profiles.items()}
             return recipient_locales(session, service, {r[USER] for r in page})
 
 

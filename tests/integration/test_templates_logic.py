@@ -10,6 +10,7 @@ import secrets
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text as sql_text
 
 from notee.domain import render
 from notee.store import mysql
@@ -157,3 +158,48 @@ def test_a_scheduled_single_send_of_a_recipient_template_is_rendered_for_the_use
     wait_for(past, timeout=30, what="the database clock to pass send_at")
     run_worker_until_idle(emu_runtime, [service])
     assert _seen(emulator, token) == ("Hi After", "Due 9:00\u202fAM")
+
+
+def _tag(runtime, service: str, user: str, key: str, kind: str, text: str | None, number: float | None) -> None:
+    """A user tag written as the tags API (issue 30, another branch) stores it: schema 0026 ``user_tag``."""
+    with runtime.sessions.begin() as s:
+        s.execute(
+            sql_text(
+                "INSERT INTO user_tag (service, user_id, tag_key, kind, value_str, value_num, updated_at)"
+                " VALUES (:s, :u, :k, :kind, :t, :n, UTC_TIMESTAMP(6))"
+            ),
+            {"s": service, "u": user, "k": key, "kind": kind, "t": text, "n": number},
+        )
+
+
+def test_recipient_tags_reach_each_recipients_text_through_the_worker(client, runtime, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    pro_token, free_token = random_token("pro"), random_token("free")
+    pro = _user(client, headers, {"name": "Pro"}, pro_token)
+    free = _user(client, headers, {"name": "Free"}, free_token)
+    _tag(runtime, service, pro, "plan", "s", "gold", None)
+    _tag(runtime, service, pro, "points", "n", None, 1200.0)
+    template = {
+        "title": "Hi {{ recipient.name }}",
+        "body": "{{ recipient.tags.plan | default: 'basic' }}{% if recipient.tags.points %}, {{ recipient.tags.points | number }} points{% endif %}",
+    }
+    assert client.put("/v1/templates/TOPIC/perks", json=template, headers=headers).status_code == 201
+    for user in (pro, free):
+        assert client.put(f"/v1/users/{user}/subscriptions/topic/perks/all", headers=headers).status_code in (200, 201)
+    r = client.post("/v1/topics/perks/all/publish", json={}, headers=headers)
+    assert r.status_code == 202, r.text
+    run_worker_until_idle(emu_runtime, [service])
+    assert _seen(emulator, pro_token) == ("Hi Pro", "gold, 1,200 points")
+    assert _seen(emulator, free_token) == ("Hi Free", "basic")
+
+
+def test_a_single_send_reads_the_users_tags(client, runtime, tenant, emu_app):
+    service, headers = tenant
+    token = random_token("one")
+    user = _user(client, headers, {"name": "Pro"}, token)
+    _tag(runtime, service, user, "plan", "s", "gold", None)
+    template = {"title": "Hi {{ recipient.name }}", "body": "{{ recipient.tags.plan | default: 'basic' }}"}
+    assert client.put("/v1/templates/SINGLE/perks", json=template, headers=headers).status_code == 201
+    r = client.post(f"/v1/users/{user}/send", json={"type": "perks"}, headers=headers)
+    assert r.status_code == 200 and r.json()["delivered"] == 1, r.text
+    assert _seen(emu_app, token) == ("Hi Pro", "gold")

@@ -232,8 +232,8 @@ def test_each_recipient_gets_its_text_rendered_once_per_distinct_profile():
     payload = render.render_all(tpl, {"at": "2026-12-05T12:00:00Z"}).as_job_payload()
     page = [Recipient("t1", "AOS", "u1"), Recipient("t2", "IOS", "u2"), Recipient("t3", "AOS", "u3")]
     profiles = {
-        ("u1", "t1"): ("de-AT", "Europe/Vienna", "Anna", "a"),
-        ("u2", "t2"): ("en-US", "America/New_York", "", "b"),
+        ("u1", "t1"): ("de-AT", "Europe/Vienna", "Anna", "a", None),
+        ("u2", "t2"): ("en-US", "America/New_York", "", "b", None),
     }
     got = [(m.title, m.body) for m in messages_for(page, payload, profiles)]
     assert got == [("13:00", "Hallo Anna"), ("7:00\u202fAM", "Hi there"), ("12:00\u202fPM", "Hi there")]
@@ -243,11 +243,22 @@ def test_a_template_reading_only_the_time_zone_renders_once_per_zone_and_locale(
     payload = render.render_all(content(body="{{ at | datetime }}"), {"at": "2026-12-05T12:00:00Z"}).as_job_payload()
     personal = Personalizer(payload)
     for i in range(100):
-        personal.text_for(("en", "Asia/Seoul" if i % 2 else "UTC", f"user {i}", str(i)))
+        personal.text_for(("en", "Asia/Seoul" if i % 2 else "UTC", f"user {i}", str(i), None))
     assert len(personal.cache) == 2  # the name is not part of the key: the template does not read it
 
 
 def test_a_recipient_whose_text_does_not_render_gets_the_jobs_text():
     payload = render.render_all(content(body="{{ recipient.name }}{{ x }}"), {"x": "y" * 2000}).as_job_payload()
-    huge = ("en", "UTC", "n" * 3000, "id")  # over the providers' 4,096 bytes with the name
+    huge = ("en", "UTC", "n" * 3000, "id", None)  # over the providers' 4,096 bytes with the name
     assert Personalizer(payload).text_for(huge)[1] == "y" * 2000
+
+
+def test_recipient_tags_are_read_and_a_tag_the_user_lacks_is_nil_not_missing():
+    tpl = content(body="{% if recipient.tags.vip %}VIP {% endif %}{{ recipient.tags.plan | default: 'free' }}")
+    payload = render.render_all(tpl).as_job_payload()
+    assert payload["personal"]["fields"] == ["tags"] and payload["body"] == "free"
+    personal = Personalizer(payload)
+    assert personal.text_for(("en", "UTC", "a", "1", {"vip": True, "plan": "pro"}))[1] == "VIP pro"
+    assert personal.text_for(("en", "UTC", "b", "2", {})) == (payload["title"], "free", {})
+    assert personal.text_for(("en", "UTC", "c", "3", {"vip": True, "plan": "pro"}))[1] == "VIP pro"
+    assert len(personal.cache) == 2  # keyed by the tags, not by the name the template does not read
