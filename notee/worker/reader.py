@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -162,7 +161,6 @@ def messages_for(
 
 
 _PERSONALIZERS: dict[int, tuple[dict[str, Any], Personalizer]] = {}  # by id(payload): one per job's task
-_PERSONALIZERS_LOCK = threading.Lock()  # pages of several lanes are rendered in threads (worker/task.py)
 
 
 def _personal_messages(
@@ -170,12 +168,11 @@ def _personal_messages(
 ) -> list[Message]:
     """A page of a template rendered per recipient: each recipient's text from its profile (cached
     by the fields the template reads: ``Personalizer``)."""
-    with _PERSONALIZERS_LOCK:
-        held = _PERSONALIZERS.get(id(payload))
-        if held is None or held[0] is not payload:
-            if len(_PERSONALIZERS) >= 64:  # tasks that ended: forget the oldest
-                del _PERSONALIZERS[next(iter(_PERSONALIZERS))]
-            held = _PERSONALIZERS[id(payload)] = (payload, Personalizer(payload))
+    held = _PERSONALIZERS.get(id(payload))
+    if held is None or held[0] is not payload:
+        if len(_PERSONALIZERS) >= 64:  # tasks that ended: forget the oldest
+            del _PERSONALIZERS[next(iter(_PERSONALIZERS))]
+        held = _PERSONALIZERS[id(payload)] = (payload, Personalizer(payload))
     personal = held[1]
     ttl, priority = personal.ttl, personal.priority
     out = []

@@ -168,11 +168,9 @@ class TaskRun:
         if to_send:
             job = self.job
             try:
-                if "personal" in job.payload:  # rendered per recipient: ~50 µs each, off the event loop
-                    messages = await asyncio.to_thread(messages_for, to_send, job.payload, locales)
-                else:
-                    messages = messages_for(to_send, job.payload, locales)
-                counts = await self.host.send_page(job.service, job.job_id, messages, job.dry_run)
+                counts = await self.host.send_page(
+                    job.service, job.job_id, messages_for(to_send, job.payload, locales), job.dry_run
+                )
             except PageAborted as exc:
                 self.aborted = exc.counts
                 raise
