@@ -38,3 +38,8 @@ _.stream_weight
 _.APNS_SERVER  # aioapns' client protocol reads them (tests/{unit,integration}/test_providers_apns.py, bench/sender_cpu.py)
 _.APNS_PORT
 _.huffman  # bench: h2's encoder keyword, replaced by a lambda that ignores it
+_.loop_iteration_limit  # notee/domain/liquid.py _Env: python-liquid's Environment reads its limits
+_.output_stream_limit
+_.local_namespace_limit
+_.block_nesting_limit
+_.context_depth_limit

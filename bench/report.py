@@ -70,6 +70,11 @@ GOALS: dict[str, tuple[str, float, str]] = {
         0.8,
         "filter matching 100,000 of 1,000,000 users pushes/s / topic publish to the same 100,000, same run",
     ),
+    "personal_cpu_ratio": (
+        "<=",
+        3.0,
+        "worker CPU per push of a template reading recipient.name and a date / plain publish of the same topic",
+    ),
     "fairness_p99_s": (
         "<",
         2.0,

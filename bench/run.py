@@ -34,6 +34,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_users": 4_000,
         "bulk_repeats": 2,
         "local_devices": 20_000,
+        "personal_devices": 20_000,
         "fair_devices": 40_000,
         "cond_devices": 20_000,
         "segment_users": 100_000,
@@ -57,6 +58,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "bulk_users": 20_000,
         "bulk_repeats": 2,
         "local_devices": 100_000,
+        "personal_devices": 100_000,
         "fair_devices": 200_000,
         "cond_devices": 100_000,
         "segment_users": 1_000_000,
@@ -207,6 +209,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["local_time_cpu_ratio"] = local_time.run(runtime, emulator, devices=sizes["local_devices"])
 
         attempt(("local_time_cpu_ratio",), local)
+
+    if want("personal_cpu_ratio"):
+
+        def personal_templates() -> None:
+            from bench import personal
+
+            figures["personal_cpu_ratio"] = personal.run(runtime, emulator, devices=sizes["personal_devices"])
+
+        attempt(("personal_cpu_ratio",), personal_templates)
 
     if want("fairness_p99_s"):
 

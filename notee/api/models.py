@@ -314,8 +314,17 @@ class VariantOut(BaseModel):
 
 
 class TemplateIn(_In):
-    title: OneLine = Field(max_length=200, description="1..200 characters; empty for a background or badge-only push")
-    body: MultiLine = Field(max_length=2000, description="May contain \\n, no other control character; empty as title")
+    title: OneLine = Field(
+        max_length=200,
+        description="1..200 characters; empty for a background or badge-only push",
+        examples=["{{ n | plural: 'New message', '# new messages' }}"],
+    )
+    body: MultiLine = Field(
+        max_length=2000,
+        description="May contain \\n; no other control characters; empty as title. Title, body and data values "
+        "are Liquid templates: conditionals, loops, filters, recipient.* (docs/TEMPLATES.md)",
+        examples=["Hi {{ recipient.name | default: 'there' }}{% if vip %}, VIP{% endif %}: {{ at | datetime }}"],
+    )
     data: DataMap | None = Field(None, description="Flat string map sent with the push")
     defaults: DefaultsMap | None = Field(
         None,

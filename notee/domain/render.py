@@ -1,18 +1,22 @@
 """The one template renderer of SINGLE sends, TOPIC publishes and CYCLE jobs: pure functions, no I/O.
 
-Grammar: ``{{ name }}`` where ``name`` is an identifier or dotted identifiers (``user.name``);
-spaces inside the braces are allowed. Any other ``{{...}}`` in a template is refused when the
-template is saved, so nothing that looks like a placeholder is ever pushed literally.
+Language: Liquid (``notee/domain/liquid.py``, docs/TEMPLATES.md): ``{{ name }}`` and dotted names
+(``user.name``) as before, plus conditionals, loops over list variables, filters (default, upcase,
+truncate, number, datetime, plural, ...) and ``recipient.*``. A text that does not parse, an unknown
+filter, a name that is not letters, digits and ``_``, or ``{{``/``}}`` outside of markup is refused
+when the template is saved, so nothing that looks like a placeholder is ever pushed literally.
 
-Filling: request variables first, then the template's ``defaults``. Every placeholder that neither
-fills is reported in one InvalidInput (422). A CYCLE push has no request to fill anything, so a
-CYCLE template is refused unless every placeholder has a default. Values are inserted as they are
-(never re-rendered), and a rendered text that would still carry ``{{...}}`` is refused.
+Filling: request variables first, then the template's ``defaults``. Every name a render outputs
+(or loops over, or filters) that neither fills is reported in one InvalidInput (422). A CYCLE push
+has no request to fill anything, so a CYCLE template is refused unless every name it reads has a
+default. Values are inserted as they are (never re-rendered), and a rendered text that would still
+carry ``{{...}}`` is refused.
 
-Size: after rendering, each provider's own rule (``notee.providers.fcm.payload_bytes`` and
-``notee.providers.apns.payload_bytes``, both 4,096 bytes); a topic or cycle job may reach either
-platform, so both are checked. Topic and cycle jobs render once per job (``notee.usecases.publish``),
-single sends once per send (``notee.usecases.single_send``), never once per device.
+Size: after rendering, each provider's own rule (``fcm.payload_bytes``, ``apns.payload_bytes``, both
+4,096 bytes); a topic or cycle job may reach either platform, so both are checked. Topic and cycle jobs render once per job (``notee.usecases.publish``),
+single sends once per send (``notee.usecases.single_send``), never once per device -- unless the
+template depends on the recipient (``depends_on_recipient``: ``recipient.*`` or a date filter):
+then the worker renders each recipient's text (``notee/domain/personal.py``).
 
 Locales: a template may hold variants per locale (BCP 47 tags, ``{"de": {"title", "body",
 "data"?}}``); a variant replaces title and body, its data merges over the template's, and it shares
@@ -31,15 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from notee.core.errors import InvalidInput, PayloadTooLarge
+from notee.domain import liquid
 from notee.providers import apns, fcm
 
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
 PLACEHOLDER = re.compile(rf"\{{\{{\s*({NAME_PATTERN})\s*\}}\}}")
-# Anything between double braces, valid or not, and stray braces touching them ("{{{a}}", "{{a}}}").
-_BRACES = re.compile(r"\{\{.*?\}\}", re.S)
 _LEFTOVER = re.compile(r"\{\{|\}\}")
-_TRIPLE = re.compile(r"\{\{\{|\}\}\}")
+_SPECIAL = re.compile(r"(\.(size|first|last))+$")  # Liquid's properties of a list, not names
 MAX_DEFAULTS = 32
 MAX_DEFAULT_LEN = 1024
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
@@ -128,7 +131,7 @@ class Rendered:
 
 
 def placeholders(text: str) -> list[str]:
-    """Names of the valid placeholders in ``text``, first occurrence order, each once."""
+    """Names of the plain ``{{ name }}`` placeholders in ``text``, first occurrence order, each once."""
     return list(dict.fromkeys(PLACEHOLDER.findall(text)))
 
 
@@ -145,13 +148,6 @@ def _has_braces(text: str) -> bool:
     return bool(_LEFTOVER.search(text))
 
 
-def _invalid_braces(text: str) -> str | None:
-    """The first ``{{...}}`` (or stray ``{{``/``}}``) in ``text`` that is not a valid placeholder."""
-    rest = PLACEHOLDER.sub("", text)
-    found = _TRIPLE.search(text) or _BRACES.search(rest) or _LEFTOVER.search(rest)
-    return found.group(0) if found else None
-
-
 def _all_fields(template: TemplateContent) -> list[tuple[list[str], str]]:
     """Every field of the template and of its variants (``["body", "variants", tag, ...]``)."""
     fields = _fields(template.title, template.body, template.data)
@@ -160,24 +156,41 @@ def _all_fields(template: TemplateContent) -> list[tuple[list[str], str]]:
     return fields
 
 
+def _filled(path: str, names: Collection[str]) -> bool:
+    """Whether a value named ``path`` (``user.name``) or one of its parents (``user``) is given."""
+    parts = path.split(".")
+    return any(".".join(parts[:i]) in names for i in range(len(parts), 0, -1))
+
+
+def _parse_problem(loc: list[str], text: str) -> tuple[liquid.Parsed | None, dict[str, Any] | None]:
+    """The field parsed, or the problem that refuses it (the engine's message, readable)."""
+    try:
+        parsed = liquid.parse(text)
+    except liquid.TemplateError as exc:
+        return None, {"loc": loc, "type": "invalid_placeholder", "msg": f"{exc}; a value is written {{{{ name }}}}"}
+    unknown = [p for p in parsed.paths if p.startswith("recipient.") and p.split(".")[1] not in liquid.RECIPIENT_FIELDS]
+    if unknown:
+        fields = ", ".join(f"recipient.{f}" for f in liquid.RECIPIENT_FIELDS)
+        return parsed, {"loc": loc, "type": "invalid_placeholder", "msg": f"{unknown[0]} is not one of {fields}"}
+    literal = liquid.literal_output(text)
+    if literal is not None:
+        msg = f"{literal[:40]!r} shows no value; a value is written {{{{ name }}}}"
+        return parsed, {"loc": loc, "type": "invalid_placeholder", "msg": msg}
+    return parsed, None
+
+
 def check_template(method: str, template: TemplateContent) -> None:
     """The rules a template must meet to be saved; every problem is reported in one InvalidInput."""
     problems: list[dict[str, Any]] = []
     used: set[str] = set()
     for loc, text in _all_fields(template):
-        bad = _invalid_braces(text)
-        if bad is not None:
-            problems.append(
-                {
-                    "loc": loc,
-                    "type": "invalid_placeholder",
-                    "msg": f"{bad[:40]!r} is not a placeholder; use {{{{name}}}} or {{{{user.name}}}}",
-                }
-            )
-        names = placeholders(text)
+        parsed, problem = _parse_problem(loc, text)
+        if problem is not None:
+            problems.append(problem)
+        names = [p for p in parsed.paths if p.split(".")[0] != "recipient"] if parsed else []
         used.update(names)
         if method == "CYCLE":
-            unfilled = [n for n in names if n not in (template.defaults or {})]
+            unfilled = [n for n in names if not _filled(n, template.defaults or {})]
             if unfilled:
                 problems.append(
                     {
@@ -193,6 +206,17 @@ def check_template(method: str, template: TemplateContent) -> None:
         )
 
 
+def recipient_fields(template: TemplateContent) -> frozenset[str]:
+    """What the template (or a variant) reads of the recipient (``liquid.reads``); not empty: it is
+    rendered per recipient (docs/TEMPLATES.md)."""
+    return liquid.reads(text for _, text in _all_fields(template))
+
+
+def depends_on_recipient(template: TemplateContent) -> bool:
+    """Whether the template is rendered per recipient by the workers (``recipient_fields``)."""
+    return bool(recipient_fields(template))
+
+
 def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
     if defaults is None:
         return []
@@ -205,7 +229,7 @@ def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
         loc = ["body", "defaults", str(name)]
         if not isinstance(name, str) or not NAME_RE.match(name):
             problems.append({"loc": loc, "type": "invalid_name", "msg": "must be a placeholder name like user.name"})
-        elif name not in used:
+        elif not any(_filled(path, (name,)) for path in used):
             problems.append({"loc": loc, "type": "unused_default", "msg": "the template has no such placeholder"})
         if not isinstance(value, str) or len(value) > MAX_DEFAULT_LEN or _CONTROL_BUT_NEWLINE.search(value):
             problems.append(
@@ -220,24 +244,38 @@ def _check_defaults(defaults: object, used: set[str]) -> list[dict[str, Any]]:
     return problems
 
 
-def render(
-    template: TemplateContent, variables: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
-) -> Rendered:
-    """The push every recipient gets: overrides (title, body replace; data merges over the
-    template's), then variables and defaults filled into title, body and data values, then the
-    providers' size rules. Raises InvalidInput (every missing variable at once, or a value that
-    would put ``{{``/``}}`` on a device) and PayloadTooLarge."""
-    variables = variables or {}
+def merge(template: TemplateContent, overrides: Mapping[str, Any] | None) -> tuple[str, str, dict[str, str]]:
+    """(title, body, data) to render: the overrides' title and body replace, their data merges over."""
     overrides = overrides or {}
     title: str = overrides["title"] if overrides.get("title") is not None else template.title
     body: str = overrides["body"] if overrides.get("body") is not None else template.body
     base: Any = template.data or {}
     if isinstance(base, (str, bytes)):  # a JSON column read as text
         base = json.loads(base)
-    data = {str(k): str(v) for k, v in {**base, **(overrides.get("data") or {})}.items()}
-    values = {**(template.defaults or {}), **variables}
-    fields = _fields(title, body, data)
-    missing = list(dict.fromkeys(n for _, text in fields for n in placeholders(text) if n not in values))
+    return title, body, {str(k): str(v) for k, v in {**base, **(overrides.get("data") or {})}.items()}
+
+
+def fill(
+    fields: tuple[str, str, dict[str, str]], values: Mapping[str, Any], scope: liquid.Scope
+) -> tuple[str, str, dict[str, str]]:
+    """The fields rendered with ``values`` (variables over defaults). InvalidInput: a field that does
+    not render (its message, naming the field), or every name used and missing, at once."""
+    title, body, data = fields
+    context = scope.values(values)
+    out: list[str] = []
+    missing: dict[str, None] = {}
+    for loc, text in _fields(title, body, data):
+        try:
+            parsed = liquid.parse(text)
+            rendered, unset = liquid.render_text(parsed, context)
+        except liquid.TemplateError as exc:
+            raise InvalidInput(
+                f"{'.'.join(loc[1:])}: {exc}", details=[{"loc": loc, "type": "template_error", "msg": str(exc)}]
+            ) from None
+        for name in unset:  # a missing parent (``user``) stands for every path the field reads under it
+            under = [_SPECIAL.sub("", p) for p in parsed.paths if p == name or p.startswith(name + ".")]
+            missing.update(dict.fromkeys(under or [name]))
+        out.append(rendered)
     if missing:
         raise InvalidInput(
             f"missing template variable(s): {', '.join(missing)}",
@@ -250,17 +288,23 @@ def render(
                 for n in missing
             ],
         )
+    return out[0], out[1], dict(zip(data, out[2:], strict=True))
 
-    def fill(text: str) -> str:
-        return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
 
-    rendered = Rendered(
-        fill(title),
-        fill(body),
-        {k: fill(v) for k, v in data.items()},
-        template.ttl_seconds,
-        template.priority or "high",
-    )
+def render(
+    template: TemplateContent,
+    variables: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    scope: liquid.Scope | None = None,
+) -> Rendered:
+    """The push every recipient gets (or, with ``scope.recipient``, the one recipient's): overrides
+    (title, body replace; data merges over the template's), then variables and defaults filled into
+    title, body and data values, then the providers' size rules. Raises InvalidInput (every missing
+    variable at once, a field that does not render, or a value that would put ``{{``/``}}`` on a
+    device) and PayloadTooLarge."""
+    values = {**(template.defaults or {}), **(variables or {})}
+    title, body, data = fill(merge(template, overrides), values, scope or liquid.Scope())
+    rendered = Rendered(title, body, data, template.ttl_seconds, template.priority or "high")
     leftovers = [
         loc
         for loc, text in _fields(rendered.title, rendered.body, rendered.data)
@@ -278,34 +322,41 @@ def render(
 
 @dataclass(frozen=True, slots=True)
 class Localized:
-    """A job's push: the template's own rendering and one per locale variant."""
+    """A job's push: the template's own rendering and one per locale variant; ``personal``, for a
+    template that depends on the recipient, what the workers render each recipient's text from."""
 
     default: Rendered
     variants: dict[str, Rendered]
+    personal: dict[str, Any] | None = None
 
     def as_job_payload(self) -> dict[str, Any]:
         """The job's stored payload: the default push, plus ``variants`` {tag: {title, body, data}}
-        when the template has any (ttl and priority are the template's for every variant)."""
+        when the template has any (ttl and priority are the template's for every variant), plus
+        ``personal`` {values, texts: {"" or tag: {title, body, data}}} when it is rendered per recipient
+        (the rendered texts are then each recipient's fallback: docs/TEMPLATES.md)."""
         payload = self.default.as_job_payload()
         if self.variants:
             payload["variants"] = {
                 tag: {"title": r.title, "body": r.body, "data": r.data} for tag, r in self.variants.items()
             }
+        if self.personal is not None:
+            payload["personal"] = self.personal
         return payload
 
 
 def render_all(
-    template: TemplateContent, variables: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    template: TemplateContent, variables: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Localized:
     """``render`` once for the template's own text and once per variant (a topic or cycle job's
     push, made once per job). Overrides apply to every variant. Every missing variable of every
-    variant is reported in one InvalidInput; a variant over a provider's size limit is PayloadTooLarge."""
+    variant is reported in one InvalidInput; a variant over a provider's size limit is PayloadTooLarge.
+    A template that depends on the recipient also gets its sources for the workers (``personal``)."""
     keys: list[str | None] = [None, *(template.variants or {})]
     done: dict[str | None, Rendered] = {}
     missing: dict[str, dict[str, Any]] = {}
     for key in keys:
         try:
-            done[key] = render(template.content_for(key), variables, overrides)
+            done[key] = render(template.content_for(key), variables, overrides, liquid.Scope(locale=key))
         except PayloadTooLarge as exc:
             if key is None:
                 raise
@@ -317,7 +368,16 @@ def render_all(
                 missing.setdefault(d["loc"][-1], d)
     if missing:
         raise InvalidInput(f"missing template variable(s): {', '.join(missing)}", details=list(missing.values()))
-    return Localized(done.pop(None), {k: v for k, v in done.items() if k is not None})
+    texts: dict[str, dict[str, Any]] = {}  # what the workers render each recipient's text from
+    sources: list[str] = []
+    for key in keys:
+        title, body, data = merge(template.content_for(key), overrides)
+        texts[key or ""] = {"title": title, "body": body, "data": data}
+        sources += [title, body, *data.values()]
+    fields = sorted(liquid.reads(sources))
+    values = {**(template.defaults or {}), **(variables or {})}
+    personal = {"values": values, "texts": texts, "fields": fields} if fields else None
+    return Localized(done.pop(None), {k: v for k, v in done.items() if k is not None}, personal)
 
 
 def check_size(rendered: Rendered) -> None:

@@ -103,12 +103,20 @@ def control_free(value: str, *, newlines: bool = False) -> bool:
     return not (_CONTROL_BUT_NEWLINE_RE if newlines else _CONTROL_RE).search(value)
 
 
+MAX_LIST_ITEMS = 50  # items of a list variable (a template's {% for %} loops)
+MAX_ITEM_KEYS = 20  # keys of an object in a list variable
+
+
 def check_send_inputs(variables: Any, overrides: Any) -> None:
     """Template variables and per-send overrides (title, body, data) follow the templates' text rule:
     no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values)."""
     for name, value in (variables or {}).items():
         check_text("variables", name, min_len=1, max_len=64)
-        check_text("variables", value, max_len=2000, newlines=True)
+        if name.split(".")[0] == "recipient":
+            raise bad(
+                f"variables.{name[:64]}", "recipient.* is the recipient's own (docs/TEMPLATES.md), not a variable"
+            )
+        _check_variable(value)
     overrides = overrides or {}
     if overrides.get("title") is not None:
         check_text("title", overrides["title"], min_len=1, max_len=200)
@@ -117,6 +125,25 @@ def check_send_inputs(variables: Any, overrides: Any) -> None:
     for key, value in (overrides.get("data") or {}).items():
         check_text("data", key, min_len=1, max_len=128)
         check_text("data", value, max_len=2000, newlines=True)
+
+
+def _check_variable(value: Any) -> None:
+    """A variable's value: a text, or a list (at most MAX_LIST_ITEMS) of texts or of objects of at
+    most MAX_ITEM_KEYS texts (the API's ``TemplateValue``)."""
+    if not isinstance(value, list):
+        check_text("variables", value, max_len=2000, newlines=True)
+        return
+    if len(value) > MAX_LIST_ITEMS:
+        raise bad("variables", f"a list holds at most {MAX_LIST_ITEMS} items")
+    for item in value:
+        if isinstance(item, dict):
+            if len(item) > MAX_ITEM_KEYS:
+                raise bad("variables", f"a list item holds at most {MAX_ITEM_KEYS} keys")
+            for key, text in item.items():
+                check_text("variables", key, min_len=1, max_len=64)
+                check_text("variables", text, max_len=2000, newlines=True)
+        else:
+            check_text("variables", item, max_len=2000, newlines=True)
 
 
 def check_pattern(field_: str, value: Any, pattern: re.Pattern[str], what: str) -> str:

@@ -15,12 +15,14 @@ from typing import Any
 from notee.core import clock
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import payloads, services, templates, users
-from notee.domain.render import Rendered, choose_variant, render
+from notee.domain.liquid import Scope
+from notee.domain.render import Rendered, TemplateContent, choose_variant, recipient_fields, render
 from notee.domain.rules import check_data, check_send_inputs
 from notee.providers.base import Message
 from notee.providers.payload import Rich
 from notee.providers.routing import ProviderSet
 from notee.store.mysql import db_now
+from notee.store.recipient_sql import recipient_tags
 from notee.store.runtime import Runtime
 from notee.usecases.deliver import DeliveryOptions, DeliveryResult, deliver
 
@@ -37,7 +39,7 @@ class SingleSend:
     service: str
     user_id: str
     type_: str
-    variables: dict[str, str] | None = None
+    variables: dict[str, Any] | None = None
     data: dict[str, str] | None = None
     quiet_hours: bool = False
     payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
@@ -57,29 +59,21 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
         template = templates.get_template(session, runtime.statements, service, "SINGLE", send.type_)
         devices = users.list_devices(session, service, send.user_id)
         now = db_now(session) if send.quiet_hours else None
+        reads = recipient_fields(template.content())
+        user_tags = recipient_tags(session, service, [send.user_id]).get(send.user_id, {}) if "tags" in reads else None
     window = user.quiet_hours or service_row.quiet_hours
     if now is not None and window is not None:
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
     content = template.content()
-    tags = list((content.variants or {}).keys())
     overrides = {"data": extra} if extra else None
-    spec = payloads.merge(template.payload, send.payload)
-    keys = [choose_variant(d.locale or user.locale, tags) for d in devices]
-    # the first variant a device needs, with the payload's text (a request that cannot render is
-    # refused even when the user has no device)
-    first = keys[0] if keys else None
-    pushes: dict[str | None, Rendered] = {}  # rendered once per variant some device needs, never per device
-    pushes[first], rich_spec = payloads.render_with(
-        spec, content.defaults, variables, lambda: render(content.content_for(first), variables, overrides)
+    pushes, rich = _render_pushes(
+        _Renderable(content, variables, overrides, payloads.merge(template.payload, send.payload)),
+        _recipient(user, service_row.timezone, user_tags) if reads else None,
+        [d.locale or user.locale for d in devices],
     )
-    for key in keys:
-        if key not in pushes:
-            pushes[key] = render(content.content_for(key), variables, overrides)
-    payloads.check_rendered(rich_spec, pushes)
-    rich = Rich.from_spec(rich_spec)
     messages = []
-    for d, key in zip(devices, keys, strict=True):
-        push = pushes[key]
+    for d in devices:
+        push = pushes[_which(content, d.locale or user.locale, bool(reads))]
         messages.append(
             Message(
                 device_token=d.token,
@@ -94,6 +88,53 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
             )
         )
     return messages, dry_run
+
+
+@dataclass(frozen=True, slots=True)
+class _Renderable:
+    """What a single send renders: the template's content, the request's variables and data
+    overrides, and the rich fields (the template's with the request's merged over them)."""
+
+    content: TemplateContent
+    variables: dict[str, Any] | None
+    overrides: dict[str, Any] | None
+    spec: dict[str, Any] | None
+
+
+def _recipient(user: Any, service_zone: str, user_tags: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``recipient`` a template that reads it sees (docs/TEMPLATES.md); its locale is set per device."""
+    zone = user.timezone or service_zone
+    return {"id": user.service_user_id, "name": user.name, "timezone": zone, "tags": user_tags}
+
+
+def _which(content: TemplateContent, locale: str | None, personal: bool) -> tuple[str | None, str | None]:
+    """The render a device of ``locale`` gets: its variant, and its locale when the text reads the recipient."""
+    key = choose_variant(locale, list((content.variants or {}).keys()))
+    return key, locale if personal else None
+
+
+def _render_pushes(
+    what: _Renderable, recipient: dict[str, Any] | None, locales: list[str | None]
+) -> tuple[dict[tuple[str | None, str | None], Rendered], Rich | None]:
+    """Each render the devices (of ``locales``) need, once: per variant, or, when the template reads
+    the recipient (``recipient`` given), per (variant, locale); and the rich fields, their text
+    rendered with the first (a request that cannot render is refused even when the user has no device)."""
+
+    def one(which: tuple[str | None, str | None], locale: str | None) -> Rendered:
+        scope = Scope(locale=which[0]) if recipient is None else Scope(recipient | {"locale": locale}, which[0])
+        return render(what.content.content_for(which[0]), what.variables, what.overrides, scope)
+
+    wanted = [(_which(what.content, locale, recipient is not None), locale) for locale in locales]
+    first = wanted[0] if wanted else (_which(what.content, None, recipient is not None), None)
+    pushes: dict[tuple[str | None, str | None], Rendered] = {}
+    pushes[first[0]], rich_spec = payloads.render_with(
+        what.spec, what.content.defaults, what.variables, lambda: one(*first)
+    )
+    for which, locale in wanted:
+        if which not in pushes:
+            pushes[which] = one(which, locale)
+    payloads.check_rendered(rich_spec, pushes)
+    return pushes, Rich.from_spec(rich_spec)
 
 
 def _check_quiet(now: datetime, zone_name: str, window: tuple[int, int], mode: str, devices: int) -> None:

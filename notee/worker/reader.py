@@ -9,8 +9,8 @@ queue, ahead of the sender; and what turns a page into messages (``messages_for`
 * ``MovedRowFilter`` drops a device's second row at one ``no`` (a token rotation during the
   publish); ``_Part`` keeps a planned job's task to its part's recipients (local time, quiet hours).
 * Per device: no MySQL and no Cassandra query. Per page: one Cassandra page read, and one MySQL
-  query for the recipients' locales (a template with locale variants) or clocks (a part that
-  needs them).
+  query for the recipients' locales (a template with locale variants), or profiles (a template
+  rendered per recipient: ``notee/domain/personal.py``), or clocks (a part that needs them).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from notee.core.vocabulary import (
     decode_target,
     device_of,
 )
+from notee.domain.personal import Personalizer
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.providers.payload import Rich
@@ -47,6 +48,7 @@ from notee.store import jobs_sql, users_sql
 from notee.store.cql.recipients import stream_recipients
 from notee.store.cql.statements import Statements
 from notee.store.mysql import db_now
+from notee.store.recipient_sql import recipient_profiles, recipient_tags
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobGone
 from notee.store.users_sql import UserClock, recipient_locales, user_clocks
@@ -68,15 +70,15 @@ from notee.worker.audience_rows import (
 READ_AHEAD = 2  # pages read ahead of the sender per lane (bounded queue)
 
 # What the reader hands the sender, or the error that stopped it: (slot, paging state after the
-# page, key (no, device_token) of the last row read, the page's recipient locales or None when the
-# job has no variants, the recipients of the page to send: all of it, or those of the task's part,
+# page, key (no, device_token) of the last row read, the page's recipient locales (or profiles: a
+# template rendered per recipient) or None when the job needs neither, the recipients of the page to send: all of it, or those of the task's part,
 # and how many of the part's it drops: quiet hours)
 ReadItem = (
     tuple[
         int,
         bytes | None,
         tuple[int, str] | None,
-        dict[tuple[str, str], str] | None,
+        dict[tuple[str, str], Any] | None,
         list[RecipientRow],
         int,
     ]
@@ -150,12 +152,15 @@ class _Part:
 
 
 def messages_for(
-    page: Sequence[RecipientRow], payload: dict[str, Any], locales: dict[tuple[str, str], str] | None = None
+    page: Sequence[RecipientRow], payload: dict[str, Any], locales: dict[tuple[str, str], Any] | None = None
 ) -> list[Message]:
     """One page's messages (pure, no I/O): every recipient gets the job's rendered payload, or, when
     the template has locale variants, the variant its locale (``locales``: (user_id, device_token) ->
-    tag) matches best; nothing is rendered here. The rich fields (``rich``, docs/PAYLOADS.md) are
-    mapped once per page into one ``Rich`` every message of the page shares."""
+    tag) matches best; nothing is rendered here, unless the template depends on the recipient
+    (``personal`` in the payload; ``locales`` then holds profiles). The rich fields (``rich``,
+    docs/PAYLOADS.md) are mapped once per page into one ``Rich`` every message of the page shares."""
+    if "personal" in payload:
+        return _personal_messages(page, payload, locales or {})
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
     default = (payload["title"], payload["body"], payload.get("data") or {})
     variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
@@ -174,6 +179,30 @@ def messages_for(
             v = variants[tag] if tag is not None else None
             text = by_locale[locale] = default if v is None else (v["title"], v["body"], v.get("data") or {})
         out.append(Message(r[TOKEN], r[OS], text[0], text[1], text[2], ttl, priority, collapse, rich))
+    return out
+
+
+_PERSONALIZERS: dict[int, tuple[dict[str, Any], Personalizer]] = {}  # by id(payload): one per job's task
+
+
+def _personal_messages(
+    page: Sequence[RecipientRow], payload: dict[str, Any], profiles: dict[tuple[str, str], Any]
+) -> list[Message]:
+    """A page of a template rendered per recipient: each recipient's text from its profile (cached
+    by the fields the template reads: ``Personalizer``)."""
+    held = _PERSONALIZERS.get(id(payload))
+    if held is None or held[0] is not payload:
+        if len(_PERSONALIZERS) >= 64:  # tasks that ended: forget the oldest
+            del _PERSONALIZERS[next(iter(_PERSONALIZERS))]
+        held = _PERSONALIZERS[id(payload)] = (payload, Personalizer(payload))
+    personal = held[1]
+    ttl, priority = personal.ttl, personal.priority
+    rich = Rich.from_spec(payload.get("rich"))
+    collapse = rich.collapse_key if rich is not None else None
+    out = []
+    for r in page:
+        title, body, data = personal.text_for(profiles.get((r[USER], r[TOKEN])))
+        out.append(Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich))
     return out
 
 
@@ -197,9 +226,11 @@ class PageReader:
         "locales_of",
         "once",
         "part",
+        "personal",
         "queue",
         "runtime",
         "service",
+        "tags",
         "target",
         "walk",
     )
@@ -214,8 +245,11 @@ class PageReader:
         # What a filter's held pages go through before they are sent (each device once; blocking).
         self.once: RowFilter | None = None
         self.queue: asyncio.Queue[ReadItem] = asyncio.Queue(maxsize=READ_AHEAD)
-        # The job's service when its template has locale variants (their locales: one query a page).
-        self.locales_of = job.service if job.payload.get("variants") else None
+        # The job's service when its template has locale variants (their locales: one query a page)
+        # or is rendered per recipient (their profiles: one query a page).
+        self.personal = "personal" in job.payload
+        self.tags = self.personal and "tags" in job.payload["personal"].get("fields", ())
+        self.locales_of = job.service if job.payload.get("variants") or self.personal else None
         # A planned job: this task sends only its part's recipients.
         self.part = _Part(job.target, claim.task_no) if job.target.get("parts") else None
         # The slots left to walk: every slot of the range, or the occupied ones (jobs.task_plan).
@@ -376,8 +410,15 @@ class PageReader:
                 dropped += 1
         return send, dropped
 
-    def _locales(self, service: str, page: Sequence[RecipientRow]) -> dict[tuple[str, str], str]:
+    def _locales(self, service: str, page: Sequence[RecipientRow]) -> dict[tuple[str, str], Any]:
         with self.runtime.sessions() as session:
+            if self.personal:
+                users = {r[USER] for r in page}
+                profiles = recipient_profiles(session, service, users)
+                if not self.tags:
+                    return {k: (*v, None) for k, v in profiles.items()}
+                tags = recipient_tags(session, service, users)  # the template reads recipient.tags
+                return {k: (*v, tags.get(k[0], {})) for k, v in profiles.items()}
             return recipient_locales(session, service, {r[USER] for r in page})
 
 

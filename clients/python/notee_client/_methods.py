@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from notee_client import _ops
 from notee_client import models as m
-from notee_client._ops import Op
+from notee_client._ops import Op, TemplateValue
 
 T = TypeVar("T")
 
@@ -255,7 +255,7 @@ answers all of the user's tags."""
 users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
         return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
@@ -330,7 +330,7 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
@@ -602,7 +602,7 @@ answers all of the user's tags."""
 users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
         return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
@@ -677,7 +677,7 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or

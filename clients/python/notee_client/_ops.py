@@ -332,7 +332,12 @@ def bulk_subscribe(type: str, topic: str, user_ids: Sequence[str]) -> Op[m.BulkS
 
 # --- publishing ------------------------------------------------------------------------------------
 
-def publish_topic(type: str, topic: str, *, variables: Mapping[str, str] | None = None,
+# A template variable's value: a text, or a list of texts or of objects of texts (for the template's
+# {% for %} loops; docs/TEMPLATES.md in the repository).
+TemplateValue = str | Sequence[str] | Sequence[Mapping[str, str]]
+
+
+def publish_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None,
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
                   local_time: str | None = None, platforms: Sequence[str] | None = None,
@@ -401,7 +406,7 @@ def cancel_job(job_id: str) -> Op[m.Job]:
     return Op("POST", f"/v1/jobs/{_seg(job_id)}/cancel", _one(m.Job))
 
 
-def send_to_user(user_id: str, type: str, *, variables: Mapping[str, str] | None = None,
+def send_to_user(user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None,
                  data: Mapping[str, str] | None = None, send_at: datetime | None = None,
                  idempotency_key: str | None = None, quiet_hours: bool = False,
                  payload: Mapping[str, Any] | None = None) -> Op[m.SendResult | m.PublishAccepted]:

@@ -39,6 +39,15 @@ SEND_AT_FIELD: Any = Field(
 VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")]
 DataKey = Annotated[OneLineText, StringConstraints(min_length=1, max_length=128)]
 Value = Annotated[MultiLineText, StringConstraints(max_length=2000)]
+# A template variable's value (docs/TEMPLATES.md): a text, or a list (at most 50) of texts or of
+# small objects of texts, for the template's {% for %} loops. Numbers and dates are texts too
+# ("3", "2026-12-05T09:30:00Z"): the number, plural and datetime filters read them.
+ItemKey = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+TemplateValue = (
+    Value
+    | Annotated[list[Value], Field(max_length=50)]
+    | Annotated[list[Annotated[dict[ItemKey, Value], Field(max_length=20)]], Field(max_length=50)]
+)
 
 
 class PublishRequest(BaseModel):
@@ -46,11 +55,13 @@ class PublishRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    variables: dict[VarName, Value] | None = Field(
+    variables: dict[VarName, TemplateValue] | None = Field(
         None,
         max_length=100,
         description="Values for the template's {{name}} placeholders (title, body, data "
-        "values); a placeholder with neither a variable nor a template default is 422, listing every missing name.",
+        "values); a placeholder with neither a variable nor a template default is 422, listing every missing name. "
+        "A value is a text, or a list of texts or of objects of texts for {% for %} loops (docs/TEMPLATES.md).",
+        examples=[{"name": "Ann", "count": "3", "items": [{"name": "Tea", "price": "4.5"}]}],
     )
     data: dict[DataKey, Value] | None = Field(
         None, max_length=100, description="Key/value data merged over the template's data."

@@ -16,7 +16,7 @@ from notee.api.deps import RuntimeDep, SenderDep
 from notee.api.documented import DATA, PayloadObject, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
-from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted
+from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted, TemplateValue
 from notee.api.user_ref import UserDep
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import render
@@ -36,12 +36,13 @@ class SendIn(BaseModel):
     type: StrictStr = Field(pattern=TYPE_PATTERN, description="Type of a SINGLE template of this service.")
     variables: dict[
         Annotated[OneLineText, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")],
-        Annotated[MultiLineText, Field(max_length=2000)],
+        TemplateValue,
     ] = Field(
         default_factory=dict,
         max_length=100,
         description="Values for the template's {{name}} placeholders; the template's defaults fill the rest. Every "
-        "placeholder left unfilled is listed in one 422.",
+        "placeholder left unfilled is listed in one 422. A value is a text, or a list of texts or of objects of "
+        "texts for {% for %} loops (docs/TEMPLATES.md).",
     )
     data: Annotated[dict[OneLineText, MultiLineText], DATA] | None = Field(
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."

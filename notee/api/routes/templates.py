@@ -33,7 +33,8 @@ def put_template(
     response: Response,
 ) -> templates.Template:
     """Create or update (201 when created). notification_key never changes; the version is bumped.
-    A placeholder that is not ``{{name}}``/``{{user.name}}``, or (CYCLE) one without a default, is 422."""
+    A text that is not a template (docs/TEMPLATES.md: Liquid), or (CYCLE) a name without a default, is 422
+    naming the field."""
     given = TemplateInput(
         title=body.title,
         body=body.body,
