@@ -88,13 +88,7 @@ def publish(
         "send_at": instant(send_at),
         "payload": payload_of(payload, badge, sound, image, background),
     }
-    targets: dict[str, Any] = {
-        "topic": topic_option if topic is None else topic,
-        "condition": condition,
-        "filter": _json_option(filter_json, "--filter") if filter_json is not None else None,
-        "segments": segment or None,
-        "users": _user_ids(users) if users is not None else None,
-    }
+    targets = _targets(topic_option if topic is None else topic, condition, filter_json, segment, users)
     with sdk_client() as notee:
         if (
             topic is not None
@@ -125,6 +119,19 @@ def publish(
         print_json(job)
     if job.state != "done":
         fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
+
+
+def _targets(
+    topic: str | None, condition: str | None, filter_json: str | None, segment: list[str], users: str | None
+) -> dict[str, Any]:
+    """The publish's target options as the SDK's ``publish`` takes them (None: not given)."""
+    return {
+        "topic": topic,
+        "condition": condition,
+        "filter": _json_option(filter_json, "--filter") if filter_json is not None else None,
+        "segments": segment or None,
+        "users": _user_ids(users) if users is not None else None,
+    }
 
 
 def _json_option(text: str, what: str) -> Any:

@@ -6,7 +6,8 @@ them through the providers, checkpoint (docs/FANOUT.md).
 * ``process``: the process (metrics, heartbeat, signals and the stop grace) around one ``Worker``.
 * ``lanes``: ``Worker``, its lanes: the claim loop, idle turns, when a lane gives its task back.
 * ``task``: ``TaskRun``, one claimed task: its page loop, checkpoints, and what each error means.
-* ``reader``: ``PageReader``, a task's pages read ahead of its sender; ``messages_for``.
+* ``reader``: ``PageReader``, a task's pages read ahead of its sender; ``messages``: ``messages_for``, a
+  page as messages.
 * ``outage``: what counts as an outage, and the backoff after one.
 
 Per device: no MySQL and no Cassandra query. Per task: one job read (the rendered payload). Per

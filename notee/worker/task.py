@@ -47,8 +47,9 @@ from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import Stopping
 from notee.usecases.sender import PageAborted
 from notee.worker.audience_rows import ConditionTooLarge
+from notee.worker.messages import messages_for
 from notee.worker.outage import OutageBackoff, is_outage
-from notee.worker.reader import PageReader, messages_for
+from notee.worker.reader import PageReader
 
 log = logging.getLogger(__name__)
 

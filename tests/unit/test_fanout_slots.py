@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from notee.core.vocabulary import Recipient, slot_ranges
-from notee.worker.reader import messages_for
+from notee.worker.messages import messages_for
 
 
 @pytest.mark.parametrize(

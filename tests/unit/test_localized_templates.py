@@ -14,7 +14,7 @@ from notee.core.errors import InvalidInput
 from notee.core.vocabulary import Recipient
 from notee.domain import render
 from notee.domain.rules import canonical_locale, check_locale
-from notee.worker.reader import messages_for
+from notee.worker.messages import messages_for
 
 VARIANTS = {
     "de": {"title": "Hallo {{name}}", "body": "Neu"},

@@ -18,7 +18,7 @@ from notee.providers.apns import apns_headers, apns_payload
 from notee.providers.base import Message
 from notee.providers.fcm import fcm_message
 from notee.providers.payload import Rich
-from notee.worker.reader import messages_for
+from notee.worker.messages import messages_for
 
 ALERT = {
     "image": "https://cdn.example.com/p/42.jpg",

@@ -12,7 +12,7 @@ from notee.core.vocabulary import Recipient
 from notee.domain import liquid, render
 from notee.domain.personal import Personalizer
 from notee.domain.rules import check_send_inputs
-from notee.worker.reader import messages_for
+from notee.worker.messages import messages_for
 
 
 def content(
