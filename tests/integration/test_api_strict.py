@@ -195,6 +195,7 @@ def test_a_405_names_every_method_its_path_is_served_with(app, client, settings,
         "{delivery_id}": "1",
         "{letter_id}": "1",
         "{key}": "plan",
+        "{name}": "a-segment",
     }
     checked = 0
     for path, methods in sorted(by_path.items()):
