@@ -68,7 +68,9 @@ def test_the_readme_quickstart_runs_as_written(processes, api, settings, emulato
     assert out.returncode == 0, out.stdout + out.stderr
     assert '"state": "done"' in out.stdout and '"sent": 1' in out.stdout, out.stdout
     assert '"title": "Hi Alice"' in out.stdout.replace('":"', '": "'), out.stdout  # the emulator's copy
-    assert deliveries_per_token(emulator, ["demo-device-token-1"], api="fcm") == {"demo-device-token-1": 1}
+    # the topic publish, then the publish to the filter `plan = pro` (alice's tag): one push each
+    assert out.stdout.count('"state": "done"') == 2, out.stdout
+    assert deliveries_per_token(emulator, ["demo-device-token-1"], api="fcm") == {"demo-device-token-1": 2}
 
 
 def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migrated, tmp_path: Path):
