@@ -113,7 +113,7 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
         if existing is not None:
             return _same_request(existing, fingerprint)
     template = _template_of(session, request)
-    payload = _render(template, request)
+    payload = render_payload(template, request)
     service_row = services_sql.get_service(session, request.service)
     plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
     job = NewJob(
@@ -156,7 +156,7 @@ def _template_of(session: Session, request: JobRequest) -> AnyRow:
     return template
 
 
-def _render(template: AnyRow, request: JobRequest) -> dict[str, Any]:
+def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
     """The job's payload: rendered once here for every recipient of the job, once per locale
     variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
     rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
