@@ -108,7 +108,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("PUT", "/v1/segments/{name}"): "putSegment",
     ("DELETE", "/v1/segments/{name}"): "deleteSegment",
     ("POST", "/v1/audience/estimate"): "estimateAudience",
-    ("POST", "/v1/publish/{type}/preview"): "previewPublish",
+    ("POST", "/v1/publish/{type}/preview"): "preview",
 }
 
 TAGS: list[dict[str, str]] = [

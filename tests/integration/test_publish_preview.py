@@ -9,6 +9,7 @@ import json
 import os
 
 import pytest
+from notee_client import Client, ValidationFailed
 from sqlalchemy import text
 
 from notee.providers import fcm
@@ -119,7 +120,9 @@ def test_a_filter_preview_counts_its_devices_and_warns_on_none_and_on_a_sample_r
     assert set(shown["variants"][0]["platforms"]) == {"AOS"}  # narrowed to the platforms asked
     assert shown["warnings"] == [] and shown["sample_recipient"] is None
     nobody = client.post(
-        "/v1/publish/news/preview", json=body | {"filter": [[{"tag": "plan", "op": "=", "value": "gold"}]]}, headers=headers
+        "/v1/publish/news/preview",
+        json=body | {"filter": [[{"tag": "plan", "op": "=", "value": "gold"}]]},
+        headers=headers,
     )
     assert nobody.status_code == 200 and nobody.json()["reach"]["devices"] == 0
     assert nobody.json()["warnings"][0].startswith("the target reaches 0 devices"), nobody.json()["warnings"]
@@ -148,9 +151,7 @@ def test_a_filter_preview_counts_its_devices_and_warns_on_none_and_on_a_sample_r
         {"topic": "sports", "extra": 1},
     ],
 )
-def test_a_bad_request_is_refused_as_the_publish_refuses_it_and_nothing_is_written(
-    client, runtime, tenant, body
-):
+def test_a_bad_request_is_refused_as_the_publish_refuses_it_and_nothing_is_written(client, runtime, tenant, body):
     service, headers = tenant
     tenant.template("TOPIC", "news", title="Hello {{name}}", body="Body")  # no default: {{name}} must be given
     body = body if body.get("topic") != "sports" else body | {"variables": {"name": "x"}}
@@ -216,4 +217,17 @@ def test_the_cli_dry_run_prints_the_preview_and_creates_no_job(env, runtime, ten
     assert nobody.returncode == 0 and "reaches 0" in nobody.stderr, nobody.stderr
     refused = notee("publish", "news", "sports", "--condition", "'a' in topics", "--dry-run", env=env)
     assert refused.returncode == 2, (refused.returncode, refused.stderr)
+    assert _jobs(runtime, tenant.service) == 0
+
+
+def test_the_sdks_preview_takes_publishs_arguments_and_raises_its_errors(api_process, runtime, tenant):
+    _news(tenant)
+    _member(tenant, "IOS", topic="sports")
+    with Client(api_process.url, api_key=tenant.api_key) as sdk:
+        shown = sdk.preview("news", topic="sports", platforms=["IOS"], variables={"sku": "k1"}, payload={"badge": 1})
+        assert shown.dry_run is True and set(shown.variants[0].platforms) == {"IOS"}
+        assert shown.variants[1].locale == "ko" and shown.variants[0].payload["badge"] == 1
+        with pytest.raises(ValidationFailed) as refused:
+            sdk.preview("news", topic="sports", users=["u1"])
+        assert refused.value.status == 422
     assert _jobs(runtime, tenant.service) == 0

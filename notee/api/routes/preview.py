@@ -19,7 +19,7 @@ from notee.usecases.preview import Preview, VariantPreview, preview
 router = APIRouter(prefix="/v1", tags=["publish"])
 
 
-class PlatformOut(BaseModel):
+class PreviewPlatform(BaseModel):
     provider: str = Field(description="fcm or apns: the provider this platform's devices go through.")
     body: dict[str, Any] = Field(
         description='What Notee would send: FCM\'s request body `{"message": ...}` (the token a placeholder), '
@@ -36,18 +36,18 @@ class PlatformOut(BaseModel):
     over_limit: bool
 
 
-class VariantOut(BaseModel):
+class PreviewVariant(BaseModel):
     locale: str | None = Field(description="The locale variant; null: the template's own text.")
     title: str
     body: str
     data: dict[str, str]
-    payload: dict[str, Any] | None = Field(description="The rich fields, rendered (docs/PAYLOADS.md).")
-    platforms: dict[str, PlatformOut] = Field(description="By platform (AOS, IOS): what its provider would get.")
+    payload: dict[str, Any] | None = Field(None, description="The rich fields, rendered (docs/PAYLOADS.md).")
+    platforms: dict[str, PreviewPlatform] = Field(description="By platform (AOS, IOS): what its provider would get.")
 
 
-class PreviewOut(Answer):
+class PublishPreview(Answer):
     dry_run: Literal[True] = Field(True, description="Always true: nothing was written or sent.")
-    variants: list[VariantOut]
+    variants: list[PreviewVariant]
     ttl_seconds: int | None
     priority: str
     reach: EstimateOut = Field(description="What `POST /v1/audience/estimate` answers for the target.")
@@ -58,15 +58,15 @@ class PreviewOut(Answer):
     )
 
 
-def _variant(v: VariantPreview) -> VariantOut:
-    return VariantOut(
+def _variant(v: VariantPreview) -> PreviewVariant:
+    return PreviewVariant(
         locale=v.locale,
         title=v.title,
         body=v.body,
         data=v.data,
         payload=v.rich,
         platforms={
-            os: PlatformOut(
+            os: PreviewPlatform(
                 provider=p.provider, body=p.body, headers=p.headers, bytes=p.bytes, limit=p.limit, over_limit=p.over
             )
             for os, p in v.platforms.items()
@@ -74,9 +74,9 @@ def _variant(v: VariantPreview) -> VariantOut:
     )
 
 
-def _answer(found: Preview) -> PreviewOut:
+def _answer(found: Preview) -> PublishPreview:
     reach = found.reach
-    return PreviewOut(
+    return PublishPreview(
         variants=[_variant(v) for v in found.variants],
         ttl_seconds=found.ttl_seconds,
         priority=found.priority,
@@ -95,10 +95,10 @@ def _answer(found: Preview) -> PreviewOut:
     )
 
 
-@router.post("/publish/{type}/preview", response_model=PreviewOut, responses=errors(404, 413, 422))
+@router.post("/publish/{type}/preview", response_model=PublishPreview, responses=errors(404, 422))
 def preview_publish(
     type: TypePath, request: GeneralPublishRequest, runtime: RuntimeDep, db: DbDep, service: ServiceDep
-) -> PreviewOut:
+) -> PublishPreview:
     """What `POST /v1/publish/{type}` with this body would send, without writing or sending
     anything: the rendered push per locale variant, each platform's provider body and its size
     against the provider's limit, the target's reach and warnings. A body the publish refuses is
