@@ -87,7 +87,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
 
 _PUBLISH = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
-_PREVIEW = re.compile(r"^/v1/publish/[^/]+/preview$")
+_PREVIEW = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)/preview$")
 
 
 def rate_class(method: str, path: str) -> RateClass | None:

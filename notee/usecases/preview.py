@@ -25,7 +25,8 @@ from notee.store import services_sql
 from notee.store.runtime import Runtime
 from notee.usecases.audience_publish import Publish, resolve
 from notee.usecases.estimate import Estimate, EstimateTarget, estimate
-from notee.usecases.publish import render_payload
+from notee.usecases.job_requests import JobRequest, TopicPublish
+from notee.usecases.publish import render_payload, resolve_topic
 
 PLATFORMS = ("AOS", "IOS")
 SAMPLE_TOKEN = "<device token>"
@@ -75,18 +76,31 @@ class Preview:
 
 
 def preview(runtime: Runtime, session: Session, publish: Publish) -> Preview:
-    """The preview of ``publish``: the same 404s and 422s as publishing it (the same code), then
-    its rendering per locale variant and platform, its reach and its warnings. Writes nothing."""
+    """The preview of a general publish: the same 404s and 422s as publishing it (the same code),
+    then its rendering per locale variant and platform, its reach and its warnings. Writes nothing."""
     resolved = resolve(runtime, session, publish)
-    template = resolved.request.template
-    assert template is not None  # resolve read it
-    payload = render_payload(template, resolved.request)
-    reach = estimate(session, runtime.statements, publish.service, _estimate_target(publish))
+    return _preview_of(runtime, session, resolved.request, _estimate_target(publish), resolved.unknown_users)
+
+
+def preview_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> Preview:
+    """The preview of a topic publish (``POST /v1/topics/{type}/{topic}/publish``), as ``preview``."""
+    request = resolve_topic(runtime, session, publish)
+    target = EstimateTarget(topic=publish.topic, type=publish.type_, platforms=publish.platforms or None)
+    return _preview_of(runtime, session, request, target, None)
+
+
+def _preview_of(
+    runtime: Runtime, session: Session, request: JobRequest, target: EstimateTarget, unknown: int | None
+) -> Preview:
+    template = request.template
+    assert template is not None  # resolved with its template row
+    payload = render_payload(template, request)
+    reach = estimate(session, runtime.statements, request.service, target)
     warnings: list[str] = []
     sample = None
     texts = _texts(payload)
     if "personal" in payload:
-        sample = _sample(session, publish.service)
+        sample = _sample(session, request.service)
         person = Personalizer(payload)
         texts = {tag: person.text_for(_profile(sample, tag)) for tag in texts}
         fields = ", ".join(f"recipient.{f}" for f in payload["personal"]["fields"])
@@ -95,7 +109,7 @@ def preview(runtime: Runtime, session: Session, publish: Publish) -> Preview:
             f"(name {SAMPLE_NAME!r}, id {SAMPLE_ID!r}, each variant's locale, the service's time zone, no tags); "
             "each device gets its own text"
         )
-    routes = _routes(session, publish)
+    routes = _routes(session, request.service, target.platforms)
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
     rich = Rich.from_spec(payload.get("rich"))
     variants = []
@@ -112,7 +126,7 @@ def preview(runtime: Runtime, session: Session, publish: Publish) -> Preview:
     if reached == 0:
         what = "devices" if reach.devices is not None else "subscribed users"
         warnings.insert(0, f"the target reaches 0 {what}: publishing it would send nothing")
-    return Preview(variants, reach, resolved.unknown_users, ttl, priority, warnings, sample)
+    return Preview(variants, reach, unknown, ttl, priority, warnings, sample)
 
 
 def _estimate_target(publish: Publish) -> EstimateTarget:
@@ -146,11 +160,11 @@ def _profile(sample: dict[str, Any], tag: str) -> Profile:
     return (tag or None, sample["timezone"], sample["name"], sample["id"], sample["tags"])
 
 
-def _routes(session: Session, publish: Publish) -> dict[str, str]:
+def _routes(session: Session, service: str, platforms: tuple[str, ...] | None) -> dict[str, str]:
     """The provider each asked platform goes through: iOS through APNs when the service has APNs
     credentials, else through FCM (``notee.providers.routing.choose``)."""
-    has_apns = credentials_status(session, publish.service)["apns"]
-    return {os: "apns" if os == "IOS" and has_apns else "fcm" for os in publish.platforms or PLATFORMS}
+    has_apns = credentials_status(session, service)["apns"]
+    return {os: "apns" if os == "IOS" and has_apns else "fcm" for os in platforms or PLATFORMS}
 
 
 def _platform(m: Message, provider: str) -> PlatformPreview:

@@ -231,3 +231,24 @@ def test_the_sdks_preview_takes_publishs_arguments_and_raises_its_errors(api_pro
             sdk.preview("news", topic="sports", users=["u1"])
         assert refused.value.status == 422
     assert _jobs(runtime, tenant.service) == 0
+
+
+def test_the_topic_routes_preview_answers_as_the_general_one_with_the_topic_publishs_errors(
+    client, runtime, tenant, make_tenant
+):
+    service, headers = tenant
+    _news(tenant)
+    body = {"variables": {"sku": "t1"}, "platforms": ["AOS"]}
+    shown = client.post("/v1/topics/news/sports/publish/preview", json=body, headers=headers)
+    general = client.post("/v1/publish/news/preview", json=body | {"topic": "sports"}, headers=headers)
+    assert shown.status_code == general.status_code == 200, shown.text
+    assert shown.json() == general.json()
+    for path, status in (("/v1/topics/news/sports/publish", 422), ("/v1/topics/nope/sports/publish", 404)):
+        refused = client.post(path + "/preview", json={"payload": {"badge": -1}}, headers=headers)
+        sent = client.post(path, json={"payload": {"badge": -1}}, headers=headers)
+        assert refused.status_code == sent.status_code == status, (refused.text, sent.text)
+        assert refused.json()["error"] == sent.json()["error"]
+    other = make_tenant()
+    other.template("TOPIC", "theirs", title="t", body="b")
+    assert client.post("/v1/topics/theirs/sports/publish/preview", headers=headers).status_code == 404
+    assert _jobs(runtime, service) == 0

@@ -358,6 +358,22 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
               headers={"Idempotency-Key": key})
 
 
+def preview_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None,
+                  data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
+                  idempotency_key: str | None = None, send_at: datetime | None = None,
+                  local_time: str | None = None, platforms: Sequence[str] | None = None,
+                  payload: Mapping[str, Any] | None = None) -> Op[m.PublishPreview]:
+    """What ``publish_topic`` with the same arguments would send, without sending or creating
+    anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
+    del idempotency_key
+    return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish/preview", _one(m.PublishPreview),
+              json=_clean(variables=dict(variables) if variables is not None else None,
+                          data=dict(data) if data is not None else None, title=title, body=body,
+                          send_at=_instant(send_at), local_time=local_time,
+                          platforms=list(platforms) if platforms else None,
+                          payload=dict(payload) if payload is not None else None))
+
+
 def publish(type: str, *, topic: str | None = None, condition: str | None = None,
             filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None,
             exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None,

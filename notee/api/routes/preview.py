@@ -1,5 +1,5 @@
-"""The preview (dry run) of a general publish: ``POST /v1/publish/{type}/preview`` takes the
-publish's body and answers what it would send, per locale variant and platform, with its reach and
+"""The preview (dry run) of a publish: ``POST /v1/publish/{type}/preview`` (and the topic publish's
+``POST /v1/topics/{type}/{topic}/publish/preview``) takes the publish's body and answers what it would send, per locale variant and platform, with its reach and
 warnings; nothing is written or sent (docs/API.md "Preview")."""
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from pydantic import BaseModel, Field
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
+from notee.api.documented import TopicPath
 from notee.api.models import Answer, errors
+from notee.api.routes import publish as topic_routes
 from notee.api.routes.audience_publish import GeneralPublishRequest, TypePath, publish_of
+from notee.api.routes.publish import PublishRequest, overrides_of, platforms_of
 from notee.api.routes.segments import EstimateOut
-from notee.usecases.preview import Preview, VariantPreview, preview
+from notee.usecases.job_requests import TopicPublish
+from notee.usecases.preview import Preview, VariantPreview, preview, preview_topic
 
 router = APIRouter(prefix="/v1", tags=["publish"])
 
@@ -104,5 +108,32 @@ def preview_publish(
     against the provider's limit, the target's reach and warnings. A body the publish refuses is
     refused here with the same status and details (the same checks run)."""
     found = preview(runtime, db, publish_of(type, request, service, None))
+    db.rollback()  # read only
+    return _answer(found)
+
+
+@router.post("/topics/{type}/{topic}/publish/preview", response_model=PublishPreview, responses=errors(404, 422))
+def preview_topic_publish(
+    type: topic_routes.TypePath,
+    topic: TopicPath,
+    runtime: RuntimeDep,
+    db: DbDep,
+    service: ServiceDep,
+    request: PublishRequest | None = None,
+) -> PublishPreview:
+    """What `POST /v1/topics/{type}/{topic}/publish` with this body would send, as
+    `POST /v1/publish/{type}/preview` answers it; the topic publish's own checks and errors."""
+    request = request or PublishRequest()
+    asked = TopicPublish(
+        service=service,
+        type_=type,
+        topic=topic,
+        variables=request.variables,
+        overrides=overrides_of(request),
+        send_at=request.send_at,
+        local_time=request.local_time,
+        platforms=platforms_of(request),
+    )
+    found = preview_topic(runtime, db, asked)
     db.rollback()  # read only
     return _answer(found)
