@@ -1,6 +1,7 @@
-"""A publish's preview (dry run, docs/API.md "Preview"): what ``POST /v1/publish/{type}`` would send,
-computed and answered without writing or sending anything. The request goes through the publish's
-own checks (``audience_publish.resolve``) and rendering (``publish.render_payload``); each platform's
+"""A publish's preview (dry run, docs/API.md "Preview (dry run)"): what ``POST /v1/publish/{type}``
+(``preview``) or a topic publish (``preview_topic``) would send, computed and answered without writing
+or sending anything. The request goes through the publish's own checks (``audience_publish.resolve``,
+``publish.resolve_topic``) and rendering (``publish.render_payload``); each platform's
 provider body is built by the providers' own builders (``fcm.fcm_message``, ``apns.apns_payload``,
 ``apns.apns_headers``) and measured as they measure it; the reach is the audience estimate's
 (notee/usecases/estimate.py).

@@ -1,6 +1,6 @@
 """The preview (dry run) of a publish: ``POST /v1/publish/{type}/preview`` (and the topic publish's
 ``POST /v1/topics/{type}/{topic}/publish/preview``) takes the publish's body and answers what it would send, per locale variant and platform, with its reach and
-warnings; nothing is written or sent (docs/API.md "Preview")."""
+warnings; nothing is written or sent (docs/API.md "Preview (dry run)")."""
 
 from __future__ import annotations
 
