@@ -87,6 +87,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
 
 _PUBLISH = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
+_PREVIEW = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)/preview$")
 
 
 def rate_class(method: str, path: str) -> RateClass | None:
@@ -94,8 +95,8 @@ def rate_class(method: str, path: str) -> RateClass | None:
     admin API and anything outside /v1."""
     if not path.startswith(TENANT_PREFIX) or path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
         return None
-    if method in ("GET", "HEAD"):
-        return "read"
+    if method in ("GET", "HEAD") or (method == "POST" and _PREVIEW.match(path)):
+        return "read"  # a preview writes and sends nothing: a read (docs/API.md "Rate limits")
     if method == "POST" and _PUBLISH.match(path):
         return "publish"
     if method == "POST" and _SEND.match(path):

@@ -108,6 +108,8 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("PUT", "/v1/segments/{name}"): "putSegment",
     ("DELETE", "/v1/segments/{name}"): "deleteSegment",
     ("POST", "/v1/audience/estimate"): "estimateAudience",
+    ("POST", "/v1/publish/{type}/preview"): "preview",
+    ("POST", "/v1/topics/{type}/{topic}/publish/preview"): "previewTopic",
 }
 
 TAGS: list[dict[str, str]] = [

@@ -66,6 +66,15 @@ _FILTER = [
     [{"attribute": "country", "op": "in", "value": ["KR", "JP"]}],
 ]
 _REACH = {"users": 5100, "devices": 6020, "devices_by_platform": {"AOS": 4210, "IOS": 1810}}
+_FCM = {"token": "<device token>", "notification": {"title": "Hi Kim", "body": "Shipped"}}
+_PREVIEW_AOS = {"provider": "fcm", "body": {"message": _FCM}, "bytes": 46, "limit": 4096, "over_limit": False}
+_PREVIEW_VARIANT = {
+    "locale": None,
+    "title": "Hi Kim",
+    "body": "Shipped",
+    "data": {},
+    "platforms": {"AOS": _PREVIEW_AOS},
+}
 _SEGMENT = {
     "name": "pro-android",
     "description": "Paying users on 5.2+",
@@ -367,6 +376,10 @@ EXAMPLES: dict[str, Any] = {
     "SegmentsChoice": {"include": ["pro-android"], "exclude": ["churned"]},
     "EstimateIn": {"segments": {"include": ["pro-android"], "exclude": ["churned"]}, "platforms": ["AOS"]},
     "EstimateOut": {**_REACH, "exact": True, "method": "mysql_count", "unknown_users": None, "topics": None},
+    "PreviewPlatform": _PREVIEW_AOS,
+    "PreviewVariant": _PREVIEW_VARIANT,
+    "PublishPreview": {"dry_run": True, "variants": [_PREVIEW_VARIANT], "priority": "high", "warnings": []}
+    | {"ttl_seconds": 3600, "reach": {**_REACH, "exact": True, "method": "mysql_count"}},
 }
 
 

@@ -67,6 +67,11 @@ def publish(
     idempotency_key: str | None = typer.Option(None, help="Repeat-safe key (default: a new one)."),
     send_at: str | None = typer.Option(None, "--send-at", help=SEND_AT_HELP),
     wait: bool = typer.Option(False, "--wait", help="Follow the job with a progress line until it ends."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print what would be sent (per locale and platform), the reach and warnings; send nothing.",
+    ),
     timeout: float | None = typer.Option(None, help="With --wait: give up waiting after this many seconds."),
     payload: str | None = PayloadOpt,
     badge: int | None = BadgeOpt,
@@ -89,24 +94,15 @@ def publish(
         "payload": payload_of(payload, badge, sound, image, background),
     }
     targets = _targets(topic_option if topic is None else topic, condition, filter_json, segment, users)
+    general = {"exclude_segments": exclude_segment or None, "platforms": platform or None, "method": method}
     with sdk_client() as notee:
-        if (
-            topic is not None
-            and topic_option is None
-            and not platform
-            and method == "TOPIC"
-            and len([v for v in targets.values() if v]) == 1
-        ):  # the original form: `notee publish TYPE TOPIC`
-            accepted = notee.publish_topic(type, topic, **fields)
+        if dry_run:  # the general route's preview: a topic given either way is its topic target
+            _print_preview(notee.preview(type, **targets, **general, **fields), as_json)
+            return
+        if topic is not None and topic_option is None and not platform and method == "TOPIC" and _one(targets):
+            accepted = notee.publish_topic(type, topic, **fields)  # the original form: `notee publish TYPE TOPIC`
         else:
-            accepted = notee.publish(
-                type,
-                **targets,
-                exclude_segments=exclude_segment or None,
-                platforms=platform or None,
-                method=method,
-                **fields,
-            )
+            accepted = notee.publish(type, **targets, **general, **fields)
             if getattr(accepted, "unknown_users", None):
                 typer.echo(f"{accepted.unknown_users} unknown user id(s) skipped", err=True)
         if not wait:
@@ -119,6 +115,29 @@ def publish(
         print_json(job)
     if job.state != "done":
         fail(f"job {job.job_id} {job.state}" + (f": {job.error}" if job.error else ""))
+
+
+def _one(targets: dict[str, Any]) -> bool:
+    return len([v for v in targets.values() if v]) == 1
+
+
+def _print_preview(preview: Any, as_json: bool) -> None:
+    """A preview as prose (or, with --json, the API's answer): the reach, each variant's text and
+    each platform's provider and size against its limit, then the warnings (stderr)."""
+    if as_json:
+        print_json(preview)
+        return
+    reach = preview.reach
+    devices = "unknown" if reach.devices is None else f"{reach.devices:,}"
+    users = "unknown" if reach.users is None else f"{reach.users:,}"
+    typer.echo(f"dry run: nothing sent · reach: {users} user(s), {devices} device(s) ({reach.method})")
+    for v in preview.variants:
+        typer.echo(f"[{v.locale or 'default'}] {v.title!r} · {v.body!r}" + (f" · data {v.data}" if v.data else ""))
+        for os, p in v.platforms.items():
+            flag = "  OVER THE LIMIT" if p.over_limit else ""
+            typer.echo(f"  {os} via {p.provider}: {p.bytes:,}/{p.limit:,} bytes{flag}")
+    for warning in preview.warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 def _targets(

@@ -122,10 +122,27 @@ def _target_of(
     return AudienceTarget(audience_spec(session, publish.service, name, value), platforms), None, None
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A general publish checked and resolved, before anything is written: what ``create_job`` is
+    asked (``request``, with its template row) and a user list's unknown ids."""
+
+    request: JobRequest
+    unknown_users: int | None
+
+
 def publish_to(runtime: Runtime, session: Session, publish: Publish) -> Published:
-    """The general publish API's one domain call: check the request, resolve its template (by
-    method and type) and target, then ``create_job``. NotFound: no template of that method and type
-    (or an unknown segment); InvalidInput: anything malformed, nothing written."""
+    """The general publish API's one domain call: ``resolve`` the request, then ``create_job``.
+    NotFound: no template of that method and type (or an unknown segment); InvalidInput: anything
+    malformed, nothing written."""
+    resolved = resolve(runtime, session, publish)
+    return Published(create_job(runtime, session, resolved.request), resolved.unknown_users)
+
+
+def resolve(runtime: Runtime, session: Session, publish: Publish) -> Resolved:
+    """Check the request and resolve its template (by method and type) and target, reading only:
+    the one validation path of the publish and of its preview (notee/usecases/preview.py), so a
+    request one refuses the other refuses identically."""
     name, value = _one_target(publish)
     if publish.local_time is not None:
         parse_local_time(publish.local_time)
@@ -150,4 +167,4 @@ def publish_to(runtime: Runtime, session: Session, publish: Publish) -> Publishe
         template=template,
         audience_users=users,
     )
-    return Published(create_job(runtime, session, request), unknown)
+    return Resolved(request, unknown)

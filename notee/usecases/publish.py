@@ -113,7 +113,7 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
         if existing is not None:
             return _same_request(existing, fingerprint)
     template = _template_of(session, request)
-    payload = _render(template, request)
+    payload = render_payload(template, request)
     service_row = services_sql.get_service(session, request.service)
     plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
     job = NewJob(
@@ -156,7 +156,7 @@ def _template_of(session: Session, request: JobRequest) -> AnyRow:
     return template
 
 
-def _render(template: AnyRow, request: JobRequest) -> dict[str, Any]:
+def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
     """The job's payload: rendered once here for every recipient of the job, once per locale
     variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
     rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
@@ -327,8 +327,14 @@ def _log_created(job: NewJob, walked: list[int] | None) -> None:
 
 
 def publish_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> JobRow:
-    """The topic publish API's one domain call: resolve the TOPIC template (read once: the job takes
-    the row), then ``create_job`` (in the caller's transaction: the caller commits)."""
+    """The topic publish API's one domain call: ``resolve_topic``, then ``create_job`` (in the
+    caller's transaction: the caller commits)."""
+    return create_job(runtime, session, resolve_topic(runtime, session, publish))
+
+
+def resolve_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> JobRequest:
+    """Check a topic publish and resolve its TOPIC template (read once: the job takes the row),
+    reading only: the one validation path of the topic publish and of its preview."""
     validate_topic(publish.topic)
     if publish.local_time is not None:
         parse_local_time(publish.local_time)
@@ -337,7 +343,7 @@ def publish_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> 
     template = templates_sql.get_template(session, publish.service, "TOPIC", publish.type_)
     if template is None:
         raise NotFound(f"no TOPIC template of type {publish.type_!r}")
-    request = JobRequest(
+    return JobRequest(
         service=publish.service,
         notification_key=template.notification_key,
         method="TOPIC",
@@ -351,7 +357,6 @@ def publish_topic(runtime: Runtime, session: Session, publish: TopicPublish) -> 
         at=publish.at,
         template=template,
     )
-    return create_job(runtime, session, request)
 
 
 def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -> JobRow:

@@ -15,6 +15,9 @@ from notee.domain import ratelimit
     "method,path,klass",
     [
         ("POST", "/v1/topics/news/sports/publish", "publish"),
+        ("POST", "/v1/publish/news", "publish"),
+        ("POST", "/v1/publish/news/preview", "read"),  # a preview writes and sends nothing
+        ("POST", "/v1/topics/news/sports/publish/preview", "read"),
         ("POST", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/send", "send"),
         ("PUT", "/v1/users/0b5c2f7e-0000-4000-8000-000000000000/subscriptions/topic/news/sports", "write"),
         ("POST", "/v1/topics/news/sports/subscribers", "write"),

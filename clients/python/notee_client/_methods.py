@@ -247,6 +247,18 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return self.call(_ops.patch_tags(user_id, tags))
 
+    def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+        """What ``publish`` with the same arguments would send, without sending or creating anything:
+the rendered push per locale variant, each platform's provider body and size against its limit,
+the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
+error. ``idempotency_key`` is accepted for symmetry and not sent (nothing is created)."""
+        return self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+
+    def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+        """What ``publish_topic`` with the same arguments would send, without sending or creating
+anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
+        return self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
+
     def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
 (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
@@ -593,6 +605,18 @@ only users with a device of it (IOS, AOS)."""
         """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
 answers all of the user's tags."""
         return await self.call(_ops.patch_tags(user_id, tags))
+
+    async def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+        """What ``publish`` with the same arguments would send, without sending or creating anything:
+the rendered push per locale variant, each platform's provider body and size against its limit,
+the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
+error. ``idempotency_key`` is accepted for symmetry and not sent (nothing is created)."""
+        return await self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+
+    async def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+        """What ``publish_topic`` with the same arguments would send, without sending or creating
+anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
+        return await self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
 
     async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics

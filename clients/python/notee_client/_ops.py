@@ -358,6 +358,22 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
               headers={"Idempotency-Key": key})
 
 
+def preview_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None,
+                  data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
+                  idempotency_key: str | None = None, send_at: datetime | None = None,
+                  local_time: str | None = None, platforms: Sequence[str] | None = None,
+                  payload: Mapping[str, Any] | None = None) -> Op[m.PublishPreview]:
+    """What ``publish_topic`` with the same arguments would send, without sending or creating
+    anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
+    del idempotency_key
+    return Op("POST", f"/v1/topics/{_seg(type)}/{_seg(topic)}/publish/preview", _one(m.PublishPreview),
+              json=_clean(variables=dict(variables) if variables is not None else None,
+                          data=dict(data) if data is not None else None, title=title, body=body,
+                          send_at=_instant(send_at), local_time=local_time,
+                          platforms=list(platforms) if platforms else None,
+                          payload=dict(payload) if payload is not None else None))
+
+
 def publish(type: str, *, topic: str | None = None, condition: str | None = None,
             filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None,
             exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None,
@@ -372,19 +388,47 @@ def publish(type: str, *, topic: str | None = None, condition: str | None = None
     ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
     users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
-    seg = {"include": list(segments), "exclude": list(exclude_segments or [])} if segments else None
     return Op("POST", f"/v1/publish/{_seg(type)}", _one(m.GeneralPublishAccepted),
-              json=_clean(topic=topic, condition=condition,
-                          filter=[[dict(p) for p in group] for group in filter] if filter is not None else None,
-                          segments=seg, users=list(users) if users is not None else None,
-                          platforms=list(platforms) if platforms else None,
-                          method=method if method != "TOPIC" else None,
-                          variables=dict(variables) if variables is not None else None,
-                          data=dict(data) if data is not None else None, title=title, body=body,
-                          send_at=_instant(send_at), local_time=local_time,
-                          payload=dict(payload) if payload is not None else None),
+              json=_general_body(topic, condition, filter, segments, exclude_segments, users, platforms, method,
+                                 variables, data, title, body, send_at, local_time, payload),
               headers={"Idempotency-Key": key})
 
+
+def preview(type: str, *, topic: str | None = None, condition: str | None = None,
+            filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None,
+            exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None,
+            platforms: Sequence[str] | None = None, method: str = "TOPIC",
+            variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None,
+            title: str | None = None, body: str | None = None, idempotency_key: str | None = None,
+            send_at: datetime | None = None, local_time: str | None = None,
+            payload: Mapping[str, Any] | None = None) -> Op[m.PublishPreview]:
+    """What ``publish`` with the same arguments would send, without sending or creating anything:
+    the rendered push per locale variant, each platform's provider body and size against its limit,
+    the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
+    error. ``idempotency_key`` is accepted for symmetry and not sent (nothing is created)."""
+    del idempotency_key
+    return Op("POST", f"/v1/publish/{_seg(type)}/preview", _one(m.PublishPreview),
+              json=_general_body(topic, condition, filter, segments, exclude_segments, users, platforms, method,
+                                 variables, data, title, body, send_at, local_time, payload))
+
+
+def _general_body(topic: str | None, condition: str | None, filter: Sequence[Sequence[Mapping[str, Any]]] | None,
+                  segments: Sequence[str] | None, exclude_segments: Sequence[str] | None,
+                  users: Sequence[str] | None, platforms: Sequence[str] | None, method: str,
+                  variables: Mapping[str, str] | None, data: Mapping[str, str] | None, title: str | None,
+                  body: str | None, send_at: datetime | None, local_time: str | None,
+                  payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The JSON body of a general publish and of its preview."""
+    seg = {"include": list(segments), "exclude": list(exclude_segments or [])} if segments else None
+    return _clean(topic=topic, condition=condition,
+                  filter=[[dict(p) for p in group] for group in filter] if filter is not None else None,
+                  segments=seg, users=list(users) if users is not None else None,
+                  platforms=list(platforms) if platforms else None,
+                  method=method if method != "TOPIC" else None,
+                  variables=dict(variables) if variables is not None else None,
+                  data=dict(data) if data is not None else None, title=title, body=body,
+                  send_at=_instant(send_at), local_time=local_time,
+                  payload=dict(payload) if payload is not None else None)
 
 def get_job(job_id: str) -> Op[m.Job]:
     """A publish job's state and counts."""

@@ -385,6 +385,35 @@ class Estimate(Model):
     method: str
     unknown_users: int | None = None
     topics: dict[str, int] | None = None
+
+
+class PreviewPlatform(Model):
+    provider: str  # fcm or apns
+    body: dict[str, Any]  # FCM: {"message": ...}; APNs: the payload
+    headers: dict[str, str] | None = None  # APNs: the request headers but authorization and apns-id
+    bytes: int  # as the provider counts them against its limit
+    limit: int
+    over_limit: bool
+
+
+class PreviewVariant(Model):
+    locale: str | None  # None: the template's own text
+    title: str
+    body: str
+    data: dict[str, str]
+    payload: dict[str, Any] | None = None  # the rich fields, rendered
+    platforms: dict[str, PreviewPlatform]  # by platform: AOS, IOS
+
+
+class PublishPreview(Model):
+    dry_run: bool  # always True: nothing was written or sent
+    variants: list[PreviewVariant]
+    ttl_seconds: int | None = None
+    priority: str
+    reach: Estimate
+    unknown_users: int | None = None
+    warnings: list[str]
+    sample_recipient: dict[str, Any] | None = None
 # --- bulk import and export ---------------------------------------------------------------------------
 
 class ImportCreated(Model):

@@ -92,9 +92,20 @@ def publish_general(
     (none or two: 422), optionally narrowed by `platforms`. Like a topic publish it answers at once
     (202) with the job, which workers fan out (with `send_at`: from then on); each device gets it at
     most once. Progress: `GET /v1/jobs/{job_id}`."""
-    asked = Publish(
+    asked = publish_of(type, request, service, idempotency_key)
+    published = publish_to(runtime, db, asked)
+    db.commit()  # the route owns the unit of work; on an error the request's session rolls back
+    job = published.job
+    return GeneralPublishAccepted(
+        job_id=job.job_id, state=job.state, send_at=job.send_at, unknown_users=published.unknown_users
+    )
+
+
+def publish_of(type_: str, request: GeneralPublishRequest, service: str, idempotency_key: str | None) -> Publish:
+    """The use case's ``Publish`` of a general publish request (the publish's and its preview's)."""
+    return Publish(
         service=service,
-        type_=type,
+        type_=type_,
         targets={
             "topic": request.topic,
             "condition": request.condition,
@@ -111,10 +122,4 @@ def publish_general(
         overrides=overrides_of(request),
         send_at=request.send_at,
         local_time=request.local_time,
-    )
-    published = publish_to(runtime, db, asked)
-    db.commit()  # the route owns the unit of work; on an error the request's session rolls back
-    job = published.job
-    return GeneralPublishAccepted(
-        job_id=job.job_id, state=job.state, send_at=job.send_at, unknown_users=published.unknown_users
     )
