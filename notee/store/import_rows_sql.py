@@ -6,11 +6,13 @@ Every function takes the caller's Session and never commits.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextClause, and_, column, delete, select, table, text, tuple_
+from pymysql.converters import escape_item, escape_string
+from sqlalchemy import Connection, and_, column, delete, select, table, tuple_
 from sqlalchemy.orm import Session
 
 from notee.store.mysql import AnyRow
@@ -50,19 +52,80 @@ tag_t = table(
 )
 
 
-def _upsert(table_name: str, columns: Sequence[str], given: Sequence[str]) -> TextClause:
-    """``INSERT … VALUES … ON DUPLICATE KEY UPDATE`` of ``columns`` updating those ``given`` and
-    ``updated_at``, which moves only when one of them changes (the same file imported twice changes
-    nothing); it comes first, since MariaDB assigns left to right and it compares the old values.
-    Run with a list of rows: PyMySQL's executemany sends them as multi-row statements (no per-row
-    compilation, unlike a Core ``insert().values([...])``)."""
+# A statement of many rows stays well under MariaDB's max_allowed_packet (16 MiB by default).
+STATEMENT_MAX_BYTES = 2 * 1024 * 1024
+
+
+def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Sequence[str], rows: _Rows) -> None:
+    """``INSERT … VALUES (…), (…) … ON DUPLICATE KEY UPDATE`` of ``rows.rows`` (dicts of ``columns``)
+    and ``rows.fixed`` (the columns of the same value on every row, rendered once) updating those
+    ``given`` and ``updated_at``, which moves only when one of them changes (the same file imported
+    twice changes nothing); it comes first, since MariaDB assigns left to right and it compares the
+    old values. The VALUES are rendered here with the driver's escaping (``_Literals``), a statement
+    per ``STATEMENT_MAX_BYTES``: SQLAlchemy's parameters and PyMySQL's ``executemany`` cost more CPU
+    per row than the server's work (docs/BENCHMARKS.md, "import_users_per_s")."""
+    if not rows.rows:
+        return
     same = " AND ".join(f"{c} <=> VALUES({c})" for c in given) or "TRUE"
     updates = ", ".join(
         [f"updated_at = IF({same}, updated_at, VALUES(updated_at))", *(f"{c} = VALUES({c})" for c in given)]
     )
-    names = ", ".join(columns)
-    values = ", ".join(f":{c}" for c in columns)
-    return text(f"INSERT INTO {table_name} ({names}) VALUES ({values}) ON DUPLICATE KEY UPDATE {updates}")
+    varying = [c for c in columns if c not in rows.fixed]
+    head = f"INSERT INTO {table_name} ({', '.join([*varying, *rows.fixed])}) VALUES "
+    tail = f" ON DUPLICATE KEY UPDATE {updates}"
+    conn = session.connection()
+    lit = _Literals(conn)
+    string, other = lit.string, lit.other
+    end = "".join("," + (string(v) if isinstance(v, str) else other(v)) for v in rows.fixed.values()) + ")"
+    parts: list[str] = []
+    size = 0
+    for row in rows.rows:
+        # A chunk has ~6,000 rows of ~5 varying values: the common cases without a look-up.
+        values = [
+            string(v) if v.__class__ is str else "NULL" if v is None else other(v)
+            for v in map(row.__getitem__, varying)
+        ]
+        part = "(" + ",".join(values) + end
+        if parts and size + len(part) > STATEMENT_MAX_BYTES:
+            conn.exec_driver_sql(head + ",".join(parts) + tail, execution_options={"no_parameters": True})
+            parts, size = [], 0
+        parts.append(part)
+        size += len(part) + 1
+    conn.exec_driver_sql(head + ",".join(parts) + tail, execution_options={"no_parameters": True})
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    rows: Sequence[dict[str, Any]]
+    fixed: dict[str, Any]  # column -> its value on every row
+
+
+class _Literals:
+    """SQL literals of values as PyMySQL renders a query's parameters, with its public functions
+    (``pymysql.converters``: ``escape_string``, ``escape_item``), following the session's
+    NO_BACKSLASH_ESCAPES as PyMySQL does (then a quote is doubled, nothing else changes). ``string``
+    renders a string; ``other`` any other value, each distinct one once (the same ``now`` on every
+    row, a few numbers)."""
+
+    def __init__(self, conn: Connection) -> None:
+        mode = str(conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar() or "")
+        self.string: Callable[[str], str] = _quotes_doubled if "NO_BACKSLASH_ESCAPES" in mode else _backslashed
+        self._seen: dict[tuple[type, Any], str] = {}
+
+    def other(self, value: Any) -> str:
+        key = (value.__class__, value)
+        text_ = self._seen.get(key)
+        if text_ is None:
+            text_ = self._seen[key] = str(escape_item(value, "utf8mb4"))
+        return text_
+
+
+def _backslashed(value: str) -> str:
+    return "'" + escape_string(value) + "'"
+
+
+def _quotes_doubled(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def users_by_service_id(session: Session, service: str, service_user_ids: Collection[str]) -> dict[str, AnyRow]:
@@ -86,18 +149,17 @@ def upsert_users(
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for service_user_id, new_id, profile in sorted(rows, key=lambda r: r[0]):
         values = {
-            "service": service,
             "service_user_id": service_user_id,
             "user_id": new_id,
-            "created_at": now,
-            "updated_at": now,
             "service_user_name": "",
         } | profile
         groups.setdefault(tuple(sorted(profile)), []).append(values)
     for given, batch in groups.items():
         columns = ["service", "service_user_id", "user_id", "created_at", "updated_at", "service_user_name"]
         columns += [c for c in given if c not in columns]
-        session.execute(_upsert("`user`", columns, given), batch)
+        _upsert(
+            session, "`user`", columns, given, _Rows(batch, {"service": service, "created_at": now, "updated_at": now})
+        )
 
 
 def device_keys(session: Session, service: str, user_ids: Collection[str]) -> set[tuple[str, str]]:
@@ -119,13 +181,12 @@ def upsert_devices(session: Session, service: str, rows: Sequence[dict[str, Any]
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: (r["user_id"], r["device_token"])):
         given = tuple(sorted(k for k in row if k not in ("user_id", "device_token", "device_os")))
-        groups.setdefault(given, []).append(
-            {"service": service, "region": "", "created_at": now, "updated_at": now} | row
-        )
+        groups.setdefault(given, []).append({"region": ""} | row)
     for given, values in groups.items():
         columns = ["service", "user_id", "device_token", "device_os", "region", "created_at", "updated_at"]
         columns += [c for c in given if c not in columns]
-        session.execute(_upsert("device", columns, ("device_os", *given)), values)
+        fixed = {"service": service, "created_at": now, "updated_at": now}
+        _upsert(session, "device", columns, ("device_os", *given), _Rows(values, fixed))
 
 
 def tag_keys(session: Session, service: str, user_ids: Collection[str]) -> dict[str, set[str]]:
@@ -147,11 +208,10 @@ def upsert_tags(session: Session, service: str, rows: Sequence[dict[str, Any]], 
     """Set tags: rows of ``user_id``, ``tag_key``, ``kind``, ``value_str``, ``value_num``."""
     if not rows:
         return
-    values = [
-        {"service": service, "updated_at": now} | r for r in sorted(rows, key=lambda r: (r["user_id"], r["tag_key"]))
-    ]
+    values = sorted(rows, key=lambda r: (r["user_id"], r["tag_key"]))
     columns = ["service", "user_id", "tag_key", "kind", "value_str", "value_num", "updated_at"]
-    session.execute(_upsert("user_tag", columns, ("kind", "value_str", "value_num")), values)
+    fixed = {"service": service, "updated_at": now}
+    _upsert(session, "user_tag", columns, ("kind", "value_str", "value_num"), _Rows(values, fixed))
 
 
 def delete_tags(session: Session, service: str, pairs: Collection[tuple[str, str]]) -> None:
