@@ -58,6 +58,9 @@ OWN = {
 BODIES: dict[str, dict] = {
     "POST /v1/topics/{type}/{topic}/publish": {"variables": {"name": "x"}},
     "POST /v1/publish/{type}": {"users": ["{service_user_id}"], "variables": {"name": "x"}},
+    # previews write nothing; another tenant's type, topic and users are as unknown as in a publish
+    "POST /v1/topics/{type}/{topic}/publish/preview": {"variables": {"name": "x"}},
+    "POST /v1/publish/{type}/preview": {"users": ["{service_user_id}"], "variables": {"name": "x"}},
     "POST /v1/users/{user_id}/devices": {"token": "{new_token}", "os": "AOS", "region": "KR"},
     "POST /v1/devices/rotate": {"old_token": "{token}", "new_token": "{new_token}"},
     "PUT /v1/users/{user_id}/subscriptions/cycle/{type}": {"days": ["MON"], "hour": 9, "minute": 30},
