@@ -20,13 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    Column,
     ColumnElement,
-    DateTime,
-    Float,
-    MetaData,
-    String,
-    Table,
     and_,
     case,
     exists,
@@ -49,22 +43,11 @@ from notee.core.audience import (
     Filter,
     Predicate,
 )
+from notee.store.tags_sql import user_tag_t
 from notee.store.users_sql import device_t, user_t
 
 SLOTS = 256  # a walk's slots: the first byte of the user id
 
-_meta = MetaData()
-user_tag_t = Table(
-    "user_tag",
-    _meta,
-    Column("service", String(32), primary_key=True),
-    Column("user_id", String(36), primary_key=True),
-    Column("tag_key", String(64), primary_key=True),
-    Column("kind", String(1)),
-    Column("value_str", String(255)),
-    Column("value_num", Float),
-    Column("updated_at", DateTime),
-)
 
 d = device_t.alias("d")
 u = user_t.alias("u")

@@ -9,14 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Column, Float, MetaData, String, Table, and_, func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
+from notee.store.services_sql import service_t
+from notee.store.tags_sql import user_tag_t
 from notee.store.users_sql import device_t, user_t
-
-metadata = MetaData()
-
-service_t = Table("service", metadata, Column("service", String(32), primary_key=True), Column("timezone", String(64)))
 
 
 def recipient_profiles(
@@ -42,18 +40,6 @@ def recipient_profiles(
         .where(and_(device_t.c.service == service, device_t.c.user_id.in_(list(user_ids))))
     )
     return {(r[0], r[1]): (r[2], r[3], r[4] or "", r[5]) for r in rows}
-
-
-user_tag_t = Table(
-    "user_tag",
-    metadata,
-    Column("service", String(32), primary_key=True),
-    Column("user_id", String(36), primary_key=True),
-    Column("tag_key", String(64), primary_key=True),
-    Column("kind", String(1)),
-    Column("value_str", String(255)),
-    Column("value_num", Float),
-)
 
 
 def recipient_tags(session: Session, service: str, user_ids: Collection[str]) -> dict[str, dict[str, Any]]:

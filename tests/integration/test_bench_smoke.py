@@ -209,7 +209,6 @@ def test_condition_publish_smoke(runtime, bench_emulator):
 def test_segment_publish_smoke(runtime, bench_emulator):
     from bench import audiences
 
-    pytest.importorskip("notee.domain.filters", reason="filters land with the lead's module (issue 30)")
     fig = audiences.run_segment(runtime, bench_emulator, users=2_000, matching=200)
     _measured(fig, "segment_publish_ratio")
 

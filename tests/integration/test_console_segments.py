@@ -145,7 +145,6 @@ def _new_tenant(api: httpx.Client, settings, name: str) -> tuple[str, str]:
     return key, service
 
 
-@pytest.mark.skipif(not browser.available(), reason="Chromium is missing: make browser")
 def test_a_tenant_builds_a_segment_in_a_real_browser(processes, runtime, settings):
     api_proc = processes.api()
     api = httpx.Client(base_url=api_proc.url, timeout=30)
