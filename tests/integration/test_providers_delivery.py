@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from notee.core.clock import stored_now
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
@@ -379,7 +380,9 @@ def test_dead_letter_retention(runtime, service_id):
     from tests.support.registry import make_service
 
     make_service(runtime, service_id)
-    now = datetime(2030, 1, 15)
+    # The real clock, not a future one: the prune is global, and a "now" years ahead would delete
+    # the dead letters other tests running at the same time have just written and are reading.
+    now = stored_now().replace(microsecond=0)
     letter = deadletter.DeadLetter(service_id, None, "tok", "AOS", "fcm", "r", 5, {"title": "t"})
     with runtime.sessions.begin() as s:
         deadletter.record(s, [letter], now=now - timedelta(days=runtime.settings.retention_days + 1))
