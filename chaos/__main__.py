@@ -1,6 +1,7 @@
 """``python -m chaos`` (``make chaos``): one chaos run. ``CHAOS_MINUTES`` (default 30) sets its length,
 ``CHAOS_SEED`` replays a run (default: a fresh seed, printed first and written into the report).
-Exit status 0 when every invariant held, 1 when one did not, 2 when the run itself could not be made."""
+With ``CHAOS_API_URLS`` it runs against an existing deployment instead (``chaos.attach``).
+Exit status 0 when every invariant held, 1 when one did not."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from chaos.attach import attached, execute_attached
 from chaos.run import Options, execute
 from chaos.stack import REPO
 
@@ -20,7 +22,8 @@ def main() -> int:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = Path(os.environ.get("CHAOS_OUT") or REPO / ".run" / "chaos") / f"{stamp}-seed{seed}"
     print(f"chaos run: seed {seed}, {minutes:g} minutes, report in {out}", flush=True)
-    ok = execute(Options(minutes=minutes, seed=seed, out=out))
+    opts = Options(minutes=minutes, seed=seed, out=out)
+    ok = execute_attached(opts, dict(os.environ)) if attached() else execute(opts)
     print(f"chaos run: {'every invariant held' if ok else 'INVARIANTS VIOLATED'}: {out / 'report.md'}", flush=True)
     return 0 if ok else 1
 

@@ -27,6 +27,8 @@ class Target:
     rec: Recorder
     lock: threading.Lock = field(default_factory=threading.Lock)  # one emulator control call at a time
     busy: set[str] = field(default_factory=set)  # processes a fault is acting on now
+    api_key: str = ""  # a tenant's, for the hostile probes that must get past the credentials check
+    hostile_url: str = ""  # the one API process the hostile clients attack
 
 
 def restart(proc: Proc) -> None:
@@ -117,8 +119,7 @@ def inject(t: Target, f: PlannedFault) -> None:
         elif f.kind in ("cassandra_node", "mariadb_restart"):
             outcome = _store(t, f)
         elif f.kind == "hostile":
-            api = next(p for name, p in sorted(t.procs.items()) if name.startswith("api"))
-            hostile.run(f"http://127.0.0.1:{api.port}", f.length_s, t.rec)
+            hostile.run(t.hostile_url, t.api_key, f.length_s, t.rec)
             outcome = "done"
         else:
             outcome = _emulator(t, f)

@@ -87,31 +87,30 @@ def burst(host: str, port: int, raws: list[bytes]) -> Counter[int]:
     return statuses
 
 
-def _post(path: str, body: bytes, *, declared: int | None = None, extra: bytes = b"") -> bytes:
+def _post(path: str, body: bytes, key: str, *, declared: int | None = None) -> bytes:
     length = len(body) if declared is None else declared
-    return (
-        (
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {length}\r\n"
-        ).encode()
-        + extra
-        + b"\r\n"
-        + body
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
     )
+    return head.encode() + body
 
 
-MALFORMED = [
-    _post("/v1/publish/news", b"{not json"),
-    _post("/v1/publish/news", b'{"topic": 12, "variables": []}'),
-    _post("/v1/publish/news", b"[" * 5000 + b"]" * 5000),
-    _post("/v1/publish/news", b"\xff\xfe\x00garbage"),
-    b"POST /v1/publish/news HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nzz\r\n",
-    b"GARBAGE\r\n\r\n",
-]
+def malformed(key: str) -> list[bytes]:
+    """Bodies a parser must refuse with 4xx, sent with a valid key so that they reach it."""
+    return [
+        _post("/v1/publish/news", b"{not json", key),
+        _post("/v1/publish/news", b'{"topic": 12, "variables": []}', key),
+        _post("/v1/publish/news", b"[" * 5000 + b"]" * 5000, key),
+        _post("/v1/publish/news", b"\xff\xfe\x00garbage", key),
+        b"POST /v1/publish/news HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nzz\r\n",
+        b"GARBAGE\r\n\r\n",
+    ]
 
 
-def run(api_url: str, seconds: float, rec: Recorder, *, slow: int = 200, flood: int = 300) -> None:
-    """The phase, for about ``seconds``; its lines go to ``rec``."""
+def run(api_url: str, key: str, seconds: float, rec: Recorder, *, slow: int = 200, flood: int = 300) -> None:
+    """The phase, for about ``seconds``, with a tenant's API ``key`` where a probe needs to get past
+    the credentials check; its lines go to ``rec``."""
     u = urlsplit(api_url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
     slow_statuses: Counter[int] = Counter()
@@ -119,9 +118,9 @@ def run(api_url: str, seconds: float, rec: Recorder, *, slow: int = 200, flood: 
     t_slow.start()
     flood_statuses = burst(host, port, [b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"] * flood)
     rec.write("hostile", probe="connection flood", sent=flood, statuses=dict(flood_statuses))
-    big = burst(host, port, [_post("/v1/imports", b"{" * 65536, declared=60 * 2**20)] * 10)
+    big = burst(host, port, [_post("/v1/publish/news", b"{" * 65536, key, declared=60 * 2**20)] * 10)
     rec.write("hostile", probe="oversized body", sent=10, statuses=dict(big))
-    bad = burst(host, port, MALFORMED * 5)
-    rec.write("hostile", probe="malformed body", sent=len(MALFORMED) * 5, statuses=dict(bad))
+    bad = burst(host, port, malformed(key) * 5)
+    rec.write("hostile", probe="malformed body", sent=len(malformed(key)) * 5, statuses=dict(bad))
     t_slow.join(seconds + 60)
     rec.write("hostile", probe="slow headers", sent=slow, statuses=dict(slow_statuses))

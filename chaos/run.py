@@ -21,7 +21,7 @@ import psutil
 from cryptography.fernet import Fernet
 
 from chaos import faults, ledger, report, workload
-from chaos.plan import make_plan
+from chaos.plan import PlannedFault, make_plan
 from chaos.receiver import receiver
 from chaos.record import Api, Recorder, read_lines
 from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, emulator, notee_argv, wait_http
@@ -89,7 +89,7 @@ def make_procs(env: dict[str, str], logs: Path, skew_s: float) -> dict[str, Proc
     return procs
 
 
-def setup_tenants(opts: Options, admin: Api, rec: Recorder, hook_url: str, emu: object) -> list[Tenant]:
+def setup_tenants(opts: Options, admin: Api, rec: Recorder, hook_url: str | None, emu: object) -> list[Tenant]:
     tenants = []
     for n, size in enumerate(sizes(opts)):
         tenant = make_tenant(admin, n, apns=n < 2, webhook_url=hook_url if n < 3 else None)
@@ -194,9 +194,9 @@ def excerpts(results: list[ledger.Result], logs: Path) -> dict[ledger.Violation,
     return out
 
 
-def check_and_report(opts: Options, started: float, ended: float, logs: Path) -> bool:
+def check_and_report(opts: Options, started: float, ended: float, logs: Path, journal: Path) -> bool:
     events = list(read_lines(opts.out / "ledger.jsonl"))
-    deliveries = list(read_lines(opts.out / "deliveries.jsonl"))
+    deliveries = [d for d in read_lines(journal) if d["t"] >= started - 600]  # an operator's journal may be older
     results = ledger.check_all(events, deliveries, ledger.Bounds(lanes=REPLICAS["worker"] * LANES))
     kinds: dict[str, int] = {}
     for e in events:
@@ -247,22 +247,16 @@ def start_stack(stack: ExitStack, opts: Options, logs: Path, pids: list[tuple[st
     return Stack(cluster, db, env, emu, procs)
 
 
-def run_phase(opts: Options, st: Stack, tenants: list[Tenant], rec: Recorder) -> float:
+def run_phase(opts: Options, target: faults.Target, tenants: list[Tenant], plan: list[PlannedFault]) -> float:
     """The workload and the faults for ``opts.minutes``; returns when it started."""
+    rec = target.rec
+    target.api_key = tenants[0].api.headers["Authorization"].removeprefix("Bearer ")
     load = workload.Workload(tenants, rec, opts.seed, [max(10.0, s / 500) for s in sizes(opts)])
     started = time.time()
-    end = started + opts.seconds
-    rec.write(
-        "fault", name="clock_skew", target="scheduler-1", t_start=started, t_end=end, outcome=f"{opts.skew_s:+.0f} s"
-    )
-    target = faults.Target(st.procs, st.cluster, st.db, st.emu, rec)
     stop = threading.Event()
     injected: list[threading.Thread] = []
     injector = threading.Thread(
-        target=lambda: injected.extend(
-            faults.run_plan(target, make_plan(opts.seed, opts.seconds, REPLICAS), started, stop)
-        ),
-        daemon=True,
+        target=lambda: injected.extend(faults.run_plan(target, plan, started, stop)), daemon=True
     )
     load.start()
     injector.start()
@@ -288,7 +282,17 @@ def execute(opts: Options) -> bool:
         admin = Api(urls, rec, {"Authorization": f"Bearer {st.env['NOTEE_ADMIN_TOKEN']}"})
         hook_url = stack.enter_context(receiver(rec, opts.seed))
         tenants = setup_tenants(opts, admin, rec, hook_url, st.emu)
-        started = run_phase(opts, st, tenants, rec)
+        target = faults.Target(st.procs, st.cluster, st.db, st.emu, rec, hostile_url=urls[0])
+        skew = f"{opts.skew_s:+.0f} s"
+        rec.write(
+            "fault",
+            name="clock_skew",
+            target="scheduler-1",
+            t_start=time.time(),
+            t_end=time.time() + opts.seconds,
+            outcome=skew,
+        )
+        started = run_phase(opts, target, tenants, make_plan(opts.seed, opts.seconds, REPLICAS))
         drain(opts, {t.service: t.api for t in tenants}, rec, started)
         dead_letters(tenants, rec)
         reconcile_twice(st.env, rec, logs)
@@ -297,7 +301,7 @@ def execute(opts: Options) -> bool:
     check_left(rec, pids)
     ended = time.time()
     rec.close()
-    ok = check_and_report(opts, started, ended, logs)
+    ok = check_and_report(opts, started, ended, logs, opts.out / "deliveries.jsonl")
     latest = opts.out.parent / "latest"
     if latest.is_symlink():
         latest.unlink()
