@@ -41,7 +41,7 @@ def _handler(rec: Recorder, rng: random.Random, lock: threading.Lock, hang_s: fl
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
+        def log_message(self, *args: Any) -> None:  # quiet
             pass
 
     return Handler

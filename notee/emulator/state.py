@@ -33,7 +33,7 @@ JOURNAL_PATH: str | None = os.environ.get("NOTEE_EMULATOR_JOURNAL") or None
 
 def _open_journal() -> Any:
     # line-buffered: a line is on disk as soon as the push is answered, whatever happens to the process
-    return open(JOURNAL_PATH, "a", buffering=1, encoding="utf-8") if JOURNAL_PATH else None  # noqa: SIM115
+    return open(JOURNAL_PATH, "a", buffering=1, encoding="utf-8") if JOURNAL_PATH else None
 
 
 @dataclass

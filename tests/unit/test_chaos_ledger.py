@@ -32,10 +32,6 @@ def population(*tokens: str) -> dict[str, object]:
     return {"kind": "population", "name": "P", "tokens": list(tokens)}
 
 
-def result(results: list[ledger.Result], prefix: str) -> ledger.Result:
-    return next(r for r in results if r.invariant.startswith(prefix))
-
-
 def test_every_expected_token_delivered_or_accounted_passes_and_a_missing_one_is_named() -> None:
     events = [
         population("a", "b", "c", "d"),
