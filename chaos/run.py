@@ -24,7 +24,7 @@ from chaos import faults, ledger, report, workload
 from chaos.plan import PlannedFault, make_plan
 from chaos.receiver import receiver
 from chaos.record import Api, Recorder, read_lines
-from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, emulator, notee_argv, wait_http
+from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, drop_keyspaces, emulator, notee_argv, wait_http
 from chaos.tenants import Tenant, import_stable, make_tenant
 from notee.emulator.control import EmulatorControl, free_port
 
@@ -232,6 +232,7 @@ def start_stack(stack: ExitStack, opts: Options, logs: Path, pids: list[tuple[st
     db.install()
     stack.callback(db.stop)
     env = base_env(db, logs)
+    drop_keyspaces(env)
     with open(logs / "migrate.log", "wb") as log:
         subprocess.run(notee_argv("migrate"), env=env, cwd=REPO, check=True, timeout=900, stdout=log, stderr=log)
     emu = stack.enter_context(emulator(opts.out / "deliveries.jsonl"))

@@ -230,6 +230,20 @@ def emulator(journal: Path) -> Iterator[EmulatorControl]:
             os.environ["NOTEE_EMULATOR_JOURNAL"] = saved
 
 
+def drop_keyspaces(env: dict[str, str]) -> None:
+    """The run's keyspaces start empty: an earlier run's rows (its MariaDB is gone) would be orphans
+    the final reconcile counts as this run's."""
+    from cassandra.cluster import Cluster as CqlCluster  # deferred: only the full run needs the driver here
+
+    cql = CqlCluster(env["NOTEE_CASSANDRA_HOSTS"].split(","), port=int(env["NOTEE_CASSANDRA_PORT"]))
+    try:
+        session = cql.connect()
+        for name in ("NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION", "NOTEE_CASSANDRA_KEYSPACE_NUMBERING"):
+            session.execute(f"DROP KEYSPACE IF EXISTS {env[name]}", timeout=120)
+    finally:
+        cql.shutdown()
+
+
 def cluster_env() -> dict[str, str]:
     return {
         "NOTEE_CASSANDRA_HOSTS": ",".join(f"127.0.0.{n}" for n in range(1, CLUSTER_SIZE + 1)),
