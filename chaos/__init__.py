@@ -10,5 +10,6 @@ verdict. ``python -m chaos`` (``make chaos``); docs/RELIABILITY.md, "The chaos r
 - ``chaos.report``: the Markdown and HTML report with the timeline as inline SVG (pure).
 - ``chaos.stack``: the processes (3-node Cassandra, a killable MariaDB, the emulator, Notee's).
 - ``chaos.workload``, ``chaos.faults``, ``chaos.hostile``, ``chaos.receiver``: what runs meanwhile.
-- ``chaos.run``: the whole run; ``chaos.__main__``: its command line.
+- ``chaos.run``: the whole run; ``chaos.attach``: against an existing deployment; ``chaos.__main__``:
+  the command line; ``chaos.recheck``: a finished run's files checked again.
 """

@@ -240,7 +240,7 @@ def check_cancels(led: Ledger, idx: dict[str, dict[str, list[float]]], bounds: B
     for mark, cancel in led.cancels.items():
         res.checked += 1
         after = sum(1 for times in idx.get(mark, {}).values() for t in times if t > cancel["t_ack"])
-        res.measured[mark] = after
+        res.measured["most_after_a_cancel"] = max(after, res.measured.get("most_after_a_cancel", 0))
         if cancel.get("state") == "cancelled" and after > bounds.in_flight:
             res.violations.append(Violation(res.invariant, cancel["t_ack"], f"{mark}: {after} pushes after the cancel"))
     return res

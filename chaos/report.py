@@ -52,16 +52,17 @@ def buckets(times: Iterable[float], start: float, end: float) -> list[int]:
 def svg_timeline(tl: Timeline, start: float, end: float, width: int = 900, height: int = 240) -> str:
     """Pushes per second (blue) and failed requests per second (red) per 5 s, faults as bands."""
     pushes, errors = buckets(tl.deliveries, start, end), buckets(tl.errors, start, end)
-    top = max([*pushes, *errors, 1]) / BUCKET_S
+    top = max([*pushes, 1]) / BUCKET_S
+    err_top = max([*errors, 1]) / BUCKET_S  # errors on their own scale: a handful beside thousands of pushes
     span = max(end - start, 1.0)
     plot_h = height - 40
 
     def x(t: float) -> float:
         return 40 + (t - start) / span * (width - 50)
 
-    def line(counts: list[int], colour: str) -> str:
+    def line(counts: list[int], colour: str, scale: float) -> str:
         pts = " ".join(
-            f"{x(start + (i + 0.5) * BUCKET_S):.1f},{10 + plot_h - c / BUCKET_S / top * plot_h:.1f}"
+            f"{x(start + (i + 0.5) * BUCKET_S):.1f},{10 + plot_h - c / BUCKET_S / scale * plot_h:.1f}"
             for i, c in enumerate(counts)
         )
         return f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{pts}"/>'
@@ -84,9 +85,11 @@ def svg_timeline(tl: Timeline, start: float, end: float, width: int = 900, heigh
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif">'
         f'<rect x="40" y="10" width="{width - 50}" height="{plot_h}" fill="none" stroke="#ccc"/>'
-        f"{''.join(bands)}{line(pushes, '#1f77b4')}{line(errors, '#d62728')}{ticks}"
-        f'<text x="2" y="18" font-size="9">{top:.0f}/s</text>'
-        f'<text x="{width - 300}" y="{height - 2}" font-size="9">blue: pushes delivered/s, red: failed requests/s</text>'
+        f"{''.join(bands)}{line(pushes, '#1f77b4', top)}{line(errors, '#d62728', err_top)}{ticks}"
+        f'<text x="2" y="18" font-size="9" fill="#1f77b4">{top:.0f}/s</text>'
+        f'<text x="2" y="30" font-size="9" fill="#d62728">{err_top:.1f}/s</text>'
+        f'<text x="{width - 420}" y="{height - 2}" font-size="9">blue: pushes delivered/s; red: failed requests/s '
+        "(own scale); bands: faults</text>"
         "</svg>"
     )
 
