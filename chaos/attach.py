@@ -21,7 +21,7 @@ from pathlib import Path
 from chaos import faults
 from chaos.plan import make_plan
 from chaos.record import Api, Recorder
-from chaos.run import REPLICAS, Options, check_and_report, dead_letters, drain, run_phase, setup_tenants
+from chaos.run import REPLICAS, Options, check_and_report, dead_letters, drain, run_phase, setup_tenants, summaries
 from notee.emulator.control import attach
 
 REACHABLE = frozenset({"storm", "goaway", "latency", "token_expiry", "hostile"})
@@ -42,6 +42,7 @@ def execute_attached(opts: Options, env: dict[str, str]) -> bool:
     started = run_phase(opts, target, tenants, plan)
     drain(opts, {t.service: t.api for t in tenants}, rec, started)
     dead_letters(tenants, rec)
+    summaries(tenants, rec)
     ended = time.time()
     rec.close()
     return check_and_report(opts, started, ended, logs, journal)

@@ -77,6 +77,7 @@ class Ledger:
     processes_left: list[Event] = field(default_factory=list)
     hostile: list[Event] = field(default_factory=list)
     reconciles: list[Event] = field(default_factory=list)  # each run's report, in order
+    summaries: list[Event] = field(default_factory=list)  # each tenant's delivery summary at the end
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> Ledger:
@@ -114,6 +115,7 @@ _LISTS: dict[str, Callable[[Ledger, Event], None]] = {
     "process_left": lambda led, e: led.processes_left.append(e),
     "hostile": lambda led, e: led.hostile.append(e),
     "reconcile": lambda led, e: led.reconciles.append(e),
+    "summary": lambda led, e: led.summaries.append(e),
 }
 # what a second `notee reconcile` in a row must find nothing of: an orphan row left by the run
 ORPHANS = ("counts_fixed", "topic_counts_fixed", "dead_rows_removed", "due_buckets_removed")
@@ -309,6 +311,31 @@ def check_counters(led: Ledger, idx: dict[str, dict[str, list[float]]], bounds: 
     return res
 
 
+def check_summaries(led: Ledger, idx: dict[str, dict[str, list[float]]]) -> Result:
+    """Each tenant's delivery summary (``GET /v1/delivery-summary``) counts at least the jobs its
+    publishes were acknowledged with, and no more sent pushes than the emulator delivered for its jobs
+    (topic publishes, scheduled sends and cycle minutes)."""
+    res = Result("delivery summaries reconcile with the emulator")
+    for summary in led.summaries:
+        service, totals = summary["service"], summary.get("totals") or {}
+        res.checked += 1
+        jobs = [m for m, p in led.publishes.items() if p.get("service") == service and p.get("job_id")]
+        marks = [*jobs, *(m for m in idx if m == f"cycle:{service}")]
+        delivered = sum(len(times) for m in marks for times in idx.get(m, {}).values())
+        if int(totals.get("jobs", 0)) < len(jobs):
+            detail = f"{service}: summary counts {totals.get('jobs')} jobs, {len(jobs)} were acknowledged"
+            res.violations.append(Violation(res.invariant, summary.get("t", 0.0), detail))
+        if int(totals.get("sent", 0)) > delivered:
+            detail = (
+                f"{service}: summary says {totals.get('sent')} sent, the emulator delivered {delivered} for its jobs"
+            )
+            res.violations.append(Violation(res.invariant, summary.get("t", 0.0), detail))
+        res.measured[service] = (
+            f"jobs {totals.get('jobs')}/{len(jobs)} acknowledged, sent {totals.get('sent')}/{delivered} delivered"
+        )
+    return res
+
+
 def check_webhooks(led: Ledger) -> Result:
     """Each event id delivered at least once, never with different content; every finished job of a
     tenant with an endpoint has its event."""
@@ -382,6 +409,7 @@ def check_all(events: Iterable[Event], deliveries: list[Event], bounds: Bounds) 
         check_not_early(led, idx, bounds),
         check_cycles(led, idx, bounds),
         check_counters(led, idx, bounds),
+        check_summaries(led, idx),
         check_webhooks(led),
         check_processes(led),
         check_reconcile(led),

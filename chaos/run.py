@@ -148,6 +148,14 @@ def dead_letters(tenants: list[Tenant], rec: Recorder) -> None:
                 break
 
 
+def summaries(tenants: list[Tenant], rec: Recorder) -> None:
+    """Each tenant's delivery summary of the last two hours (the run's jobs all fall in it)."""
+    for tenant in tenants:
+        r = tenant.api.call("GET", "/v1/delivery-summary", op="final", params={"hours": 2})
+        if r is not None and r.status_code == 200:
+            rec.write("summary", service=tenant.service, totals=r.json()["totals"])
+
+
 def reconcile_twice(env: dict[str, str], rec: Recorder, logs: Path) -> None:
     for _ in range(2):
         with open(logs / "reconcile.log", "ab") as log:
@@ -296,6 +304,7 @@ def execute(opts: Options) -> bool:
         started = run_phase(opts, target, tenants, make_plan(opts.seed, opts.seconds, REPLICAS))
         drain(opts, {t.service: t.api for t in tenants}, rec, started)
         dead_letters(tenants, rec)
+        summaries(tenants, rec)
         reconcile_twice(st.env, rec, logs)
         pids += [(name, pid) for name, p in st.procs.items() for pid in p.pids]
         pids += [("mariadb", pid) for pid in st.db.pids]

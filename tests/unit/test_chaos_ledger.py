@@ -141,6 +141,15 @@ def test_a_page_whose_checkpoint_an_interruption_lost_may_go_uncounted() -> None
     assert not ledger.check_counters(Ledger.of([pub("m1"), final]), by_mark(pushes), BOUNDS).ok
 
 
+def test_a_delivery_summary_counts_every_acknowledged_job_and_no_more_sent_than_delivered() -> None:
+    events = [pub("m1", service="S"), pub("m2", service="S", job_id=None), pub("m3", service="T")]
+    pushes = [push("a", "m1", 11), push("b", "m1", 11), push("c", "cycle:S", 12), push("d", "m2", 11)]
+    fine = {"kind": "summary", "service": "S", "totals": {"jobs": 3, "sent": 3}}  # m1 + a cycle minute's job
+    assert ledger.check_summaries(Ledger.of([*events, fine]), by_mark(pushes)).ok
+    for totals in ({"jobs": 0, "sent": 3}, {"jobs": 3, "sent": 4}):  # the immediate send m2 is no job's
+        assert not ledger.check_summaries(Ledger.of([*events, {**fine, "totals": totals}]), by_mark(pushes)).ok
+
+
 def test_webhook_events_at_least_once_and_never_with_two_bodies() -> None:
     final = {"kind": "job_final", "mark": "m1", "job_id": "j1", "state": "done", "webhook": True}
     first = {"kind": "webhook", "event_id": "e1", "sha": "x", "status": 500, "job_id": "j1"}
