@@ -1,3 +1,4 @@
+# over 400 lines: one invariant per function, all read by check_all; the pure checker is one concern and is read best whole
 """The independent checker: the invariants of issue 31, proved from two records only.
 
 - The workload's ledger (``ledger.jsonl``): one JSON object a line, written by the chaos run as it
