@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 NOTEE := $(VENV)/bin/notee
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration test-faults soak bench bench-quick bench-tools services-up services-down migrate venv lock cluster-up cluster-down browser lint
+.PHONY: run test test-unit test-integration test-faults soak chaos bench bench-quick bench-tools services-up services-down migrate venv lock cluster-up cluster-down browser lint
 
 ## The integration lane's test processes (pytest-xdist). Its tests mostly wait on MariaDB, Cassandra,
 ## the emulator and the processes they start: on this 2-core machine 3 was the fastest of 2, 3 and 4
@@ -56,9 +56,10 @@ run: migrate
 
 ## Style, types and dead code: ruff lint, ruff format check, mypy --strict on notee/, vulture (config in pyproject.toml).
 lint: venv
-	$(VENV)/bin/ruff check notee tests bench
-	$(VENV)/bin/ruff format --check notee tests bench
+	$(VENV)/bin/ruff check notee tests bench chaos
+	$(VENV)/bin/ruff format --check notee tests bench chaos
 	$(VENV)/bin/mypy --strict notee
+	$(VENV)/bin/mypy --strict chaos  # the chaos run's checker must be as exact as what it checks
 	$(VENV)/bin/mypy --strict clients/python/notee_client  # the SDK: its users type-check their code against it
 	$(VENV)/bin/vulture   # dead code: names nothing uses ([tool.vulture] in pyproject.toml, vulture_allowlist.py)
 
@@ -96,6 +97,14 @@ test-faults: venv services-up
 
 soak: venv services-up
 	$(PY) -m pytest -m soak -s $(PYTEST_ARGS)
+
+## The chaos run (issue 31; docs/RELIABILITY.md, "The chaos run"): a 3-node Cassandra cluster, a MariaDB
+## of its own, the emulator and 2 api, 3 worker, 2 scheduler (one with a skewed clock) and 1 webhooks
+## process, a mixed workload of 5 tenants and seeded faults of every kind for CHAOS_MINUTES (30);
+## CHAOS_SEED replays a run. The ledger checker's report: .run/chaos/latest/report.{md,html}.
+CHAOS_MINUTES ?= 30
+chaos: venv
+	CHAOS_MINUTES=$(CHAOS_MINUTES) CHAOS_SEED=$(CHAOS_SEED) $(PY) -m chaos
 
 ## Benchmarks (docs/BENCHMARKS.md): own database/keyspaces (*_bench) and emulator; bench/results/latest.{json,md}.
 bench: venv services-up

@@ -31,6 +31,7 @@ _.restart  # tests/faults/conftest.py: the cluster's restart, for fault tests th
 _.binary_location  # tests/support/browser.py: selenium's ChromeOptions field
 _.do_POST  # tests/support/webhook_receiver.py: http.server calls it
 _.log_message  # tests/support/webhook_receiver.py: http.server calls it
+_.daemon_threads  # chaos/receiver.py: ThreadingHTTPServer reads it (a hanging request must not hold the exit)
 _.handle_starttag  # tests/integration/test_docs_offline.py: html.parser calls it
 _.executemany  # tests: a DBAPI cursor's method, replaced to count statements
 _.depends_on  # tests/unit/test_http2_framing.py: an h2 PRIORITY frame's fields

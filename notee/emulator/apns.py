@@ -117,4 +117,5 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
         return _apns_out(400, reason, apns_id)
     state.counts["apns.ok"] += 1
     state.delivered["apns"][token] += 1
+    state.record("apns", token, {k: v for k, v in parsed.items() if k != "aps"} if isinstance(parsed, dict) else None)
     return 200, [(b"apns-id", apns_id)], b""

@@ -194,6 +194,7 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
         state.last[token]["device"] = fcm_device_view(message)
     state.counts["fcm.ok"] += 1
     state.delivered["fcm"][token] += 1
+    state.record("fcm", token, message.get("data"))
     state.seq += 1
     name = f"projects/{project}/messages/0:{int(time.time() * 1000)}{state.seq:08d}%e1e1e1e1"
     return 200, JSON_HEADERS, json.dumps({"name": name}, indent=2).encode()

@@ -6,7 +6,9 @@ and, in realistic mode, the APNs port's HTTP/2 server. Read and changed by the p
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
@@ -24,6 +26,14 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 JSON_HEADERS = [(b"content-type", b"application/json; charset=UTF-8")]
 LAST_REQUESTS_MAX = 10_000  # tokens whose last request is kept (``GET /_emu/requests/last``)
 LAUNCH_REALISTIC: bool = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
+# A file the emulator appends one JSON line to per delivered push (time, api, token, data): the
+# record an independent checker (the chaos run's ledger, chaos/) compares with what was asked for.
+JOURNAL_PATH: str | None = os.environ.get("NOTEE_EMULATOR_JOURNAL") or None
+
+
+def _open_journal() -> Any:
+    # line-buffered: a line is on disk as soon as the push is answered, whatever happens to the process
+    return open(JOURNAL_PATH, "a", buffering=1, encoding="utf-8") if JOURNAL_PATH else None
 
 
 @dataclass
@@ -74,6 +84,13 @@ class State:
     issued: dict[str, float] = field(default_factory=dict)  # FCM access token -> expiry (epoch s)
     windows: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (minute, count)
     conn_tokens: dict[Any, tuple[bytes, float]] = field(default_factory=dict)  # connection -> (JWT, since)
+    journal: Any = field(default_factory=_open_journal)  # NOTEE_EMULATOR_JOURNAL's file, or None
+
+    def record(self, api: str, token: str, data: Any) -> None:
+        """One delivered push, in the delivery journal when there is one."""
+        if self.journal is not None:
+            line = {"t": round(time.time(), 4), "api": api, "token": token, "data": data}
+            self.journal.write(json.dumps(line, separators=(",", ":"), sort_keys=True) + "\n")
 
     def over_limit(self, key: tuple[str, str], limit: int, now: float) -> float | None:
         """Count one request against ``limit`` per emulated minute; seconds until the window ends
@@ -91,7 +108,8 @@ class State:
 
     def reset(self) -> None:
         """Back to a fresh state, in place: the app and the HTTP/2 servers hold this object."""
-        fresh = State()
+        journal, self.journal = self.journal, None
+        fresh = State(journal=journal)  # one journal for the emulator's life: a reset keeps appending
         for f in fields(self):
             setattr(self, f.name, getattr(fresh, f.name))
 

@@ -48,6 +48,7 @@ RANKS: dict[str, int] = {
     # Outside the notee package: the benchmarks drive every layer; the SDK is its own distribution
     # and imports no Notee module (the remote CLI imports it).
     "bench": 7,
+    "chaos": 7,  # the chaos run (issue 31): drives Notee from the outside, like the benchmarks
     "notee_client": 0,
     "tools": 1,  # clients/python/tools: the SDK's generator
 }
@@ -57,7 +58,7 @@ RANKS: dict[str, int] = {
 API_MAY_USE = {"notee.store.runtime", "notee.store.outage"}
 FUNCTION_IMPORTS_ALLOWED = {"notee.cli.main"}
 DEFERRED = "# deferred:"
-FIRST_PARTY = ("notee", "bench", "notee_client", "tools")
+FIRST_PARTY = ("notee", "bench", "chaos", "notee_client", "tools")
 
 
 def package_of(module: str) -> str:
@@ -76,8 +77,8 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def source_files(root: Path) -> dict[str, Path]:
-    """Every first-party module: notee/, bench/ and the SDK (clients/python) by module name."""
-    files = {module_name(root, p): p for d in ("notee", "bench") for p in sorted((root / d).rglob("*.py"))}
+    """Every first-party module: notee/, bench/, chaos/ and the SDK (clients/python) by module name."""
+    files = {module_name(root, p): p for d in ("notee", "bench", "chaos") for p in sorted((root / d).rglob("*.py"))}
     sdk = root / "clients" / "python"
     if sdk.is_dir():
         files |= {module_name(sdk, p): p for d in ("notee_client", "tools") for p in sorted((sdk / d).rglob("*.py"))}

@@ -81,7 +81,7 @@ def _distributions(modules: Iterable[str]) -> dict[str, str]:
     for module in sorted(modules):
         # First party: this repository's packages (notee_client is clients/python, the SDK, which
         # make venv and the image install beside notee).
-        if module.split(".")[0] in ("notee", "notee_client", "tests", "bench"):
+        if module.split(".")[0] in ("notee", "notee_client", "tests", "bench", "chaos"):
             continue
         dist = _distribution_of(module, owners)
         assert dist is not None, f"{module} is imported but no installed distribution provides it"
@@ -129,7 +129,10 @@ def test_every_runtime_dependency_is_imported_and_every_import_declared() -> Non
 
 
 # tests and bench start the emulator (and talk HTTP/2 with h2): `make venv` installs every extra
-@pytest.mark.parametrize(("folder", "groups"), [("tests", ("test", "emulator")), ("bench", ("bench", "emulator"))])
+@pytest.mark.parametrize(
+    ("folder", "groups"),
+    [("tests", ("test", "emulator")), ("bench", ("bench", "emulator")), ("chaos", ("test", "emulator"))],
+)
 def test_test_and_bench_imports_are_declared_in_their_extras(folder: str, groups: tuple[str, ...]) -> None:
     declared = {canonicalize_name(r.name) for g in (None, *groups) for r in _requirements(g)}
     imported = _distributions(_imported_modules(ROOT / folder))

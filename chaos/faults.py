@@ -1,0 +1,140 @@
+"""Injecting the planned faults (``chaos.plan``) into the running stack, each in a thread of its own,
+each written to the ledger as a ``fault`` line (start, end, target, outcome) once it is over."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos import hostile
+from chaos.plan import PlannedFault
+from chaos.record import Recorder
+from chaos.stack import Cluster, MariaDB, Proc, wait_http
+from notee.emulator.control import EmulatorControl
+
+
+@dataclass
+class Target:
+    """What faults act on."""
+
+    procs: dict[str, Proc]
+    cluster: Cluster | None
+    mariadb: MariaDB | None
+    emu: EmulatorControl
+    rec: Recorder
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one emulator control call at a time
+    busy: set[str] = field(default_factory=set)  # processes a fault is acting on now
+    api_key: str = ""  # a tenant's, for the hostile probes that must get past the credentials check
+    hostile_url: str = ""  # the one API process the hostile clients attack
+
+
+def restart(proc: Proc) -> None:
+    proc.start()
+    if proc.port:
+        wait_http(f"http://127.0.0.1:{proc.port}/healthz", timeout=90)
+
+
+def _process(t: Target, f: PlannedFault) -> str:
+    with t.lock:
+        if f.target in t.busy:  # still being restarted after an earlier fault
+            return "skipped: the process is being restarted"
+        t.busy.add(f.target)
+    try:
+        return _signal_and_restart(t.procs[f.target], f)
+    finally:
+        with t.lock:
+            t.busy.discard(f.target)
+
+
+def _signal_and_restart(proc: Proc, f: PlannedFault) -> str:
+    if f.kind == "sigkill":
+        proc.signal(signal.SIGKILL)
+        code = proc.wait(10)
+    else:
+        proc.signal(signal.SIGTERM)
+        code = proc.wait(45)  # a stop longer than the graceful budgets is SIGKILLed (and says so)
+    time.sleep(f.length_s)
+    restart(proc)
+    return f"exit {code}, restarted"
+
+
+def _storm(t: Target, f: PlannedFault) -> str:
+    api, status = f.target.split("-")
+    end = time.monotonic() + f.length_s
+    chunks = 0
+    while time.monotonic() < end:
+        with t.lock:  # count-based faults, topped up each second (tests/faults/test_provider_storm.py)
+            t.emu.fault(api, int(status), times=40, retry_after=2)
+        chunks += 1
+        time.sleep(1)
+    return f"{chunks} chunks of 40"
+
+
+def _emulator(t: Target, f: PlannedFault) -> str:
+    if f.kind == "goaway":
+        with t.lock:
+            return f"{t.emu.apns_goaway()} connections"
+    if f.kind == "latency":
+        with t.lock:
+            t.emu.latency(800)
+        time.sleep(f.length_s)
+        with t.lock:
+            t.emu.latency(0)
+        return "800 ms"
+    with t.lock:  # token_expiry: access tokens issued meanwhile live 5 s, so they expire under use
+        t.emu.realistic(fcm_token_lifetime_s=5)
+    time.sleep(f.length_s)
+    with t.lock:
+        t.emu.realistic(fcm_token_lifetime_s=3600)
+    return "FCM access tokens live 5 s"
+
+
+def _store(t: Target, f: PlannedFault) -> str:
+    if f.kind == "cassandra_node":
+        if t.cluster is None:
+            return "skipped: no cluster of the run's own"
+        t.cluster.kill(f.target)
+        time.sleep(f.length_s)
+        t.cluster.restart(f.target)
+        return "killed, restarted, ring whole"
+    if t.mariadb is None:
+        return "skipped: no MariaDB of the run's own"
+    t.mariadb.kill()
+    time.sleep(f.length_s)
+    t.mariadb.start()
+    return "killed, restarted"
+
+
+def inject(t: Target, f: PlannedFault) -> None:
+    start = time.time()
+    outcome: Any
+    try:
+        if f.kind in ("sigkill", "sigterm"):
+            outcome = _process(t, f)
+        elif f.kind == "storm":
+            outcome = _storm(t, f)
+        elif f.kind in ("cassandra_node", "mariadb_restart"):
+            outcome = _store(t, f)
+        elif f.kind == "hostile":
+            hostile.run(t.hostile_url, t.api_key, f.length_s, t.rec)
+            outcome = "done"
+        else:
+            outcome = _emulator(t, f)
+    except Exception as exc:  # the run goes on; the report shows the fault did not happen as planned
+        outcome = f"error: {exc!r}"[:300]
+    t.rec.write("fault", name=f.kind, target=f.target, t_start=start, t_end=time.time(), outcome=outcome)
+
+
+def run_plan(t: Target, plan: list[PlannedFault], t0: float, stop: threading.Event) -> list[threading.Thread]:
+    """Start each fault at its time (a thread each); returns the threads (join them before checking)."""
+    threads = []
+    for f in plan:
+        if stop.wait(max(0.0, t0 + f.at_s - time.time())):
+            break
+        th = threading.Thread(target=inject, args=(t, f), name=f"fault-{f.kind}", daemon=True)
+        th.start()
+        threads.append(th)
+    return threads

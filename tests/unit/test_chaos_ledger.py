@@ -1,0 +1,212 @@
+"""The chaos run's independent checker (chaos/ledger.py), its fault plan and its report: each
+invariant passes on a clean history and fails, naming the case, on a history that breaks it."""
+
+from __future__ import annotations
+
+import itertools
+
+from chaos import ledger, report
+from chaos.ledger import Bounds, Ledger, by_mark, check_all
+from chaos.plan import EXCLUSIVE, make_plan
+
+BOUNDS = Bounds(page_size=2, lanes=1)  # in flight: 2 pushes
+
+
+def pub(mark: str, t_req: float = 10.0, **kw: object) -> dict[str, object]:
+    return {
+        "kind": "publish",
+        "mark": mark,
+        "job_id": f"job-{mark}",
+        "scope": "all",
+        "t_req": t_req,
+        "t_ack": t_req + 0.1,
+        **kw,
+    }
+
+
+def push(token: str, mark: str, t: float) -> dict[str, object]:
+    return {"t": t, "api": "fcm", "token": token, "data": {"chaos": mark}}
+
+
+def population(*tokens: str) -> dict[str, object]:
+    return {"kind": "population", "name": "P", "tokens": list(tokens)}
+
+
+def test_every_expected_token_delivered_or_accounted_passes_and_a_missing_one_is_named() -> None:
+    events = [
+        population("a", "b", "c", "d"),
+        pub("m1", populations=["P"]),
+        {"kind": "invalid_token", "token": "c"},
+        {"kind": "dead_letter", "job": "job-m1", "token": "d"},
+    ]
+    ok = ledger.check_lost(Ledger.of(events), by_mark([push("a", "m1", 11), push("b", "m1", 11)]))
+    assert ok.ok and ok.checked == 4 and ok.measured["accounted"] == {"invalid token": 1, "dead letter": 1}
+    lost = ledger.check_lost(Ledger.of(events), by_mark([push("a", "m1", 11)]))
+    assert [v.detail for v in lost.violations] == ["m1 (job job-m1, ?): b never got it"]
+
+
+def test_a_cancelled_job_accounts_for_what_it_did_not_send() -> None:
+    events = [
+        population("a", "b"),
+        pub("m1", populations=["P"]),
+        {"kind": "cancel", "mark": "m1", "t_ack": 10.5, "state": "cancelled"},
+    ]
+    assert ledger.check_lost(Ledger.of(events), by_mark([push("a", "m1", 10.2)])).ok
+    events[-1]["state"] = "done"  # the cancel came after the job ended: everything is owed
+    assert not ledger.check_lost(Ledger.of(events), by_mark([push("a", "m1", 10.2)])).ok
+
+
+def test_a_single_send_dead_letter_has_no_job_and_still_accounts() -> None:
+    events = [pub("s1", job_id=None, expect=["a"]), {"kind": "dead_letter", "job": "single", "token": "a"}]
+    assert ledger.check_lost(Ledger.of(events), by_mark([])).ok
+
+
+def test_duplicates_within_one_page_per_interruption_pass_and_need_a_cause() -> None:
+    kill = {"kind": "fault", "name": "sigkill", "target": "worker-0", "t_start": 11.0, "t_end": 12.0}
+    pushes = [push("a", "m1", 10.5), push("a", "m1", 12.5), push("b", "m1", 10.6), push("b", "m1", 12.6)]
+    with_kill = ledger.check_duplicates(Ledger.of([pub("m1"), kill]), by_mark(pushes), BOUNDS)
+    assert with_kill.ok and with_kill.measured["extra_deliveries"] == 2
+    assert "sigkill(worker-0)" in with_kill.measured["groups"][0]
+    without = ledger.check_duplicates(Ledger.of([pub("m1")]), by_mark(pushes), BOUNDS)
+    assert [v.cause for v in without.violations] == ["none"]
+    storm_only = {**kill, "name": "storm"}  # a refused push is not delivered: a storm explains no duplicate
+    assert not ledger.check_duplicates(Ledger.of([pub("m1"), storm_only]), by_mark(pushes), BOUNDS).ok
+    three = [*pushes, push("c", "m1", 10.7), push("c", "m1", 12.7)]
+    assert not ledger.check_duplicates(Ledger.of([pub("m1"), kill]), by_mark(three), BOUNDS).ok  # 3 > one page of 2
+
+
+def test_a_publish_asked_after_a_revocation_never_reaches_the_token_but_in_flight_pages_may() -> None:
+    revoke = {"kind": "revoke", "token": "x", "why": "rotate", "scope": "*", "t_ack": 20.0}
+    events = [pub("early", t_req=19.0), pub("late", t_req=21.0), revoke]
+    in_flight = ledger.check_revocations(Ledger.of(events), [push("x", "early", 20.5)], BOUNDS)
+    assert in_flight.ok and in_flight.measured["in_flight_deliveries"] == 1
+    after = ledger.check_revocations(Ledger.of(events), [push("x", "late", 21.5)], BOUNDS)
+    assert [v.detail for v in after.violations] == ["x got late (asked after its rotate was acknowledged)"]
+    flood = [push("x", "early", 20.0 + i / 10) for i in range(1, 5)]  # 4 > the 2 in flight
+    assert not ledger.check_revocations(Ledger.of(events), flood, BOUNDS).ok
+
+
+def test_an_unsubscribe_revokes_its_topic_only() -> None:
+    revoke = {"kind": "revoke", "token": "x", "why": "unsubscribe", "scope": "all", "t_ack": 20.0}
+    other = pub("other", t_req=21.0, scope="user:s-1")
+    assert ledger.check_revocations(Ledger.of([other, revoke]), [push("x", "other", 22)], BOUNDS).ok
+    same = pub("same", t_req=21.0)
+    assert not ledger.check_revocations(Ledger.of([same, revoke]), [push("x", "same", 22)], BOUNDS).ok
+
+
+def test_pushes_after_a_cancel_beyond_the_pages_in_flight_fail() -> None:
+    events = [pub("m1"), {"kind": "cancel", "mark": "m1", "t_ack": 11.0, "state": "cancelled"}]
+    assert ledger.check_cancels(Ledger.of(events), by_mark([push("a", "m1", 11.5), push("b", "m1", 11.6)]), BOUNDS).ok
+    late = [push(t, "m1", 11.5) for t in "abc"]
+    assert not ledger.check_cancels(Ledger.of(events), by_mark(late), BOUNDS).ok
+
+
+def test_a_send_at_publish_delivered_before_its_instant_is_early() -> None:
+    events = [pub("m1", not_before=30.0)]
+    assert ledger.check_not_early(Ledger.of(events), by_mark([push("a", "m1", 30.01)]), BOUNDS).ok
+    early = ledger.check_not_early(Ledger.of(events), by_mark([push("a", "m1", 29.5)]), BOUNDS)
+    assert [v.detail for v in early.violations] == ["m1: first push 0.500 s early"]
+
+
+def test_each_cycle_minute_exactly_once_within_the_grace() -> None:
+    sub = {"kind": "cycle_sub", "token": "c", "mark": "cycle:S", "minute": 600.0}
+    once = ledger.check_cycles(Ledger.of([sub]), by_mark([push("c", "cycle:S", 601)]), Bounds(cycle_grace_s=60))
+    assert once.ok
+    for pushes, expected in (
+        ([], "0 pushes"),
+        ([push("c", "cycle:S", 601), push("c", "cycle:S", 602)], "2 pushes"),
+        ([push("c", "cycle:S", 599)], "early"),
+        ([push("c", "cycle:S", 800)], "late"),
+    ):
+        res = ledger.check_cycles(Ledger.of([sub]), by_mark(pushes), Bounds(cycle_grace_s=60))
+        assert len(res.violations) == 1 and expected in res.violations[0].detail, expected
+
+
+def test_job_counters_must_lie_between_distinct_tokens_and_deliveries() -> None:
+    final = {"kind": "job_final", "mark": "m1", "job_id": "j", "state": "done", "sent": 2}
+    pushes = [push("a", "m1", 11), push("b", "m1", 11), push("b", "m1", 12)]
+    assert ledger.check_counters(Ledger.of([pub("m1"), final]), by_mark(pushes), BOUNDS).ok
+    for sent in (1, 4):
+        assert not ledger.check_counters(Ledger.of([pub("m1"), {**final, "sent": sent}]), by_mark(pushes), BOUNDS).ok
+
+
+def test_a_page_whose_checkpoint_an_interruption_lost_may_go_uncounted() -> None:
+    """Delivered, checkpoint lost (MySQL down), the token gone before the page was read again: its
+    push arrived and was never counted. Allowed only with an interruption, one page per lane."""
+    restart = {"kind": "fault", "name": "mariadb_restart", "target": "", "t_start": 10.5, "t_end": 11.5}
+    final = {"kind": "job_final", "mark": "m1", "job_id": "j", "state": "done", "sent": 1}
+    pushes = [push("a", "m1", 11), push("b", "m1", 11), push("b", "m1", 12)]
+    res = ledger.check_counters(Ledger.of([pub("m1"), restart, final]), by_mark(pushes), BOUNDS)
+    assert res.ok and res.measured["uncounted"] == ["m1: 1 (mariadb_restart())"]
+    assert not ledger.check_counters(Ledger.of([pub("m1"), final]), by_mark(pushes), BOUNDS).ok
+
+
+def test_a_delivery_summary_counts_every_acknowledged_job_and_no_more_sent_than_delivered() -> None:
+    events = [pub("m1", service="S"), pub("m2", service="S", job_id=None), pub("m3", service="T")]
+    pushes = [push("a", "m1", 11), push("b", "m1", 11), push("c", "cycle:S", 12), push("d", "m2", 11)]
+    fine = {"kind": "summary", "service": "S", "totals": {"jobs": 3, "sent": 3}}  # m1 + a cycle minute's job
+    assert ledger.check_summaries(Ledger.of([*events, fine]), by_mark(pushes)).ok
+    for totals in ({"jobs": 0, "sent": 3}, {"jobs": 3, "sent": 4}):  # the immediate send m2 is no job's
+        assert not ledger.check_summaries(Ledger.of([*events, {**fine, "totals": totals}]), by_mark(pushes)).ok
+
+
+def test_webhook_events_at_least_once_and_never_with_two_bodies() -> None:
+    final = {"kind": "job_final", "mark": "m1", "job_id": "j1", "state": "done", "webhook": True}
+    first = {"kind": "webhook", "event_id": "e1", "sha": "x", "status": 500, "job_id": "j1"}
+    retried = {**first, "status": 200}
+    assert ledger.check_webhooks(Ledger.of([final, first, retried])).ok
+    assert not ledger.check_webhooks(Ledger.of([final, first])).ok  # never answered 2xx: not delivered
+    assert not ledger.check_webhooks(Ledger.of([final, first, {**retried, "sha": "y"}])).ok
+
+
+def test_processes_left_running_and_orphans_after_reconcile_fail() -> None:
+    assert not ledger.check_processes(
+        Ledger.of([{"kind": "process_left", "name": "api-0", "pid": 1, "alive": True}])
+    ).ok
+    runs = [
+        {"kind": "reconcile", "report": {"dead_rows_removed": 3}},
+        {"kind": "reconcile", "report": {"dead_rows_removed": 0}},
+    ]
+    assert ledger.check_reconcile(Ledger.of(runs)).ok
+    runs[1]["report"] = {"dead_rows_removed": 1}
+    assert not ledger.check_reconcile(Ledger.of(runs)).ok
+
+
+def test_hostile_probes_may_be_refused_but_not_answered_with_an_error() -> None:
+    fine = {"kind": "hostile", "probe": "oversized body", "sent": 3, "statuses": {"413": 2, "0": 1}}
+    assert ledger.check_hostile(Ledger.of([fine, {**fine, "statuses": {"503": 3}}])).ok
+    assert not ledger.check_hostile(Ledger.of([{**fine, "statuses": {"500": 1}}])).ok
+
+
+def test_check_all_on_a_clean_history_passes_every_invariant() -> None:
+    events = [
+        population("a"),
+        pub("m1", populations=["P"]),
+        {"kind": "job_final", "mark": "m1", "job_id": "j", "state": "done", "sent": 1},
+    ]
+    assert all(r.ok for r in check_all(events, [push("a", "m1", 11)], BOUNDS))
+
+
+def test_the_plan_is_a_function_of_its_seed_and_never_stacks_store_faults() -> None:
+    replicas = {"api": 2, "worker": 3, "scheduler": 2, "webhooks": 1}
+    plan = make_plan(7, 1800, replicas)
+    assert plan == make_plan(7, 1800, replicas) and plan != make_plan(8, 1800, replicas)
+    stores = [f for f in plan if f.kind in EXCLUSIVE]
+    assert {f.kind for f in stores} == EXCLUSIVE and "hostile" in {f.kind for f in plan}
+    for a, b in itertools.pairwise(stores):
+        assert b.at_s >= a.at_s + a.length_s + 60, (a, b)
+    assert all(20 <= f.at_s <= 1800 - 60 for f in plan)
+    short = make_plan(7, 300, replicas)
+    assert {"cassandra_node", "mariadb_restart", "hostile"} <= {f.kind for f in short}
+
+
+def test_the_report_carries_the_seed_the_table_the_faults_and_the_violation_excerpts() -> None:
+    events = [population("a"), pub("m1", populations=["P"])]
+    results = check_all(events, [], BOUNDS)
+    fault = {"name": "sigkill", "target": "worker-1", "t_start": 10.0, "t_end": 12.0}
+    info = report.RunInfo(seed=42, minutes=5, started=0.0, ended=60.0, command="CHAOS_SEED=42 make chaos")
+    lost = next(v for r in results for v in r.violations)
+    md = report.markdown(info, results, [fault], {lost: ["worker-1: 1970-01-01 00:00:10 ERROR boom"]})
+    assert "seed 42" in md and "| FAIL | no acknowledged push lost | 1 | 1 |" in md and "worker-1: 1970" in md
+    page = report.page(info, results, report.Timeline([11.0, 12.0], [30.0], [fault]), {})
+    assert page.count("<svg") == 1 and "sigkill worker-1" in page and "CHAOS_SEED=42" in page
