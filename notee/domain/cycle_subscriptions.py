@@ -23,6 +23,7 @@ from notee.domain.subscription_rows import (
     template,
     unsubscribe,
     user_devices,
+    write_or_withdraw,
 )
 from notee.store import services_sql, users_sql
 from notee.store.cql.rows import IndexRow, SubscriptionRef
@@ -73,7 +74,7 @@ def subscribe_cycle(
         at = int(winner.data["at"])  # same schedule: keep its place
     sub = SubscriptionRef(service, user_id, type_, tpl.key, target, at)
     # Cycle rows carry no zone (their bucket has its own).
-    st.run(materialise(st, sub, missing, schedule=schedule, zone=locked or ""))
+    write_or_withdraw(st, service, materialise(st, sub, missing, schedule=schedule, zone=locked or ""))
     st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
     # The due index is written after the subscription rows (reconcile relies on that order).
     st.run(

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from notee.core.errors import NotFound
 from notee.domain.schedule import parse_canonical
-from notee.domain.subscription_rows import lock_user, materialise, remove_rows
+from notee.domain.subscription_rows import NewRows, lock_user, materialise, remove_rows, write_or_withdraw
 from notee.store import import_rows_sql, templates_sql, users_sql, webhooks_sql
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import DeviceSlot, IndexRow, SubscriptionRef, slot_ref, slot_zone
@@ -153,7 +153,7 @@ def _copy_to_device(
     zone: str,
 ) -> None:
     have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
-    futures = []
+    new = NewRows()
     for r in rows:
         key: str | None = r.data.get("key")  # every user-level row carries its template's key
         if (
@@ -165,8 +165,8 @@ def _copy_to_device(
             continue
         sub = SubscriptionRef(service, user_id, r.type_, key, r.target, int(r.data.get("at", 0)))
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
-        futures += materialise(st, sub, [(device_token, device_os)], schedule=schedule, zone=zone)
-    st.run(futures)
+        new.extend(materialise(st, sub, [(device_token, device_os)], schedule=schedule, zone=zone))
+    write_or_withdraw(st, service, new)
 
 
 def on_device_removed(st: Statements, service: str, user_id: str, device_token: str) -> None:

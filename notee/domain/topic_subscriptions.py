@@ -14,14 +14,17 @@ from sqlalchemy.orm import Session
 from notee.core.errors import InvalidInput, NotFound
 from notee.domain.schedule import validate_topic
 from notee.domain.subscription_rows import (
+    NewRows,
     SubscribeResult,
     live_user_level,
     lock_user,
+    new_device_row,
     now_ms,
     remove_rows,
     template,
     template_of,
     unsubscribe,
+    write_or_withdraw,
 )
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import USER_LEVEL, IndexRow, SubscriptionRef
@@ -109,16 +112,14 @@ def subscribe_topics(
         if stale:
             remove_rows(st, service, user_id, stale)
     numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(devices) for _, devices, _ in plans)))
+    numbered = [(sub, [(next(numbers), t, o) for t, o in devices], level) for sub, devices, level in plans]
     units = [
-        st.topic_subscription_rows(
-            sub,
-            [(next(numbers), token, os_) for token, os_ in devices],
-            with_user_level=with_user_level,
-            zone=zones[sub.user_id],
-        )
-        for sub, devices, with_user_level in plans
+        st.topic_subscription_rows(sub, devices, with_user_level=level, zone=zones[sub.user_id])
+        for sub, devices, level in numbered
     ]
-    st.run(st.write_together(units))
+    written = [new_device_row(sub, "TOPIC", no, token) for sub, devices, _ in numbered for no, token, _ in devices]
+    written += [(sub.user_id, IndexRow("TOPIC", type_, sub.target, USER_LEVEL, {})) for sub, _, lvl in numbered if lvl]
+    write_or_withdraw(st, service, NewRows(written, [lambda: st.write_together(units)]))
     # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
     # one counter batch, only once the subscription rows exist.
     st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
