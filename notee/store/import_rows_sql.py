@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
-from pymysql.converters import escape_item
-from sqlalchemy import Connection, and_, column, delete, select, table, tuple_
+from sqlalchemy import and_, column, delete, select, table, tuple_
 from sqlalchemy.orm import Session
 
 from notee.store.mysql import AnyRow
+from notee.store.sql_literals import Literals
 
 user_t = table(
     "user",
@@ -62,7 +61,7 @@ def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Se
     and ``rows.fixed`` (the columns of the same value on every row, rendered once) updating those
     ``given`` and ``updated_at``, which moves only when one of them changes (the same file imported
     twice changes nothing); it comes first, since MariaDB assigns left to right and it compares the
-    old values. The VALUES are rendered here with the driver's escaping (``_Literals``), a statement
+    old values. The VALUES are rendered here with the driver's escaping (``notee.store.sql_literals``), a statement
     per ``STATEMENT_MAX_BYTES``: SQLAlchemy's parameters and PyMySQL's ``executemany`` cost more CPU
     per row than the server's work (docs/BENCHMARKS.md, "import_users_per_s")."""
     if not rows.rows:
@@ -75,7 +74,7 @@ def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Se
     head = f"INSERT INTO {table_name} ({', '.join([*varying, *rows.fixed])}) VALUES "
     tail = f" ON DUPLICATE KEY UPDATE {updates}"
     conn = session.connection()
-    lit = _Literals(conn)
+    lit = Literals(conn)
     string, other = lit.string, lit.other
     end = "".join("," + (string(v) if isinstance(v, str) else other(v)) for v in rows.fixed.values()) + ")"
     parts: list[str] = []
@@ -101,51 +100,6 @@ class _Rows:
     fixed: dict[str, Any]  # column -> its value on every row
 
 
-class _Literals:
-    """SQL literals of values as PyMySQL renders a query's parameters, following the session's
-    NO_BACKSLASH_ESCAPES as PyMySQL does (the server reports it in every reply's status; under it a
-    quote is doubled, nothing else changes). ``string`` renders a string; ``other`` any other value.
-    Each distinct value is rendered once (a chunk's user id is on its user, device and tag rows; tag
-    keys, values and ``now`` repeat on many rows)."""
-
-    def __init__(self, conn: Connection) -> None:
-        status = getattr(conn.connection.dbapi_connection, "server_status", 0)
-        self._quote = _quotes_doubled if status & SERVER_STATUS_NO_BACKSLASH_ESCAPES else _backslashed
-        self._strings: dict[str, str] = {}
-        self._seen: dict[tuple[type, Any], str] = {}
-
-    def string(self, value: str) -> str:
-        text_ = self._strings.get(value)
-        if text_ is None:
-            text_ = self._strings[value] = self._quote(value)
-        return text_
-
-    def other(self, value: Any) -> str:
-        key = (value.__class__, value)
-        text_ = self._seen.get(key)
-        if text_ is None:
-            text_ = self._seen[key] = str(escape_item(value, "utf8mb4"))
-        return text_
-
-
-def _backslashed(value: str) -> str:
-    # PyMySQL's escape_string (str.translate over its table), as replaces: the same text, and far
-    # cheaper on a string without those characters (nearly every one).
-    if "\\" in value:
-        value = value.replace("\\", "\\\\")
-    for char, escaped in _ESCAPES:
-        if char in value:
-            value = value.replace(char, escaped)
-    return "'" + value + "'"
-
-
-_ESCAPES = (("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\032", "\\Z"), ("'", "\\'"), ('"', '\\"'))
-
-
-def _quotes_doubled(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def users_by_service_id(session: Session, service: str, service_user_ids: Collection[str]) -> dict[str, AnyRow]:
     """service_user_id -> (user_id, timezone) of those that exist (the primary key)."""
     if not service_user_ids:
@@ -153,7 +107,7 @@ def users_by_service_id(session: Session, service: str, service_user_ids: Collec
     conn = session.connection()
     # The literals rendered here, as _upsert's (SQLAlchemy's expanding IN of 1,000 ids cost more CPU
     # than the query); no_parameters: a '%' in an id is text, not a placeholder.
-    lit = _Literals(conn)
+    lit = Literals(conn)
     ids = ",".join(map(lit.string, sorted(service_user_ids)))
     rows = conn.exec_driver_sql(
         f"SELECT service_user_id, user_id, timezone FROM `user` WHERE service = {lit.string(service)}"
