@@ -4,7 +4,8 @@
 device each (no topics), from an NDJSON file: the upload's split into chunks kept in MySQL
 (``usecases.imports.start_import``, what ``POST /v1/imports`` runs) plus every chunk applied by the
 worker's import-lane code (``imports_sql.claim`` + ``usecases.imports.run_chunk``) in ``lanes``
-threads of this process, until the import is done. Users/s over that whole span; side figures: the
+threads of this process, until the import is done; the heap built before is frozen first, as the
+worker freezes its startup heap (``notee.worker.process.freeze_startup_heap``). Users/s over that whole span; side figures: the
 split's share, MySQL rows written per second.
 
 ``import_subscriptions_ratio`` (``run_subscriptions``): topic subscriptions/s of an import of lines
@@ -31,7 +32,9 @@ def _import(runtime, service: str, body: bytes, lanes: int, chunk_lines: int) ->
     """Upload then apply every chunk in ``lanes`` threads; seconds of the split and of the whole."""
     from notee.store import imports_sql
     from notee.usecases import imports
+    from notee.worker.process import freeze_startup_heap
 
+    freeze_startup_heap()  # as ``notee worker`` does once started: this process's set-up is its startup
     t0 = time.perf_counter()
     with runtime.sessions.begin() as session:
         imports.start_import(

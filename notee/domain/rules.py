@@ -177,6 +177,7 @@ LOCALE_RE = re.compile(LOCALE_PATTERN)
 MAX_VARIANTS = 50
 
 
+@lru_cache(maxsize=1024)  # an import checks the same few locales on thousands of lines
 def canonical_locale(tag: str) -> str:
     """The BCP 47 case conventions (RFC 5646 2.1.1): ``pt-br`` -> ``pt-BR``, ``ZH-hant`` -> ``zh-Hant``."""
     parts = tag.split("-")

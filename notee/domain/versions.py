@@ -16,6 +16,7 @@ number is taken as a pre-release of ``0``: ``!`` and its text, before every numb
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 APP_VERSION_PATTERN = r"^[0-9A-Za-z.+-]{1,32}$"
 APP_VERSION_RE = re.compile(APP_VERSION_PATTERN)
@@ -34,6 +35,7 @@ def _suffix_key(suffix: str) -> str:
     return ".".join(_pad(i) if i.isdigit() else i for i in _IDENTIFIER.findall(suffix))
 
 
+@lru_cache(maxsize=4096)  # an import checks the same few versions on thousands of devices
 def version_key(text: str) -> str:
     """The sortable key of an app version (``text`` matches ``APP_VERSION_PATTERN``)."""
     text = text.split("+", 1)[0]  # build metadata: not part of the order

@@ -6,16 +6,16 @@ Every function takes the caller's Session and never commits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymysql.converters import escape_item, escape_string
-from sqlalchemy import Connection, and_, column, delete, select, table, tuple_
+from sqlalchemy import and_, column, delete, select, table, tuple_
 from sqlalchemy.orm import Session
 
 from notee.store.mysql import AnyRow
+from notee.store.sql_literals import Literals
 
 user_t = table(
     "user",
@@ -61,7 +61,7 @@ def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Se
     and ``rows.fixed`` (the columns of the same value on every row, rendered once) updating those
     ``given`` and ``updated_at``, which moves only when one of them changes (the same file imported
     twice changes nothing); it comes first, since MariaDB assigns left to right and it compares the
-    old values. The VALUES are rendered here with the driver's escaping (``_Literals``), a statement
+    old values. The VALUES are rendered here with the driver's escaping (``notee.store.sql_literals``), a statement
     per ``STATEMENT_MAX_BYTES``: SQLAlchemy's parameters and PyMySQL's ``executemany`` cost more CPU
     per row than the server's work (docs/BENCHMARKS.md, "import_users_per_s")."""
     if not rows.rows:
@@ -74,7 +74,7 @@ def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Se
     head = f"INSERT INTO {table_name} ({', '.join([*varying, *rows.fixed])}) VALUES "
     tail = f" ON DUPLICATE KEY UPDATE {updates}"
     conn = session.connection()
-    lit = _Literals(conn)
+    lit = Literals(conn)
     string, other = lit.string, lit.other
     end = "".join("," + (string(v) if isinstance(v, str) else other(v)) for v in rows.fixed.values()) + ")"
     parts: list[str] = []
@@ -100,42 +100,19 @@ class _Rows:
     fixed: dict[str, Any]  # column -> its value on every row
 
 
-class _Literals:
-    """SQL literals of values as PyMySQL renders a query's parameters, with its public functions
-    (``pymysql.converters``: ``escape_string``, ``escape_item``), following the session's
-    NO_BACKSLASH_ESCAPES as PyMySQL does (then a quote is doubled, nothing else changes). ``string``
-    renders a string; ``other`` any other value, each distinct one once (the same ``now`` on every
-    row, a few numbers)."""
-
-    def __init__(self, conn: Connection) -> None:
-        mode = str(conn.exec_driver_sql("SELECT @@SESSION.sql_mode").scalar() or "")
-        self.string: Callable[[str], str] = _quotes_doubled if "NO_BACKSLASH_ESCAPES" in mode else _backslashed
-        self._seen: dict[tuple[type, Any], str] = {}
-
-    def other(self, value: Any) -> str:
-        key = (value.__class__, value)
-        text_ = self._seen.get(key)
-        if text_ is None:
-            text_ = self._seen[key] = str(escape_item(value, "utf8mb4"))
-        return text_
-
-
-def _backslashed(value: str) -> str:
-    return "'" + escape_string(value) + "'"
-
-
-def _quotes_doubled(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def users_by_service_id(session: Session, service: str, service_user_ids: Collection[str]) -> dict[str, AnyRow]:
     """service_user_id -> (user_id, timezone) of those that exist (the primary key)."""
     if not service_user_ids:
         return {}
-    rows = session.execute(
-        select(user_t.c.service_user_id, user_t.c.user_id, user_t.c.timezone).where(
-            and_(user_t.c.service == service, user_t.c.service_user_id.in_(sorted(service_user_ids)))
-        )
+    conn = session.connection()
+    # The literals rendered here, as _upsert's (SQLAlchemy's expanding IN of 1,000 ids cost more CPU
+    # than the query); no_parameters: a '%' in an id is text, not a placeholder.
+    lit = Literals(conn)
+    ids = ",".join(map(lit.string, sorted(service_user_ids)))
+    rows = conn.exec_driver_sql(
+        f"SELECT service_user_id, user_id, timezone FROM `user` WHERE service = {lit.string(service)}"
+        f" AND service_user_id IN ({ids})",
+        execution_options={"no_parameters": True},
     )
     return {r.service_user_id: r for r in rows}
 

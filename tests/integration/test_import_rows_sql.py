@@ -46,3 +46,22 @@ def test_tricky_values_come_back_as_written_and_a_rewrite_changes_nothing(runtim
     assert first["num"][:2] == (None, -0.125)
     write()
     assert read() == first  # the same rows again: updated_at included, nothing changed
+
+
+@pytest.mark.parametrize("mode", ["default", "NO_BACKSLASH_ESCAPES"])
+def test_users_are_found_by_tricky_service_ids_in_both_modes(runtime, store_tenant, mode):
+    # users_by_service_id renders its IN list itself (_Literals): each id must match exactly itself.
+    ids = [f"user {value}" for value in TRICKY]
+    with runtime.sessions.begin() as s:
+        rows_sql.upsert_users(
+            s, store_tenant, [(u, f"00000000-0000-4000-8000-{i:012d}", {}) for i, u in enumerate(ids)], stored_now()
+        )
+    with runtime.sessions.begin() as s:
+        if mode != "default":
+            s.execute(text("SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_BACKSLASH_ESCAPES')"))
+        found = rows_sql.users_by_service_id(s, store_tenant, [*ids, "user absent", "user it''s"])
+        if mode != "default":
+            s.execute(text("SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '')"))
+    assert {u: r.user_id for u, r in found.items()} == {
+        u: f"00000000-0000-4000-8000-{i:012d}" for i, u in enumerate(ids)
+    }
