@@ -10,7 +10,10 @@ the side figure ``worker_cpu_us_per_push`` (FCM: the seeded devices are Android)
 ``worker_cpu_us_per_push_steady`` is the same from the first checkpointed page on (without the
 one-time work of a fresh worker: provider credentials, the first connections). Right after it the
 same worker sends a publish to ``devices // APNS_SHARE`` iOS devices (the emulator's APNs port),
-whose CPU per push is ``worker_cpu_us_per_push_apns`` (not part of either figure's ratio).
+whose CPU per push is ``worker_cpu_us_per_push_apns`` (not part of either figure's ratio). Beside
+them, the emulator's own CPU (its process and granian worker) per acknowledged push over each
+publish: ``emulator_cpu_us_per_request`` and ``_apns`` (issue 35; absent when the bench attached
+to an emulator it did not start).
 
 The ceiling is the smaller of the two bare ceilings, in pushes/s: the raw driver's paged read of the
 publish's own partitions (as in slot_walk) and the bare h2 client's wall-clock rate (as in send_cpu).
