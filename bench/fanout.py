@@ -10,7 +10,10 @@ the side figure ``worker_cpu_us_per_push`` (FCM: the seeded devices are Android)
 ``worker_cpu_us_per_push_steady`` is the same from the first checkpointed page on (without the
 one-time work of a fresh worker: provider credentials, the first connections). Right after it the
 same worker sends a publish to ``devices // APNS_SHARE`` iOS devices (the emulator's APNs port),
-whose CPU per push is ``worker_cpu_us_per_push_apns`` (not part of either figure's ratio).
+whose CPU per push is ``worker_cpu_us_per_push_apns`` (not part of either figure's ratio). Beside
+them, the emulator's own CPU (its process and granian worker) per acknowledged push over each
+publish: ``emulator_cpu_us_per_request`` and ``_apns`` (issue 35; absent when the bench attached
+to an emulator it did not start).
 
 The ceiling is the smaller of the two bare ceilings, in pushes/s: the raw driver's paged read of the
 publish's own partitions (as in slot_walk) and the bare h2 client's wall-clock rate (as in send_cpu).
@@ -117,7 +120,7 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
     """Start the clock, call ``start()`` (creates the job(s), returns their ids), then sample until the
     emulator acknowledged ``expect`` pushes. Returns seconds, RSS samples and job ids."""
     emulator.reset()
-    cpu0 = worker.cpu_s()
+    cpu0, emu0 = worker.cpu_s(), tree_cpu_s(emulator.pid)
     t0 = time.perf_counter()
     job_ids = start()
     t_created = time.perf_counter()
@@ -151,11 +154,13 @@ def publish_and_wait(runtime, emulator, worker: WorkerProcess, *, start, expect:
     while time.monotonic() < end and any(_job_state(runtime, j) not in ("done", "failed") for j in job_ids):
         time.sleep(0.05)
     rss_end = worker.rss()
-    cpu_end = worker.cpu_s()
+    cpu_end, emu_end = worker.cpu_s(), tree_cpu_s(emulator.pid)
     return {
         "elapsed_s": elapsed,
         # the whole publish as the worker sees it: claim, reads, sends, checkpoints, job done
         "worker_cpu_s": cpu_end - cpu0,
+        # the emulator's (with its granian worker) over the same span: what each answer costs it
+        "emulator_cpu_s": None if emu0 is None or emu_end is None else emu_end - emu0,
         # the same from the first checkpointed page on: (CPU s, pushes acknowledged meanwhile)
         "worker_cpu_steady": (cpu_end - first_page[0], delivered - first_page[1]) if first_page else None,
         "create_s": t_created - t0,
@@ -272,6 +277,9 @@ def run(
                 # APNs: the same worker, a publish to devices // APNS_SHARE iOS devices right after
                 "worker_cpu_us_per_push_apns": r_apns["worker_cpu_s"] / max(r_apns["delivered"], 1) * 1e6,
                 "apns_devices": ios,
+                # the emulator's own CPU per request beside the worker's (issue 35): FCM, then APNs
+                **_emulator_us(r, "emulator_cpu_us_per_request"),
+                **_emulator_us(r_apns, "emulator_cpu_us_per_request_apns"),
                 "apns_job_state": r_apns["states"][0],
                 **{f"ceiling_{k}": v for k, v in {**usable, **extra_ceilings}.items()},
             },
@@ -293,6 +301,35 @@ def run(
     else:
         out["worker_rss_growth"] = missing("no sample was taken between the first checkpointed page and the end")
     return out
+
+
+def _emulator_us(r: dict[str, Any], name: str) -> dict[str, float]:
+    """``{name: µs of emulator CPU per acknowledged push}`` when the emulator's CPU was read."""
+    if r.get("emulator_cpu_s") is None or not r["delivered"]:
+        return {}
+    return {name: r["emulator_cpu_s"] / r["delivered"] * 1e6}
+
+
+def tree_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of a process and its children (the emulator and its granian
+    worker); None without a pid (an emulator the bench attached to) or once it is gone."""
+    import psutil
+
+    if not pid:
+        return None
+    try:
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    total = 0.0
+    for q in procs:
+        try:
+            t = q.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,7 +462,14 @@ def run_scaling(
             raise RuntimeError(f"publish with {n} workers ended {state}")
         rates.setdefault(n, []).append(devices / elapsed)
         runs.append(
-            {"workers": n, "pushes_per_s": round(devices / elapsed), "elapsed_s": round(elapsed, 2), "cores": cores}
+            {
+                "workers": n,
+                "pushes_per_s": round(devices / elapsed),
+                "elapsed_s": round(elapsed, 2),
+                "cores": cores,
+                # the emulator's CPU per request: cores used / requests per second
+                "emulator_us_per_request": round(cores.get("emulator", 0.0) / (devices / elapsed) * 1e6, 1),
+            }
         )
     one, two = statistics.median(rates[1]), statistics.median(rates[2])
     return figure(

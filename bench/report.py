@@ -27,6 +27,26 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The figures of earlier runs kept in the repository (``python -m bench.run --keep``): per mode and
+# figure, the last measured one, with the commit, machine and time it came from. Every report shows
+# them beside the new figures.
+KEPT_FILE = Path(__file__).resolve().parent / "kept.json"
+# Side figures (``extra``) set beside the kept run's in the report: the absolute CPU costs.
+SIDE_FIGURES: dict[str, tuple[str, ...]] = {
+    "send_cpu_ratio": ("notee_us_per_msg", "bare_us_per_req"),
+    "send_cpu_ratio_apns": ("notee_us_per_msg", "bare_us_per_req"),
+    "gorush_cpu_ratio": ("notee_worker_us_per_push", "gorush_per_notee_worker"),
+    "gorush_cpu_ratio_apns": ("notee_worker_us_per_push", "gorush_per_notee_worker"),
+    "fanout_ratio": (
+        "worker_cpu_us_per_push",
+        "worker_cpu_us_per_push_steady",
+        "worker_cpu_us_per_push_apns",
+        "emulator_cpu_us_per_request",
+        "emulator_cpu_us_per_request_apns",
+    ),
+    "subscribe_ratio": ("api_server_cpu_ms_per_sub", "rate_limited_server_cpu_ms_per_sub"),
+    "slot_walk_ratio": ("notee_cpu_us_per_row", "raw_cpu_us_per_row"),
+}
 
 # name -> (comparison, goal value, one-line meaning); the order of the table.
 GOALS: dict[str, tuple[str, float, str]] = {
@@ -207,14 +227,66 @@ def table(figures: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def read_kept(path: Path = KEPT_FILE) -> dict[str, dict[str, Any]]:
+    """The kept figures, by mode then figure ({} when there is no such file)."""
+    try:
+        return json.loads(path.read_text())["modes"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def keep(doc: dict[str, Any], path: Path = KEPT_FILE) -> int:
+    """Put the measured figures of ``doc`` (what ``write`` returned) into the kept file, each with the
+    run it came from; figures not measured in it keep their earlier entry. Returns how many were kept."""
+    modes = read_kept(path)
+    kept = modes.setdefault(doc["mode"], {})
+    run = {"commit": doc["machine"].get("commit", "?"), "started_utc": doc["started_utc"], "machine": doc["machine"]}
+    measured = {name: f for name, f in doc["figures"].items() if not f.get("missing")}
+    for name, f in measured.items():
+        kept[name] = {**f, "run": run}
+    path.write_text(json.dumps({"modes": modes}, indent=2, ensure_ascii=False) + "\n")
+    return len(measured)
+
+
+def _from(entry: dict[str, Any]) -> str:
+    run, m = entry.get("run", {}), entry.get("run", {}).get("machine", {})
+    return f"{run.get('commit', '?')}, {run.get('started_utc', '?')[:16]}, {m.get('host', '?')} ({m.get('cpus', '?')} CPUs)"
+
+
+def side_by_side(figures: dict[str, dict[str, Any]], kept: dict[str, dict[str, Any]]) -> str:
+    """The new figures beside the kept ones (Markdown): each value, then the side figures of SIDE_FIGURES."""
+    lines = [
+        "| figure | now | kept | kept from (commit, time, machine) |",
+        "|---|---|---|---|",
+    ]
+    for name in GOALS:
+        now, before = figures.get(name) or missing("not run"), kept.get(name)
+        if now.get("missing") and before is None:
+            continue
+        rows = [(name, now.get("value", "—"), before["value"] if before else "—")]
+        for side in SIDE_FIGURES.get(name, ()):
+            rows.append(
+                (
+                    f"{name}.{side}",
+                    (now.get("extra") or {}).get(side, "—"),
+                    ((before or {}).get("extra") or {}).get(side, "—"),
+                )
+            )
+        for label, a, b in rows:
+            lines.append(f"| {label} | {a} | {b} | {_from(before) if before else 'not kept'} |")
+    return "\n".join(lines)
+
+
 def write(
     mode: str,
     figures: dict[str, dict[str, Any]],
     started: datetime,
     results_dir: Path = RESULTS_DIR,
     speed: tuple[float, float] | None = None,
+    kept_file: Path = KEPT_FILE,
 ) -> dict:
-    """``speed``: ``speed_probe()`` before and after the figures."""
+    """``speed``: ``speed_probe()`` before and after the figures. ``kept_file``: the figures kept from
+    earlier runs, shown beside these (``keep`` adds these to it)."""
     doc = {
         "mode": mode,
         "started_utc": started.isoformat(timespec="seconds"),
@@ -236,6 +308,8 @@ def write(
         )
         + "\n\n"
         + table(doc["figures"])
+        + f"\n\n## Beside the kept figures ({kept_file.name}, {mode} runs)\n\n"
+        + side_by_side(doc["figures"], read_kept(kept_file).get(mode, {}))
         + "\n"
     )
     (results_dir / "latest.md").write_text(md)

@@ -285,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
     parser.add_argument("--only", nargs="*", choices=list(report.GOALS), help="run only these figures")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help=f"put the measured figures into {report.KEPT_FILE.name} (kept in the repository), with this run's commit and machine",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("cassandra", "httpx", "httpcore"):
@@ -308,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print((report.RESULTS_DIR / "latest.md").read_text())
     print(f"written: {report.RESULTS_DIR / 'latest.json'}")
+    if args.keep:
+        print(f"kept: {report.keep(doc)} figure(s) in {report.KEPT_FILE}")
     return 0 if all(not f.get("missing") for f in doc["figures"].values()) else 1
 
 

@@ -151,7 +151,8 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
             "Expected OAuth 2 access token, login cookie or other valid authentication credential.",
         )
     try:
-        message = json.loads(body)["message"]
+        doc = json.loads(body)
+        message = doc["message"]
         targets = [message[k] for k in ("token", "fid", "topic", "condition") if k in message]
     except (ValueError, KeyError, TypeError):
         return _bare_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
@@ -172,7 +173,7 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
             "api": "fcm",
             "path": scope["path"],
             "body": message,
-            "validate_only": bool(json.loads(body).get("validate_only")),
+            "validate_only": bool(doc.get("validate_only")),
             "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
         }
     fault = state.take_fault("fcm", token)
@@ -183,13 +184,12 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     if code:
         state.counts["fcm.error"] += 1
         return fcm_error(code)
-    try:
-        check_fcm(message)
-    except FcmProblem as problem:
-        state.counts["fcm.invalid"] += 1
-        return fcm_bad_field(problem)
-    if _fcm_payload_size(message) > FCM_PAYLOAD_LIMIT:
-        return fcm_too_big()
+    refused = _refusal(message, body, token)
+    if refused is not None:
+        count, (status, answer_headers, out) = refused
+        if count:
+            state.counts[count] += 1
+        return status, list(answer_headers), out
     if token in state.last:
         state.last[token]["device"] = fcm_device_view(message)
     state.counts["fcm.ok"] += 1
@@ -197,7 +197,42 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     state.record("fcm", token, message.get("data"))
     state.seq += 1
     name = f"projects/{project}/messages/0:{int(time.time() * 1000)}{state.seq:08d}%e1e1e1e1"
-    return 200, JSON_HEADERS, json.dumps({"name": name}, indent=2).encode()
+    # what json.dumps({"name": name}, indent=2) writes, without its pure-Python indenting encoder
+    return 200, JSON_HEADERS, b'{\n  "name": ' + json.dumps(name).encode() + b"\n}"
+
+
+# A fan-out sends one message body per page with only the token changing: what the field rules and
+# the size limit say of a body depends only on the rest of it, so it is decided once per distinct
+# rest (the body with its one token string cut out, and where it was cut) and remembered.
+_REFUSALS: dict[tuple[bytes, int], tuple[str, Response] | None] = {}
+_REFUSALS_KEPT = 1024
+
+
+def _refusal(message: dict[str, Any], body: bytes, token: str) -> tuple[str, Response] | None:
+    """FCM's answer to a message its field rules or its size limit refuse, with the count it adds
+    to (empty: none); None when it passes."""
+    if not token.isprintable() or '"' in token or "\\" in token:  # JSON escapes it: not found as is
+        return _judge(message)
+    needle = b'"' + token.encode() + b'"'
+    at = body.find(needle)
+    if at < 0 or body.find(needle, at + 1) >= 0:  # not cut out exactly once: decided for this body alone
+        return _judge(message)
+    key = (body[:at] + body[at + len(needle) :], at)
+    if key not in _REFUSALS:
+        if len(_REFUSALS) >= _REFUSALS_KEPT:
+            _REFUSALS.clear()
+        _REFUSALS[key] = _judge(message)
+    return _REFUSALS[key]
+
+
+def _judge(message: dict[str, Any]) -> tuple[str, Response] | None:
+    try:
+        check_fcm(message)
+    except FcmProblem as problem:
+        return "fcm.invalid", fcm_bad_field(problem)
+    if _fcm_payload_size(message) > FCM_PAYLOAD_LIMIT:
+        return "", fcm_too_big()
+    return None
 
 
 def _jwt_claims(raw: bytes) -> dict[str, Any] | None:

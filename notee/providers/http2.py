@@ -285,9 +285,7 @@ class Connection(asyncio.Protocol):
         path, headers, body = item
         stream_id = self._next_id
         self._next_id = stream_id + 2
-        block = self._encoder.encode(
-            [(b":method", method), (b":scheme", b"https"), (b":path", path), (b":authority", authority), *headers]
-        )
+        block = self._encoder.encode_request(method, path, authority, headers)
         out, head = self._out, FRAME_HEAD.pack
         end = 0 if body else END_STREAM
         size = len(block)

@@ -124,6 +124,9 @@ class HeaderEncoder:
         self._cached: dict[tuple[bytes, bytes], bytes] = {}  # header -> representation (table unchanged)
         self._seen: set[tuple[bytes, bytes]] = set()
         self._resized: list[int] = []
+        # the last request's (pseudo-header values, headers, block) while that block changed nothing:
+        # the same request again (every FCM request of a page) is the same bytes, not a new encoding
+        self._memo: tuple[tuple[bytes, bytes, bytes], tuple[tuple[bytes, bytes], ...], bytes] | None = None
 
     @property
     def table_size(self) -> int:
@@ -138,13 +141,32 @@ class HeaderEncoder:
             self._evict()
 
     def _evict(self) -> None:
+        self._memo = None
         while self._size > self._max:
             header = self._entries.popleft()
             self._size -= len(header[0]) + len(header[1]) + 32
             del self._number[header]
             self._cached.pop(header, None)
 
+    def encode_request(
+        self, method: bytes, path: bytes, authority: bytes, headers: Sequence[tuple[bytes, bytes]]
+    ) -> bytes:
+        """A request's block: its pseudo-headers (``:scheme`` https), then ``headers``. A block made
+        only of what the table already holds changes neither side's table, so the same request again
+        is the same bytes (kept until the table changes)."""
+        memo, pseudo, rest = self._memo, (method, path, authority), tuple(headers)
+        if memo is not None and memo[0] == pseudo and memo[1] == rest and not self._resized:
+            return memo[2]
+        steady = (self._inserted, len(self._seen), not self._resized)
+        block = self.encode(
+            [(b":method", method), (b":scheme", b"https"), (b":path", path), (b":authority", authority), *rest]
+        )
+        if steady == (self._inserted, len(self._seen), True):  # no insertion, no size update, nothing newly seen
+            self._memo = (pseudo, rest, block)
+        return block
+
     def encode(self, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+        self._memo = None  # whatever this block does to the table, the memo is not trusted past it
         out: list[bytes] = []
         if self._resized:  # the smallest size since the last block, then the current one
             smallest = min(self._resized)

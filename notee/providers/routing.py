@@ -52,15 +52,19 @@ class ServiceProviders:
         return self.fcm is not None or self.apns is not None
 
     def split(self, messages: Sequence[Message]) -> tuple[list[tuple[Provider, list[int]]], list[int]]:
-        """Group message indexes by the provider that sends them; and the indexes no provider can send."""
+        """Group message indexes by the provider that sends them; and the indexes no provider can send.
+        The route of each platform is chosen once per call (a page has one or two platforms), not
+        once per message."""
+        has_apns, has_fcm = self.apns is not None, self.fcm is not None
+        routes: dict[str, list[int]] = {}  # device_os -> the list of indexes its route collects
         groups: dict[str, list[int]] = {}
         unroutable: list[int] = []
         for i, m in enumerate(messages):
-            kind = choose(m.device_os, has_apns=self.apns is not None, has_fcm=self.fcm is not None)
-            if kind is None:
-                unroutable.append(i)
-            else:
-                groups.setdefault(kind, []).append(i)
+            into = routes.get(m.device_os)
+            if into is None:
+                kind = choose(m.device_os, has_apns=has_apns, has_fcm=has_fcm)
+                into = routes[m.device_os] = unroutable if kind is None else groups.setdefault(kind, [])
+            into.append(i)
         routed = [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
         return [(p, idx) for p, idx in routed if p is not None], unroutable
 

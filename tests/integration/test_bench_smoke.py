@@ -282,3 +282,33 @@ def test_results_files(tmp_path):
         assert f"| {name} |" in md
     assert "Notee side not available" in md
     assert f"speed probe {speed[0]:g} ms before, 123.4 ms after" in md
+
+
+def test_kept_figures_are_shown_beside_new_ones_with_their_run(tmp_path):
+    from datetime import datetime
+
+    kept_file = tmp_path / "kept.json"
+    extra = {"worker_cpu_us_per_push": 54.8, "emulator_cpu_us_per_request": 65.7}
+    first = report.figure(
+        "fanout_ratio", report.Measure("n", 2.0, "pushes/s"), report.Measure("d", 1.0, "pushes/s"), {}, extra=extra
+    )
+    doc = report.write("full", {"fanout_ratio": first}, datetime.now(UTC), tmp_path, kept_file=kept_file)
+    assert "not kept" in (tmp_path / "latest.md").read_text()  # nothing kept yet
+    assert report.keep(doc, kept_file) == 1  # the measured figure only, not the missing ones
+    entry = report.read_kept(kept_file)["full"]["fanout_ratio"]
+    assert entry["value"] == 2.0 and entry["run"]["commit"] == doc["machine"].get("commit", "?")
+    second = report.figure(
+        "fanout_ratio",
+        report.Measure("n", 3.0, "pushes/s"),
+        report.Measure("d", 1.0, "pushes/s"),
+        {},
+        extra={"worker_cpu_us_per_push": 36.8},
+    )
+    report.write("full", {"fanout_ratio": second}, datetime.now(UTC), tmp_path, kept_file=kept_file)
+    md = (tmp_path / "latest.md").read_text()
+    assert "| fanout_ratio | 3.0 | 2.0 |" in md
+    assert "| fanout_ratio.worker_cpu_us_per_push | 36.8 | 54.8 |" in md
+    assert "| fanout_ratio.emulator_cpu_us_per_request | — | 65.7 |" in md
+    # a quick run is compared with quick runs only
+    report.write("quick", {"fanout_ratio": second}, datetime.now(UTC), tmp_path, kept_file=kept_file)
+    assert "| fanout_ratio | 3.0 | — | not kept |" in (tmp_path / "latest.md").read_text()

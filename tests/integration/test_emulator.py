@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
+import uuid
 
 import httpx
 import pytest
@@ -140,3 +141,31 @@ def test_apns_missing_and_malformed_provider_token(emulator, h2):
     r = h2.post("/3/device/abcd", content=b"{}", headers={"apns-topic": "t", "authorization": "bearer junk"})
     assert r.status_code == 403 and r.json() == {"reason": "InvalidProviderToken"}
     assert json.loads(r.content)  # one JSON document (aioapns parses each DATA frame)
+
+
+def test_fcm_rules_are_judged_per_body_whatever_the_token(emulator, h2):
+    """The emulator decides a body's field rules once per body with its token cut out (what a
+    fan-out page repeats): bodies that differ in anything but the token are each judged, and the
+    answer is the one a fresh judgement gives."""
+    emulator.reset()
+    tag = uuid.uuid4().hex[:8]
+
+    def send(token: str, color: str, data: dict[str, str] | None = None) -> httpx.Response:
+        message = {"token": token, "notification": {"title": "a"}, "android": {"notification": {"color": color}}}
+        if data is not None:
+            message["data"] = data
+        return h2.post(FCM_PATH, json={"message": message}, headers={"authorization": BEARER["value"]})
+
+    assert send(f"{tag}-1", "#112233").status_code == 200
+    bad = send(f"{tag}-2", "#11223")  # one character less: a different body, judged on its own
+    assert bad.status_code == 400 and "color" in bad.json()["error"]["message"]
+    assert send(f"{tag}-3", "#11223").status_code == 400  # the same body again, another token
+    assert send(f"{tag}-4", "#112233").status_code == 200
+    # the token also appears as a data value: judged alone, still by the same rules
+    assert send(f"{tag}-5", "#11223", {"k": f"{tag}-5"}).status_code == 400
+    ok = send(f"{tag}-6", "#445566", {"k": f"{tag}-6"})
+    assert ok.status_code == 200
+    # the answer is written as json.dumps(..., indent=2) writes it
+    assert ok.content == json.dumps({"name": ok.json()["name"]}, indent=2).encode()
+    stats = emulator.stats()
+    assert stats["counts"]["fcm.invalid"] == 3 and stats["counts"]["fcm.ok"] == 3, stats

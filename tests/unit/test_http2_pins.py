@@ -142,6 +142,28 @@ def test_the_dynamic_table_follows_evictions_and_size_changes() -> None:
         assert encoder.table_size <= min(decoder.max_allowed_table_size, 4096)
 
 
+def test_a_repeated_request_reuses_its_block_only_while_that_is_exact() -> None:
+    """``encode_request``: runs of identical requests (a fan-out page to FCM) between requests that
+    change the table (new headers, evictions) and the server's table size changing: h2's decoder
+    reads every block back exactly, and a steady run reuses the very same bytes."""
+    encoder, decoder = http2_wire.HeaderEncoder(), _h2_codec()[1]
+    blocks: list[bytes] = []
+    for i in range(2000):
+        if i == 700:
+            encoder.set_peer_table_size(300)
+            decoder.max_allowed_table_size = 300
+        elif i == 1400:
+            encoder.set_peer_table_size(4096)
+            decoder.max_allowed_table_size = 4096
+        path = b"/v1/projects/p/messages:send" if i % 50 else f"/other/{i}".encode()
+        rest = [(b"authorization", b"Bearer " + bytes([97 + i // 300]) * 120), (b"x-page", str(i // 25).encode())]
+        block = encoder.encode_request(b"POST", path, b"fcm.example", rest)
+        blocks.append(block)
+        expected = [(b":method", b"POST"), (b":scheme", b"https"), (b":path", path), (b":authority", b"fcm.example")]
+        assert decoder.decode(block, raw=True) == [*expected, *rest], i
+    assert blocks[10] is blocks[11], "a steady run of one request is encoded once"
+
+
 def test_hpack_debug_logging_of_header_values_stays_off() -> None:
     # the pure-Python hpack codecs (jh2's fallback; the emulator's h2) log each header block at
     # DEBUG under their hpack module loggers; http2_wire.py raises both to INFO so bearer tokens never
