@@ -21,7 +21,8 @@
     if (left <= 0) { countdown.textContent = "due now"; return; }
     var d = Math.floor(left / 86400), h = Math.floor(left % 86400 / 3600);
     var m = Math.floor(left % 3600 / 60), s = Math.floor(left % 60);
-    countdown.textContent = "in " + (d ? d + " d " + h + " h" : h ? h + " h " + m + " min" : m ? m + " min " + s + " s" : s + " s");
+    var text = d ? d + " d " + h + " h " : h ? h + " h " : "";
+    countdown.textContent = "in " + text + m + " min " + s + " s";  // seconds too: it visibly counts
     window.setTimeout(tickCountdown, 1000);
   }
 
