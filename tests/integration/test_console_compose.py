@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import uuid
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
@@ -328,6 +329,12 @@ def test_a_jobs_page_breaks_failures_down_by_reason_and_platform(app, client, ru
         {"reason": "Unavailable", "platform": "IOS", "count": 1},
     ]
     assert view["dead_lettered"] == 6
+    api = client.get(f"/v1/jobs/{job.job_id}/failures", headers=tenant.headers)  # the same read in the API
+    assert api.status_code == 200 and api.json() == {
+        "job_id": job.job_id,
+        "dead_lettered": 6,
+        "items": view["failures"],
+    }
     page = c.get(f"/console/s/{service}/jobs/{job.job_id}")
     assert page.status_code == 200 and 'id="failure-chart"' in page.text and "<svg" in page.text
     assert f"dead-letters?job={job.job_id}" in page.text and 'id="replay-job"' in page.text
@@ -336,6 +343,10 @@ def test_a_jobs_page_breaks_failures_down_by_reason_and_platform(app, client, ru
     assert c.get(f"/console/s/{service}/dead-letters").text.count("data-letter=") == 7
 
     other = make_tenant()
+    stolen = client.get(f"/v1/jobs/{job.job_id}/failures", headers=other.headers)
+    missing = client.get(f"/v1/jobs/{uuid.uuid4()}/failures", headers=other.headers)
+    assert stolen.status_code == missing.status_code == 404 and "Unavailable" not in stolen.text
+    assert stolen.json()["error"]["code"] == missing.json()["error"]["code"] == "not_found"
     o = sign_in(app, other.api_key)
     for path in [f"jobs/{job.job_id}", f"jobs/{job.job_id}.json", f"dead-letters?job={job.job_id}"]:
         r = o.get(f"/console/s/{other.service}/{path}")

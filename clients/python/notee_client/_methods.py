@@ -120,6 +120,10 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return self.call(_ops.export_users(format=format))
 
+    def failures_of_job(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return self.call(_ops.failures_of_job(job_id))
+
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
         return self.call(_ops.get_calendar(hours=hours))
@@ -478,6 +482,10 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
         """The service's users, devices, tags and topic subscriptions in the import's format, whole in
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return await self.call(_ops.export_users(format=format))
+
+    async def failures_of_job(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return await self.call(_ops.failures_of_job(job_id))
 
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, get_args
 from urllib.parse import urlencode
 from uuid import UUID
@@ -172,7 +172,7 @@ def jobs_json(
 def _job_view(db: DbDep, found: services.Service, job_id: str) -> dict[str, Any]:
     job, progress = jobs.job_status(db, found.service, _job_id(job_id))
     item = _item(job, progress, found.timezone, clock.now_utc())
-    since = clock.aware_utc(job.created_at).astimezone(UTC).replace(tzinfo=None)
+    since = clock.naive_utc(job.created_at)
     failures = job_failures(db, found.service, job.job_id, since)
     item["failures"] = [{"reason": r, "platform": p, "count": n} for r, p, n in failures]
     item["dead_lettered"] = sum(n for _, _, n in failures)
