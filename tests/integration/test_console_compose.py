@@ -190,6 +190,9 @@ def test_a_scheduled_job_shows_its_send_at_in_the_service_zone_and_utc_with_a_co
     page = c.get(f"/console/s/{service}/jobs/{job_id}")
     assert f'data-until="{int(at.timestamp())}"' in page.text and local_text in page.text and utc_text in page.text
     assert 'id="cancel"' in page.text and 'id="cancel" data-open-only hidden' not in page.text  # cancellable
+    health = c.get("/console/health").text  # a scheduled job is not queued work
+    assert re.search(r'data-queue="scheduled_jobs">1 ', health) and 'data-queue="queued">0<' in health, health
+    assert not re.search(r'data-queue="held">0 ', health)
 
     r = client.post(
         "/v1/topics/news/sports/publish", json={"variables": {"name": "x"}, "local_time": "09:00"}, headers=headers
