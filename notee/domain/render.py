@@ -179,19 +179,6 @@ def _parse_problem(loc: list[str], text: str) -> tuple[liquid.Parsed | None, dic
     return parsed, None
 
 
-def variable_names(template: TemplateContent) -> list[str]:
-    """The top-level names the template and its variants read from a request's variables (first
-    use order, each once; ``recipient.*`` is the recipient's, not a variable). A field that does not
-    parse adds nothing (a saved template always parses)."""
-    names: dict[str, None] = {}
-    for loc, text in _all_fields(template):
-        parsed, _ = _parse_problem(loc, text)
-        for path in parsed.paths if parsed else ():
-            if path.split(".")[0] != "recipient":
-                names.setdefault(path.split(".")[0], None)
-    return list(names)
-
-
 def check_template(method: str, template: TemplateContent) -> None:
     """The rules a template must meet to be saved; every problem is reported in one InvalidInput."""
     problems: list[dict[str, Any]] = []

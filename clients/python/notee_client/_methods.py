@@ -120,10 +120,6 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return self.call(_ops.export_users(format=format))
 
-    def failures_of_job(self, job_id: str) -> m.JobFailures:
-        """A job's dead letters counted by reason and platform, most first."""
-        return self.call(_ops.failures_of_job(job_id))
-
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
         return self.call(_ops.get_calendar(hours=hours))
@@ -143,6 +139,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
         return self.call(_ops.get_job(job_id))
+
+    def get_job_failures(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return self.call(_ops.get_job_failures(job_id))
 
     def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""
@@ -483,10 +483,6 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return await self.call(_ops.export_users(format=format))
 
-    async def failures_of_job(self, job_id: str) -> m.JobFailures:
-        """A job's dead letters counted by reason and platform, most first."""
-        return await self.call(_ops.failures_of_job(job_id))
-
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
         return await self.call(_ops.get_calendar(hours=hours))
@@ -506,6 +502,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     async def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
         return await self.call(_ops.get_job(job_id))
+
+    async def get_job_failures(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return await self.call(_ops.get_job_failures(job_id))
 
     async def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""

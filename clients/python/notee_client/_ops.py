@@ -491,7 +491,7 @@ def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None 
               json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
 
 
-def failures_of_job(job_id: str) -> Op[m.JobFailures]:
+def get_job_failures(job_id: str) -> Op[m.JobFailures]:
     """A job's dead letters counted by reason and platform, most first."""
     return Op("GET", f"/v1/jobs/{_seg(job_id)}/failures", _one(m.JobFailures))
 

@@ -29,7 +29,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.routes.audience_publish import GeneralPublishRequest, publish_of
 from notee.core import clock
 from notee.core.errors import InvalidInput, NoteeError
-from notee.domain import render, services, templates
+from notee.domain import liquid, services, templates
 from notee.domain.console import ConsoleSession
 from notee.usecases.audience_publish import publish_to
 from notee.usecases.estimate import Estimate, EstimateTarget, estimate
@@ -149,6 +149,22 @@ def preview_json(found: Preview) -> dict[str, Any]:
     }
 
 
+def variable_names(template: templates.Template) -> list[str]:
+    """The top-level names the template's text and its variants' read from a request's variables
+    (first use order; ``recipient.*`` is the recipient's): the composer's variable fields."""
+    texts = [template.title, template.body, *(template.data or {}).values()]
+    for v in (template.variants or {}).values():
+        texts += [v.get("title", ""), v.get("body", ""), *(v.get("data") or {}).values()]
+    names: dict[str, None] = {}
+    for text in texts:
+        try:
+            paths = liquid.parse(text).paths
+        except liquid.TemplateError:
+            continue  # a saved template parses; nothing to offer otherwise
+        names |= {p.split(".")[0]: None for p in paths if p.split(".")[0] != "recipient"}
+    return list(names)
+
+
 def _template_choices(db: DbDep, runtime: RuntimeDep, service: str) -> list[templates.Template]:
     return [t for t in templates.list_templates(db, runtime.statements, service) if t.method in ("TOPIC", "SINGLE")]
 
@@ -177,7 +193,7 @@ def _composer(
         base=f"{web.PREFIX}/s/{found.service}",
         templates=choices,
         chosen=chosen,
-        variables=render.variable_names(chosen.content()) if chosen else [],
+        variables=variable_names(chosen) if chosen else [],
         form=form,
         zone=found.timezone,
         error=ctx.pop("error", None),

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, get_args
 from urllib.parse import urlencode
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from notee.api.console import charts, web, when
@@ -252,21 +253,22 @@ def dead_letters(
     who: SessionDep,
     db: DbDep,
     job: str | None = None,
-    replayed: int | None = Query(None, ge=0),
-    delivered: int | None = Query(None, ge=0),
-    pruned: int | None = Query(None, ge=0),
-    failed: int | None = Query(None, ge=0),
 ) -> Response:
-    """The service's dead letters, or (``?job=``) one job's: the same listing as GET /v1/dead-letters."""
+    """The service's dead letters, or (``?job=``) one job's: the same listing as GET /v1/dead-letters;
+    after a replay, its counts (``?replayed=&delivered=&pruned=&failed=``, as the replay redirects)."""
     _open(db, who, service)
     job_id = _job_id(job) if job else None
     letters = list_letters(db, service, LetterPage(job_id=UUID(job_id) if job_id else None))
-    outcome = (
-        {"replayed": replayed, "delivered": delivered, "pruned": pruned, "failed": failed}
-        if replayed is not None
-        else None
-    )
+    outcome = replay_outcome(request.query_params)
     return _page(request, "dead_letters.html", who, service, letters=letters.items, outcome=outcome, job=job_id)
+
+
+def replay_outcome(query: Mapping[str, str]) -> dict[str, int] | None:
+    """A replay's counts from the page's query (None: no replay to report, or counts not whole numbers)."""
+    names = ("replayed", "delivered", "pruned", "failed")
+    if not all(query.get(n, "").isdigit() for n in names):
+        return None
+    return {n: int(query[n]) for n in names}
 
 
 @router.post("/dead-letters/replay")
