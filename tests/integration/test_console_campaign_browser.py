@@ -56,6 +56,10 @@ def _shoot(b: browser.Browser, name: str) -> None:
     """The page at a laptop's and at a phone's size (screenshots), axe-checked at both."""
     for size, mobile, suffix in ((LAPTOP, False, "1280x800"), (browser.PHONE, True, "390x844")):
         b.viewport(*size, mobile=mobile)
+        # A phone's browser widens its layout viewport to fit a page wider than the screen, so a too
+        # wide page shows as a wider innerWidth (not as overflow) once the new size is laid out.
+        width = "return window.innerWidth"
+        b.wait(lambda w=size[0]: b.d.execute_script(width) == w, 10, f"{name} to fit {suffix}")  # noqa: B023
         b.record(f"{name}-{suffix}")
         assert b.horizontal_overflow() <= 0, (name, suffix)
         found = a11y.serious(b.d)
