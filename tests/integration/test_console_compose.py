@@ -249,6 +249,11 @@ def test_the_composer_previews_restates_and_sends_once(app, client, runtime, ten
     listed = client.get("/v1/jobs", headers=headers).json()["items"]
     assert len(listed) == 1 and first.headers["location"].endswith(listed[0]["job_id"])
 
+    # Back from a confirmation to change something: a new page, a new Idempotency-Key.
+    back = c.post(f"/console/s/{service}/publish/edit", data=confirm)
+    assert back.status_code == 200 and form_fields(back.text, "publish")["topic"] == "sports"
+    assert form_fields(back.text, "publish")["idempotency_key"] not in ("", key)
+
     # A typo'd topic reaches nobody: the confirmation warns and sends only when told to.
     typo = form | {"topic": "sprots", "idempotency_key": secrets.token_urlsafe(12)}
     review = c.post(f"/console/s/{service}/publish", data=typo)

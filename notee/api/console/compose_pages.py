@@ -219,9 +219,11 @@ def publish_form(request: Request, service: str, who: SessionDep, db: DbDep, run
 def publish_edit(
     request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep, runtime: RuntimeDep
 ) -> Response:
-    """Back from the confirmation page to the composer, with everything as it was filled in."""
+    """Back from the confirmation page to the composer, with everything as it was filled in but the
+    Idempotency-Key: a changed publish is another request, so the page gets a new one."""
     found = _open(db, who, service)
-    return _composer(request, who, found, db, runtime, form={k: v for k, v in form.items() if k not in NOT_CARRIED})
+    kept = {k: v for k, v in form.items() if k not in NOT_CARRIED and k != "idempotency_key"}
+    return _composer(request, who, found, db, runtime, form=kept)
 
 
 @router.post("/publish/preview.json")
