@@ -43,9 +43,11 @@ services-up:
 services-down:
 	services/down.sh
 
-## Debian's headless chromium + chromedriver for the console's browser test (apt-get, like MariaDB).
+## Debian's headless chromium + chromedriver for the console's browser test (apt-get, like MariaDB),
+## and axe-core for its accessibility pass (npm ci from tools/a11y/package-lock.json).
 browser:
 	services/chromium.sh
+	npm ci --prefix tools/a11y --no-audit --no-fund --silent
 
 migrate: venv services-up
 	$(NOTEE) migrate

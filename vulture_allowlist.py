@@ -21,11 +21,15 @@ _.connection_lost  # notee/emulator/peer.py, notee/providers/http2.py: asyncio.P
 _.trust_env  # notee/providers/fcm.py: requests.Session's attribute (no proxy, no global CA)
 _.PRIORITY  # notee/providers/http2_wire.py: RFC 9113's frame type 2, so the frame types read as the RFC's table
 _.oldest_queued_at  # notee/store/queue_overview.py: read by the console's health page (templates/health.html)
+_.scheduled_jobs  # notee/store/queue_overview.py: read by the console's health page (templates/health.html)
+_.svg  # notee/api/console/charts.py Chart: placed by the console's templates ({{ chart.svg|safe }})
 _.OK  # notee/cli/remote_client.py ExitCode: the table of exit codes scripts read; 0 is returned by typer itself
 _._utc  # notee/store/mysql.py: a SQLAlchemy "connect" event listener (registered by its decorator)
 
 # tests and bench: test doubles and library hooks
 _.get_write_buffer_size  # tests/support/loopback.py: asyncio's transport API, called by the protocol under test
+_.handle_data  # tests/integration/test_console_compose.py: html.parser.HTMLParser calls it while parsing
+_.handle_endtag  # tests/integration/test_console_compose.py: html.parser.HTMLParser calls it while parsing
 _._split_scope  # tests/support/parallel.py: pytest-xdist's LoadScopeScheduling hook, overridden
 _.restart  # tests/faults/conftest.py: the cluster's restart, for fault tests that need one
 _.binary_location  # tests/support/browser.py: selenium's ChromeOptions field

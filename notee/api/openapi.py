@@ -71,6 +71,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs"): "listJobs",
     ("GET", "/v1/jobs/{job_id}"): "getJob",
     ("POST", "/v1/jobs/{job_id}/cancel"): "cancelJob",
+    ("GET", "/v1/jobs/{job_id}/failures"): "getJobFailures",
     ("POST", "/v1/admin/jobs/{job_id}/requeue"): "requeueJob",
     ("GET", "/v1/admin/services/{service}/jobs"): "adminListJobs",
     # dead letters

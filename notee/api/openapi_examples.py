@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+_FAILURE = {"reason": "gave up after 5 attempts: 503 UNAVAILABLE", "platform": "AOS", "count": 12}
+
 _T = "2026-11-30T09:00:00.123456Z"
 _USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
 _JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
@@ -258,6 +260,8 @@ EXAMPLES: dict[str, Any] = {
     "RateLimitOut": _RATE,
     "ReplayIn": {"job_id": _JOB},
     "ReplayOut": {"replayed": 12, "delivered": 11, "pruned": 1, "failed": 0},
+    "FailureCount": _FAILURE,
+    "JobFailures": {"job_id": _JOB, "dead_lettered": 12, "items": [_FAILURE]},
     "RotateIn": {"old_token": _TOKEN, "new_token": _TOKEN + "-v2"},
     "RotateOut": {"rotated": 1},
     "ScheduleOut": _SCHEDULE,

@@ -10,7 +10,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Integer, MetaData, String, Table, delete, insert, select
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from notee.store import webhooks_sql
@@ -80,6 +93,20 @@ def list_for_service(
     if before_id is not None:
         query = query.where(dead_letter.c.id < before_id)
     return list(session.execute(query.order_by(dead_letter.c.id.desc()).limit(limit)))
+
+
+def failures_of_job(session: Session, service: str, job_id: str, since: datetime) -> list[tuple[str, str, int]]:
+    """A job's dead letters counted by (reason, device_os), most first. ``since`` (the job's
+    creation) bounds the read to the service's letters from then on (``ix_dead_letter_service``),
+    so the cost is the service's letters since the job, never its whole history."""
+    count = func.count().label("n")
+    query = (
+        select(dead_letter.c.reason, dead_letter.c.device_os, count)
+        .where(dead_letter.c.service == service, dead_letter.c.created_at >= since, dead_letter.c.job_id == job_id)
+        .group_by(dead_letter.c.reason, dead_letter.c.device_os)
+        .order_by(count.desc(), dead_letter.c.reason, dead_letter.c.device_os)
+    )
+    return [(str(r.reason), str(r.device_os), int(r.n)) for r in session.execute(query)]
 
 
 def for_replay(

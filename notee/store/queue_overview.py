@@ -41,12 +41,14 @@ class WorkerLeases:
 
 @dataclass(frozen=True, slots=True)
 class QueueOverview:
-    queued: int  # tasks waiting for a worker
-    oldest_queued_at: datetime | None  # created_at of the oldest job with a queued task
+    queued: int  # tasks a worker may claim now (queued and due)
+    oldest_queued_at: datetime | None  # created_at of the oldest job with a task queued and due
     running: int  # tasks under a live lease
     stale: int  # tasks whose lease expired without finishing (a worker died): the next claim takes them
     workers: list[WorkerLeases]
     now: datetime  # the database clock the figures were read at
+    held: int = 0  # queued tasks not due yet: a scheduled job's (send_at), a local-time part's, a back-off
+    scheduled_jobs: int = 0  # jobs waiting for their send_at (state scheduled): no task of theirs is claimable
 
 
 def queue_overview(session: Session, service: str | None = None) -> QueueOverview:
@@ -57,8 +59,10 @@ def queue_overview(session: Session, service: str | None = None) -> QueueOvervie
     now = db_now(session)
     counts = session.execute(
         text(
-            "SELECT SUM(t.state = 'queued') AS queued_,"
-            " MIN(CASE WHEN t.state = 'queued' THEN j.created_at END) AS oldest_,"
+            "SELECT SUM(t.state = 'queued' AND t.lease_until <= :now) AS queued_,"
+            " SUM(t.state = 'queued' AND t.lease_until > :now) AS held_,"
+            " COUNT(DISTINCT CASE WHEN j.state = 'scheduled' THEN j.job_id END) AS scheduled_,"
+            " MIN(CASE WHEN t.state = 'queued' AND t.lease_until <= :now THEN j.created_at END) AS oldest_,"
             " SUM(t.state = 'running' AND t.lease_until > :now) AS running_,"
             " SUM(t.state = 'running' AND t.lease_until <= :now) AS stale_"
             " FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
@@ -82,4 +86,6 @@ def queue_overview(session: Session, service: str | None = None) -> QueueOvervie
         stale=int(counts.stale_ or 0),
         workers=[WorkerLeases(r.owner, int(r.tasks), r.lease_until) for r in owners],
         now=now,
+        held=int(counts.held_ or 0),
+        scheduled_jobs=int(counts.scheduled_ or 0),
     )

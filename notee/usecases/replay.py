@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -37,6 +38,12 @@ def list_dead_letters(
 ) -> list[Any]:
     """A service's dead letters, newest first (``before_id``: the next, older page)."""
     return deadletter.list_for_service(session, service, limit=limit, before_id=before_id, job_id=job_id)
+
+
+def job_failures(session: Session, service: str, job_id: str, since: datetime) -> list[tuple[str, str, int]]:
+    """A job's dead letters by (reason, platform) with their counts, most first (``since``: the
+    job's creation; letters are never older than their job)."""
+    return deadletter.failures_of_job(session, service, job_id, since)
 
 
 async def replay_dead_letters(

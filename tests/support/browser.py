@@ -176,6 +176,13 @@ class Browser:
             {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 2, "mobile": True},
         )
 
+    def viewport(self, width: int, height: int, *, mobile: bool = False) -> None:
+        """This viewport (CSS px) from now on: ``(1280, 800)`` a laptop, ``PHONE`` a phone."""
+        self.d.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 2 if mobile else 1, "mobile": mobile},
+        )
+
     def horizontal_overflow(self) -> int:
         """CSS pixels the page is wider than the viewport (0: nothing sticks out sideways)."""
         return int(

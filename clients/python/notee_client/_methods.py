@@ -140,6 +140,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
         """A publish job's state and counts."""
         return self.call(_ops.get_job(job_id))
 
+    def get_job_failures(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return self.call(_ops.get_job_failures(job_id))
+
     def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""
         return self.call(_ops.get_quiet_hours())
@@ -498,6 +502,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     async def get_job(self, job_id: str) -> m.Job:
         """A publish job's state and counts."""
         return await self.call(_ops.get_job(job_id))
+
+    async def get_job_failures(self, job_id: str) -> m.JobFailures:
+        """A job's dead letters counted by reason and platform, most first."""
+        return await self.call(_ops.get_job_failures(job_id))
 
     async def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""

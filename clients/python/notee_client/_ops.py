@@ -491,6 +491,11 @@ def replay_dead_letters(*, ids: Sequence[int] | None = None, job_id: str | None 
               json=_clean(ids=list(ids) if ids is not None else None, job_id=job_id), repeatable=False)
 
 
+def get_job_failures(job_id: str) -> Op[m.JobFailures]:
+    """A job's dead letters counted by reason and platform, most first."""
+    return Op("GET", f"/v1/jobs/{_seg(job_id)}/failures", _one(m.JobFailures))
+
+
 def admin_list_dead_letters(service: str, *, limit: int = 100, cursor: str | None = None,
                             job_id: str | None = None) -> Op[m.DeadLetterPage]:
     """One page of any service's dead letters, newest first. Admin token."""

@@ -240,6 +240,18 @@ class DeadLetterPage(Model):
     next_before_id: int | None = None  # deprecated: next_cursor
 
 
+class FailureCount(Model):
+    reason: str
+    platform: str
+    count: int
+
+
+class JobFailures(Model):
+    job_id: str
+    dead_lettered: int
+    items: list[FailureCount]
+
+
 class Replayed(Model):
     replayed: int
     delivered: int

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from notee.api.console import pages, segment_pages, service_pages, web
+from notee.api.console import compose_pages, job_pages, pages, segment_pages, service_pages, template_pages, web
 from notee.api.errors import known_error_response
 
 
@@ -26,6 +26,9 @@ def install(app: FastAPI) -> None:
     app.state.console_throttle = web.SignInThrottle(app.state.settings.console_signin_failures)
     app.include_router(pages.router)
     app.include_router(service_pages.router)
+    app.include_router(template_pages.router)
+    app.include_router(job_pages.router)
+    app.include_router(compose_pages.router)
     app.include_router(segment_pages.router)
     app.mount(web.PREFIX + "/static", StaticFiles(packages=[("notee.api.console", "static")]), name="console-static")
 

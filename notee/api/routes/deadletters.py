@@ -8,13 +8,17 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, SenderDep
+from notee.api.models import errors
+from notee.core import clock
+from notee.usecases import jobs
+from notee.usecases.replay import job_failures
 from notee.usecases.replay import list_dead_letters as dead_letters_of
 from notee.usecases.sender import DeliverySender
 
@@ -114,3 +118,31 @@ async def replay_dead_letters(service: ServiceDep, sender: SenderDep, body: Repl
     """Send dead letters again (given ids, a job's, or the oldest). Delivered and pruned ones are
     removed; what fails again is recorded as a new dead letter. Ids of other services are not found."""
     return await replay(sender, service, body)
+
+
+class FailureCount(BaseModel):
+    reason: str = Field(description="The provider's last answer, or why Notee gave up (as in a dead letter).")
+    platform: str = Field(description="AOS or IOS.")
+    count: int
+
+
+class JobFailures(BaseModel):
+    job_id: str
+    dead_lettered: int = Field(description="The job's dead letters now (replayed ones are gone).")
+    items: list[FailureCount] = Field(description="By reason and platform, most first.")
+
+
+@router.get("/jobs/{job_id}/failures", response_model=JobFailures, responses=errors(404))
+def failures_of_job(
+    job_id: Annotated[UUID, Path(description="The id the publish returned")], db: DbDep, service: ServiceDep
+) -> JobFailures:
+    """A job's dead letters counted by reason and platform (the console's failure breakdown);
+    another service's job is 404, as a missing one."""
+    job, _ = jobs.job_status(db, service, str(job_id))
+    since = clock.naive_utc(job.created_at)
+    found = job_failures(db, service, job.job_id, since)
+    return JobFailures(
+        job_id=job.job_id,
+        dead_lettered=sum(n for _, _, n in found),
+        items=[FailureCount(reason=r, platform=p, count=n) for r, p, n in found],
+    )
