@@ -193,6 +193,10 @@ class HttpToolsProtocol(_UvicornHttpTools):
                 self._unsupported_upgrade_warning()
             return
         except httptools.HttpParserError:
+            if len(getattr(self, "url", b"")) > self.max_url_bytes:
+                # A whole head whose URL httptools cannot even parse (over 64 KiB): too long, not invalid
+                self._url_too_long()
+                return
             self.logger.warning("Invalid HTTP request received.")
             self._answer_and_close(400, "invalid_request", "invalid HTTP request")
             return
@@ -206,13 +210,16 @@ class HttpToolsProtocol(_UvicornHttpTools):
         else:
             self._head_fed += len(data)
         if len(self.url) > self.max_url_bytes:  # the request line is not even over (edge: a whole one)
-            self.logger.warning("Request URL over %d bytes refused.", self.max_url_bytes)
-            self._answer_and_close(414, "uri_too_long", f"the URL is longer than {self.max_url_bytes} bytes")
+            self._url_too_long()
         elif self._head_fed > self.max_head_bytes:
             self.logger.warning("Request head over %d bytes refused.", self.max_head_bytes)
             self._answer_and_close(
                 400, "headers_too_large", f"the request headers are larger than {self.max_head_bytes} bytes"
             )
+
+    def _url_too_long(self) -> None:
+        self.logger.warning("Request URL over %d bytes refused.", self.max_url_bytes)
+        self._answer_and_close(414, "uri_too_long", f"the URL is longer than {self.max_url_bytes} bytes")
 
     def _answer_and_close(self, status: int, code: str, message: str) -> None:
         if self.cycle is None or self.cycle.response_complete:  # never inside another response
