@@ -152,7 +152,7 @@ class HttpToolsProtocol(_UvicornHttpTools):
     def _over_cap_answer(cls) -> bytes:
         """The 429 of a connection over its address's cap: made once per listener (a flood of
         connections is answered at the cost of a write each)."""
-        answer: bytes | None = cls.__dict__.get("_over_cap")
+        answer = cls._over_cap  # None until this listener's class refused one (a subclass's own)
         if answer is None:
             per_address = cls.guard.limits.per_address if cls.guard else 0
             message = f"more than {per_address} open connections from this address"
