@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     api_max_concurrency: int = Field(
         100, ge=1, description="Requests in progress per `notee api` process; more answer 503 `overloaded`."
     )
+    api_max_concurrency_per_address: int = Field(
+        50, ge=1, description="Of those, from one client address (IPv6: per /64); more answer 503 `overloaded`."
+    )
     api_max_connections: int = Field(
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
@@ -122,8 +125,8 @@ class Settings(BaseSettings):
     api_keepalive_max_requests: int = Field(1000, ge=1, description="Requests per connection (then it closes).")
     api_trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated addresses or networks of the TLS proxies in front: only "
-        "their X-Forwarded-For / -Proto are believed. Unset: no forwarded header is believed.",
+        description="Comma-separated addresses or networks of the TLS proxies in front: "
+        "only their X-Forwarded-For / -Proto are believed. Unset: no forwarded header is believed.",
     )
     api_key_cache_s: float = Field(
         5.0,

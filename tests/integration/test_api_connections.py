@@ -24,6 +24,7 @@ from tests.support.waiting import wait_for
 HEAD_TIMEOUT_S = 1.5
 PER_ADDRESS = 5
 MAX_REQUESTS = 3
+IN_PROGRESS_PER_ADDRESS = 2
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def api(migrated: None) -> Iterator[NoteeProcess]:
             NOTEE_API_HEAD_TIMEOUT_S=str(HEAD_TIMEOUT_S),
             NOTEE_API_MAX_CONNECTIONS_PER_ADDRESS=str(PER_ADDRESS),
             NOTEE_API_KEEPALIVE_MAX_REQUESTS=str(MAX_REQUESTS),
+            NOTEE_API_MAX_CONCURRENCY_PER_ADDRESS=str(IN_PROGRESS_PER_ADDRESS),
         )
 
 
@@ -61,9 +63,13 @@ def _answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 
 
 def _get(api: NoteeProcess, source: str) -> int:
+    return _get_answer(api, source)[0]
+
+
+def _get_answer(api: NoteeProcess, source: str) -> tuple[int, dict[str, str], bytes]:
     with _connect(api, source) as sock:
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        return _answer(_read_all(sock))[0]
+        return _answer(_read_all(sock))
 
 
 def test_a_head_sent_a_line_at_a_time_is_answered_408_and_closed_at_the_deadline(api):
@@ -167,3 +173,26 @@ def test_a_url_of_ten_thousand_query_parameters_is_414(api, settings):
     assert status == 414 and headers["connection"] == "close"
     error = json.loads(body)["error"]
     assert error["code"] == "uri_too_long" and str(settings.api_max_url_bytes) in error["message"]
+
+
+def test_bodies_sent_slowly_from_one_address_hold_only_its_share_of_the_requests_in_progress(api):
+    """A body that never finishes keeps its request in progress (the edge reads it): one address may
+    hold NOTEE_API_MAX_CONCURRENCY_PER_ADDRESS of them, not every slot of the process."""
+    held = [_connect(api, "127.0.0.7") for _ in range(IN_PROGRESS_PER_ADDRESS)]
+    try:
+        for sock in held:  # no credentials needed off /v1: a console form
+            sock.sendall(
+                b"POST /console/sign-in HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nsecret="
+            )
+        _, _, body = wait_for(
+            lambda: (a := _get_answer(api, "127.0.0.7"))[0] == 503 and a,
+            timeout=HEAD_TIMEOUT_S * 4,
+            what="the address's next request refused",
+        )
+        assert json.loads(body)["error"]["code"] == "overloaded"
+        assert _get(api, "127.0.0.8") == 200  # another address: served
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: _get(api, "127.0.0.7") == 200, timeout=10, what="the address served again once it let go")
