@@ -15,7 +15,8 @@ A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP
    ``api_key_cache_s``: ``notee.api.auth.ApiKeyCache``) — so a caller without them never gets a byte
    of its body read (401/403); on the same connection one token of the service's rate limit for the
    request's class is taken (429 with Retry-After; ``notee.domain.ratelimit``);
-5. the body is read into memory up to the limit (a chunked body is cut off there: 413) and its JSON
+5. the body is read into memory up to the limit (a chunked body is cut off there: 413; a body with no
+   byte for ``api_body_idle_timeout_s``: 408) and its JSON
    nesting depth is checked (422) before FastAPI parses it; the route then receives it from memory.
 
 Early answers carry ``Connection: close`` so the server drops an unread body instead of draining it.
@@ -23,6 +24,7 @@ Early answers carry ``Connection: close`` so the server drops an unread body ins
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -211,9 +213,15 @@ class EdgeGuard:
             await self.app(scope, receive, send)
             return
         try:
-            body = await _read_body(receive, limits.max_body_bytes)
+            body = await _read_body(receive, limits.max_body_bytes, settings.api_body_idle_timeout_s)
         except _BodyTooLarge:
             await _body_too_large(limits)(scope, receive, send)
+            return
+        except TimeoutError:  # no byte of the body for that long: its request slot goes back
+            timeout = settings.api_body_idle_timeout_s
+            await _refusal(408, "request_timeout", f"no byte of the request body for {timeout:g} s")(
+                scope, receive, send
+            )
             return
         if not is_import and json_too_deep(body, limits.max_json_depth):  # an import checks each line itself
             await _too_deep(limits)(scope, receive, send)
@@ -317,11 +325,13 @@ def _too_deep(limits: EdgeLimits) -> Response:
     )
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def _read_body(receive: Receive, limit: int, idle_s: float) -> bytes:
+    """The whole body; _BodyTooLarge past ``limit``, TimeoutError when no part arrives for ``idle_s``."""
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        async with asyncio.timeout(idle_s):
+            message = await receive()
         if message["type"] == "http.disconnect":
             break
         chunk = message.get("body", b"")

@@ -102,9 +102,7 @@ class Settings(BaseSettings):
     api_max_concurrency: int = Field(
         100, ge=1, description="Requests in progress per `notee api` process; more answer 503 `overloaded`."
     )
-    api_max_concurrency_per_address: int = Field(
-        50, ge=1, description="Of those, from one client address (IPv6: per /64); more answer 503 `overloaded`."
-    )
+    api_max_concurrency_per_address: int = Field(50, ge=1, description="Of those, from one address (IPv6: a /64).")
     api_max_connections: int = Field(
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
     )
@@ -122,6 +120,7 @@ class Settings(BaseSettings):
         "(or its first byte, on a kept-alive connection); else 408 `request_timeout` and the connection closes.",
     )
     api_keepalive_timeout_s: int = Field(5, ge=1, le=300, description="An idle kept-alive connection is closed then.")
+    api_body_idle_timeout_s: float = Field(30.0, gt=0, le=600, description="A body silent this long: 408, closed.")
     api_keepalive_max_requests: int = Field(1000, ge=1, description="Requests per connection (then it closes).")
     api_trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

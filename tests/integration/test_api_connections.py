@@ -25,6 +25,7 @@ HEAD_TIMEOUT_S = 1.5
 PER_ADDRESS = 5
 MAX_REQUESTS = 3
 IN_PROGRESS_PER_ADDRESS = 2
+BODY_IDLE_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,7 @@ def api(migrated: None) -> Iterator[NoteeProcess]:
             NOTEE_API_MAX_CONNECTIONS_PER_ADDRESS=str(PER_ADDRESS),
             NOTEE_API_KEEPALIVE_MAX_REQUESTS=str(MAX_REQUESTS),
             NOTEE_API_MAX_CONCURRENCY_PER_ADDRESS=str(IN_PROGRESS_PER_ADDRESS),
+            NOTEE_API_BODY_IDLE_TIMEOUT_S=str(BODY_IDLE_S),
         )
 
 
@@ -187,7 +189,7 @@ def test_bodies_sent_slowly_from_one_address_hold_only_its_share_of_the_requests
             )
         _, _, body = wait_for(
             lambda: (a := _get_answer(api, "127.0.0.7"))[0] == 503 and a,
-            timeout=HEAD_TIMEOUT_S * 4,
+            timeout=BODY_IDLE_S - 1,  # before the bodies' idle timeout frees the slots
             what="the address's next request refused",
         )
         assert json.loads(body)["error"]["code"] == "overloaded"
@@ -196,3 +198,20 @@ def test_bodies_sent_slowly_from_one_address_hold_only_its_share_of_the_requests
         for sock in held:
             sock.close()
     wait_for(lambda: _get(api, "127.0.0.7") == 200, timeout=10, what="the address served again once it let go")
+
+
+def test_a_body_that_stops_arriving_is_answered_408_and_its_slot_freed(api):
+    with _connect(api, "127.0.0.9") as sock:
+        began = time.monotonic()
+        sock.sendall(
+            b"POST /console/sign-in HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nsecret="
+        )
+        sock.settimeout(BODY_IDLE_S + 10)
+        raw = _read_all(sock)
+        closed_after = time.monotonic() - began
+    assert raw, f"a body silent for {closed_after:.1f} s kept its request in progress"
+    status, headers, body = _answer(raw)
+    assert status == 408 and headers["connection"] == "close"
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+    assert BODY_IDLE_S <= closed_after < BODY_IDLE_S + 3, closed_after
