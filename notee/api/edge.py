@@ -6,7 +6,8 @@ A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP
    ``api_max_header_bytes`` (431; ``notee.api.http1`` also stops reading a longer head), and the URL
    percent-decodes to valid UTF-8 (422: otherwise Starlette turns bad bytes into U+FFFD and different byte strings would name the
    same user or topic);
-2. at most ``api_max_concurrency`` requests are in progress in this process (503 ``overloaded``);
+2. at most ``api_max_concurrency`` requests are in progress in this process, and at most
+   ``api_max_concurrency_per_address`` of them from one client address (503 ``overloaded``);
 3. a declared ``Content-Length`` over ``api_max_body_bytes`` (``import_max_body_bytes`` for
    ``POST /v1/imports``) answers 413 at once;
 4. credentials are checked from the headers alone — the admin token for ``/v1/admin``, an API key
@@ -14,7 +15,8 @@ A pure ASGI middleware, the outermost of the app's own. In order, for every HTTP
    ``api_key_cache_s``: ``notee.api.auth.ApiKeyCache``) — so a caller without them never gets a byte
    of its body read (401/403); on the same connection one token of the service's rate limit for the
    request's class is taken (429 with Retry-After; ``notee.domain.ratelimit``);
-5. the body is read into memory up to the limit (a chunked body is cut off there: 413) and its JSON
+5. the body is read into memory up to the limit (a chunked body is cut off there: 413; a body with no
+   byte for ``api_body_idle_timeout_s``: 408) and its JSON
    nesting depth is checked (422) before FastAPI parses it; the route then receives it from memory.
 
 Early answers carry ``Connection: close`` so the server drops an unread body instead of draining it.
@@ -22,6 +24,7 @@ Early answers carry ``Connection: close`` so the server drops an unread body ins
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +35,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from notee.api.auth import ApiKeyCache, authenticate_service, check_admin
+from notee.api.connections import address_key
 from notee.api.errors import error_response, known_error_response
 from notee.core import logs
 from notee.core.settings import Settings
@@ -56,6 +60,7 @@ class EdgeLimits:
     max_url_bytes: int
     max_header_bytes: int
     max_concurrency: int
+    max_concurrency_per_address: int
 
     @classmethod
     def of(cls, settings: Settings) -> EdgeLimits:
@@ -65,6 +70,7 @@ class EdgeLimits:
             settings.api_max_url_bytes,
             settings.api_max_header_bytes,
             settings.api_max_concurrency,
+            settings.api_max_concurrency_per_address,
         )
 
 
@@ -139,6 +145,7 @@ class EdgeGuard:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.in_flight = 0
+        self.by_address: dict[str, int] = {}  # requests in progress per client address (address_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -147,21 +154,35 @@ class EdgeGuard:
         state = scope["app"].state
         settings: Settings = state.settings
         limits = EdgeLimits.of(settings)
-        refusal = _malformed(scope, limits) or self._overloaded(limits)
+        client = scope.get("client")
+        address = address_key(client[0]) if client else None
+        refusal = _malformed(scope, limits) or self._overloaded(limits, address)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         self.in_flight += 1
+        if address is not None:
+            self.by_address[address] = self.by_address.get(address, 0) + 1
         try:
             await self._guarded(scope, receive, send, settings, limits, state)
         finally:
             self.in_flight -= 1
+            if address is not None:
+                left = self.by_address.pop(address) - 1
+                if left:
+                    self.by_address[address] = left
 
-    def _overloaded(self, limits: EdgeLimits) -> Response | None:
-        """Step 2: the 503 when ``max_concurrency`` requests are already in progress here."""
-        if self.in_flight < limits.max_concurrency:
+    def _overloaded(self, limits: EdgeLimits, address: str | None) -> Response | None:
+        """Step 2: the 503 when ``max_concurrency`` requests are already in progress here, or
+        ``max_concurrency_per_address`` from this client (a body sent slowly holds its request in
+        progress: one client must not hold every slot)."""
+        if self.in_flight >= limits.max_concurrency:
+            message = "too many requests in progress, retry later"
+        elif address is not None and self.by_address.get(address, 0) >= limits.max_concurrency_per_address:
+            message = "too many requests in progress from this address, retry later"
+        else:
             return None
-        return _refusal(503, "overloaded", "too many requests in progress, retry later", headers={"Retry-After": "1"})
+        return _refusal(503, "overloaded", message, headers={"Retry-After": "1"})
 
     async def _guarded(
         self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits, state: Any
@@ -192,9 +213,15 @@ class EdgeGuard:
             await self.app(scope, receive, send)
             return
         try:
-            body = await _read_body(receive, limits.max_body_bytes)
+            body = await _read_body(receive, limits.max_body_bytes, settings.api_body_idle_timeout_s)
         except _BodyTooLarge:
             await _body_too_large(limits)(scope, receive, send)
+            return
+        except TimeoutError:  # no byte of the body for that long: its request slot goes back
+            timeout = settings.api_body_idle_timeout_s
+            await _refusal(408, "request_timeout", f"no byte of the request body for {timeout:g} s")(
+                scope, receive, send
+            )
             return
         if not is_import and json_too_deep(body, limits.max_json_depth):  # an import checks each line itself
             await _too_deep(limits)(scope, receive, send)
@@ -298,11 +325,13 @@ def _too_deep(limits: EdgeLimits) -> Response:
     )
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def _read_body(receive: Receive, limit: int, idle_s: float) -> bytes:
+    """The whole body; _BodyTooLarge past ``limit``, TimeoutError when no part arrives for ``idle_s``."""
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        async with asyncio.timeout(idle_s):
+            message = await receive()
         if message["type"] == "http.disconnect":
             break
         chunk = message.get("body", b"")

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from notee.api.app import Part, begin_shutdown, create_app
 from notee.api.auth import ApiKeyCache
+from notee.api.connections import ConnectionGuard, ConnectionLimits
 from notee.api.http1 import HttpToolsProtocol
 from notee.core.settings import Settings
 from notee.domain.ratelimit import Allowance
@@ -50,11 +51,22 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _config(
-    settings: Settings, runtime: Runtime, listener: Listener, key_cache: ApiKeyCache, allowance: Allowance
-) -> uvicorn.Config:
+@dataclass(frozen=True)
+class _Shared:
+    """What every listener of one process shares."""
+
+    runtime: Runtime
+    key_cache: ApiKeyCache  # a revocation on either listener
+    allowance: Allowance  # a rate limit set on either listener
+    guard: ConnectionGuard  # an address's connections to either listener count together
+
+
+def _config(settings: Settings, shared: _Shared, listener: Listener) -> uvicorn.Config:
+    app = create_app(
+        settings, runtime=shared.runtime, part=listener.part, key_cache=shared.key_cache, allowance=shared.allowance
+    )
     return uvicorn.Config(
-        create_app(settings, runtime=runtime, part=listener.part, key_cache=key_cache, allowance=allowance),
+        app,
         host=listener.host,
         port=listener.port,
         log_level=settings.log_level.lower(),
@@ -62,9 +74,15 @@ def _config(
         log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         access_log=settings.log_format != "json",
         timeout_graceful_shutdown=settings.api_shutdown_budget_s,  # in-flight requests get this long
-        # httptools (C parser) with Notee's bound on the request head and one write per response
-        http=HttpToolsProtocol.with_head_limit(settings.api_max_header_bytes),
+        # httptools (C parser) with Notee's bounds on the request head and URL, the per-address cap and
+        # head deadline of notee.api.connections, and one write per response
+        http=HttpToolsProtocol.for_listener(settings, shared.guard),
         limit_concurrency=settings.api_max_connections,
+        timeout_keep_alive=settings.api_keepalive_timeout_s,
+        # X-Forwarded-For / -Proto only from the proxies the operator named (uvicorn alone would
+        # believe any client on 127.0.0.1, which could then choose its own address)
+        proxy_headers=bool(settings.api_trusted_proxies),
+        forwarded_allow_ips=settings.api_trusted_proxies or None,
         ssl_certfile=settings.api_tls_cert_file,
         ssl_keyfile=settings.api_tls_key_file,
     )
@@ -86,9 +104,10 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
     runtime = Runtime(settings)
     try:
-        key_cache = ApiKeyCache(settings.api_key_cache_s)  # one per process: a revocation on either listener
-        allowance = Allowance()  # one per process too: a limit set on either listener
-        configs = [_config(settings, runtime, lst, key_cache, allowance) for lst in listeners(settings, host, port)]
+        shared = _Shared(
+            runtime, ApiKeyCache(settings.api_key_cache_s), Allowance(), ConnectionGuard(ConnectionLimits.of(settings))
+        )
+        configs = [_config(settings, shared, lst) for lst in listeners(settings, host, port)]
         apps: list[FastAPI] = [config.app for config in configs]  # type: ignore[misc]
         servers: list[uvicorn.Server] = [_Server(config, apps) for config in configs]
         # uvicorn's own loop choice (uvloop, a uvicorn[standard] extra): asyncio.run would take the

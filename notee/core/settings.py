@@ -6,6 +6,7 @@ Notee builds it at import time, so tests and tools can set the environment first
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
 from cryptography.fernet import Fernet
@@ -101,8 +102,30 @@ class Settings(BaseSettings):
     api_max_concurrency: int = Field(
         100, ge=1, description="Requests in progress per `notee api` process; more answer 503 `overloaded`."
     )
+    api_max_concurrency_per_address: int = Field(50, ge=1, description="Of those, from one address (IPv6: a /64).")
     api_max_connections: int = Field(
         1000, ge=1, description="Open connections per `notee api` process; more answer 503 (the HTTP server's own)."
+    )
+    api_max_connections_per_address: int = Field(
+        100,
+        ge=0,
+        description="Open connections per client address (IPv6: per /64) per `notee api` process; more "
+        "are answered 429 `too_many_connections` and closed at once. Trusted proxies are exempt. 0: no cap.",
+    )
+    api_head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="A request head must be whole this long after the connection is accepted "
+        "(or its first byte, on a kept-alive connection); else 408 `request_timeout` and the connection closes.",
+    )
+    api_keepalive_timeout_s: int = Field(5, ge=1, le=300, description="An idle kept-alive connection is closed then.")
+    api_body_idle_timeout_s: float = Field(30.0, gt=0, le=600, description="A body silent this long: 408, closed.")
+    api_keepalive_max_requests: int = Field(1000, ge=1, description="Requests per connection (then it closes).")
+    api_trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated addresses or networks of the TLS proxies in front: "
+        "only their X-Forwarded-For / -Proto are believed. Unset: no forwarded header is believed.",
     )
     api_key_cache_s: float = Field(
         5.0,
@@ -363,9 +386,14 @@ class Settings(BaseSettings):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
 
-    @field_validator("cassandra_hosts", mode="before")
+    @field_validator("cassandra_hosts", "api_trusted_proxies", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
             return [h.strip() for h in value.split(",") if h.strip()]
         return value
+
+    @field_validator("api_trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        return [str(ipaddress.ip_network(item, strict=False)) for item in value]  # ValueError: neither

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import re
 import secrets
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -41,6 +42,8 @@ _URL_REFUSED_RE = re.compile(f"[{_URL_REFUSED}]")
 # ``check_url`` as the OpenAPI document states it for the default settings: https (any case), then
 # no space or control character. NOTEE_WEBHOOK_ALLOW_HTTP adds http://, which no document can say.
 URL_PATTERN = f"^[Hh][Tt][Tt][Pp][Ss]://[^{_URL_REFUSED}]+$"
+# A host of digits, hex and dots only: perhaps an IPv4 address in one of inet_aton's old forms.
+_LEGACY_IPV4 = re.compile(r"(0[xX][0-9a-fA-F]*|[0-9]+)(\.(0[xX][0-9a-fA-F]*|[0-9]+)){0,3}")
 
 
 @dataclass(frozen=True)
@@ -62,16 +65,55 @@ def _bad_url(message: str, kind: str) -> InvalidInput:
 def address_refused(address: str) -> str | None:
     """Why an endpoint may not be at ``address`` (an IP), or None: loopback, private, link-local
     (cloud metadata at 169.254.169.254), multicast, reserved and unspecified addresses are refused, so
-    a tenant cannot make Notee POST into the network it runs in (SSRF)."""
+    a tenant cannot make Notee POST into the network it runs in (SSRF). An IPv6 address that carries
+    an IPv4 one a router would send the packet on to (IPv4-mapped, 6to4 2002::/16, Teredo 2001::/32;
+    NAT64 64:ff9b::/96 is refused whole, as reserved) is judged by that IPv4 address too."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        else:
+            for form, embedded in _embedded_ipv4(ip):
+                reason = _ip_refused(embedded)
+                if reason:
+                    return f"{form}-embedded {reason}"
+    return _ip_refused(ip)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address routes to: 6to4's relay target, Teredo's server and client."""
+    found: list[tuple[str, ipaddress.IPv4Address]] = []
+    if ip.sixtofour is not None:
+        found.append(("6to4", ip.sixtofour))
+    if ip.teredo is not None:
+        found.extend(("Teredo", v4) for v4 in ip.teredo)
+    return found
+
+
+def _ip_refused(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     # Most specific first: Python counts link-local and unspecified addresses as private too.
     for kind in ("loopback", "link_local", "unspecified", "multicast", "reserved", "private"):
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
     if not ip.is_global:
         return "not public"
+    return None
+
+
+def _literal_address(host: str) -> str | None:
+    """``host`` as an IP address when it is one, in any form a resolver accepts: the usual ones, and
+    the old IPv4 forms (``2130706433``, ``0x7f.1``, ``0177.0.0.1``, ``127.1``) that getaddrinfo turns
+    into an address at delivery although they look like names here. None: a host name."""
+    host = host.removesuffix(".")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if _LEGACY_IPV4.fullmatch(host):
+        try:
+            return socket.inet_ntoa(socket.inet_aton(host))
+        except OSError:
+            return None
     return None
 
 
@@ -102,11 +144,13 @@ def check_url(url: str, settings: Settings) -> str:
     if port == 0:
         raise _bad_url("has port 0", "url_parsing")
     if not settings.webhook_allow_private_addresses:
-        reason = "loopback" if host == "localhost" or host.endswith(".localhost") else None
-        try:
-            reason = reason or address_refused(host)
-        except ValueError:
-            pass  # a host name: resolved and checked by the dispatcher before each attempt
+        reason = (
+            "loopback"
+            if host.removesuffix(".") == "localhost" or host.endswith((".localhost", ".localhost."))
+            else None
+        )
+        literal = _literal_address(host)  # None: a host name, resolved and checked before each attempt
+        reason = reason or (address_refused(literal) if literal else None)
         if reason:
             raise _bad_url(f"points at a {reason} address, which Notee does not call", "url_address")
     return url

@@ -350,6 +350,12 @@ def test_endpoints_are_created_listed_and_deleted_and_the_secret_is_shown_once_a
         ({"url": "https://169.254.169.254/latest/meta-data"}, ["body", "url"], "url_address"),  # cloud metadata
         ({"url": "https://10.1.2.3/x"}, ["body", "url"], "url_address"),
         ({"url": "https://localhost:9000/x"}, ["body", "url"], "url_address"),
+        ({"url": "https://[2002:7f00:1::]/x"}, ["body", "url"], "url_address"),  # 6to4 of 127.0.0.1
+        ({"url": "https://[2002:a9fe:a9fe::1]/x"}, ["body", "url"], "url_address"),  # 6to4 of the metadata address
+        ({"url": "https://[2001:0:808:808:8000:63bf:80ff:fffe]/x"}, ["body", "url"], "url_address"),  # Teredo
+        ({"url": "https://2130706433/x"}, ["body", "url"], "url_address"),  # 127.0.0.1, as getaddrinfo reads it
+        ({"url": "https://0x7f.1/x"}, ["body", "url"], "url_address"),
+        ({"url": "https://127.0.0.1./x"}, ["body", "url"], "url_address"),
         ({"url": "https://user:pw@hooks.example.com/x"}, ["body", "url"], "url_userinfo"),
         ({"url": "https://hooks.example.com/x#frag"}, ["body", "url"], "url_fragment"),
         ({"url": "https:///nohost"}, ["body", "url"], "url_parsing"),

@@ -44,6 +44,7 @@ OVERRIDDEN = {
     "on_header": ["self", "name", "value"],
     "on_headers_complete": ["self"],
     "on_body": ["self", "body"],
+    "connection_lost": ["self", "exc"],
     # called, not overridden
     "_unset_keepalive_if_required": ["self"],
     "_should_upgrade": ["self"],

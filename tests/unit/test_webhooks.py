@@ -41,10 +41,44 @@ def test_retry_delay_doubles_up_to_an_hour_with_jitter():
         ("100.64.0.1", "not public"),  # carrier-grade NAT
         ("93.184.216.34", None),
         ("2606:4700::1111", None),
+        # an IPv6 address a router sends on to an IPv4 one is judged by that one too
+        ("2002:7f00:1::", "6to4-embedded loopback"),
+        ("2002:a9fe:a9fe::1", "6to4-embedded link-local"),
+        ("2002:a00:1::1", "6to4-embedded private"),
+        ("2002:808:808::1", None),  # 6to4 of a public address
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo-embedded loopback"),  # client 127.0.0.1 (inverted)
+        ("2001:0:a00:1:8000:63bf:7b5d:3c4a", "Teredo-embedded private"),  # server 10.0.0.1
+        ("64:ff9b::7f00:1", "reserved"),  # NAT64: refused whole
+        ("64:ff9b::808:808", "reserved"),
     ],
 )
 def test_address_rules(address, refused):
     assert webhooks.address_refused(address) == refused
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://2130706433/x",  # 127.0.0.1 in the forms getaddrinfo accepts (and the dispatcher would resolve)
+        "https://0x7f000001/x",
+        "https://0x7f.1/x",
+        "https://0177.0.0.1/x",
+        "https://127.1/x",
+        "https://127.0.0.1./x",
+        "https://localhost./x",
+        "https://[2002:7f00:1::]/x",
+        "https://0xa9fea9fe/latest/meta-data",  # 169.254.169.254
+    ],
+)
+def test_an_address_in_any_form_is_refused_at_registration(url):
+    with pytest.raises(webhooks.InvalidInput) as refused:
+        webhooks.check_url(url, Settings())
+    assert refused.value.details[0]["type"] == "url_address"
+
+
+def test_public_addresses_in_old_forms_and_numeric_looking_names_pass():
+    for url in ("https://0x08080808/x", "https://8.8.8.8./x", "https://1e100.net/x", "https://123.example/x"):
+        assert webhooks.check_url(url, Settings()) == url
 
 
 def test_plain_http_and_private_addresses_only_behind_their_settings():

@@ -55,7 +55,7 @@ def sign_in(request: Request, form: FormDep, runtime: RuntimeDep) -> Response:
     next_path = web.safe_next(form.get("next"))
     if not web.sign_in_csrf_matches(request, form.get("csrf")):
         raise web.CsrfRejected
-    wait_s = throttle.blocked_for(address)
+    wait_s, taken = throttle.take(address)
     if wait_s:
         page = _sign_in_page(
             request, 429, next_path, f"Too many failed sign-ins from this address; try again in {wait_s} s."
@@ -63,17 +63,22 @@ def sign_in(request: Request, form: FormDep, runtime: RuntimeDep) -> Response:
         page.headers["Retry-After"] = str(wait_s)
         return page
     settings: Settings = request.app.state.settings  # the app's own (the admin token it checks)
-    with runtime.sessions() as db:
-        try:
-            principal = console.identify(db, form.get("secret", ""), web.admin_token(settings))
-            session_id, _ = console.open_session(
-                db, principal, admin_token=web.admin_token(settings), ttl_s=settings.console_session_ttl_s
-            )
-        except Unauthorized:
-            throttle.failed(address)
-            log.info("console sign-in refused from %s", address)
-            return _sign_in_page(request, 401, next_path, "Unknown admin token or API key.")
-        db.commit()
+    failed = False
+    try:
+        with runtime.sessions() as db:
+            try:
+                principal = console.identify(db, form.get("secret", ""), web.admin_token(settings))
+                session_id, _ = console.open_session(
+                    db, principal, admin_token=web.admin_token(settings), ttl_s=settings.console_session_ttl_s
+                )
+            except Unauthorized:
+                failed = True
+                log.info("console sign-in refused from %s", address)
+                return _sign_in_page(request, 401, next_path, "Unknown admin token or API key.")
+            db.commit()
+    finally:
+        if not failed:
+            throttle.give_back(address, taken)
     log.info(
         "console sign-in: %s",
         "admin" if principal.is_admin else f"service={principal.service} key_id={principal.key_id}",

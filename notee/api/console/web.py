@@ -196,8 +196,10 @@ PostedForm = Annotated[dict[str, str], Depends(checked_form)]
 
 
 class SignInThrottle:
-    """Failed sign-ins per client address in a sliding minute (in this process). Past the limit,
-    sign-in answers 429 without checking the secret, so guessing keys costs a minute per few tries."""
+    """Sign-in tries per client address in a sliding minute (in this process). Each try is taken
+    before the secret is checked and given back only when it succeeds, so tries running at once
+    cannot pass the limit together; past it, sign-in answers 429 without checking the secret, so
+    guessing keys costs a minute per ``limit`` tries."""
 
     WINDOW_S = 60.0
     MAX_ADDRESSES = 10_000  # bounded memory: the oldest address is forgotten first
@@ -213,22 +215,28 @@ class SignInThrottle:
             failures.popleft()
         return failures
 
-    def blocked_for(self, address: str) -> int:
-        """Seconds until this address may try again (0: it may now)."""
+    def take(self, address: str) -> tuple[int, float]:
+        """One try for this address: (0, its time) when it may try now (the try counts as a failure
+        until ``give_back``), else (seconds until it may try again, 0)."""
         now = time.monotonic()
         with self._lock:
             failures = self._recent(address, now)
-            if len(failures) < self.limit:
-                return 0
-            return max(1, int(failures[0] + self.WINDOW_S - now) + 1)
-
-    def failed(self, address: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._recent(address, now).append(now)
+            if len(failures) >= self.limit:
+                return max(1, int(failures[0] + self.WINDOW_S - now) + 1), 0.0
+            failures.append(now)
             if len(self._failures) > self.MAX_ADDRESSES:
                 self._failures.pop(next(iter(self._failures)))
+            return 0, now
+
+    def give_back(self, address: str, taken: float) -> None:
+        """A try that did not fail (it signed in, or the store was down): not counted."""
+        with self._lock:
+            failures = self._failures.get(address)
+            if failures is not None and taken in failures:
+                failures.remove(taken)
 
 
 def client_address(request: Request) -> str:
+    """The connection's peer address; a forwarded one only from NOTEE_API_TRUSTED_PROXIES (uvicorn's
+    proxy headers, configured by notee.api.server), so a client cannot choose its own."""
     return request.client.host if request.client is not None else "unknown"
