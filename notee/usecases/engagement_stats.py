@@ -64,15 +64,14 @@ def job_stats(runtime: Runtime, service: str, job_id: str) -> JobStats:
         row = runtime.statements.source_row(service, source)
         if row is None:
             raise NotFound("job not found")
-        counts = Counts(row[2], row[3])
-        type_ = row[0]
-    else:
-        with runtime.sessions() as session:
-            job = jobs_sql.get_job(session, job_id, service)
-            if job is None:
-                raise NotFound("job not found")
-            progress = jobs_sql.progress(session, job_id)
-        counts, type_ = Counts(progress.targeted, progress.sent), job.type_
+        counts = Counts(row[2], row[3], runtime.statements.raw_counts(service, source))
+        return JobStats(job_id, row[0], counts)
+    with runtime.sessions() as session:
+        job = jobs_sql.get_job(session, job_id, service)
+        if job is None:
+            raise NotFound("job not found")
+        progress = jobs_sql.progress(session, job_id)
+    counts, type_ = Counts(progress.targeted, progress.sent), job.type_
     counts.events = {e: n for e, n in runtime.statements.job_counts(service, source).items() if e in EVENTS}
     return JobStats(job_id, type_, counts)
 

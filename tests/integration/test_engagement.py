@@ -8,8 +8,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from notee.core import notification_id
+from notee.usecases.retention import prune_jobs
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import admin_headers, apns_credentials, bearer, new_user, random_token
 
@@ -207,3 +209,27 @@ def test_limits_refuse_the_whole_batch_before_anything_is_written(client, settin
     r = client.post("/v1/receipts", json={"events": [one | {"event": "read"}]}, headers=bearer(key))
     assert r.status_code == 422, r.text
     assert client.get(f"/v1/stats/jobs/{send_id}", headers=headers).json()["counts"]["delivered"] == 0
+
+
+def test_a_pruned_job_takes_its_counters_with_it(client, settings, runtime, tenant, emulator, emu_runtime):
+    """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention")."""
+    service, headers = tenant
+    token = random_token("ep")
+    user = new_user(client, headers, devices=[(token, "AOS")])
+    assert client.put("/v1/templates/TOPIC/news", json={"title": "t", "body": "b"}, headers=headers).status_code == 201
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/news/x", headers=headers).status_code in (200, 201)
+    job_id = client.post("/v1/topics/news/x/publish", json={}, headers=headers).json()["job_id"]
+    run_worker_until_idle(emu_runtime, [service])
+    key = _client_key(client, settings, service)
+    nid = _nid_fcm(emulator, token)
+    assert _receipts(client, key, [{"notification_id": nid, "event": "opened", "at": _now()}])["accepted"] == 1
+    source = notification_id.source_of_job(job_id)
+    assert runtime.statements.job_counts(service, source) == {"opened": 1}
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text("UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY WHERE job_id = :j"),
+            {"j": job_id},
+        )
+    assert prune_jobs(runtime, older_than_days=14) >= 1
+    assert runtime.statements.job_counts(service, source) == {}
+    assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).status_code == 404

@@ -143,11 +143,14 @@ class Engagement:
         per_scope: Counter[tuple[str, str, str, str]] = Counter()
         futures = []
         for (source, keys, event), delta in counts.items():
-            futures.append(
-                self.session.execute_async(
-                    self.counter_add_engagement_job, (delta, service, source, event), execution_profile=COUNTER_PROFILE
+            if not source.startswith("s"):  # a single send's few events are counted from its rows (raw_counts)
+                futures.append(
+                    self.session.execute_async(
+                        self.counter_add_engagement_job,
+                        (delta, service, source, event),
+                        execution_profile=COUNTER_PROFILE,
+                    )
                 )
-            )
             per_scope[("type", keys.day[:7], keys.type_, event)] += delta
             per_scope[("day", keys.day[:7], keys.day, event)] += delta
             if keys.topic is not None:
@@ -181,6 +184,16 @@ class Engagement:
         row = self.session.execute(self.source_select, (service, source), execution_profile=TUPLE_ROWS).one()
         return None if row is None else (row[0], row[1], int(row[2] or 0), int(row[3] or 0))
 
+    def forget_jobs(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Delete the counters of ``jobs`` ((service, source)): their job rows are being pruned."""
+        _wait(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
+
+    def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
+        """Delete every scope partition of ``services`` for ``months``; how many partitions."""
+        keys = [(svc, scope, month) for svc in services for scope in SCOPES for month in months]
+        _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
+        return len(keys)
+
     def job_counts(self, service: str, source: str) -> dict[str, int]:
         rows = self.session.execute(self.engagement_job_counts, (service, source), execution_profile=TUPLE_ROWS)
         return {event: int(n) for event, n in rows}
@@ -211,16 +224,24 @@ class Engagement:
             )
         return [tuple(r) for r in rs]
 
-    def recount(self, service: str, source: str) -> dict[str, int]:
-        """Count the raw events of a source and set its job counters to them (adding the difference):
-        the repair of a drifted count. Returns the counts. Not for a job receiving receipts right now
-        (an event counted between the read and the add would be counted twice)."""
+    def raw_counts(self, service: str, source: str) -> dict[str, int]:
+        """Events per kind of a source, counted from its rows (its 32 partitions, read at once): a
+        single send's figures (a user's few devices), and the truth ``recount`` repairs a job's with."""
+        futures = [
+            self.session.execute_async(self.receipt_events, (service, source, bucket), execution_profile=TUPLE_ROWS)
+            for bucket in range(BUCKETS)
+        ]
         truth: Counter[str] = Counter()
-        for bucket in range(BUCKETS):
-            for (event,) in self.session.execute(
-                self.receipt_events, (service, source, bucket), execution_profile=TUPLE_ROWS
-            ):
+        for f in futures:
+            for (event,) in f.result():
                 truth[event] += 1
+        return dict(truth)
+
+    def recount(self, service: str, source: str) -> dict[str, int]:
+        """Count the raw events of a job and set its counters to them (adding the difference): the
+        repair of a drifted count. Returns the counts. Not for a job receiving receipts right now
+        (an event counted between the read and the add would be counted twice)."""
+        truth = self.raw_counts(service, source)
         held = self.job_counts(service, source)
         futures = [
             self.session.execute_async(
@@ -232,7 +253,7 @@ class Engagement:
             if truth.get(event, 0) != held.get(event, 0)
         ]
         _wait(futures)
-        return dict(truth)
+        return truth
 
 
 def _wait(futures: Iterable[ResponseFuture]) -> None:
