@@ -22,6 +22,11 @@ _.trust_env  # notee/providers/fcm.py: requests.Session's attribute (no proxy, n
 _.PRIORITY  # notee/providers/http2_wire.py: RFC 9113's frame type 2, so the frame types read as the RFC's table
 _.oldest_queued_at  # notee/store/queue_overview.py: read by the console's health page (templates/health.html)
 _.OK  # notee/cli/remote_client.py ExitCode: the table of exit codes scripts read; 0 is returned by typer itself
+_.clicked  # notee/api/routes/engagement.py CountsOut (and the SDK's EngagementCounts): response fields
+_.dismissed
+_.delivery_rate
+_.open_rate
+_.click_rate
 _._utc  # notee/store/mysql.py: a SQLAlchemy "connect" event listener (registered by its decorator)
 
 # tests and bench: test doubles and library hooks

@@ -23,8 +23,8 @@ from notee.store.cql.engagement import BUCKETS
 from notee.store.runtime import Runtime
 from notee.usecases.receipts import EVENTS, scope_keys
 
-BY = ("type", "topic", "day")
 MAX_DAYS = 92
+EARLIEST, LATEST = date(2000, 1, 1), date(2999, 12, 31)  # days a range may name (no calendar overflow)
 _JOB_PAGE = 1000
 MAX_JOBS = 50_000  # jobs summed for one range's targeted and sent (more: the answer says so)
 
@@ -79,6 +79,11 @@ def job_stats(runtime: Runtime, service: str, job_id: str) -> JobStats:
 def check_range(days_from: date | None, days_to: date | None, today: date) -> tuple[date, date]:
     """The range asked (default: the last 30 days to today); InvalidInput naming the field when it
     is reversed or longer than MAX_DAYS."""
+    for name, day in (("from", days_from), ("to", days_to)):
+        if day is not None and not EARLIEST <= day <= LATEST:
+            raise InvalidInput(
+                f"{name} is out of range", details=[{"loc": ["query", name], "msg": f"between {EARLIEST} and {LATEST}"}]
+            )
     end = days_to or today
     start = days_from or end - timedelta(days=29)
     if start > end:
@@ -180,3 +185,14 @@ def export_page(
         else:
             after = (rows[-1][0], rows[-1][1])
     return items, ((bucket, after) if bucket < BUCKETS else None)
+
+
+def recount_job(runtime: Runtime, service: str, job_id: str) -> dict[str, int]:
+    """Set a job's receipt counters to its stored receipts (`notee recount-engagement`): the repair
+    of a count that drifted (docs/ENGAGEMENT.md "Storage, and counting once"). NotFound for an
+    unknown job; a single send has no counters (its figures are always counted from its rows)."""
+    job_stats(runtime, service, job_id)
+    source = notification_id.source_of_job(job_id)
+    if notification_id.job_id_of(source) is None:
+        return runtime.statements.raw_counts(service, source)
+    return runtime.statements.recount(service, source)

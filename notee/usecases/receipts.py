@@ -25,7 +25,6 @@ from notee.store.cql.engagement import ReceiptRow, ScopeKeys
 from notee.store.runtime import Runtime
 
 EVENTS = ("delivered", "opened", "clicked", "dismissed")
-REASONS = ("not_found", "too_old", "in_future")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from notee.core import notification_id
+from notee.store.cql.engagement import ScopeKeys
+from notee.usecases import engagement_stats
 from notee.usecases.retention import prune_jobs
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import admin_headers, apns_credentials, bearer, new_user, random_token
@@ -211,7 +213,9 @@ def test_limits_refuse_the_whole_batch_before_anything_is_written(client, settin
     assert client.get(f"/v1/stats/jobs/{send_id}", headers=headers).json()["counts"]["delivered"] == 0
 
 
-def test_a_pruned_job_takes_its_counters_with_it(client, settings, runtime, tenant, emulator, emu_runtime):
+def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it(
+    client, settings, runtime, tenant, emulator, emu_runtime
+):
     """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention")."""
     service, headers = tenant
     token = random_token("ep")
@@ -225,6 +229,12 @@ def test_a_pruned_job_takes_its_counters_with_it(client, settings, runtime, tena
     assert _receipts(client, key, [{"notification_id": nid, "event": "opened", "at": _now()}])["accepted"] == 1
     source = notification_id.source_of_job(job_id)
     assert runtime.statements.job_counts(service, source) == {"opened": 1}
+    # a drifted count (two copies of a batch raced) is set back to the stored receipts
+    drift = ScopeKeys("news", None, "2000-01-01")
+    runtime.statements.count(service, {(source, drift, "opened"): 2, (source, drift, "clicked"): 1})
+    assert runtime.statements.job_counts(service, source) == {"opened": 3, "clicked": 1}
+    assert engagement_stats.recount_job(runtime, service, job_id) == {"opened": 1}
+    assert runtime.statements.job_counts(service, source) == {"opened": 1, "clicked": 0}
     with runtime.sessions.begin() as s:
         s.execute(
             text("UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY WHERE job_id = :j"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 from notee_client import _ops
