@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from notee.api import engagement_examples
+
 _T = "2026-11-30T09:00:00.123456Z"
 _USER = "6f1c2a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
 _JOB = "0b7e3c52-9a1f-4d2e-b6c8-5f4a3e2d1c0b"
@@ -34,7 +36,7 @@ _SERVICE_OUT = {
     "delivery_mode": "live",
     "created_at": _T,
 }
-_API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
+_API_KEY = {"key_id": "k3y1d4b2c5", "kind": "server", "label": "backend", "created_at": _T, "revoked_at": None}
 _DEVICE = {
     "token": _TOKEN,
     "os": "AOS",
@@ -270,6 +272,7 @@ EXAMPLES: dict[str, Any] = {
         "failed": 0,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": "s1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6",
     },
     "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
     "ServiceList": {"items": [_SERVICE_OUT]},
@@ -381,6 +384,9 @@ EXAMPLES: dict[str, Any] = {
     "PublishPreview": {"dry_run": True, "variants": [_PREVIEW_VARIANT], "priority": "high", "warnings": []}
     | {"ttl_seconds": 3600, "reach": {**_REACH, "exact": True, "method": "mysql_count"}},
 }
+
+
+EXAMPLES.update(engagement_examples.EXAMPLES)
 
 
 def with_examples(document: dict[str, Any]) -> dict[str, Any]:
