@@ -686,8 +686,16 @@ def export_users(*, format: str = "ndjson") -> Op[bytes]:
 def post_receipts(events: Sequence[m.Receipt | Mapping[str, Any]]) -> Op[m.ReceiptsResult]:
     """Report what happened to pushes on devices (delivered, opened, clicked, dismissed), in a batch;
     a client key may call this. Idempotent per (notification id, event): safe to send again."""
-    body = [m.Receipt.model_validate(e).model_dump(mode="json", exclude_none=True) for e in events]
-    return Op("POST", "/v1/receipts", _one(m.ReceiptsResult), json={"events": body})
+    return Op("POST", "/v1/receipts", _one(m.ReceiptsResult), json={"events": [_receipt(e) for e in events]})
+
+
+def _receipt(event: m.Receipt | Mapping[str, Any]) -> Any:
+    """One event as JSON; anything else is sent as it is, for the API to refuse (422)."""
+    if isinstance(event, m.Receipt):
+        return event.model_dump(mode="json", exclude_none=True)
+    if isinstance(event, Mapping):
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in event.items()}
+    return event
 
 
 def get_job_stats(job_id: str) -> Op[m.JobStats]:
