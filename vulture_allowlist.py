@@ -25,6 +25,11 @@ _.oldest_queued_at  # notee/store/queue_overview.py: read by the console's healt
 _.scheduled_jobs  # notee/store/queue_overview.py: read by the console's health page (templates/health.html)
 _.svg  # notee/api/console/charts.py Chart: placed by the console's templates ({{ chart.svg|safe }})
 _.OK  # notee/cli/remote_client.py ExitCode: the table of exit codes scripts read; 0 is returned by typer itself
+_.clicked  # notee/api/routes/engagement.py CountsOut (and the SDK's EngagementCounts): response fields
+_.dismissed
+_.delivery_rate
+_.open_rate
+_.click_rate
 _._utc  # notee/store/mysql.py: a SQLAlchemy "connect" event listener (registered by its decorator)
 
 # tests and bench: test doubles and library hooks

@@ -42,6 +42,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "audience_users": 100_000,
         "import_users": 10_000,
         "import_sub_users": 4_000,
+        "receipt_devices": 20_000,
     },
     "full": {
         "walk_rows": 300_000,
@@ -66,6 +67,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "audience_users": 1_000_000,
         "import_users": 50_000,
         "import_sub_users": 20_000,
+        "receipt_devices": 100_000,
     },
 }
 log = logging.getLogger("bench")
@@ -274,6 +276,15 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
             figures["import_subscriptions_ratio"] = imports.run_subscriptions(runtime, users=sizes["import_sub_users"])
 
         attempt(("import_subscriptions_ratio",), import_subscriptions)
+
+    if want("receipts_per_s"):
+
+        def receipt_events() -> None:
+            from bench import receipts
+
+            figures["receipts_per_s"] = receipts.run(runtime, devices=sizes["receipt_devices"])
+
+        attempt(("receipts_per_s",), receipt_events)
 
     from bench import gorush
 

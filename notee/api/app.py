@@ -18,6 +18,7 @@ from notee.api.routes import (
     audience_publish,
     deadletters,
     devices,
+    engagement,
     health,
     imports,
     insight,
@@ -40,6 +41,7 @@ from notee.core.version import VERSION
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
 from notee.usecases.queue_levels import watch_outbox, watch_queue
+from notee.usecases.receipts import SourceCache
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
@@ -53,6 +55,7 @@ TENANT_ROUTES = (
     audience_publish,
     preview,
     sends,
+    engagement,
     templates,
     deadletters,
     insight,
@@ -114,6 +117,7 @@ def create_app(
     app.state.settings = settings
     app.state.key_cache = key_cache or ApiKeyCache(settings.api_key_cache_s)
     app.state.allowance = allowance or Allowance()
+    app.state.receipt_sources = SourceCache()  # the sources of receipts' notification ids, per process
     app.state.serves_admin = part in ("all", "admin")
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)

@@ -49,6 +49,7 @@ class _Known:
     service: str
     key_hash: bytes  # sha256 of the secret: a cached key is still checked in constant time
     until: float  # clock() after which it is looked up again
+    kind: str  # server | client: a token with the other kind's prefix is not this key
 
 
 class ApiKeyCache:
@@ -75,6 +76,8 @@ class ApiKeyCache:
         if self.clock() >= known.until:
             self._keys.pop(parsed[0], None)
             return None
+        if known.kind != crypto.key_kind(token or ""):
+            return None
         return known.service if crypto.secret_matches(parsed[1], known.key_hash) else None
 
     def generation(self) -> int:
@@ -88,7 +91,9 @@ class ApiKeyCache:
             return
         while len(self._keys) >= self.max_keys:
             self._keys.pop(next(iter(self._keys)), None)
-        self._keys[parsed[0]] = _Known(service, crypto.hash_secret(parsed[1]), self.clock() + self.ttl_s)
+        self._keys[parsed[0]] = _Known(
+            service, crypto.hash_secret(parsed[1]), self.clock() + self.ttl_s, crypto.key_kind(token)
+        )
 
     def forget(self, key_id: str) -> None:
         """A key was revoked: refuse it from now on in this process."""
@@ -99,6 +104,16 @@ class ApiKeyCache:
 def key_cache(request: Request) -> ApiKeyCache:
     cache: ApiKeyCache = request.app.state.key_cache
     return cache
+
+
+RECEIPTS_PATH = "/v1/receipts"
+
+
+def check_client_key_route(token: str | None, method: str, path: str) -> None:
+    """A client key (``nck_``, shipped inside apps) may only ``POST /v1/receipts``: Forbidden (403)
+    anywhere else, decided from the prefix before any lookup (docs/ENGAGEMENT.md "Client keys")."""
+    if token is not None and crypto.key_kind(token) == "client" and (method, path) != ("POST", RECEIPTS_PATH):
+        raise Forbidden("a client key may only post receipts (POST /v1/receipts)")
 
 
 def check_admin(settings: Settings, token: str | None) -> None:
@@ -164,6 +179,7 @@ async def require_service(request: Request, creds: Annotated[Credentials, Securi
     if isinstance(service, str):
         return service
     token = creds.credentials if creds is not None else None
+    check_client_key_route(token, request.method, request.url.path)
     state = request.app.state
     return await to_thread.run_sync(
         authenticate_service, state.runtime, state.settings, token, None, key_cache(request)

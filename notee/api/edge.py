@@ -34,7 +34,7 @@ from anyio import to_thread
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee.api.auth import ApiKeyCache, authenticate_service, check_admin
+from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route
 from notee.api.connections import address_key
 from notee.api.errors import error_response, known_error_response
 from notee.core import logs
@@ -294,6 +294,7 @@ def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, st
     if not path.startswith(TENANT_PREFIX):
         return None
     token = bearer_token(scope)
+    check_client_key_route(token, scope["method"], path)
     cls = rate_class(scope["method"], path) if settings.rate_limits_enabled else None
     known = state.key_cache.service_of(token)
     if known is not None and (cls is None or state.allowance.take(known, cls)):

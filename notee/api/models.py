@@ -199,10 +199,16 @@ class ServiceList(BaseModel):
 
 class ApiKeyIn(_In):
     label: OneLine = Field("", max_length=100)
+    kind: Literal["server", "client"] = Field(
+        "server",
+        description="`server` (`nk_`): everything a service may do, keep it on your servers. `client` (`nck_`): "
+        "safe to ship inside an app, it may only post receipts (`POST /v1/receipts`; docs/ENGAGEMENT.md).",
+    )
 
 
 class ApiKeyOut(_Out):
     key_id: str
+    kind: str = Field(description="`server` or `client`")
     label: str
     created_at: datetime
     revoked_at: datetime | None
@@ -213,7 +219,9 @@ class ApiKeyList(BaseModel):
 
 
 class ApiKeyCreated(ApiKeyOut):
-    api_key: str = Field(description="`nk_<key_id>_<secret>`: shown once, store it now (only its hash is kept)")
+    api_key: str = Field(
+        description="`nk_<key_id>_<secret>` (a client key: `nck_...`): shown once, store it now (only its hash is kept)"
+    )
 
 
 class FcmCredentialsIn(_In):

@@ -80,6 +80,11 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/services/{service}/dead-letters"): "adminListDeadLetters",
     ("POST", "/v1/admin/services/{service}/dead-letters/replay"): "adminReplayDeadLetters",
     ("POST", "/v1/users/{user_id}/send"): "sendToUser",
+    # engagement
+    ("POST", "/v1/receipts"): "postReceipts",
+    ("GET", "/v1/stats"): "getStats",
+    ("GET", "/v1/stats/jobs/{job_id}"): "getJobStats",
+    ("GET", "/v1/stats/jobs/{job_id}/receipts"): "exportReceipts",
     # insight: subscriber counts, the cycle calendar, the delivery summary
     ("GET", "/v1/subscriber-counts"): "getSubscriberCounts",
     ("GET", "/v1/topics"): "listTopics",
@@ -149,6 +154,11 @@ TAGS: list[dict[str, str]] = [
         "name": "sends",
         "description": "A SINGLE template to every device of one user, delivered synchronously (or, with "
         "send_at, a scheduled job).",
+    },
+    {
+        "name": "engagement",
+        "description": "Receipts from the apps (delivered, opened, clicked, dismissed; a client key may post "
+        "them) and the figures per job, template type, topic and day (docs/ENGAGEMENT.md).",
     },
     {"name": "dead letters", "description": "Pushes that still failed after the retries: list and send again."},
     {

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from notee.api import engagement_examples
+
 _FAILURE = {"reason": "gave up after 5 attempts: 503 UNAVAILABLE", "platform": "AOS", "count": 12}
 
 _T = "2026-11-30T09:00:00.123456Z"
@@ -36,7 +38,7 @@ _SERVICE_OUT = {
     "delivery_mode": "live",
     "created_at": _T,
 }
-_API_KEY = {"key_id": "k3y1d4b2c5", "label": "backend", "created_at": _T, "revoked_at": None}
+_API_KEY = {"key_id": "k3y1d4b2c5", "kind": "server", "label": "backend", "created_at": _T, "revoked_at": None}
 _DEVICE = {
     "token": _TOKEN,
     "os": "AOS",
@@ -274,6 +276,7 @@ EXAMPLES: dict[str, Any] = {
         "failed": 0,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": "s1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6",
     },
     "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
     "ServiceList": {"items": [_SERVICE_OUT]},
@@ -384,6 +387,7 @@ EXAMPLES: dict[str, Any] = {
     "PreviewVariant": _PREVIEW_VARIANT,
     "PublishPreview": {"dry_run": True, "variants": [_PREVIEW_VARIANT], "priority": "high", "warnings": []}
     | {"ttl_seconds": 3600, "reach": {**_REACH, "exact": True, "method": "mysql_count"}},
+    **engagement_examples.EXAMPLES,
 }
 
 

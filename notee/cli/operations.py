@@ -151,6 +151,24 @@ def backfill_zones(service: str | None = typer.Option(None, help="Only this serv
     typer.echo(json.dumps(report))
 
 
+def recount_engagement(
+    service: str = typer.Argument(..., help="The job's service."),
+    job_id: str = typer.Argument(..., help="The job whose receipt counters to repair."),
+) -> None:
+    """Set a job's receipt counters to the receipts stored for it (after a counter write failed, or
+    two copies of a batch raced); prints the counts (docs/ENGAGEMENT.md). Not while it takes receipts."""
+    # deferred: each command loads only what it runs (`notee` starts fast)
+    from notee.store.runtime import Runtime
+    from notee.usecases import engagement_stats
+
+    runtime = Runtime(load_settings())
+    try:
+        counts = engagement_stats.recount_job(runtime, service, job_id)
+    finally:
+        runtime.close()
+    typer.echo(json.dumps(counts))
+
+
 def backfill_occupancy(
     service: str | None = typer.Option(None, help="Only this service's templates (default: all)."),
     fetch_size: int = typer.Option(1000, help="Index rows per Cassandra page."),

@@ -20,7 +20,7 @@ The commands live by what they manage: ``remote_admin`` (the operator's), ``remo
 service's templates, users, subscriptions, webhooks, quiet hours and insight), ``remote_publish``
 (publish, send, jobs), ``remote_segments`` (segments, estimate), ``remote_imports`` (bulk import and
 export), ``remote_dead_letters`` (a service's dead letters, or any service's with the admin token),
-``remote_tags`` (a user's tags); ``remote_client`` is what they share.
+``remote_tags`` (a user's tags), ``remote_stats`` (engagement figures); ``remote_client`` is what they share.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from notee.cli.remote_dead_letters import dead_letters_app
 from notee.cli.remote_imports import export_file, import_file
 from notee.cli.remote_publish import jobs_app, publish, send
 from notee.cli.remote_segments import estimate, segment_app
+from notee.cli.remote_stats import stats
 from notee.cli.remote_tenant import (
     calendar,
     quiet_hours,
@@ -65,6 +66,7 @@ def install(app: typer.Typer) -> None:
     app.command("topics")(topics)
     app.command("calendar")(calendar)
     app.command("summary")(summary)
+    app.command("stats")(stats)
     app.command("quiet-hours")(quiet_hours)
     app.command("import")(import_file)
     app.command("export")(export_file)

@@ -59,12 +59,17 @@ def service_list() -> None:
 
 @key_app.command("create")
 def key_create(
-    service: str, label: str = typer.Option("", help="A note on what the key is for."), as_json: AsJson = False
+    service: str,
+    label: str = typer.Option("", help="A note on what the key is for."),
+    client: bool = typer.Option(
+        False, "--client", help="A client key (nck_): safe inside an app, it may only post receipts."
+    ),
+    as_json: AsJson = False,
 ) -> None:
     """Create an API key; it is printed once, on stdout alone (the key id goes to stderr); with --json,
     the key and its id as one JSON object."""
     with sdk_client() as notee:
-        created = notee.create_api_key(service, label)
+        created = notee.create_api_key(service, label, kind="client" if client else "server")
     if as_json:
         print_json(created)
         return

@@ -22,9 +22,11 @@ from cryptography.fernet import Fernet, MultiFernet
 from notee.core.settings import Settings
 
 API_KEY_PREFIX = "nk_"
+CLIENT_KEY_PREFIX = "nck_"  # a client key: safe inside an app, may only post receipts (docs/ENGAGEMENT.md)
+KEY_KINDS = ("server", "client")
 _KEY_ID_LEN = 16
-# nk_ + 16 hex + _ + token_urlsafe(32) (43 chars of [A-Za-z0-9_-])
-_API_KEY_RE = re.compile(r"^nk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})$")
+# nk_ (nck_) + 16 hex + _ + token_urlsafe(32) (43 chars of [A-Za-z0-9_-])
+_API_KEY_RE = re.compile(r"^(nc?k)_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})$")
 
 
 @dataclass(frozen=True)
@@ -32,19 +34,21 @@ class NewApiKey:
     key_id: str
     secret: str = ""  # never printed by repr
     key_hash: bytes = b""
+    kind: str = "server"
 
     @property
     def api_key(self) -> str:
-        return f"{API_KEY_PREFIX}{self.key_id}_{self.secret}"
+        prefix = CLIENT_KEY_PREFIX if self.kind == "client" else API_KEY_PREFIX
+        return f"{prefix}{self.key_id}_{self.secret}"
 
     def __repr__(self) -> str:
         return f"NewApiKey(key_id={self.key_id!r})"
 
 
-def generate_api_key() -> NewApiKey:
+def generate_api_key(kind: str = "server") -> NewApiKey:
     key_id = _random.token_hex(_KEY_ID_LEN // 2)
     secret = _random.token_urlsafe(32)
-    return NewApiKey(key_id=key_id, secret=secret, key_hash=hash_secret(secret))
+    return NewApiKey(key_id=key_id, secret=secret, key_hash=hash_secret(secret), kind=kind)
 
 
 def hash_secret(secret: str) -> bytes:
@@ -52,9 +56,14 @@ def hash_secret(secret: str) -> bytes:
 
 
 def parse_api_key(raw: str) -> tuple[str, str] | None:
-    """``(key_id, secret)`` of a well-formed key, else None."""
+    """``(key_id, secret)`` of a well-formed key (server or client), else None."""
     m = _API_KEY_RE.match(raw or "")
-    return (m.group(1), m.group(2)) if m else None
+    return (m.group(2), m.group(3)) if m else None
+
+
+def key_kind(raw: str) -> str:
+    """``client`` for a token with the client keys' prefix, else ``server`` (whether or not it is a key)."""
+    return "client" if (raw or "").startswith(CLIENT_KEY_PREFIX) else "server"
 
 
 def secret_matches(secret: str, stored_hash: bytes | None) -> bool:

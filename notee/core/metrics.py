@@ -66,6 +66,9 @@ PUSHES = Counter(
     "A push re-sent after a retryable answer is counted once, when it ends.",
     ["provider", "service", "outcome"],
 )
+RECEIPTS = Counter(
+    "notee_receipts_total", "Receipt events stored and counted, by service and event.", ["service", "event"]
+)
 PUSH_RETRIES = Counter(
     "notee_push_retries_total",
     "Push attempts that left the push waiting for another one: a retryable answer (cause=provider: 429, "

@@ -1,3 +1,4 @@
+# over 400 lines: one settings class, one documented field per NOTEE_* variable (docs/CONFIGURATION is generated from it)
 """Notee's configuration: one pydantic-settings class read from ``NOTEE_*`` environment variables.
 
 Build it with ``Settings()`` at process start-up (the CLI and the app factories do); nothing in
@@ -222,6 +223,19 @@ class Settings(BaseSettings):
         "checkpoint when another tenant with fewer running tasks waits (docs/FANOUT.md, fairness).",
     )
     retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
+    receipts_retention_days: int = Field(
+        30,
+        ge=1,
+        le=365,
+        description="Days the raw receipts of apps are kept (Cassandra TTL); an event older than this is refused "
+        "per item (docs/ENGAGEMENT.md).",
+    )
+    receipts_max_events: int = Field(
+        500, ge=1, le=10_000, description="Most events one POST /v1/receipts may carry (more: 422)."
+    )
+    receipts_future_s: int = Field(
+        300, ge=0, description="An event stamped more than this many seconds ahead of the API's clock is refused."
+    )
     schedule_grace_s: int = Field(
         60,
         ge=0,

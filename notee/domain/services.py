@@ -44,6 +44,7 @@ class ApiKeyInfo:
     label: str
     created_at: datetime
     revoked_at: datetime | None
+    kind: str = "server"  # server | client (a client key may only post receipts: docs/ENGAGEMENT.md)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,11 @@ def _service(row: AnyRow) -> Service:
 
 def _key(row: AnyRow) -> ApiKeyInfo:
     return ApiKeyInfo(
-        row.key_id, row.label, aware_utc(row.created_at), None if row.revoked_at is None else aware_utc(row.revoked_at)
+        row.key_id,
+        row.label,
+        aware_utc(row.created_at),
+        None if row.revoked_at is None else aware_utc(row.revoked_at),
+        row.kind,
     )
 
 
@@ -137,14 +142,19 @@ def set_quiet_hours(session: Session, service: str, window: tuple[int, int] | No
 # --- API keys (admin) ----------------------------------------------------------------------------
 
 
-def create_api_key(session: Session, service: str, *, label: str = "") -> CreatedApiKey:
+def create_api_key(session: Session, service: str, *, label: str = "", kind: str = "server") -> CreatedApiKey:
+    """A new key of ``kind``: ``server`` (``nk_``, everything a service may do) or ``client``
+    (``nck_``, safe to ship in an app: it may only post receipts)."""
     check_text("label", label, max_len=100)
+    check_choice("kind", kind, crypto.KEY_KINDS)
     get_service(session, service)
-    new = crypto.generate_api_key()
+    new = crypto.generate_api_key(kind)
     now = stored_now()
-    store.insert_api_key(session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now)
-    log.info("api key created: service=%s key_id=%s", service, new.key_id)
-    return CreatedApiKey(ApiKeyInfo(new.key_id, label, aware_utc(now), None), new.api_key)
+    store.insert_api_key(
+        session, key_id=new.key_id, service=service, key_hash=new.key_hash, label=label, now=now, kind=kind
+    )
+    log.info("api key created: service=%s key_id=%s kind=%s", service, new.key_id, kind)
+    return CreatedApiKey(ApiKeyInfo(new.key_id, label, aware_utc(now), None, kind), new.api_key)
 
 
 def list_api_keys(session: Session, service: str) -> list[ApiKeyInfo]:
@@ -167,14 +177,15 @@ def revoke_api_key(session: Session, service: str, key_id: str) -> None:
 
 
 def authenticate(session: Session, raw_key: str | None) -> str:
-    """The service an API key belongs to; Unauthorized when missing, malformed, unknown or revoked."""
+    """The service an API key belongs to; Unauthorized when missing, malformed, unknown or revoked,
+    or sent with the other kind's prefix (a client key's secret behind ``nk_`` is no server key)."""
     parsed = crypto.parse_api_key(raw_key or "")
     if parsed is None:
         raise Unauthorized("missing or malformed API key")
     key_id, secret = parsed
     row = store.get_api_key(session, key_id)
     ok = crypto.secret_matches(secret, row.key_hash if row is not None else None)
-    if not ok or row is None or row.revoked_at is not None:
+    if not ok or row is None or row.revoked_at is not None or row.kind != crypto.key_kind(raw_key or ""):
         raise Unauthorized("unknown or revoked API key")
     service: str = row.service
     return service

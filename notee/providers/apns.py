@@ -18,6 +18,7 @@ from typing import Any
 
 import jwt
 
+from notee.core import notification_id
 from notee.core.errors import ProviderConfigError
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import TransportError
@@ -46,20 +47,42 @@ _CONFIG_REASONS = {
 }
 
 
-def apns_payload(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> dict[str, Any]:
-    """The APNs JSON payload: ``aps`` plus custom keys at the top level (docs/PAYLOADS.md)."""
+def apns_payload(
+    title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None, nid: str = ""
+) -> dict[str, Any]:
+    """The APNs JSON payload: ``aps`` plus custom keys at the top level (docs/PAYLOADS.md), the
+    notification id last (``notification_id.KEY``: nothing overrides it)."""
     if rich is None:
-        return {"aps": {"alert": {"title": title, "body": body}, "sound": "default"}, **(data or {})}
-    aps: dict[str, Any] = {}
-    if not rich.background and (title or body or rich.alert):
-        aps["alert"] = {"title": title, "body": body, **rich.alert}
-    aps.update(rich.aps)
-    return {"aps": aps, **(data or {}), **rich.data, **rich.custom}
+        out = {"aps": {"alert": {"title": title, "body": body}, "sound": "default"}, **(data or {})}
+    else:
+        aps: dict[str, Any] = {}
+        if not rich.background and (title or body or rich.alert):
+            aps["alert"] = {"title": title, "body": body, **rich.alert}
+        aps.update(rich.aps)
+        out = {"aps": aps, **(data or {}), **rich.data, **rich.custom}
+    return notification_id.stamp(out, nid) if nid else out
+
+
+_NID_MARK = "\x00notee-id\x00"
+
+
+def _body_parts(m: Message) -> tuple[bytes, bytes]:
+    """The JSON body of ``m`` split where its notification id goes (``(body, b"")`` without one)."""
+    encoded = json.dumps(
+        apns_payload(m.title, m.body, m.data, m.rich, _NID_MARK if m.notification_id else ""),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+    if not m.notification_id:
+        return encoded, b""
+    head, _, tail = encoded.partition(json.dumps(_NID_MARK).encode())
+    return head, tail
 
 
 def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
-    """Bytes of the payload this sender puts on the wire: APNs' own measure of PAYLOAD_LIMIT."""
-    payload = apns_payload(title, body, data, rich)
+    """Bytes of the payload this sender puts on the wire: APNs' own measure of PAYLOAD_LIMIT, with
+    the notification id every push carries."""
+    payload = apns_payload(title, body, data, rich, notification_id.SAMPLE)
     return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -162,16 +185,16 @@ class ApnsProvider:
 
     async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | ExpiredJwt]:
         now = time.time()
-        bodies: dict[tuple[object, ...], bytes] = {}  # a fan-out page shares one payload: encode it once
+        bodies: dict[tuple[object, ...], tuple[bytes, bytes]] = {}  # a page shares one payload: encode it once
         items = []
         ids = apns_ids(len(messages))
         for m, apns_id in zip(messages, ids, strict=True):
-            key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich))
-            body = bodies.get(key)
-            if body is None:
-                body = bodies[key] = json.dumps(
-                    apns_payload(m.title, m.body, m.data, m.rich), separators=(",", ":"), ensure_ascii=False
-                ).encode()
+            key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich), bool(m.notification_id))
+            parts = bodies.get(key)
+            if parts is None:
+                parts = bodies[key] = _body_parts(m)
+            # The notification id differs per device: spliced in (it is [0-9a-z._-], nothing JSON escapes).
+            body = parts[0] + (b'"' + m.notification_id.encode() + b'"' + parts[1] if m.notification_id else b"")
             items.append(
                 (
                     f"/3/device/{m.device_token}".encode(),

@@ -27,6 +27,7 @@ class Message:
     priority: str = "high"  # "high" | "normal"
     collapse_key: str | None = None
     rich: Rich | None = None  # the rich fields (docs/PAYLOADS.md), one object shared by a whole page
+    notification_id: str = ""  # notee.core.notification_id: echoed by the app in its receipts; "": none
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,13 +18,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from notee.core import notification_id
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
@@ -55,6 +56,8 @@ def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
         if rich is not None and rich.fcm_notification:
             out["notification"].update(rich.fcm_notification)
     data = {**m.data, **rich.data} if rich is not None and rich.data else m.data
+    if m.notification_id:
+        data = notification_id.stamp(data, m.notification_id)
     if data:
         out["data"] = dict(data)
     android: dict[str, Any] = {"priority": "high" if m.priority == "high" else "normal"}
@@ -97,8 +100,10 @@ def counted_content(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
-    """Bytes FCM counts against PAYLOAD_LIMIT (``counted_content``) of the message ``fcm_message`` builds."""
-    message = fcm_message(Message("", "AOS", title, body, dict(data or {}), rich=rich), now=0)
+    """Bytes FCM counts against PAYLOAD_LIMIT (``counted_content``) of the message ``fcm_message`` builds,
+    with the notification id every push carries."""
+    m = Message("", "AOS", title, body, dict(data or {}), rich=rich, notification_id=notification_id.SAMPLE)
+    message = fcm_message(m, now=0)
     return len(json.dumps(counted_content(message), separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -169,27 +174,32 @@ class _BodyCache:
     (tests/unit/test_providers_fcm.py)."""
 
     _MARK = "\x00notee-token\x00"
+    _NID_MARK = "\x00notee-id\x00"
 
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
         self._data: dict[str, str] | None = None
-        self._parts: tuple[bytes, bytes] = (b"", b"")
+        self._parts: tuple[bytes, bytes, bytes] = (b"", b"", b"")
 
     def body(self, m: Message) -> bytes:
-        key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, m.rich, int(time.time()))
+        nid = m.notification_id
+        key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, m.rich, int(time.time()), bool(nid))
         if key != self._key or (m.data is not self._data and m.data != self._data):
-            template = _encode(
-                Message(
-                    self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key, m.rich
-                )
+            marked = Message(
+                self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key, m.rich
             )
-            head, _, tail = template.partition(json.dumps(self._MARK).encode())
-            self._key, self._data, self._parts = key, m.data, (head, tail)
-        head, tail = self._parts
+            if nid:
+                marked = replace(marked, notification_id=self._NID_MARK)
+            head, _, rest = _encode(marked).partition(json.dumps(self._MARK).encode())
+            mid, _, tail = rest.partition(json.dumps(self._NID_MARK).encode()) if nid else (rest, b"", b"")
+            self._key, self._data, self._parts = key, m.data, (head, mid, tail)
+        head, mid, tail = self._parts
         token = m.device_token
+        # The notification id is [0-9a-z._-]: nothing JSON escapes; it comes after the token (``data``).
+        end = mid + b'"' + nid.encode() + b'"' + tail if nid else mid
         if token.isprintable() and '"' not in token and "\\" not in token:  # nothing JSON would escape
-            return head + b'"' + token.encode() + b'"' + tail
-        return head + json.dumps(token, ensure_ascii=False).encode() + tail
+            return head + b'"' + token.encode() + b'"' + end
+        return head + json.dumps(token, ensure_ascii=False).encode() + end
 
 
 def _encode(m: Message) -> bytes:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
 from notee.core.vocabulary import JobFilter, JobState, Progress
@@ -354,14 +354,26 @@ def tasks(session: Session, job_id: str) -> list[Any]:
 # --- retention ----------------------------------------------------------------------------------
 
 
-def prune_finished(session: Session, *, older_than_days: int, batch: int = 1000) -> int:
-    """Delete up to ``batch`` finished jobs (tasks cascade) that finished more than ``older_than_days`` ago."""
+def prunable(session: Session, *, older_than_days: int, batch: int = 1000) -> list[tuple[str, str]]:
+    """(service, job_id) of up to ``batch`` finished jobs that finished more than ``older_than_days``
+    ago, locked for ``prune_jobs`` (what else must go with them is removed before they are)."""
+    rows = session.execute(
+        text(
+            "SELECT service, job_id FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
+            " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b FOR UPDATE"
+        ),
+        {"d": older_than_days, "b": batch},
+    ).all()
+    return [(r.service, r.job_id) for r in rows]
+
+
+def prune_jobs(session: Session, job_ids: list[str]) -> int:
+    """Delete these jobs (tasks cascade)."""
+    if not job_ids:
+        return 0
     return affected(
         session.execute(
-            text(
-                "DELETE FROM fanout_job WHERE finished_at < UTC_TIMESTAMP(6) - INTERVAL :d DAY"
-                " AND state IN ('done', 'failed', 'expired', 'cancelled') LIMIT :b"
-            ),
-            {"d": older_than_days, "b": batch},
+            text("DELETE FROM fanout_job WHERE job_id IN :ids").bindparams(bindparam("ids", expanding=True)),
+            {"ids": job_ids},
         )
     )

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from notee.core.crypto import KEY_KINDS
 from notee.store.mysql import AnyRow, affected
 
 metadata = MetaData()
@@ -46,6 +47,7 @@ api_key_t = Table(
     metadata,
     Column("key_id", String(16), primary_key=True),
     Column("service", String(32)),
+    Column("kind", String(6)),  # server | client (0032)
     Column("key_hash", LargeBinary(32)),
     Column("label", String(100)),
     Column("created_at", DateTime),
@@ -116,24 +118,32 @@ def set_service_quiet(session: Session, service: str, window: tuple[int, int] | 
 # --- api keys ---------------------------------------------------------------------------------
 
 
-def insert_api_key(session: Session, *, key_id: str, service: str, key_hash: bytes, label: str, now: datetime) -> None:
+def insert_api_key(
+    session: Session, *, key_id: str, service: str, key_hash: bytes, label: str, now: datetime, kind: str = "server"
+) -> None:
+    if kind not in KEY_KINDS:  # the column has no CHECK (0032 is an instant ADD COLUMN): checked here
+        raise ValueError(f"api key kind {kind!r}")
     session.execute(
         api_key_t.insert().values(
-            key_id=key_id, service=service, key_hash=key_hash, label=label, created_at=now, revoked_at=None
+            key_id=key_id, service=service, kind=kind, key_hash=key_hash, label=label, created_at=now, revoked_at=None
         )
     )
 
 
 def get_api_key(session: Session, key_id: str) -> AnyRow | None:
     return session.execute(
-        select(api_key_t.c.service, api_key_t.c.key_hash, api_key_t.c.revoked_at).where(api_key_t.c.key_id == key_id)
+        select(api_key_t.c.service, api_key_t.c.kind, api_key_t.c.key_hash, api_key_t.c.revoked_at).where(
+            api_key_t.c.key_id == key_id
+        )
     ).one_or_none()
 
 
 def list_api_keys(session: Session, service: str) -> list[AnyRow]:
     return list(
         session.execute(
-            select(api_key_t.c.key_id, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at)
+            select(
+                api_key_t.c.key_id, api_key_t.c.kind, api_key_t.c.label, api_key_t.c.created_at, api_key_t.c.revoked_at
+            )
             .where(api_key_t.c.service == service)
             .order_by(api_key_t.c.created_at, api_key_t.c.key_id)
         )
@@ -149,6 +159,7 @@ def api_keys_of(session: Session, services: list[str]) -> list[AnyRow]:
             select(
                 api_key_t.c.service,
                 api_key_t.c.key_id,
+                api_key_t.c.kind,
                 api_key_t.c.label,
                 api_key_t.c.created_at,
                 api_key_t.c.revoked_at,

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from notee.core import notification_id
 from notee.providers.base import Message
 from notee.providers.payload import Rich
 from notee.providers.routing import ProviderSet
@@ -79,6 +80,10 @@ async def replay_dead_letters(
                     data=dict(r.payload.get("data") or {}),
                     collapse_key=(r.payload.get("rich") or {}).get("collapse_key"),
                     rich=Rich.from_spec(r.payload.get("rich")),
+                    # a fan-out's letter keeps its notification id (a single send's letter has no job: none)
+                    notification_id=notification_id.make(notification_id.source_of_job(r.job_id), r.device_token)
+                    if r.job_id
+                    else "",
                 )
                 for r in letters
             ]

@@ -18,8 +18,18 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from notee.core import notification_id
 from notee.core.clock import naive_utc, now_utc
-from notee.store import console_sql, deadletter, imports_sql, jobs_sql, send_idempotency_sql, ticks, webhooks_sql
+from notee.store import (
+    console_sql,
+    deadletter,
+    imports_sql,
+    jobs_sql,
+    send_idempotency_sql,
+    services_sql,
+    ticks,
+    webhooks_sql,
+)
 from notee.store.runtime import Runtime
 from notee.usecases import send_once
 
@@ -46,9 +56,33 @@ def _drain(runtime: Runtime, delete_batch: Callable[[Session], int]) -> int:
 
 
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
-    """Finished jobs (done/failed) older than the window; unfinished jobs are never pruned."""
+    """Finished jobs (done/failed) older than the window; unfinished jobs are never pruned. Their
+    engagement counters go first (Cassandra before MySQL: a failure leaves the job to find them again)."""
     days = runtime.settings.retention_days if older_than_days is None else older_than_days
-    return _drain(runtime, lambda s: jobs_sql.prune_finished(s, older_than_days=days, batch=BATCH))
+
+    def batch(session: Session) -> int:
+        jobs = jobs_sql.prunable(session, older_than_days=days, batch=BATCH)
+        runtime.statements.forget_jobs((svc, notification_id.source_of_job(job)) for svc, job in jobs)
+        return jobs_sql.prune_jobs(session, [job for _, job in jobs])
+
+    return _drain(runtime, batch)
+
+
+# Engagement counters per type, topic and day are kept this many months (a year to compare with).
+ENGAGEMENT_MONTHS = 13
+
+
+def prune_engagement_months(runtime: Runtime, *, now: datetime | None = None) -> int:
+    """The engagement scope partitions of the three months before the kept ones, of every service
+    (counters take no TTL: docs/ENGAGEMENT.md "Retention"); the partitions deleted (absent ones too)."""
+    today = (now or now_utc()).date().replace(day=1)
+    months = []
+    for back in range(ENGAGEMENT_MONTHS, ENGAGEMENT_MONTHS + 3):
+        year, month = divmod(today.year * 12 + today.month - 1 - back, 12)
+        months.append(f"{year:04d}-{month + 1:02d}")
+    with runtime.sessions() as session:
+        names = [s.service for s in services_sql.list_services(session)]
+    return runtime.statements.forget_months(names, months)
 
 
 def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:
@@ -97,7 +131,9 @@ def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int
         "webhook_deliveries": prune_webhook_deliveries(runtime),
         "imports": prune_imports(runtime),
         "send_idempotency_keys": prune_send_keys(runtime, now=now),
+        "engagement_months": prune_engagement_months(runtime, now=now),
     }
-    if any(counts.values()):
+    # engagement_months counts the deletes issued (absent partitions too): logged only with the others
+    if any(n for table, n in counts.items() if table != "engagement_months"):
         log.info("retention (%d days): pruned %s", runtime.settings.retention_days, counts)
     return counts

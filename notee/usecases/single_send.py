@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from notee.core import clock
+from notee.core import clock, notification_id
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import payloads, services, templates, users
 from notee.domain.liquid import Scope
@@ -21,10 +21,13 @@ from notee.domain.rules import check_data, check_send_inputs
 from notee.providers.base import Message
 from notee.providers.payload import Rich
 from notee.providers.routing import ProviderSet
+from notee.store.cql.engagement import ScopeKeys
 from notee.store.mysql import db_now
+from notee.store.outage import is_store_outage
 from notee.store.recipient_sql import recipient_tags
 from notee.store.runtime import Runtime
 from notee.usecases.deliver import DeliveryOptions, DeliveryResult, deliver
+from notee.usecases.receipts import scope_keys
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +46,13 @@ class SingleSend:
     data: dict[str, str] | None = None
     quiet_hours: bool = False
     payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
+    # The notification id's source of this send's pushes (docs/ENGAGEMENT.md): its stats' id.
+    send_id: str = field(default_factory=notification_id.new_single_source)
 
 
-def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], bool]:
-    """Render the SINGLE template once for every device of the user: (messages, dry_run).
+def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], bool, ScopeKeys]:
+    """Render the SINGLE template once for every device of the user: (messages, dry_run, the keys
+    its receipts are counted under).
     Raises NotFound (user or template), InvalidInput (missing variables, bad data) or
     PayloadTooLarge, before anything is sent."""
     service, variables = send.service, send.variables
@@ -85,9 +91,10 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
                 priority=push.priority,
                 collapse_key=rich.collapse_key if rich is not None else None,
                 rich=rich,
+                notification_id=notification_id.make(send.send_id, d.token),
             )
         )
-    return messages, dry_run
+    return messages, dry_run, scope_keys(send.type_, None, clock.now_utc(), service_row.timezone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +162,22 @@ async def send_single(
     """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API
     is shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead
     letters are recorded, and the counts say so."""
-    messages, dry_run = await asyncio.to_thread(prepare_single, runtime, send)
+    messages, dry_run, keys = await asyncio.to_thread(prepare_single, runtime, send)
+    ttl_s = runtime.settings.receipts_retention_days * 86_400
+    if messages:  # known before anything is sent: a receipt may come back before this call ends
+        await asyncio.to_thread(runtime.statements.add_source, send.service, send.send_id, keys, (0, 0), ttl_s)
     options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
     result = await deliver(runtime, providers, send.service, messages, options)
+    if messages:
+        try:
+            sent = (len(messages), result.delivered)
+            await asyncio.to_thread(runtime.statements.add_source, send.service, send.send_id, keys, sent, ttl_s)
+        except Exception as exc:  # the pushes are out: the answer says what was sent; only the stats miss it
+            if not is_store_outage(exc):
+                raise
+            log.warning(
+                "single send %s: its sent count was not stored for stats (%s)", send.send_id, type(exc).__name__
+            )
     log.info(
         "single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
         send.service,

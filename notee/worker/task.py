@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core import logs, metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.notification_id import source_of_job
 from notee.core.vocabulary import PageCounts, RecipientRow
 from notee.providers.base import Message
 from notee.store import jobs_sql, task_leases
@@ -171,7 +172,10 @@ class TaskRun:
             job = self.job
             try:
                 counts = await self.host.send_page(
-                    job.service, job.job_id, messages_for(to_send, job.payload, locales), job.dry_run
+                    job.service,
+                    job.job_id,
+                    messages_for(to_send, job.payload, locales, source_of_job(job.job_id)),
+                    job.dry_run,
                 )
             except PageAborted as exc:
                 self.aborted = exc.counts

@@ -178,6 +178,14 @@ def test_import_users_smoke(runtime):
     assert fig["value"] == fig["numerator"]["value"] and 0 < fig["extra"]["split_share"] < 1
 
 
+def test_receipts_smoke(runtime):
+    from bench import receipts
+
+    fig = receipts.run(runtime, devices=300, concurrency=2)
+    _measured(fig, "receipts_per_s", ratio=False)
+    assert fig["extra"]["api_cpu_ms_per_event"] > 0 and fig["extra"]["aggregate_read_ms"] > 0
+
+
 def test_import_subscriptions_smoke(runtime):
     from bench import imports
 

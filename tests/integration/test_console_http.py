@@ -330,6 +330,29 @@ def test_a_key_revoked_in_the_console_is_refused_at_once(app, client, settings, 
     assert (r.status_code, r.json()["error"]["code"]) == (401, "unauthorized")
 
 
+def test_a_client_key_made_in_the_console_may_only_post_receipts(app, client, settings, service_id, tenant):
+    """docs/ENGAGEMENT.md: the services page makes a client key (kind select) and lists it as one."""
+    c = sign_in(_browser(app), settings.admin_token.get_secret_value(), "/console/services")
+    page = c.get(f"/console/services?q={service_id}")
+    r = c.post(
+        f"/console/services/{service_id}/keys", data={"csrf": _csrf(page.text), "label": "app", "kind": "client"}
+    )
+    assert r.status_code == 200, r.text
+    key = re.search(r'<code class="secret">(nck_[^<]+)</code>', r.text)
+    assert key, "no client key on the page"
+    assert 'class="muted">client</span> app' in c.get(f"/console/services?q={service_id}").text
+    auth = {"Authorization": f"Bearer {key.group(1)}"}
+    assert client.get("/v1/templates", headers=auth).status_code == 403
+    assert (
+        client.post(
+            "/v1/receipts",
+            json={"events": [{"notification_id": "x", "event": "opened", "at": "2026-12-05T00:00:00Z"}]},
+            headers=auth,
+        ).status_code
+        == 200
+    )
+
+
 def test_the_template_form_saves_a_payload_and_refuses_a_bad_one(app, client, service_id, tenant):
     """docs/PAYLOADS.md: the form's payload textarea is the API's payload (JSON); a bad field is the
     domain's 422 on the page, nothing written."""

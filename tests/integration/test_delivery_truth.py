@@ -90,6 +90,7 @@ def test_dry_run_single_send_reaches_no_provider_and_says_so(client, settings, s
         "failed": 0,
         "dry_run": True,
         "quiet_dropped": 0,
+        "send_id": r.json()["send_id"],  # this send's id for its stats (docs/ENGAGEMENT.md)
     }
     assert emu_app.stats()["counts"] == {}  # nothing left the process
     assert "dry run" in caplog.text
@@ -132,6 +133,7 @@ def test_device_of_a_platform_without_credentials_is_a_counted_failure(client, s
         "failed": 1,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": r.json()["send_id"],  # this send's id for its stats (docs/ENGAGEMENT.md)
     }
     assert emu_app.deliveries(ios)["apns"] == 1
     assert emu_app.deliveries(aos)["attempts"] == 0  # not sent

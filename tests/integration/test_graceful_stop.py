@@ -146,6 +146,7 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
         "failed": 3,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": r.json()["send_id"],  # this send's id for its stats (docs/ENGAGEMENT.md)
     }
     with runtime.sessions() as s:
         letters = s.execute(

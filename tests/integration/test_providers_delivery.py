@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
 
 from notee.core.clock import stored_now
+from notee.core.notification_id import device_part
 from notee.providers.base import Message
 from notee.providers.routing import ProviderSet
 from notee.store import deadletter
@@ -26,6 +28,18 @@ from tests.support.registry import (
     new_user,
     random_token,
 )
+
+
+class _SendId(str):
+    """Equal to any single send's ``send_id`` (``s`` + 31 hex: docs/ENGAGEMENT.md)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and re.fullmatch(r"s[0-9a-f]{31}", other) is not None
+
+    __hash__ = str.__hash__
+
+
+ANY_SEND_ID = _SendId()
 
 
 @pytest.fixture()
@@ -67,12 +81,13 @@ def test_single_send_reaches_every_device_of_the_user(client, tenant, emu_app):
         "failed": 0,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": ANY_SEND_ID,
     }
     for token in tokens:  # no APNs credentials: the IOS device goes through FCM too
         assert emu_app.deliveries(token)["fcm"] == 1
     seen = emu_app.last_request(tokens[0])["body"]
     assert seen["notification"] == {"title": "Hi Ann", "body": "Order 42 shipped"}
-    assert seen["data"] == {"order": "42"}
+    assert seen["data"] == {"order": "42", "notee_id": f"{r.json()['send_id']}.{device_part(tokens[0])}"}
     assert emu_app.stats()["counts"]["fcm.ok"] == 3  # the other user got nothing
     assert other
 
@@ -168,6 +183,7 @@ def test_invalid_tokens_are_pruned_from_mysql_and_cassandra(client, runtime, ten
         "failed": 0,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": ANY_SEND_ID,
     }
     devices = [d["token"] for d in client.get(f"/v1/users/{user}/devices", headers=headers).json()["items"]]
     assert devices == [alive]
@@ -196,6 +212,7 @@ def test_retryables_are_retried_then_delivered(client, tenant, emu_app):
         "failed": 0,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": ANY_SEND_ID,
     }
     assert emu_app.deliveries(token) == {"token": token, "fcm": 1, "apns": 0, "attempts": 3}
 
@@ -216,6 +233,7 @@ def test_what_still_fails_is_dead_lettered(client, runtime, tenant, emu_app):
         "failed": 1,
         "dry_run": False,
         "quiet_dropped": 0,
+        "send_id": ANY_SEND_ID,
     }
     assert emu_app.deliveries(token)["attempts"] == bound
     with runtime.sessions() as s:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from notee.core import notification_id
 from notee.domain import payloads
 from notee.providers import apns
 from notee.providers.payload import Rich
@@ -100,10 +101,12 @@ def test_background_topic_publish_is_silent_on_both_platforms(client, settings, 
     assert (status["state"], status["sent"]) == ("done", 2), status
     fcm_seen = emulator.last_request(android)
     assert fcm_seen is not None and "notification" not in fcm_seen["body"]
+    assert notification_id.parse(fcm_seen["body"]["data"].pop(notification_id.KEY)) is not None
     assert fcm_seen["body"]["data"] == {"sync": "inbox"}
     assert fcm_seen["body"]["android"]["collapse_key"] == "inbox"
     apns_seen = emulator.last_request(ios)
     assert apns_seen is not None
+    assert notification_id.parse(apns_seen["body"].pop(notification_id.KEY)) is not None
     assert apns_seen["body"] == {"aps": {"content-available": 1}, "sync": "inbox"}
     assert (apns_seen["headers"]["apns-push-type"], apns_seen["headers"]["apns-priority"]) == ("background", "5")
 
@@ -121,7 +124,8 @@ def test_badge_only_push_clears_the_badge(client, settings, tenant, emu_app):
     assert r.status_code == 201, r.text
     assert client.post(f"/v1/users/{user}/send", json={"type": "badge"}, headers=headers).json()["delivered"] == 1
     seen = emu_app.last_request(ios)
-    assert seen is not None and seen["body"] == {"aps": {"badge": 0}}
+    assert seen is not None and notification_id.parse(seen["body"].pop(notification_id.KEY)) is not None
+    assert seen["body"] == {"aps": {"badge": 0}}
     assert seen["headers"]["apns-push-type"] == "alert"
 
 

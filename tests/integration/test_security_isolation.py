@@ -11,16 +11,19 @@ Routes that create in the caller's own tenant (``OWN``) are checked to never ret
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import secrets
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from fastapi.routing import APIRoute
 
+from notee.core import notification_id
 from notee.store import webhooks_sql
-from tests.support.registry import new_template, new_user, random_token
+from tests.support.registry import admin_headers, new_template, new_user, random_token
 from tests.support.stores import snapshot
 
 # Routes that act on the caller's own tenant only; each gets its own check below.
@@ -52,6 +55,8 @@ OWN = {
     "POST /v1/imports",
     "GET /v1/imports",
     "GET /v1/exports/users",
+    # engagement figures of the caller's own service (another tenant's job ids: the stats/jobs lookups)
+    "GET /v1/stats",
 }
 
 # A valid body per route with one (a 422 would hide the lookup); {token} etc. are filled in.
@@ -76,6 +81,8 @@ BODIES: dict[str, dict] = {
     "PUT /v1/segments/{name}": {"filter": [[{"tag": "plan", "op": "exists"}]]},
     # another tenant's segment is no segment of the caller's: the same 422 as a name nobody has
     "POST /v1/audience/estimate": {"segments": {"include": ["{name}"]}},
+    # another tenant's notification id is refused per item exactly like one nobody has
+    "POST /v1/receipts": {"events": [{"notification_id": "{nid}", "event": "opened", "at": "{now}"}]},
 }
 
 
@@ -219,6 +226,8 @@ def _ids_for(path: str, which: dict) -> dict[str, str]:
         "import_id": which["import_id"],
         "key": which["key"],
         "name": which["name"],
+        "nid": notification_id.make(notification_id.source_of_job(which["job_id"]), which["token"]),
+        "now": datetime.now(UTC).isoformat(),
     }
 
 
@@ -334,3 +343,26 @@ def test_service_routes_refuse_the_admin_token(app, client, settings, tenants):
         ids = _ids_for(path, tenants["b_ids"] | {"new_token": random_token("x")})
         r = _request(client, method, path, ids, admin)
         assert r.status_code == 401, (method, path, r.status_code)
+
+
+def test_a_client_key_is_refused_by_every_route_but_receipts(app, client, settings, tenants):
+    """A client key ships inside apps: every route but ``POST /v1/receipts`` answers 403 (a tenant
+    route) or 401 (the admin API), whatever the ids; the receipts route takes it."""
+    r = client.post(
+        f"/v1/admin/services/{tenants['a']}/api-keys", json={"kind": "client"}, headers=admin_headers(settings)
+    )
+    assert r.status_code == 201, r.text
+    key = {"Authorization": f"Bearer {r.json()['api_key']}"}
+    ids = _ids_for("/v1/x", dict(tenants["b_ids"]) | {"new_token": random_token("ck")})
+    ids |= {"service": tenants["a"]}  # the admin routes' other parameters: their own names (refused before routing)
+    ids = collections.defaultdict(lambda: "x", ids)
+    walked = []
+    for method, path in service_routes(app) + admin_routes(app):
+        if (method, path) == ("POST", "/v1/receipts"):
+            continue
+        status = _request(client, method, path, ids, key).status_code
+        assert status == (401 if path.startswith("/v1/admin") else 403), (method, path, status)
+        walked.append(path)
+    assert "/v1/stats" in walked and "/v1/admin/services" in walked
+    r = _request(client, "POST", "/v1/receipts", ids, key)
+    assert r.status_code == 200 and r.json()["rejected"][0]["reason"] == "not_found", r.text

@@ -107,8 +107,8 @@ def _wrap_key_generation() -> None:
     if getattr(original, "_remembered", False):
         return
 
-    def generate_api_key():
-        new = original()
+    def generate_api_key(kind: str = "server"):
+        new = original(kind)
         remember_secret(new.api_key)
         return new
 

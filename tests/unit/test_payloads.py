@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+from notee.core import notification_id
 from notee.core.errors import InvalidInput, PayloadTooLarge
 from notee.core.vocabulary import Recipient
 from notee.domain import payloads, render
@@ -281,7 +282,8 @@ def test_size_is_checked_per_platform_with_the_exact_byte_count():
     size = apns.payload_bytes("", body, {}, rich)
     assert [d["loc"] for d in exc.value.details] == [["payload", "fcm"], ["payload", "apns"]]
     assert f"APNS payload would be {size} bytes; at most 4096" in exc.value.message
-    encoded = json.dumps(apns_payload("", body, {}, rich), separators=(",", ":"), ensure_ascii=False).encode()
+    nid = notification_id.SAMPLE  # every push carries one: it counts in the size
+    encoded = json.dumps(apns_payload("", body, {}, rich, nid), separators=(",", ":"), ensure_ascii=False).encode()
     assert size == len(encoded)
     assert fcm.payload_bytes("T", "B", {"k": "v"}) == fcm.payload_bytes("T", "B", {"k": "v"}, None)
 

@@ -128,13 +128,18 @@ def test_size_rules_are_each_providers_own_after_rendering():
 
 
 def test_fcm_size_is_the_message_the_sender_builds():
+    """With the notification id every push carries (its longest form): the size checked is the size sent."""
+    from notee.core import notification_id
     from notee.providers.base import Message
 
-    m = Message("tok", "AOS", "T", "B", {"k": "v"})
+    nid = notification_id.make("0" * 32, "tok")
+    assert len(nid) == len(notification_id.SAMPLE)
+    m = Message("tok", "AOS", "T", "B", {"k": "v"}, notification_id=nid)
     sent = fcm.fcm_message(m)
     counted = {"notification": sent["notification"], "data": sent["data"]}
     assert fcm.payload_bytes("T", "B", {"k": "v"}) == len(json.dumps(counted, separators=(",", ":")).encode())
-    body = json.dumps(apns.apns_payload("T", "B", {"k": "v"}), separators=(",", ":"), ensure_ascii=False).encode()
+    payload = apns.apns_payload("T", "B", {"k": "v"}, None, nid)
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
     assert apns.payload_bytes("T", "B", {"k": "v"}) == len(body)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 from notee_client import _ops
@@ -61,9 +61,10 @@ compare as a version (None: each left as it is)."""
         """Cancel a scheduled, queued or running job (workers stop after the page they are sending)."""
         return self.call(_ops.cancel_job(job_id))
 
-    def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
-        """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
-        return self.call(_ops.create_api_key(service, label))
+    def create_api_key(self, service: str, label: str = "", *, kind: str = "server") -> m.ApiKeyCreated:
+        """A new API key for a service; ``api_key`` is shown only in this answer. ``kind="client"``: a key
+an app may carry, which can only post receipts. Admin token."""
+        return self.call(_ops.create_api_key(service, label, kind=kind))
 
     def create_import(self, data: bytes, *, format: str = "ndjson") -> m.ImportCreated:
         """Import users, devices, tags and topic subscriptions from an NDJSON or CSV file (``format``); a
@@ -115,6 +116,10 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
 users, topic or condition (the last two with type); ``platforms`` narrows it."""
         return self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
+    def export_receipts(self, job_id: str, *, cursor: str | None = None, limit: int = 500) -> m.ReceiptPage:
+        """One page of a job's raw receipt events (kept NOTEE_RECEIPTS_RETENTION_DAYS)."""
+        return self.call(_ops.export_receipts(job_id, cursor=cursor, limit=limit))
+
     def export_users(self, *, format: str = "ndjson") -> bytes:
         """The service's users, devices, tags and topic subscriptions in the import's format, whole in
 memory (``Client.export_users_to`` streams it to a file instead)."""
@@ -144,6 +149,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
         """A job's dead letters counted by reason and platform, most first."""
         return self.call(_ops.get_job_failures(job_id))
 
+    def get_job_stats(self, job_id: str) -> m.JobStats:
+        """A job's (or a single send's ``send_id``) targeted, sent, delivered, opened, clicked and rates."""
+        return self.call(_ops.get_job_stats(job_id))
+
     def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""
         return self.call(_ops.get_quiet_hours())
@@ -159,6 +168,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
         return self.call(_ops.get_service(service))
+
+    def get_stats(self, by: str, *, from_: date | None = None, to: date | None = None) -> m.Stats:
+        """Figures per template ``type``, ``topic`` or ``day`` (service's time zone) over at most 92 days."""
+        return self.call(_ops.get_stats(by, from_=from_, to=to))
 
     def get_subscriber_counts(self) -> m.SubscriberCounts:
         """Subscribed users per TOPIC and CYCLE template of the service."""
@@ -250,6 +263,11 @@ only users with a device of it (IOS, AOS)."""
         """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
 answers all of the user's tags."""
         return self.call(_ops.patch_tags(user_id, tags))
+
+    def post_receipts(self, events: Sequence[m.Receipt | Mapping[str, Any]]) -> m.ReceiptsResult:
+        """Report what happened to pushes on devices (delivered, opened, clicked, dismissed), in a batch;
+a client key may call this. Idempotent per (notification id, event): safe to send again."""
+        return self.call(_ops.post_receipts(events))
 
     def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
         """What ``publish`` with the same arguments would send, without sending or creating anything:
@@ -424,9 +442,10 @@ compare as a version (None: each left as it is)."""
         """Cancel a scheduled, queued or running job (workers stop after the page they are sending)."""
         return await self.call(_ops.cancel_job(job_id))
 
-    async def create_api_key(self, service: str, label: str = "") -> m.ApiKeyCreated:
-        """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
-        return await self.call(_ops.create_api_key(service, label))
+    async def create_api_key(self, service: str, label: str = "", *, kind: str = "server") -> m.ApiKeyCreated:
+        """A new API key for a service; ``api_key`` is shown only in this answer. ``kind="client"``: a key
+an app may carry, which can only post receipts. Admin token."""
+        return await self.call(_ops.create_api_key(service, label, kind=kind))
 
     async def create_import(self, data: bytes, *, format: str = "ndjson") -> m.ImportCreated:
         """Import users, devices, tags and topic subscriptions from an NDJSON or CSV file (``format``); a
@@ -478,6 +497,10 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
 users, topic or condition (the last two with type); ``platforms`` narrows it."""
         return await self.call(_ops.estimate_audience(filter=filter, include=include, exclude=exclude, users=users, topic=topic, condition=condition, type=type, platforms=platforms))
 
+    async def export_receipts(self, job_id: str, *, cursor: str | None = None, limit: int = 500) -> m.ReceiptPage:
+        """One page of a job's raw receipt events (kept NOTEE_RECEIPTS_RETENTION_DAYS)."""
+        return await self.call(_ops.export_receipts(job_id, cursor=cursor, limit=limit))
+
     async def export_users(self, *, format: str = "ndjson") -> bytes:
         """The service's users, devices, tags and topic subscriptions in the import's format, whole in
 memory (``Client.export_users_to`` streams it to a file instead)."""
@@ -507,6 +530,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
         """A job's dead letters counted by reason and platform, most first."""
         return await self.call(_ops.get_job_failures(job_id))
 
+    async def get_job_stats(self, job_id: str) -> m.JobStats:
+        """A job's (or a single send's ``send_id``) targeted, sent, delivered, opened, clicked and rates."""
+        return await self.call(_ops.get_job_stats(job_id))
+
     async def get_quiet_hours(self) -> m.ServiceQuietHours:
         """The service's quiet hours (``quiet_hours`` None: none)."""
         return await self.call(_ops.get_quiet_hours())
@@ -522,6 +549,10 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     async def get_service(self, service: str) -> m.Service:
         """One service. Admin token."""
         return await self.call(_ops.get_service(service))
+
+    async def get_stats(self, by: str, *, from_: date | None = None, to: date | None = None) -> m.Stats:
+        """Figures per template ``type``, ``topic`` or ``day`` (service's time zone) over at most 92 days."""
+        return await self.call(_ops.get_stats(by, from_=from_, to=to))
 
     async def get_subscriber_counts(self) -> m.SubscriberCounts:
         """Subscribed users per TOPIC and CYCLE template of the service."""
@@ -613,6 +644,11 @@ only users with a device of it (IOS, AOS)."""
         """Set and remove tags (a JSON merge patch: a None value removes its key, keys left out stay);
 answers all of the user's tags."""
         return await self.call(_ops.patch_tags(user_id, tags))
+
+    async def post_receipts(self, events: Sequence[m.Receipt | Mapping[str, Any]]) -> m.ReceiptsResult:
+        """Report what happened to pushes on devices (delivered, opened, clicked, dismissed), in a batch;
+a client key may call this. Idempotent per (notification id, event): safe to send again."""
+        return await self.call(_ops.post_receipts(events))
 
     async def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
         """What ``publish`` with the same arguments would send, without sending or creating anything:

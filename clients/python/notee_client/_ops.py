@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -126,10 +126,11 @@ def reset_rate_limit(service: str, rate_class: str) -> Op[None]:
     return Op("DELETE", f"/v1/admin/services/{_seg(service)}/rate-limits/{_seg(rate_class)}", _nothing)
 
 
-def create_api_key(service: str, label: str = "") -> Op[m.ApiKeyCreated]:
-    """A new API key for a service; ``api_key`` is shown only in this answer. Admin token."""
-    return Op("POST", f"/v1/admin/services/{_seg(service)}/api-keys", _one(m.ApiKeyCreated), json={"label": label},
-              repeatable=False)
+def create_api_key(service: str, label: str = "", *, kind: str = "server") -> Op[m.ApiKeyCreated]:
+    """A new API key for a service; ``api_key`` is shown only in this answer. ``kind="client"``: a key
+    an app may carry, which can only post receipts. Admin token."""
+    return Op("POST", f"/v1/admin/services/{_seg(service)}/api-keys", _one(m.ApiKeyCreated),
+              json={"label": label, "kind": kind}, repeatable=False)
 
 
 def list_api_keys(service: str) -> Op[list[m.ApiKey]]:
@@ -685,3 +686,35 @@ def export_users(*, format: str = "ndjson") -> Op[bytes]:
     """The service's users, devices, tags and topic subscriptions in the import's format, whole in
     memory (``Client.export_users_to`` streams it to a file instead)."""
     return Op("GET", "/v1/exports/users", bytes, params={"format": format}, raw=True)
+
+
+def post_receipts(events: Sequence[m.Receipt | Mapping[str, Any]]) -> Op[m.ReceiptsResult]:
+    """Report what happened to pushes on devices (delivered, opened, clicked, dismissed), in a batch;
+    a client key may call this. Idempotent per (notification id, event): safe to send again."""
+    return Op("POST", "/v1/receipts", _one(m.ReceiptsResult), json={"events": [_receipt(e) for e in events]})
+
+
+def _receipt(event: m.Receipt | Mapping[str, Any]) -> Any:
+    """One event as JSON (a mapping as it is, its datetimes in ISO form: the API checks it, 422)."""
+    if isinstance(event, m.Receipt):
+        return event.model_dump(mode="json", exclude_none=True)
+    if not isinstance(event, Mapping):  # not what the signature allows: sent as it is, for the API to refuse
+        return event  # type: ignore[unreachable]
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in event.items()}
+
+
+def get_job_stats(job_id: str) -> Op[m.JobStats]:
+    """A job's (or a single send's ``send_id``) targeted, sent, delivered, opened, clicked and rates."""
+    return Op("GET", f"/v1/stats/jobs/{_seg(job_id)}", _one(m.JobStats))
+
+
+def get_stats(by: str, *, from_: date | None = None, to: date | None = None) -> Op[m.Stats]:
+    """Figures per template ``type``, ``topic`` or ``day`` (service's time zone) over at most 92 days."""
+    return Op("GET", "/v1/stats", _one(m.Stats),
+              params=_clean(by=by, **{"from": from_.isoformat() if from_ else None}, to=to.isoformat() if to else None))
+
+
+def export_receipts(job_id: str, *, cursor: str | None = None, limit: int = 500) -> Op[m.ReceiptPage]:
+    """One page of a job's raw receipt events (kept NOTEE_RECEIPTS_RETENTION_DAYS)."""
+    return Op("GET", f"/v1/stats/jobs/{_seg(job_id)}/receipts", _one(m.ReceiptPage),
+              params=_clean(cursor=cursor, limit=limit))

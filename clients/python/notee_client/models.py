@@ -6,7 +6,7 @@ against a newer server; fields it removes would fail loudly at parse time.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,13 +56,14 @@ class Service(Model):
 
 class ApiKey(Model):
     key_id: str
+    kind: str = "server"  # or "client": safe inside an app, may only post receipts
     label: str
     created_at: datetime
     revoked_at: datetime | None
 
 
 class ApiKeyCreated(ApiKey):
-    api_key: str = Field(description="`nk_<key_id>_<secret>`: shown once")
+    api_key: str = Field(description="`nk_<key_id>_<secret>` (a client key `nck_...`): shown once")
 
 
 class CredentialsStatus(Model):
@@ -213,6 +214,7 @@ class SendResult(Model):
     failed: int
     dry_run: bool = False
     quiet_dropped: int = 0
+    send_id: str | None = None  # the id of this send's stats (get_job_stats)
 
 
 class RateLimit(Model):
@@ -461,3 +463,68 @@ class LineError(Model):
 class LineErrorPage(Model):
     items: list[LineError]
     next_cursor: str | None = None
+
+
+class Receipt(Model):
+    """One event an app reports: ``notification_id`` is the push's ``notee_id``."""
+
+    notification_id: str
+    event: Literal["delivered", "opened", "clicked", "dismissed"]
+    at: datetime
+    action: str | None = None
+
+
+class ReceiptRejection(Model):
+    index: int
+    notification_id: str
+    reason: str
+
+
+class ReceiptsResult(Model):
+    accepted: int
+    duplicates: int
+    rejected: list[ReceiptRejection]
+
+
+class EngagementCounts(Model):
+    targeted: int
+    sent: int
+    delivered: int
+    opened: int
+    clicked: int
+    dismissed: int
+    delivery_rate: float | None
+    open_rate: float | None
+    click_rate: float | None
+
+
+class JobStats(Model):
+    job_id: str
+    type: str
+    counts: EngagementCounts
+
+
+class StatsRow(Model):
+    key: str
+    counts: EngagementCounts
+
+
+class Stats(Model):
+    by: str
+    from_: date = Field(alias="from")
+    to: date
+    jobs_truncated: bool
+    items: list[StatsRow]
+
+
+class ReceiptRecord(Model):
+    notification_id: str
+    event: str
+    action: str | None
+    at: datetime
+    received: datetime
+
+
+class ReceiptPage(Model):
+    items: list[ReceiptRecord]
+    next_cursor: str | None

@@ -168,7 +168,8 @@ def create_service(request: Request, who: SessionDep, form: PostedForm, db: DbDe
 def create_key(request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep) -> Response:
     """The new key is on this one page (not stored, not in a redirect URL); Notee keeps its hash."""
     _require_admin(who)
-    created = services.create_api_key(db, service, label=form.get("label", "").strip()[:100])
+    kind = "client" if form.get("kind") == "client" else "server"  # a client key may only post receipts
+    created = services.create_api_key(db, service, label=form.get("label", "").strip()[:100], kind=kind)
     db.commit()
     return _services_page(request, who, db, new_key={"service": service, "api_key": created.api_key}, find=service)
 

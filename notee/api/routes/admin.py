@@ -87,8 +87,11 @@ def update_service(service: ServicePath, body: ServiceUpdate, db: DbDep) -> serv
 
 @router.post("/services/{service}/api-keys", status_code=201, response_model=ApiKeyCreated, responses=errors(404))
 def create_api_key(service: ServicePath, db: DbDep, body: ApiKeyIn | None = None) -> ApiKeyCreated:
-    """Create an API key. The key is in this response only; Notee keeps its SHA-256."""
-    created = services.create_api_key(db, service, label=body.label if body else "")
+    """Create an API key: a server key, or a client key (``kind: client``) an app may carry, which can
+    only post receipts. The key is in this response only; Notee keeps its SHA-256."""
+    created = services.create_api_key(
+        db, service, label=body.label if body else "", kind=body.kind if body else "server"
+    )
     db.commit()
     return ApiKeyCreated(**ApiKeyOut.model_validate(created.info).model_dump(), api_key=created.api_key)
 

@@ -70,6 +70,11 @@ class SendOut(BaseModel):
     quiet_dropped: int = Field(
         0, description="Devices not sent: the send opted in to quiet hours, the user is in them, the template drops."
     )
+    send_id: str | None = Field(
+        None,
+        description="The id of this send's pushes for engagement: the source part of their notification ids, and "
+        "the id of `GET /v1/stats/jobs/{job_id}` (docs/ENGAGEMENT.md). Null when nothing was sent.",
+    )
 
 
 def _schedule(
@@ -169,6 +174,7 @@ async def send_to_user(
             retried=result.retried,
             failed=len(result.failed),
             dry_run=result.dry_run,
+            send_id=send.send_id if devices else None,
         )
         return Answer(200, sent.model_dump(mode="json"))
 

@@ -1,0 +1,268 @@
+"""The engagement tables (schema/cql/0007_engagement.cql, docs/ENGAGEMENT.md): the receipts apps post,
+one row per (notification, event), and their counters per job and per (type | topic | day).
+
+Receipts are written idempotently (the row's key is the notification and the event) and counted
+only when the row was not there before this batch read it: a retried batch counts once. Counter
+increments run with ``COUNTER_PROFILE`` and are never retried (not idempotent); a count that
+drifted (a counter write that failed after its rows landed) is repaired by ``recount``."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from cassandra.cluster import ResponseFuture, Session
+from cassandra.query import BatchStatement, BatchType
+
+from notee.core.clock import stored_now
+from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
+from notee.store.cql.rows import TUPLE_ROWS
+
+BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
+SCOPES = ("type", "topic", "day", "sent")
+
+
+def bucket_of(device: str) -> int:
+    return zlib.crc32(device.encode("ascii")) % BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRow:
+    """One event of one notification, as stored."""
+
+    source: str
+    device: str
+    event: str
+    action: str | None
+    at: datetime  # naive UTC: when the app says it happened
+    received: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeKeys:
+    """Where a source's events are counted besides its own partition: its template type, its topic
+    ("<type> <topic>", None: not a topic job) and its day (YYYY-MM-DD, the service's time zone)."""
+
+    type_: str
+    topic: str | None
+    day: str
+
+
+class Engagement:
+    """notification.receipt, receipt_source, engagement_job and engagement_scope."""
+
+    def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
+        self.session = session
+        n = keyspaces.notification
+        p = session.prepare
+        key = "WHERE service = ? AND source = ? AND bucket = ?"
+        self.receipt_insert = p(
+            f"INSERT INTO {n}.receipt (service, source, bucket, device, event, action, at, received)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self.receipt_known = p(f"SELECT device, event FROM {n}.receipt {key} AND device IN ?")
+        self.receipt_page = p(f"SELECT device, event, action, at, received FROM {n}.receipt {key} LIMIT ?")
+        self.receipt_page_after = p(
+            f"SELECT device, event, action, at, received FROM {n}.receipt {key} AND (device, event) > (?, ?) LIMIT ?"
+        )
+        self.receipt_events = p(f"SELECT event FROM {n}.receipt {key}")
+        self.source_insert = p(
+            f"INSERT INTO {n}.receipt_source (service, source, notification_type, day, targeted, sent, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self.source_select = p(
+            f"SELECT notification_type, day, targeted, sent, created_at FROM {n}.receipt_source"
+            " WHERE service = ? AND source = ?"
+        )
+        # Execute the counter_add_* statements with COUNTER_PROFILE (never retried).
+        self.counter_add_engagement_job = p(
+            f"UPDATE {n}.engagement_job SET n = n + ? WHERE service = ? AND source = ? AND event = ?"
+        )
+        self.counter_add_engagement_scope = p(
+            f"UPDATE {n}.engagement_scope SET n = n + ?"
+            " WHERE service = ? AND scope = ? AND month = ? AND item = ? AND event = ?"
+        )
+        self.engagement_job_counts = p(f"SELECT event, n FROM {n}.engagement_job WHERE service = ? AND source = ?")
+        self.engagement_scope_counts = p(
+            f"SELECT item, event, n FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
+        )
+        self.engagement_job_delete = p(f"DELETE FROM {n}.engagement_job WHERE service = ? AND source = ?")
+        self.engagement_scope_delete = p(
+            f"DELETE FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
+        )
+
+    # ------------------------------------------------------------------ writes
+    def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> list[bool]:
+        """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
+        and not a repeat of an earlier row of ``rows``. Raises the first store error after every
+        request finished (a failed batch wrote nothing the client will not write again on retry)."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, r in enumerate(rows):
+            groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
+        reads = [
+            (
+                g,
+                self.session.execute_async(
+                    self.receipt_known,
+                    (service, g[0], g[1], sorted({rows[i].device for i in idx})),
+                    execution_profile=TUPLE_ROWS,
+                ),
+            )
+            for g, idx in groups.items()
+        ]
+        known: set[tuple[str, str, str]] = set()
+        for g, future in reads:
+            known.update((g[0], device, event) for device, event in future.result())
+        new = [False] * len(rows)
+        writes: list[ResponseFuture] = []
+        for (source, bucket), idx in groups.items():
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)  # one partition: one mutation
+            for i in idx:
+                r = rows[i]
+                ident = (r.source, r.device, r.event)
+                if ident in known:
+                    continue
+                known.add(ident)
+                new[i] = True
+                batch.add(
+                    self.receipt_insert,
+                    (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s),
+                )
+            if len(batch):
+                writes.append(self.session.execute_async(batch))
+        _wait(writes)
+        return new
+
+    def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
+        """Add ``counts`` ((source, its scope keys, event) -> new events) to the job's counters and
+        to its type's, topic's and day's. Never retried: a failure raises after every increment
+        finished, and ``recount`` repairs the job's counts."""
+        per_scope: Counter[tuple[str, str, str, str]] = Counter()
+        futures = []
+        for (source, keys, event), delta in counts.items():
+            if not source.startswith("s"):  # a single send's few events are counted from its rows (raw_counts)
+                futures.append(
+                    self.session.execute_async(
+                        self.counter_add_engagement_job,
+                        (delta, service, source, event),
+                        execution_profile=COUNTER_PROFILE,
+                    )
+                )
+            per_scope[("type", keys.day[:7], keys.type_, event)] += delta
+            per_scope[("day", keys.day[:7], keys.day, event)] += delta
+            if keys.topic is not None:
+                per_scope[("topic", keys.day[:7], keys.topic, event)] += delta
+        for (scope, month, key, event), delta in per_scope.items():
+            futures.append(self.add_scope(service, scope, month, key, event, delta))
+        _wait(futures)
+
+    def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
+        return self.session.execute_async(
+            self.counter_add_engagement_scope,
+            (delta, service, scope, month, key, event),
+            execution_profile=COUNTER_PROFILE,
+        )
+
+    def add_source(self, service: str, source: str, keys: ScopeKeys, sent: tuple[int, int], ttl_s: int) -> None:
+        """A single send's source row (``sent``: targeted, sent) and its day's sent counters."""
+        self.session.execute(
+            self.source_insert, (service, source, keys.type_, keys.day, sent[0], sent[1], stored_now(), ttl_s)
+        )
+        key = f"{keys.day} {keys.type_}"
+        _wait(
+            self.add_scope(service, "sent", keys.day[:7], key, event, n)
+            for event, n in (("targeted", sent[0]), ("sent", sent[1]))
+            if n
+        )
+
+    # ------------------------------------------------------------------ reads
+    def source_row(self, service: str, source: str) -> tuple[str, str, int, int] | None:
+        """(type, day, targeted, sent) of a single send's source, None when unknown (or expired)."""
+        row = self.session.execute(self.source_select, (service, source), execution_profile=TUPLE_ROWS).one()
+        return None if row is None else (row[0], row[1], int(row[2] or 0), int(row[3] or 0))
+
+    def forget_jobs(self, jobs: Iterable[tuple[str, str]]) -> None:
+        """Delete the counters of ``jobs`` ((service, source)): their job rows are being pruned."""
+        _wait(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
+
+    def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
+        """Delete every scope partition of ``services`` for ``months``; how many partitions."""
+        keys = [(svc, scope, month) for svc in services for scope in SCOPES for month in months]
+        _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
+        return len(keys)
+
+    def job_counts(self, service: str, source: str) -> dict[str, int]:
+        rows = self.session.execute(self.engagement_job_counts, (service, source), execution_profile=TUPLE_ROWS)
+        return {event: int(n) for event, n in rows}
+
+    def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:
+        """(key, event) -> count of ``scope`` over ``months`` (YYYY-MM): one partition read each."""
+        futures = [
+            self.session.execute_async(
+                self.engagement_scope_counts, (service, scope, month), execution_profile=TUPLE_ROWS
+            )
+            for month in months
+        ]
+        out: dict[tuple[str, str], int] = {}
+        for f in futures:
+            for key, event, n in f.result():
+                out[(key, event)] = out.get((key, event), 0) + int(n)
+        return out
+
+    def receipts_page(
+        self, service: str, source: str, bucket: int, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str, str | None, datetime, datetime]]:
+        """Up to ``limit`` raw events of one bucket of a source, after (device, event)."""
+        if after is None:
+            rs = self.session.execute(self.receipt_page, (service, source, bucket, limit), execution_profile=TUPLE_ROWS)
+        else:
+            rs = self.session.execute(
+                self.receipt_page_after, (service, source, bucket, *after, limit), execution_profile=TUPLE_ROWS
+            )
+        return [tuple(r) for r in rs]
+
+    def raw_counts(self, service: str, source: str) -> dict[str, int]:
+        """Events per kind of a source, counted from its rows (its 32 partitions, read at once): a
+        single send's figures (a user's few devices), and the truth ``recount`` repairs a job's with."""
+        futures = [
+            self.session.execute_async(self.receipt_events, (service, source, bucket), execution_profile=TUPLE_ROWS)
+            for bucket in range(BUCKETS)
+        ]
+        truth: Counter[str] = Counter()
+        for f in futures:
+            for (event,) in f.result():
+                truth[event] += 1
+        return dict(truth)
+
+    def recount(self, service: str, source: str) -> dict[str, int]:
+        """Count the raw events of a job and set its counters to them (adding the difference): the
+        repair of a drifted count. Returns the counts. Not for a job receiving receipts right now
+        (an event counted between the read and the add would be counted twice)."""
+        truth = self.raw_counts(service, source)
+        held = self.job_counts(service, source)
+        futures = [
+            self.session.execute_async(
+                self.counter_add_engagement_job,
+                (truth.get(event, 0) - held.get(event, 0), service, source, event),
+                execution_profile=COUNTER_PROFILE,
+            )
+            for event in set(truth) | set(held)
+            if truth.get(event, 0) != held.get(event, 0)
+        ]
+        _wait(futures)
+        return truth
+
+
+def _wait(futures: Iterable[ResponseFuture]) -> None:
+    """Wait for every future; raise the first error after all have finished."""
+    first: BaseException | None = None
+    for f in list(futures):
+        try:
+            f.result()
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
