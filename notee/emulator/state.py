@@ -28,7 +28,7 @@ LAUNCH_REALISTIC: bool = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `n
 
 @dataclass
 class Fault:
-    api: str  # "fcm" | "apns"
+    api: str  # "fcm" | "apns" | "webpush"
     match: str  # a token, or "*"
     status: int
     code: str  # FCM errorCode or APNs reason
@@ -74,6 +74,8 @@ class State:
     issued: dict[str, float] = field(default_factory=dict)  # FCM access token -> expiry (epoch s)
     windows: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (minute, count)
     conn_tokens: dict[Any, tuple[bytes, float]] = field(default_factory=dict)  # connection -> (JWT, since)
+    web_subs: dict[str, Any] = field(default_factory=dict)  # web push subscription id -> webpush.WebSub
+    web_pushes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> what it received
 
     def over_limit(self, key: tuple[str, str], limit: int, now: float) -> float | None:
         """Count one request against ``limit`` per emulated minute; seconds until the window ends

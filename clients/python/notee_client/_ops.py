@@ -161,8 +161,31 @@ def get_credentials(service: str) -> Op[m.CredentialsStatus]:
     return Op("GET", f"/v1/admin/services/{_seg(service)}/credentials", _one(m.CredentialsStatus))
 
 
+def generate_vapid_key(service: str, subject: str) -> Op[m.VapidKey]:
+    """Generate a new VAPID key pair for a service's Web Push (replacing any previous one); answers
+    its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
+    return Op("POST", f"/v1/admin/services/{_seg(service)}/credentials/webpush/generate", _one(m.VapidKey),
+              json={"subject": subject})
+
+
+def put_vapid_key(service: str, subject: str, private_key: str) -> Op[m.VapidKey]:
+    """Upload a service's VAPID private key (PEM, or 32 bytes base64url). Admin token."""
+    return Op("PUT", f"/v1/admin/services/{_seg(service)}/credentials/webpush", _one(m.VapidKey),
+              json={"subject": subject, "private_key": private_key})
+
+
+def get_vapid_key(service: str) -> Op[m.VapidKey]:
+    """A service's VAPID public key and subject. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/credentials/webpush", _one(m.VapidKey))
+
+
+def vapid_public_key() -> Op[m.VapidKey]:
+    """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+    return Op("GET", "/v1/service/webpush", _one(m.VapidKey))
+
+
 def delete_credentials(service: str, provider: str) -> Op[None]:
-    """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
+    """Remove a service's ``fcm`` or ``apns`` credentials, or its ``webpush`` VAPID key. Admin token."""
     return Op("DELETE", f"/v1/admin/services/{_seg(service)}/credentials/{_seg(provider)}", _nothing)
 
 
@@ -223,6 +246,14 @@ def add_device(user_id: str, token: str, os: str, region: str = "", locale: str 
     compare as a version (None: each left as it is)."""
     return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
               json={"token": token, "os": os, "region": region} | _clean(locale=locale, app_version=app_version))
+
+
+def add_web_device(user_id: str, subscription: Mapping[str, Any], region: str = "", locale: str | None = None) -> Op[m.Device]:
+    """Register a browser (os ``WEB``) by its push subscription, as ``PushSubscription.toJSON()``
+    gives it (``endpoint``, ``keys.p256dh``, ``keys.auth``); the answer's ``token`` names the device
+    from then on (``delete_device``, ``rotate_token``)."""
+    return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
+              json={"os": "WEB", "subscription": dict(subscription), "region": region} | _clean(locale=locale))
 
 
 def list_devices(user_id: str) -> Op[list[m.Device]]:
