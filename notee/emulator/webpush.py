@@ -141,16 +141,17 @@ def _check_headers(headers: dict[bytes, bytes], body: bytes) -> tuple[int, str] 
     return None
 
 
-def _decrypt(sub: WebSub, body: bytes) -> tuple[Any, str | None]:
+def _decrypt(sub: WebSub, body: bytes) -> tuple[str | None, Any, str | None]:
+    """(the plaintext, it parsed as JSON when it is JSON, the decryption error)."""
     try:
         plain: bytes = http_ece.decrypt(body, private_key=sub.key, auth_secret=sub.auth, version="aes128gcm")
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # any failure is the finding: recorded, and the tests assert on it
+        return None, None, f"{type(exc).__name__}: {exc}"
     text = plain.decode("utf-8", "replace")
     try:
-        return json.loads(text), None
+        return text, json.loads(text), None
     except ValueError:
-        return text, None
+        return text, text, None
 
 
 def _origin(scope: Scope, headers: dict[bytes, bytes]) -> str:
@@ -188,12 +189,13 @@ def webpush(state: State, scope: Scope, flavor: str, sub_id: str, body: bytes) -
     if refused is not None:
         state.counts["webpush.refused"] += 1
         return _error(flavor, *refused)
-    payload, error = _decrypt(sub, body)
+    text, payload, error = _decrypt(sub, body)
     state.counts["webpush.ok"] += 1
     state.delivered["webpush"][sub_id] += 1
     kept = state.web_pushes.setdefault(sub_id, [])
     kept.append(
         {
+            "plaintext": text,
             "payload": payload,
             "decrypt_error": error,
             "ttl": int(headers[b"ttl"]),

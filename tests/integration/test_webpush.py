@@ -173,7 +173,7 @@ def test_after_a_vapid_rotation_old_subscriptions_fail_with_a_reason(client, set
     service, headers = tenant
     old = _vapid(client, settings, service)
     user = new_user(client, headers)
-    sub, _ = _browser(client, headers, emu_app, user, "apple", old)
+    _browser(client, headers, emu_app, user, "apple", old)
     new_template(client, headers, "SINGLE", "ping", title="Ping", body="Pong")
     assert _send(client, headers, user, type="ping").json()["delivered"] == 1
     _vapid(client, settings, service)  # rotated: the browser subscribed with the old public key
