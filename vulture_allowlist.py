@@ -8,6 +8,7 @@ _.writelines  # notee/api/http1.py: asyncio's transport calls it on the protocol
 _.already_subscribed  # notee/api/routes/subscriptions.py BulkOut: a response model's field (pydantic)
 _.not_found  # notee/api/routes/subscriptions.py BulkOut: a response model's field (pydantic)
 _.lines_done  # notee/api/routes/imports.py ImportOut: a response model's field (pydantic)
+_.expirationTime  # notee/api/routes/devices.py WebPushSubscriptionIn: the browser's own field, accepted as it sends it (pydantic)
 _.should_exit  # notee/api/server.py: uvicorn.Server's own flag, set to stop it
 _.describe  # notee/core/metrics.py _ScrapeTime: prometheus_client's Collector protocol
 _.rate_limit_send_rate  # notee/core/settings.py: read as getattr(settings, f"rate_limit_{klass}_rate")

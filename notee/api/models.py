@@ -50,7 +50,6 @@ from notee.domain.rules import (
     control_free,
 )
 from notee.domain.schedule import LOCAL_TIME_PATTERN
-from notee.domain.vapid import SUBJECT_PATTERN
 
 _DELIVERY_MODE = (
     "live: pushes go to the service's providers (FCM/APNs, or the emulator when NOTEE_EMULATOR_URL "
@@ -255,35 +254,6 @@ class CredentialsStatus(BaseModel):
     fcm: bool
     apns: bool
     webpush: bool = Field(description="A VAPID key for Web Push (WEB devices)")
-
-
-_SUBJECT = Field(
-    max_length=200,
-    pattern=SUBJECT_PATTERN,
-    description="The contact push services see in the VAPID JWT: a mailto: or https: URI (RFC 8292)",
-    examples=["mailto:push@example.com"],
-)
-
-
-class VapidGenerateIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    subject: StrictStr = _SUBJECT
-
-
-class VapidKeyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    subject: StrictStr = _SUBJECT
-    private_key: StrictStr = Field(
-        max_length=8192, description="The P-256 private key: PEM, or 32 bytes in base64url (web-push's format)"
-    )
-
-
-class VapidKeyOut(BaseModel):
-    public_key: str = Field(description="The VAPID public key: `pushManager.subscribe`'s `applicationServerKey`")
-    subject: str
-    generated: bool = Field(description="This request generated the key pair")
 
 
 # --- users and devices -----------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+# over 400 lines: a table of one example per schema, which grows with the API (only data and with_examples)
 """One example per schema of the OpenAPI document, in one place (the models stay about validation),
 and ``with_examples``, which puts them on the document's schemas (Swagger UI and ReDoc show them on
 every operation that uses the schema). The values tell one story: service SHOP, user Alice with an

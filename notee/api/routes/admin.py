@@ -26,9 +26,6 @@ from notee.api.models import (
     ServiceList,
     ServiceOut,
     ServiceUpdate,
-    VapidGenerateIn,
-    VapidKeyIn,
-    VapidKeyOut,
     errors,
 )
 from notee.api.routes.deadletters import (
@@ -40,6 +37,7 @@ from notee.api.routes.deadletters import (
     replay,
 )
 from notee.api.routes.publish import JobList, JobQueryDep, JobStatus, job_page, status_of
+from notee.api.routes.webpush import VapidGenerateIn, VapidKeyIn, VapidKeyOut
 from notee.core.vocabulary import RateClass
 from notee.domain import credentials, ratelimit, services, vapid
 from notee.domain.rules import SERVICE_PATTERN
