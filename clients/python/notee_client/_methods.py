@@ -19,17 +19,13 @@ class SyncMethods:
     def call(self, op: Op[T]) -> T:
         raise NotImplementedError
 
-    def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
+    def add_device(self, user_id: str, token: str | None, os: str, region: str = "", locale: str | None = None, app_version: str | None = None, subscription: Mapping[str, Any] | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
 wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
-compare as a version (None: each left as it is)."""
-        return self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
-
-    def add_web_device(self, user_id: str, subscription: Mapping[str, Any], region: str = "", locale: str | None = None) -> m.Device:
-        """Register a browser (os ``WEB``) by its push subscription, as ``PushSubscription.toJSON()``
-gives it (``endpoint``, ``keys.p256dh``, ``keys.auth``); the answer's ``token`` names the device
-from then on (``delete_device``, ``rotate_token``)."""
-        return self.call(_ops.add_web_device(user_id, subscription, region, locale))
+compare as a version (None: each left as it is). A browser (``os="WEB"``, ``token=None``) registers
+its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, ``keys.p256dh``,
+``keys.auth``); the answer's ``token`` names it from then on (docs/WEB-PUSH.md)."""
+        return self.call(_ops.add_device(user_id, token, os, region, locale, app_version, subscription))
 
     def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -186,6 +182,10 @@ its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
     def get_vapid_key(self, service: str) -> m.VapidKey:
         """A service's VAPID public key and subject. Admin token."""
         return self.call(_ops.get_vapid_key(service))
+
+    def get_vapid_public_key(self) -> m.VapidKey:
+        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+        return self.call(_ops.get_vapid_public_key())
 
     def get_webhook(self, endpoint_id: str) -> m.Webhook:
         """One webhook endpoint."""
@@ -390,10 +390,6 @@ rich fields merged over the template's (docs/PAYLOADS.md)."""
         """Change a service: ``delivery_mode`` ``live`` or ``dry_run`` (pushes recorded, never sent). Admin token."""
         return self.call(_ops.update_service(service, delivery_mode=delivery_mode))
 
-    def vapid_public_key(self) -> m.VapidKey:
-        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
-        return self.call(_ops.vapid_public_key())
-
 
 class AsyncMethods:
     """Every API operation as a method; async variant."""
@@ -401,17 +397,13 @@ class AsyncMethods:
     def call(self, op: Op[T]) -> Awaitable[T]:
         raise NotImplementedError
 
-    async def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
+    async def add_device(self, user_id: str, token: str | None, os: str, region: str = "", locale: str | None = None, app_version: str | None = None, subscription: Mapping[str, Any] | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
 wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
-compare as a version (None: each left as it is)."""
-        return await self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
-
-    async def add_web_device(self, user_id: str, subscription: Mapping[str, Any], region: str = "", locale: str | None = None) -> m.Device:
-        """Register a browser (os ``WEB``) by its push subscription, as ``PushSubscription.toJSON()``
-gives it (``endpoint``, ``keys.p256dh``, ``keys.auth``); the answer's ``token`` names the device
-from then on (``delete_device``, ``rotate_token``)."""
-        return await self.call(_ops.add_web_device(user_id, subscription, region, locale))
+compare as a version (None: each left as it is). A browser (``os="WEB"``, ``token=None``) registers
+its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, ``keys.p256dh``,
+``keys.auth``); the answer's ``token`` names it from then on (docs/WEB-PUSH.md)."""
+        return await self.call(_ops.add_device(user_id, token, os, region, locale, app_version, subscription))
 
     async def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -568,6 +560,10 @@ its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
     async def get_vapid_key(self, service: str) -> m.VapidKey:
         """A service's VAPID public key and subject. Admin token."""
         return await self.call(_ops.get_vapid_key(service))
+
+    async def get_vapid_public_key(self) -> m.VapidKey:
+        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+        return await self.call(_ops.get_vapid_public_key())
 
     async def get_webhook(self, endpoint_id: str) -> m.Webhook:
         """One webhook endpoint."""
@@ -771,7 +767,3 @@ rich fields merged over the template's (docs/PAYLOADS.md)."""
     async def update_service(self, service: str, *, delivery_mode: str) -> m.Service:
         """Change a service: ``delivery_mode`` ``live`` or ``dry_run`` (pushes recorded, never sent). Admin token."""
         return await self.call(_ops.update_service(service, delivery_mode=delivery_mode))
-
-    async def vapid_public_key(self) -> m.VapidKey:
-        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
-        return await self.call(_ops.vapid_public_key())
