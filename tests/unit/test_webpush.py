@@ -170,3 +170,21 @@ def test_web_devices_route_only_to_web_push():
     assert choose("WEB", has_apns=True, has_fcm=True, has_web=True) == "web"
     assert choose("WEB", has_apns=True, has_fcm=True, has_web=False) is None  # never through FCM
     assert choose("AOS", has_apns=False, has_fcm=True, has_web=True) == "fcm"
+
+
+def test_an_import_line_takes_a_web_token_and_refuses_a_plain_one_for_web():
+    import json
+
+    from notee.domain.import_lines import LineRejected, LineRules, check_record
+
+    _, _, sub = browser()
+    token = resolve_token("WEB", None, sub)
+    rules = LineRules(frozenset({"news"}), 3)
+
+    def line(tok: str):
+        doc = {"user": "u", "devices": [{"token": tok, "platform": "WEB"}]}
+        return check_record("ndjson", None, (1, json.dumps(doc)), rules)
+
+    assert line(token).devices[0].token == token
+    with pytest.raises(LineRejected, match=r"devices\[0\]\.token"):
+        line("plain-fcm-token-123")
