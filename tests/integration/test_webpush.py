@@ -206,3 +206,25 @@ def test_a_topic_publish_fans_out_to_browsers_with_ttl_topic_and_platforms(
     assert emulator.deliveries(aos)["fcm"] == 0  # the platform filter kept the phone out
     status = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=headers).json()
     assert (status["state"], status["sent"]) == ("done", 1), status
+
+
+def test_a_browsers_new_subscription_replaces_the_old_one_by_rotation(client, settings, tenant, emu_app):
+    service, headers = tenant
+    public = _vapid(client, settings, service)
+    user = new_user(client, headers)
+    old_sub, old_token = _browser(client, headers, emu_app, user, "fcm", public)
+    new_template(client, headers, "TOPIC", "news")
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers).status_code in (200, 201)
+    new_sub = emu_app.web_subscribe("mozilla", public)  # pushsubscriptionchange: a new endpoint and keys
+    new_token = f"{new_sub['keys']['p256dh']}.{new_sub['keys']['auth']}.{new_sub['endpoint']}"
+    r = client.post(
+        "/v1/devices/rotate", json={"old_token": old_token, "new_token": "plain-token-123"}, headers=headers
+    )
+    assert r.status_code == 422, r.text  # a browser's token must stay a subscription
+    r = client.post("/v1/devices/rotate", json={"old_token": old_token, "new_token": new_token}, headers=headers)
+    assert r.status_code == 200 and r.json()["rotated"] == 1, r.text
+    subs = client.get(f"/v1/users/{user}/subscriptions", headers=headers).json()
+    assert subs["items"], subs  # the topic subscription moved with the device
+    new_template(client, headers, "SINGLE", "ping", title="Ping", body="Pong")
+    assert _send(client, headers, user, type="ping").json()["delivered"] == 1
+    assert len(emu_app.web_pushes(new_sub["id"])) == 1 and emu_app.web_pushes(old_sub["id"]) == []
