@@ -64,6 +64,18 @@ def topic_header(collapse_key: str) -> bytes:
     return base64.urlsafe_b64encode(hashlib.sha256(collapse_key.encode()).digest())[:32]
 
 
+def push_headers(m: Message) -> list[tuple[bytes, bytes]]:
+    """RFC 8030's ``TTL`` (required: the push's, else DEFAULT_TTL_S), ``Urgency`` and ``Topic``."""
+    headers = [
+        (b"ttl", str(m.ttl_seconds if m.ttl_seconds is not None else DEFAULT_TTL_S).encode()),
+        (b"urgency", b"high" if m.priority == "high" else b"normal"),
+    ]
+    collapse = m.collapse_key or (m.rich.collapse_key if m.rich is not None else None)
+    if collapse:
+        headers.append((b"topic", topic_header(collapse)))
+    return headers
+
+
 def _reason(body: bytes) -> str:
     """The push service's own words: Apple's ``reason``, autopush's ``message``, FCM's text."""
     text = body[:500].decode("utf-8", "replace").strip()

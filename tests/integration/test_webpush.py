@@ -228,3 +228,19 @@ def test_a_browsers_new_subscription_replaces_the_old_one_by_rotation(client, se
     new_template(client, headers, "SINGLE", "ping", title="Ping", body="Pong")
     assert _send(client, headers, user, type="ping").json()["delivered"] == 1
     assert len(emu_app.web_pushes(new_sub["id"])) == 1 and emu_app.web_pushes(old_sub["id"]) == []
+
+
+def test_a_preview_shows_what_a_browser_would_receive(client, settings, tenant):
+    service, headers = tenant
+    new_template(client, headers, "TOPIC", "news", title="News", body="Today", ttl_seconds=600)
+    before = client.post("/v1/topics/news/all/publish/preview", json={}, headers=headers).json()
+    assert set(before["variants"][0]["platforms"]) == {"AOS", "IOS"}  # no VAPID key: no WEB
+    _vapid(client, settings, service)
+    r = client.post("/v1/topics/news/all/publish/preview", json={}, headers=headers)
+    assert r.status_code == 200, r.text
+    web = r.json()["variants"][0]["platforms"]["WEB"]
+    assert web["provider"] == "webpush" and web["body"] == {"title": "News", "body": "Today", "data": {}}
+    assert web["headers"] == {"ttl": "600", "urgency": "high"} and web["limit"] == 4096
+    assert web["bytes"] == len(b'{"title":"News","body":"Today","data":{}}') + 103 and not web["over_limit"]
+    only = client.post("/v1/topics/news/all/publish/preview", json={"platforms": ["WEB"]}, headers=headers).json()
+    assert set(only["variants"][0]["platforms"]) == {"WEB"}
