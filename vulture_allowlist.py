@@ -9,6 +9,7 @@ _.already_subscribed  # notee/api/routes/subscriptions.py BulkOut: a response mo
 _.not_found  # notee/api/routes/subscriptions.py BulkOut: a response model's field (pydantic)
 _.lines_done  # notee/api/routes/imports.py ImportOut: a response model's field (pydantic)
 _.keep_alive  # notee/api/http1.py: uvicorn's RequestResponseCycle reads it (false: the answer closes the connection)
+_.expirationTime  # notee/api/routes/devices.py WebPushSubscriptionIn: the browser's own field, accepted as it sends it (pydantic)
 _.should_exit  # notee/api/server.py: uvicorn.Server's own flag, set to stop it
 _.describe  # notee/core/metrics.py _ScrapeTime: prometheus_client's Collector protocol
 _.rate_limit_send_rate  # notee/core/settings.py: read as getattr(settings, f"rate_limit_{klass}_rate")

@@ -53,6 +53,11 @@ GOALS: dict[str, tuple[str, float, str]] = {
     "slot_walk_ratio": (">=", 0.95, "recipient stream rows/s / raw driver paged SELECT rows/s"),
     "send_cpu_ratio": (">=", 0.8, "FCM: Notee sender msgs per CPU-s / leanest bare loop (pycurl) req per CPU-s"),
     "send_cpu_ratio_apns": (">=", 0.8, "APNs: Notee sender msgs per CPU-s / leanest bare loop (pycurl) req per CPU-s"),
+    "webpush_cpu_us": (
+        "<=",
+        0.5,
+        "Web Push: Notee worker CPU µs per encrypted message / a plain pywebpush loop's, same messages, same run",
+    ),
     "gorush_cpu_ratio": (
         ">=",
         57.5 / 40,

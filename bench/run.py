@@ -116,6 +116,17 @@ def run_all(runtime, emulator, sizes: dict[str, int], only: set[str] | None = No
 
         attempt(("send_cpu_ratio",), send)
 
+    if want("webpush_cpu_us"):
+
+        def web() -> None:
+            from bench import webpush_cpu
+
+            figures["webpush_cpu_us"] = webpush_cpu.run(
+                emulator, n=sizes["send_messages"] // 2, repeats=sizes["send_repeats"]
+            )
+
+        attempt(("webpush_cpu_us",), web)
+
     if want("send_cpu_ratio_apns"):
 
         def send_apns() -> None:

@@ -33,6 +33,7 @@ from notee.api.routes import (
     templates,
     users,
     webhooks,
+    webpush,
 )
 from notee.api.subscribe_groups import SubscribeGroups
 from notee.core.logs import announce_emulator
@@ -61,6 +62,7 @@ TENANT_ROUTES = (
     insight,
     webhooks,
     quiet,
+    webpush,
     imports,
 )
 

@@ -261,6 +261,7 @@ class CredentialsStatus(BaseModel):
 
     fcm: bool
     apns: bool
+    webpush: bool = Field(description="A VAPID key for Web Push (WEB devices)")
 
 
 # --- users and devices -----------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+# over 400 lines: a table of one example per schema, which grows with the API (only data and with_examples)
 """One example per schema of the OpenAPI document, in one place (the models stay about validation),
 and ``with_examples``, which puts them on the document's schemas (Swagger UI and ReDoc show them on
 every operation that uses the schema). The values tell one story: service SHOP, user Alice with an
@@ -31,6 +32,16 @@ _IMPORT_STATUS = {
 _LINE_ERROR = {"line": 42, "reason": "locale: must be a BCP 47 language tag: language[-Script][-REGION], e.g. de"}
 _KEY = "d2f1e0c9-8b7a-4c6d-9e5f-1a2b3c4d5e6f"
 _TOKEN = "fcm-registration-token-of-alices-phone"
+_VAPID_PUBLIC = "BGYjdMlH7Lb1r9cIvuIoRAchA5uhaELxXoXvVaE1kpWhZgfapwufQfwzIgPoy27vSXwLokBoO3LwTIBvJhI10pE"
+_WEB_KEYS = {
+    "p256dh": "BK9u-rhI6PEMA9C5uSStu4mT2IbW05yFnircNC0O9SMY4YnpnVOdKVqGT6XRtJ563OsWnyHA5JKuxtPr8dNbhyc",
+    "auth": "G60t1D9eO--SXsJZ82nzDg",
+}
+_WEB_SUBSCRIPTION = {
+    "endpoint": "https://fcm.googleapis.com/fcm/send/dQw4w9WgXcQ:APA91bF",
+    "expirationTime": None,
+    "keys": _WEB_KEYS,
+}
 _SERVICE_OUT = {
     "service": "SHOP",
     "display_name": "Shop",
@@ -213,7 +224,13 @@ EXAMPLES: dict[str, Any] = {
         "truncated": False,
         "minutes": [_CALENDAR_MINUTE],
     },
-    "CredentialsStatus": {"fcm": True, "apns": False},
+    "CredentialsStatus": {"fcm": True, "apns": False, "webpush": True},
+    "VapidGenerateIn": {"subject": "mailto:push@example.com"},
+    "VapidKeyIn": {"subject": "mailto:push@example.com", "private_key": "Z3J1ZmZhbG9fc2F5c19oZWxsb193b3JsZF8xMjM0NTY"},
+    "VapidKeyOut": {"public_key": _VAPID_PUBLIC, "subject": "mailto:push@example.com", "generated": True},
+    "VapidPublicKey": {"public_key": _VAPID_PUBLIC, "subject": "mailto:push@example.com"},
+    "WebPushKeys": _WEB_KEYS,
+    "WebPushSubscriptionIn": _WEB_SUBSCRIPTION,
     "CycleIn": {"days": ["MON", "FRI"], "hour": 9, "minute": 30, "timezone": "Europe/Berlin"},
     "DeadLetterList": {"items": [_DEAD_LETTER], "next_cursor": None, "next_before_id": None},
     "DeadLetterOut": _DEAD_LETTER,

@@ -106,7 +106,7 @@ def credentials_fcm(
         raise typer.BadParameter(f"not JSON: {exc}", param_hint="--file") from exc
     with sdk_client() as notee:
         status = notee.put_fcm_credentials(service, account)
-    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns}", status, as_json)
+    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns} webpush={status.webpush}", status, as_json)
 
 
 @credentials_app.command("apns")
@@ -124,7 +124,27 @@ def credentials_apns(
         status = notee.put_apns_credentials(
             service, key_id=key_id, team_id=team_id, bundle_id=bundle_id, private_key=key_file.read(), sandbox=sandbox
         )
-    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns}", status, as_json)
+    say(f"credentials of {service}: fcm={status.fcm} apns={status.apns} webpush={status.webpush}", status, as_json)
+
+
+@credentials_app.command("webpush")
+def credentials_webpush(
+    service: str,
+    subject: str = typer.Option(..., help="Contact for push services: mailto:you@example.com or an https: URL."),
+    key_file: typer.FileText | None = typer.Option(
+        None, "--key-file", help="Upload this VAPID private key (PEM); left out: Notee generates a new key pair."
+    ),
+    as_json: AsJson = False,
+) -> None:
+    """Generate (or upload) a service's VAPID key pair for Web Push; prints the public key its web
+    page subscribes with. Replaces any previous key (docs/WEB-PUSH.md, "Rotating the VAPID key")."""
+    with sdk_client() as notee:
+        if key_file is None:
+            key = notee.generate_vapid_key(service, subject)
+        else:
+            key = notee.put_vapid_key(service, subject, key_file.read().strip())
+    verb = "generated" if key.generated else "stored"
+    say(f"VAPID key of {service} {verb}; public key: {key.public_key}", key, as_json)
 
 
 @admin_app.command("calendar")

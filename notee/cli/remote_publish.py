@@ -55,7 +55,7 @@ def publish(
     users: str | None = typer.Option(
         None, "--users", help="Your user ids: a file (one a line, or a JSON list) or a comma-separated list."
     ),
-    platform: list[str] = typer.Option([], "--platform", help="Only devices of IOS or AOS (repeatable)."),
+    platform: list[str] = typer.Option([], "--platform", help="Only devices of IOS, AOS or WEB (repeatable)."),
     method: str = typer.Option("TOPIC", "--method", help="The template's method: TOPIC, or SINGLE (not for topics)."),
     var: list[str] = typer.Option([], "--var", help="NAME=VALUE for a {{NAME}} placeholder (repeatable)."),
     data: list[str] = typer.Option([], help="KEY=VALUE merged over the template's data (repeatable)."),

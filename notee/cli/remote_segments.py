@@ -98,7 +98,7 @@ def estimate(
     topic: str | None = typer.Option(None, help="A topic (with --type)."),
     condition: str | None = typer.Option(None, help="A condition over topics (with --type)."),
     type: str | None = typer.Option(None, "--type", help="The TOPIC template's type (topic, condition)."),
-    platform: list[str] = typer.Option([], "--platform", help="Narrow to IOS or AOS (repeatable)."),
+    platform: list[str] = typer.Option([], "--platform", help="Narrow to IOS, AOS or WEB (repeatable)."),
     as_json: AsJson = False,
 ) -> None:
     """How many users and devices a publish's target would reach now: give one of --filter,

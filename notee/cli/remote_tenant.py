@@ -122,7 +122,7 @@ def user_list(
     has_devices: bool | None = typer.Option(
         None, "--has-devices/--no-devices", help="Only users with a device, or only users without one."
     ),
-    platform: str | None = typer.Option(None, help="Only users with a device of this platform: IOS or AOS."),
+    platform: str | None = typer.Option(None, help="Only users with a device of this platform: IOS, AOS or WEB."),
     limit: int | None = typer.Option(None, min=1, help="At most this many (default: every user)."),
 ) -> None:
     """The service's users, newest first, one JSON object a line (every page, or --limit)."""

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 # --- notification methods, device OSes, priorities, days ------------------------------------------------------
 
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
-Os = Literal["IOS", "AOS"]
+Os = Literal["IOS", "AOS", "WEB"]  # WEB: a browser push subscription (notee/core/webpush_token.py)
 Priority = Literal["high", "normal"]
 # scheduled: a publish or send with send_at, waiting in MySQL until then (a worker claims it no earlier).
 JobState = Literal["scheduled", "queued", "running", "done", "failed", "expired", "cancelled"]
@@ -192,7 +192,7 @@ class Recipient(NamedTuple):
     Python (a user's devices from MySQL, tests)."""
 
     device_token: str
-    device_os: str  # "IOS" | "AOS"
+    device_os: str  # "IOS" | "AOS" | "WEB"
     user_id: str
     no: int = 0  # the slot row's number: with device_token, the row's key (resume after a rejected paging state)
     # The device's first token when this row was moved by a token rotation (it keeps its ``no``), else
@@ -264,7 +264,7 @@ class UserFilter:
 
     created_since: datetime | None = None  # naive UTC, inclusive
     has_devices: bool | None = None
-    platform: str | None = None  # a device of this OS (IOS, AOS)
+    platform: str | None = None  # a device of this OS (IOS, AOS, WEB)
     before: tuple[datetime, str] | None = None
     limit: int = 50
 
@@ -301,8 +301,18 @@ class ApnsCredentials:
 
 
 @dataclass(frozen=True)
+class WebPushCredentials:
+    """A service's VAPID key pair (RFC 8292): the P-256 private key in PEM, the subject (``mailto:``
+    or ``https:``) push services may use to contact the sender; the public key derives from the key."""
+
+    private_key: str = field(repr=False)
+    subject: str
+
+
+@dataclass(frozen=True)
 class ProviderCredentials:
     """Decrypted provider credentials of one service: in memory only, never logged (repr hides keys)."""
 
     fcm: FcmCredentials | None = None
     apns: ApnsCredentials | None = None
+    webpush: WebPushCredentials | None = None

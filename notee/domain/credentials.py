@@ -19,7 +19,7 @@ from notee.core.clock import stored_now
 from notee.core.crypto import SecretsBox
 from notee.core.errors import NotFound, ProviderConfigError
 from notee.core.settings import Settings
-from notee.core.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials
+from notee.core.vocabulary import ApnsCredentials, FcmCredentials, ProviderCredentials, WebPushCredentials
 from notee.domain.rules import (
     APNS_ID_RE,
     BUNDLE_RE,
@@ -34,7 +34,7 @@ from notee.store import credentials_sql as store
 
 log = logging.getLogger(__name__)
 
-_COLUMNS = {"fcm": "fcm_encrypted", "apns": "apns_encrypted"}
+_COLUMNS = {"fcm": "fcm_encrypted", "apns": "apns_encrypted", "webpush": "webpush_encrypted"}
 
 
 def credentials_box(settings: Settings) -> SecretsBox | None:
@@ -43,7 +43,7 @@ def credentials_box(settings: Settings) -> SecretsBox | None:
     return SecretsBox.from_settings(settings)
 
 
-def _require_box(box: SecretsBox | None) -> SecretsBox:
+def require_box(box: SecretsBox | None) -> SecretsBox:
     if box is None:
         raise ProviderConfigError("NOTEE_CREDENTIALS_KEY is not set: credentials cannot be stored or read")
     return box
@@ -58,7 +58,7 @@ def set_fcm_credentials(
     emulator_url: str | None = None,
 ) -> None:
     check_fcm_service_account(service_account, emulator_url=emulator_url)
-    box = _require_box(box)
+    box = require_box(box)
     get_service(session, service)
     blob = box.encrypt(json.dumps({"service_account": service_account}).encode())
     store.upsert_credential(session, service=service, column="fcm_encrypted", blob=blob, now=stored_now())
@@ -82,7 +82,7 @@ def set_apns_credentials(
     check_pem("private_key", private_key, ec_only=True)
     if not isinstance(sandbox, bool):
         raise bad("sandbox", "must be a boolean", "bool_type")
-    box = _require_box(box)
+    box = require_box(box)
     get_service(session, service)
     blob = box.encrypt(
         json.dumps(
@@ -100,10 +100,10 @@ def set_apns_credentials(
 
 
 def credentials_status(session: Session, service: str) -> dict[str, bool]:
-    """Which providers are configured; never any secret."""
+    """Which providers are configured (``webpush``: a VAPID key); never any secret."""
     get_service(session, service)
     row = store.get_credentials(session, service)
-    return {"fcm": bool(row is not None and row.fcm_encrypted), "apns": bool(row is not None and row.apns_encrypted)}
+    return {name: bool(row is not None and getattr(row, column)) for name, column in _COLUMNS.items()}
 
 
 def delete_credentials(session: Session, service: str, provider: str) -> None:
@@ -118,22 +118,22 @@ def rotate_credentials_key(session: Session, box: SecretsBox | None) -> dict[str
     """Re-encrypt every stored credential under the box's current key (``notee credentials
     rotate-key``); rows are locked meanwhile. All or nothing: when a row opens with none of the keys
     it raises ProviderConfigError and the caller rolls back. The caller commits."""
-    box = _require_box(box)
+    box = require_box(box)
     services = blobs = 0
     for row in store.lock_all_credentials(session):
         try:
-            fcm = box.rotate(row.fcm_encrypted) if row.fcm_encrypted else None
-            apns = box.rotate(row.apns_encrypted) if row.apns_encrypted else None
+            rotated = {c: box.rotate(getattr(row, c)) if getattr(row, c) else None for c in store.BLOB_COLUMNS}
         except InvalidToken:
             raise ProviderConfigError(
                 f"credentials of {row.service} open with none of NOTEE_CREDENTIALS_KEY and "
                 "NOTEE_CREDENTIALS_OLD_KEYS: nothing was re-encrypted"
             ) from None
-        if fcm is None and apns is None:
+        count = sum(blob is not None for blob in rotated.values())
+        if not count:
             continue
-        store.replace_credential_blobs(session, service=row.service, fcm=fcm, apns=apns, now=stored_now())
+        store.replace_credential_blobs(session, service=row.service, blobs=rotated, now=stored_now())
         services += 1
-        blobs += (fcm is not None) + (apns is not None)
+        blobs += count
     log.info("credentials re-encrypted under the current key: services=%d blobs=%d", services, blobs)
     return {"services": services, "credentials": blobs}
 
@@ -142,15 +142,17 @@ def load_credentials(session: Session, secrets_box: SecretsBox | None, service: 
     """Decrypted credentials of ``service`` for the delivery side (in memory only), or None when
     none are configured. ProviderConfigError when they cannot be decrypted (wrong key)."""
     row = store.get_credentials(session, service)
-    if row is None or not (row.fcm_encrypted or row.apns_encrypted):
+    if row is None or not (row.fcm_encrypted or row.apns_encrypted or row.webpush_encrypted):
         return None
-    box = _require_box(secrets_box)
+    box = require_box(secrets_box)
     try:
         fcm = json.loads(box.decrypt(row.fcm_encrypted)) if row.fcm_encrypted else None
         apns = json.loads(box.decrypt(row.apns_encrypted)) if row.apns_encrypted else None
+        web = json.loads(box.decrypt(row.webpush_encrypted)) if row.webpush_encrypted else None
     except InvalidToken:
         raise ProviderConfigError(f"credentials of {service} cannot be decrypted with NOTEE_CREDENTIALS_KEY") from None
     return ProviderCredentials(
         fcm=FcmCredentials(fcm["service_account"]) if fcm else None,
         apns=ApnsCredentials(**apns) if apns else None,
+        webpush=WebPushCredentials(web["private_key"], web["subject"]) if web else None,
     )

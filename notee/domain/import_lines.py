@@ -27,9 +27,9 @@ from notee.domain.rules import (
     check_pattern,
     check_text,
     check_timezone,
-    check_token,
 )
 from notee.domain.schedule import validate_topic
+from notee.domain.web_devices import check_device_token
 
 FORMATS = ("ndjson", "csv")
 MAX_DEVICES_PER_LINE = 100
@@ -265,8 +265,8 @@ def _check_device(i: int, item: Any) -> DeviceLine:
         raise LineRejected(f"{where}: unknown field {unknown[0]!r}")
     if "token" not in item or "platform" not in item:
         raise LineRejected(f"{where}: token and platform are required")
-    token = check_token(item["token"], f"{where}.token")
     os_ = check_choice(f"{where}.platform", item["platform"], OSES)
+    token = check_device_token(os_, item["token"], f"{where}.token")
     region = item.get("country")
     if region is not None:
         region = check_pattern(f"{where}.country", region, REGION_RE, "up to 8 letters, digits, _ or -")

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from notee.core.errors import InvalidInput, PayloadTooLarge
 from notee.domain import render
-from notee.providers import apns, fcm
+from notee.providers import apns, fcm, webpush
 from notee.providers.payload import OWNED_ANDROID, OWNED_ANDROID_NOTIFICATION, OWNED_APS, Rich
 
 T = TypeVar("T")
@@ -370,6 +370,22 @@ def check_size(title: str, body: str, data: Mapping[str, str], spec: Mapping[str
         if size > limit:
             msg = f"{where}{name.upper()} payload would be {size} bytes; at most {limit}"
             over.append({"loc": ["payload", name], "type": "payload_too_large", "msg": msg})
+    if over:
+        raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)
+
+
+def check_web_size(spec: Mapping[str, Any] | None, pushes: Mapping[Any, render.Rendered]) -> None:
+    """Web Push's limit (docs/WEB-PUSH.md): each variant's encrypted body at most 4,096 bytes
+    (``webpush.payload_bytes``), checked before anything is queued or sent for a service with a
+    VAPID key, so an oversized push is refused with 422, never discovered per device."""
+    rich = Rich.from_spec(spec)
+    over: list[dict[str, Any]] = []
+    for key, push in pushes.items():
+        size = webpush.payload_bytes(push.title, push.body, push.data, rich)
+        if size > webpush.PAYLOAD_LIMIT:
+            where = f"variant {key}: " if key else ""
+            msg = f"{where}WEB payload would be {size} bytes encrypted; at most {webpush.PAYLOAD_LIMIT}"
+            over.append({"loc": ["payload", "web"], "type": "payload_too_large", "msg": msg})
     if over:
         raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)
 

@@ -40,6 +40,7 @@ from notee.domain.rules import (
     check_user_id,
 )
 from notee.domain.schedule import check_quiet_hours, quiet_window
+from notee.domain.web_devices import check_device_token
 from notee.store import deadletter
 from notee.store import users_sql as store
 from notee.store.cql.statements import Statements
@@ -221,8 +222,8 @@ def add_device(
     user's subscriptions to it with ``subscriptions.on_device_added`` every time, not only for a new
     device: that step is idempotent (it copies only what the device lacks), so repeating a
     registration whose Cassandra step failed completes it."""
-    check_token(token)
     check_choice("os", os, OSES)
+    check_device_token(os, token)
     check_pattern("region", region, REGION_RE, "up to 8 letters, digits, _ or -")
     profile: dict[str, Any] = {}
     if locale is not KEEP:
@@ -300,6 +301,8 @@ def rotate_token(session: Session, st: Statements, service: str, *, old_token: s
     current = {u: os_ for u, os_ in store.token_devices(session, service, old_token, for_update=True) if u in locked}
     if not current:  # every holder went away while we waited for the locks
         raise NotFound("no device with this token")
+    if "WEB" in current.values():  # a browser's new subscription replaces its old one
+        check_device_token("WEB", new_token, "new_token")
     subscriptions.on_token_rotated(session, st, service, old_token, new_token, holders=current)
     return store.rotate_token(
         session, service=service, old=old_token, new=new_token, now=stored_now(), users=sorted(current)

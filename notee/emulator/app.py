@@ -1,5 +1,6 @@
 """The emulator's ASGI application: FCM HTTP v1 (``notee.emulator.fcm``), the APNs provider API
-(``notee.emulator.apns``) and the ``/_emu`` control API (``notee.emulator.control_api``).
+(``notee.emulator.apns``), browser push services (``notee.emulator.webpush``) and the ``/_emu``
+control API (``notee.emulator.control_api``).
 
 Served by granian, one worker, so all state is this process's memory (``notee.emulator.state``).
 Wire formats follow docs/PROVIDERS.md and the upstream docs (see the persona modules).
@@ -15,6 +16,7 @@ from notee.emulator.control_api import control
 from notee.emulator.fcm import fcm, oauth_token
 from notee.emulator.peer import PeerServer, server_ssl_context
 from notee.emulator.state import JSON_HEADERS, LAUNCH_REALISTIC, Emulator, Receive, Response, Scope, Send, State
+from notee.emulator.webpush import webpush
 
 EMULATOR = Emulator(State())  # the single worker's emulator; its state is reset through POST /_emu/reset
 
@@ -63,6 +65,9 @@ def handle(emu: Emulator, scope: Scope, body: bytes) -> Response:
         return apns(state, scope, path[10:], body)
     if path.startswith("/v1/projects/") and path.endswith("/messages:send"):
         return fcm(state, scope, path[13:-14], body)
+    if path.startswith("/wp/") and scope["method"] == "POST":
+        flavor, _, sub_id = path[4:].partition("/")
+        return webpush(state, scope, flavor, sub_id, body)
     if path.startswith("/_emu/"):
         return control(emu, scope["method"], path[6:], scope.get("query_string", b""), body)
     if path == "/token" and scope["method"] == "POST":

@@ -119,6 +119,29 @@ class EmulatorControl:
             body["retry_after"] = str(retry_after)
         self._post("faults", body)
 
+    def web_subscribe(self, flavor: str = "fcm", application_server_key: str | None = None) -> dict[str, Any]:
+        """A browser push subscription at this emulator (``PushSubscription.toJSON()`` plus its ``id``):
+        ``flavor`` fcm, mozilla or apple answers like that push service; with
+        ``application_server_key``, pushes signed by another VAPID key are refused (403)."""
+        body: dict[str, Any] = {"origin": self.url, "flavor": flavor}
+        if application_server_key is not None:
+            body["application_server_key"] = application_server_key
+        r = self.http.post("/_emu/webpush/subscribe", json=body)
+        r.raise_for_status()
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    def web_pushes(self, sub_id: str) -> list[dict[str, Any]]:
+        """What the subscription received, decrypted: ``payload``, ``ttl``, ``urgency``, ``topic``, ``vapid`` claims."""
+        r = self.http.get("/_emu/webpush/pushes", params={"id": sub_id})
+        r.raise_for_status()
+        pushes: list[dict[str, Any]] = r.json()["pushes"]
+        return pushes
+
+    def web_gone(self, *sub_ids: str, status: int = 410) -> None:
+        """The browser unsubscribed: the push service answers ``status`` (404 or 410) from now on."""
+        self._post("webpush/gone", {"ids": list(sub_ids), "status": status})
+
     def latency(self, ms: float) -> None:
         self._post("latency", {"ms": ms})
 

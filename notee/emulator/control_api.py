@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
+from notee.emulator import webpush
 from notee.emulator.apns import APNS_DEFAULT_REASON
 from notee.emulator.fcm import FCM_DEFAULT_CODE, FCM_ERRORS
 from notee.emulator.peer import PeerRules, PeerStats
@@ -176,12 +177,36 @@ def add_fault(emu: Emulator, req: Any, _query_string: bytes) -> Response:
         code = req.get("code") or FCM_DEFAULT_CODE.get(status, "INTERNAL")
     elif api == "apns":
         code = req.get("reason") or req.get("code") or APNS_DEFAULT_REASON.get(status, "InternalServerError")
+    elif api == "webpush":
+        code = req.get("code") or f"HTTP {status}"
     else:
-        return _ok({"error": "api must be fcm or apns"}, 400)
+        return _ok({"error": "api must be fcm, apns or webpush"}, 400)
     ra = req.get("retry_after")
     emu.state.faults.append(
         Fault(api, str(req.get("match", "*")), status, code, None if ra is None else str(ra), int(req.get("times", 1)))
     )
+    return _ok()
+
+
+def webpush_subscribe(emu: Emulator, req: Any, _query_string: bytes) -> Response:
+    """A new browser subscription: ``{"origin": <emulator URL>, "flavor": fcm|mozilla|apple,
+    "application_server_key": <VAPID public key, optional>}``."""
+    return _ok(webpush.subscribe(emu.state, req))
+
+
+def webpush_pushes(emu: Emulator, _req: Any, query: bytes) -> Response:
+    """What one subscription received, decrypted (``?id=``), oldest first."""
+    sub_id = _query(query).get("id", "")
+    return _ok({"id": sub_id, "pushes": emu.state.web_pushes.get(sub_id, [])})
+
+
+def webpush_gone(emu: Emulator, req: Any, _query_string: bytes) -> Response:
+    """The browser unsubscribed: ``{"ids": [...], "status": 410 | 404}`` answer that from now on."""
+    status = int(req.get("status", 410))
+    if status not in (404, 410):
+        return _ok({"error": "status must be 404 or 410"}, 400)
+    for sub_id in req["ids"]:
+        emu.state.web_subs[sub_id].gone = status
     return _ok()
 
 
@@ -207,5 +232,8 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "apns/tokens"): apns_tokens,
     ("POST", "faults"): add_fault,
     ("POST", "latency"): set_latency,
+    ("POST", "webpush/subscribe"): webpush_subscribe,
+    ("GET", "webpush/pushes"): webpush_pushes,
+    ("POST", "webpush/gone"): webpush_gone,
     ("POST", "auth/reject"): reject_bearers,
 }

@@ -38,7 +38,7 @@ def _open_journal() -> Any:
 
 @dataclass
 class Fault:
-    api: str  # "fcm" | "apns"
+    api: str  # "fcm" | "apns" | "webpush"
     match: str  # a token, or "*"
     status: int
     code: str  # FCM errorCode or APNs reason
@@ -85,6 +85,8 @@ class State:
     windows: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # key -> (minute, count)
     conn_tokens: dict[Any, tuple[bytes, float]] = field(default_factory=dict)  # connection -> (JWT, since)
     journal: Any = field(default_factory=_open_journal)  # NOTEE_EMULATOR_JOURNAL's file, or None
+    web_subs: dict[str, Any] = field(default_factory=dict)  # web push subscription id -> webpush.WebSub
+    web_pushes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> what it received
 
     def record(self, api: str, token: str, data: Any) -> None:
         """One delivered push, in the delivery journal when there is one."""

@@ -1,6 +1,7 @@
 """Which provider sends which device, per service.
 
-- IOS -> APNs when the service has APNs credentials, otherwise through FCM; AOS -> FCM.
+- IOS -> APNs when the service has APNs credentials, otherwise through FCM; AOS -> FCM; WEB -> Web
+  Push with the service's VAPID key (docs/WEB-PUSH.md), to the push service of each subscription.
 - A device whose platform has no provider (AOS without FCM credentials; IOS with neither) has no
   route: delivery counts it failed with reason ``no_credentials`` (never sent, never pruned).
 - ``settings.emulator_url`` changes where the providers connect (the emulator instead of FCM/APNs),
@@ -28,6 +29,8 @@ from notee.providers.emulator import emulator_apns, emulator_fcm
 from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
 from notee.providers.http2_pool import Pool, client_ssl_context
 from notee.providers.log import LogProvider
+from notee.providers.webpush import WebPushProvider
+from notee.providers.webpush_crypto import VapidSigner
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +38,10 @@ log = logging.getLogger(__name__)
 NO_CREDENTIALS = "no_credentials"  # the reason of a device no provider of the service can reach
 
 
-def choose(device_os: str, *, has_apns: bool, has_fcm: bool = True) -> str | None:
-    """``"apns"``, ``"fcm"`` or None (no credentials for this platform) for one device (pure)."""
+def choose(device_os: str, *, has_apns: bool, has_fcm: bool = True, has_web: bool = False) -> str | None:
+    """``"apns"``, ``"fcm"``, ``"web"`` or None (no credentials for this platform) for one device (pure)."""
+    if device_os == "WEB":
+        return "web" if has_web else None
     if device_os == "IOS" and has_apns:
         return "apns"
     return "fcm" if has_fcm else None
@@ -46,10 +51,11 @@ def choose(device_os: str, *, has_apns: bool, has_fcm: bool = True) -> str | Non
 class ServiceProviders:
     fcm: Provider | None  # None: the service has no FCM credentials
     apns: Provider | None  # None: no APNs credentials (iOS devices then go through FCM, if any)
+    web: Provider | None = None  # None: no VAPID key (WEB devices have no route)
 
     @property
     def any(self) -> bool:
-        return self.fcm is not None or self.apns is not None
+        return self.fcm is not None or self.apns is not None or self.web is not None
 
     def split(self, messages: Sequence[Message]) -> tuple[list[tuple[Provider, list[int]]], list[int]]:
         """Group message indexes by the provider that sends them; and the indexes no provider can send.
@@ -62,10 +68,11 @@ class ServiceProviders:
         for i, m in enumerate(messages):
             into = routes.get(m.device_os)
             if into is None:
-                kind = choose(m.device_os, has_apns=has_apns, has_fcm=has_fcm)
+                kind = choose(m.device_os, has_apns=has_apns, has_fcm=has_fcm, has_web=self.web is not None)
                 into = routes[m.device_os] = unroutable if kind is None else groups.setdefault(kind, [])
             into.append(i)
-        routed = [(self.apns if kind == "apns" else self.fcm, idx) for kind, idx in groups.items()]
+        by_kind = {"apns": self.apns, "fcm": self.fcm, "web": self.web}
+        routed = [(by_kind[kind], idx) for kind, idx in groups.items()]
         return [(p, idx) for p, idx in routed if p is not None], unroutable
 
 
@@ -96,7 +103,7 @@ class ProviderSet:
         """The log provider for every platform: a send or job in ``dry_run`` delivery mode."""
         if service not in self._dry_run:
             logger = LogProvider(service)
-            self._dry_run[service] = ServiceProviders(fcm=logger, apns=logger)
+            self._dry_run[service] = ServiceProviders(fcm=logger, apns=logger, web=logger)
         return self._dry_run[service]
 
     def _pool(self, provider: str, url: str, *key: str) -> Pool:
@@ -122,6 +129,10 @@ class ProviderSet:
         if token is None:
             token = self._apns_tokens[key] = ApnsJwt(c.private_key, c.key_id, c.team_id)
         return token, self._pool("apns", url, *key)
+
+    def _webpush_pool(self, origin: str) -> Pool:
+        """The pool of one push-service origin, shared by every service (VAPID is per request)."""
+        return self._pool("webpush", origin, "webpush")
 
     def for_service(self, service: str, credentials: ProviderCredentials | None) -> ServiceProviders:
         """Providers of ``service`` given its decrypted credentials, which the caller loaded (the
@@ -158,12 +169,16 @@ class ProviderSet:
                     apns_c.bundle_id, *self._apns_key(SANDBOX_URL if apns_c.sandbox else PRODUCTION_URL, apns_c)
                 )
             built = ServiceProviders(fcm=fcm, apns=apns)
+        web_c = credentials.webpush if credentials is not None else None
+        if web_c is not None:
+            built.web = WebPushProvider(VapidSigner(web_c.private_key, web_c.subject), self._webpush_pool)
         self._services[service] = (fp, built)
         log.info(
-            "providers for service=%s: fcm=%s apns=%s%s",
+            "providers for service=%s: fcm=%s apns=%s web=%s%s",
             service,
             built.fcm.name if built.fcm else "-",
             built.apns.name if built.apns else "-",
+            built.web.name if built.web else "-",
             " (emulator)" if self.settings.emulator_url else "",
         )
         return built

@@ -45,7 +45,7 @@ METHODS_OF = {
 @dataclass(frozen=True, slots=True)
 class Publish:
     """A publish as the general route asks it. ``targets``: the target fields the request gave (the
-    route checks there is exactly one), by name; ``platforms``: IOS/AOS (empty: every platform)."""
+    route checks there is exactly one), by name; ``platforms``: IOS/AOS/WEB (empty: every platform)."""
 
     service: str
     type_: str

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from notee.domain.credentials import credentials_status
 from notee.domain.personal import Personalizer, Profile
-from notee.providers import apns, fcm
+from notee.providers import apns, fcm, webpush
 from notee.providers.base import Message
 from notee.providers.payload import Rich
 from notee.store import services_sql
@@ -163,12 +163,19 @@ def _profile(sample: dict[str, Any], tag: str) -> Profile:
 
 def _routes(session: Session, service: str, platforms: tuple[str, ...] | None) -> dict[str, str]:
     """The provider each asked platform goes through: iOS through APNs when the service has APNs
-    credentials, else through FCM (``notee.providers.routing.choose``)."""
-    has_apns = credentials_status(session, service)["apns"]
-    return {os: "apns" if os == "IOS" and has_apns else "fcm" for os in platforms or PLATFORMS}
+    credentials, else through FCM; WEB through Web Push (``notee.providers.routing.choose``). Asked
+    for none: AOS and IOS, and WEB when the service has a VAPID key."""
+    status = credentials_status(session, service)
+    wanted = platforms or (*PLATFORMS, *(("WEB",) if status["webpush"] else ()))
+    return {os: "webpush" if os == "WEB" else "apns" if os == "IOS" and status["apns"] else "fcm" for os in wanted}
 
 
 def _platform(m: Message, provider: str) -> PlatformPreview:
+    if provider == "webpush":
+        body = webpush.webpush_payload(m.title, m.body, m.data, m.rich)
+        headers = {k.decode(): v.decode() for k, v in webpush.push_headers(m)}
+        size = webpush.payload_bytes(m.title, m.body, m.data, m.rich)
+        return PlatformPreview("webpush", body, headers, size, webpush.PAYLOAD_LIMIT)
     if provider == "fcm":
         message = fcm.fcm_message(m)
         counted = json.dumps(fcm.counted_content(message), separators=(",", ":"), ensure_ascii=False).encode()

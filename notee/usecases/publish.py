@@ -26,7 +26,7 @@ from notee.core import clock
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
-from notee.domain import payloads
+from notee.domain import payloads, vapid
 from notee.domain.conditions import parse_condition
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
@@ -113,7 +113,7 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
         if existing is not None:
             return _same_request(existing, fingerprint)
     template = _template_of(session, request)
-    payload = render_payload(template, request)
+    payload = render_payload(template, request, web=vapid.has_vapid_key(session, request.service))
     service_row = services_sql.get_service(session, request.service)
     plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
     job = NewJob(
@@ -156,11 +156,12 @@ def _template_of(session: Session, request: JobRequest) -> AnyRow:
     return template
 
 
-def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
+def render_payload(template: AnyRow, request: JobRequest, *, web: bool = False) -> dict[str, Any]:
     """The job's payload: rendered once here for every recipient of the job, once per locale
     variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
     rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
-    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md)."""
+    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md).
+    ``web``: the service sends Web Push (it has a VAPID key), so its size limit applies too."""
     spec = payloads.merge(template.payload, (request.overrides or {}).get("payload"))
     localized, rich = payloads.render_with(
         spec,
@@ -181,6 +182,8 @@ def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
         ),
     )
     payloads.check_rendered(rich, {None: localized.default, **localized.variants})
+    if web:
+        payloads.check_web_size(rich, {None: localized.default, **localized.variants})
     payload = localized.as_job_payload()
     if rich:
         payload["rich"] = rich

@@ -72,11 +72,14 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
     content = template.content()
     overrides = {"data": extra} if extra else None
+    spec = payloads.merge(template.payload, send.payload)
     pushes, rich = _render_pushes(
-        _Renderable(content, variables, overrides, payloads.merge(template.payload, send.payload)),
+        _Renderable(content, variables, overrides, spec),
         _recipient(user, service_row.timezone, user_tags) if reads else None,
         [d.locale or user.locale for d in devices],
     )
+    if any(d.os == "WEB" for d in devices):  # refused before anything is sent, never per device
+        payloads.check_web_size(rich.spec if rich is not None else None, pushes)
     messages = []
     for d in devices:
         push = pushes[_which(content, d.locale or user.locale, bool(reads))]

@@ -329,7 +329,7 @@ def test_fcm_credentials_helper_is_valid(client, settings, service_id):
         json={"service_account": fcm_service_account()},
         headers=admin_headers(settings),
     )
-    assert r.status_code == 200 and r.json() == {"fcm": True, "apns": False}
+    assert r.status_code == 200 and r.json() == {"fcm": True, "apns": False, "webpush": False}
 
 
 def test_topic_job_of_a_service_without_any_credentials_fails_once(

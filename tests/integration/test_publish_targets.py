@@ -101,7 +101,7 @@ def test_platforms_narrow_a_topic_a_condition_and_a_user_list(client, tenant, em
     got = deliveries_per_token(emulator, [ios, aos])
     assert got == {ios: 4, aos: 0}, (got, emulator.deliveries_of([ios, aos]))
     assert _status(client, headers, r.json()["job_id"])["target"] == {"topic": "p", "platforms": ["IOS"]}
-    assert client.post("/v1/topics/news/p/publish", json={"platforms": ["WEB"]}, headers=headers).status_code == 422
+    assert client.post("/v1/topics/news/p/publish", json={"platforms": ["WATCH"]}, headers=headers).status_code == 422
 
 
 def test_a_user_list_reaches_its_users_devices_once_and_counts_unknown_ids(client, tenant, emulator, emu_runtime):

@@ -136,14 +136,14 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
     fcm, apns = fcm_service_account(), apns_credentials()
     admin = admin_headers(settings)
     base = f"/v1/admin/services/{service_id}/credentials"
-    assert client.get(base, headers=admin).json() == {"fcm": False, "apns": False}
+    assert client.get(base, headers=admin).json() == {"fcm": False, "apns": False, "webpush": False}
     responses = [
         client.put(f"{base}/fcm", json={"service_account": fcm}, headers=admin),
         client.put(f"{base}/apns", json=apns, headers=admin),
         client.get(base, headers=admin),
     ]
     assert [r.status_code for r in responses] == [200, 200, 200]
-    assert responses[-1].json() == {"fcm": True, "apns": True}
+    assert responses[-1].json() == {"fcm": True, "apns": True, "webpush": False}
 
     secret_bits = [fcm["private_key"].splitlines()[1], apns["private_key"].splitlines()[1], fcm["private_key_id"]]
     for r in responses:
@@ -169,7 +169,7 @@ def test_credentials_are_encrypted_never_returned_never_logged(client, settings,
         assert bit not in caplog.text
 
     assert client.delete(f"{base}/apns", headers=admin).status_code == 204
-    assert client.get(base, headers=admin).json() == {"fcm": True, "apns": False}
+    assert client.get(base, headers=admin).json() == {"fcm": True, "apns": False, "webpush": False}
     assert client.delete(f"{base}/apns", headers=admin).status_code == 404
     with runtime.sessions() as s:
         loaded = credentials.load_credentials(

@@ -24,7 +24,8 @@ from sqlalchemy.exc import DBAPIError
 from notee.core.crypto import SecretsBox
 from notee.core.errors import ProviderConfigError
 from notee.core.settings import Settings
-from notee.domain import credentials, webhooks
+from notee.domain import credentials, vapid, webhooks
+from notee.providers.webpush_crypto import public_key_b64
 from notee.store.mysql import make_engine
 from notee.usecases import migrate
 from tests.support.fanout import count_rows, topic_job
@@ -135,6 +136,20 @@ def _store_credentials(db_url: str, box: SecretsBox, services: list[str]) -> dic
     return accounts
 
 
+def _store_vapid_key(db_url: str, box: SecretsBox, service: str) -> str:
+    """A generated VAPID key of ``service`` encrypted by ``box``: its public key."""
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(db_url)
+    try:
+        with Session(engine) as session:
+            key = vapid.set_vapid_key(session, box, service, subject="mailto:ops@example.com")
+            session.commit()
+    finally:
+        engine.dispose()
+    return key.public_key
+
+
 def _store_webhook_secret(db_url: str, box: SecretsBox, service: str) -> tuple[str, bytes]:
     """A webhook endpoint of ``service`` whose signing secret ``box`` encrypts: (secret, stored blob)."""
     from sqlalchemy.orm import Session
@@ -175,6 +190,7 @@ def _load(db_url: str, box: SecretsBox, service: str):
 def test_rotate_key_re_encrypts_every_credential_and_both_keys_read_meanwhile(rotation_db: str) -> None:
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     accounts = _store_credentials(rotation_db, SecretsBox(old), ["ROTA", "ROTB"])
+    vapid_public = _store_vapid_key(rotation_db, SecretsBox(old), "ROTB")
     before = _blobs(rotation_db)
 
     # Meanwhile: the new key with the old one as an old key reads what the old key wrote.
@@ -187,13 +203,15 @@ def test_rotate_key_re_encrypts_every_credential_and_both_keys_read_meanwhile(ro
     assert done.returncode == 0, done.stderr
     assert (
         done.stdout.strip()
-        == "re-encrypted 2 credential(s) of 2 service(s) and 1 webhook secret(s) under NOTEE_CREDENTIALS_KEY"
+        == "re-encrypted 3 credential(s) of 2 service(s) and 1 webhook secret(s) under NOTEE_CREDENTIALS_KEY"
     )
     sealed_after = _webhook_secret_blob(rotation_db)
     assert sealed_after != sealed_before and SecretsBox(new).decrypt(sealed_after).decode() == hook_secret
     assert hook_secret not in done.stdout + done.stderr
     after = _blobs(rotation_db)
     assert all(after[s][0] != before[s][0] for s in before)
+    rotated_vapid = _load(rotation_db, SecretsBox(new), "ROTB").webpush  # the VAPID key is re-encrypted too
+    assert rotated_vapid is not None and public_key_b64(rotated_vapid.private_key) == vapid_public
     for service, account in accounts.items():
         assert _load(rotation_db, SecretsBox(new), service).fcm.service_account == account  # new key alone
         with pytest.raises(ProviderConfigError):

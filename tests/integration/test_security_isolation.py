@@ -46,6 +46,8 @@ OWN = {
     # quiet hours: the caller's own service's (tests/integration/test_quiet_hours.py checks another tenant's stay unchanged)
     "GET /v1/service/quiet-hours",
     "PUT /v1/service/quiet-hours",
+    # the VAPID public key: the caller's own service's (checked below)
+    "GET /v1/service/webpush",
     # segments: created in (PUT creates when absent) and listed from the caller's own tenant (checked below)
     "POST /v1/segments",
     "GET /v1/segments",
@@ -255,6 +257,20 @@ def test_every_service_route_is_covered(app):
             continue
         if route.body_field is not None and route.body_field.field_info.is_required():
             assert f"{method} {path}" in BODIES, f"{method} {path} takes a body: add a valid one to BODIES"
+
+
+def test_the_vapid_public_key_is_the_callers_own(client, settings, tenants):
+    """A's key reads A's VAPID key (none: 404), never B's; B reads its own (the check can fail)."""
+    r = client.post(
+        f"/v1/admin/services/{tenants['b']}/credentials/webpush/generate",
+        json={"subject": "mailto:b@example.com"},
+        headers=admin_headers(settings),
+    )
+    assert r.status_code == 200, r.text
+    mine = client.get("/v1/service/webpush", headers=tenants["a_auth"])
+    assert mine.status_code == 404 and r.json()["public_key"] not in mine.text
+    theirs = client.get("/v1/service/webpush", headers=tenants["b_auth"])
+    assert theirs.json()["public_key"] == r.json()["public_key"]
 
 
 def test_other_tenants_objects_answer_like_missing_ones(app, client, runtime, tenants):

@@ -19,11 +19,13 @@ class SyncMethods:
     def call(self, op: Op[T]) -> T:
         raise NotImplementedError
 
-    def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
+    def add_device(self, user_id: str, token: str | None, os: str, region: str = "", locale: str | None = None, app_version: str | None = None, subscription: Mapping[str, Any] | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
 wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
-compare as a version (None: each left as it is)."""
-        return self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
+compare as a version (None: each left as it is). A browser (``os="WEB"``, ``token=None``) registers
+its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, ``keys.p256dh``,
+``keys.auth``); the answer's ``token`` names it from then on (docs/WEB-PUSH.md)."""
+        return self.call(_ops.add_device(user_id, token, os, region, locale, app_version, subscription))
 
     def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -84,7 +86,7 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
         return self.call(_ops.create_webhook(url, events=events, description=description))
 
     def delete_credentials(self, service: str, provider: str) -> None:
-        """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
+        """Remove a service's ``fcm`` or ``apns`` credentials, or its ``webpush`` VAPID key. Admin token."""
         return self.call(_ops.delete_credentials(service, provider))
 
     def delete_device(self, user_id: str, token: str) -> None:
@@ -124,6 +126,11 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
         """The service's users, devices, tags and topic subscriptions in the import's format, whole in
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return self.call(_ops.export_users(format=format))
+
+    def generate_vapid_key(self, service: str, subject: str) -> m.VapidKey:
+        """Generate a new VAPID key pair for a service's Web Push (replacing any previous one); answers
+its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
+        return self.call(_ops.generate_vapid_key(service, subject))
 
     def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -188,6 +195,14 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     def get_user(self, user_id: str) -> m.User:
         """One user by platform ``user_id``."""
         return self.call(_ops.get_user(user_id))
+
+    def get_vapid_key(self, service: str) -> m.VapidKey:
+        """A service's VAPID public key and subject. Admin token."""
+        return self.call(_ops.get_vapid_key(service))
+
+    def get_vapid_public_key(self) -> m.VapidKey:
+        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+        return self.call(_ops.get_vapid_public_key())
 
     def get_webhook(self, endpoint_id: str) -> m.Webhook:
         """One webhook endpoint."""
@@ -332,6 +347,10 @@ variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``qu
 again with fewer arguments never wipes what an earlier call set."""
         return self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours, tags))
 
+    def put_vapid_key(self, service: str, subject: str, private_key: str) -> m.VapidKey:
+        """Upload a service's VAPID private key (PEM, or 32 bytes base64url). Admin token."""
+        return self.call(_ops.put_vapid_key(service, subject, private_key))
+
     def ready(self) -> m.Health:
         """Readiness of the API: both stores answer."""
         return self.call(_ops.ready())
@@ -400,11 +419,13 @@ class AsyncMethods:
     def call(self, op: Op[T]) -> Awaitable[T]:
         raise NotImplementedError
 
-    async def add_device(self, user_id: str, token: str, os: str, region: str = "", locale: str | None = None, app_version: str | None = None) -> m.Device:
+    async def add_device(self, user_id: str, token: str | None, os: str, region: str = "", locale: str | None = None, app_version: str | None = None, subscription: Mapping[str, Any] | None = None) -> m.Device:
         """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
 wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
-compare as a version (None: each left as it is)."""
-        return await self.call(_ops.add_device(user_id, token, os, region, locale, app_version))
+compare as a version (None: each left as it is). A browser (``os="WEB"``, ``token=None``) registers
+its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, ``keys.p256dh``,
+``keys.auth``); the answer's ``token`` names it from then on (docs/WEB-PUSH.md)."""
+        return await self.call(_ops.add_device(user_id, token, os, region, locale, app_version, subscription))
 
     async def admin_get_calendar(self, *, hours: int = 24, service: str | None = None) -> m.Calendar:
         """The cycle calendar of every service, or of one. Admin token."""
@@ -465,7 +486,7 @@ worker applies it: follow it with ``get_import`` (or ``wait_import``). Bad lines
         return await self.call(_ops.create_webhook(url, events=events, description=description))
 
     async def delete_credentials(self, service: str, provider: str) -> None:
-        """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
+        """Remove a service's ``fcm`` or ``apns`` credentials, or its ``webpush`` VAPID key. Admin token."""
         return await self.call(_ops.delete_credentials(service, provider))
 
     async def delete_device(self, user_id: str, token: str) -> None:
@@ -505,6 +526,11 @@ users, topic or condition (the last two with type); ``platforms`` narrows it."""
         """The service's users, devices, tags and topic subscriptions in the import's format, whole in
 memory (``Client.export_users_to`` streams it to a file instead)."""
         return await self.call(_ops.export_users(format=format))
+
+    async def generate_vapid_key(self, service: str, subject: str) -> m.VapidKey:
+        """Generate a new VAPID key pair for a service's Web Push (replacing any previous one); answers
+its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
+        return await self.call(_ops.generate_vapid_key(service, subject))
 
     async def get_calendar(self, *, hours: int = 24) -> m.Calendar:
         """The cycle calendar: each coming minute's due templates and how many subscriptions they reach."""
@@ -569,6 +595,14 @@ memory (``Client.export_users_to`` streams it to a file instead)."""
     async def get_user(self, user_id: str) -> m.User:
         """One user by platform ``user_id``."""
         return await self.call(_ops.get_user(user_id))
+
+    async def get_vapid_key(self, service: str) -> m.VapidKey:
+        """A service's VAPID public key and subject. Admin token."""
+        return await self.call(_ops.get_vapid_key(service))
+
+    async def get_vapid_public_key(self) -> m.VapidKey:
+        """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+        return await self.call(_ops.get_vapid_public_key())
 
     async def get_webhook(self, endpoint_id: str) -> m.Webhook:
         """One webhook endpoint."""
@@ -712,6 +746,10 @@ variants; ``timezone``: IANA zone for local-time publishes and quiet hours; ``qu
 ``patch_tags``: a None value removes a key). None (the default): each is left as it is, so calling it
 again with fewer arguments never wipes what an earlier call set."""
         return await self.call(_ops.put_user(service_user_id, name, locale, timezone, quiet_hours, tags))
+
+    async def put_vapid_key(self, service: str, subject: str, private_key: str) -> m.VapidKey:
+        """Upload a service's VAPID private key (PEM, or 32 bytes base64url). Admin token."""
+        return await self.call(_ops.put_vapid_key(service, subject, private_key))
 
     async def ready(self) -> m.Health:
         """Readiness of the API: both stores answer."""

@@ -162,8 +162,31 @@ def get_credentials(service: str) -> Op[m.CredentialsStatus]:
     return Op("GET", f"/v1/admin/services/{_seg(service)}/credentials", _one(m.CredentialsStatus))
 
 
+def generate_vapid_key(service: str, subject: str) -> Op[m.VapidKey]:
+    """Generate a new VAPID key pair for a service's Web Push (replacing any previous one); answers
+    its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
+    return Op("POST", f"/v1/admin/services/{_seg(service)}/credentials/webpush/generate", _one(m.VapidKey),
+              json={"subject": subject})
+
+
+def put_vapid_key(service: str, subject: str, private_key: str) -> Op[m.VapidKey]:
+    """Upload a service's VAPID private key (PEM, or 32 bytes base64url). Admin token."""
+    return Op("PUT", f"/v1/admin/services/{_seg(service)}/credentials/webpush", _one(m.VapidKey),
+              json={"subject": subject, "private_key": private_key})
+
+
+def get_vapid_key(service: str) -> Op[m.VapidKey]:
+    """A service's VAPID public key and subject. Admin token."""
+    return Op("GET", f"/v1/admin/services/{_seg(service)}/credentials/webpush", _one(m.VapidKey))
+
+
+def get_vapid_public_key() -> Op[m.VapidKey]:
+    """This service's VAPID public key, for its web page's ``pushManager.subscribe`` (docs/WEB-PUSH.md)."""
+    return Op("GET", "/v1/service/webpush", _one(m.VapidKey))
+
+
 def delete_credentials(service: str, provider: str) -> Op[None]:
-    """Remove a service's ``fcm`` or ``apns`` credentials. Admin token."""
+    """Remove a service's ``fcm`` or ``apns`` credentials, or its ``webpush`` VAPID key. Admin token."""
     return Op("DELETE", f"/v1/admin/services/{_seg(service)}/credentials/{_seg(provider)}", _nothing)
 
 
@@ -217,13 +240,17 @@ def delete_user(user_id: str) -> Op[None]:
     return Op("DELETE", f"/v1/users/{_seg(user_id)}", _nothing)
 
 
-def add_device(user_id: str, token: str, os: str, region: str = "", locale: str | None = None,
-               app_version: str | None = None) -> Op[m.Device]:
+def add_device(user_id: str, token: str | None, os: str, region: str = "", locale: str | None = None,
+               app_version: str | None = None, subscription: Mapping[str, Any] | None = None) -> Op[m.Device]:
     """Register (or refresh) one of the user's devices. ``locale``: the device's BCP 47 tag, which
     wins over the user's; ``app_version``: the app's version (``5.2.1``, ``5.2.1-beta``), which filters
-    compare as a version (None: each left as it is)."""
-    return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device),
-              json={"token": token, "os": os, "region": region} | _clean(locale=locale, app_version=app_version))
+    compare as a version (None: each left as it is). A browser (``os="WEB"``, ``token=None``) registers
+    its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, ``keys.p256dh``,
+    ``keys.auth``); the answer's ``token`` names it from then on (docs/WEB-PUSH.md)."""
+    body = {"os": os, "region": region} | _clean(token=token, locale=locale, app_version=app_version)
+    if subscription is not None:
+        body["subscription"] = dict(subscription)
+    return Op("POST", f"/v1/users/{_seg(user_id)}/devices", _one(m.Device), json=body)
 
 
 def list_devices(user_id: str) -> Op[list[m.Device]]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Method = Literal["TOPIC", "CYCLE", "SINGLE"]
-Os = Literal["IOS", "AOS"]
+Os = Literal["IOS", "AOS", "WEB"]
 Priority = Literal["high", "normal"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled", "expired", "scheduled"]
 SubscriptionMethod = Literal["TOPIC", "CYCLE"]  # a SINGLE template has no subscribers
@@ -69,6 +69,15 @@ class ApiKeyCreated(ApiKey):
 class CredentialsStatus(Model):
     fcm: bool
     apns: bool
+    webpush: bool = False
+
+
+class VapidKey(Model):
+    """A service's VAPID public key (Web Push): the ``applicationServerKey`` of ``pushManager.subscribe``."""
+
+    public_key: str
+    subject: str
+    generated: bool = False
 
 
 class User(Model):

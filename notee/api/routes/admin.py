@@ -37,8 +37,9 @@ from notee.api.routes.deadletters import (
     replay,
 )
 from notee.api.routes.publish import JobList, JobQueryDep, JobStatus, job_page, status_of
+from notee.api.routes.webpush import VapidGenerateIn, VapidKeyIn, VapidKeyOut
 from notee.core.vocabulary import RateClass
-from notee.domain import credentials, ratelimit, services
+from notee.domain import credentials, ratelimit, services, vapid
 from notee.domain.rules import SERVICE_PATTERN
 from notee.usecases import jobs
 
@@ -46,7 +47,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], 
 
 ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
 KeyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")]
-ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns)$")]
+ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns|webpush)$")]
 RateClassPath = Annotated[RateClass, Path(description="publish | send | write | read")]
 
 
@@ -139,6 +140,35 @@ def put_apns_credentials(service: ServicePath, body: ApnsCredentialsIn, db: DbDe
     return credentials.credentials_status(db, service)
 
 
+@router.post(
+    "/services/{service}/credentials/webpush/generate",
+    response_model=VapidKeyOut,
+    responses=errors(404, 424),
+)
+def generate_vapid_key(service: ServicePath, body: VapidGenerateIn, db: DbDep, box: BoxDep) -> VapidKeyOut:
+    """Generate a new VAPID key pair for Web Push (docs/WEB-PUSH.md), replacing any previous one: the
+    private key is encrypted at rest and never returned; the answer holds the public key."""
+    key = vapid.set_vapid_key(db, box, service, subject=body.subject)
+    db.commit()
+    return VapidKeyOut(public_key=key.public_key, subject=key.subject, generated=key.generated)
+
+
+@router.put("/services/{service}/credentials/webpush", response_model=VapidKeyOut, responses=errors(404, 424))
+def put_vapid_key(service: ServicePath, body: VapidKeyIn, db: DbDep, box: BoxDep) -> VapidKeyOut:
+    """Upload the service's VAPID private key (PEM, or 32 bytes in base64url as the web-push tools
+    print it), replacing any previous one; encrypted at rest, never returned."""
+    key = vapid.set_vapid_key(db, box, service, subject=body.subject, private_key=body.private_key)
+    db.commit()
+    return VapidKeyOut(public_key=key.public_key, subject=key.subject, generated=key.generated)
+
+
+@router.get("/services/{service}/credentials/webpush", response_model=VapidKeyOut, responses=errors(404))
+def get_vapid_key(service: ServicePath, db: DbDep, box: BoxDep) -> VapidKeyOut:
+    """The service's VAPID public key and subject (never the private key)."""
+    key = vapid.vapid_public_key(db, box, service)
+    return VapidKeyOut(public_key=key.public_key, subject=key.subject, generated=False)
+
+
 @router.get("/services/{service}/credentials", response_model=CredentialsStatus, responses=errors(404))
 def get_credentials(service: ServicePath, db: DbDep) -> dict[str, bool]:
     """Which providers are configured (no secret material)."""
@@ -149,7 +179,7 @@ def get_credentials(service: ServicePath, db: DbDep) -> dict[str, bool]:
     "/services/{service}/credentials/{provider}", status_code=204, response_class=Response, responses=errors(404)
 )
 def delete_credentials(service: ServicePath, provider: ProviderPath, db: DbDep) -> None:
-    """Remove the service's `fcm` or `apns` credentials."""
+    """Remove the service's `fcm` or `apns` credentials, or its `webpush` VAPID key."""
     credentials.delete_credentials(db, service, provider)
     db.commit()
 

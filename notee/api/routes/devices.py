@@ -16,20 +16,45 @@ from notee.api.models import LOCALE_FIELD, Answer, Locale, errors
 from notee.api.user_ref import UserDep
 from notee.core.logs import token_hint
 from notee.core.vocabulary import Os
-from notee.domain import subscriptions, users
+from notee.domain import subscriptions, users, web_devices
 from notee.domain.rules import REGION_PATTERN, TOKEN_PATTERN
 from notee.domain.versions import APP_VERSION_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["devices"])
 
 
+class WebPushKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    p256dh: StrictStr = Field(max_length=100, description="The browser's P-256 public key, base64url (65 bytes)")
+    auth: StrictStr = Field(max_length=40, description="The subscription's auth secret, base64url (16 bytes)")
+
+
+class WebPushSubscriptionIn(BaseModel):
+    """A browser's ``PushSubscription.toJSON()``, as it gives it (docs/WEB-PUSH.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: StrictStr = Field(max_length=2048, description="The push service URL (https)")
+    expirationTime: int | None = Field(None, description="As the browser gives it; not used")
+    keys: WebPushKeys
+
+
 class DeviceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    token: StrictStr = Field(
-        pattern=TOKEN_PATTERN, description="Provider push token (FCM registration token or APNs device token)"
+    token: StrictStr | None = Field(
+        None,
+        pattern=TOKEN_PATTERN,
+        description="Provider push token (FCM registration token or APNs device token); for os WEB, "
+        "the token a previous registration answered, or leave it out and give `subscription`.",
     )
     os: Os
+    subscription: WebPushSubscriptionIn | None = Field(
+        None,
+        description="os WEB only: the browser's push subscription (`PushSubscription.toJSON()`); "
+        "the device's token is made from it (`<p256dh>.<auth>.<endpoint>`).",
+    )
     region: StrictStr = Field("", pattern=REGION_PATTERN, examples=["KR"])
     locale: Locale | None = Field(None, description=LOCALE_FIELD + " Wins over the user's locale.")
     app_version: StrictStr | None = Field(
@@ -76,19 +101,22 @@ def add_device(
     user_id: UserDep, body: DeviceIn, service: ServiceDep, db: DbDep, runtime: RuntimeDep, response: Response
 ) -> users.Device:
     """Register a device (idempotent; updates os/region, and locale and app_version when given). A new
-    device gets the user's subscriptions."""
+    device gets the user's subscriptions. A browser (os WEB) registers its push subscription; an
+    endpoint that is not https or keys that are not a P-256 key and a 16-byte secret answer 422."""
+    sub = body.subscription.model_dump() if body.subscription is not None else None
+    token = web_devices.resolve_token(body.os, body.token, sub)
     device = users.add_device(
         db,
         service,
         user_id,
-        token=body.token,
+        token=token,
         os=body.os,
         region=body.region,
         locale=body.locale if "locale" in body.model_fields_set else users.KEEP,
         app_version=body.app_version if "app_version" in body.model_fields_set else users.KEEP,
     )
     db.commit()  # MySQL first: subscription rows are copied only to a device that exists
-    subscriptions.on_device_added(db, runtime.statements, service, user_id, body.token, body.os)
+    subscriptions.on_device_added(db, runtime.statements, service, user_id, token, body.os)
     db.commit()  # ends the copy's transaction: releases the user's shared row lock
     response.status_code = 201 if device.created else 200
     return device

@@ -24,17 +24,19 @@ router = APIRouter(prefix="/v1", tags=["publish"])
 
 
 class PreviewPlatform(BaseModel):
-    provider: str = Field(description="fcm or apns: the provider this platform's devices go through.")
+    provider: str = Field(description="fcm, apns or webpush: the provider this platform's devices go through.")
     body: dict[str, Any] = Field(
         description='What Notee would send: FCM\'s request body `{"message": ...}` (the token a placeholder), '
-        "APNs' JSON payload."
+        "APNs' JSON payload; Web Push's JSON before encryption."
     )
     headers: dict[str, str] | None = Field(
-        None, description="APNs' request headers, but `authorization` and the random `apns-id`; null for FCM."
+        None,
+        description="APNs' request headers, but `authorization` and the random `apns-id`; Web Push's "
+        "`ttl`, `urgency`, `topic`; null for FCM.",
     )
     bytes: int = Field(
         description="The size the provider counts against its limit (FCM: notification, data and "
-        "the device's platform blocks; APNs: the payload)."
+        "the device's platform blocks; APNs: the payload; Web Push: the encrypted body)."
     )
     limit: int = Field(description="The provider's limit in bytes.")
     over_limit: bool
@@ -46,7 +48,9 @@ class PreviewVariant(BaseModel):
     body: str
     data: dict[str, str]
     payload: dict[str, Any] | None = Field(None, description="The rich fields, rendered (docs/PAYLOADS.md).")
-    platforms: dict[str, PreviewPlatform] = Field(description="By platform (AOS, IOS): what its provider would get.")
+    platforms: dict[str, PreviewPlatform] = Field(
+        description="By platform (AOS, IOS, and WEB for a service with a VAPID key): what its provider would get."
+    )
 
 
 class PublishPreview(Answer):

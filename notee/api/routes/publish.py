@@ -17,7 +17,7 @@ from notee.api.deps import DbDep, RuntimeDep
 from notee.api.documented import PayloadObject, TopicPath, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
-from notee.core.vocabulary import JobFilter, JobState, Progress
+from notee.core.vocabulary import JobFilter, JobState, Os, Progress
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.domain.schedule import LOCAL_TIME_PATTERN
@@ -80,11 +80,11 @@ class PublishRequest(BaseModel):
         "occurrence.",
         examples=["09:00"],
     )
-    platforms: list[Literal["IOS", "AOS"]] | None = Field(
+    platforms: list[Os] | None = Field(
         None,
         min_length=1,
         max_length=2,
-        description="Only devices of these platforms (IOS, AOS); absent: every platform.",
+        description="Only devices of these platforms (IOS, AOS, WEB); absent: every platform.",
     )
     payload: PayloadObject | None = payload_field(merged=True)
 
