@@ -13,7 +13,7 @@ default. Values are inserted as they are (never re-rendered), and a rendered tex
 carry ``{{...}}`` is refused.
 
 Size: after rendering, each provider's own rule (``fcm.payload_bytes``, ``apns.payload_bytes``, both
-4,096 bytes); a topic or cycle job may reach either platform, so both are checked. Topic and cycle jobs render once per job (``notee.usecases.publish``),
+4,096 bytes; a job may reach either platform). Jobs render once per job (``notee.usecases.publish``),
 single sends once per send (``notee.usecases.single_send``), never once per device -- unless the
 template depends on the recipient (``depends_on_recipient``: ``recipient.*`` or a date filter):
 then the worker renders each recipient's text (``notee/domain/personal.py``).
@@ -249,9 +249,7 @@ def merge(template: TemplateContent, overrides: Mapping[str, Any] | None) -> tup
     overrides = overrides or {}
     title: str = overrides["title"] if overrides.get("title") is not None else template.title
     body: str = overrides["body"] if overrides.get("body") is not None else template.body
-    base: Any = template.data or {}
-    if isinstance(base, (str, bytes)):  # a JSON column read as text
-        base = json.loads(base)
+    base = _data_map(template.data)
     return title, body, {str(k): str(v) for k, v in {**base, **(overrides.get("data") or {})}.items()}
 
 
@@ -298,13 +296,15 @@ def render(
     scope: liquid.Scope | None = None,
 ) -> Rendered:
     """The push every recipient gets (or, with ``scope.recipient``, the one recipient's): overrides
-    (title, body replace; data merges over the template's), then variables and defaults filled into
+    (title, body, ttl_seconds, priority replace; data merges over the template's), then variables and defaults filled into
     title, body and data values, then the providers' size rules. Raises InvalidInput (every missing
     variable at once, a field that does not render, or a value that would put ``{{``/``}}`` on a
     device) and PayloadTooLarge."""
     values = {**(template.defaults or {}), **(variables or {})}
     title, body, data = fill(merge(template, overrides), values, scope or liquid.Scope())
-    rendered = Rendered(title, body, data, template.ttl_seconds, template.priority or "high")
+    over = overrides or {}  # a publish's or send's own ttl and priority replace the template's
+    ttl = over["ttl_seconds"] if over.get("ttl_seconds") is not None else template.ttl_seconds
+    rendered = Rendered(title, body, data, ttl, over.get("priority") or template.priority or "high")
     leftovers = [
         loc
         for loc, text in _fields(rendered.title, rendered.body, rendered.data)

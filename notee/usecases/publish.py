@@ -364,7 +364,8 @@ def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -
     like any job; at send_at a worker sends it to the devices the user has then. The caller commits.
     Raises NotFound (user, template), InvalidInput."""
     extra = check_data(send.data)
-    check_send_inputs(send.variables, None)
+    overrides = send.overrides(extra)
+    check_send_inputs(send.variables, overrides)
     when = check_send_at(session, runtime.settings, send.send_at)
     assert when is not None
     if users_sql.get_user(session, send.service, send.user_id) is None:
@@ -380,7 +381,7 @@ def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -
         target=UserTarget(send.user_id),
         idempotency_key=client_idempotency_key(send.idempotency_key),
         variables=send.variables,
-        overrides={**({"data": extra} if extra else {}), **({"payload": send.payload} if send.payload else {})} or None,
+        overrides=overrides,
         send_at=when,
         template=template,
     )

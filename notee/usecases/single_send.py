@@ -43,6 +43,8 @@ class SingleSend:
     data: dict[str, str] | None = None
     quiet_hours: bool = False
     payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
+    ttl_seconds: int | None = None  # over the template's
+    priority: str | None = None  # over the template's
 
 
 def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], bool]:
@@ -51,7 +53,9 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     PayloadTooLarge, before anything is sent."""
     service, variables = send.service, send.variables
     extra = check_data(send.data)
-    check_send_inputs(variables, None)
+    asked = {"data": extra, "ttl_seconds": send.ttl_seconds, "priority": send.priority}
+    overrides = {k: v for k, v in asked.items() if v is not None and v != {}} or None
+    check_send_inputs(variables, overrides)
     with runtime.sessions() as session:
         service_row = services.get_service(session, service)
         dry_run = service_row.delivery_mode == "dry_run"
@@ -65,7 +69,6 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     if now is not None and window is not None:
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
     content = template.content()
-    overrides = {"data": extra} if extra else None
     pushes, rich = _render_pushes(
         _Renderable(content, variables, overrides, payloads.merge(template.payload, send.payload)),
         _recipient(user, service_row.timezone, user_tags) if reads else None,

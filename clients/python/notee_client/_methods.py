@@ -247,32 +247,33 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return self.call(_ops.patch_tags(user_id, tags))
 
-    def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+    def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishPreview:
         """What ``publish`` with the same arguments would send, without sending or creating anything:
 the rendered push per locale variant, each platform's provider body and size against its limit,
 the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
 error. ``idempotency_key`` is accepted for symmetry and not sent (nothing is created)."""
-        return self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+        return self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+    def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishPreview:
         """What ``publish_topic`` with the same arguments would send, without sending or creating
 anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
-        return self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
+        return self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
+    def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
 (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
 (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
 ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
 users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
-        return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+        return self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
+    def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
-``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
-        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
+``payload``: rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and
+``priority`` ("high"/"normal") replace the template's for this push."""
+        return self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
     def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -342,14 +343,15 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return self.call(_ops.rotate_token(old_token, new_token))
 
-    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
+    def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
 held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
 again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
-rich fields merged over the template's (docs/PAYLOADS.md)."""
-        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
+rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and ``priority``
+("high"/"normal") replace the template's for this send."""
+        return self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
     def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
@@ -606,32 +608,33 @@ only users with a device of it (IOS, AOS)."""
 answers all of the user's tags."""
         return await self.call(_ops.patch_tags(user_id, tags))
 
-    async def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+    async def preview(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishPreview:
         """What ``publish`` with the same arguments would send, without sending or creating anything:
 the rendered push per locale variant, each platform's provider body and size against its limit,
 the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
 error. ``idempotency_key`` is accepted for symmetry and not sent (nothing is created)."""
-        return await self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+        return await self.call(_ops.preview(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    async def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishPreview:
+    async def preview_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishPreview:
         """What ``publish_topic`` with the same arguments would send, without sending or creating
 anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
-        return await self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
+        return await self.call(_ops.preview_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None) -> m.GeneralPublishAccepted:
+    async def publish(self, type: str, *, topic: str | None = None, condition: str | None = None, filter: Sequence[Sequence[Mapping[str, Any]]] | None = None, segments: Sequence[str] | None = None, exclude_segments: Sequence[str] | None = None, users: Sequence[str] | None = None, platforms: Sequence[str] | None = None, method: str = "TOPIC", variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.GeneralPublishAccepted:
         """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
 (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
 (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
 ``unknown_users``); ``platforms`` narrows any of them; ``method`` SINGLE for filter, segments and
 users. ``payload``: rich fields (docs/PAYLOADS.md). Answers a job id at once, like ``publish_topic``."""
-        return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload))
+        return await self.call(_ops.publish(type, topic=topic, condition=condition, filter=filter, segments=segments, exclude_segments=exclude_segments, users=users, platforms=platforms, method=method, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
-    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None) -> m.PublishAccepted:
+    async def publish_topic(self, type: str, topic: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None, idempotency_key: str | None = None, send_at: datetime | None = None, local_time: str | None = None, platforms: Sequence[str] | None = None, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.PublishAccepted:
         """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
 if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
 reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
-``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
-        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload))
+``payload``: rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and
+``priority`` ("high"/"normal") replace the template's for this push."""
+        return await self.call(_ops.publish_topic(type, topic, variables=variables, data=data, title=title, body=body, idempotency_key=idempotency_key, send_at=send_at, local_time=local_time, platforms=platforms, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
     async def put_apns_credentials(self, service: str, *, key_id: str, team_id: str, bundle_id: str, private_key: str, sandbox: bool = False) -> m.CredentialsStatus:
         """Store a service's APNs signing key (encrypted at rest). Admin token."""
@@ -701,14 +704,15 @@ again with fewer arguments never wipes what an earlier call set."""
         """Replace a push token by its new value everywhere it is registered."""
         return await self.call(_ops.rotate_token(old_token, new_token))
 
-    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None) -> m.SendResult | m.PublishAccepted:
+    async def send_to_user(self, user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None, data: Mapping[str, str] | None = None, send_at: datetime | None = None, idempotency_key: str | None = None, quiet_hours: bool = False, payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None, priority: str | None = None) -> m.SendResult | m.PublishAccepted:
         """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
 or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
 ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
 held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
 again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
-rich fields merged over the template's (docs/PAYLOADS.md)."""
-        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload))
+rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and ``priority``
+("high"/"normal") replace the template's for this send."""
+        return await self.call(_ops.send_to_user(user_id, type, variables=variables, data=data, send_at=send_at, idempotency_key=idempotency_key, quiet_hours=quiet_hours, payload=payload, ttl_seconds=ttl_seconds, priority=priority))
 
     async def subscribe_cycle(self, user_id: str, type: str, *, days: Sequence[str], hour: int, minute: int, timezone: str | None = None) -> m.Subscribed:
         """Subscribe the user to the recurring schedule of a CYCLE template."""
