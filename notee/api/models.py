@@ -305,12 +305,20 @@ class VariantIn(_In):
     title: OneLine = Field(min_length=1, max_length=200)
     body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
     data: DataMap | None = Field(None, description="Merged over the template's data")
+    subtitle: OneLine | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="This locale's iOS subtitle (replaces payload.ios.subtitle for its recipients); takes "
+        "placeholders like the title",
+    )
 
 
 class VariantOut(BaseModel):
     title: str
     body: str
     data: dict[str, str] | None = None
+    subtitle: str | None = None
 
 
 class TemplateIn(_In):

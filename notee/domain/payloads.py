@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from notee.core.errors import InvalidInput, PayloadTooLarge
-from notee.domain import render
+from notee.domain import payload_variants, render
 from notee.providers import apns, fcm
 from notee.providers.payload import OWNED_ANDROID, OWNED_ANDROID_NOTIFICATION, OWNED_APS, Rich
 
@@ -297,6 +297,7 @@ def check_template(method: str, content: render.TemplateContent, spec: Mapping[s
     """``render.check_template`` for a template with a payload: a default its payload's text fields
     use is not unused, and those fields follow the same placeholder rules."""
     used = {name for text in texts(spec).values() for name in render.placeholders(text)}
+    used |= payload_variants.check(method, content)  # each variant's own subtitle
     try:
         render.check_template(method, content)
     except InvalidInput as exc:

@@ -26,7 +26,7 @@ from notee.core import clock
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
-from notee.domain import payloads
+from notee.domain import payload_variants, payloads
 from notee.domain.conditions import parse_condition
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
@@ -160,30 +160,35 @@ def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
     """The job's payload: rendered once here for every recipient of the job, once per locale
     variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
     rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
-    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md)."""
+    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md);
+    a variant's own subtitle as its ``subtitle``."""
     spec = payloads.merge(template.payload, (request.overrides or {}).get("payload"))
-    localized, rich = payloads.render_with(
+    content = TemplateContent(
+        template.title,
+        template.body,
+        template.data,
+        template.defaults,
+        template.ttl_seconds,
+        template.priority,
+        variants_from_json(template.variants),
+    )
+    (localized, subtitles), rich = payloads.render_with(
         spec,
         template.defaults,
         request.variables,
-        lambda: render_all(
-            TemplateContent(
-                template.title,
-                template.body,
-                template.data,
-                template.defaults,
-                template.ttl_seconds,
-                template.priority,
-                variants_from_json(template.variants),
-            ),
-            request.variables,
-            request.overrides,
+        lambda: payload_variants.with_missing(
+            lambda: render_all(content, request.variables, request.overrides),
+            lambda: payload_variants.render_subtitles(content, request.variables),
         ),
     )
-    payloads.check_rendered(rich, {None: localized.default, **localized.variants})
-    payload = localized.as_job_payload()
+    for key, push in {None: localized.default, **localized.variants}.items():
+        sub = subtitles.get(key) if key else None
+        payloads.check_rendered(payload_variants.for_variant(rich, sub), {key: push})
+    payload: dict[str, Any] = localized.as_job_payload()
     if rich:
         payload["rich"] = rich
+    for tag, sub in subtitles.items():  # a variant's own subtitle: the workers apply it to ``rich``
+        payload["variants"][tag]["subtitle"] = sub
     return payload
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from notee.core import clock
 from notee.core.errors import QuietDropped, QuietHoursNow
-from notee.domain import payloads, services, templates, users
+from notee.domain import payload_variants, payloads, services, templates, users
 from notee.domain.liquid import Scope
 from notee.domain.render import Rendered, TemplateContent, choose_variant, recipient_fields, render
 from notee.domain.rules import check_data, check_send_inputs
@@ -69,14 +69,15 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     if now is not None and window is not None:
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
     content = template.content()
-    pushes, rich = _render_pushes(
+    pushes, riches = _render_pushes(
         _Renderable(content, variables, overrides, payloads.merge(template.payload, send.payload)),
         _recipient(user, service_row.timezone, user_tags) if reads else None,
         [d.locale or user.locale for d in devices],
     )
     messages = []
     for d in devices:
-        push = pushes[_which(content, d.locale or user.locale, bool(reads))]
+        which = _which(content, d.locale or user.locale, bool(reads))
+        push, rich = pushes[which], riches[which[0]]
         messages.append(
             Message(
                 device_token=d.token,
@@ -118,10 +119,11 @@ def _which(content: TemplateContent, locale: str | None, personal: bool) -> tupl
 
 def _render_pushes(
     what: _Renderable, recipient: dict[str, Any] | None, locales: list[str | None]
-) -> tuple[dict[tuple[str | None, str | None], Rendered], Rich | None]:
+) -> tuple[dict[tuple[str | None, str | None], Rendered], dict[str | None, Rich | None]]:
     """Each render the devices (of ``locales``) need, once: per variant, or, when the template reads
-    the recipient (``recipient`` given), per (variant, locale); and the rich fields, their text
-    rendered with the first (a request that cannot render is refused even when the user has no device)."""
+    the recipient (``recipient`` given), per (variant, locale); and the rich fields per variant
+    (a variant's own subtitle over them), their text rendered with the first (a request that cannot
+    render is refused even when the user has no device)."""
 
     def one(which: tuple[str | None, str | None], locale: str | None) -> Rendered:
         scope = Scope(locale=which[0]) if recipient is None else Scope(recipient | {"locale": locale}, which[0])
@@ -130,14 +132,21 @@ def _render_pushes(
     wanted = [(_which(what.content, locale, recipient is not None), locale) for locale in locales]
     first = wanted[0] if wanted else (_which(what.content, None, recipient is not None), None)
     pushes: dict[tuple[str | None, str | None], Rendered] = {}
-    pushes[first[0]], rich_spec = payloads.render_with(
-        what.spec, what.content.defaults, what.variables, lambda: one(*first)
+    (pushes[first[0]], subtitles), rich_spec = payloads.render_with(
+        what.spec,
+        what.content.defaults,
+        what.variables,
+        lambda: payload_variants.with_missing(
+            lambda: one(*first), lambda: payload_variants.render_subtitles(what.content, what.variables)
+        ),
     )
     for which, locale in wanted:
         if which not in pushes:
             pushes[which] = one(which, locale)
-    payloads.check_rendered(rich_spec, pushes)
-    return pushes, Rich.from_spec(rich_spec)
+    specs = {tag: payload_variants.for_variant(rich_spec, subtitles.get(tag) if tag else None) for tag, _ in pushes}
+    for which, push in pushes.items():
+        payloads.check_rendered(specs[which[0]], {which[0]: push})
+    return pushes, {tag: Rich.from_spec(spec) for tag, spec in specs.items()}
 
 
 def _check_quiet(now: datetime, zone_name: str, window: tuple[int, int], mode: str, devices: int) -> None:
