@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from notee.core.errors import InvalidInput, PayloadTooLarge
-from notee.domain import payload_variants, render
+from notee.domain import override_types, payload_variants, render
 from notee.providers import apns, fcm
 from notee.providers.payload import OWNED_ANDROID, OWNED_ANDROID_NOTIFICATION, OWNED_APS, Rich
 
@@ -148,6 +148,7 @@ def _override(value: Any) -> dict[str, Any]:
         for key in block:
             if key in owned:
                 raise _problem(("override", side, key), "is set by Notee; use the payload's own field", "owned_key")
+            _typed((side, key), block[key])
         notification = block.get("notification")
         if side == "android" and notification is not None:
             if not isinstance(notification, dict):
@@ -159,6 +160,7 @@ def _override(value: Any) -> dict[str, Any]:
                         "is set by Notee; use the payload's own field",
                         "owned_key",
                     )
+                _typed(("android", "notification", key), notification[key])
         out[side] = block
     for key in value:
         if key not in ("android", "apns"):
@@ -170,6 +172,15 @@ def _override(value: Any) -> dict[str, Any]:
     if size > MAX_OVERRIDE_BYTES:
         raise _problem(("override",), f"takes {size} bytes; at most {MAX_OVERRIDE_BYTES}", "too_long")
     return out
+
+
+def _typed(path: tuple[str, ...], value: Any) -> None:
+    """An override value of the type the provider takes (``override_types``), else 422 naming it."""
+    if path[1:2] == ("notification",) and len(path) == 2:
+        return  # the block itself, checked key by key
+    found = override_types.problem(path[0], path[-1], value, notification=len(path) == 3)
+    if found is not None:
+        raise _problem(("override", *path), found[1], found[0])
 
 
 def _strings(value: Any) -> list[str]:
