@@ -117,14 +117,21 @@ def save_template(
     method, type_ = form.get("method", ""), form.get("type", "").strip()
     try:
         ttl = form.get("ttl_seconds", "").strip()
+        if ttl and not ttl.isdigit():  # not dropped silently: the template would keep no TTL
+            raise InvalidInput("ttl_seconds: a whole number of seconds", details=[{"loc": ["ttl_seconds"]}])
+        payload = _json_object(form.get("payload", ""), "payload")
+        if form.get("kind") == "background":  # a silent push: the payload's kind, no title or body
+            payload = (
+                {**payload, "kind": "background"} if isinstance(payload, dict) else payload or {"kind": "background"}
+            )
         given = TemplateInput(
             title=form.get("title", ""),
             body=form.get("body", "").replace("\r\n", "\n"),
             data=_pairs(form.get("data", ""), "data"),
             defaults=_pairs(form.get("defaults", ""), "defaults"),
-            ttl_seconds=int(ttl) if ttl.isdigit() else None,
+            ttl_seconds=int(ttl) if ttl else None,
             priority=form.get("priority", "high"),
-            payload=_json_object(form.get("payload", ""), "payload"),
+            payload=payload,
         )
         templates.put_template(db, runtime.statements, service, method, type_, given)
         db.commit()
