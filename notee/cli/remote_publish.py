@@ -182,7 +182,7 @@ def _follow(notee: Any, job_id: str, timeout: float | None) -> Any:
     """The job once its counts are final, with a progress line on stderr meanwhile; exit 1 after
     ``timeout`` seconds (the job goes on)."""
     # deferred: the SDK is its own distribution, loaded only by these commands (see remote_client.sdk_client).
-    from notee_client import JobTimeout
+    from notee_sdk import JobTimeout
 
     bar = _ProgressLine()
     try:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
-from notee_client import models as m
+from notee_sdk import models as m
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -30,7 +30,7 @@ class Op(Generic[Parsed]):
     params: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     #: May be sent again after a 502/503/504, a dropped connection or a read timeout without doing
-    #: the work twice (notee_client.client's retry policy). Every
+    #: the work twice (notee_sdk.client's retry policy). Every
     #: PUT/GET/DELETE of the API is idempotent; a POST only when it is an upsert or carries an
     #: Idempotency-Key. A 429 is always retried: the request was refused before any work.
     repeatable: bool = True
