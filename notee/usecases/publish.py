@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee.core import clock
+from notee.core import clock, tracing
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
@@ -105,7 +105,17 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
     False then). A USER target (a scheduled single send) has one task. Raises NotFound (no such
     template for the service) and InvalidInput/PayloadTooLarge (rendering); InvalidInput when the
-    idempotency key was used by a different request. ``JobRequest`` says what each field asks."""
+    idempotency key was used by a different request. ``JobRequest`` says what each field asks.
+    Traced as ``notee.publish``; the job's payload carries its ``trace`` (docs/DEPLOY.md "Tracing")."""
+    attributes = {"notee.service": request.service, "notee.method": request.method, "notee.type": request.type_}
+    with tracing.span("notee.publish", attributes) as span:
+        job = _create_job(runtime, session, request)
+        if span is not None:
+            span.set_attributes({"notee.job_id": job.job_id, "notee.job_created": job.created})
+        return job
+
+
+def _create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRow:
     kind, target_json = encode_target(request.target)
     fingerprint = request.fingerprint(kind, target_json)
     if request.idempotency_key is not None:
@@ -114,6 +124,8 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
             return _same_request(existing, fingerprint)
     template = _template_of(session, request)
     payload = render_payload(template, request)
+    if (trace := tracing.traceparent()) is not None:  # the workers' task spans join this trace
+        payload["trace"] = trace
     service_row = services_sql.get_service(session, request.service)
     plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
     job = NewJob(
@@ -163,15 +175,8 @@ def render_payload(template: AnyRow, request: JobRequest) -> dict[str, Any]:
     are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md);
     a variant's own subtitle as its ``subtitle``."""
     spec = payloads.merge(template.payload, (request.overrides or {}).get("payload"))
-    content = TemplateContent(
-        template.title,
-        template.body,
-        template.data,
-        template.defaults,
-        template.ttl_seconds,
-        template.priority,
-        variants_from_json(template.variants),
-    )
+    fields = (template.title, template.body, template.data, template.defaults, template.ttl_seconds)
+    content = TemplateContent(*fields, template.priority, variants_from_json(template.variants))
     (localized, subtitles), rich = payloads.render_with(
         spec,
         template.defaults,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from notee.core import clock
+from notee.core import clock, tracing
 from notee.core.errors import QuietDropped, QuietHoursNow
 from notee.domain import payload_variants, payloads, services, templates, users
 from notee.domain.liquid import Scope
@@ -167,9 +167,11 @@ async def send_single(
     """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API
     is shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead
     letters are recorded, and the counts say so."""
-    messages, dry_run = await asyncio.to_thread(prepare_single, runtime, send)
-    options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
-    result = await deliver(runtime, providers, send.service, messages, options)
+    attributes = {"notee.service": send.service, "notee.type": send.type_}
+    with tracing.span("notee.send", attributes):  # its provider requests are its children
+        messages, dry_run = await asyncio.to_thread(prepare_single, runtime, send)
+        options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
+        result = await deliver(runtime, providers, send.service, messages, options)
     log.info(
         "single send: service=%s type=%s devices=%d delivered=%d pruned=%d failed=%d (no_credentials=%d)%s",
         send.service,
