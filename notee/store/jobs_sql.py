@@ -21,9 +21,9 @@ from notee.core.vocabulary import JobFilter, JobState, Progress
 from notee.store import webhooks_sql
 from notee.store.mysql import affected
 
-
 # What encode_target writes (notee/core/vocabulary.py); checked here, not by the table.
 TARGET_KINDS = ("TOPIC", "CYCLE", "USER", "COND", "AUD")
+
 
 @dataclass(frozen=True, slots=True)
 class JobRow:

@@ -37,4 +37,3 @@ def test_the_first_text_of_0026_is_accepted_as_applied_and_any_other_edit_is_not
         migrate._pending(applied | {26: "0" * 64}, files, store="mysql")
     with pytest.raises(migrate.HistoryMismatch):
         migrate._pending(applied | {27: first}, files, store="mysql")
-
