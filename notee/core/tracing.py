@@ -19,6 +19,7 @@ design, and every process sets it up once at start (``notee.cli.config.load_sett
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -39,33 +40,37 @@ def setup(settings: Settings) -> None:
     if not settings.tracing:
         return
     try:
-        from opentelemetry import trace
+        # deferred: the tracing extra is optional; a process with tracing off never imports it
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.trace import get_tracer, get_tracer_provider, set_tracer_provider
     except ImportError:
         raise TracingUnavailable("NOTEE_TRACING=true needs the tracing extra: pip install 'notee[tracing]'") from None
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    if not isinstance(get_tracer_provider(), TracerProvider):
         provider = TracerProvider(resource=Resource.create({"service.name": settings.tracing_service_name}))
         provider.add_span_processor(BatchSpanProcessor(_exporter(settings.tracing_exporter)))
-        trace.set_tracer_provider(provider)
-    enable(trace.get_tracer("notee"))
+        set_tracer_provider(provider)
+    enable(get_tracer("notee"))
+
+
+# Loaded by name: the OTLP exporter is the operator's choice to install, not a dependency of Notee.
+OTLP_EXPORTER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
 
 
 def _exporter(name: str) -> Any:
     if name == "console":
+        # deferred: the tracing extra is optional (see setup)
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter()
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-            OTLPSpanExporter,
-        )
+        module = importlib.import_module(OTLP_EXPORTER)
     except ImportError:
         raise TracingUnavailable(
             "NOTEE_TRACING_EXPORTER=otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp-proto-http"
         ) from None
-    return OTLPSpanExporter()
+    return module.OTLPSpanExporter()
 
 
 def enable(tracer: Any) -> None:
@@ -91,6 +96,7 @@ def span(name: str, attributes: Attributes | None = None, parent: str | None = N
         return
     context = None
     if parent:
+        # deferred: only with tracing on (the tracing extra is optional)
         from opentelemetry.propagate import extract
 
         context = extract({"traceparent": parent})
@@ -102,6 +108,7 @@ def traceparent() -> str | None:
     """The current span as a W3C ``traceparent`` (to carry to another process), or None."""
     if _state["tracer"] is None:
         return None
+    # deferred: only with tracing on (the tracing extra is optional)
     from opentelemetry.propagate import inject
 
     carrier: dict[str, str] = {}
@@ -113,7 +120,8 @@ def trace_id() -> str | None:
     """The current trace's id (32 hex digits) for the logs, or None outside a span or when off."""
     if _state["tracer"] is None:
         return None
-    from opentelemetry import trace
+    # deferred: only with tracing on (the tracing extra is optional)
+    from opentelemetry.trace import get_current_span
 
-    context = trace.get_current_span().get_span_context()
+    context = get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None

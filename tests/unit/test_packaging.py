@@ -118,9 +118,7 @@ def test_the_emulators_server_is_an_extra_production_does_not_carry() -> None:
 
 
 def test_every_runtime_dependency_is_imported_and_every_import_declared() -> None:
-    declared = {canonicalize_name(r.name) for r in _requirements(None)} | {
-        canonicalize_name(r.name) for r in _requirements("emulator")
-    }
+    declared = {canonicalize_name(r.name) for g in (None, "emulator", "tracing") for r in _requirements(g)}
     imported = _distributions(_imported_modules(ROOT / "notee"))
     undeclared = {m: d for m, d in imported.items() if d not in declared}
     assert not undeclared, f"notee/ imports distributions missing from [project.dependencies]: {undeclared}"
@@ -129,7 +127,9 @@ def test_every_runtime_dependency_is_imported_and_every_import_declared() -> Non
 
 
 # tests and bench start the emulator (and talk HTTP/2 with h2): `make venv` installs every extra
-@pytest.mark.parametrize(("folder", "groups"), [("tests", ("test", "emulator")), ("bench", ("bench", "emulator"))])
+@pytest.mark.parametrize(
+    ("folder", "groups"), [("tests", ("test", "emulator", "tracing")), ("bench", ("bench", "emulator"))]
+)
 def test_test_and_bench_imports_are_declared_in_their_extras(folder: str, groups: tuple[str, ...]) -> None:
     declared = {canonicalize_name(r.name) for g in (None, *groups) for r in _requirements(g)}
     imported = _distributions(_imported_modules(ROOT / folder))
