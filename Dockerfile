@@ -19,9 +19,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY ${LOCK} /tmp/requirements.lock
 RUN pip install --no-cache-dir --require-hashes -r /tmp/requirements.lock && rm /tmp/requirements.lock
 COPY --from=build /dist/*.whl /tmp/
-# notee_client (clients/python, the SDK) serves the `notee admin|publish|...` commands over HTTP; its
+# notee_sdk (clients/python, the SDK) serves the `notee admin|publish|...` commands over HTTP; its
 # dependencies (httpx, pydantic) are already in requirements.lock.
-RUN pip install --no-cache-dir --no-deps /tmp/notee-*.whl && pip install --no-cache-dir --no-deps /tmp/notee_client-*.whl \
+RUN pip install --no-cache-dir --no-deps /tmp/notee-*.whl && pip install --no-cache-dir --no-deps /tmp/notee_sdk-*.whl \
     && rm /tmp/*.whl \
     && useradd --system --uid 10001 --home-dir /var/lib/notee --create-home --shell /usr/sbin/nologin notee \
     && install -d -o notee -g notee -m 700 /var/lib/notee/emulator

@@ -33,7 +33,7 @@ LOCK_VENV := .venv-lock
 LOCK := $(LOCK_VENV)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11
 lock:
 	test -x $(LOCK_VENV)/bin/uv || (python3 -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q 'uv>=0.9,<1')
-	$(LOCK) --extra emulator --extra test --extra bench --extra dev -o requirements-dev.lock pyproject.toml
+	$(LOCK) --extra emulator --extra tracing --extra test --extra bench --extra dev -o requirements-dev.lock pyproject.toml
 	$(LOCK) -c requirements-dev.lock -o requirements.lock pyproject.toml
 	$(LOCK) -c requirements-dev.lock --extra emulator -o requirements-emulator.lock pyproject.toml
 
@@ -62,7 +62,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check notee tests bench chaos
 	$(VENV)/bin/mypy --strict notee
 	$(VENV)/bin/mypy --strict chaos  # the chaos run's checker must be as exact as what it checks
-	$(VENV)/bin/mypy --strict clients/python/notee_client  # the SDK: its users type-check their code against it
+	$(VENV)/bin/mypy --strict clients/python/notee_sdk  # the SDK: its users type-check their code against it
 	$(VENV)/bin/vulture   # dead code: names nothing uses ([tool.vulture] in pyproject.toml, vulture_allowlist.py)
 
 ## Every test except the long fault suite and the soak, in lanes, each printing its wall time

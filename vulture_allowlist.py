@@ -55,3 +55,5 @@ _.output_stream_limit
 _.local_namespace_limit
 _.block_nesting_limit
 _.context_depth_limit
+_.context_class  # notee/domain/liquid.py _Template: python-liquid's BoundTemplate makes its render context from it
+_.template_class  # notee/domain/liquid.py _Env: python-liquid's Environment makes its templates from it

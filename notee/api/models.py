@@ -37,8 +37,6 @@ from notee.api.documented import (
     PemKey,
 )
 from notee.api.errors import ErrorResponse
-from notee.core import clock
-from notee.core.errors import InvalidInput
 from notee.core.vocabulary import DeliveryMode, Method, Priority, RateClass
 from notee.domain.rules import (
     APNS_ID_PATTERN,
@@ -314,12 +312,20 @@ class VariantIn(_In):
     title: OneLine = Field(min_length=1, max_length=200)
     body: MultiLine = Field(min_length=1, max_length=2000, description="May contain \\n; no other control characters")
     data: DataMap | None = Field(None, description="Merged over the template's data")
+    subtitle: OneLine | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="This locale's iOS subtitle (replaces payload.ios.subtitle for its recipients); takes "
+        "placeholders like the title",
+    )
 
 
 class VariantOut(BaseModel):
     title: str
     body: str
     data: dict[str, str] | None = None
+    subtitle: str | None = None
 
 
 class TemplateIn(_In):
@@ -379,20 +385,3 @@ class TemplateOut(_Out):
 
 class TemplateList(BaseModel):
     items: list[TemplateOut]
-
-
-def query_instant(value: str | None, name: str) -> datetime | None:
-    """A query parameter's RFC 3339 time (with its offset), as the naive UTC the stores keep. Strict:
-    a number or a time without an offset is refused, not guessed."""
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value) if "T" in value.upper() else None
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise InvalidInput(
-            f"{name} must be an RFC 3339 time with its offset, e.g. 2026-11-30T09:00:00Z",
-            details=[{"loc": ["query", name], "type": "datetime_format", "msg": "RFC 3339 date-time with offset"}],
-        )
-    return clock.naive_utc(moment)

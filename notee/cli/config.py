@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from pydantic import ValidationError
 
-from notee.core import logs
+from notee.core import logs, tracing
 from notee.core.settings import Settings
 
 
@@ -21,4 +21,9 @@ def load_settings(**overrides: object) -> Settings:
             typer.echo(f"notee: invalid configuration: {name}: {error['msg']}", err=True)
         raise typer.Exit(2) from None
     logs.setup(settings.log_level, settings.log_format)
+    try:
+        tracing.setup(settings)
+    except tracing.TracingUnavailable as exc:
+        typer.echo(f"notee: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
     return settings

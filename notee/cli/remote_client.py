@@ -58,7 +58,7 @@ def sdk_client() -> Iterator[Any]:
     try:
         # deferred: the SDK is its own distribution (clients/python), needed only by these commands.
         import httpx
-        from notee_client import Client, NoteeError
+        from notee_sdk import Client, NoteeError
     except ImportError:
         fail("the Notee SDK is not installed: pip install ./clients/python")
     try:

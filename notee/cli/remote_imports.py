@@ -58,7 +58,7 @@ def import_file(
 
 def _follow(notee: Any, import_id: str, timeout: float | None) -> Any:
     # deferred: the SDK is its own distribution, loaded only by these commands (remote_client.sdk_client).
-    from notee_client import JobTimeout
+    from notee_sdk import JobTimeout
 
     bar = ProgressBar()
     try:

@@ -31,6 +31,8 @@ PayloadOpt = typer.Option(None, "--payload", help=PAYLOAD_HELP)
 BadgeOpt = typer.Option(None, "--badge", help="The app icon's badge (0 clears it).")
 SoundOpt = typer.Option(None, "--sound", help="The sound's name.")
 ImageOpt = typer.Option(None, "--image", help="An https:// image URL.")
+TtlOpt = typer.Option(None, "--ttl", help="Seconds FCM and APNs keep the push for an offline device (0..2419200).")
+PriorityOpt = typer.Option(None, "--priority", help="high or normal: replaces the template's priority.")
 BackgroundOpt = typer.Option(
     False, "--background", help="A silent background push (the template's title and body must be empty)."
 )
@@ -78,6 +80,8 @@ def publish(
     sound: str | None = SoundOpt,
     image: str | None = ImageOpt,
     background: bool = BackgroundOpt,
+    ttl: int | None = TtlOpt,
+    priority: str | None = PriorityOpt,
     as_json: AsJson = False,
 ) -> None:
     """Publish a template to one target: TOPIC (or --topic), --condition, --filter, --segment or
@@ -92,6 +96,8 @@ def publish(
         "idempotency_key": idempotency_key,
         "send_at": instant(send_at),
         "payload": payload_of(payload, badge, sound, image, background),
+        "ttl_seconds": ttl,
+        "priority": priority,
     }
     targets = _targets(topic_option if topic is None else topic, condition, filter_json, segment, users)
     general = {"exclude_segments": exclude_segment or None, "platforms": platform or None, "method": method}
@@ -176,7 +182,7 @@ def _follow(notee: Any, job_id: str, timeout: float | None) -> Any:
     """The job once its counts are final, with a progress line on stderr meanwhile; exit 1 after
     ``timeout`` seconds (the job goes on)."""
     # deferred: the SDK is its own distribution, loaded only by these commands (see remote_client.sdk_client).
-    from notee_client import JobTimeout
+    from notee_sdk import JobTimeout
 
     bar = _ProgressLine()
     try:
@@ -281,27 +287,26 @@ def send(
     sound: str | None = SoundOpt,
     image: str | None = ImageOpt,
     background: bool = BackgroundOpt,
+    ttl: int | None = TtlOpt,
+    priority: str | None = PriorityOpt,
     as_json: AsJson = False,
 ) -> None:
     """Send a SINGLE template to every device of one user, now (prints the counts; exit 1 when one
     failed), or at --send-at (prints the scheduled job's id)."""
     when = instant(send_at)
-    rich = payload_of(payload, badge, sound, image, background)
+    asked: dict[str, Any] = {
+        "variables": pairs(var, "--var") or None,
+        "data": pairs(data, "--data") or None,
+        "payload": payload_of(payload, badge, sound, image, background),
+        "ttl_seconds": ttl,
+        "priority": priority,
+    }
     with sdk_client() as notee:
         if when is not None:
-            accepted = notee.send_to_user(
-                user_id,
-                type,
-                variables=pairs(var, "--var") or None,
-                data=pairs(data, "--data") or None,
-                send_at=when,
-                payload=rich,
-            )
+            accepted = notee.send_to_user(user_id, type, send_at=when, **asked)
             say(accepted.job_id, accepted, as_json)
             return
-        result = notee.send_to_user(
-            user_id, type, variables=pairs(var, "--var") or None, data=pairs(data, "--data") or None, payload=rich
-        )
+        result = notee.send_to_user(user_id, type, **asked)
     counts = (
         f"devices {result.devices} · delivered {result.delivered} · failed {result.failed} · pruned {result.pruned}"
     )

@@ -2,7 +2,8 @@
 
 ``log_format="json"`` writes one JSON object per line: time (RFC 3339, UTC), level, logger, message,
 and the request id, job id and service of the work in progress (context variables set by the API's
-request middleware and edge, and by the worker while it runs a task), plus any ``extra`` fields a
+request middleware and edge, and by the worker while it runs a task), the trace id inside a span
+when tracing is on (``notee.core.tracing``; the text format ends with ``trace_id=``), plus any ``extra`` fields a
 line declares in ``FIELDS`` (the access log's method, path, status, duration_ms).
 """
 
@@ -16,6 +17,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
+
+from notee.core import tracing
 
 if TYPE_CHECKING:
     from notee.core.settings import Settings
@@ -50,6 +53,9 @@ class JsonFormatter(logging.Formatter):
             value = var.get()
             if value is not None:
                 line[name] = value
+        trace = tracing.trace_id()
+        if trace is not None:
+            line["trace_id"] = trace
         for name in FIELDS:
             if name in record.__dict__:
                 line[name] = record.__dict__[name]
@@ -58,12 +64,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """The text line, ending with `` trace_id=<32 hex>`` inside a span when tracing is on."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        trace = tracing.trace_id()
+        return line if trace is None else f"{line} trace_id={trace}"
+
+
 def setup(level: str = "INFO", log_format: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])  # a no-op under a test runner's handlers
     for name in QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))

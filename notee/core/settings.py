@@ -349,6 +349,18 @@ class Settings(BaseSettings):
         "`notee healthcheck worker|scheduler`. Unset: no heartbeat.",
     )
 
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry traces of publish -> task -> provider request, with the trace id in the "
+        "logs (docs/DEPLOY.md \"Tracing\"); needs the tracing extra (pip install 'notee[tracing]').",
+    )
+    tracing_exporter: Literal["console", "otlp"] = Field(
+        "otlp",
+        description="Where spans go when this process sets up OpenTelemetry itself: otlp (needs "
+        "opentelemetry-exporter-otlp-proto-http; OTEL_EXPORTER_OTLP_* configure it) or console (stdout).",
+    )
+    tracing_service_name: str = Field("notee", description="The service.name of this process's spans.")
+
     log_level: str = Field("INFO", description="Python logging level.")
     log_format: Literal["text", "json"] = Field(
         "text",

@@ -1,13 +1,13 @@
 """The template language: Liquid (python-liquid), sandboxed and bounded, with Notee's filters
-(docs/TEMPLATES.md). Pure functions, no I/O; ``notee/domain/render.py`` is its one user.
+(``notee/domain/liquid_filters.py``, docs/TEMPLATES.md). Pure functions, no I/O; ``notee/domain/render.py`` is its one user.
 
 Sandboxed by the language: a template reads only the values it is given (request variables,
 defaults, ``recipient``) by item lookup, never a Python attribute; ``include``/``render`` (files),
 ``tablerow`` (HTML) and ``{% raw %}`` (literal braces, which no push may carry) are not tags here.
 Bounded: each field's render stops at LOOP_LIMIT loop iterations in total, OUTPUT_LIMIT characters of
-output, LOCALS_LIMIT bytes of ``assign``/``capture`` values and NESTING_LIMIT nested blocks; an input
-is at most 2,000 characters, so every render ends in milliseconds (tests/unit/test_templates_logic.py
-runs hostile templates).
+output, LOCALS_LIMIT bytes of ``assign``/``capture`` values, NESTING_LIMIT nested blocks and
+TIME_LIMIT_S seconds of wall clock; an input is at most 2,000 characters
+(tests/unit/test_templates_logic.py runs hostile templates).
 
 Missing values: a name the request, the defaults and the recipient all leave unset renders as
 nothing but is recorded when it is output, looped over or given to a filter (``Missing``): the
@@ -20,20 +20,22 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache, wraps
+from time import monotonic
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from babel import Locale, UnknownLocaleError, dates, numbers
 from liquid import BoundTemplate, Environment, RenderContext
 from liquid.builtin.expressions.primitive import RangeLiteral
 from liquid.exceptions import LiquidError, LoopIterationLimitError, OutputStreamLimitError
-from liquid.filter import with_context
 from liquid.undefined import Undefined
 
+from notee.domain.liquid_filters import LOCALE_KEY, ZONE_KEY, datetime_filter, number_filter, plural_filter
+
 LOOP_LIMIT = 1000  # loop iterations of one field's render, nested loops multiplied
+# Wall-clock seconds one field's render may take: the limits above bound each kind of work, not what
+# a loop of filter chains adds up to (a field renders in well under a millisecond, the hostile
+# templates that hit another limit in 0.1 s, over 0.25 s on a loaded 2-core machine: docs/TEMPLATES.md).
+TIME_LIMIT_S = 1.0
 OUTPUT_LIMIT = 8192  # characters one field may render to (a push is at most 4,096 bytes)
 LOCALS_LIMIT = 16384  # bytes of assign/capture values
 NESTING_LIMIT = 10  # nested blocks (if, for, case, ...)
@@ -42,8 +44,6 @@ _REMOVED_TAGS = ("include", "render", "tablerow", "ifchanged")
 RECIPIENT_FIELDS = ("id", "name", "locale", "timezone", "tags")
 # Filters whose output depends on the recipient's time zone: a template using one renders per recipient.
 ZONE_FILTERS = frozenset({"datetime"})
-# The render's formatting locale and zone: keys no Liquid name can spell (":" is not in its grammar).
-LOCALE_KEY, ZONE_KEY = "notee:locale", "notee:zone"
 _NAME_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MARKUP = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
 _STRAY = re.compile(r"\{\{|\}\}|\{%|%\}")
@@ -53,6 +53,19 @@ _LITERAL_OUTPUT = re.compile(
 )
 
 _missing: ContextVar[list[str] | None] = ContextVar("notee_liquid_missing", default=None)
+_deadline: ContextVar[float | None] = ContextVar("notee_liquid_deadline", default=None)
+
+
+class RenderTimeLimitError(LiquidError):
+    """A render went on longer than TIME_LIMIT_S (``_on_time``)."""
+
+
+def _on_time() -> None:
+    """RenderTimeLimitError once the current render's deadline has passed: checked at every variable
+    lookup, filter call and loop (the points every long render passes through over and over)."""
+    deadline = _deadline.get()
+    if deadline is not None and monotonic() > deadline:
+        raise RenderTimeLimitError(f"the render took longer than {TIME_LIMIT_S:g} s", token=None)
 
 
 class Missing(Undefined):
@@ -87,124 +100,30 @@ class Missing(Undefined):
         return 0
 
 
+class _Context(RenderContext):
+    """The render context with the time limit (``BoundTemplate.context_class`` is python-liquid's
+    documented way to use a subclass)."""
+
+    def get(self, path: Any, *args: Any, **kwargs: Any) -> object:
+        _on_time()
+        return super().get(path, *args, **kwargs)
+
+    def raise_for_loop_limit(self, length: int = 1) -> None:
+        _on_time()
+        super().raise_for_loop_limit(length)
+
+
+class _Template(BoundTemplate):
+    context_class = _Context
+
+
 class _Env(Environment):
+    template_class = _Template
     loop_iteration_limit = LOOP_LIMIT
     output_stream_limit = OUTPUT_LIMIT
     local_namespace_limit = LOCALS_LIMIT
     block_nesting_limit = NESTING_LIMIT
     context_depth_limit = NESTING_LIMIT
-
-
-def _locale(context: RenderContext) -> Locale:
-    return _parse_locale(str(context.resolve(LOCALE_KEY, default="en") or "en"))
-
-
-@lru_cache(maxsize=256)
-def _parse_locale(tag: str) -> Locale:
-    try:
-        return Locale.parse(tag, sep="-")
-    except (UnknownLocaleError, ValueError):
-        try:
-            return Locale.parse(tag.split("-")[0])
-        except (UnknownLocaleError, ValueError):
-            return Locale.parse("en")
-
-
-@lru_cache(maxsize=256)
-def _zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
-
-
-def _number(value: object) -> Decimal:
-    if isinstance(value, Undefined):
-        str(value)  # records it as missing
-        raise ValueError("a missing value is not a number")
-    try:
-        return Decimal(str(value).strip())
-    except InvalidOperation:
-        raise ValueError(f"{str(value)[:40]!r} is not a number") from None
-
-
-def _instant(value: object) -> datetime:
-    """An ISO 8601 date-time (without offset: UTC) or a Unix time in seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
-    text = str(value).strip()
-    try:
-        if re.fullmatch(r"-?\d+(\.\d+)?", text):
-            return datetime.fromtimestamp(float(text), UTC)
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (ValueError, OverflowError, OSError):
-        raise ValueError(f"{text[:40]!r} is not an ISO 8601 date-time or a Unix time") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-_DATE_STYLES = {"short", "medium", "long", "full"}
-
-
-@with_context
-def datetime_filter(value: object, fmt: object = "medium", *, context: RenderContext) -> str:
-    """``{{ at | datetime: "short" }}``: a date-time in the recipient's time zone and locale. ``fmt``:
-    short, medium, long, full (date and time), ``date:<style>``, ``time:<style>`` or a CLDR pattern."""
-    if isinstance(value, Undefined):
-        return str(value)
-    zone = str(context.resolve(ZONE_KEY, default="UTC") or "UTC")
-    locale = str(context.resolve(LOCALE_KEY, default="en") or "en")
-    return _format_datetime(value if isinstance(value, (int, float)) else str(value), str(fmt), zone, locale)
-
-
-@lru_cache(maxsize=4096)
-def _format_datetime(value: str | float, style: str, zone: str, tag: str) -> str:
-    """The datetime filter's text: cached, as a job formats the same instants in a few zones and
-    locales for every recipient (babel's formatting is the costly part of a per-recipient render)."""
-    moment = _instant(value).astimezone(_zone(zone))
-    locale = _parse_locale(tag)
-    kind, _, sub = style.partition(":")
-    if kind == "date" and (sub or "medium") in _DATE_STYLES:
-        return dates.format_date(moment, sub or "medium", locale=locale)
-    if kind == "time" and (sub or "medium") in _DATE_STYLES:
-        return dates.format_time(moment, sub or "medium", tzinfo=moment.tzinfo, locale=locale)
-    return dates.format_datetime(moment, style, tzinfo=moment.tzinfo, locale=locale)
-
-
-@with_context
-def number_filter(value: object, digits: object = None, *, context: RenderContext) -> str:
-    """``{{ n | number }}``, ``{{ n | number: 2 }}``: a number in the locale's digits and separators
-    (``digits``: exactly that many decimals)."""
-    if isinstance(value, Undefined):
-        return str(value)
-    amount, locale = _number(value), _locale(context)
-    if digits is None:
-        return numbers.format_decimal(amount, locale=locale)
-    places = max(0, min(int(_number(digits)), 10))
-    pattern = "#,##0" + ("." + "0" * places if places else "")
-    return numbers.format_decimal(amount, format=pattern, locale=locale, decimal_quantization=True)
-
-
-_PLURAL_FORMS = ("zero", "one", "two", "few", "many", "other")
-
-
-@with_context
-def plural_filter(value: object, *forms: object, context: RenderContext, **named: object) -> str:
-    """``{{ n | plural: "message", "messages" }}`` (one, other) or ``{{ n | plural: one: "# item",
-    few: "# items", other: "# items" }}``: the form of the locale's plural category of ``n`` (CLDR),
-    else ``other``; ``#`` in the form is ``n`` in the locale's digits."""
-    if isinstance(value, Undefined):
-        return str(value)
-    unknown = set(named) - set(_PLURAL_FORMS)
-    if unknown:
-        raise ValueError(f"plural takes {', '.join(_PLURAL_FORMS)}, not {', '.join(sorted(unknown))}")
-    if len(forms) > 2:
-        raise ValueError("plural takes two forms (one, other) or named forms")
-    given = {**dict(zip(("one", "other"), forms, strict=False)), **named}
-    if "other" not in given:
-        raise ValueError('plural needs an "other" form')
-    amount, locale = _number(value), _locale(context)
-    form = given.get(locale.plural_form(amount), given["other"])
-    return str(form).replace("#", numbers.format_decimal(amount, locale=locale))
 
 
 _make_range = RangeLiteral._make_range
@@ -230,6 +149,7 @@ def _bounded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(fn)
     def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        _on_time()
         if name.startswith("replace") and isinstance(value, str) and len(args) >= 2:
             old, new = str(args[0]), str(args[1])
             grows = (value.count(old) if old else len(value) + 1) * max(len(new) - len(old), 0)
@@ -291,6 +211,10 @@ class Tags(dict[str, Any]):
 
 class TemplateError(ValueError):
     """A field that is not a template Notee renders: the message says why, readably."""
+
+
+class TemplateTimeout(TemplateError):
+    """A render stopped at TIME_LIMIT_S."""
 
 
 def message_of(exc: LiquidError) -> str:
@@ -384,15 +308,19 @@ class Scope:
 
 def render_text(parsed: Parsed, scope: Mapping[str, Any]) -> tuple[str, list[str]]:
     """The field rendered with ``scope`` (nested values, ``recipient``, LOCALE_KEY, ZONE_KEY) and the
-    names it used that nobody set. TemplateError on a resource limit or a filter's bad input."""
+    names it used that nobody set. TemplateError on a resource limit (TIME_LIMIT_S included) or a
+    filter's bad input."""
     seen: list[str] = []
-    token = _missing.set(seen)
+    token, timer = _missing.set(seen), _deadline.set(monotonic() + TIME_LIMIT_S)
     try:
         text = parsed.template.render(scope)
+    except RenderTimeLimitError as exc:
+        raise TemplateTimeout(message_of(exc)) from None
     except LiquidError as exc:
         raise TemplateError(message_of(exc)) from None
     except (ValueError, ArithmeticError, TypeError) as exc:
         raise TemplateError(str(exc)[:200]) from None
     finally:
         _missing.reset(token)
+        _deadline.reset(timer)
     return text, list(dict.fromkeys(seen))

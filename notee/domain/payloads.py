@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from notee.core.errors import InvalidInput, PayloadTooLarge
-from notee.domain import render
-from notee.providers import apns, fcm, webpush
+from notee.domain import override_types, payload_variants, render
+from notee.providers import apns, fcm
 from notee.providers.payload import OWNED_ANDROID, OWNED_ANDROID_NOTIFICATION, OWNED_APS, Rich
 
 T = TypeVar("T")
@@ -148,6 +148,7 @@ def _override(value: Any) -> dict[str, Any]:
         for key in block:
             if key in owned:
                 raise _problem(("override", side, key), "is set by Notee; use the payload's own field", "owned_key")
+            _typed((side, key), block[key])
         notification = block.get("notification")
         if side == "android" and notification is not None:
             if not isinstance(notification, dict):
@@ -159,6 +160,7 @@ def _override(value: Any) -> dict[str, Any]:
                         "is set by Notee; use the payload's own field",
                         "owned_key",
                     )
+                _typed(("android", "notification", key), notification[key])
         out[side] = block
     for key in value:
         if key not in ("android", "apns"):
@@ -170,6 +172,15 @@ def _override(value: Any) -> dict[str, Any]:
     if size > MAX_OVERRIDE_BYTES:
         raise _problem(("override",), f"takes {size} bytes; at most {MAX_OVERRIDE_BYTES}", "too_long")
     return out
+
+
+def _typed(path: tuple[str, ...], value: Any) -> None:
+    """An override value of the type the provider takes (``override_types``), else 422 naming it."""
+    if path[1:2] == ("notification",) and len(path) == 2:
+        return  # the block itself, checked key by key
+    found = override_types.problem(path[0], path[-1], value, notification=len(path) == 3)
+    if found is not None:
+        raise _problem(("override", *path), found[1], found[0])
 
 
 def _strings(value: Any) -> list[str]:
@@ -297,6 +308,7 @@ def check_template(method: str, content: render.TemplateContent, spec: Mapping[s
     """``render.check_template`` for a template with a payload: a default its payload's text fields
     use is not unused, and those fields follow the same placeholder rules."""
     used = {name for text in texts(spec).values() for name in render.placeholders(text)}
+    used |= payload_variants.check(method, content)  # each variant's own subtitle
     try:
         render.check_template(method, content)
     except InvalidInput as exc:
@@ -370,22 +382,6 @@ def check_size(title: str, body: str, data: Mapping[str, str], spec: Mapping[str
         if size > limit:
             msg = f"{where}{name.upper()} payload would be {size} bytes; at most {limit}"
             over.append({"loc": ["payload", name], "type": "payload_too_large", "msg": msg})
-    if over:
-        raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)
-
-
-def check_web_size(spec: Mapping[str, Any] | None, pushes: Mapping[Any, render.Rendered]) -> None:
-    """Web Push's limit (docs/WEB-PUSH.md): each variant's encrypted body at most 4,096 bytes
-    (``webpush.payload_bytes``), checked before anything is queued or sent for a service with a
-    VAPID key, so an oversized push is refused with 422, never discovered per device."""
-    rich = Rich.from_spec(spec)
-    over: list[dict[str, Any]] = []
-    for key, push in pushes.items():
-        size = webpush.payload_bytes(push.title, push.body, push.data, rich)
-        if size > webpush.PAYLOAD_LIMIT:
-            where = f"variant {key}: " if key else ""
-            msg = f"{where}WEB payload would be {size} bytes encrypted; at most {webpush.PAYLOAD_LIMIT}"
-            over.append({"loc": ["payload", "web"], "type": "payload_too_large", "msg": msg})
     if over:
         raise PayloadTooLarge("rendered push too large: " + "; ".join(d["msg"] for d in over), details=over)
 

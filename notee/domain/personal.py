@@ -40,7 +40,7 @@ _NOBODY: Profile = (None, None, "", "", None)
 class Personalizer:
     """One job's per-recipient renderer (made once per job, used for every page)."""
 
-    __slots__ = ("cache", "fallback", "fields", "priority", "tags", "texts", "ttl", "values")
+    __slots__ = ("cache", "fallback", "fields", "priority", "slow", "tags", "texts", "ttl", "values")
 
     def __init__(self, payload: Mapping[str, Any]) -> None:
         personal = payload["personal"]
@@ -56,6 +56,7 @@ class Personalizer:
         # The profile positions the cache key takes: only what the template reads.
         self.fields = tuple(sorted(_FIELD_INDEX[f] for f in personal["fields"]))
         self.cache: dict[tuple[Any, ...], Text] = {}
+        self.slow = False  # a render hit the time limit: the rest of the job gets the fallback
 
     def text_for(self, profile: Profile | None) -> Text:
         """The recipient's title, body and data (its variant's, rendered with its profile)."""
@@ -74,6 +75,8 @@ class Personalizer:
         text for everyone). Missing values, a limit, a filter's error, ``{{``/``}}`` in the result or a
         provider's size limit: the fallback."""
         fallback = self.fallback.get(tag, self.fallback[""])
+        if self.slow:
+            return fallback
         text = self.texts[tag]
         recipient = {"locale": who[0], "timezone": who[1], "name": who[2], "id": who[3], "tags": who[4]}
         context = liquid.Scope(recipient, tag or None).values(self.values)
@@ -84,6 +87,11 @@ class Personalizer:
             if any(_LEFTOVER.search(t) for t in (title, body, *data.values())):
                 raise liquid.TemplateError("a value would put {{ or }} on a device")
             check_size(Rendered(title, body, data, self.ttl, self.priority))
+        except liquid.TemplateTimeout as exc:
+            # a template slow for one recipient would be as slow for the next: the job's text for all
+            log.warning("a recipient's text took too long (%s): every later recipient gets the job's text", exc)
+            self.slow = True
+            return fallback
         except (liquid.TemplateError, PayloadTooLarge) as exc:
             log.warning("a recipient's text does not render (%s): it gets the job's text", exc)
             return fallback

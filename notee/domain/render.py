@@ -6,24 +6,22 @@ truncate, number, datetime, plural, ...) and ``recipient.*``. A text that does n
 filter, a name that is not letters, digits and ``_``, or ``{{``/``}}`` outside of markup is refused
 when the template is saved, so nothing that looks like a placeholder is ever pushed literally.
 
-Filling: request variables first, then the template's ``defaults``. Every name a render outputs
-(or loops over, or filters) that neither fills is reported in one InvalidInput (422). A CYCLE push
-has no request to fill anything, so a CYCLE template is refused unless every name it reads has a
-default. Values are inserted as they are (never re-rendered), and a rendered text that would still
-carry ``{{...}}`` is refused.
+Filling: request variables, then the template's ``defaults``. Every name a render outputs (or loops
+over, or filters) that neither fills is reported in one InvalidInput (422); a CYCLE template needs a
+default for every name it reads. Values are inserted as they are (never re-rendered), and a rendered
+text that would still carry ``{{...}}`` is refused.
 
 Size: after rendering, each provider's own rule (``fcm.payload_bytes``, ``apns.payload_bytes``, both
-4,096 bytes); a topic or cycle job may reach either platform, so both are checked. Topic and cycle jobs render once per job (``notee.usecases.publish``),
+4,096 bytes; a job may reach either platform). Jobs render once per job (``notee.usecases.publish``),
 single sends once per send (``notee.usecases.single_send``), never once per device -- unless the
 template depends on the recipient (``depends_on_recipient``: ``recipient.*`` or a date filter):
 then the worker renders each recipient's text (``notee/domain/personal.py``).
 
-Locales: a template may hold variants per locale (BCP 47 tags, ``{"de": {"title", "body",
-"data"?}}``); a variant replaces title and body, its data merges over the template's, and it shares
-the template's defaults, ttl and priority. A recipient gets the variant of the best match for its
-locale (``choose_variant``: language-Script-REGION, then language-Script, then language, then the
-template's own text). A topic or cycle job renders the default and every variant once when it is
-made (``render_all``): rendering stays once per job and variant, never per device.
+Locales: variants per locale (BCP 47 tags, ``{"de": {"title", "body", "data"?, "subtitle"?}}``)
+replace title and body (and ``payload.ios.subtitle``), merge their data over the template's, share
+its defaults, ttl and priority. A recipient gets the best match for its locale (``choose_variant``:
+language-Script-REGION, then language-Script, then language, then the template's own text). A job
+renders the default and every variant once (``render_all``), never per device.
 """
 
 from __future__ import annotations
@@ -50,11 +48,12 @@ _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """A template's text in one locale: title and body replace the template's, data merges over it."""
+    """A template's text in one locale: title, body, subtitle replace the template's, data merges over it."""
 
     title: str
     body: str
     data: Mapping[str, str] | None = None
+    subtitle: str | None = None  # replaces payload.ios.subtitle (docs/PAYLOADS.md); rendered like it
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +84,9 @@ def variants_from_json(value: Any) -> dict[str, Variant] | None:
         return None
     if isinstance(value, (str, bytes)):
         value = json.loads(value)
-    return {k: Variant(v["title"], v["body"], v.get("data") or None) for k, v in value.items()} or None
+    return {
+        k: Variant(v["title"], v["body"], v.get("data") or None, v.get("subtitle")) for k, v in value.items()
+    } or None
 
 
 def choose_variant(locale: str | None, variants: Collection[str]) -> str | None:
@@ -249,9 +250,7 @@ def merge(template: TemplateContent, overrides: Mapping[str, Any] | None) -> tup
     overrides = overrides or {}
     title: str = overrides["title"] if overrides.get("title") is not None else template.title
     body: str = overrides["body"] if overrides.get("body") is not None else template.body
-    base: Any = template.data or {}
-    if isinstance(base, (str, bytes)):  # a JSON column read as text
-        base = json.loads(base)
+    base = _data_map(template.data)
     return title, body, {str(k): str(v) for k, v in {**base, **(overrides.get("data") or {})}.items()}
 
 
@@ -298,13 +297,15 @@ def render(
     scope: liquid.Scope | None = None,
 ) -> Rendered:
     """The push every recipient gets (or, with ``scope.recipient``, the one recipient's): overrides
-    (title, body replace; data merges over the template's), then variables and defaults filled into
+    (title, body, ttl_seconds, priority replace; data merges over the template's), then variables and defaults filled into
     title, body and data values, then the providers' size rules. Raises InvalidInput (every missing
     variable at once, a field that does not render, or a value that would put ``{{``/``}}`` on a
     device) and PayloadTooLarge."""
     values = {**(template.defaults or {}), **(variables or {})}
     title, body, data = fill(merge(template, overrides), values, scope or liquid.Scope())
-    rendered = Rendered(title, body, data, template.ttl_seconds, template.priority or "high")
+    over = overrides or {}  # a publish's or send's own ttl and priority replace the template's
+    ttl = over["ttl_seconds"] if over.get("ttl_seconds") is not None else template.ttl_seconds
+    rendered = Rendered(title, body, data, ttl, over.get("priority") or template.priority or "high")
     leftovers = [
         loc
         for loc, text in _fields(rendered.title, rendered.body, rendered.data)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from notee.core.errors import InvalidInput
-from notee.core.vocabulary import allowed_token_uris
+from notee.core.vocabulary import PRIORITIES, allowed_token_uris
 
 SERVICE_PATTERN = r"^[A-Z][A-Z0-9_]{1,31}$"
 TYPE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -109,7 +109,8 @@ MAX_ITEM_KEYS = 20  # keys of an object in a list variable
 
 def check_send_inputs(variables: Any, overrides: Any) -> None:
     """Template variables and per-send overrides (title, body, data) follow the templates' text rule:
-    no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values)."""
+    no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values);
+    a ``ttl_seconds`` or ``priority`` override follows the template's rule for it."""
     for name, value in (variables or {}).items():
         check_text("variables", name, min_len=1, max_len=64)
         if name.split(".")[0] == "recipient":
@@ -125,6 +126,10 @@ def check_send_inputs(variables: Any, overrides: Any) -> None:
     for key, value in (overrides.get("data") or {}).items():
         check_text("data", key, min_len=1, max_len=128)
         check_text("data", value, max_len=2000, newlines=True)
+    if overrides.get("ttl_seconds") is not None:
+        check_ttl(overrides["ttl_seconds"])
+    if overrides.get("priority") is not None:
+        check_choice("priority", overrides["priority"], PRIORITIES)
 
 
 def _check_variable(value: Any) -> None:

@@ -205,7 +205,8 @@ def _check_sizes(
 
 def _check_variants(variants: Any) -> dict[str, dict[str, Any]] | None:
     """A template's locale variants: at most MAX_VARIANTS, BCP 47 keys (canonicalised, distinct),
-    each {title, body, data?} under the template's own text rules. None or {}: no variants."""
+    each {title, body, data?, subtitle?} under the template's own text rules (``subtitle``: this
+    locale's ``payload.ios.subtitle``). None or {}: no variants."""
     if variants is None or variants == {}:
         return None
     if not isinstance(variants, dict):
@@ -221,12 +222,14 @@ def _check_variants(variants: Any) -> dict[str, dict[str, Any]] | None:
                 f"the same locale as another key ({key}; tags are case-insensitive)",
                 "duplicate",
             )
-        if not isinstance(v, dict) or set(v) - {"title", "body", "data"}:
-            raise bad(f"variants.{key}", "must be an object with title, body and optional data", "dict_type")
+        if not isinstance(v, dict) or set(v) - {"title", "body", "data", "subtitle"}:
+            raise bad(f"variants.{key}", "must be an object with title, body, optional data and subtitle", "dict_type")
         check_text(f"variants.{key}.title", v.get("title"), min_len=1, max_len=200)
         check_text(f"variants.{key}.body", v.get("body"), min_len=1, max_len=2000, newlines=True)
         vdata = check_data(v.get("data"))
         out[key] = {"title": v["title"], "body": v["body"], **({"data": vdata} if vdata else {})}
+        if v.get("subtitle") is not None:  # this locale's payload.ios.subtitle
+            out[key]["subtitle"] = check_text(f"variants.{key}.subtitle", v["subtitle"], min_len=1, max_len=200)
     return out
 
 

@@ -3,7 +3,8 @@
 
 FCM (HTTP v1): a field it does not know is ``Invalid JSON payload received. Unknown name "x" at
 'message.android.notification': Cannot find field.``; a bad value (a colour that is not ``#rrggbb``,
-an unknown visibility or notification priority, a negative count, a TTL that is not a duration, an
+an unknown visibility or notification priority, a negative count, a TTL that is not a duration or is
+over 4 weeks, an
 analytics label outside ``[a-zA-Z0-9-_.~%]{1,50}``, a non-string data value) is ``Invalid value at
 'message.<path>'``; both are 400 INVALID_ARGUMENT with a ``google.rpc.BadRequest`` naming the field.
 
@@ -53,6 +54,7 @@ _NOTIFICATION_PRIORITY = {
     "PRIORITY_UNSPECIFIED", "PRIORITY_MIN", "PRIORITY_LOW", "PRIORITY_DEFAULT", "PRIORITY_HIGH", "PRIORITY_MAX",
 }  # fmt: skip
 _ANDROID_PRIORITY = {"NORMAL", "HIGH", "normal", "high"}
+MAX_TTL_S = 2_419_200  # FCM keeps a message at most 4 weeks; a longer android.ttl is INVALID_ARGUMENT
 APNS_PUSH_TYPES = {
     "alert", "background", "location", "voip", "complication", "fileprovider", "mdm", "liveactivity",
     "pushtotalk", "controls", "widgets",
@@ -112,8 +114,9 @@ def _check_android(android: Any) -> None:
     _unknown("message.android", android, _FCM_ANDROID)
     if "priority" in android and android["priority"] not in _ANDROID_PRIORITY:
         raise _invalid("message.android.priority", android["priority"])
-    if "ttl" in android and not (isinstance(android["ttl"], str) and _DURATION.match(android["ttl"])):
-        raise _invalid("message.android.ttl", android["ttl"])
+    ttl = android.get("ttl")
+    if ttl is not None and not (isinstance(ttl, str) and _DURATION.match(ttl) and float(ttl[:-1]) <= MAX_TTL_S):
+        raise _invalid("message.android.ttl", ttl)
     notification = android.get("notification")
     if notification is None:
         return
@@ -174,6 +177,13 @@ def fcm_device_view(message: dict[str, Any]) -> dict[str, Any]:
             "notification": {**notification, **(android.get("notification") or {})} or None,
             "data": data,
             "priority": android.get("priority"),
+            "ttl": android.get("ttl"),
         },
-        "ios": {"aps": aps, "data": data, "push_type": headers.get("apns-push-type", "alert")},
+        "ios": {
+            "aps": aps,
+            "data": data,
+            "push_type": headers.get("apns-push-type", "alert"),
+            "priority": headers.get("apns-priority"),
+            "expiration": headers.get("apns-expiration"),
+        },
     }

@@ -167,8 +167,9 @@ def apns_headers(
         (b"apns-priority", b"10" if m.priority == "high" and not background else b"5"),
         (b"apns-id", apns_id or str(uuid.uuid4()).encode()),
     ]
-    if m.ttl_seconds is not None:
-        headers.append((b"apns-expiration", str(int(now if now is not None else time.time()) + m.ttl_seconds).encode()))
+    expiration = m.apns_expiration(now if now is not None else time.time())
+    if expiration is not None:
+        headers.append((b"apns-expiration", expiration.encode()))
     if m.collapse_key:
         headers.append((b"apns-collapse-id", m.collapse_key.encode()[:64]))
     return headers

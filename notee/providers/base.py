@@ -29,6 +29,13 @@ class Message:
     rich: Rich | None = None  # the rich fields (docs/PAYLOADS.md), one object shared by a whole page
     notification_id: str = ""  # notee.core.notification_id: echoed by the app in its receipts; "": none
 
+    def apns_expiration(self, now: float) -> str | None:
+        """The ``apns-expiration`` header of this push's TTL: ``0`` for a TTL of 0 (APNs tries once and
+        does not store it, as FCM does with ``ttl: 0s``), else the UNIX time it expires; None: no TTL."""
+        if self.ttl_seconds is None:
+            return None
+        return "0" if self.ttl_seconds == 0 else str(int(now) + self.ttl_seconds)
+
 
 @dataclass(frozen=True, slots=True)
 class Delivered:

@@ -70,8 +70,9 @@ def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
     out["android"] = android
     background = rich is not None and rich.background
     apns_headers = {"apns-priority": "10" if m.priority == "high" and not background else "5"}
-    if m.ttl_seconds is not None:
-        apns_headers["apns-expiration"] = str(int(now if now is not None else time.time()) + m.ttl_seconds)
+    expiration = m.apns_expiration(now if now is not None else time.time())
+    if expiration is not None:
+        apns_headers["apns-expiration"] = expiration
     if m.collapse_key:
         apns_headers["apns-collapse-id"] = m.collapse_key
     if rich is not None:

@@ -21,6 +21,9 @@ from notee.core.vocabulary import JobFilter, JobState, Progress
 from notee.store import webhooks_sql
 from notee.store.mysql import affected
 
+# What encode_target writes (notee/core/vocabulary.py); checked here, not by the table.
+TARGET_KINDS = ("TOPIC", "CYCLE", "USER", "COND", "AUD")
+
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
@@ -136,7 +139,10 @@ def insert_job(session: Session, job: NewJob) -> None:
     ``send_at`` (naive UTC): the job is 'scheduled' while it is in the future (database clock) and
     its tasks are claimable from then on (``lease_until = send_at``): the claim never takes them earlier.
 
-    Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists."""
+    Raises ``sqlalchemy.exc.IntegrityError`` when (service, idempotency_key) already exists, and
+    ValueError for a target kind the workers do not know (the table has no CHECK of it: migration 0026)."""
+    if job.target_kind not in TARGET_KINDS:
+        raise ValueError(f"unknown target kind {job.target_kind!r}; one of {', '.join(TARGET_KINDS)}")
     session.execute(
         text(
             "INSERT INTO fanout_job (job_id, service, notification_key, notification_method, notification_type,"

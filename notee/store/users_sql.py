@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.orm import Session
 
-from notee.core.vocabulary import UserFilter
+from notee.core.vocabulary import OSES, UserFilter
 from notee.store.mysql import AnyRow, affected
 
 metadata = MetaData()
@@ -222,7 +222,10 @@ def upsert_device(
     profile: dict[str, Any] | None = None,
 ) -> AnyRow:
     """``profile``: the device columns the request set (``locale``, ``app_version`` and
-    ``app_version_key``; absent keys are left as they are)."""
+    ``app_version_key``; absent keys are left as they are). ValueError for a platform Notee does not
+    know: the store checks it, the table does not (migration 0031)."""
+    if os not in OSES:
+        raise ValueError(f"unknown device platform {os!r}; one of {', '.join(OSES)}")
     profile = profile or {}
     stmt = mysql_insert(device_t).values(
         service=service,

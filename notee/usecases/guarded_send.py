@@ -6,7 +6,9 @@ as soon as most of the send was unreachable (docs/FANOUT.md "Outages")."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
+from notee.core import tracing
 from notee.core.errors import ProviderUnavailable
 from notee.providers.base import Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
@@ -16,7 +18,18 @@ log = logging.getLogger(__name__)
 
 async def send_guarded(provider: Provider, messages: list[Message], breaker: CircuitBreaker | None) -> list[Outcome]:
     """``provider.send`` guarded by the circuit breaker (None: unguarded): refused while it is open, one message as a
-    probe when it is half-open, and it opens when most of the send was unreachable."""
+    probe when it is half-open, and it opens when most of the send was unreachable. Traced as
+    ``notee.provider.send`` with its outcome counts (``notee.core.tracing``)."""
+    attributes: dict[str, str | int] = {"notee.provider": provider.name, "notee.messages": len(messages)}
+    with tracing.span("notee.provider.send", attributes) as span:
+        outcomes = await _send_guarded(provider, messages, breaker)
+        if span is not None:
+            for kind, count in Counter(type(o).__name__ for o in outcomes).items():
+                span.set_attribute(f"notee.outcome.{kind}", count)
+        return outcomes
+
+
+async def _send_guarded(provider: Provider, messages: list[Message], breaker: CircuitBreaker | None) -> list[Outcome]:
     if breaker is None:
         return await provider.send(messages)
     name = provider.name

@@ -153,3 +153,10 @@ class ScheduledSingle:
     variables: dict[str, Any] | None = None
     data: dict[str, Any] | None = None
     payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
+    ttl_seconds: int | None = None  # over the template's
+    priority: str | None = None  # over the template's
+
+    def overrides(self, data: dict[str, str] | None) -> dict[str, Any] | None:
+        """What this send changes of its template: ``data`` (checked), payload, ttl and priority."""
+        asked = {"data": data, "payload": self.payload, "ttl_seconds": self.ttl_seconds, "priority": self.priority}
+        return {k: v for k, v in asked.items() if v is not None and v != {}} or None

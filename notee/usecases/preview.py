@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from notee.domain.credentials import credentials_status
+from notee.domain.payload_variants import for_variant
 from notee.domain.personal import Personalizer, Profile
 from notee.providers import apns, fcm, webpush
 from notee.providers.base import Message
@@ -112,12 +113,14 @@ def _preview_of(
         )
     routes = _routes(session, request.service, target.platforms)
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
-    rich = Rich.from_spec(payload.get("rich"))
     variants = []
     for tag, (title, body, data) in texts.items():
+        subtitle = (payload.get("variants") or {}).get(tag, {}).get("subtitle") if tag else None
+        spec = for_variant(payload.get("rich"), subtitle)  # a variant's own subtitle over the payload
+        rich = Rich.from_spec(spec)
         m = Message(SAMPLE_TOKEN, "AOS", title, body, data, ttl, priority, rich.collapse_key if rich else None, rich)
         shown = {os: _platform(m, provider) for os, provider in routes.items()}
-        variants.append(VariantPreview(tag or None, title, body, data, payload.get("rich"), shown))
+        variants.append(VariantPreview(tag or None, title, body, data, spec, shown))
         warnings += [
             f"{os} ({p.provider}): {p.bytes} bytes, over its limit of {p.limit}{f' (locale {tag})' if tag else ''}"
             for os, p in shown.items()

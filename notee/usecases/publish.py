@@ -22,11 +22,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from notee.core import clock
+from notee.core import clock, tracing
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.settings import Settings
 from notee.core.vocabulary import AudienceTarget, ConditionTarget, TopicTarget, UserTarget, encode_target
-from notee.domain import payloads, vapid
+from notee.domain import payload_variants, payloads, vapid, web_payloads
 from notee.domain.conditions import parse_condition
 from notee.domain.render import TemplateContent, render_all, variants_from_json
 from notee.domain.rules import DEFAULT_TIMEZONE, check_data, check_send_inputs
@@ -105,7 +105,17 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
     idempotency key already used by this service, return that job instead (``JobRow.created`` is
     False then). A USER target (a scheduled single send) has one task. Raises NotFound (no such
     template for the service) and InvalidInput/PayloadTooLarge (rendering); InvalidInput when the
-    idempotency key was used by a different request. ``JobRequest`` says what each field asks."""
+    idempotency key was used by a different request. ``JobRequest`` says what each field asks.
+    Traced as ``notee.publish``; the job's payload carries its ``trace`` (docs/DEPLOY.md "Tracing")."""
+    attributes = {"notee.service": request.service, "notee.method": request.method, "notee.type": request.type_}
+    with tracing.span("notee.publish", attributes) as span:
+        job = _create_job(runtime, session, request)
+        if span is not None:
+            span.set_attributes({"notee.job_id": job.job_id, "notee.job_created": job.created})
+        return job
+
+
+def _create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRow:
     kind, target_json = encode_target(request.target)
     fingerprint = request.fingerprint(kind, target_json)
     if request.idempotency_key is not None:
@@ -114,6 +124,8 @@ def create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobRo
             return _same_request(existing, fingerprint)
     template = _template_of(session, request)
     payload = render_payload(template, request, web=vapid.has_vapid_key(session, request.service))
+    if (trace := tracing.traceparent()) is not None:  # the workers' task spans join this trace
+        payload["trace"] = trace
     service_row = services_sql.get_service(session, request.service)
     plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
     job = NewJob(
@@ -160,33 +172,30 @@ def render_payload(template: AnyRow, request: JobRequest, *, web: bool = False) 
     """The job's payload: rendered once here for every recipient of the job, once per locale
     variant (docs/FANOUT.md); the workers never render, they pick each recipient's variant. The
     rich fields (the template's ``payload``, the request's merged over it: ``overrides["payload"]``)
-    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md).
-    ``web``: the service sends Web Push (it has a VAPID key), so its size limit applies too."""
+    are rendered and measured here too and travel as the job payload's ``rich`` (docs/PAYLOADS.md),
+    a variant's own subtitle as its ``subtitle``; ``web``: Web Push's size limit applies too."""
     spec = payloads.merge(template.payload, (request.overrides or {}).get("payload"))
-    localized, rich = payloads.render_with(
+    fields = (template.title, template.body, template.data, template.defaults, template.ttl_seconds)
+    content = TemplateContent(*fields, template.priority, variants_from_json(template.variants))
+    (localized, subtitles), rich = payloads.render_with(
         spec,
         template.defaults,
         request.variables,
-        lambda: render_all(
-            TemplateContent(
-                template.title,
-                template.body,
-                template.data,
-                template.defaults,
-                template.ttl_seconds,
-                template.priority,
-                variants_from_json(template.variants),
-            ),
-            request.variables,
-            request.overrides,
+        lambda: payload_variants.with_missing(
+            lambda: render_all(content, request.variables, request.overrides),
+            lambda: payload_variants.render_subtitles(content, request.variables),
         ),
     )
-    payloads.check_rendered(rich, {None: localized.default, **localized.variants})
+    for key, push in {None: localized.default, **localized.variants}.items():
+        sub = subtitles.get(key) if key else None
+        payloads.check_rendered(payload_variants.for_variant(rich, sub), {key: push})
     if web:
-        payloads.check_web_size(rich, {None: localized.default, **localized.variants})
-    payload = localized.as_job_payload()
+        web_payloads.check_web_size(rich, {None: localized.default, **localized.variants})
+    payload: dict[str, Any] = localized.as_job_payload()
     if rich:
         payload["rich"] = rich
+    for tag, sub in subtitles.items():  # a variant's own subtitle: the workers apply it to ``rich``
+        payload["variants"][tag]["subtitle"] = sub
     return payload
 
 
@@ -367,7 +376,8 @@ def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -
     like any job; at send_at a worker sends it to the devices the user has then. The caller commits.
     Raises NotFound (user, template), InvalidInput."""
     extra = check_data(send.data)
-    check_send_inputs(send.variables, None)
+    overrides = send.overrides(extra)
+    check_send_inputs(send.variables, overrides)
     when = check_send_at(session, runtime.settings, send.send_at)
     assert when is not None
     if users_sql.get_user(session, send.service, send.user_id) is None:
@@ -383,7 +393,7 @@ def schedule_single(runtime: Runtime, session: Session, send: ScheduledSingle) -
         target=UserTarget(send.user_id),
         idempotency_key=client_idempotency_key(send.idempotency_key),
         variables=send.variables,
-        overrides={**({"data": extra} if extra else {}), **({"payload": send.payload} if send.payload else {})} or None,
+        overrides=overrides,
         send_at=when,
         template=template,
     )

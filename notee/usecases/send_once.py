@@ -45,14 +45,18 @@ class Answer:
 
 
 def fingerprint(send: SingleSend) -> str:
-    """sha256 of what a single send asks (canonical JSON; an empty and a missing map are the same)."""
-    asked = {
+    """sha256 of what a single send asks (canonical JSON; an empty and a missing map are the same;
+    payload, ttl_seconds and priority count when given)."""
+    asked: dict[str, Any] = {
         "user_id": send.user_id,
         "type": send.type_,
         "variables": send.variables or None,
         "data": send.data or None,
         "quiet_hours": send.quiet_hours,
     }
+    # added only when given, so the hash of a send without them is what it was before they existed
+    extra = {"payload": send.payload or None, "ttl_seconds": send.ttl_seconds, "priority": send.priority}
+    asked |= {k: v for k, v in extra.items() if v is not None}
     canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

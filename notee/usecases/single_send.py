@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from notee.core import clock, notification_id
+from notee.core import clock, notification_id, tracing
 from notee.core.errors import QuietDropped, QuietHoursNow
-from notee.domain import payloads, services, templates, users
+from notee.domain import payload_variants, payloads, services, templates, users, web_payloads
 from notee.domain.liquid import Scope
 from notee.domain.render import Rendered, TemplateContent, choose_variant, recipient_fields, render
 from notee.domain.rules import check_data, check_send_inputs
@@ -46,6 +46,8 @@ class SingleSend:
     data: dict[str, str] | None = None
     quiet_hours: bool = False
     payload: dict[str, Any] | None = None  # the rich fields, over the template's (docs/PAYLOADS.md)
+    ttl_seconds: int | None = None  # over the template's
+    priority: str | None = None  # over the template's
     # The notification id's source of this send's pushes (docs/ENGAGEMENT.md): its stats' id.
     send_id: str = field(default_factory=notification_id.new_single_source)
 
@@ -57,7 +59,9 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     PayloadTooLarge, before anything is sent."""
     service, variables = send.service, send.variables
     extra = check_data(send.data)
-    check_send_inputs(variables, None)
+    asked = {"data": extra, "ttl_seconds": send.ttl_seconds, "priority": send.priority}
+    overrides = {k: v for k, v in asked.items() if v is not None and v != {}} or None
+    check_send_inputs(variables, overrides)
     with runtime.sessions() as session:
         service_row = services.get_service(session, service)
         dry_run = service_row.delivery_mode == "dry_run"
@@ -71,18 +75,19 @@ def prepare_single(runtime: Runtime, send: SingleSend) -> tuple[list[Message], b
     if now is not None and window is not None:
         _check_quiet(now, user.timezone or service_row.timezone, window, template.quiet_hours, len(devices))
     content = template.content()
-    overrides = {"data": extra} if extra else None
     spec = payloads.merge(template.payload, send.payload)
-    pushes, rich = _render_pushes(
+    pushes, riches = _render_pushes(
         _Renderable(content, variables, overrides, spec),
         _recipient(user, service_row.timezone, user_tags) if reads else None,
         [d.locale or user.locale for d in devices],
     )
     if any(d.os == "WEB" for d in devices):  # refused before anything is sent, never per device
-        payloads.check_web_size(rich.spec if rich is not None else None, pushes)
+        first = next(iter(riches.values()), None)
+        web_payloads.check_web_size(first.spec if first is not None else None, pushes)
     messages = []
     for d in devices:
-        push = pushes[_which(content, d.locale or user.locale, bool(reads))]
+        which = _which(content, d.locale or user.locale, bool(reads))
+        push, rich = pushes[which], riches[which[0]]
         messages.append(
             Message(
                 device_token=d.token,
@@ -125,10 +130,11 @@ def _which(content: TemplateContent, locale: str | None, personal: bool) -> tupl
 
 def _render_pushes(
     what: _Renderable, recipient: dict[str, Any] | None, locales: list[str | None]
-) -> tuple[dict[tuple[str | None, str | None], Rendered], Rich | None]:
+) -> tuple[dict[tuple[str | None, str | None], Rendered], dict[str | None, Rich | None]]:
     """Each render the devices (of ``locales``) need, once: per variant, or, when the template reads
-    the recipient (``recipient`` given), per (variant, locale); and the rich fields, their text
-    rendered with the first (a request that cannot render is refused even when the user has no device)."""
+    the recipient (``recipient`` given), per (variant, locale); and the rich fields per variant
+    (a variant's own subtitle over them), their text rendered with the first (a request that cannot
+    render is refused even when the user has no device)."""
 
     def one(which: tuple[str | None, str | None], locale: str | None) -> Rendered:
         scope = Scope(locale=which[0]) if recipient is None else Scope(recipient | {"locale": locale}, which[0])
@@ -137,14 +143,21 @@ def _render_pushes(
     wanted = [(_which(what.content, locale, recipient is not None), locale) for locale in locales]
     first = wanted[0] if wanted else (_which(what.content, None, recipient is not None), None)
     pushes: dict[tuple[str | None, str | None], Rendered] = {}
-    pushes[first[0]], rich_spec = payloads.render_with(
-        what.spec, what.content.defaults, what.variables, lambda: one(*first)
+    (pushes[first[0]], subtitles), rich_spec = payloads.render_with(
+        what.spec,
+        what.content.defaults,
+        what.variables,
+        lambda: payload_variants.with_missing(
+            lambda: one(*first), lambda: payload_variants.render_subtitles(what.content, what.variables)
+        ),
     )
     for which, locale in wanted:
         if which not in pushes:
             pushes[which] = one(which, locale)
-    payloads.check_rendered(rich_spec, pushes)
-    return pushes, Rich.from_spec(rich_spec)
+    specs = {tag: payload_variants.for_variant(rich_spec, subtitles.get(tag) if tag else None) for tag, _ in pushes}
+    for which, push in pushes.items():
+        payloads.check_rendered(specs[which[0]], {which[0]: push})
+    return pushes, {tag: Rich.from_spec(spec) for tag, spec in specs.items()}
 
 
 def _check_quiet(now: datetime, zone_name: str, window: tuple[int, int], mode: str, devices: int) -> None:
@@ -165,12 +178,14 @@ async def send_single(
     """``POST /v1/users/{user_id}/send``: (devices targeted, result). When ``stop`` is set (the API
     is shutting down) a retry wait ends at once: what waited is dead-lettered, prunes and dead
     letters are recorded, and the counts say so."""
-    messages, dry_run, keys = await asyncio.to_thread(prepare_single, runtime, send)
-    ttl_s = runtime.settings.receipts_retention_days * 86_400
-    if messages:  # known before anything is sent: a receipt may come back before this call ends
-        await asyncio.to_thread(runtime.statements.add_source, send.service, send.send_id, keys, (0, 0), ttl_s)
-    options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
-    result = await deliver(runtime, providers, send.service, messages, options)
+    attributes = {"notee.service": send.service, "notee.type": send.type_}
+    with tracing.span("notee.send", attributes):  # its provider requests are its children
+        messages, dry_run, keys = await asyncio.to_thread(prepare_single, runtime, send)
+        ttl_s = runtime.settings.receipts_retention_days * 86_400
+        if messages:  # known before anything is sent: a receipt may come back before this call ends
+            await asyncio.to_thread(runtime.statements.add_source, send.service, send.send_id, keys, (0, 0), ttl_s)
+        options = DeliveryOptions(dry_run=dry_run, stop=stop, dead_letter_on_stop=True)
+        result = await deliver(runtime, providers, send.service, messages, options)
     if messages:
         try:
             sent = (len(messages), result.delivered)

@@ -10,6 +10,7 @@ from typing import Any
 
 from notee.core import notification_id
 from notee.core.vocabulary import OS, TOKEN, USER, RecipientRow
+from notee.domain.payload_variants import for_variant
 from notee.domain.personal import Personalizer
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
@@ -33,24 +34,45 @@ def messages_for(
     ttl, priority = payload.get("ttl_seconds"), payload.get("priority") or "high"
     default = (payload["title"], payload["body"], payload.get("data") or {})
     variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
-    rich = Rich.from_spec(payload.get("rich"))
+    riches = _Riches(payload)
+    rich = riches.of(None)
     collapse = rich.collapse_key if rich is not None else None
     if not variants or not locales:
         title, body, data = default
         return [
             Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich, _nid(source, r)) for r in page
         ]
-    by_locale: dict[str | None, tuple[str, str, dict[str, str]]] = {None: default}
+    by_locale: dict[str | None, tuple[tuple[str, str, dict[str, str]], Rich | None]] = {None: (default, rich)}
     out = []
     for r in page:
         locale = locales.get((r[USER], r[TOKEN]))
-        text = by_locale.get(locale)
-        if text is None:
+        held = by_locale.get(locale)
+        if held is None:
             tag = choose_variant(locale, variants)
             v = variants[tag] if tag is not None else None
-            text = by_locale[locale] = default if v is None else (v["title"], v["body"], v.get("data") or {})
-        out.append(Message(r[TOKEN], r[OS], text[0], text[1], text[2], ttl, priority, collapse, rich, _nid(source, r)))
+            text = default if v is None else (v["title"], v["body"], v.get("data") or {})
+            held = by_locale[locale] = (text, riches.of(tag))
+        (title, body, data), its = held
+        out.append(Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, its, _nid(source, r)))
     return out
+
+
+class _Riches:
+    """The rich fields of one page per variant: the job's ``rich``, or with a variant's own
+    ``subtitle`` over it (docs/PAYLOADS.md "Per locale"); each mapped once."""
+
+    __slots__ = ("cache", "spec", "variants")
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.spec: dict[str, Any] | None = payload.get("rich")
+        self.variants: dict[str, dict[str, Any]] = payload.get("variants") or {}
+        self.cache: dict[str | None, Rich | None] = {}
+
+    def of(self, tag: str | None) -> Rich | None:
+        if tag not in self.cache:
+            subtitle = self.variants.get(tag, {}).get("subtitle") if tag else None
+            self.cache[tag] = Rich.from_spec(for_variant(self.spec, subtitle))
+        return self.cache[tag]
 
 
 _PERSONALIZERS: dict[int, tuple[dict[str, Any], Personalizer]] = {}  # by id(payload): one per job's task
@@ -72,10 +94,13 @@ def _personal_messages(
         held = _PERSONALIZERS[id(payload)] = (payload, Personalizer(payload))
     personal = held[1]
     ttl, priority = personal.ttl, personal.priority
-    rich = Rich.from_spec(payload.get("rich"))
+    riches = _Riches(payload)
+    rich = riches.of(None)
     collapse = rich.collapse_key if rich is not None else None
     out = []
     for r in page:
-        title, body, data = personal.text_for(profiles.get((r[USER], r[TOKEN])))
-        out.append(Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich, _nid(source, r)))
+        profile = profiles.get((r[USER], r[TOKEN]))
+        title, body, data = personal.text_for(profile)
+        its = riches.of(choose_variant(profile[0], personal.tags)) if profile and riches.variants else rich
+        out.append(Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, its, _nid(source, r)))
     return out

@@ -35,7 +35,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from notee.core import logs, metrics
+from notee.core import logs, metrics, tracing
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.notification_id import source_of_job
 from notee.core.vocabulary import PageCounts, RecipientRow
@@ -124,7 +124,13 @@ class TaskRun:
         try:
             reader = await self.start()
             try:
-                await self.send_pages()
+                attributes: dict[str, str | int] = {
+                    "notee.job_id": self.claim.job_id,
+                    "notee.task_no": self.claim.task_no,
+                }
+                # the publish's trace (carried in the job's payload), in this process, later
+                with tracing.span("notee.task", attributes, parent=self.job.payload.get("trace")):
+                    await self.send_pages()
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from notee_client import Client
+from notee_sdk import Client
 from sqlalchemy import text
 
 from notee.cli.remote_client import ExitCode, exit_code_for

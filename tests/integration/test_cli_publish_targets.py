@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from notee_client import Client
+from notee_sdk import Client
 from sqlalchemy import text
 
 from tests.support.cli import notee

@@ -370,3 +370,28 @@ def test_the_template_form_saves_a_payload_and_refuses_a_bad_one(app, client, se
         r = c.post(f"/console/s/{service_id}/templates", data=form | {"type": "rich2", "payload": bad})
         assert r.status_code == 422 and "payload" in r.text, r.text
     assert client.get("/v1/templates/SINGLE/rich2", headers=auth).status_code == 404
+
+
+def test_the_template_form_makes_a_silent_template_without_title_or_body(app, client, service_id, tenant):
+    """A background (silent) template has no title or body: the form's kind makes one; an alert with
+    none is still the domain's 422 on the page, and a TTL that is not a number is refused, not dropped."""
+    c = sign_in(_browser(app), tenant)
+    page = c.get(f"/console/s/{service_id}/templates").text
+    assert '<option value="background"' in page and 'name="title" required' not in page
+    form = {"csrf": _csrf(page), "method": "TOPIC", "type": "sync", "title": "", "body": "", "data": "s=inbox"}
+    r = c.post(
+        f"/console/s/{service_id}/templates", data=form | {"kind": "background", "payload": '{"collapse_key": "s"}'}
+    )
+    assert r.status_code == 303, r.text
+    auth = {"Authorization": f"Bearer {tenant}"}
+    saved = client.get("/v1/templates/TOPIC/sync", headers=auth).json()
+    assert (saved["title"], saved["body"], saved["payload"]) == ("", "", {"collapse_key": "s", "kind": "background"})
+    r = c.post(f"/console/s/{service_id}/templates", data=form | {"type": "alert", "kind": "alert"})
+    assert r.status_code == 422 and "title" in r.text, r.text
+    r = c.post(
+        f"/console/s/{service_id}/templates",
+        data=form | {"type": "ttl", "title": "t", "body": "b", "ttl_seconds": "1h"},
+    )
+    assert r.status_code == 422 and "ttl_seconds" in r.text, r.text
+    for type_ in ("alert", "ttl"):
+        assert client.get(f"/v1/templates/TOPIC/{type_}", headers=auth).status_code == 404

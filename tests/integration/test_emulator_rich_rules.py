@@ -111,7 +111,13 @@ def test_fcm_refuses_a_background_apns_block_with_priority_10_and_notee_classifi
     assert isinstance(fcm_send(emulator, [_rich_msg(ok, "IOS", {"kind": "background"}, "", "")])[0], Delivered)
     seen = emulator.last_request(ok)
     assert seen is not None and "notification" not in seen["body"]
-    assert seen["device"]["ios"] == {"aps": {"content-available": 1}, "data": {"a": "1"}, "push_type": "background"}
+    ios = seen["device"]["ios"]
+    assert {k: ios[k] for k in ("aps", "data", "push_type", "priority")} == {
+        "aps": {"content-available": 1},
+        "data": {"a": "1"},
+        "push_type": "background",
+        "priority": "5",
+    }
 
 
 def test_aioapns_background_push_with_priority_10_or_an_alert_is_refused(emulator, p8):

@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from notee_client import Client
-from notee_client.models import SendResult
+from notee_sdk import Client
+from notee_sdk.models import SendResult
 
 from notee.core import notification_id
 from tests.support.cli import notee

@@ -37,7 +37,7 @@ def test_template_variants_round_trip_with_canonical_tags(client, tenant):
     assert r.status_code == 201, r.text
     got = client.get("/v1/templates/TOPIC/news", headers=headers).json()["variants"]
     assert set(got) == {"de", "pt-BR", "zh-Hant", "fr-CA"}
-    assert got["pt-BR"] == {"title": "Olá {{name}}", "body": "Novo", "data": {"lang": "pt-BR"}}
+    assert got["pt-BR"] == {"title": "Olá {{name}}", "body": "Novo", "data": {"lang": "pt-BR"}, "subtitle": None}
 
 
 @pytest.mark.parametrize(

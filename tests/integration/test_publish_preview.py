@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from notee_client import Client, ValidationFailed
+from notee_sdk import Client, ValidationFailed
 from sqlalchemy import text
 
 from notee.providers import fcm

@@ -154,6 +154,14 @@ def test_badge_only_push_clears_the_badge(client, settings, tenant, emu_app):
             ["body", "payload", "override", "apns", "alert"],
         ),
         (
+            {"title": "t", "body": "b", "payload": {"override": {"apns": {"stale-date": "soon"}}}},
+            ["body", "payload", "override", "apns", "stale-date"],
+        ),
+        (
+            {"title": "t", "body": "b", "payload": {"override": {"android": {"notification": {"sticky": "y"}}}}},
+            ["body", "payload", "override", "android", "notification", "sticky"],
+        ),
+        (
             {"title": "t", "body": "b", "payload": {"ios": {"subtitle": "{{ bad name }}"}}},
             ["body", "payload", "ios", "subtitle"],
         ),

@@ -1,4 +1,4 @@
-"""The Python SDK (clients/python, package ``notee_client``) against a real `notee api` process, a
+"""The Python SDK (clients/python, package ``notee_sdk``) against a real `notee api` process, a
 real `notee worker` and the emulator: the calls a service backend makes, typed answers, errors in the
 error format, Idempotency-Keys on publishes, ``wait()`` with progress, and the client's own rules
 (its dependencies, its generated methods, one operation per API endpoint).
@@ -14,9 +14,9 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
-import notee_client
+import notee_sdk
 import pytest
-from notee_client import AsyncClient, Client, models
+from notee_sdk import AsyncClient, Client, models
 
 from notee.core.version import VERSION
 from tests.support.emulator import deliveries_per_token
@@ -77,8 +77,8 @@ def test_every_publish_carries_an_idempotency_key(tenant):
     # Without a key the SDK makes a fresh one per call: two calls are two jobs, each retryable.
     a, b = notee.publish_topic("promo", "all"), notee.publish_topic("promo", "all")
     assert len({a.job_id, b.job_id, first.job_id}) == 3
-    op = notee_client.Op  # the key is on the operation itself, so every retry of a call reuses it
-    from notee_client import _ops
+    op = notee_sdk.Op  # the key is on the operation itself, so every retry of a call reuses it
+    from notee_sdk import _ops
 
     publish = _ops.publish_topic("promo", "all")
     assert isinstance(publish, op) and publish.headers["Idempotency-Key"].startswith("sdk-") and publish.repeatable
@@ -86,17 +86,17 @@ def test_every_publish_carries_an_idempotency_key(tenant):
 
 def test_errors_come_back_typed_with_the_servers_details(tenant, api_process):
     _, notee = tenant
-    with pytest.raises(notee_client.NotFound) as missing:
+    with pytest.raises(notee_sdk.NotFound) as missing:
         notee.get_user("00000000-0000-4000-8000-000000000000")
     assert missing.value.status == 404 and missing.value.code
     user = notee.put_user("bob-" + secrets.token_hex(4))
-    with pytest.raises(notee_client.ValidationFailed) as invalid:
+    with pytest.raises(notee_sdk.ValidationFailed) as invalid:
         notee.add_device(user.user_id, "short", "AOS")  # tokens are 8-512 printable characters
     assert invalid.value.status == 422 and invalid.value.details
     assert notee.list_devices(user.user_id) == []  # nothing was written
     with (
         Client(api_process.url, api_key="nk_nokey_" + secrets.token_hex(16), max_retries=0) as stranger,
-        pytest.raises(notee_client.Unauthorized),
+        pytest.raises(notee_sdk.Unauthorized),
     ):
         stranger.list_templates()
 
@@ -118,7 +118,7 @@ def test_the_async_client_runs_the_same_operations(tenant, api_process):
             await notee.unsubscribe_cycle(user.user_id, "daily")
             assert await notee.list_subscriptions(user.user_id) == []
             await notee.delete_user(user.user_id)
-            with pytest.raises(notee_client.NotFound):
+            with pytest.raises(notee_sdk.NotFound):
                 await notee.get_user(user.user_id)
             return subs, templates, subscribed
 
@@ -132,7 +132,7 @@ def test_the_async_client_runs_the_same_operations(tenant, api_process):
 def test_every_api_operation_has_an_sdk_method_of_the_same_name(app):
     """The OpenAPI document is the list of endpoints; each operationId (``publishTopic``) is an SDK
     operation in snake case (``publish_topic``) sending the same method to the same path."""
-    from notee_client import _ops
+    from notee_sdk import _ops
 
     from notee.api.openapi import snake
 
@@ -184,7 +184,7 @@ def test_jobs_are_listed_newest_first_with_filters_and_a_cursor(tenant, admin):
     assert [j.job_id for j in notee.iter_jobs(type="alpha")] == made[2::-1]
     assert [j.job_id for j in notee.iter_jobs(state="queued", method="TOPIC")] == made[::-1]
     assert list(notee.iter_jobs(state="done")) == []
-    with pytest.raises(notee_client.ValidationFailed) as bad:
+    with pytest.raises(notee_sdk.ValidationFailed) as bad:
         notee.list_jobs(cursor="not-a-cursor")
     assert bad.value.details and bad.value.details[0]["loc"] == ["query", "cursor"]
     assert service in [s.service for s in admin.list_services()]
@@ -206,8 +206,8 @@ def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):
         ).items
     ] == [job]  # any offset means the same instant
     for bad in ("0.5", "2026-11-30T09:00:00", "yesterday"):
-        with pytest.raises(notee_client.ValidationFailed):
-            notee.call(notee_client.Op("GET", "/v1/jobs", lambda b: b, params={"created_from": bad}))
+        with pytest.raises(notee_sdk.ValidationFailed):
+            notee.call(notee_sdk.Op("GET", "/v1/jobs", lambda b: b, params={"created_from": bad}))
 
 
 def test_dead_letters_are_listed_and_replayed_through_the_sdk(tenant, admin):
@@ -250,11 +250,11 @@ def test_the_sdk_names_a_user_by_the_services_own_id(tenant):
     _, c = tenant
     user = c.put_user("carol-7", name="Carol")
     token = random_token("byid")
-    c.add_device(notee_client.by_service_id("carol-7"), token=token, os="AOS")
+    c.add_device(notee_sdk.by_service_id("carol-7"), token=token, os="AOS")
     assert [d.token for d in c.list_devices(user.user_id)] == [token]
-    assert c.get_user(notee_client.by_service_id("carol-7")).user_id == user.user_id
+    assert c.get_user(notee_sdk.by_service_id("carol-7")).user_id == user.user_id
     with pytest.raises(ValueError, match="cannot name a user in a path"):
-        notee_client.by_service_id("a/b")
+        notee_sdk.by_service_id("a/b")
 
 
 def test_topics_and_webhook_deliveries_are_walked_a_page_at_a_time(tenant, admin, api_process):
@@ -274,5 +274,5 @@ def test_topics_and_webhook_deliveries_are_walked_a_page_at_a_time(tenant, admin
     other = new_service_id()
     admin.create_service(other, "another", timezone="UTC")
     key = admin.create_api_key(other, label="o").api_key
-    with Client(api_process.url, api_key=key) as stranger, pytest.raises(notee_client.NotFound):
+    with Client(api_process.url, api_key=key) as stranger, pytest.raises(notee_sdk.NotFound):
         list(stranger.iter_webhook_deliveries(endpoint.endpoint_id))

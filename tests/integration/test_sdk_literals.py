@@ -1,4 +1,4 @@
-"""The SDK's enum-like fields are ``Literal`` types (clients/python/notee_client/models.py), and each
+"""The SDK's enum-like fields are ``Literal`` types (clients/python/notee_sdk/models.py), and each
 holds exactly the values the server's OpenAPI document gives that field: a value the server adds or
 drops fails here. Every ``Literal`` field of the SDK's models is in the table, and every enum of an
 answer's schema in the document is either in it or listed with the reason the SDK does not type it."""
@@ -9,7 +9,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from notee_client import models as m
+from notee_sdk import models as m
 from pydantic import BaseModel
 
 # (SDK model, field) -> (schema of the document, property)

@@ -1,4 +1,4 @@
-"""The SDK's retries (clients/python/notee_client/client.py), sync and async clients alike: 429 is
+"""The SDK's retries (clients/python/notee_sdk/client.py), sync and async clients alike: 429 is
 retried for every operation; 502, 503, 504, a dropped connection and a read timeout only for
 repeatable ones (``Op.repeatable``), so that a retry never does the work twice; ``Retry-After`` is
 honoured as seconds and as an HTTP date; no wait exceeds ``max_retry_wait``.
@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
-from notee_client import AsyncClient, Client, RateLimited, ServerError, Unavailable
-from notee_client._ops import Op
+from notee_sdk import AsyncClient, Client, RateLimited, ServerError, Unavailable
+from notee_sdk._ops import Op
 
 OK = ("answer", 200, {}, {"ok": True})
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-import notee_client
+import notee_sdk
 import pytest
-from notee_client import AsyncClient, Client, models
+from notee_sdk import AsyncClient, Client, models
 
 from tests.support.registry import random_token
 
@@ -34,9 +34,9 @@ def test_tags_through_the_sync_client(tenant):
     assert notee.replace_tags(user.user_id, {"only": 1.5}).tags == {"only": 1.5}
     notee.delete_tag(user.user_id, "only")
     assert notee.get_tags(user.user_id).tags == {}
-    with pytest.raises(notee_client.NotFound):
+    with pytest.raises(notee_sdk.NotFound):
         notee.delete_tag(user.user_id, "only")
-    with pytest.raises(notee_client.ValidationFailed) as bad:
+    with pytest.raises(notee_sdk.ValidationFailed) as bad:
         notee.patch_tags(user.user_id, {"bad key": 1})
     assert bad.value.details[0]["loc"] == ["body", "bad key"]
     device = notee.add_device(user.user_id, random_token("sdk"), "AOS", app_version="5.2.1")

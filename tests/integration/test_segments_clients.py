@@ -7,9 +7,9 @@ import asyncio
 import json
 import secrets
 
-import notee_client
+import notee_sdk
 import pytest
-from notee_client import AsyncClient, Client
+from notee_sdk import AsyncClient, Client
 from sqlalchemy import text
 
 from tests.support.cli import notee, tenant_env
@@ -49,13 +49,13 @@ def test_the_sdk_manages_segments_and_estimates(env, admin_env):
         assert {s.reach.users for s in c.iter_segments(counts=True, page_size=3)} == {2}  # type: ignore[union-attr]
         assert c.estimate_audience(include=["pros"], platforms=["AOS"]).devices == 2
         assert c.estimate_audience(users=["u0", "u2", "ghost"]).unknown_users == 1
-        with pytest.raises(notee_client.Conflict):
+        with pytest.raises(notee_sdk.Conflict):
             c.create_segment("pros", PRO)
-        with pytest.raises(notee_client.ValidationFailed) as bad:
+        with pytest.raises(notee_sdk.ValidationFailed) as bad:
             c.estimate_audience(include=["nope"])
         assert bad.value.details[0]["loc"] == ["body", "segments", "include", "0"]
         c.delete_segment("z2")
-        with pytest.raises(notee_client.NotFound):
+        with pytest.raises(notee_sdk.NotFound):
             c.get_segment("z2")
 
     async def asynchronously() -> list[str]:
@@ -68,7 +68,7 @@ def test_the_sdk_manages_segments_and_estimates(env, admin_env):
     other = tenant_env(admin_env, new_service_id())  # another service sees none of it
     with Client(other["NOTEE_URL"], api_key=other["NOTEE_API_KEY"]) as stranger:
         assert list(stranger.iter_segments()) == []
-        with pytest.raises(notee_client.NotFound):
+        with pytest.raises(notee_sdk.NotFound):
             stranger.get_segment("pros")
 
 

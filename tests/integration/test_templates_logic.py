@@ -203,3 +203,24 @@ def test_a_single_send_reads_the_users_tags(client, runtime, tenant, emu_app):
     r = client.post(f"/v1/users/{user}/send", json={"type": "perks"}, headers=headers)
     assert r.status_code == 200 and r.json()["delivered"] == 1, r.text
     assert _seen(emu_app, token) == ("Hi Pro", "gold")
+
+
+def test_a_template_that_runs_long_is_a_422_at_publish_and_nothing_is_queued(client, runtime, tenant, emu_app):
+    from tests.unit.test_templates_logic import SLOW
+
+    service, headers = tenant
+    token = random_token("slow")
+    user = _user(client, headers, {"name": "Ann"}, token)
+    for method in ("TOPIC", "SINGLE"):
+        r = client.put(f"/v1/templates/{method}/slow", json={"title": "t", "body": SLOW}, headers=headers)
+        assert r.status_code == 201, r.text  # every static rule passes: only running it shows
+    assert client.put(f"/v1/users/{user}/subscriptions/topic/slow/all", headers=headers).status_code == 201
+    before = snapshot(runtime, service)
+    for path, body in (("/v1/topics/slow/all/publish", {}), (f"/v1/users/{user}/send", {"type": "slow"})):
+        r = client.post(path, json=body, headers=headers)
+        assert r.status_code == 422, r.text
+        detail = r.json()["error"]["details"][0]
+        assert (detail["loc"], detail["type"]) == (["body", "body"], "template_error")
+        assert "the render took longer than" in detail["msg"]
+    assert snapshot(runtime, service) == before
+    assert emu_app.last_request(token) is None

@@ -49,7 +49,7 @@ RANKS: dict[str, int] = {
     # and imports no Notee module (the remote CLI imports it).
     "bench": 7,
     "chaos": 7,  # the chaos run (issue 31): drives Notee from the outside, like the benchmarks
-    "notee_client": 0,
+    "notee_sdk": 0,
     "tools": 1,  # clients/python/tools: the SDK's generator
 }
 # The API reaches the stores and the transport through the domain and the use cases; of the store
@@ -58,7 +58,7 @@ RANKS: dict[str, int] = {
 API_MAY_USE = {"notee.store.runtime", "notee.store.outage"}
 FUNCTION_IMPORTS_ALLOWED = {"notee.cli.main"}
 DEFERRED = "# deferred:"
-FIRST_PARTY = ("notee", "bench", "chaos", "notee_client", "tools")
+FIRST_PARTY = ("notee", "bench", "chaos", "notee_sdk", "tools")
 
 
 def package_of(module: str) -> str:
@@ -81,7 +81,7 @@ def source_files(root: Path) -> dict[str, Path]:
     files = {module_name(root, p): p for d in ("notee", "bench", "chaos") for p in sorted((root / d).rglob("*.py"))}
     sdk = root / "clients" / "python"
     if sdk.is_dir():
-        files |= {module_name(sdk, p): p for d in ("notee_client", "tools") for p in sorted((sdk / d).rglob("*.py"))}
+        files |= {module_name(sdk, p): p for d in ("notee_sdk", "tools") for p in sorted((sdk / d).rglob("*.py"))}
     return files
 
 

@@ -1,4 +1,4 @@
-"""The Python SDK (clients/python, package ``notee_client``) against a real `notee api` process, a
+"""The Python SDK (clients/python, package ``notee_sdk``) against a real `notee api` process, a
 real `notee worker` and the emulator: the calls a service backend makes, typed answers, errors in the
 error format, Idempotency-Keys on publishes, ``wait()`` with progress, and the client's own rules
 (its dependencies, its generated methods, one operation per API endpoint).
@@ -14,9 +14,9 @@ import tomllib
 from pathlib import Path
 
 import httpx
-import notee_client
+import notee_sdk
 import pytest
-from notee_client import Client, _ops
+from notee_sdk import Client, _ops
 
 SDK = Path(__file__).resolve().parents[2] / "clients" / "python"
 
@@ -38,7 +38,7 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
         return handler
 
     slept: list[float] = []
-    real_sleep = notee_client.client.time.sleep
+    real_sleep = notee_sdk.client.time.sleep
     this_thread = threading.get_ident()
 
     def record_sleep(seconds: float) -> None:
@@ -48,7 +48,7 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
         else:
             real_sleep(seconds)
 
-    notee_client.client.time.sleep = record_sleep  # type: ignore[assignment]
+    notee_sdk.client.time.sleep = record_sleep  # type: ignore[assignment]
     try:
         with Client(
             "http://notee.invalid",
@@ -65,7 +65,7 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
                 admin_token="t",
                 http_client=httpx.Client(transport=httpx.MockTransport(answer(503, "1"))),
             ) as c,
-            pytest.raises(notee_client.Unavailable),
+            pytest.raises(notee_sdk.Unavailable),
         ):
             c.create_api_key("SVC")
         assert len(calls) == 1
@@ -103,13 +103,13 @@ def test_retries_honour_retry_after_and_never_repeat_an_unsafe_post():
             c.rotate_token("aaaaaaaa", "bbbbbbbb")
         assert slept == [2.0]
     finally:
-        notee_client.client.time.sleep = real_sleep  # type: ignore[assignment]
+        notee_sdk.client.time.sleep = real_sleep  # type: ignore[assignment]
 
 
 def test_the_sdk_depends_on_httpx_and_pydantic_only_and_never_imports_the_server():
     project = tomllib.loads((SDK / "pyproject.toml").read_text())["project"]
     assert sorted(d.split(">")[0].split("=")[0].split("<")[0] for d in project["dependencies"]) == ["httpx", "pydantic"]
-    for path in (SDK / "notee_client").rglob("*.py"):
+    for path in (SDK / "notee_sdk").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
                 [a.name for a in node.names]
@@ -120,6 +120,6 @@ def test_the_sdk_depends_on_httpx_and_pydantic_only_and_never_imports_the_server
             )
             for name in names:
                 top = name.split(".")[0]
-                assert top in {"notee_client", "httpx", "pydantic"} or top in sys.stdlib_module_names, (
+                assert top in {"notee_sdk", "httpx", "pydantic"} or top in sys.stdlib_module_names, (
                     f"{path.name} imports {name}"
                 )

@@ -5,6 +5,8 @@ what they read), and hostile templates refused or stopped by the engine's limits
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from notee.core.errors import InvalidInput
@@ -180,6 +182,38 @@ def test_hostile_templates_hit_a_limit(body, says):
     with pytest.raises(InvalidInput) as err:
         render.render(content(body=body), {"n": "9" * 100, "a": "", "b": ""})
     assert says in err.value.details[0]["msg"]
+
+
+# A loop of filter chains each within every count limit: about 12 s of CPU on this machine unbounded.
+SLOW = (
+    "{% capture s %}{% for i in (1..400) %}abcdefghij{% endfor %}{% endcapture %}"
+    "{% for i in (1..999) %}{% assign t = s | split: '' | join: ',' | split: ',' | join: '' | split: '' "
+    "| join: ',' | split: ',' | join: '' | upcase | downcase | split: '' | join: ',' | split: ',' | join: '' %}"
+    "{% endfor %}{{ t | size }}"
+)
+
+
+def test_a_template_that_runs_long_is_stopped_at_the_time_limit_with_a_422():
+    render.check_template("TOPIC", content(body=SLOW))  # it parses and passes every static rule
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as err:
+        render.render(content(body=SLOW))
+    took = time.monotonic() - started
+    assert err.value.details[0]["loc"] == ["body", "body"]
+    assert err.value.details[0]["msg"] == f"the render took longer than {liquid.TIME_LIMIT_S:g} s"
+    assert took < liquid.TIME_LIMIT_S + 1.0, took  # stopped, not left to run for seconds
+
+
+def test_a_recipient_text_that_runs_long_gets_the_fallback_and_the_job_stops_rendering_per_recipient():
+    # fast for the job's own render (an empty recipient), slow for a named one
+    body = "{% if recipient.name != '' %}" + SLOW + "{% endif %}{{ recipient.name | default: 'there' }}"
+    payload = render.render_all(content(body=body)).as_job_payload()
+    assert payload["body"] == "there"
+    personal = Personalizer(payload)
+    started = time.monotonic()
+    got = [personal.text_for(("en", "UTC", f"user {i}", str(i), None))[1] for i in range(20)]
+    assert got == ["there"] * 20
+    assert personal.slow and time.monotonic() - started < liquid.TIME_LIMIT_S + 1.0  # one slow render, not 20
 
 
 def test_deep_nesting_is_refused_when_saved():

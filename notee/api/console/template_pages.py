@@ -77,6 +77,7 @@ def form_of_template(t: Template) -> dict[str, str]:
         "variants": _pretty(t.variants),
         "quiet_hours": t.quiet_hours,
         "payload": _pretty(t.payload),
+        "kind": "background" if isinstance(t.payload, dict) and t.payload.get("kind") == "background" else "alert",
     }
 
 
@@ -94,6 +95,9 @@ def template_input(form: dict[str, str], stored: Template | None) -> TemplateInp
     value (or the API's default for a new template): a save never drops what it did not show."""
     kept = form_of_template(stored) if stored is not None else {}
     merged = {name: form[name] if name in form else kept.get(name, "") for name in FIELDS}
+    payload = json_object(merged["payload"], "payload")
+    if form.get("kind") == "background":  # a silent push: the payload's kind, no title or body
+        payload = {**payload, "kind": "background"} if isinstance(payload, dict) else payload or {"kind": "background"}
     return TemplateInput(
         title=merged["title"],
         body=merged["body"].replace("\r\n", "\n"),
@@ -103,7 +107,7 @@ def template_input(form: dict[str, str], stored: Template | None) -> TemplateInp
         priority=merged["priority"] or "high",
         variants=json_object(merged["variants"], "variants"),
         quiet_hours=merged["quiet_hours"] or "hold",
-        payload=json_object(merged["payload"], "payload"),
+        payload=payload,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints
 from sqlalchemy.orm import Session
 
 from notee.api import cursors
@@ -16,10 +16,11 @@ from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.documented import PayloadObject, TopicPath, payload_field
 from notee.api.errors import ErrorResponse
-from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339, query_instant
-from notee.core.vocabulary import JobFilter, JobState, Os, Progress
+from notee.api.models import Answer, MultiLineText, OneLineText, Rfc3339
+from notee.api.query_params import query_instant
+from notee.core.vocabulary import JobFilter, JobState, Os, Priority, Progress
 from notee.domain import render
-from notee.domain.rules import TYPE_PATTERN
+from notee.domain.rules import MAX_TTL_SECONDS, TYPE_PATTERN
 from notee.domain.schedule import LOCAL_TIME_PATTERN
 from notee.usecases import jobs
 from notee.usecases.job_requests import TopicPublish
@@ -34,6 +35,20 @@ SEND_AT_FIELD: Any = Field(
     "so a DST change does not move it). At most NOTEE_SCHEDULE_GRACE_S (60) seconds in the past (sent at "
     "once) and NOTEE_SCHEDULE_MAX_DAYS (30) days ahead, else 422. The job is `scheduled` until then and "
     "can be cancelled (POST /v1/jobs/{job_id}/cancel).",
+)
+
+TTL_FIELD: Any = Field(
+    None,
+    ge=0,
+    le=MAX_TTL_SECONDS,
+    description="Replaces the template's ttl_seconds for this push: how long FCM (android.ttl) and APNs "
+    "(apns-expiration) keep it for an offline device; 0: deliver now or never.",
+    examples=[3600],
+)
+PRIORITY_FIELD: Any = Field(
+    None,
+    description="Replaces the template's priority for this push: high (FCM android.priority HIGH, "
+    "apns-priority 10) or normal (NORMAL, 5). A background push is always sent to APNs with 5.",
 )
 
 VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")]
@@ -87,6 +102,8 @@ class PublishRequest(BaseModel):
         description="Only devices of these platforms (IOS, AOS, WEB); absent: every platform.",
     )
     payload: PayloadObject | None = payload_field(merged=True)
+    ttl_seconds: StrictInt | None = TTL_FIELD
+    priority: Priority | None = PRIORITY_FIELD
 
 
 def platforms_of(request: PublishRequest) -> tuple[str, ...]:
@@ -95,8 +112,15 @@ def platforms_of(request: PublishRequest) -> tuple[str, ...]:
 
 
 def overrides_of(request: PublishRequest) -> dict[str, Any] | None:
-    """The request's title, body, data and payload overrides (None: none)."""
-    asked = (("title", request.title), ("body", request.body), ("data", request.data), ("payload", request.payload))
+    """The request's title, body, data, payload, ttl and priority overrides (None: none)."""
+    asked = (
+        ("title", request.title),
+        ("body", request.body),
+        ("data", request.data),
+        ("payload", request.payload),
+        ("ttl_seconds", request.ttl_seconds),
+        ("priority", request.priority),
+    )
     overrides = {k: v for k, v in asked if v is not None}
     return overrides or None
 

@@ -9,16 +9,24 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints
 
 from notee.api.auth import ServiceDep
 from notee.api.deps import RuntimeDep, SenderDep
 from notee.api.documented import DATA, PayloadObject, payload_field
 from notee.api.errors import ErrorResponse
 from notee.api.models import MultiLineText, OneLineText, Rfc3339, errors
-from notee.api.routes.publish import SEND_AT_FIELD, IdempotencyKey, PublishAccepted, TemplateValue
+from notee.api.routes.publish import (
+    PRIORITY_FIELD,
+    SEND_AT_FIELD,
+    TTL_FIELD,
+    IdempotencyKey,
+    PublishAccepted,
+    TemplateValue,
+)
 from notee.api.user_ref import UserDep
 from notee.core.errors import QuietDropped, QuietHoursNow
+from notee.core.vocabulary import Priority
 from notee.domain import render
 from notee.domain.rules import TYPE_PATTERN
 from notee.store.runtime import Runtime
@@ -48,6 +56,8 @@ class SendIn(BaseModel):
         None, description="Extra data keys, merged over the template's data (the template data rules apply)."
     )
     payload: PayloadObject | None = payload_field(merged=True)
+    ttl_seconds: StrictInt | None = TTL_FIELD
+    priority: Priority | None = PRIORITY_FIELD
     send_at: Rfc3339 | None = SEND_AT_FIELD
     quiet_hours: StrictBool = Field(
         False,
@@ -96,6 +106,8 @@ def _schedule(
         variables=body.variables,
         data=body.data,
         payload=body.payload,
+        ttl_seconds=body.ttl_seconds,
+        priority=body.priority,
     )
     with runtime.sessions.begin() as session:  # this route's unit of work: the job and its task
         job = schedule_single(runtime, session, send)
@@ -148,6 +160,8 @@ async def send_to_user(
         data=body.data,
         quiet_hours=body.quiet_hours,
         payload=body.payload,
+        ttl_seconds=body.ttl_seconds,
+        priority=body.priority,
     )
 
     async def send_now() -> Answer:

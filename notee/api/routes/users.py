@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from notee.api import cursors
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
-from notee.api.models import UserIn, UserOut, errors, query_instant
+from notee.api.models import UserIn, UserOut, errors
+from notee.api.query_params import query_instant
 from notee.api.user_ref import UserDep
 from notee.core import clock
 from notee.core.vocabulary import Os, UserFilter

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel
 
-from notee_client import models as m
+from notee_sdk import models as m
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -30,7 +30,7 @@ class Op(Generic[Parsed]):
     params: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     #: May be sent again after a 502/503/504, a dropped connection or a read timeout without doing
-    #: the work twice (notee_client.client's retry policy). Every
+    #: the work twice (notee_sdk.client's retry policy). Every
     #: PUT/GET/DELETE of the API is idempotent; a POST only when it is an upsert or carries an
     #: Idempotency-Key. A 429 is always retried: the request was refused before any work.
     repeatable: bool = True
@@ -369,11 +369,13 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
                   local_time: str | None = None, platforms: Sequence[str] | None = None,
-                  payload: Mapping[str, Any] | None = None) -> Op[m.PublishAccepted]:
+                  payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None,
+                  priority: str | None = None) -> Op[m.PublishAccepted]:
     """Publish a TOPIC template to every subscriber of a topic (at ``send_at``, an aware datetime,
     if given: the job is scheduled until then); answers a job id at once. ``local_time`` ("HH:MM"):
     reach each recipient when its time zone's clock next shows it. ``platforms``: only IOS/AOS devices.
-    ``payload``: rich fields merged over the template's (docs/PAYLOADS.md)."""
+    ``payload``: rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and
+    ``priority`` ("high"/"normal") replace the template's for this push."""
     # Every publish carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry
     # after a lost answer returns the first job instead of sending twice.
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
@@ -382,7 +384,8 @@ def publish_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
                           data=dict(data) if data is not None else None, title=title, body=body,
                           send_at=_instant(send_at), local_time=local_time,
                           platforms=list(platforms) if platforms else None,
-                          payload=dict(payload) if payload is not None else None),
+                          payload=dict(payload) if payload is not None else None,
+                          ttl_seconds=ttl_seconds, priority=priority),
               headers={"Idempotency-Key": key})
 
 
@@ -390,7 +393,8 @@ def preview_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
                   data: Mapping[str, str] | None = None, title: str | None = None, body: str | None = None,
                   idempotency_key: str | None = None, send_at: datetime | None = None,
                   local_time: str | None = None, platforms: Sequence[str] | None = None,
-                  payload: Mapping[str, Any] | None = None) -> Op[m.PublishPreview]:
+                  payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None,
+                  priority: str | None = None) -> Op[m.PublishPreview]:
     """What ``publish_topic`` with the same arguments would send, without sending or creating
     anything (as ``preview``); ``idempotency_key`` is accepted for symmetry and not sent."""
     del idempotency_key
@@ -399,7 +403,8 @@ def preview_topic(type: str, topic: str, *, variables: Mapping[str, TemplateValu
                           data=dict(data) if data is not None else None, title=title, body=body,
                           send_at=_instant(send_at), local_time=local_time,
                           platforms=list(platforms) if platforms else None,
-                          payload=dict(payload) if payload is not None else None))
+                          payload=dict(payload) if payload is not None else None,
+                          ttl_seconds=ttl_seconds, priority=priority))
 
 
 def publish(type: str, *, topic: str | None = None, condition: str | None = None,
@@ -409,7 +414,8 @@ def publish(type: str, *, topic: str | None = None, condition: str | None = None
             variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None,
             title: str | None = None, body: str | None = None, idempotency_key: str | None = None,
             send_at: datetime | None = None, local_time: str | None = None,
-            payload: Mapping[str, Any] | None = None) -> Op[m.GeneralPublishAccepted]:
+            payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None,
+            priority: str | None = None) -> Op[m.GeneralPublishAccepted]:
     """Publish a template to exactly one target: a ``topic``, a ``condition`` over topics
     (``"'a' in topics && !('b' in topics)"``), a ``filter`` (groups of predicates), ``segments``
     (with ``exclude_segments``) or ``users`` (your user ids, up to 20,000: unknown ones are counted in
@@ -418,7 +424,8 @@ def publish(type: str, *, topic: str | None = None, condition: str | None = None
     key = idempotency_key or f"sdk-{uuid.uuid4()}"
     return Op("POST", f"/v1/publish/{_seg(type)}", _one(m.GeneralPublishAccepted),
               json=_general_body(topic, condition, filter, segments, exclude_segments, users, platforms, method,
-                                 variables, data, title, body, send_at, local_time, payload),
+                                 variables, data, title, body, send_at, local_time, payload,
+                                 ttl_seconds, priority),
               headers={"Idempotency-Key": key})
 
 
@@ -429,7 +436,8 @@ def preview(type: str, *, topic: str | None = None, condition: str | None = None
             variables: Mapping[str, str] | None = None, data: Mapping[str, str] | None = None,
             title: str | None = None, body: str | None = None, idempotency_key: str | None = None,
             send_at: datetime | None = None, local_time: str | None = None,
-            payload: Mapping[str, Any] | None = None) -> Op[m.PublishPreview]:
+            payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None,
+            priority: str | None = None) -> Op[m.PublishPreview]:
     """What ``publish`` with the same arguments would send, without sending or creating anything:
     the rendered push per locale variant, each platform's provider body and size against its limit,
     the reach and warnings (``dry_run`` is True). A request ``publish`` would refuse raises the same
@@ -437,7 +445,8 @@ def preview(type: str, *, topic: str | None = None, condition: str | None = None
     del idempotency_key
     return Op("POST", f"/v1/publish/{_seg(type)}/preview", _one(m.PublishPreview),
               json=_general_body(topic, condition, filter, segments, exclude_segments, users, platforms, method,
-                                 variables, data, title, body, send_at, local_time, payload))
+                                 variables, data, title, body, send_at, local_time, payload,
+                                 ttl_seconds, priority))
 
 
 def _general_body(topic: str | None, condition: str | None, filter: Sequence[Sequence[Mapping[str, Any]]] | None,
@@ -445,7 +454,8 @@ def _general_body(topic: str | None, condition: str | None, filter: Sequence[Seq
                   users: Sequence[str] | None, platforms: Sequence[str] | None, method: str,
                   variables: Mapping[str, str] | None, data: Mapping[str, str] | None, title: str | None,
                   body: str | None, send_at: datetime | None, local_time: str | None,
-                  payload: Mapping[str, Any] | None) -> dict[str, Any]:
+                  payload: Mapping[str, Any] | None, ttl_seconds: int | None = None,
+                  priority: str | None = None) -> dict[str, Any]:
     """The JSON body of a general publish and of its preview."""
     seg = {"include": list(segments), "exclude": list(exclude_segments or [])} if segments else None
     return _clean(topic=topic, condition=condition,
@@ -456,7 +466,8 @@ def _general_body(topic: str | None, condition: str | None, filter: Sequence[Seq
                   variables=dict(variables) if variables is not None else None,
                   data=dict(data) if data is not None else None, title=title, body=body,
                   send_at=_instant(send_at), local_time=local_time,
-                  payload=dict(payload) if payload is not None else None)
+                  payload=dict(payload) if payload is not None else None,
+                  ttl_seconds=ttl_seconds, priority=priority)
 
 def get_job(job_id: str) -> Op[m.Job]:
     """A publish job's state and counts."""
@@ -481,13 +492,15 @@ def cancel_job(job_id: str) -> Op[m.Job]:
 def send_to_user(user_id: str, type: str, *, variables: Mapping[str, TemplateValue] | None = None,
                  data: Mapping[str, str] | None = None, send_at: datetime | None = None,
                  idempotency_key: str | None = None, quiet_hours: bool = False,
-                 payload: Mapping[str, Any] | None = None) -> Op[m.SendResult | m.PublishAccepted]:
+                 payload: Mapping[str, Any] | None = None, ttl_seconds: int | None = None,
+                 priority: str | None = None) -> Op[m.SendResult | m.PublishAccepted]:
     """Send a SINGLE template to every device of one user: now (answers the counts, a SendResult),
     or at ``send_at``, an aware datetime (answers the scheduled job, a PublishAccepted).
     ``quiet_hours``: respect the user's quiet hours (inside them: dropped, counted in the result, or
     held: a job scheduled for their end, a PublishAccepted). ``idempotency_key``: the same key
     again (within 24 hours for a send now) answers the first answer and sends nothing. ``payload``:
-    rich fields merged over the template's (docs/PAYLOADS.md)."""
+    rich fields merged over the template's (docs/PAYLOADS.md); ``ttl_seconds`` and ``priority``
+    ("high"/"normal") replace the template's for this send."""
     # Every send carries an Idempotency-Key (a new one unless the caller gives theirs), so a retry after
     # a lost answer gets the first answer instead of sending twice: a send now's for 24 hours, a
     # scheduled send's job for as long as the job is kept.
@@ -496,7 +509,8 @@ def send_to_user(user_id: str, type: str, *, variables: Mapping[str, TemplateVal
               json=_clean(type=type, variables=dict(variables) if variables is not None else None,
                           data=dict(data) if data is not None else None, send_at=_instant(send_at),
                           quiet_hours=quiet_hours or None,
-                          payload=dict(payload) if payload is not None else None),
+                          payload=dict(payload) if payload is not None else None,
+                          ttl_seconds=ttl_seconds, priority=priority),
               headers={"Idempotency-Key": key})
 
 

@@ -1,6 +1,6 @@
 """Python client for the Notee push-notification API (sync and async).
 
-    from notee_client import Client
+    from notee_sdk import Client
 
     with Client("http://127.0.0.1:8080", api_key="nk_...") as notee:
         user = notee.put_user("alice-1", name="Alice")
@@ -9,11 +9,11 @@
         print(notee.wait(job.job_id, on_progress=lambda j: print(j.sent, "sent")))
 """
 
-from notee_client import models
-from notee_client._ids import by_service_id
-from notee_client._ops import Op
-from notee_client.client import AsyncClient, Client, ProgressCallback
-from notee_client.errors import (
+from notee_sdk import models
+from notee_sdk._ids import by_service_id
+from notee_sdk._ops import Op
+from notee_sdk.client import AsyncClient, Client, ProgressCallback
+from notee_sdk.errors import (
     BadRequest,
     Conflict,
     JobTimeout,

@@ -23,11 +23,11 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 
 import httpx
 
-from notee_client import _ops
-from notee_client import models as m
-from notee_client._methods import AsyncMethods, SyncMethods
-from notee_client._ops import Op
-from notee_client.errors import JobTimeout, NoteeError, error_for
+from notee_sdk import _ops
+from notee_sdk import models as m
+from notee_sdk._methods import AsyncMethods, SyncMethods
+from notee_sdk._ops import Op
+from notee_sdk.errors import JobTimeout, NoteeError, error_for
 
 T = TypeVar("T")
 ProgressCallback = Callable[[m.Job], None]
@@ -46,7 +46,7 @@ class _Page(Protocol[Item]):
 
 PageAt = Callable[[str | None], Op[_Page[Item]]]  # the listing's operation for one cursor
 
-USER_AGENT = "notee-client-python/0.1.0"
+USER_AGENT = "notee-sdk-python/0.1.0"
 
 #: Answers retried: 429 for every operation, the others for repeatable ones only.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
