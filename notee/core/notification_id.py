@@ -7,7 +7,7 @@ echoes it in ``POST /v1/receipts``; Notee finds the job (and its service) from `
 each (notification id, event) once.
 
 The one home of the id: ``stamp`` puts it in a payload's custom data (FCM ``data``, the APNs
-top-level custom keys, and Web Push's JSON when it exists), under ``KEY``.
+top-level custom keys, and Web Push's ``data``), under ``KEY``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from notee.core import webpush_token
+from notee.core import notification_id, webpush_token
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
 from notee.providers.http2 import TransportError
 from notee.providers.http2_pool import Pool
@@ -35,26 +35,31 @@ DEFAULT_TTL_S = 2_419_200  # 4 weeks, FCM's default, when the push has no TTL (t
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
-def webpush_payload(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> dict[str, Any]:
+def webpush_payload(
+    title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None, nid: str = ""
+) -> dict[str, Any]:
     """The JSON a service worker's ``push`` event reads (docs/WEB-PUSH.md): ``title``, ``body``,
-    ``data``; with rich fields, ``image`` and a ``link`` in ``data``. A background push has no title/body."""
+    ``data``; with rich fields, ``image`` and a ``link`` in ``data``. A background push has no title/body.
+    ``nid``: the notification id, in ``data`` (``notification_id.KEY``), as FCM carries it."""
     out: dict[str, Any] = {}
     if rich is None or not rich.background:
         out["title"], out["body"] = title, body
     merged = {**(data or {}), **(rich.data if rich is not None else {})}
-    out["data"] = merged
+    out["data"] = notification_id.stamp(merged, nid)
     if rich is not None and rich.fcm_notification.get("image"):
         out["image"] = rich.fcm_notification["image"]
     return out
 
 
-def plaintext(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> bytes:
-    return json.dumps(webpush_payload(title, body, data, rich), separators=(",", ":"), ensure_ascii=False).encode()
+def plaintext(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None, nid: str = "") -> bytes:
+    payload = webpush_payload(title, body, data, rich, nid)
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
-    """Bytes of the encrypted body: what push services measure against PAYLOAD_LIMIT."""
-    return encrypted_size(len(plaintext(title, body, data, rich)))
+    """Bytes of the encrypted body: what push services measure against PAYLOAD_LIMIT (with a
+    notification id of its full length, as every push carries one)."""
+    return encrypted_size(len(plaintext(title, body, data, rich, notification_id.SAMPLE)))
 
 
 def topic_header(collapse_key: str) -> bytes:
@@ -148,10 +153,11 @@ class WebPushProvider:
             except ValueError:
                 early[i] = InvalidToken("not a web push subscription")
                 continue
-            key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich))
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = plaintext(m.title, m.body, m.data, m.rich)
+            if m.notification_id:  # each device's own id: its own text (the encryption is its own anyway)
+                text = plaintext(m.title, m.body, m.data, m.rich, m.notification_id)
+            else:
+                key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich))
+                text = texts.get(key) or texts.setdefault(key, plaintext(m.title, m.body, m.data, m.rich))
             if encrypted_size(len(text)) > PAYLOAD_LIMIT:
                 early[i] = Failed(f"payload_too_large: {encrypted_size(len(text))} encrypted bytes")
                 continue

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from notee.core import notification_id
 from notee.domain.credentials import credentials_status
 from notee.domain.payload_variants import for_variant
 from notee.domain.personal import Personalizer, Profile
@@ -118,7 +119,9 @@ def _preview_of(
         subtitle = (payload.get("variants") or {}).get(tag, {}).get("subtitle") if tag else None
         spec = for_variant(payload.get("rich"), subtitle)  # a variant's own subtitle over the payload
         rich = Rich.from_spec(spec)
-        m = Message(SAMPLE_TOKEN, "AOS", title, body, data, ttl, priority, rich.collapse_key if rich else None, rich)
+        # The notification id is per device: a sample of its length, so the sizes are the sent ones.
+        collapse = rich.collapse_key if rich else None
+        m = Message(SAMPLE_TOKEN, "AOS", title, body, data, ttl, priority, collapse, rich, notification_id.SAMPLE)
         shown = {os: _platform(m, provider) for os, provider in routes.items()}
         variants.append(VariantPreview(tag or None, title, body, data, spec, shown))
         warnings += [
@@ -175,7 +178,7 @@ def _routes(session: Session, service: str, platforms: tuple[str, ...] | None) -
 
 def _platform(m: Message, provider: str) -> PlatformPreview:
     if provider == "webpush":
-        body = webpush.webpush_payload(m.title, m.body, m.data, m.rich)
+        body = webpush.webpush_payload(m.title, m.body, m.data, m.rich, m.notification_id or "")
         headers = {k.decode(): v.decode() for k, v in webpush.push_headers(m)}
         size = webpush.payload_bytes(m.title, m.body, m.data, m.rich)
         return PlatformPreview("webpush", body, headers, size, webpush.PAYLOAD_LIMIT)
@@ -183,7 +186,7 @@ def _platform(m: Message, provider: str) -> PlatformPreview:
         message = fcm.fcm_message(m)
         counted = json.dumps(fcm.counted_content(message), separators=(",", ":"), ensure_ascii=False).encode()
         return PlatformPreview("fcm", {"message": message}, None, len(counted), fcm.PAYLOAD_LIMIT)
-    body = apns.apns_payload(m.title, m.body, m.data, m.rich)
+    body = apns.apns_payload(m.title, m.body, m.data, m.rich, m.notification_id or "")
     size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
     headers = {
         k.decode(): v.decode()

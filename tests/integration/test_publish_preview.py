@@ -12,6 +12,7 @@ import pytest
 from notee_sdk import Client, ValidationFailed
 from sqlalchemy import text
 
+from notee.core import notification_id
 from notee.providers import fcm
 from tests.support.cli import notee
 from tests.support.fanout import run_worker_until_idle
@@ -68,6 +69,15 @@ def _news(tenant, method="TOPIC") -> None:
     )
 
 
+def _sampled(body: dict, where: str | None = None) -> dict:
+    """A sent body with its notification id (as long as the sample, checked) replaced by the sample."""
+    copy = json.loads(json.dumps(body))
+    holder = copy[where] if where else copy
+    assert len(holder[notification_id.KEY]) == len(notification_id.SAMPLE)
+    holder[notification_id.KEY] = notification_id.SAMPLE
+    return copy
+
+
 def test_a_topic_preview_shows_what_the_publish_then_sends_byte_for_byte(
     client, settings, runtime, tenant, emulator, emu_runtime
 ):
@@ -95,10 +105,12 @@ def test_a_topic_preview_shows_what_the_publish_then_sends_byte_for_byte(
     assert fcm_seen is not None and apns_seen is not None and apns_seen["api"] == "apns"
     previewed = default["platforms"]["AOS"]
     message = {k: v for k, v in previewed["body"]["message"].items() if k != "token"}
-    assert {k: v for k, v in fcm_seen["body"].items() if k != "token"} == message
+    # The notification id is per device: the preview shows a sample of its length in its place.
+    fcm_body, apns_body = _sampled(fcm_seen["body"], "data"), _sampled(apns_seen["body"])
+    assert {k: v for k, v in fcm_body.items() if k != "token"} == message
     assert previewed["bytes"] == _compact(fcm.counted_content(fcm_seen["body"])) and previewed["limit"] == 4096
     ios = ko["platforms"]["IOS"]  # the ko-KR device got the ko variant
-    assert apns_seen["body"] == ios["body"] and ios["bytes"] == _compact(apns_seen["body"])
+    assert apns_body == ios["body"] and ios["bytes"] == _compact(apns_seen["body"])
     for name in ("apns-push-type", "apns-priority", "apns-collapse-id"):
         assert apns_seen["headers"][name] == ios["headers"][name], name
     assert "authorization" not in ios["headers"] and ios["headers"]["apns-topic"] == "<bundle id>"

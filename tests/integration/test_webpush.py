@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
+from notee.core import notification_id
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import admin_headers, new_template, new_user, random_token
 
@@ -122,7 +123,10 @@ def test_a_single_send_reaches_each_push_service_encrypted_and_signed(client, se
     for sub in subs:
         (push,) = emu_app.web_pushes(sub["id"])
         assert push["decrypt_error"] is None
-        assert push["payload"] == {"title": "Hi Ann", "body": "Order 42", "data": {"o": "42"}}
+        data = dict(push["payload"]["data"])
+        nid = data.pop("notee_id")  # the notification id, as on FCM and APNs (docs/ENGAGEMENT.md)
+        assert nid.startswith(r.json()["send_id"] + ".") and notification_id.parse(nid) is not None, nid
+        assert {**push["payload"], "data": data} == {"title": "Hi Ann", "body": "Order 42", "data": {"o": "42"}}
         assert push["vapid"]["aud"] == emu_app.url.rstrip("/") and push["vapid"]["sub"] == "mailto:ops@example.com"
         assert push["urgency"] == "high" and push["ttl"] == 2419200 and push["bytes"] <= 4096
 
@@ -157,7 +161,7 @@ def test_an_oversized_push_is_refused_at_publish_time(client, settings, tenant, 
     # fits FCM's and APNs' 4,096 bytes, but not once encrypted for a browser
     new_template(client, headers, "SINGLE", "big", title="t", body="{{a}}{{b}}")
     new_template(client, headers, "TOPIC", "big", title="t", body="{{a}}{{b}}")
-    big = {"a": "x" * 1995, "b": "y" * 1995}
+    big = {"a": "x" * 1985, "b": "y" * 1990}  # APNs 4,092 bytes with the notification id; a browser 4,111
     r = _send(client, headers, user, type="big", variables=big)
     assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["payload", "web"], r.text
     r = client.post("/v1/topics/big/all/publish", json={"variables": big}, headers=headers)
@@ -203,6 +207,7 @@ def test_a_topic_publish_fans_out_to_browsers_with_ttl_topic_and_platforms(
     run_worker_until_idle(emu_runtime, [service])
     (push,) = emulator.web_pushes(sub["id"])
     assert push["payload"]["title"] == "News" and push["ttl"] == 600 and push["topic"] == "daily"
+    assert push["payload"]["data"]["notee_id"].startswith(r.json()["job_id"].replace("-", "") + ".")
     assert emulator.deliveries(aos)["fcm"] == 0  # the platform filter kept the phone out
     status = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=headers).json()
     assert (status["state"], status["sent"]) == ("done", 1), status
@@ -239,8 +244,10 @@ def test_a_preview_shows_what_a_browser_would_receive(client, settings, tenant):
     r = client.post("/v1/topics/news/all/publish/preview", json={}, headers=headers)
     assert r.status_code == 200, r.text
     web = r.json()["variants"][0]["platforms"]["WEB"]
-    assert web["provider"] == "webpush" and web["body"] == {"title": "News", "body": "Today", "data": {}}
+    sample = {"notee_id": notification_id.SAMPLE}  # each device's own id, shown as a sample of its length
+    assert web["provider"] == "webpush" and web["body"] == {"title": "News", "body": "Today", "data": sample}
     assert web["headers"] == {"ttl": "600", "urgency": "high"} and web["limit"] == 4096
-    assert web["bytes"] == len(b'{"title":"News","body":"Today","data":{}}') + 103 and not web["over_limit"]
+    shown = b'{"title":"News","body":"Today","data":{"notee_id":"' + notification_id.SAMPLE.encode() + b'"}}'
+    assert web["bytes"] == len(shown) + 103 and not web["over_limit"]
     only = client.post("/v1/topics/news/all/publish/preview", json={"platforms": ["WEB"]}, headers=headers).json()
     assert set(only["variants"][0]["platforms"]) == {"WEB"}

@@ -165,5 +165,8 @@ def test_the_documented_snippet_shows_what_notee_sent(client, settings, tenant, 
             assert settled is None or settled["ok"] or settled["name"] in ("AbortError", "NotAllowedError"), settled
         finally:
             devtools.close()
-    assert received == [{"title": "Hi Ann", "body": "Order 42 shipped", "data": {"link": "/orders/42"}}]
-    assert shown == [{"title": "Hi Ann", "body": "Order 42 shipped", "data": {"link": "/orders/42"}}]
+    # the notification id (docs/ENGAGEMENT.md) travels in data, for the service worker to post receipts with
+    expected = {"title": "Hi Ann", "body": "Order 42 shipped", "data": {"link": "/orders/42"}}
+    nid = received[0]["data"].pop("notee_id")
+    assert nid == shown[0]["data"].pop("notee_id") and nid.startswith(sent.json()["send_id"] + "."), nid
+    assert received == [expected] and shown == [expected]

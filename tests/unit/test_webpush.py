@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from notee.core import webpush_token
+from notee.core import notification_id, webpush_token
 from notee.core.errors import InvalidInput
 from notee.domain.web_devices import resolve_token
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
@@ -116,7 +116,7 @@ def test_every_push_service_answer_is_classified(status, body, expected):
 
 def test_encryption_is_rfc8291_and_its_size_is_known_before_sending():
     key, auth, sub = browser()
-    text = plaintext("Hi", "Body", {"k": "v"})
+    text = plaintext("Hi", "Body", {"k": "v"}, None, notification_id.SAMPLE)  # as sent: with an id
     p256dh = webpush_token.b64decode(sub["keys"]["p256dh"])
     body = encrypt(text, p256dh, auth)
     assert len(body) == encrypted_size(len(text)) == payload_bytes("Hi", "Body", {"k": "v"})
@@ -125,7 +125,7 @@ def test_encryption_is_rfc8291_and_its_size_is_known_before_sending():
 
 
 def test_the_largest_plaintext_that_fits_makes_exactly_4096_bytes():
-    room = PAYLOAD_LIMIT - encrypted_size(len(plaintext("", "", {})))
+    room = PAYLOAD_LIMIT - encrypted_size(len(plaintext("", "", {}, None, notification_id.SAMPLE)))
     assert payload_bytes("", "x" * room, {}) == PAYLOAD_LIMIT
     assert payload_bytes("", "x" * (room + 1), {}) == PAYLOAD_LIMIT + 1
 
