@@ -14,6 +14,8 @@ def test_only_counter_increments_are_not_idempotent(runtime):
         "counter_add_count",
         "counter_add_version",
         "counter_add_topic",
+        "counter_add_engagement_job",
+        "counter_add_engagement_scope",
     }
     bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1, ""))
     assert bound.is_idempotent

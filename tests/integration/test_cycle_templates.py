@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from notee.core.notification_id import device_part
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import admin_headers, apns_credentials, random_token
 from tests.support.scheduler import jobs_of, scheduler
@@ -115,6 +116,8 @@ def test_a_silent_cycle_template_wakes_the_app_through_a_cycle_minute(
     _fire(runtime, emu_runtime, service, when)
     fcm_seen, apns_seen = emulator.last_request(android), emulator.last_request(ios)
     assert fcm_seen is not None and "notification" not in fcm_seen["body"]
-    assert fcm_seen["body"]["data"] == {"sync": "inbox"}
-    assert apns_seen is not None and apns_seen["body"] == {"aps": {"content-available": 1}, "sync": "inbox"}
+    nid = fcm_seen["body"]["data"].pop("notee_id")  # every push carries its notification id
+    assert fcm_seen["body"]["data"] == {"sync": "inbox"} and nid.endswith("." + device_part(android))
+    assert apns_seen is not None and apns_seen["body"].pop("notee_id").endswith("." + device_part(ios))
+    assert apns_seen["body"] == {"aps": {"content-available": 1}, "sync": "inbox"}
     assert (apns_seen["headers"]["apns-push-type"], apns_seen["headers"]["apns-priority"]) == ("background", "5")

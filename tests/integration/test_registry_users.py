@@ -317,7 +317,7 @@ def test_users_are_listed_newest_first_a_page_at_a_time_with_filters(client, set
     assert listed(platform="IOS")[0] == [ids[1]]
     since = client.get(f"/v1/users/{ids[3]}", headers=h).json()["created_at"]
     assert listed(created_since=since)[0][-2:] == [ids[4], ids[3]]
-    for bad in ({"cursor": "bm90LW91cnM="}, {"platform": "WEB"}, {"created_since": "2026-01-01"}, {"limit": 0}):
+    for bad in ({"cursor": "bm90LW91cnM="}, {"platform": "WIN"}, {"created_since": "2026-01-01"}, {"limit": 0}):
         r = client.get("/v1/users", params=bad, headers=h)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (bad, r.text)
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from notee.core import notification_id
 from notee.domain import render
 from notee.providers import apns
 from tests.support.fanout import run_worker_until_idle
@@ -101,7 +102,9 @@ def _seen(emu, token: str) -> tuple[str, str, dict]:
     note = body["notification"]
     texts = [note["title"], note["body"], *(body.get("data") or {}).keys(), *(body.get("data") or {}).values()]
     assert not [t for t in texts if "{{" in t or "}}" in t], body
-    return note["title"], note["body"], body.get("data") or {}
+    data = dict(body.get("data") or {})
+    assert notification_id.parse(data.pop(notification_id.KEY, "")) is not None, body  # every push has its id
+    return note["title"], note["body"], data
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -242,8 +245,10 @@ def test_apns_size_rule_matches_what_apns_accepts(client, settings, tenant, emu_
     )
     fill = apns.PAYLOAD_LIMIT - apns.payload_bytes("", "", {})  # a request variable holds at most 2,000
 
-    def parts(n: int) -> dict[str, str]:
-        return {"a": "x" * 2000, "b": "y" * 2000, "c": "z" * (n - 4000)}
+    def parts(n: int) -> dict[str, str]:  # n characters in all (the notification id takes room too)
+        return {"a": "x" * 2000, "b": "y" * (n - 2001), "c": "z"}
+
+    assert 2001 < fill <= 4001, fill  # each variable within its 2,000
 
     at_limit = client.post(f"/v1/users/{user}/send", json={"type": "big", "variables": parts(fill)}, headers=headers)
     assert at_limit.status_code == 200 and at_limit.json()["delivered"] == 1, at_limit.text

@@ -251,7 +251,7 @@ def test_estimates_of_topics_and_conditions_come_from_the_counters(client, tenan
         ({"filter": [[{"tag": "plan", "op": "in", "value": "pro"}]]}, ["body", "filter", 0, 0, "value"]),
         ({"segments": {"include": []}}, ["body", "segments", "include"]),
         ({"users": ["u"] * 20_001}, ["body", "users"]),
-        ({"filter": PRO, "platforms": ["WEB"]}, ["body", "platforms", 0]),
+        ({"filter": PRO, "platforms": ["WIN"]}, ["body", "platforms", 0]),
     ],
 )
 def test_bad_estimates_are_422_naming_their_part(client, tenant, body, loc):
