@@ -149,11 +149,29 @@ def write_or_withdraw(st: Statements, service: str, new: NewRows) -> None:
     try:
         st.run(f for start in new.starts for f in start())
     except Exception:
-        try:
-            _withdraw(st, service, new.rows)
-        except Exception:
-            log.exception("service=%s: %d row(s) of a failed write could not be withdrawn", service, len(new.rows))
+        _withdraw_retried(st, service, new.rows)
         raise
+
+
+# The outage that failed the write often fails the first withdrawal too (a node not yet convicted
+# times the request out); by the next try the driver routes around it. The users' locks are still
+# held meanwhile, so no newer write of these rows can come between two tries.
+WITHDRAW_WAITS_S = (1.0, 3.0)
+
+
+def _withdraw_retried(st: Statements, service: str, rows: Sequence[tuple[str, IndexRow]]) -> None:
+    for wait in (*WITHDRAW_WAITS_S, None):
+        try:
+            _withdraw(st, service, rows)
+            return
+        except Exception:
+            if wait is None:
+                log.exception("service=%s: %d row(s) of a failed write could not be withdrawn", service, len(rows))
+                return
+            log.warning(
+                "service=%s: withdrawing %d row(s) of a failed write failed; again in %s s", service, len(rows), wait
+            )
+            time.sleep(wait)
 
 
 def _withdraw(st: Statements, service: str, rows: Sequence[tuple[str, IndexRow]]) -> None:

@@ -95,3 +95,36 @@ def test_a_cycle_subscribe_whose_batches_fail_leaves_no_row(runtime, st, store_t
             left += page
     assert left == [], "a slot row of the failed subscribe is still there"
     assert [r for r in st.user_rows(user, svc) if r.method == "CYCLE"] == []
+
+
+def test_a_withdrawal_failing_in_the_same_outage_is_tried_again(runtime, st, store_tenant, monkeypatch):
+    """The chaos run's second finding (docs/RELIABILITY.md): the write timed out, and so did the first
+    withdrawal (a node not yet convicted). The withdrawal is tried again, under the users' locks, so
+    a user deleted right after the 503 has no row left for the batchlog's replay to revive."""
+    from notee.domain import subscription_rows
+
+    svc = store_tenant
+    key = make_template(runtime, svc, "TOPIC", "news")
+    user = make_user(runtime, svc)
+    make_device(runtime, svc, user, f"chaos-{next(_tok):04d}-" + "z" * 20, "AOS")
+    monkeypatch.setattr(subscription_rows, "WITHDRAW_WAITS_S", (0.01, 0.01))
+    write_together, remove_device_rows = st.write_together, st.remove_device_rows
+    failures = {"withdraw": 1}
+
+    def applied_then_times_out(units):
+        st.run(write_together(units))  # Cassandra applied the subscription's rows ...
+        raise WriteTimeout("Operation timed out", write_type=2)  # ... and the coordinator answered late
+
+    def first_removal_times_out(*args, **kwargs):
+        if failures["withdraw"]:
+            failures["withdraw"] -= 1
+            raise WriteTimeout("Operation timed out", write_type=2)
+        return remove_device_rows(*args, **kwargs)
+
+    monkeypatch.setattr(st, "write_together", applied_then_times_out)
+    monkeypatch.setattr(st, "remove_device_rows", first_removal_times_out)
+    with pytest.raises(WriteTimeout), runtime.sessions.begin() as s:
+        topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
+    assert failures["withdraw"] == 0, "the first withdrawal was not even tried"
+    assert recipients(st, key, svc, "sports") == [], "the second withdrawal did not remove the slot row"
+    assert [r for r in st.user_rows(user, svc) if r.method == "TOPIC"] == []
