@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.hostile import SlowHeaders, Target
-from tests.support.processes import NoteeProcess, Processes
+from tests.support.processes import NoteeProcess, Processes, read_all
 from tests.support.waiting import wait_for
 
 HEAD_TIMEOUT_S = 1.5
@@ -44,19 +44,6 @@ def _connect(api: NoteeProcess, source: str) -> socket.socket:
     return socket.create_connection(("127.0.0.1", api.port), timeout=10, source_address=(source, 0))
 
 
-def _read_all(sock: socket.socket) -> bytes:
-    out = b""
-    while True:
-        try:
-            data = sock.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            break
-        if not data:
-            break
-        out += data
-    return out
-
-
 def _answer(raw: bytes) -> tuple[int, dict[str, str], bytes]:
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
@@ -71,7 +58,7 @@ def _get(api: NoteeProcess, source: str) -> int:
 def _get_answer(api: NoteeProcess, source: str) -> tuple[int, dict[str, str], bytes]:
     with _connect(api, source) as sock:
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        return _answer(_read_all(sock))
+        return _answer(read_all(sock))
 
 
 def test_a_head_sent_a_line_at_a_time_is_answered_408_and_closed_at_the_deadline(api):
@@ -91,7 +78,7 @@ def test_a_head_sent_a_line_at_a_time_is_answered_408_and_closed_at_the_deadline
                 i += 1
         closed_after = time.monotonic() - began
         sock.settimeout(5)
-        raw += _read_all(sock)
+        raw += read_all(sock)
     assert raw, f"the server kept a head unfinished for {closed_after:.1f} s"
     status, headers, body = _answer(raw)
     assert status == 408 and headers["connection"] == "close"
@@ -103,7 +90,7 @@ def test_a_head_sent_a_line_at_a_time_is_answered_408_and_closed_at_the_deadline
 def test_a_connection_that_never_sends_a_byte_is_closed_at_the_deadline(api):
     with _connect(api, "127.0.0.4") as sock:
         began = time.monotonic()
-        raw = _read_all(sock)  # the socket's 10 s timeout: an empty read if the server never closes
+        raw = read_all(sock)  # the socket's 10 s timeout: an empty read if the server never closes
         closed_after = time.monotonic() - began
     assert raw, f"an idle new connection was kept {closed_after:.1f} s"
     assert _answer(raw)[0] == 408 and closed_after < HEAD_TIMEOUT_S * 1.25 + 2.0
@@ -113,7 +100,7 @@ def test_a_kept_alive_connection_is_closed_after_its_last_allowed_request(api):
     with _connect(api, "127.0.0.4") as sock:
         request = b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
         sock.sendall(request * MAX_REQUESTS)  # pipelined: the last one's answer says close
-        raw = _read_all(sock)
+        raw = read_all(sock)
     assert raw.count(b"HTTP/1.1 200 ") == MAX_REQUESTS
     assert raw.lower().count(b"connection: close") == 1
 
@@ -128,7 +115,7 @@ def test_another_address_is_served_while_one_address_is_at_its_cap(api):
             with _connect(api, "127.0.0.2") as extra:  # the server may not have counted them all yet
                 with contextlib.suppress(OSError):  # refused before the request was written
                     extra.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                answer = _answer(_read_all(extra))
+                answer = _answer(read_all(extra))
             return answer if answer[0] == 429 else None
 
         _, headers, body = wait_for(refused, timeout=HEAD_TIMEOUT_S - 0.5, what="a 429 over the cap")
@@ -170,7 +157,7 @@ def test_a_url_of_ten_thousand_query_parameters_is_414(api, settings):
             sock.sendall(f"GET /v1/users?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         except (BrokenPipeError, ConnectionResetError):
             pass  # answered and closed before the whole URL was sent
-        raw = _read_all(sock)
+        raw = read_all(sock)
     status, headers, body = _answer(raw)
     assert status == 414 and headers["connection"] == "close"
     error = json.loads(body)["error"]
@@ -208,7 +195,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_its_slot_freed(api):
             b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nsecret="
         )
         sock.settimeout(BODY_IDLE_S + 10)
-        raw = _read_all(sock)
+        raw = read_all(sock)
         closed_after = time.monotonic() - began
     assert raw, f"a body silent for {closed_after:.1f} s kept its request in progress"
     status, headers, body = _answer(raw)

@@ -12,20 +12,7 @@ import time
 
 import pytest
 
-from tests.support.processes import Processes
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    out = b""
-    while True:
-        try:
-            data = sock.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            break
-        if not data:
-            break
-        out += data
-    return out
+from tests.support.processes import Processes, read_all
 
 
 def _answers(raw: bytes) -> list[tuple[int, dict[str, str], bytes]]:
@@ -61,7 +48,7 @@ def test_a_header_value_that_never_ends_is_refused_at_the_limit(api_port, settin
                     break
         except (BrokenPipeError, ConnectionResetError):
             pass
-        raw = _read_all(sock)
+        raw = read_all(sock)
     ((status, headers, body),) = _answers(raw)
     assert status == 400 and headers["connection"] == "close"
     error = json.loads(body)["error"]
@@ -77,7 +64,7 @@ def test_a_head_just_under_the_limit_is_served(api_port, settings):
             # The subject: a head that reaches the server in pieces. Nothing the client can see marks a
             # piece read, so a pause between them stays (0.15 s in all).
             time.sleep(0.05)
-        ((status, _, _),) = _answers(_read_all(sock))
+        ((status, _, _),) = _answers(read_all(sock))
     assert status in (200, 503)  # /healthz: 503 only while a store is down
 
 
@@ -88,7 +75,7 @@ def test_pipelined_requests_are_each_answered_in_order(api_port):
             b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-ID: first\r\n\r\n"
             b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nX-Request-ID: second\r\nConnection: close\r\n\r\n"
         )
-        answers = _answers(_read_all(sock))
+        answers = _answers(read_all(sock))
     assert [(a[1]["x-request-id"]) for a in answers] == ["first", "second"]
     assert answers[0][0] in (200, 503) and answers[1][0] == 401  # /v1 without a key: refused by the edge
     assert json.loads(answers[1][2])["error"]["code"] == "unauthorized"
@@ -97,6 +84,6 @@ def test_pipelined_requests_are_each_answered_in_order(api_port):
 def test_a_malformed_request_is_400_in_the_error_format(api_port):
     with socket.create_connection(("127.0.0.1", api_port), timeout=10) as sock:
         sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-        ((status, headers, body),) = _answers(_read_all(sock))
+        ((status, headers, body),) = _answers(read_all(sock))
     assert status == 400 and headers["connection"] == "close"
     assert json.loads(body)["error"]["code"] == "invalid_request"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -198,3 +199,18 @@ def wait_http(
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url} did not answer within {timeout} s" + (f"\n{proc.tail()}" if proc else ""))
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything a raw client socket receives until the server closes it (or resets it, or the
+    socket's own timeout passes): a test's view of one HTTP/1.1 exchange on the wire."""
+    out = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not data:
+            break
+        out += data
+    return out
