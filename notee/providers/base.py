@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from notee.providers.payload import Rich
 
@@ -56,12 +56,15 @@ class RetryAfter:
     ``transport``: no answer from the provider at all (connection problem); that is never counted
     against the device (notee.usecases.deliver). ``provider_wide``: the provider refused the request for
     its own reasons (overloaded, an internal error, the project's quota), not because of this
-    device: a fan-out page waits it out without using the device's attempts."""
+    device: a fan-out page waits it out without using the device's attempts. ``circuit_open``: not
+    sent at all, the circuit breaker of the device's push service is open (``seconds``: until its
+    next probe): a fan-out page waits for it (notee.usecases.guarded_send)."""
 
     reason: str
     seconds: float | None = None
     transport: bool = False
     provider_wide: bool = False
+    circuit_open: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +85,14 @@ class Provider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Circuits(Protocol):
+    """A provider that sends to more than one independent service (Web Push: every browser's push
+    service): the fan-out's circuit breaker guards each ``circuit`` on its own, so one push service
+    failing does not stop the others."""
+
+    def circuit(self, message: Message) -> str:
+        """The breaker key of the service that receives ``message`` (e.g. ``webpush:<origin>``)."""
+        ...

@@ -8,7 +8,8 @@ message. A probe that gets any answer from the provider closes the breaker and t
 probe that fails at the transport level opens it again for twice as long (capped at ``max_open_s``).
 
 Pure state and a clock: no I/O, so it is unit-tested without a network (tests/unit/test_fanout_outages.py).
-One breaker per worker process, shared by its lanes.
+One breaker per worker process, shared by its lanes. Its keys are providers (``fcm``, ``apns``) and,
+for Web Push, each push service (``webpush:<origin>``: ``notee.usecases.guarded_send``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from notee.core import metrics
 
 # A page opens the breaker when more than this share of its requests to one provider were unreachable.
 OPEN_RATIO = 0.5
+# Closed breakers listed in the metrics, at most: subscriptions name their push service's origin, so a
+# tenant could make many; an open or half-open one is always listed.
+GUARDED_LISTED = 64
 
 
 @dataclass
@@ -72,5 +76,6 @@ class CircuitBreaker:
             metrics.BREAKER_OPENED.labels(provider).inc()
             return True
         self._providers.pop(provider, None)  # the provider answered: closed
-        self._guarded.add(provider)
+        if len(self._guarded) < GUARDED_LISTED or ":" not in provider:  # fcm, apns: always
+            self._guarded.add(provider)
         return False

@@ -150,6 +150,10 @@ class Connection(asyncio.Protocol):
         self.host, self.port = host, port
         self._observe = metrics.provider_latency(provider).observe  # notee_provider_response_seconds
         self._ssl, self._sni = ssl_context, server_hostname or host
+        # RFC 9113 8.3.1 / RFC 3986 3.2: the port belongs in :authority unless it is https' 443 (a
+        # push service on another port checks a VAPID audience of https://host:port against it).
+        named = f"[{self._sni}]" if ":" in self._sni else self._sni
+        self._authority = (named if port == 443 else f"{named}:{port}").encode()
         self._max_streams = max_streams
         self._limit = 0  # streams we may have open: min(max_streams, the peer's current limit)
         self._peer_streams = MAX_STREAM_ID  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until said)
@@ -621,7 +625,7 @@ class Connection(asyncio.Protocol):
             return []
         loop = asyncio.get_running_loop()
         finished = loop.create_future()
-        authority = self._sni.encode()
+        authority = self._authority
         nxt, left = 0, n
         last_progress = time.monotonic()
 

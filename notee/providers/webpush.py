@@ -182,5 +182,11 @@ class WebPushProvider:
                     )
         return [o if o is not None else Failed("not sent") for o in out]
 
+    def circuit(self, message: Message) -> str:
+        """``webpush:<origin>``: the fan-out's circuit breaker guards each push service on its own
+        (``notee.providers.base.Circuits``), so autopush failing does not stop FCM web or Apple."""
+        endpoint = message.device_token.split(".", 2)[-1]
+        return "webpush:" + "/".join(endpoint.split("/", 3)[:3])  # https://host[:port], as WebSubscription.origin
+
     async def close(self) -> None:
         """The pools belong to the process's ProviderSet, which closes them."""

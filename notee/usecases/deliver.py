@@ -32,6 +32,11 @@ failure: they are retried without using the device's attempts, and ``ProviderUna
 work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
 fan-out) a page mostly unreachable opens it at once and raises ``ProviderUnavailable``; the worker
 releases its task without checkpointing and the page is sent again later (docs/FANOUT.md "Outages").
+Web Push is guarded per push service: a page whose push service's breaker is open
+(``RetryAfter(circuit_open=True)``) is handed back the same way when nothing of it got an answer;
+when other devices of it did (their push services, FCM, APNs), its held messages wait for their
+breaker inside the page, without using their attempts, for up to ``provider_wait_s``, then are
+dead-lettered: re-sending the page would push the others twice.
 
 Refusals that are the provider's own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota)
 are not a device's failure either in a fan-out page (``provider_wait_s``): the page waits them out,
@@ -42,32 +47,23 @@ waits for, counts them as attempts.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from notee.core import metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
-from notee.core.vocabulary import ProviderCredentials
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
-from notee.providers.breaker import CircuitBreaker
 from notee.providers.payload import rich_of
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet, ServiceProviders
 from notee.store import deadletter
 from notee.store.runtime import Runtime
+from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET, DeliveryOptions
 from notee.usecases.delivery_store import load_service_credentials, prune_tokens, record_dead_letters
 from notee.usecases.guarded_send import send_guarded
 
 log = logging.getLogger(__name__)
-
-
-class _Unset(enum.Enum):
-    UNSET = enum.auto()  # credentials not given: the delivery loads them
-
-
-_UNSET = _Unset.UNSET
 
 
 class Stopping(Exception):
@@ -110,39 +106,6 @@ def no_credentials_message(service: str) -> str:
         f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
         "set its delivery_mode to dry_run"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryOptions:
-    """How one delivery runs; the defaults are a single send's.
-
-    ``credentials``: the service's decrypted ProviderCredentials (or None); loaded from MySQL when
-    not given. ``job_id``: the job the messages belong to (kept on their dead letters). ``dry_run``:
-    the log provider only. ``entire_send``: the messages are the whole send (a single send), so "no
-    device has a route" is the send's failure (NoCredentials); a fan-out page passes False (the
-    job's other pages may have routes). ``max_attempts`` defaults to ``settings.fanout_max_attempts``.
-    ``prune``: invalid tokens are removed from the registry. ``stop``: set when the process is
-    stopping; a retry wait then ends at once and either raises ``Stopping`` or, with
-    ``dead_letter_on_stop``, dead-letters the messages that were waiting. ``breaker`` (a fan-out
-    page): ``ProviderUnavailable`` as soon as it opens for a provider. ``provider_wait_s`` (a fan-out
-    page): refusals that are the provider's own (a 503 storm, the project's quota) are retried
-    without using the devices' attempts while the delivery has waited less than this in all; None:
-    they count as attempts like any other retryable answer."""
-
-    credentials: ProviderCredentials | _Unset | None = _UNSET
-    job_id: str | None = None
-    dry_run: bool = False
-    entire_send: bool = True
-    max_attempts: int | None = None
-    prune: bool = True
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    stop: asyncio.Event | None = None
-    dead_letter_on_stop: bool = False
-    breaker: CircuitBreaker | None = None
-    provider_wait_s: float | None = None
-
-
-DEFAULT_OPTIONS = DeliveryOptions()
 
 
 async def deliver(
@@ -189,6 +152,8 @@ class Delivery:
         self.waited = 0.0  # seconds this delivery has waited between its rounds
         self.rounds = self.outage_rounds = 0  # rounds sent; of the last ones, those nothing answered
         self.retry_after: float | None = None  # the longest Retry-After of this round's answers
+        self.held: set[int] = set()  # this round's messages a push service's open breaker held back
+        self.answered_any = False  # some message of this delivery got an answer from a provider
         self.invalid: dict[str, str] = {}  # token -> why it is pruned
         self.dead: list[deadletter.DeadLetter] = []
         self.ended: dict[tuple[str, str], int] = {}
@@ -221,7 +186,7 @@ class Delivery:
         if options.dry_run:
             return self.providers.dry_run(service)
         credentials = options.credentials
-        if credentials is _UNSET:
+        if credentials is UNSET:
             credentials = await asyncio.to_thread(load_service_credentials, self.runtime, service)
         routes = self.providers.for_service(service, credentials)
         if not routes.any:
@@ -246,6 +211,7 @@ class Delivery:
         (after the wait before the next round)."""
         self.rounds += 1
         self.retry_after = None
+        self.held = set()
         retry: list[int] = []
         answered = False
         messages = self.messages  # a local: the comprehension reads it once per message
@@ -258,8 +224,12 @@ class Delivery:
                 await self._keep()
                 raise
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
-        self.outage_rounds = 0 if answered else self.outage_rounds + 1
-        if retry and self.outage_rounds >= self.bound:
+        self.answered_any = self.answered_any or answered
+        if self.held:
+            retry = await self._held_back(retry)
+        unreached = len(retry) - len(self.held)
+        self.outage_rounds = 0 if answered or not unreached else self.outage_rounds + 1
+        if unreached and self.outage_rounds >= self.bound:
             # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
             # what was learned, and hand the work back (the task is retried later, the API says 503).
             await self._keep()
@@ -270,6 +240,25 @@ class Delivery:
         if retry:
             return await self._wait_to_retry(retry)
         return retry
+
+    async def _held_back(self, retry: list[int]) -> list[int]:
+        """Messages an open breaker held back (``self.held``): a page nothing of which got an answer
+        is handed back whole (``ProviderUnavailable``, as a provider's breaker does); otherwise they
+        wait inside it for up to ``provider_wait_s``, then are dead-lettered (what remains to retry)."""
+        if not self.answered_any:
+            await self._keep()
+            raise ProviderUnavailable(
+                f"service {self.service}: {len(self.held)} message(s) held by an open circuit"
+                f" ({self.last_reason[min(self.held)][1]})",
+                retry_in=self.retry_after or 0.0,
+            )
+        if self.waited < (self.options.provider_wait_s or 0.0):
+            return retry
+        given_up, self.held = self.held, set()
+        for i in sorted(given_up):
+            name, reason = self.last_reason[i]
+            self._fail(self.messages[i], name, f"unreachable: gave up after waiting {self.waited:.0f} s: {reason}", 0)
+        return [i for i in retry if i not in given_up]
 
     def _classify(
         self,
@@ -288,6 +277,14 @@ class Delivery:
         wait, answered, delivered = self.retry_after, False, 0
         for j, outcome in zip(idx, outcomes, strict=False):
             i, m = pending[j], batch[j]
+            if isinstance(outcome, RetryAfter) and outcome.circuit_open:
+                retry.append(i)  # not sent: its push service's breaker is open
+                self.held.add(i)
+                last_reason[i] = (name, outcome.reason)
+                retried[name, "circuit_open"] = retried.get((name, "circuit_open"), 0) + 1
+                if outcome.seconds is not None:
+                    wait = max(wait or 0.0, outcome.seconds)
+                continue
             if isinstance(outcome, RetryAfter) and outcome.transport:
                 retry.append(i)  # the provider never answered about this device
                 last_reason[i] = (name, outcome.reason)

@@ -1,7 +1,12 @@
 """One provider's send in a delivery round, guarded by the fan-out's circuit breaker
 (``notee.providers.breaker``: pure state, no I/O; this is where it meets the provider): refused
 while the breaker is open, a probe of one message while it is half-open, and ``ProviderUnavailable``
-as soon as most of the send was unreachable (docs/FANOUT.md "Outages")."""
+as soon as most of the send was unreachable (docs/FANOUT.md "Outages").
+
+A provider that sends to several independent services (``Circuits``: Web Push, one push service per
+browser vendor) is guarded per service instead: the messages of a push service whose breaker is open
+are not sent and come back as ``RetryAfter(circuit_open=True)`` (the delivery holds them), while the
+others are sent; nothing is raised here for them (``Delivery`` decides whether to wait or hand back)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from collections import Counter
 
 from notee.core import tracing
 from notee.core.errors import ProviderUnavailable
-from notee.providers.base import Message, Outcome, Provider, RetryAfter
+from notee.providers.base import Circuits, Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,8 @@ async def send_guarded(provider: Provider, messages: list[Message], breaker: Cir
 async def _send_guarded(provider: Provider, messages: list[Message], breaker: CircuitBreaker | None) -> list[Outcome]:
     if breaker is None:
         return await provider.send(messages)
+    if isinstance(provider, Circuits):
+        return await _send_per_circuit(provider, messages, breaker)
     name = provider.name
     wait = breaker.blocked_for(name)
     if wait > 0:
@@ -63,5 +70,71 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
     return outcomes + rest
 
 
-def _unreachable(outcome: Outcome) -> bool:
+def _unreachable(outcome: Outcome | None) -> bool:
     return isinstance(outcome, RetryAfter) and outcome.transport
+
+
+def _held(circuit: str, breaker: CircuitBreaker) -> RetryAfter:
+    wait = breaker.blocked_for(circuit)
+    return RetryAfter(f"circuit open: {circuit}", wait, circuit_open=True)
+
+
+async def _send_per_circuit(provider: Provider, messages: list[Message], breaker: CircuitBreaker) -> list[Outcome]:
+    """Each circuit (push service) of the send guarded on its own: an open one's messages held, a
+    half-open one's first message sent alone as its probe, the rest sent together (one
+    ``provider.send``, so the push services are still reached concurrently)."""
+    assert isinstance(provider, Circuits)
+    groups: dict[str, list[int]] = {}
+    for i, m in enumerate(messages):
+        groups.setdefault(provider.circuit(m), []).append(i)
+    out: list[Outcome | None] = [None] * len(messages)
+    first: list[int] = []
+    probes: dict[str, list[int]] = {}  # half-open circuit -> the messages after its probe
+    for circuit, idx in groups.items():
+        if breaker.blocked_for(circuit) > 0:
+            for i in idx:
+                out[i] = _held(circuit, breaker)
+        elif breaker.probing(circuit):
+            first.append(idx[0])
+            probes[circuit] = idx[1:]
+        else:
+            first.extend(idx)
+    await _send_into(provider, messages, first, out)
+    second: list[int] = []
+    for circuit, rest in probes.items():
+        probe = groups[circuit][0]
+        if breaker.record(circuit, sent=1, unreachable=int(_unreachable(out[probe]))):
+            log.warning(
+                "%s: probe failed (%s); circuit open for %.1f s", circuit, out[probe], breaker.blocked_for(circuit)
+            )
+            for i in groups[circuit]:
+                out[i] = _held(circuit, breaker)
+        else:
+            log.info("%s: probe answered; circuit closed", circuit)
+            second.extend(rest)
+    await _send_into(provider, messages, second, out)
+    for circuit, idx in groups.items():
+        sent = [i for i in probes.get(circuit, idx) if not _is_held(out[i])]
+        unreachable = sum(1 for i in sent if _unreachable(out[i]))
+        if sent and breaker.record(circuit, sent=len(sent), unreachable=unreachable):
+            log.warning(
+                "%s: %d of %d requests unreachable; circuit open for %.1f s",
+                circuit,
+                unreachable,
+                len(sent),
+                breaker.blocked_for(circuit),
+            )
+            for i in sent:
+                if _unreachable(out[i]):
+                    out[i] = _held(circuit, breaker)
+    return [o if o is not None else RetryAfter("not sent", transport=True) for o in out]
+
+
+async def _send_into(provider: Provider, messages: list[Message], idx: list[int], out: list[Outcome | None]) -> None:
+    if idx:
+        for i, outcome in zip(idx, await provider.send([messages[i] for i in idx]), strict=True):
+            out[i] = outcome
+
+
+def _is_held(outcome: Outcome | None) -> bool:
+    return isinstance(outcome, RetryAfter) and outcome.circuit_open

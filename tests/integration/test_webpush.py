@@ -13,30 +13,10 @@ import pytest
 from notee.core import notification_id
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import admin_headers, new_template, new_user, random_token
+from tests.support.webpush import browser as _browser
+from tests.support.webpush import vapid as _vapid
 
 pytestmark = pytest.mark.tenant(credentials=True, timezone="Asia/Seoul")
-
-
-def _vapid(client, settings, service, subject="mailto:ops@example.com"):
-    r = client.post(
-        f"/v1/admin/services/{service}/credentials/webpush/generate",
-        json={"subject": subject},
-        headers=admin_headers(settings),
-    )
-    assert r.status_code == 200, r.text
-    return r.json()["public_key"]
-
-
-def _browser(client, headers, emulator, user_id, flavor="fcm", server_key=None):
-    """A browser of ``user_id`` subscribed at the emulator's push service: (its subscription, its token)."""
-    sub = emulator.web_subscribe(flavor, server_key)
-    r = client.post(
-        f"/v1/users/{user_id}/devices",
-        json={"os": "WEB", "subscription": {k: sub[k] for k in ("endpoint", "expirationTime", "keys")}},
-        headers=headers,
-    )
-    assert r.status_code == 201, r.text
-    return sub, r.json()["token"]
 
 
 def _send(client, headers, user_id, **body):
