@@ -59,7 +59,8 @@ from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet, ServiceProviders
 from notee.store import deadletter
 from notee.store.runtime import Runtime
-from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET, DeliveryOptions
+from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET
+from notee.usecases.delivery_options import DeliveryOptions as DeliveryOptions  # its callers import it from here
 from notee.usecases.delivery_store import load_service_credentials, prune_tokens, record_dead_letters
 from notee.usecases.guarded_send import send_guarded
 
