@@ -52,8 +52,9 @@ def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)
 
 
-def _user(client, headers, *, name="w", quiet=None, timezone=None):
+def _user(client, headers, *, name="w", quiet=None, timezone=None, locale=None):
     body = {"name": name} | ({"quiet_hours": quiet} if quiet else {}) | ({"timezone": timezone} if timezone else {})
+    body |= {"locale": locale} if locale else {}
     r = client.put(f"/v1/users/w-{random_token()[-12:]}", json=body, headers=headers)
     assert r.status_code == 201, r.text
     return r.json()["user_id"]
@@ -178,6 +179,26 @@ def test_local_time_reaches_each_browser_at_its_own_minute(client, runtime, sett
     run_worker_until_idle(emu_runtime, [service])
     assert _shown(emulator, kolkata) == [{"title": "News", "body": "Today", "data": {}}]
     assert len(emulator.web_pushes(here["id"])) == 1 and _job(client, headers, job_id)["state"] == "done"
+
+
+def test_each_browser_reads_its_locales_variant(client, settings, tenant, emulator, emu_runtime):
+    service, headers = tenant
+    public = vapid(client, settings, service)
+    variants = {"ko": {"title": "소식", "body": "오늘"}, "de": {"title": "Neues", "body": "Heute"}}
+    _template(client, headers, variants=variants)
+    _, ko_sub, _ = _reader(client, headers, emulator, public, "fcm", locale="ko-KR")
+    de_user, de_sub, _ = _reader(client, headers, emulator, public, "mozilla")
+    r = client.post(
+        f"/v1/users/{de_user}/devices",
+        json={"os": "WEB", "subscription": {k: de_sub[k] for k in ("endpoint", "keys")}, "locale": "de-AT"},
+        headers=headers,
+    )
+    assert r.status_code == 200, r.text  # the browser's own locale, given on registration, wins
+    _, en_sub, _ = _reader(client, headers, emulator, public, "apple")
+    assert client.post("/v1/topics/news/all/publish", headers=headers).status_code == 202
+    run_worker_until_idle(emu_runtime, [service])
+    got = [_shown(emulator, sub)[0] for sub in (ko_sub, de_sub, en_sub)]
+    assert [(p["title"], p["body"]) for p in got] == [("소식", "오늘"), ("Neues", "Heute"), ("News", "Today")]
 
 
 def test_a_scheduled_publish_reaches_no_browser_before_send_at(

@@ -78,6 +78,7 @@ GROUPS: dict[str, dict[str, str]] = {
         "test_cli_http.py::test_subscriber_counts_calendar_and_summary_from_the_cli": "removes its due buckets",
         "test_localized_templates.py::test_a_cycle_push_is_localized": "runs a scheduler minute",
         "test_quiet_hours.py::test_cycle_pushes_are_not_affected": "runs a scheduler minute",
+        "test_webpush_paths.py::test_a_browser_subscribed_to_a_cycle_gets_its_minutes_push": "runs a scheduler minute",
         "test_render_one.py::test_cycle_delivers_every_savable_shape_rendered": "runs a scheduler minute",
         "test_sparse_targets.py": "runs a scheduler minute; prunes every tenant's occupancy as if a day had passed",
         "test_bench_smoke.py::test_cycle_minute_smoke": "marks a bucket due this minute and runs it",
