@@ -99,6 +99,9 @@ def check_fcm(message: dict[str, Any]) -> None:
     _unknown("message", message, _FCM_MESSAGE)
     if "notification" in message:
         _unknown("message.notification", message["notification"], _FCM_NOTIFICATION)
+        for key, value in message["notification"].items():
+            if not isinstance(value, str):
+                raise _invalid(f"message.notification.{key}", value)
     for i, (key, value) in enumerate((message.get("data") or {}).items()):
         if not isinstance(value, str) or not isinstance(key, str):
             raise _invalid(f"message.data[{i}].value", value)
