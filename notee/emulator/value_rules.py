@@ -41,11 +41,6 @@ def _string(v: Any) -> str | None:
     return None if isinstance(v, str) else "TYPE_STRING"
 
 
-def _int32(v: Any) -> str | None:
-    ok = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and re.fullmatch(r"-?\d{1,10}", v))
-    return None if ok else "TYPE_INT32"
-
-
 def _duration(v: Any) -> str | None:
     return None if isinstance(v, str) and _DURATION.match(v) else _PROTO + "Duration"
 
