@@ -124,6 +124,25 @@ def payload_of(text: str | None, badge: int | None, sound: str | None, image: st
     return out or None
 
 
+def variants_of(text: str | None, subtitles: dict[str, str]) -> Any:
+    """The ``variants`` object of ``--variants JSON`` with each ``--subtitle LOCALE=TEXT`` set as that
+    variant's ``subtitle`` (None: no variants); a subtitle for a locale without a variant is refused
+    here, the server checks the rest (its 422)."""
+    out: dict[str, Any] = {}
+    if text:
+        try:
+            out = json.loads(text)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--variants") from None
+        if not isinstance(out, dict):
+            raise typer.BadParameter("must be a JSON object of locales", param_hint="--variants")
+    for locale, subtitle in subtitles.items():
+        if not isinstance(out.get(locale), dict):
+            raise typer.BadParameter(f"no variant {locale!r} in --variants", param_hint="--subtitle")
+        out[locale] = {**out[locale], "subtitle": subtitle}
+    return out or None
+
+
 def print_json(model: Any) -> None:
     """One JSON object on a line: an SDK model, or a plain dict."""
     fields = model if isinstance(model, dict) else model.model_dump(mode="json")

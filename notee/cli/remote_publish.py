@@ -139,6 +139,9 @@ def _print_preview(preview: Any, as_json: bool) -> None:
     typer.echo(f"dry run: nothing sent · reach: {users} user(s), {devices} device(s) ({reach.method})")
     for v in preview.variants:
         typer.echo(f"[{v.locale or 'default'}] {v.title!r} · {v.body!r}" + (f" · data {v.data}" if v.data else ""))
+        subtitle = ((v.payload or {}).get("ios") or {}).get("subtitle")
+        if subtitle:  # the variant's own, else the payload's: what an iOS device shows under the title
+            typer.echo(f"  iOS subtitle: {subtitle!r}")
         for os, p in v.platforms.items():
             flag = "  OVER THE LIMIT" if p.over_limit else ""
             typer.echo(f"  {os} via {p.provider}: {p.bytes:,}/{p.limit:,} bytes{flag}")

@@ -18,6 +18,7 @@ from notee.cli.remote_client import (
     print_json,
     say,
     sdk_client,
+    variants_of,
 )
 
 template_app = typer.Typer(help="Notification templates (NOTEE_API_KEY).", no_args_is_help=True)
@@ -40,9 +41,15 @@ def template_put(
     ttl: int | None = typer.Option(None, help="Seconds the provider keeps an undelivered push."),
     priority: str | None = typer.Option(None, help="high (default) or normal."),
     payload: str | None = typer.Option(None, "--payload", help=PAYLOAD_HELP),
+    variants: str | None = typer.Option(
+        None, "--variants", help='Locale variants as JSON: {"de": {"title": ..., "body": ..., "subtitle": ...}}.'
+    ),
+    subtitle: list[str] = typer.Option(
+        [], "--subtitle", help="LOCALE=TEXT: that variant's own iOS subtitle, over --variants (repeatable)."
+    ),
     as_json: AsJson = False,
 ) -> None:
-    """Create or update a template."""
+    """Create or update a template (a whole replacement: what is not given is not kept)."""
     with sdk_client() as notee:
         template = notee.put_template(
             method.upper(),
@@ -53,6 +60,7 @@ def template_put(
             ttl_seconds=ttl,
             priority=priority,
             payload=payload_of(payload, None, None, None, False),
+            variants=variants_of(variants, pairs(subtitle, "--subtitle")),
         )
     say(f"template {template.method}/{template.type} saved (version {template.version})", template, as_json)
 

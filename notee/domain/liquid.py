@@ -6,7 +6,7 @@ defaults, ``recipient``) by item lookup, never a Python attribute; ``include``/`
 ``tablerow`` (HTML) and ``{% raw %}`` (literal braces, which no push may carry) are not tags here.
 Bounded: each field's render stops at LOOP_LIMIT loop iterations in total, OUTPUT_LIMIT characters of
 output, LOCALS_LIMIT bytes of ``assign``/``capture`` values, NESTING_LIMIT nested blocks and
-TIME_LIMIT_S seconds of wall clock; an input is at most 2,000 characters
+TIME_LIMIT_S seconds of its thread's CPU time; an input is at most 2,000 characters
 (tests/unit/test_templates_logic.py runs hostile templates).
 
 Missing values: a name the request, the defaults and the recipient all leave unset renders as
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache, wraps
-from time import monotonic
+from time import thread_time
 from typing import Any
 
 from liquid import BoundTemplate, Environment, RenderContext
@@ -32,10 +32,17 @@ from liquid.undefined import Undefined
 from notee.domain.liquid_filters import LOCALE_KEY, ZONE_KEY, datetime_filter, number_filter, plural_filter
 
 LOOP_LIMIT = 1000  # loop iterations of one field's render, nested loops multiplied
-# Wall-clock seconds one field's render may take: the limits above bound each kind of work, not what
-# a loop of filter chains adds up to (a field renders in well under a millisecond, the hostile
-# templates that hit another limit in 0.1 s, over 0.25 s on a loaded 2-core machine: docs/TEMPLATES.md).
+# CPU seconds one field's render may take: the limits above bound each kind of work, not what a loop
+# of filter chains adds up to (a field renders in well under a millisecond, the hostile templates
+# that hit another limit in 0.1 s, over 0.25 s on a loaded 2-core machine: docs/TEMPLATES.md). CPU
+# time of the rendering thread, not the wall clock: on a loaded machine a 30 µs render can wait
+# over a second for a core (seen at load 29 on 2 cores), and the limit is for hostile templates,
+# not unlucky ones.
 TIME_LIMIT_S = 1.0
+# The thread's CPU clock is a system call (about 0.8 µs, five times monotonic's), so it is read at
+# every CLOCK_EVERY-th check point, first at the CLOCK_EVERY-th: a render of fewer check points (an
+# ordinary template has a handful) never reads it, and a hostile one overruns by at most that many.
+CLOCK_EVERY = 16
 OUTPUT_LIMIT = 8192  # characters one field may render to (a push is at most 4,096 bytes)
 LOCALS_LIMIT = 16384  # bytes of assign/capture values
 NESTING_LIMIT = 10  # nested blocks (if, for, case, ...)
@@ -53,18 +60,41 @@ _LITERAL_OUTPUT = re.compile(
 )
 
 _missing: ContextVar[list[str] | None] = ContextVar("notee_liquid_missing", default=None)
-_deadline: ContextVar[float | None] = ContextVar("notee_liquid_deadline", default=None)
 
 
 class RenderTimeLimitError(LiquidError):
     """A render went on longer than TIME_LIMIT_S (``_on_time``)."""
 
 
+class _Budget:
+    """One render's time budget: check points until the next clock read, and the CPU-time deadline
+    (None until the first read)."""
+
+    __slots__ = ("countdown", "deadline")
+
+    def __init__(self) -> None:
+        self.countdown = CLOCK_EVERY
+        self.deadline: float | None = None
+
+
+_budget: ContextVar[_Budget | None] = ContextVar("notee_liquid_budget", default=None)
+
+
 def _on_time() -> None:
-    """RenderTimeLimitError once the current render's deadline has passed: checked at every variable
-    lookup, filter call and loop (the points every long render passes through over and over)."""
-    deadline = _deadline.get()
-    if deadline is not None and monotonic() > deadline:
+    """RenderTimeLimitError once the current render has spent its CPU time: counted at every variable
+    lookup, filter call and loop (the points every long render passes through over and over), the
+    clock read at every CLOCK_EVERY-th."""
+    budget = _budget.get()
+    if budget is None:
+        return
+    budget.countdown -= 1
+    if budget.countdown > 0:
+        return
+    budget.countdown = CLOCK_EVERY
+    now = thread_time()
+    if budget.deadline is None:
+        budget.deadline = now + TIME_LIMIT_S
+    elif now > budget.deadline:
         raise RenderTimeLimitError(f"the render took longer than {TIME_LIMIT_S:g} s", token=None)
 
 
@@ -311,7 +341,7 @@ def render_text(parsed: Parsed, scope: Mapping[str, Any]) -> tuple[str, list[str
     names it used that nobody set. TemplateError on a resource limit (TIME_LIMIT_S included) or a
     filter's bad input."""
     seen: list[str] = []
-    token, timer = _missing.set(seen), _deadline.set(monotonic() + TIME_LIMIT_S)
+    token, timer = _missing.set(seen), _budget.set(_Budget())
     try:
         text = parsed.template.render(scope)
     except RenderTimeLimitError as exc:
@@ -322,5 +352,5 @@ def render_text(parsed: Parsed, scope: Mapping[str, Any]) -> tuple[str, list[str
         raise TemplateError(str(exc)[:200]) from None
     finally:
         _missing.reset(token)
-        _deadline.reset(timer)
+        _budget.reset(timer)
     return text, list(dict.fromkeys(seen))

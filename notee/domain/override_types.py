@@ -75,20 +75,31 @@ def _color(v: Any) -> str | None:
     return "numbers 0..1 for red, green, blue, alpha" if bad else None
 
 
+_LIGHT = ("color", "light_on_duration", "light_off_duration")
+
+
 def _light_settings(v: Any) -> str | None:
-    if not isinstance(v, dict) or set(v) - {"color", "light_on_duration", "light_off_duration"}:
-        return "an object of color, light_on_duration, light_off_duration"
-    problems = [
-        _color(v.get("color", {})),
-        *(_duration(v[k]) for k in ("light_on_duration", "light_off_duration") if k in v),
-    ]
+    """FCM's ``LightSettings``: its three fields are all required (FCM refuses one without them)."""
+    if not isinstance(v, dict) or set(v) != set(_LIGHT):
+        return "an object of color, light_on_duration and light_off_duration (all three)"
+    problems = [_color(v["color"]), _duration(v["light_on_duration"]), _duration(v["light_off_duration"])]
     return next((p for p in problems if p), None)
+
+
+_LABEL = re.compile(r"^[a-zA-Z0-9\-_.~%]{1,50}$")  # FCM's rule for an analytics label
+
+
+def _fcm_options(v: Any) -> str | None:
+    ok = isinstance(v, dict) and set(v) <= {"analytics_label"}
+    label = v.get("analytics_label") if ok else None
+    ok = ok and (label is None or (isinstance(label, str) and bool(_LABEL.match(label))))
+    return None if ok else "an object of analytics_label ([a-zA-Z0-9-_.~%]{1,50})"
 
 
 # AndroidConfig fields an override may set (the rest are Notee's: OWNED_ANDROID).
 ANDROID: dict[str, Check] = {
     "restricted_package_name": _str,
-    "fcm_options": lambda v: None if isinstance(v, dict) and set(v) <= {"analytics_label"} else "an object",
+    "fcm_options": _fcm_options,
     "direct_boot_ok": _bool,
     "bandwidth_constrained_ok": _bool,
     "restricted_satellite_ok": _bool,

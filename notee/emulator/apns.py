@@ -15,6 +15,7 @@ from typing import Any
 
 from notee.emulator.rules import apns_reason
 from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
+from notee.emulator.value_rules import aps_value_problem
 
 APNS_DEFAULT_REASON = {
     400: "BadDeviceToken",
@@ -114,6 +115,9 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     reason = apns_reason(headers, parsed)
     if reason is not None:
         state.counts["apns.invalid"] += 1
+        aps = parsed.get("aps") if isinstance(parsed, dict) else None
+        if token in state.last and (key := aps_value_problem(aps)) is not None:
+            state.last[token]["refused"] = {"reason": reason, "field": f"aps.{key}"}  # which key, for tests
         return _apns_out(400, reason, apns_id)
     state.counts["apns.ok"] += 1
     state.delivered["apns"][token] += 1

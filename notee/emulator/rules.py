@@ -13,12 +13,23 @@ APNs: reasons from Apple's table (``InvalidPushType``, ``BadPriority``, ``BadCol
 (``BadPriority`` otherwise, as Apple documents); one whose ``aps`` has an alert, a sound or a badge is
 refused with ``InvalidPushType`` (Apple says such a push is not delivered as background; the
 emulator answers the closest reason of its table instead of dropping it silently).
+
+The values a raw per-platform override reaches (FCM ``android`` and ``android.notification`` fields,
+``aps`` keys) are checked by type as the providers document them: ``value_rules.py``.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from notee.emulator.value_rules import (
+    FCM_ANDROID,
+    FCM_ANDROID_NOTIFICATION,
+    aps_value_problem,
+    fcm_value_problem,
+    light_settings_problem,
+)
 
 _FCM_MESSAGE = {
     "token",
@@ -88,6 +99,9 @@ def check_fcm(message: dict[str, Any]) -> None:
     _unknown("message", message, _FCM_MESSAGE)
     if "notification" in message:
         _unknown("message.notification", message["notification"], _FCM_NOTIFICATION)
+        for key, value in message["notification"].items():
+            if not isinstance(value, str):
+                raise _invalid(f"message.notification.{key}", value)
     for i, (key, value) in enumerate((message.get("data") or {}).items()):
         if not isinstance(value, str) or not isinstance(key, str):
             raise _invalid(f"message.data[{i}].value", value)
@@ -103,6 +117,11 @@ def check_fcm(message: dict[str, Any]) -> None:
         headers = apns.get("headers") or {}
         if any(not isinstance(v, str) for v in headers.values()):
             raise _invalid("message.apns.headers", headers)
+        payload = apns.get("payload")
+        key = aps_value_problem(payload.get("aps") if isinstance(payload, dict) else None)
+        if key is not None:
+            field = f"message.apns.payload.aps.{key}"
+            raise FcmProblem(field, f"Request contains an invalid argument. (APNs: InvalidPushType at '{field}')")
         if headers.get("apns-push-type") == "background" and "notification" in message:
             raise FcmProblem("message.apns", "Request contains an invalid argument. (APNs: InvalidPushType)")
         reason = apns_reason({k.encode(): v.encode() for k, v in headers.items()}, (apns.get("payload") or {}))
@@ -110,8 +129,23 @@ def check_fcm(message: dict[str, Any]) -> None:
             raise FcmProblem("message.apns", f"Request contains an invalid argument. (APNs: {reason})")
 
 
+def _refuse(problem: tuple[str, str] | None) -> None:
+    if problem is not None:
+        raise FcmProblem(*problem)
+
+
 def _check_android(android: Any) -> None:
     _unknown("message.android", android, _FCM_ANDROID)
+    _refuse(fcm_value_problem("message.android", android, FCM_ANDROID))
+    options = android.get("fcm_options")
+    if options is not None:
+        _unknown("message.android.fcm_options", options, {"analytics_label"})
+        label = options.get("analytics_label")
+        if label is not None and not (isinstance(label, str) and _LABEL.match(label)):
+            raise _invalid("message.android.fcm_options.analytics_label", label)
+    for i, value in enumerate((android.get("data") or {}).values()):
+        if not isinstance(value, str):
+            raise _invalid(f"message.android.data[{i}].value", value)
     if "priority" in android and android["priority"] not in _ANDROID_PRIORITY:
         raise _invalid("message.android.priority", android["priority"])
     ttl = android.get("ttl")
@@ -132,9 +166,9 @@ def _check_android(android: Any) -> None:
     count = notification.get("notification_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise _invalid(f"{where}.notification_count", count)
-    for key in ("title", "body", "icon", "sound", "tag", "click_action", "channel_id", "image"):
-        if key in notification and not isinstance(notification[key], str):
-            raise _invalid(f"{where}.{key}", notification[key])
+    _refuse(fcm_value_problem(where, notification, FCM_ANDROID_NOTIFICATION))
+    if "light_settings" in notification:
+        _refuse(light_settings_problem(f"{where}.light_settings", notification["light_settings"]))
 
 
 def apns_reason(headers: dict[bytes, bytes], payload: Any) -> str | None:
@@ -152,6 +186,8 @@ def apns_reason(headers: dict[bytes, bytes], payload: Any) -> str | None:
     if expiration is not None and not expiration.isdigit():
         return "BadExpirationDate"
     aps = payload.get("aps") if isinstance(payload, dict) else None
+    if aps_value_problem(aps) is not None:  # Apple's table has no reason of its own for it (value_rules)
+        return "InvalidPushType"
     if push_type == b"background":
         if priority == b"10":
             return "BadPriority"

@@ -7,12 +7,13 @@ per job."""
 from __future__ import annotations
 
 import secrets
+import time
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text as sql_text
 
-from notee.domain import render
+from notee.domain import liquid, render
 from notee.store import mysql
 from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import new_user, random_token
@@ -224,3 +225,31 @@ def test_a_template_that_runs_long_is_a_422_at_publish_and_nothing_is_queued(cli
         assert "the render took longer than" in detail["msg"]
     assert snapshot(runtime, service) == before
     assert emu_app.last_request(token) is None
+
+
+# --- the time limit counts CPU, not waiting (a sleep: not a unit test) ------------------------------
+
+
+class _Waits:
+    """A value whose text takes ``wait`` seconds of wall clock and no CPU the ``at``-th time it is
+    written: a render descheduled on a loaded machine, as far as the clocks can tell."""
+
+    def __init__(self, at: int, wait: float) -> None:
+        self.calls, self.at, self.wait = 0, at, wait
+
+    def __str__(self) -> str:
+        self.calls += 1
+        if self.calls == self.at:
+            time.sleep(self.wait)
+        return "x"
+
+
+def test_a_render_that_waits_without_using_the_cpu_is_not_stopped():
+    # 40 writes of v: the clock is first read at the CLOCK_EVERY-th check point, then v waits past the
+    # limit (wall clock), then it is read again: a wall-clock limit would stop this render here
+    parsed = liquid.parse("{% for i in (1..40) %}{{ v }}{% endfor %}")
+    waits = _Waits(at=liquid.CLOCK_EVERY + 4, wait=liquid.TIME_LIMIT_S + 0.2)
+    started = time.monotonic()
+    text, missing = liquid.render_text(parsed, {"v": waits})
+    assert text == "x" * 40 and not missing
+    assert time.monotonic() - started > liquid.TIME_LIMIT_S  # it did wait past the limit

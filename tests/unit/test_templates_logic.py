@@ -195,10 +195,10 @@ SLOW = (
 
 def test_a_template_that_runs_long_is_stopped_at_the_time_limit_with_a_422():
     render.check_template("TOPIC", content(body=SLOW))  # it parses and passes every static rule
-    started = time.monotonic()
+    started = time.thread_time()  # the limit is on the rendering thread's CPU time
     with pytest.raises(InvalidInput) as err:
         render.render(content(body=SLOW))
-    took = time.monotonic() - started
+    took = time.thread_time() - started
     assert err.value.details[0]["loc"] == ["body", "body"]
     assert err.value.details[0]["msg"] == f"the render took longer than {liquid.TIME_LIMIT_S:g} s"
     assert took < liquid.TIME_LIMIT_S + 1.0, took  # stopped, not left to run for seconds
@@ -210,10 +210,10 @@ def test_a_recipient_text_that_runs_long_gets_the_fallback_and_the_job_stops_ren
     payload = render.render_all(content(body=body)).as_job_payload()
     assert payload["body"] == "there"
     personal = Personalizer(payload)
-    started = time.monotonic()
+    started = time.thread_time()
     got = [personal.text_for(("en", "UTC", f"user {i}", str(i), None))[1] for i in range(20)]
     assert got == ["there"] * 20
-    assert personal.slow and time.monotonic() - started < liquid.TIME_LIMIT_S + 1.0  # one slow render, not 20
+    assert personal.slow and time.thread_time() - started < liquid.TIME_LIMIT_S + 1.0  # one slow render, not 20
 
 
 def test_deep_nesting_is_refused_when_saved():

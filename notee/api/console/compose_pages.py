@@ -139,6 +139,9 @@ def preview_json(found: Preview) -> dict[str, Any]:
                 "locale": v.locale or "default",
                 "title": v.title,
                 "body": v.body,
+                "subtitle": ((v.rich or {}).get("ios") or {}).get(
+                    "subtitle"
+                ),  # iOS only: the variant's or the payload's
                 "platforms": {
                     os: {"provider": p.provider, "bytes": p.bytes, "limit": p.limit, "over": p.over}
                     for os, p in v.platforms.items()

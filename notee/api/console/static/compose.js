@@ -62,6 +62,11 @@
       var title = el("p");
       title.appendChild(el("strong", v.title));
       card.appendChild(title);
+      if (v.subtitle) {  // iOS shows it between the title and the body; Android has none
+        var subtitle = el("p", "iOS subtitle: " + v.subtitle, "subtitle");
+        subtitle.setAttribute("data-subtitle", v.subtitle);
+        card.appendChild(subtitle);
+      }
       card.appendChild(el("p", v.body, "pre"));
       var sizes = el("ul");
       Object.keys(v.platforms).forEach(function (os) {
