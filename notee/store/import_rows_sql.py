@@ -6,7 +6,8 @@ Every function takes the caller's Session and never commits.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -98,6 +99,24 @@ def _upsert(session: Session, table_name: str, columns: Sequence[str], given: Se
 class _Rows:
     rows: Sequence[dict[str, Any]]
     fixed: dict[str, Any]  # column -> its value on every row
+
+
+@contextmanager
+def parents_locked(session: Session) -> Iterator[None]:
+    """Run the block's statements without foreign-key checks (``foreign_key_checks = 0``, this
+    connection only), for rows whose parent rows the caller's transaction has locked or written, so
+    the check could only find them. Restored after the block; a connection that cannot be restored
+    is invalidated, never handed back to the pool with the checks off."""
+    conn = session.connection()
+    conn.exec_driver_sql("SET SESSION foreign_key_checks = 0")
+    try:
+        yield
+    finally:
+        try:
+            conn.exec_driver_sql("SET SESSION foreign_key_checks = 1")
+        except Exception:
+            conn.invalidate()
+            raise
 
 
 def users_by_service_id(session: Session, service: str, service_user_ids: Collection[str]) -> dict[str, AnyRow]:

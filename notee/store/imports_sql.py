@@ -86,7 +86,7 @@ def create(session: Session, job: NewImport, chunks: Sequence[list[tuple[int, An
     parts: list[str] = []
     size = 0
     for n, chunk in enumerate(chunks):
-        lines = lit.quote(json.dumps(chunk, ensure_ascii=False))
+        lines = lit.text(encode_lines(chunk))
         part = f"({import_id},{n},{service},{int(chunk[0][0])},{int(chunk[-1][0])},{len(chunk)},{lines})"
         if parts and size + len(part) > CHUNK_STATEMENT_BYTES:
             conn.exec_driver_sql(head + ",".join(parts), execution_options={"no_parameters": True})
@@ -97,6 +97,31 @@ def create(session: Session, job: NewImport, chunks: Sequence[list[tuple[int, An
 
 
 CHUNK_STATEMENT_BYTES = 2 * 1024 * 1024
+
+# A chunk of NDJSON lines is kept as text: this marker, then "<line number>\t<line>" per line, joined
+# by "\n" (a line holds none: the upload was split there). As a JSON list, each line's every `"` was
+# escaped twice (JSON, then SQL) and decoded again by the claim: about a fifth of the Python CPU of an
+# imported user (docs/AUDIENCES.md "Import and export"). CSV records (lists of fields, which may hold
+# newlines) and the chunks of an older version stay JSON lists, which never start with the marker.
+LINES_TEXT = "#lines\n"
+
+
+def encode_lines(chunk: Sequence[tuple[int, Any]]) -> str:
+    """A chunk's records as kept in ``import_chunk.lines`` (read back by ``decode_lines``)."""
+    if all(raw.__class__ is str and "\n" not in raw for _, raw in chunk):
+        return LINES_TEXT + "\n".join([f"{n}\t{raw}" for n, raw in chunk])
+    return json.dumps(chunk, ensure_ascii=False)
+
+
+def decode_lines(stored: str) -> list[tuple[int, Any]]:
+    """The (line number, raw) records of a chunk's ``lines`` (either form ``encode_lines`` writes)."""
+    if stored.startswith(LINES_TEXT):
+        out: list[tuple[int, Any]] = []
+        for item in stored[len(LINES_TEXT) :].split("\n"):
+            n, _, raw = item.partition("\t")
+            out.append((int(n), raw))
+        return out
+    return [(int(n), raw) for n, raw in json.loads(stored)]
 
 
 def add_errors(session: Session, import_id: str, errors: Sequence[tuple[int, str]]) -> None:
@@ -147,7 +172,7 @@ def claim(
                 return None
             if row.attempts < MAX_CHUNK_ATTEMPTS:
                 break
-            _give_up(session, row.import_id, row.chunk_no, [int(n) for n, _ in json.loads(row.lines)])
+            _give_up(session, row.import_id, row.chunk_no, [n for n, _ in decode_lines(row.lines)])
         session.execute(
             text(
                 "UPDATE import_chunk SET state = 'running', lease_owner = :o, lease_token = :tok, attempts = attempts + 1,"
@@ -173,7 +198,7 @@ def claim(
         json.loads(job.header) if job.header else None,
         row.first_line,
         row.last_line,
-        [(int(n), raw) for n, raw in json.loads(row.lines)],
+        decode_lines(row.lines),
         bool(row.stored),
         [(c[0], c[1], c[2]) for c in json.loads(row.copies)] if row.copies else None,
         token,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -425,3 +426,43 @@ def test_a_file_of_several_megabytes_is_kept_as_chunks(news, runtime, settings):
     assert tuple(counts) == (n // settings.import_chunk_lines, n, 1, n)
     with runtime.sessions.begin() as s:  # not applied: no worker of another test should take it up
         s.execute(text("DELETE FROM import_job WHERE import_id = :i"), {"i": import_id})
+
+
+def test_a_user_deleted_while_its_device_line_is_applied_leaves_no_orphan_device(news, runtime):
+    # The chunk's device and tag rows skip the foreign-key check (import_rows_sql.parents_locked), so
+    # the chunk must hold every existing user it writes for locked: here the user's deletion holds the
+    # row; the chunk's lock waits for it, then finds the user gone and makes it anew with the device.
+    service = news.service
+    upload(news, lines({"user": "gone", "devices": [{"token": random_token("AOS"), "platform": "AOS"}]}))
+    drain(runtime, service)
+    upload(news, lines({"user": "gone", "devices": [{"token": random_token("AOS"), "platform": "AOS"}]}))
+    claim = imports_sql.claim(runtime.sessions, owner="test", lease_s=60, services=[service])
+    assert claim is not None
+    with runtime.sessions() as deleter, ThreadPoolExecutor(1) as pool:
+        deleter.execute(text("DELETE FROM `user` WHERE service = :s AND service_user_id = 'gone'"), {"s": service})
+        applied = pool.submit(imports.run_chunk, runtime, claim)
+
+        def waiting_for_the_user() -> bool:
+            with runtime.sessions() as s:
+                q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE :p AND ID <> CONNECTION_ID()"
+                return bool(s.execute(text(q), {"p": f"%{service}%FOR UPDATE%"}).scalar_one())
+
+        wait_for(waiting_for_the_user, timeout=30, what="the chunk waiting for the deleted user's lock")
+        deleter.commit()
+        applied.result(timeout=60)
+    with runtime.sessions() as s:
+        orphans = s.execute(
+            text(
+                "SELECT COUNT(*) FROM device d WHERE d.service = :s AND NOT EXISTS"
+                " (SELECT 1 FROM `user` u WHERE u.service = d.service AND u.user_id = d.user_id)"
+            ),
+            {"s": service},
+        ).scalar_one()
+        devices = s.execute(
+            text(
+                "SELECT COUNT(*) FROM device d JOIN `user` u ON u.service = d.service AND u.user_id = d.user_id"
+                " WHERE d.service = :s AND u.service_user_id = 'gone'"
+            ),
+            {"s": service},
+        ).scalar_one()
+    assert (orphans, devices) == (0, 1)
