@@ -154,8 +154,9 @@ def test_a_kept_withdrawal_is_applied_by_reconcile_and_spares_the_retry(runtime,
     assert reconcile.reconcile(runtime, service=svc)["withdrawals_settled"] == 0
 
 
+@pytest.mark.parametrize("settler", ["reconcile", "delete_user"])
 def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_settle(
-    runtime, st, store_tenant, monkeypatch
+    runtime, st, store_tenant, monkeypatch, settler
 ):
     """The process-death window: the batch is unanswered past ``INTENT_AFTER_S`` (a node not yet
     convicted), so the writer keeps its withdrawal as ``unanswered`` and waits on; the process is
@@ -187,8 +188,15 @@ def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_s
     with runtime.sessions.begin() as s:  # the client's retry, on another API process
         topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
     retry = recipients(st, key, svc, "sports")
-    # Too young for reconcile: its writer might still wait on the batch.
+    # Too young for reconcile or an unsubscribe (a shared lock): its writer might still wait on the batch.
     assert settle_withdrawals.settle_pending(runtime, svc)["withdrawals_settled"] == 0
+    if settler == "delete_user":  # the user's exclusive lock: no writer of its rows still waits
+        with runtime.sessions.begin() as s:
+            users.delete_user(s, st, svc, user)
+        assert kept(runtime, svc, user) == []
+        st.run(write_together(held))  # the batchlog's replay, with the first attempt's timestamp
+        assert recipients(st, key, svc, "sports") == [], "the device still receives the topic after its user's deletion"
+        return
     monkeypatch.setattr(settle_withdrawals, "UNANSWERED_FOR", withdrawals.UNANSWERED_FOR * 0)
     assert settle_withdrawals.settle_pending(runtime, svc)["withdrawals_settled"] == 1
     st.run(write_together(held))  # the batchlog's replay, with the first attempt's timestamp
