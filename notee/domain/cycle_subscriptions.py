@@ -23,8 +23,8 @@ from notee.domain.subscription_rows import (
     template,
     unsubscribe,
     user_devices,
-    write_or_withdraw,
 )
+from notee.domain.withdrawals import settle_users, write_or_withdraw
 from notee.store import services_sql, users_sql
 from notee.store.cql.rows import IndexRow, SubscriptionRef
 from notee.store.cql.statements import Statements
@@ -74,7 +74,8 @@ def subscribe_cycle(
         at = int(winner.data["at"])  # same schedule: keep its place
     sub = SubscriptionRef(service, user_id, type_, tpl.key, target, at)
     # Cycle rows carry no zone (their bucket has its own).
-    write_or_withdraw(st, service, materialise(st, sub, missing, schedule=schedule, zone=locked or ""))
+    new = materialise(st, sub, missing, schedule=schedule, zone=locked or "", written_at=st.write_timestamp())
+    write_or_withdraw(st, service, new)
     st.run([st.write_user_level(user_id, service, "CYCLE", type_, target, tpl.key, at)])
     # The due index is written after the subscription rows (reconcile relies on that order).
     st.run(
@@ -114,4 +115,5 @@ def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: s
     tpl = template(session, service, "CYCLE", type_)
     if users_sql.get_user(session, service, user_id) is None:
         raise NotFound("user not found")
+    settle_users(session, st, service, [user_id], exclusive=False)
     return unsubscribe(st, service, user_id, tpl, lambda r: True)

@@ -100,12 +100,18 @@ def buckets_of(row: IndexRow) -> tuple[CycleTarget, ...]:
 @dataclass
 class NewRows:
     """Rows a writer adds under fresh numbers: the index rows they write (``rows``: user id, row), so
-    ``write_or_withdraw`` can take them back, and what starts their logged batches (``starts``)."""
+    ``withdrawals.write_or_withdraw`` can take them back, what starts their logged batches
+    (``starts``), and the one write timestamp (µs) of the request their slot and index rows carry
+    (``written_at``: ``Statements.write_timestamp``)."""
 
+    written_at: int
     rows: list[tuple[str, IndexRow]] = field(default_factory=list)
     starts: list[Callable[[], list[ResponseFuture]]] = field(default_factory=list)
 
     def extend(self, other: NewRows) -> None:
+        """Add ``other``'s rows, written at this request's timestamp (``materialise(at=self)``)."""
+        if other.written_at != self.written_at:
+            raise ValueError("rows of one request carry one write timestamp")
         self.rows += other.rows
         self.starts += other.starts
 
@@ -117,67 +123,30 @@ def new_device_row(sub: SubscriptionRef, method: str, no: int, token: str) -> tu
 
 
 def materialise(
-    st: Statements, sub: SubscriptionRef, devices: Sequence[tuple[str, str]], *, schedule: Schedule | None, zone: str
+    st: Statements,
+    sub: SubscriptionRef,
+    devices: Sequence[tuple[str, str]],
+    *,
+    schedule: Schedule | None,
+    zone: str,
+    written_at: int,
 ) -> NewRows:
     """The logged batches writing slot rows + index rows of ``sub`` for ``devices`` (token, os), for
-    ``write_or_withdraw``. ``schedule``: a cycle subscription's (None: ``sub.target`` is a topic).
-    ``zone``: the user's, stored on topic slot rows (``slot_zone``)."""
+    ``withdrawals.write_or_withdraw``. ``schedule``: a cycle subscription's (None: ``sub.target`` is a
+    topic). ``zone``: the user's, stored on topic slot rows (``slot_zone``). ``written_at``: the
+    request's write timestamp (``NewRows``)."""
     if not devices:
-        return NewRows()
+        return NewRows(written_at)
     method = "TOPIC" if schedule is None else "CYCLE"
     numbers = st.take_numbers(sub.service, method, sub.type_, len(devices))
     slots = [DeviceSlot(no, token, os_) for no, (token, os_) in zip(numbers, devices, strict=True)]
 
     def start() -> list[ResponseFuture]:
         if schedule is None:
-            return [st.add_topic_device(sub, d, zone) for d in slots]
-        return [st.add_cycle_device(sub, d, schedule.buckets) for d in slots]
+            return [st.add_topic_device(sub, d, zone, written_at) for d in slots]
+        return [st.add_cycle_device(sub, d, schedule.buckets, written_at) for d in slots]
 
-    return NewRows([new_device_row(sub, method, d.no, d.device_token) for d in slots], [start])
-
-
-def write_or_withdraw(st: Statements, service: str, new: NewRows) -> None:
-    """Write ``new`` and wait; if any batch failed, delete every row ``new`` writes before raising.
-
-    A logged batch that timed out is still applied later (the batchlog replays it, with its original
-    timestamp), while the request is answered as failed; its retry reads no row yet and writes the
-    subscription again under fresh numbers: the device would keep a second slot row that no index row
-    names, receiving every publish twice and the topic after its unsubscribe (found by the chaos run,
-    docs/RELIABILITY.md). The deletion carries a newer timestamp, so it shadows the late batch
-    whenever it lands, and a failed request has written nothing. Token index and target_slots rows
-    stay: both are supersets by design (a holder that holds nothing; an empty read)."""
-    try:
-        st.run(f for start in new.starts for f in start())
-    except Exception:
-        _withdraw_retried(st, service, new.rows)
-        raise
-
-
-# The outage that failed the write often fails the first withdrawal too (a node not yet convicted
-# times the request out); by the next try the driver routes around it. The users' locks are still
-# held meanwhile, so no newer write of these rows can come between two tries.
-WITHDRAW_WAITS_S = (1.0, 3.0)
-
-
-def _withdraw_retried(st: Statements, service: str, rows: Sequence[tuple[str, IndexRow]]) -> None:
-    for wait in (*WITHDRAW_WAITS_S, None):
-        try:
-            _withdraw(st, service, rows)
-            return
-        except Exception:
-            if wait is None:
-                log.exception("service=%s: %d row(s) of a failed write could not be withdrawn", service, len(rows))
-                return
-            log.warning(
-                "service=%s: withdrawing %d row(s) of a failed write failed; again in %s s", service, len(rows), wait
-            )
-            time.sleep(wait)
-
-
-def _withdraw(st: Statements, service: str, rows: Sequence[tuple[str, IndexRow]]) -> None:
-    devices = [(u, r) for u, r in rows if not r.is_user_level]
-    st.run(st.remove_device_rows(u, service, r, buckets_of(r)) for u, r in devices)
-    st.run(st.delete_index_row(u, service, r) for u, r in rows if r.is_user_level)
+    return NewRows(written_at, [new_device_row(sub, method, d.no, d.device_token) for d in slots], [start])
 
 
 def remove_rows(

@@ -38,7 +38,8 @@ from sqlalchemy.orm import Session
 
 from notee.core.errors import NotFound
 from notee.domain.schedule import parse_canonical
-from notee.domain.subscription_rows import NewRows, lock_user, materialise, remove_rows, write_or_withdraw
+from notee.domain.subscription_rows import NewRows, lock_user, materialise, remove_rows
+from notee.domain.withdrawals import settle_users, write_or_withdraw
 from notee.store import import_rows_sql, templates_sql, users_sql, webhooks_sql
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import DeviceSlot, IndexRow, SubscriptionRef, slot_ref, slot_zone
@@ -153,7 +154,7 @@ def _copy_to_device(
     zone: str,
 ) -> None:
     have = {(r.method, r.type_, r.target) for r in rows if r.device_token == device_token}
-    new = NewRows()
+    new = NewRows(st.write_timestamp())
     for r in rows:
         key: str | None = r.data.get("key")  # every user-level row carries its template's key
         if (
@@ -165,7 +166,8 @@ def _copy_to_device(
             continue
         sub = SubscriptionRef(service, user_id, r.type_, key, r.target, int(r.data.get("at", 0)))
         schedule = parse_canonical(r.target) if r.method == "CYCLE" else None
-        new.extend(materialise(st, sub, [(device_token, device_os)], schedule=schedule, zone=zone))
+        device = [(device_token, device_os)]
+        new.extend(materialise(st, sub, device, schedule=schedule, zone=zone, written_at=new.written_at))
     write_or_withdraw(st, service, new)
 
 
@@ -204,6 +206,7 @@ def on_token_rotated(
         )
     else:
         users = set(holders)
+    settle_users(session, st, service, sorted(users), exclusive=True)
     live = {t.notification_key for t in templates_sql.list_templates(session, service)} if holders else set()
     zones = users_sql.user_zones(session, service, users)  # read under the callers' exclusive locks
     for user_id in sorted(users):
@@ -282,7 +285,9 @@ def backfill_zones(session: Session, st: Statements, service: str, user_ids: Seq
 
 
 def on_user_deleted(session: Session, st: Statements, service: str, user_id: str) -> None:
-    """Remove every subscription of the user: slot rows, index rows, and the user from `count`."""
+    """Remove every subscription of the user: slot rows, index rows, and the user from `count`. The
+    caller holds the user's row exclusively (registry.delete_user)."""
+    settle_users(session, st, service, [user_id], exclusive=True)
     rows = st.user_rows(user_id, service)
     if not rows:
         return
@@ -325,6 +330,7 @@ def prune_token(session: Session, st: Statements, service: str, device_token: st
     registers the token meanwhile keeps it (that registration comes after the prune)."""
     known = users_sql.holders_of_token(session, service, device_token)
     locked = users_sql.lock_users(session, service, known, exclusive=True)
+    settle_users(session, st, service, locked, exclusive=True)
     holders = sorted(set(locked) | set(st.token_holders(service, device_token)))
     for user_id in holders:
         rows = [r for r in st.user_rows(user_id, service) if r.device_token == device_token]

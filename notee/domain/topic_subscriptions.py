@@ -24,8 +24,8 @@ from notee.domain.subscription_rows import (
     template,
     template_of,
     unsubscribe,
-    write_or_withdraw,
 )
+from notee.domain.withdrawals import settle_users, write_or_withdraw
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import USER_LEVEL, IndexRow, SubscriptionRef
 from notee.store.cql.statements import Statements
@@ -113,13 +113,14 @@ def subscribe_topics(
             remove_rows(st, service, user_id, stale)
     numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(devices) for _, devices, _ in plans)))
     numbered = [(sub, [(next(numbers), t, o) for t, o in devices], level) for sub, devices, level in plans]
+    written_at = st.write_timestamp()
     units = [
-        st.topic_subscription_rows(sub, devices, with_user_level=level, zone=zones[sub.user_id])
+        st.topic_subscription_rows(sub, devices, with_user_level=level, zone=zones[sub.user_id], written_at=written_at)
         for sub, devices, level in numbered
     ]
     written = [new_device_row(sub, "TOPIC", no, token) for sub, devices, _ in numbered for no, token, _ in devices]
     written += [(sub.user_id, IndexRow("TOPIC", type_, sub.target, USER_LEVEL, {})) for sub, _, lvl in numbered if lvl]
-    write_or_withdraw(st, service, NewRows(written, [lambda: st.write_together(units)]))
+    write_or_withdraw(st, service, NewRows(written_at, written, [lambda: st.write_together(units)]))
     # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
     # one counter batch, only once the subscription rows exist.
     st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
@@ -133,6 +134,7 @@ def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: s
     if lock_user(session, service, user_id) is None:
         raise NotFound("user not found")
     tpl = template(session, service, "TOPIC", type_)
+    settle_users(session, st, service, [user_id], exclusive=False)
     removed = unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
     if removed:
         st.run([st.add_topic_subscribers_async(service, type_, topic, -1)])

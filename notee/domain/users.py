@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import NotFound
 from notee.core.vocabulary import OSES, UserFilter
-from notee.domain import subscriptions, versions
+from notee.domain import subscriptions, versions, withdrawals
 from notee.domain.rules import (
     REGION_RE,
     bad,
@@ -268,6 +268,7 @@ def remove_device(session: Session, st: Statements, service: str, user_id: str, 
     user = _user(row)
     if not isinstance(token, str) or store.get_device(session, service, user.user_id, token) is None:
         raise NotFound("device not found")
+    withdrawals.settle_users(session, st, service, [user.user_id], exclusive=True)
     subscriptions.on_device_removed(st, service, user.user_id, token)
     store.delete_device(session, service, user.user_id, token)
 

@@ -51,7 +51,9 @@ class Runtime:
         if self._statements is None:
             with self._lock:
                 if self._statements is None:
-                    self._statements = Statements(self.cql, self.keyspaces)
+                    statements = Statements(self.cql, self.keyspaces)
+                    statements.journal_sessions = self.sessions  # failed writes' withdrawals kept in MySQL
+                    self._statements = statements
         return self._statements
 
     def close(self) -> None:

@@ -26,7 +26,10 @@ fix can still leave an off-by-one that the next run corrects.
 5. ``target_slots`` rows of deleted templates and empty blocks are deleted (``notee.usecases.occupancy.prune``;
    the full run walks the whole table, the scheduled batch ``PRUNE_BATCH_ROWS`` rows from its cursor).
 
-``reconcile_batch`` runs 2-5 as a bounded batch on a schedule (``notee scheduler``, one replica per
+0. Withdrawals kept of failed subscription writes are applied first (``settle_withdrawals``; the
+   full run and the scheduled batch both).
+
+``reconcile_batch`` runs 0 and 2-5 as a bounded batch on a schedule (``notee scheduler``, one replica per
 run, like retention): it walks ``notification_per_user`` from a cursor kept in
 ``reconcile_cursor`` (the last partition token done), ``RECONCILE_BATCH_ROWS`` index rows per run,
 starting again at the first partition after the last; ``cycle_due`` rows are checked one by one
@@ -51,7 +54,7 @@ from notee.store.cql.due import timezones_in_use
 from notee.store.cql.rows import IndexRow
 from notee.store.cql.statements import Statements
 from notee.store.runtime import Runtime
-from notee.usecases import occupancy
+from notee.usecases import occupancy, settle_withdrawals
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +212,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
     """Fix counts, delete dead rows and stale due buckets, for one service or all; return a report."""
     st = runtime.statements
     started_us = time.time_ns() // 1000
+    settled = settle_withdrawals.settle_pending(runtime, service)  # first: the walk then sees what they leave
     tally = _FullWalk(runtime, service)
     tally.walk(fetch_size)
     fixed = _fix_counts(st, tally.actual, service, fetch_size)
@@ -227,6 +231,7 @@ def reconcile(runtime: Runtime, service: str | None = None, fetch_size: int = 10
                 st.delete_timezone(started_us, tz)
                 zones_removed += 1
     report = {
+        **settled,
         "counts_fixed": fixed,
         "topic_counts_fixed": topics_fixed,
         "dead_rows_removed": tally.dead,
@@ -292,6 +297,7 @@ def reconcile_batch(
     devices, then check every ``cycle_due`` row and ``cycle_timezone`` zone. Returns a report."""
     st = runtime.statements
     started_us = time.time_ns() // 1000
+    settled = settle_withdrawals.settle_pending(runtime)
     after = st.reconcile_cursor(WALK)
     start = MIN_TOKEN if after is None else after
     live: set[str] = set()
@@ -333,6 +339,7 @@ def reconcile_batch(
     st.set_reconcile_cursor(WALK, last_token)
     due_removed, zones_removed = _clean_due_index(runtime, started_us, is_live)
     report = {
+        **settled,
         "index_rows_walked": seen,
         "walk_done": int(last_token is None),
         "dead_rows_removed": dead,

@@ -6,7 +6,7 @@ timestamp it was sent with). The client retries, as the API asks; the retry read
 takes a fresh ``no`` and writes its own rows. Before the fix, when the first batch landed the device
 had two slot rows: every publish reached it twice, and an unsubscribe removed only the row the index
 names, so it kept receiving the topic (docs/RELIABILITY.md, "Found by the chaos run"). Now a failed
-write withdraws its rows (``subscription_rows.write_or_withdraw``), with a newer timestamp that
+write withdraws its rows (``withdrawals.write_or_withdraw``), with a newer timestamp that
 shadows the late batch. The batchlog's replay is played here by holding the first attempt's rows
 back and writing them after the retry under the first attempt's timestamp.
 """
@@ -19,7 +19,7 @@ import pytest
 from cassandra import WriteTimeout
 
 from notee.core.vocabulary import Recipient, TopicTarget
-from notee.domain import topic_subscriptions
+from notee.domain import topic_subscriptions, withdrawals
 from notee.store.cql.counters import max_slot
 from notee.store.cql.recipients import stream_recipients
 from tests.support.registry import make_device, make_template, make_user
@@ -101,14 +101,12 @@ def test_a_withdrawal_failing_in_the_same_outage_is_tried_again(runtime, st, sto
     """The chaos run's second finding (docs/RELIABILITY.md): the write timed out, and so did the first
     withdrawal (a node not yet convicted). The withdrawal is tried again, under the users' locks, so
     a user deleted right after the 503 has no row left for the batchlog's replay to revive."""
-    from notee.domain import subscription_rows
-
     svc = store_tenant
     key = make_template(runtime, svc, "TOPIC", "news")
     user = make_user(runtime, svc)
     make_device(runtime, svc, user, f"chaos-{next(_tok):04d}-" + "z" * 20, "AOS")
-    monkeypatch.setattr(subscription_rows, "WITHDRAW_WAITS_S", (0.01, 0.01))
-    write_together, remove_device_rows = st.write_together, st.remove_device_rows
+    monkeypatch.setattr(withdrawals, "WITHDRAW_WAITS_S", (0.01, 0.01))
+    write_together, withdraw_rows = st.write_together, st.withdraw_rows
     failures = {"withdraw": 1}
 
     def applied_then_times_out(units):
@@ -119,10 +117,10 @@ def test_a_withdrawal_failing_in_the_same_outage_is_tried_again(runtime, st, sto
         if failures["withdraw"]:
             failures["withdraw"] -= 1
             raise WriteTimeout("Operation timed out", write_type=2)
-        return remove_device_rows(*args, **kwargs)
+        return withdraw_rows(*args, **kwargs)
 
     monkeypatch.setattr(st, "write_together", applied_then_times_out)
-    monkeypatch.setattr(st, "remove_device_rows", first_removal_times_out)
+    monkeypatch.setattr(st, "withdraw_rows", first_removal_times_out)
     with pytest.raises(WriteTimeout), runtime.sessions.begin() as s:
         topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
     assert failures["withdraw"] == 0, "the first withdrawal was not even tried"

@@ -26,6 +26,14 @@ class UserIndex:
             f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method, notification_type,"
             " target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?)"
         )
+        self.index_insert_at = p(  # the request's write timestamp last (slots.py, the *_at variants)
+            f"INSERT INTO {n}.notification_per_user (user_id, service, notification_method, notification_type,"
+            " target, device_token, data) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        self.index_delete_at = p(
+            f"DELETE FROM {n}.notification_per_user USING TIMESTAMP ? WHERE user_id = ? AND service = ?"
+            " AND notification_method = ? AND notification_type = ? AND target = ? AND device_token = ?"
+        )
         self.index_delete = p(
             f"DELETE FROM {n}.notification_per_user WHERE user_id = ? AND service = ? AND notification_method = ?"
             " AND notification_type = ? AND target = ? AND device_token = ?"

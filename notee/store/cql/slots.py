@@ -25,6 +25,13 @@ class TopicSlots:
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
             " user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        # The *_at variants carry the request's own write timestamp (last value; the deletes' first), so a
+        # withdrawal of rows a failed batch wrote can be applied at any later time just after it
+        # (notee/domain/withdrawals.py).
+        self.topic_insert_at = p(
+            f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
+            " user_id, registered_at, zone) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        )
         # A rotated row: same key as a fresh one plus the device's first token (issue 14.6).
         self.topic_insert_moved = p(
             f"INSERT INTO {n}.topic_notification (slot, notification_key, topic, no, device_token, device_os,"
@@ -38,6 +45,10 @@ class TopicSlots:
         self.topic_delete = p(
             f"DELETE FROM {n}.topic_notification WHERE slot = ? AND notification_key = ? AND topic = ?"
             " AND no = ? AND device_token = ?"
+        )
+        self.topic_delete_at = p(
+            f"DELETE FROM {n}.topic_notification USING TIMESTAMP ? WHERE slot = ? AND notification_key = ?"
+            " AND topic = ? AND no = ? AND device_token = ?"
         )
         # Columns in Recipient's field order (a RecipientRow). The *_after variants resume a slot after a row's
         # clustering key (no, device_token) when the server rejects a checkpointed paging state.
@@ -82,6 +93,11 @@ class CycleSlots:
             f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
             " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
+        self.cycle_insert_at = p(
+            f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
+            " device_token, device_os, user_id, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " USING TIMESTAMP ?"
+        )
         self.cycle_insert_moved = p(
             f"INSERT INTO {n}.cycle_notification (slot, notification_key, timezone, day, hour, minute, no,"
             " device_token, device_os, user_id, registered_at, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -89,6 +105,10 @@ class CycleSlots:
         self.cycle_delete = p(
             f"DELETE FROM {n}.cycle_notification WHERE slot = ? AND notification_key = ? AND timezone = ?"
             " AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?"
+        )
+        self.cycle_delete_at = p(
+            f"DELETE FROM {n}.cycle_notification USING TIMESTAMP ? WHERE slot = ? AND notification_key = ?"
+            " AND timezone = ? AND day = ? AND hour = ? AND minute = ? AND no = ? AND device_token = ?"
         )
         # Does a cycle bucket still have a row in this slot (reconcile's check of a cycle_due row)?
         self.cycle_any = p(

@@ -9,6 +9,8 @@ from typing import Any
 
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.query import BatchStatement, PreparedStatement
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
 from notee.core.vocabulary import CycleTarget, block_of, slot_of
 from notee.store.cassandra import Keyspaces
@@ -49,6 +51,9 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
         WalkCursors.__init__(self, session, keyspaces)
         Engagement.__init__(self, session, keyspaces)
         self._binder = RowBinder(session.cluster.protocol_version)
+        # Where a failed write's withdrawal is kept when it cannot be written (notee/domain/withdrawals.py):
+        # the process's MySQL sessions, set by its Runtime; None: not kept (logged).
+        self.journal_sessions: sessionmaker[OrmSession] | None = None
         # Everything but a counter increment can be resent safely: marking it idempotent lets the
         # driver retry it on another replica when a node dies mid-request (RELIABILITY.md, node loss).
         for name, stmt in vars(self).items():
@@ -56,6 +61,11 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
                 stmt.is_idempotent = True
 
     # ------------------------------------------------------------------ execution helpers
+    def write_timestamp(self) -> int:
+        """A write timestamp (µs) from the driver's own generator, for ``USING TIMESTAMP``: one per
+        request that adds rows under fresh numbers (notee/domain/withdrawals.py)."""
+        return int(self.session.cluster.timestamp_generator())
+
     def run(self, futures: Iterable[ResponseFuture]) -> None:
         """Wait for every future; raise the first error after all have finished (none is abandoned)."""
         first: BaseException | None = None
@@ -69,27 +79,39 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
 
     # ------------------------------------------------------------------ slot rows (+ index row), batched
     def topic_subscription_rows(
-        self, sub: SubscriptionRef, devices: Sequence[tuple[int, str, str]], *, with_user_level: bool, zone: str
+        self,
+        sub: SubscriptionRef,
+        devices: Sequence[tuple[int, str, str]],
+        *,
+        with_user_level: bool,
+        zone: str,
+        written_at: int | None = None,
     ) -> list[Row]:
         """The rows of one user's topic subscription (``sub.target``: the topic): per device
         ``(no, token, os)`` its slot row, its target_slots row, index row and token index row
         (``ROWS_PER_DEVICE``), then (``with_user_level``) the user-level row. ``zone``: the user's
-        time zone ('' = the service's), stored on the slot rows. ``write_together`` writes them."""
+        time zone ('' = the service's), stored on the slot rows. ``written_at``: the write timestamp
+        (µs) of the slot and index rows (``USING TIMESTAMP``), None: the driver's. ``write_together``
+        writes them."""
         user_id, service, type_, topic = sub.user_id, sub.service, sub.type_, sub.target
         notification_key, registered_at = sub.notification_key, sub.registered_at
+        slot_insert, index_insert = self.topic_insert, self.index_insert
+        at: tuple[int, ...] = ()
+        if written_at is not None:
+            slot_insert, index_insert, at = self.topic_insert_at, self.index_insert_at, (written_at,)
         rows: list[Row] = []
         for no, token, os_ in devices:
             slot = slot_of(no)
             rows.append(
-                (self.topic_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at, zone))
+                (slot_insert, (slot, notification_key, topic, no, token, os_, user_id, registered_at, zone, *at))
             )
             rows.append((self.occupancy_insert, (notification_key, topic, slot, block_of(no))))
             data = device_data(notification_key, slot, no, os_, registered_at)
-            rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, token, data)))
+            rows.append((index_insert, (user_id, service, "TOPIC", type_, topic, token, data, *at)))
             rows.append((self.token_insert, (service, token, user_id)))  # the token index (issue 14.5)
         if with_user_level:
             data = user_level_data(notification_key, registered_at)
-            rows.append((self.index_insert, (user_id, service, "TOPIC", type_, topic, USER_LEVEL, data)))
+            rows.append((index_insert, (user_id, service, "TOPIC", type_, topic, USER_LEVEL, data, *at)))
         return rows
 
     def write_together(self, units: Iterable[list[Row]]) -> list[ResponseFuture]:
@@ -141,42 +163,57 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
         stmt, params = user_level[0]
         return [self.session.execute_async(stmt, params)]
 
-    def add_topic_device(self, sub: SubscriptionRef, device: DeviceSlot, zone: str) -> ResponseFuture:
+    def add_topic_device(
+        self, sub: SubscriptionRef, device: DeviceSlot, zone: str, written_at: int | None = None
+    ) -> ResponseFuture:
         """Slot row + target_slots row + device index row + token index row of one device of a topic
         subscription (``sub.target``: the topic), in one logged batch. ``zone``: the user's time zone
         ('' = the service's). A ``device.origin``: the row is a rotated device's (it keeps the old
-        row's ``no``; docs/SCHEMA.md, races)."""
+        row's ``no``; docs/SCHEMA.md, races). ``written_at``: as in ``topic_subscription_rows`` (a
+        fresh row's only)."""
         key, topic, no, origin = sub.notification_key, sub.target, device.no, device.origin
         slot = slot_of(no)
         batch = logged_batch()
         row = (slot, key, topic, no, device.device_token, device.device_os, sub.user_id, sub.registered_at, zone)
-        if origin is None:
-            batch.add(self.topic_insert, row)
-        else:
+        index_insert, at = self._index_insert_at(written_at)
+        if origin is not None:
             batch.add(self.topic_insert_moved, (*row, origin))
+        elif written_at is not None:
+            batch.add(self.topic_insert_at, (*row, written_at))
+        else:
+            batch.add(self.topic_insert, row)
         batch.add(self.occupancy_insert, (key, topic, slot, block_of(no)))
         batch.add(self.token_insert, (sub.service, device.device_token, sub.user_id))
         data = device_data(key, slot, no, device.device_os, sub.registered_at, origin)
-        batch.add(self.index_insert, (sub.user_id, sub.service, "TOPIC", sub.type_, topic, device.device_token, data))
+        batch.add(index_insert, (sub.user_id, sub.service, "TOPIC", sub.type_, topic, device.device_token, data, *at))
         return self.session.execute_async(batch)
 
+    def _index_insert_at(self, written_at: int | None) -> tuple[PreparedStatement, tuple[int, ...]]:
+        if written_at is None:
+            return self.index_insert, ()
+        return self.index_insert_at, (written_at,)
+
     def add_cycle_device(
-        self, sub: SubscriptionRef, device: DeviceSlot, buckets: Sequence[CycleTarget]
+        self, sub: SubscriptionRef, device: DeviceSlot, buckets: Sequence[CycleTarget], written_at: int | None = None
     ) -> ResponseFuture:
         """Slot rows and target_slots rows (one per bucket: a day of the schedule ``sub.target``) +
-        device index row + token index row of one device of a cycle subscription, in one logged batch."""
+        device index row + token index row of one device of a cycle subscription, in one logged batch.
+        ``written_at``: as in ``topic_subscription_rows`` (a fresh row's only)."""
         key, no, token, origin = sub.notification_key, device.no, device.device_token, device.origin
         slot = slot_of(no)
         batch = logged_batch()
+        index_insert, at = self._index_insert_at(written_at)
         for b in buckets:
             row = (slot, key, b.timezone, b.day, b.hour, b.minute, no, token, device.device_os, sub.user_id)
-            if origin is None:
-                batch.add(self.cycle_insert, (*row, sub.registered_at))
-            else:
+            if origin is not None:
                 batch.add(self.cycle_insert_moved, (*row, sub.registered_at, origin))
+            elif written_at is not None:
+                batch.add(self.cycle_insert_at, (*row, sub.registered_at, written_at))
+            else:
+                batch.add(self.cycle_insert, (*row, sub.registered_at))
             batch.add(self.occupancy_insert, (key, target_name(b), slot, block_of(no)))
         data = device_data(key, slot, no, device.device_os, sub.registered_at, origin)
-        batch.add(self.index_insert, (sub.user_id, sub.service, "CYCLE", sub.type_, sub.target, token, data))
+        batch.add(index_insert, (sub.user_id, sub.service, "CYCLE", sub.type_, sub.target, token, data, *at))
         batch.add(self.token_insert, (sub.service, token, sub.user_id))
         return self.session.execute_async(batch)
 
@@ -207,4 +244,22 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
                     )
         if index_row:
             batch.add(self.index_delete, (user_id, service, row.method, row.type_, row.target, row.device_token))
+        return self.session.execute_async(batch)
+
+    def withdraw_rows(
+        self, user_id: str, service: str, row: IndexRow, buckets: Sequence[CycleTarget], at: int
+    ) -> ResponseFuture:
+        """Delete one index row and (a device's) the slot rows it names, ``USING TIMESTAMP at``, in one
+        logged batch: a withdrawal of rows a failed write wrote at ``at - 1`` (notee/domain/withdrawals.py).
+        ``buckets``: as in ``remove_device_rows``."""
+        ref = slot_ref(row)
+        batch = logged_batch()
+        if ref is not None:
+            if row.method == "TOPIC":
+                params = (at, ref.slot, ref.notification_key, row.target, ref.no, row.device_token)
+                batch.add(self.topic_delete_at, params)
+            for b in buckets if row.method == "CYCLE" else ():
+                key = (ref.slot, ref.notification_key, b.timezone, b.day, b.hour, b.minute, ref.no, row.device_token)
+                batch.add(self.cycle_delete_at, (at, *key))
+        batch.add(self.index_delete_at, (at, user_id, service, row.method, row.type_, row.target, row.device_token))
         return self.session.execute_async(batch)
