@@ -13,6 +13,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from notee.api.access import uvicorn_log_config
 from notee.api.app import Part, begin_shutdown, create_app
 from notee.api.auth import ApiKeyCache
 from notee.api.connections import ConnectionGuard, ConnectionLimits
@@ -71,7 +72,7 @@ def _config(settings: Settings, shared: _Shared, listener: Listener) -> uvicorn.
         port=listener.port,
         log_level=settings.log_level.lower(),
         # JSON logs: uvicorn's lines go through the root handler, and notee.api.access writes the access log.
-        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+        log_config=None if settings.log_format == "json" else uvicorn_log_config(),
         access_log=settings.log_format != "json",
         timeout_graceful_shutdown=settings.api_shutdown_budget_s,  # in-flight requests get this long
         # httptools (C parser) with Notee's bounds on the request head and URL, the per-address cap and

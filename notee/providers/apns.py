@@ -34,6 +34,9 @@ JWT_REFRESH_S = 50 * 60
 # "The maximum size of a notification payload is 4 KB (4096 bytes)" for a regular remote notification:
 # https://developer.apple.com/documentation/usernotifications/generating-a-remote-notification
 PAYLOAD_LIMIT = 4096
+# What differs on every request to APNs (the device token is in the path): HPACK literals that never
+# enter the table, the rest of a page's header blocks is then one encoding (http2_wire.HeaderEncoder).
+PER_REQUEST_HEADERS = (b":path", b"apns-id")
 _INVALID_TOKEN_REASONS = {"BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"}
 _CONFIG_REASONS = {
     "InvalidProviderToken",
@@ -186,7 +189,9 @@ class ApnsProvider:
 
     async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | ExpiredJwt]:
         now = time.time()
-        bodies: dict[tuple[object, ...], tuple[bytes, bytes]] = {}  # a page shares one payload: encode it once
+        # A page shares one payload and one set of headers: each is built once, not per message.
+        bodies: dict[tuple[object, ...], tuple[bytes, bytes]] = {}
+        heads: dict[tuple[object, ...], list[tuple[bytes, bytes]]] = {}
         items = []
         ids = apns_ids(len(messages))
         for m, apns_id in zip(messages, ids, strict=True):
@@ -196,17 +201,18 @@ class ApnsProvider:
                 parts = bodies[key] = _body_parts(m)
             # The notification id differs per device: spliced in (it is [0-9a-z._-], nothing JSON escapes).
             body = parts[0] + (b'"' + m.notification_id.encode() + b'"' + parts[1] if m.notification_id else b"")
-            items.append(
-                (
-                    f"/3/device/{m.device_token}".encode(),
-                    apns_headers(m, self.topic, bearer, now=now, apns_id=apns_id),
-                    body,
-                )
-            )
+            head_key = (id(m.rich), m.priority, m.ttl_seconds, m.collapse_key)
+            head = heads.get(head_key)
+            if head is None:
+                head = heads[head_key] = [h for h in apns_headers(m, self.topic, bearer, now=now) if h[0] != b"apns-id"]
+            items.append((b"/3/device/" + m.device_token.encode(), [*head, (b"apns-id", apns_id)], body))
         out: list[Outcome | ExpiredJwt] = []
         for r in await self._pool.request_batch(items, self._timeout):
             if isinstance(r, TransportError):
                 out.append(RetryAfter(f"transport: {r}"[:200], None, transport=True))
+                continue
+            if r.status == 200:  # the common answer, without the classifier's call
+                out.append(Delivered(r.headers.get(b"apns-id", b"").decode()))
                 continue
             try:
                 out.append(classify_apns(r.status, r.body, r.headers.get(b"apns-id"), r.headers.get(b"retry-after")))

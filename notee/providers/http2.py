@@ -146,7 +146,9 @@ class Connection(asyncio.Protocol):
         server_hostname: str | None = None,
         max_streams: int = 100,
         provider: str = "unknown",
+        per_request: Sequence[bytes] = (),
     ) -> None:
+        """``per_request``: header names whose values differ on every request (``HeaderEncoder``)."""
         self.host, self.port = host, port
         self._observe = metrics.provider_latency(provider).observe  # notee_provider_response_seconds
         self._ssl, self._sni = ssl_context, server_hostname or host
@@ -160,7 +162,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = b""  # the start of a frame whose end has not arrived yet
         self._out: list[bytes] = []  # frames to send at the next flush
-        self._encoder = HeaderEncoder()
+        self._encoder = HeaderEncoder(per_request)
         self._decoder = HeaderDecoder()
         self._next_id = 1
         self._streams: dict[int, _Stream] = {}

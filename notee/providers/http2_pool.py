@@ -17,9 +17,18 @@ class Pool:
     """``size`` connections to one origin, (re)opened lazily, used round-robin."""
 
     def __init__(
-        self, url: str, ssl_context: ssl.SSLContext, *, size: int = 1, max_streams: int = 100, provider: str = "unknown"
+        self,
+        url: str,
+        ssl_context: ssl.SSLContext,
+        *,
+        size: int = 1,
+        max_streams: int = 100,
+        provider: str = "unknown",
+        per_request: Sequence[bytes] = (),
     ) -> None:
-        """``provider``: the label of this pool's metrics (``fcm``, ``apns``)."""
+        """``provider``: the label of this pool's metrics (``fcm``, ``apns``). ``per_request``: header
+        names whose values differ on every request (APNs' ``:path`` and ``apns-id``), sent as
+        literals that never enter the HPACK table (``http2_wire.HeaderEncoder``)."""
         parts = urlsplit(url)
         if parts.scheme != "https" or not parts.hostname:
             raise ValueError("HTTP/2 push transport needs an https:// URL")
@@ -28,6 +37,7 @@ class Pool:
         self._conns: list[Connection | None] = [None] * size
         self._locks = [asyncio.Lock() for _ in range(size)]
         self._max_streams = max_streams
+        self._per_request = tuple(per_request)
         self._next = 0
         self._retired: set[Connection] = set()
         self.connections_opened = 0
@@ -55,7 +65,12 @@ class Pool:
                 if conn is not None:
                     self._retire(conn)
                 conn = Connection(
-                    self.host, self.port, self._ssl, max_streams=self._max_streams, provider=self._provider
+                    self.host,
+                    self.port,
+                    self._ssl,
+                    max_streams=self._max_streams,
+                    provider=self._provider,
+                    per_request=self._per_request,
                 )
                 self._conns[i] = None
                 await conn.connect()

@@ -115,7 +115,10 @@ class HeaderEncoder:
 
     SEEN_KEPT = 512  # headers sighted once, remembered to index them on their second sighting
 
-    def __init__(self) -> None:
+    def __init__(self, per_request: Sequence[bytes] = ()) -> None:
+        """``per_request``: names whose value differs on every request (APNs' ``:path``, which holds
+        the device token, and ``apns-id``): always sent as literals that never enter the table, so
+        the rest of a request's block is the same bytes from one request to the next."""
         self._max = 4096  # RFC 7541's initial table size, until the server's SETTINGS say otherwise
         self._size = 0
         self._entries: deque[tuple[bytes, bytes]] = deque()  # the dynamic table, oldest first
@@ -127,6 +130,15 @@ class HeaderEncoder:
         # the last request's (pseudo-header values, headers, block) while that block changed nothing:
         # the same request again (every FCM request of a page) is the same bytes, not a new encoding
         self._memo: tuple[tuple[bytes, bytes, bytes], tuple[tuple[bytes, bytes], ...], bytes] | None = None
+        # per_request name -> its literal's first bytes (without indexing, the name indexed when static)
+        self._literal = {
+            name: hpack_int(_STATIC_NAMES[name], 4, 0) if name in _STATIC_NAMES else b"\x00" + _hpack_string(name)
+            for name in per_request
+        }
+        self._path_literal = self._literal.pop(b":path", None)
+        # the last templated request's (method, authority, path or None, other headers) and its two
+        # fixed parts (pseudo-headers, the other headers) while those changed nothing in the table
+        self._template: tuple[tuple[object, ...], bytes, bytes] | None = None
 
     @property
     def table_size(self) -> int:
@@ -141,7 +153,7 @@ class HeaderEncoder:
             self._evict()
 
     def _evict(self) -> None:
-        self._memo = None
+        self._memo = self._template = None
         while self._size > self._max:
             header = self._entries.popleft()
             self._size -= len(header[0]) + len(header[1]) + 32
@@ -154,6 +166,8 @@ class HeaderEncoder:
         """A request's block: its pseudo-headers (``:scheme`` https), then ``headers``. A block made
         only of what the table already holds changes neither side's table, so the same request again
         is the same bytes (kept until the table changes)."""
+        if self._literal or self._path_literal is not None:
+            return self._encode_templated(method, path, authority, headers)
         memo, pseudo, rest = self._memo, (method, path, authority), tuple(headers)
         if memo is not None and memo[0] == pseudo and memo[1] == rest and not self._resized:
             return memo[2]
@@ -165,8 +179,39 @@ class HeaderEncoder:
             self._memo = (pseudo, rest, block)
         return block
 
+    def _encode_templated(
+        self, method: bytes, path: bytes, authority: bytes, headers: Sequence[tuple[bytes, bytes]]
+    ) -> bytes:
+        """``encode_request`` with the ``per_request`` headers as literals after the others (header
+        order between different names carries no meaning, RFC 9110 §5.3), the rest reused as long
+        as it and the table are unchanged: one APNs request differs from the next only there."""
+        literal, fixed, tail = self._literal, [], []
+        for header in headers:
+            prefix = literal.get(header[0])
+            if prefix is None:
+                fixed.append(header)
+            else:
+                tail.append(prefix + _hpack_string(header[1]))
+        path_literal = self._path_literal
+        key = (method, authority, None if path_literal is not None else path, fixed)
+        template = self._template
+        if template is None or template[0] != key or self._resized:
+            steady = (self._inserted, len(self._seen), not self._resized)
+            pseudo = [(b":method", method), (b":scheme", b"https")]
+            if path_literal is None:
+                pseudo.append((b":path", path))
+            head = self.encode([*pseudo, (b":authority", authority)])
+            rest = self.encode(fixed)
+            template = (key, head, rest)
+            # kept only if the two blocks inserted nothing, resized nothing and sighted nothing new
+            self._template = template if steady == (self._inserted, len(self._seen), True) else None
+        if path_literal is not None:
+            return b"".join((template[1], path_literal, _hpack_string(path), template[2], *tail))
+        return b"".join((template[1], template[2], *tail))
+
     def encode(self, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
-        self._memo = None  # whatever this block does to the table, the memo is not trusted past it
+        # whatever this block does to the table, the memos are not trusted past it
+        self._memo = self._template = None
         out: list[bytes] = []
         if self._resized:  # the smallest size since the last block, then the current one
             smallest = min(self._resized)

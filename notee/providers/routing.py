@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from notee.core.settings import Settings
 from notee.core.vocabulary import ApnsCredentials, ProviderCredentials
-from notee.providers.apns import PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
+from notee.providers.apns import PER_REQUEST_HEADERS, PRODUCTION_URL, SANDBOX_URL, ApnsJwt, ApnsProvider
 from notee.providers.base import Message, Provider
 from notee.providers.emulator import emulator_apns, emulator_fcm
 from notee.providers.fcm import FCM_URL, FcmProvider, ServiceAccountTokens
@@ -117,7 +117,12 @@ class ProviderSet:
             # advertise less are obeyed (providers/http2.py).
             concurrency = self.settings.fanout_send_concurrency
             self._pools[pool_key] = Pool(
-                url, self._ssl, size=-(-concurrency // 100), max_streams=min(concurrency, 100), provider=provider
+                url,
+                self._ssl,
+                size=-(-concurrency // 100),
+                max_streams=min(concurrency, 100),
+                provider=provider,
+                per_request=PER_REQUEST_HEADERS if provider == "apns" else (),
             )
         return self._pools[pool_key]
 

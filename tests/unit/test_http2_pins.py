@@ -164,6 +164,45 @@ def test_a_repeated_request_reuses_its_block_only_while_that_is_exact() -> None:
     assert blocks[10] is blocks[11], "a steady run of one request is encoded once"
 
 
+def test_per_request_headers_are_literals_around_a_reused_template() -> None:
+    """APNs' encoder (``per_request``: ``:path`` and ``apns-id``): every block, across evictions and
+    the server's table size changing, reads back through h2's decoder as the request's headers
+    (pseudo-headers first), the per-request values never enter the table, and a steady run of a
+    page's requests reuses the same fixed part (only the literals differ)."""
+    encoder, decoder = http2_wire.HeaderEncoder((b":path", b"apns-id")), _h2_codec()[1]
+    sizes = []
+    for i in range(3000):
+        if i == 1000:
+            encoder.set_peer_table_size(200)
+            decoder.max_allowed_table_size = 200
+        elif i == 1500:
+            encoder.set_peer_table_size(0)
+            decoder.max_allowed_table_size = 0
+        elif i == 2000:
+            encoder.set_peer_table_size(4096)
+            decoder.max_allowed_table_size = 4096
+        path = f"/3/device/{i:064x}".encode()
+        rest = [
+            (b"authorization", b"bearer " + bytes([97 + i // 300]) * 200),
+            (b"apns-id", f"id-{i}".encode()),
+            (b"apns-expiration", str(i // 50).encode()),
+        ]
+        block = encoder.encode_request(b"POST", path, b"api.push.apple.com", rest)
+        got = decoder.decode(block, raw=True)
+        pseudo = [
+            (b":method", b"POST"),
+            (b":scheme", b"https"),
+            (b":authority", b"api.push.apple.com"),
+            (b":path", path),
+        ]
+        assert got[:4] == pseudo, i
+        assert sorted(got[4:]) == sorted(rest), i
+        assert not any(name in (b":path", b"apns-id") for name, _ in decoder.header_table.dynamic_entries), i
+        sizes.append(len(block))
+    # steady: the bearer and expiration are indexes, the path and id literals of fixed length
+    assert sizes[2998] == sizes[2999] < 120, sizes[-5:]
+
+
 def test_hpack_debug_logging_of_header_values_stays_off() -> None:
     # the pure-Python hpack codecs (jh2's fallback; the emulator's h2) log each header block at
     # DEBUG under their hpack module loggers; http2_wire.py raises both to INFO so bearer tokens never
