@@ -295,6 +295,19 @@ class Settings(BaseSettings):
     )
     webhook_concurrency: int = Field(32, ge=1, le=512, description="Webhook POSTs in flight per dispatcher.")
     webhook_max_endpoints: int = Field(10, ge=1, le=100, description="Webhook endpoints a service may register.")
+    webhook_receipt_batch_events: int = Field(
+        100,
+        ge=1,
+        le=500,
+        description="Most engagement events (receipt.*) one webhook delivery carries (docs/WEBHOOKS.md).",
+    )
+    webhook_receipt_window_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="How long engagement events wait in the outbox for others of their endpoint and kind to join "
+        "their delivery (a batch), before the dispatcher may send them.",
+    )
     segments_per_service_max: int = Field(
         1000, ge=1, le=100_000, description="Saved segments a service may have (409 beyond; docs/AUDIENCES.md)."
     )

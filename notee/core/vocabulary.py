@@ -36,8 +36,21 @@ RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
 DeliveryMode = Literal["live", "dry_run"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = get_args(DeliveryMode)
 # Delivery webhook events (docs/WEBHOOKS.md), and the states of one event's delivery to one endpoint.
-WebhookEvent = Literal["job.finished", "job.failed", "token.pruned", "dead_letter.created"]
+# The receipt.* events carry the apps' engagement receipts (docs/WEBHOOKS.md "Engagement events"): an
+# endpoint gets them only when it names them (opt-in); the default is the four others.
+WebhookEvent = Literal[
+    "job.finished",
+    "job.failed",
+    "token.pruned",
+    "dead_letter.created",
+    "receipt.delivered",
+    "receipt.opened",
+    "receipt.clicked",
+    "receipt.dismissed",
+]
 WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
+RECEIPT_WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = tuple(e for e in WEBHOOK_EVENTS if e.startswith("receipt."))
+DEFAULT_WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = tuple(e for e in WEBHOOK_EVENTS if e not in RECEIPT_WEBHOOK_EVENTS)
 WebhookDeliveryState = Literal["pending", "delivered", "failed"]
 
 
