@@ -93,6 +93,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
 
 _PUBLISH = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
+RECEIPTS_PATH = "/v1/receipts"
 _PREVIEW = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)/preview$")
 
 
@@ -107,6 +108,8 @@ def rate_class(method: str, path: str) -> RateClass | None:
         return "publish"
     if method == "POST" and _SEND.match(path):
         return "send"
+    if method == "POST" and path == RECEIPTS_PATH:
+        return "receipt"  # the apps': a push's answers must not take the backend's write budget
     return "write"
 
 

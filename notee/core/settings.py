@@ -166,6 +166,10 @@ class Settings(BaseSettings):
     rate_limit_write_burst: int = Field(5000, ge=1, description="Tenant writes allowed at once.")
     rate_limit_read_rate: float = Field(2000.0, gt=0, description="Tenant reads (GET) per second per service.")
     rate_limit_read_burst: int = Field(10000, ge=1, description="Tenant reads allowed at once.")
+    rate_limit_receipt_rate: float = Field(
+        5000.0, gt=0, description="Receipts requests (POST /v1/receipts, the apps') per second per service."
+    )
+    rate_limit_receipt_burst: int = Field(50000, ge=1, description="Receipts requests allowed at once.")
 
     # --- providers ------------------------------------------------------------------------------
     emulator_url: str | None = Field(

@@ -30,7 +30,7 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.weekday()
 # Per-tenant rate-limit classes (notee.domain.ratelimit): topic publishes, single sends, tenant
 # writes (subscriptions and the rest), tenant reads.
-RateClass = Literal["publish", "send", "write", "read"]
+RateClass = Literal["publish", "send", "write", "read", "receipt"]
 RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
 # A service's delivery mode: live sends through its providers; dry_run only records (log provider).
 DeliveryMode = Literal["live", "dry_run"]

@@ -20,7 +20,7 @@ DeliveryMode = Literal["live", "dry_run"]
 QuietHoursMode = Literal["hold", "drop"]
 SubscribeStatus = Literal["subscribed", "already_subscribed"]
 BulkStatus = Literal["subscribed", "already_subscribed", "not_found"]
-RateClass = Literal["publish", "send", "write", "read"]
+RateClass = Literal["publish", "send", "write", "read", "receipt"]
 WebhookEvent = Literal[
     "job.finished",
     "job.failed",
