@@ -226,7 +226,12 @@ class Settings(BaseSettings):
         description="A task keeps its lane at least this long; after it, the task gives the lane back at its next "
         "checkpoint when another tenant with fewer running tasks waits (docs/FANOUT.md, fairness).",
     )
-    retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
+    retention_days: int = Field(
+        14,
+        ge=1,
+        description="Days finished jobs, tasks, ticks and dead letters are kept (a finished job at least "
+        "NOTEE_RECEIPTS_RETENTION_DAYS: a job and its receipts go together).",
+    )
     receipts_retention_days: int = Field(
         30,
         ge=1,

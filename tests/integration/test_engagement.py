@@ -216,7 +216,9 @@ def test_limits_refuse_the_whole_batch_before_anything_is_written(client, settin
 def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it(
     client, settings, runtime, tenant, emulator, emu_runtime
 ):
-    """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention")."""
+    """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention"),
+    which is never before its receipts' retention: a job finished 20 days ago (past NOTEE_RETENTION_DAYS,
+    14) still takes receipts and shows its figures; one finished and made 31 days ago is gone."""
     service, headers = tenant
     token = random_token("ep")
     user = new_user(client, headers, devices=[(token, "AOS")])
@@ -240,6 +242,19 @@ def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it
             text("UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY WHERE job_id = :j"),
             {"j": job_id},
         )
-    assert prune_jobs(runtime, older_than_days=14) >= 1
+    assert settings.retention_days < 20 < settings.receipts_retention_days < 31
+    prune_jobs(runtime)  # the default window: the job stays as long as its receipts
+    assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).json()["counts"]["opened"] == 1
+    late = {"notification_id": nid, "event": "dismissed", "at": _now()}
+    assert _receipts(client, key, [late])["accepted"] == 1
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 31 DAY,"
+                " created_at = UTC_TIMESTAMP(6) - INTERVAL 31 DAY WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        )
+    assert prune_jobs(runtime) >= 1
     assert runtime.statements.job_counts(service, source) == {}
     assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).status_code == 404
