@@ -258,3 +258,28 @@ def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it
     assert prune_jobs(runtime) >= 1
     assert runtime.statements.job_counts(service, source) == {}
     assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).status_code == 404
+
+
+def test_a_web_app_may_post_receipts_from_its_own_origin_and_nothing_else(client, settings, tenant):
+    """The web snippet (docs/ENGAGEMENT.md) runs in a service worker on the site's origin: the
+    browser's preflight is answered and the receipts' answers, refusals too, are readable there. No
+    other route answers a cross-origin browser."""
+    service, headers = tenant
+    origin = {"Origin": "https://shop.example"}
+    pre = client.options(
+        "/v1/receipts",
+        headers=origin | {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+    )
+    assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "*", pre.headers
+    assert "authorization" in pre.headers["access-control-allow-headers"]
+    assert pre.headers["access-control-allow-methods"] == "POST"
+    key = _client_key(client, settings, service)
+    body = {"events": [{"notification_id": "x", "event": "opened", "at": _now()}]}
+    r = client.post("/v1/receipts", json=body, headers=bearer(key) | origin)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*", r.text
+    assert r.json()["rejected"][0]["reason"] == "not_found"
+    refused = client.post("/v1/receipts", json=body, headers=origin)
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "*"
+    other = client.get("/v1/templates", headers=headers | origin)
+    assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
+    assert client.options("/v1/templates", headers=origin).status_code in (401, 405)
