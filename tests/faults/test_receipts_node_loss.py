@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from notee.core import notification_id
 from notee.domain import services
-from notee.store import jobs_sql
+from tests.support.fanout import finished_topic_job
 from tests.support.logscan import remember_secret
 from tests.support.processes import free_port, wait_http
 from tests.support.registry import make_service
@@ -34,35 +32,6 @@ pytestmark = pytest.mark.faults
 DEVICES = 3_000
 BATCH = 100
 KILLED_NODE = 2
-
-
-def _finished_job(runtime, service: str) -> str:
-    """A finished topic job of DEVICES devices (its rows written straight to MySQL: no push is sent;
-    the receipts' path is what is under test), and its notification source."""
-    job_id = str(uuid.uuid4())
-    job = jobs_sql.NewJob(
-        job_id=job_id,
-        service=service,
-        notification_key=str(uuid.uuid4()),
-        method="TOPIC",
-        type_="fault",
-        target_kind="TOPIC",
-        target={"topic": "receipts"},
-        idempotency_key=None,
-        request_hash="fault",
-        variables=None,
-        overrides=None,
-        payload={"title": "t", "body": "b"},
-        slot_ranges=[(0, 0)],
-    )
-    with runtime.sessions.begin() as session:
-        jobs_sql.insert_job(session, job)
-        session.execute(
-            text("UPDATE fanout_task SET state = 'done', targeted = :n, sent = :n WHERE job_id = :j"),
-            {"n": DEVICES, "j": job_id},
-        )
-        session.execute(text("UPDATE fanout_job SET state = 'done' WHERE job_id = :j"), {"j": job_id})
-    return job_id
 
 
 def _batches(source: str) -> list[list[dict]]:
@@ -111,7 +80,7 @@ def test_acknowledged_receipts_survive_a_node_loss_and_count_once(fault_cluster,
     fault_cluster.ensure_whole()  # an earlier test may have killed a node
     runtime = fault_cluster.runtime
     make_service(runtime, service_id)
-    job_id = _finished_job(runtime, service_id)
+    job_id = finished_topic_job(runtime, service_id, DEVICES, type_="fault", topic="receipts")
     source = notification_id.source_of_job(job_id)
     with runtime.sessions.begin() as session:
         client_key = services.create_api_key(session, service_id, label="fault app", kind="client").api_key
