@@ -18,6 +18,8 @@ _.rate_limit_write_rate
 _.rate_limit_write_burst
 _.rate_limit_read_rate
 _.rate_limit_read_burst
+_.rate_limit_receipt_rate
+_.rate_limit_receipt_burst
 _.local_settings  # notee/emulator/peer.py: h2's H2Connection reads the settings it is given
 _.connection_lost  # notee/emulator/peer.py, notee/providers/http2.py: asyncio.Protocol, the event loop calls it
 _.trust_env  # notee/providers/fcm.py: requests.Session's attribute (no proxy, no global CA)

@@ -1,4 +1,4 @@
-"""Do the schema changes of migrations 0026-0030 block writes on a large table? (issue 37,
+"""Do the schema changes of migrations 0026-0030 and 0037 block writes on a large table? (issue 37,
 docs/UPGRADING.md "Online safety, measured").
 
 For each statement that changes an existing table, a scratch database (``notee_online_<pid>``, dropped
@@ -204,6 +204,30 @@ def cases(rows: int) -> list[Case]:
             "title, body, priority, created_at, updated_at) VALUES ('W', 'TOPIC', %s, %s, 'Hi', 'B', 'high', NOW(6), "
             "NOW(6))",
             lambda: (uid()[:30], uid()),
+        ),
+        Case(
+            "0037: webhook_delivery DROP CONSTRAINT ck_webhook_delivery_type",
+            "webhook_delivery",
+            [
+                "CREATE TABLE webhook_delivery (delivery_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, event_id CHAR(36) "
+                "CHARACTER SET ascii NOT NULL, endpoint_id CHAR(36) CHARACTER SET ascii NOT NULL, service VARCHAR(32) "
+                "NOT NULL, event_type VARCHAR(32) CHARACTER SET ascii NOT NULL, payload JSON NOT NULL, state VARCHAR(9) "
+                "CHARACTER SET ascii NOT NULL DEFAULT 'pending', attempts INT NOT NULL DEFAULT 0, next_attempt_at "
+                "DATETIME(6) NOT NULL, claim_token CHAR(32) CHARACTER SET ascii NULL, last_status INT NULL, last_error "
+                "VARCHAR(500) NULL, created_at DATETIME(6) NOT NULL, resent_at DATETIME(6) NULL, finished_at DATETIME(6) "
+                "NULL, PRIMARY KEY (delivery_id), KEY ix_webhook_delivery_due (state, next_attempt_at), KEY "
+                "ix_webhook_delivery_endpoint (endpoint_id, delivery_id), KEY ix_webhook_delivery_finished (finished_at), "
+                "CONSTRAINT ck_webhook_delivery_state CHECK (state IN ('pending', 'delivered', 'failed')), CONSTRAINT "
+                "ck_webhook_delivery_type CHECK (event_type IN ('job.finished', 'job.failed', 'token.pruned', "
+                "'dead_letter.created'))) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",  # 0019, no FK
+                "INSERT INTO webhook_delivery (event_id, endpoint_id, service, event_type, payload, state, "
+                "next_attempt_at, created_at, finished_at) SELECT UUID(), UUID(), 'S', 'job.finished', "
+                f"'{{\"data\":{{}}}}', 'delivered', NOW(6), NOW(6), NOW(6) FROM seq_1_to_{rows}",
+            ],
+            "ALTER TABLE webhook_delivery DROP CONSTRAINT IF EXISTS ck_webhook_delivery_type",
+            "INSERT INTO webhook_delivery (event_id, endpoint_id, service, event_type, payload, next_attempt_at, "
+            "created_at) VALUES (%s, %s, 'W', 'token.pruned', '{}', NOW(6), NOW(6))",
+            lambda: (uid(), uid()),
         ),
     ]
 

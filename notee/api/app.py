@@ -42,7 +42,7 @@ from notee.core.version import VERSION
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
 from notee.usecases.queue_levels import watch_outbox, watch_queue
-from notee.usecases.receipts import SourceCache
+from notee.usecases.receipts import Caches
 from notee.usecases.sender import DeliverySender
 
 Part = Literal["all", "tenant", "admin"]
@@ -119,7 +119,7 @@ def create_app(
     app.state.settings = settings
     app.state.key_cache = key_cache or ApiKeyCache(settings.api_key_cache_s)
     app.state.allowance = allowance or Allowance()
-    app.state.receipt_sources = SourceCache()  # the sources of receipts' notification ids, per process
+    app.state.receipt_caches = Caches()  # receipts' sources and webhook wants, per process
     app.state.serves_admin = part in ("all", "admin")
     app.state.serves_tenant = part in ("all", "tenant")
     errors.install(app)

@@ -93,6 +93,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
 
 _PUBLISH = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)$")
 _SEND = re.compile(r"^/v1/users/[^/]+/send$")
+RECEIPTS_PATH = "/v1/receipts"
 _PREVIEW = re.compile(r"^/v1/(topics/[^/]+/[^/]+/publish|publish/[^/]+)/preview$")
 
 
@@ -107,6 +108,8 @@ def rate_class(method: str, path: str) -> RateClass | None:
         return "publish"
     if method == "POST" and _SEND.match(path):
         return "send"
+    if method == "POST" and path == RECEIPTS_PATH:
+        return "receipt"  # the apps': a push's answers must not take the backend's write budget
     return "write"
 
 
@@ -190,6 +193,11 @@ class EdgeGuard:
         """Steps 3 to 5, for a request counted in ``in_flight``."""
         declared = _header(scope, b"content-length")
         path: str = scope["path"]
+        if path == RECEIPTS_PATH:  # a web app's service worker posts receipts from its own origin
+            if scope["method"] == "OPTIONS":
+                await _receipts_preflight(scope, receive, send)
+                return
+            send = _cross_origin(send)
         is_import = scope["method"] == "POST" and path == IMPORTS_PATH
         if is_import:  # a bulk import's file has a larger limit of its own, enforced the same way
             limits = replace(limits, max_body_bytes=settings.import_max_body_bytes)
@@ -227,6 +235,34 @@ class EdgeGuard:
             await _too_deep(limits)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
+
+
+# --- CORS for POST /v1/receipts ----------------------------------------------------------------------
+# Receipts come from apps, a web app's service worker too (docs/ENGAGEMENT.md "What an app adds"), on
+# another origin than the API's. Any origin may post them: the client key is public by design and
+# nothing here reads cookies. Every other route stays same-origin only.
+_CORS = [(b"access-control-allow-origin", b"*")]
+_PREFLIGHT = [
+    *_CORS,
+    (b"access-control-allow-methods", b"POST"),
+    (b"access-control-allow-headers", b"authorization, content-type"),
+    (b"access-control-max-age", b"86400"),
+    (b"content-length", b"0"),
+]
+
+
+async def _receipts_preflight(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": list(_PREFLIGHT)})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _cross_origin(send: Send) -> Send:
+    async def with_cors(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *_CORS]}
+        await send(message)
+
+    return with_cors
 
 
 # --- the steps: each returns the refusal to send, or None to go on -------------------------------------

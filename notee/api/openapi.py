@@ -177,7 +177,8 @@ TAGS: list[dict[str, str]] = [
     },
     {
         "name": "webhooks",
-        "description": "Signed event callbacks (job.finished, job.failed, token.pruned, dead_letter.created) "
+        "description": "Signed event callbacks (job.finished, job.failed, token.pruned, dead_letter.created; opt-in, "
+        "batched: receipt.delivered, receipt.opened, receipt.clicked, receipt.dismissed) "
         "to a service's HTTPS endpoints, and their recent deliveries (docs/WEBHOOKS.md).",
     },
     {

@@ -276,7 +276,11 @@ def summary(hours: int = typer.Option(24, min=1, help="The current hour and this
 @webhook_app.command("create")
 def webhook_create(
     url: str = typer.Argument(..., help="The HTTPS URL Notee POSTs events to."),
-    event: list[str] = typer.Option([], "--event", help="An event it receives (repeatable; default all four)."),
+    event: list[str] = typer.Option(
+        [],
+        "--event",
+        help="An event it receives (repeatable; default the four job and token events; receipt.* only when named).",
+    ),
     description: str | None = typer.Option(None, help="A note for you."),
 ) -> None:
     """Register an endpoint; prints it as JSON with its signing secret, which is shown only now."""

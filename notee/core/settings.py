@@ -166,6 +166,10 @@ class Settings(BaseSettings):
     rate_limit_write_burst: int = Field(5000, ge=1, description="Tenant writes allowed at once.")
     rate_limit_read_rate: float = Field(2000.0, gt=0, description="Tenant reads (GET) per second per service.")
     rate_limit_read_burst: int = Field(10000, ge=1, description="Tenant reads allowed at once.")
+    rate_limit_receipt_rate: float = Field(
+        5000.0, gt=0, description="Receipts requests (POST /v1/receipts, the apps') per second per service."
+    )
+    rate_limit_receipt_burst: int = Field(50000, ge=1, description="Receipts requests allowed at once.")
 
     # --- providers ------------------------------------------------------------------------------
     emulator_url: str | None = Field(
@@ -222,7 +226,12 @@ class Settings(BaseSettings):
         description="A task keeps its lane at least this long; after it, the task gives the lane back at its next "
         "checkpoint when another tenant with fewer running tasks waits (docs/FANOUT.md, fairness).",
     )
-    retention_days: int = Field(14, ge=1, description="Days finished jobs, tasks, ticks and dead letters are kept.")
+    retention_days: int = Field(
+        14,
+        ge=1,
+        description="Days finished jobs, tasks, ticks and dead letters are kept (a finished job at least "
+        "NOTEE_RECEIPTS_RETENTION_DAYS: a job and its receipts go together).",
+    )
     receipts_retention_days: int = Field(
         30,
         ge=1,
@@ -295,6 +304,19 @@ class Settings(BaseSettings):
     )
     webhook_concurrency: int = Field(32, ge=1, le=512, description="Webhook POSTs in flight per dispatcher.")
     webhook_max_endpoints: int = Field(10, ge=1, le=100, description="Webhook endpoints a service may register.")
+    webhook_receipt_batch_events: int = Field(
+        100,
+        ge=1,
+        le=500,
+        description="Most engagement events (receipt.*) one webhook delivery carries (docs/WEBHOOKS.md).",
+    )
+    webhook_receipt_window_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="How long engagement events wait in the outbox for others of their endpoint and kind to join "
+        "their delivery (a batch), before the dispatcher may send them.",
+    )
     segments_per_service_max: int = Field(
         1000, ge=1, le=100_000, description="Saved segments a service may have (409 beyond; docs/AUDIENCES.md)."
     )

@@ -30,14 +30,27 @@ PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 DAYS = ("MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")  # index = datetime.weekday()
 # Per-tenant rate-limit classes (notee.domain.ratelimit): topic publishes, single sends, tenant
 # writes (subscriptions and the rest), tenant reads.
-RateClass = Literal["publish", "send", "write", "read"]
+RateClass = Literal["publish", "send", "write", "read", "receipt"]
 RATE_CLASSES: tuple[RateClass, ...] = get_args(RateClass)
 # A service's delivery mode: live sends through its providers; dry_run only records (log provider).
 DeliveryMode = Literal["live", "dry_run"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = get_args(DeliveryMode)
 # Delivery webhook events (docs/WEBHOOKS.md), and the states of one event's delivery to one endpoint.
-WebhookEvent = Literal["job.finished", "job.failed", "token.pruned", "dead_letter.created"]
+# The receipt.* events carry the apps' engagement receipts (docs/WEBHOOKS.md "Engagement events"): an
+# endpoint gets them only when it names them (opt-in); the default is the four others.
+WebhookEvent = Literal[
+    "job.finished",
+    "job.failed",
+    "token.pruned",
+    "dead_letter.created",
+    "receipt.delivered",
+    "receipt.opened",
+    "receipt.clicked",
+    "receipt.dismissed",
+]
 WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
+RECEIPT_WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = tuple(e for e in WEBHOOK_EVENTS if e.startswith("receipt."))
+DEFAULT_WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = tuple(e for e in WEBHOOK_EVENTS if e not in RECEIPT_WEBHOOK_EVENTS)
 WebhookDeliveryState = Literal["pending", "delivered", "failed"]
 
 

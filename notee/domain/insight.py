@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 CALENDAR_MAX_HOURS = 24 * 7
 CALENDAR_MAX_ENTRIES = 5000  # a response stays bounded however busy the week is
-SUMMARY_MAX_HOURS = 24 * 14  # finished jobs are kept retention_days (14 by default)
+SUMMARY_MAX_HOURS = 24 * 14  # finished jobs are kept at least retention_days (14 by default)
 TOPICS_MAX_PAGE = 1000
 _COUNT_IN_FLIGHT = 256  # concurrent COUNT reads of slot partitions
 JOB_STATES: tuple[JobState, ...] = get_args(JobState)

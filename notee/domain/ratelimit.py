@@ -1,7 +1,7 @@
 """Per-tenant rate limits: a token bucket per (service, class) in MySQL, shared by every API process.
 
 Classes: ``publish`` (topic publishes), ``send`` (single sends), ``write`` (subscription writes and
-every other tenant write), ``read`` (GET). A limit is a rate (tokens per second) with a burst (the
+every other tenant write), ``read`` (GET), ``receipt`` (the apps' ``POST /v1/receipts``). A limit is a rate (tokens per second) with a burst (the
 bucket's size); the admin sets them per service, otherwise the deployment defaults
 (``NOTEE_RATE_LIMIT_<CLASS>_RATE`` / ``_BURST``) apply. Functions take the caller's session; the
 caller commits.

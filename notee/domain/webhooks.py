@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from notee.core.crypto import SecretsBox
 from notee.core.errors import Conflict, InvalidInput, NotFound, ProviderConfigError
 from notee.core.settings import Settings
-from notee.core.vocabulary import WEBHOOK_EVENTS
+from notee.core.vocabulary import DEFAULT_WEBHOOK_EVENTS, WEBHOOK_EVENTS
 from notee.store import webhooks_sql as store
 from notee.store.webhooks_sql import Delivery as Delivery  # re-exported: the API names them through this layer
 from notee.store.webhooks_sql import Endpoint as Endpoint
@@ -157,8 +157,10 @@ def check_url(url: str, settings: Settings) -> str:
 
 
 def check_events(events: Sequence[str] | None) -> list[str]:
+    """The events an endpoint receives, in vocabulary order; default the four job and token events
+    (the receipt.* events are opt-in: a busy app posts many)."""
     if events is None:
-        return list(WEBHOOK_EVENTS)
+        return list(DEFAULT_WEBHOOK_EVENTS)
     unknown = [e for e in events if e not in WEBHOOK_EVENTS]
     if unknown or not events:
         raise InvalidInput(

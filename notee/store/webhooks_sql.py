@@ -10,6 +10,7 @@ Functions take the caller's Session and never commit, except ``claim`` (its own 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import uuid
@@ -22,7 +23,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core.metrics import OutboxLevels
-from notee.core.vocabulary import WebhookEvent
+from notee.core.vocabulary import DEFAULT_WEBHOOK_EVENTS, RECEIPT_WEBHOOK_EVENTS, WebhookEvent
+from notee.store import receipt_outbox_sql
 from notee.store.mysql import affected
 
 
@@ -175,7 +177,11 @@ def set_secret(session: Session, endpoint_id: str, secret: bytes) -> None:
 def emit(session: Session, service: str, event_type: WebhookEvent, data: Mapping[str, Any]) -> int:
     """Write one event for every endpoint of ``service`` that receives ``event_type``, in the caller's
     transaction; returns how many rows (0 when no endpoint wants it: one indexed read, no write).
-    The body is fixed here (id, type, created_at, service, data); the dispatcher only signs it."""
+    The body is fixed here (id, type, created_at, service, data); the dispatcher only signs it.
+    The event types are checked here, not by the table (0037): receipt.* events go through
+    ``receipt_outbox_sql.emit_receipts``."""
+    if event_type not in DEFAULT_WEBHOOK_EVENTS:
+        raise ValueError(f"not a webhook event emit writes: {event_type!r}")
     endpoints = session.execute(
         text("SELECT endpoint_id, events FROM webhook_endpoint WHERE service = :s"), {"s": service}
     ).all()
@@ -206,10 +212,12 @@ def emit(session: Session, service: str, event_type: WebhookEvent, data: Mapping
     return len(wanted)
 
 
-def claim(sessions: sessionmaker[Session], *, limit: int, lease_s: float) -> list[Claimed]:
+def claim(sessions: sessionmaker[Session], *, limit: int, lease_s: float, receipt_batch: int = 100) -> list[Claimed]:
     """Lease up to ``limit`` due deliveries (pending, next_attempt_at <= the database clock) in one
     transaction: their next_attempt_at moves to the end of the lease (a dispatcher that dies leaves
-    them due again then) and each gets a claim token that fences the outcome's write."""
+    them due again then) and each gets a claim token that fences the outcome's write. A receipt.*
+    delivery never attempted first takes in the due ones of its endpoint and kind (up to
+    ``receipt_batch`` events: ``receipt_outbox_sql.coalesce``)."""
     with sessions.begin() as session:
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
         rows = session.execute(
@@ -223,7 +231,16 @@ def claim(sessions: sessionmaker[Session], *, limit: int, lease_s: float) -> lis
         if not rows:
             return []
         out = []
+        merged: set[int] = set()
         for row in rows:
+            if int(row.delivery_id) in merged:  # its events went into an earlier row of this claim
+                continue
+            payload = row.payload
+            if row.event_type in RECEIPT_WEBHOOK_EVENTS and row.attempts == 0 and row.resent_at is None:
+                joined = receipt_outbox_sql.coalesce(session, row, batch=receipt_batch)
+                if joined is not None:
+                    payload = joined[0]
+                    merged.update(joined[1])
             token = secrets.token_hex(16)
             session.execute(
                 text(
@@ -235,9 +252,10 @@ def claim(sessions: sessionmaker[Session], *, limit: int, lease_s: float) -> lis
             endpoint = session.execute(
                 text("SELECT url, secret FROM webhook_endpoint WHERE endpoint_id = :e"), {"e": row.endpoint_id}
             ).one()
-            raw = row.payload if isinstance(row.payload, (str, bytes)) else json.dumps(row.payload)
+            raw = payload if isinstance(payload, (str, bytes)) else json.dumps(payload)
             body = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-            out.append(Claimed(_delivery(row), endpoint.url, bytes(endpoint.secret), token, body))
+            delivery = dataclasses.replace(_delivery(row), payload=_json(raw))
+            out.append(Claimed(delivery, endpoint.url, bytes(endpoint.secret), token, body))
         return out
 
 

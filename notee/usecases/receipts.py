@@ -23,6 +23,7 @@ from notee.domain import services
 from notee.store import jobs_sql
 from notee.store.cql.engagement import ReceiptRow, ScopeKeys
 from notee.store.runtime import Runtime
+from notee.usecases import receipt_webhooks
 
 EVENTS = ("delivered", "opened", "clicked", "dismissed")
 
@@ -122,17 +123,26 @@ def find_sources(runtime: Runtime, cache: SourceCache, service: str, sources: se
     return out
 
 
+@dataclass(slots=True)
+class Caches:
+    """The per-process caches of the receipts' path."""
+
+    sources: SourceCache = field(default_factory=SourceCache)
+    hooks: receipt_webhooks.HookCache = field(default_factory=receipt_webhooks.HookCache)
+
+
 def post_receipts(
-    runtime: Runtime, settings: Settings, cache: SourceCache, service: str, events: Sequence[ReceiptEvent]
+    runtime: Runtime, settings: Settings, caches: Caches, service: str, events: Sequence[ReceiptEvent]
 ) -> ReceiptsResult:
-    """Check, store and count a batch (module docstring). Raises a store error (an outage: 503)
-    when the batch could not be stored; events stored before the error are duplicates on retry."""
+    """Check, store, count and queue for the engagement webhooks a batch (module docstring). Raises a
+    store error (an outage: 503) when the batch could not be stored, counted or queued; events stored
+    before the error are duplicates on retry (not counted again, queued again: at least once)."""
     now = now_utc()
     oldest = now - timedelta(days=settings.receipts_retention_days)
     newest = now + timedelta(seconds=settings.receipts_future_s)
     result = ReceiptsResult()
     parsed = [notification_id.parse(e.notification_id) for e in events]
-    sources = find_sources(runtime, cache, service, {p[0] for p in parsed if p is not None})
+    sources = find_sources(runtime, caches.sources, service, {p[0] for p in parsed if p is not None})
     rows: list[ReceiptRow] = []
     keys_of: list[ScopeKeys] = []
     received = naive_utc(now)
@@ -156,6 +166,9 @@ def post_receipts(
             runtime.statements.count(service, counts)
         for (_, _, event), n in counts.items():
             metrics.RECEIPTS.labels(service=service, event=event).inc(n)
+        # After the count: a failure here answers 503, and the retry (its events now duplicates,
+        # counted already) queues every stored event again.
+        receipt_webhooks.emit(runtime, settings, caches.hooks, service, rows)
     return result
 
 

@@ -1,7 +1,7 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
 jobs (their tasks cascade), scheduler tick rows, dead letters, finished webhook deliveries and finished
 bulk imports (their chunks and failed lines cascade) are kept ``settings.retention_days`` and then
-deleted here; expired web console sessions are deleted too, and the Idempotency-Keys of immediate
+deleted here (jobs at least as long as their receipts: ``job_retention_days``); expired web console sessions are deleted too, and the Idempotency-Keys of immediate
 single sends once they are 24 hours old.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from notee.core import notification_id
 from notee.core.clock import naive_utc, now_utc
+from notee.core.settings import Settings
 from notee.store import (
     console_sql,
     deadletter,
@@ -55,10 +56,18 @@ def _drain(runtime: Runtime, delete_batch: Callable[[Session], int]) -> int:
     return total
 
 
+def job_retention_days(settings: Settings) -> int:
+    """How long a finished job is kept: ``retention_days``, but never less than its receipts
+    (``receipts_retention_days``): a job, its figures and the receipts the apps may still post for
+    it live and go together (docs/ENGAGEMENT.md "Retention")."""
+    return max(settings.retention_days, settings.receipts_retention_days)
+
+
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
-    """Finished jobs (done/failed) older than the window; unfinished jobs are never pruned. Their
-    engagement counters go first (Cassandra before MySQL: a failure leaves the job to find them again)."""
-    days = runtime.settings.retention_days if older_than_days is None else older_than_days
+    """Finished jobs (done/failed) finished more than ``job_retention_days`` ago; unfinished jobs are
+    never pruned. Their engagement counters go first (Cassandra before MySQL: a failure leaves the
+    job to find them again)."""
+    days = job_retention_days(runtime.settings) if older_than_days is None else older_than_days
 
     def batch(session: Session) -> int:
         jobs = jobs_sql.prunable(session, older_than_days=days, batch=BATCH)

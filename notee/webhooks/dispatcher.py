@@ -150,7 +150,13 @@ class Dispatcher:
                     await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 try:
-                    batch = await asyncio.to_thread(store.claim, self.runtime.sessions, limit=free, lease_s=LEASE_S)
+                    batch = await asyncio.to_thread(
+                        store.claim,
+                        self.runtime.sessions,
+                        limit=free,
+                        lease_s=LEASE_S,
+                        receipt_batch=self.settings.webhook_receipt_batch_events,
+                    )
                     backoff = 0
                 except Exception as exc:  # MySQL away: the outbox waits, nothing is lost
                     backoff += 1

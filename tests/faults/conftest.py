@@ -312,7 +312,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (``ReadTimeout``, LOCAL_ONE, 0 responses; docs/RELIABILITY.md). The quorum-loss test needs no
     place of its own: its reads blocking through the freeze (0 outage releases) was the driver's
     paging, which started no timer for a next page (fixed: ``notee.store.cassandra.pages``), not
-    the node-loss test's restart. The chaos run (which stops and restarts nodes too) runs after it."""
+    the node-loss test's restart. The receipts' node-loss test kills a node too: it runs beside it. The chaos run (which stops and restarts nodes too) runs after it."""
     items.sort(
-        key=lambda item: 2 if "test_chaos_run" in item.nodeid else 1 if "test_cassandra_node_loss" in item.nodeid else 0
+        key=lambda item: (
+            2
+            if "test_chaos_run" in item.nodeid
+            else 1
+            if "test_cassandra_node_loss" in item.nodeid or "test_receipts_node_loss" in item.nodeid
+            else 0
+        )
     )

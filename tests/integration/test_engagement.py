@@ -216,7 +216,9 @@ def test_limits_refuse_the_whole_batch_before_anything_is_written(client, settin
 def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it(
     client, settings, runtime, tenant, emulator, emu_runtime
 ):
-    """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention")."""
+    """Counters take no TTL: the job's go when its row is pruned (docs/ENGAGEMENT.md "Retention"),
+    which is never before its receipts' retention: a job finished 20 days ago (past NOTEE_RETENTION_DAYS,
+    14) still takes receipts and shows its figures; one finished and made 31 days ago is gone."""
     service, headers = tenant
     token = random_token("ep")
     user = new_user(client, headers, devices=[(token, "AOS")])
@@ -240,6 +242,44 @@ def test_a_drifted_count_is_repaired_and_a_pruned_job_takes_its_counters_with_it
             text("UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 20 DAY WHERE job_id = :j"),
             {"j": job_id},
         )
-    assert prune_jobs(runtime, older_than_days=14) >= 1
+    assert settings.retention_days < 20 < settings.receipts_retention_days < 31
+    prune_jobs(runtime)  # the default window: the job stays as long as its receipts
+    assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).json()["counts"]["opened"] == 1
+    late = {"notification_id": nid, "event": "dismissed", "at": _now()}
+    assert _receipts(client, key, [late])["accepted"] == 1
+    with runtime.sessions.begin() as s:
+        s.execute(
+            text(
+                "UPDATE fanout_job SET finished_at = UTC_TIMESTAMP(6) - INTERVAL 31 DAY,"
+                " created_at = UTC_TIMESTAMP(6) - INTERVAL 31 DAY WHERE job_id = :j"
+            ),
+            {"j": job_id},
+        )
+    assert prune_jobs(runtime) >= 1
     assert runtime.statements.job_counts(service, source) == {}
     assert client.get(f"/v1/stats/jobs/{job_id}", headers=headers).status_code == 404
+
+
+def test_a_web_app_may_post_receipts_from_its_own_origin_and_nothing_else(client, settings, tenant):
+    """The web snippet (docs/ENGAGEMENT.md) runs in a service worker on the site's origin: the
+    browser's preflight is answered and the receipts' answers, refusals too, are readable there. No
+    other route answers a cross-origin browser."""
+    service, headers = tenant
+    origin = {"Origin": "https://shop.example"}
+    pre = client.options(
+        "/v1/receipts",
+        headers=origin | {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+    )
+    assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "*", pre.headers
+    assert "authorization" in pre.headers["access-control-allow-headers"]
+    assert pre.headers["access-control-allow-methods"] == "POST"
+    key = _client_key(client, settings, service)
+    body = {"events": [{"notification_id": "x", "event": "opened", "at": _now()}]}
+    r = client.post("/v1/receipts", json=body, headers=bearer(key) | origin)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*", r.text
+    assert r.json()["rejected"][0]["reason"] == "not_found"
+    refused = client.post("/v1/receipts", json=body, headers=origin)
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "*"
+    other = client.get("/v1/templates", headers=headers | origin)
+    assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
+    assert client.options("/v1/templates", headers=origin).status_code in (401, 405)

@@ -32,7 +32,7 @@ def test_admin_sets_gets_and_resets_limits(client, settings, make_tenant):
     r = client.get(f"/v1/admin/services/{service}/rate-limits", headers=admin)
     assert r.status_code == 200
     items = {i["class"]: i for i in r.json()["items"]}
-    assert set(items) == {"publish", "send", "write", "read"}
+    assert set(items) == {"publish", "send", "write", "read", "receipt"}
     assert items["publish"] == {
         "class": "publish",
         "rate": settings.rate_limit_publish_rate,
@@ -65,6 +65,28 @@ def test_admin_sets_gets_and_resets_limits(client, settings, make_tenant):
     ]:
         r = client.put(f"/v1/admin/services/{service}/rate-limits/{klass}", json=body, headers=admin)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (klass, body, r.text)
+
+
+def test_receipts_have_a_class_of_their_own_and_never_take_the_write_budget(client, settings, make_tenant):
+    """Phones answering a big push post receipts with the app's client key: they are limited as
+    `receipt`, so they neither use up the backend's `write` budget nor wait behind it."""
+    service, key = make_tenant()
+    r = client.post(
+        f"/v1/admin/services/{service}/api-keys",
+        json={"label": "app", "kind": "client"},
+        headers=admin_headers(settings),
+    )
+    assert r.status_code == 201, r.text
+    app = {"Authorization": f"Bearer {r.json()['api_key']}"}
+    assert _set(client, settings, service, "write", 0.01, 1).status_code == 200
+    assert _set(client, settings, service, "receipt", 0.01, 2).status_code == 200
+    body = {"events": [{"notification_id": "not-an-id", "event": "delivered", "at": "2026-12-05T09:00:00Z"}]}
+    got = [client.post("/v1/receipts", json=body, headers=app) for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 429], [r.text for r in got]
+    assert got[2].json()["error"]["details"][0]["ctx"]["class"] == "receipt"
+    writes = [client.put(f"/v1/templates/SINGLE/w{i}", json={"title": "t", "body": "b"}, headers=key) for i in range(2)]
+    assert [r.status_code for r in writes] == [201, 429]  # the receipts took none of its one token
+    assert writes[1].json()["error"]["details"][0]["ctx"]["class"] == "write"
 
 
 def test_used_up_limit_answers_429_with_retry_after_and_other_classes_and_tenants_go_on(client, settings, make_tenant):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -186,3 +187,36 @@ def lease_until(runtime: Runtime, claim: task_leases.Claim) -> datetime:
 def wait_lease_expired(runtime: Runtime, claim: task_leases.Claim, timeout: float = 60) -> None:
     """Until the task's lease has run out on the database clock (the clock the claim reads)."""
     wait_for(lambda: lease_left(runtime, claim) <= timedelta(0), timeout=timeout, what="the lease to run out")
+
+
+def finished_topic_job(runtime: Runtime, service: str, devices: int, type_: str = "news", topic: str = "all") -> str:
+    """A topic job already done with ``devices`` targeted and sent (its rows written straight to
+    MySQL: no push is sent), for tests of what comes after a push (receipts, figures); its id."""
+
+    job_id = str(uuid.uuid4())
+    job = jobs_sql.NewJob(
+        job_id=job_id,
+        service=service,
+        notification_key=str(uuid.uuid4()),
+        method="TOPIC",
+        type_=type_,
+        target_kind="TOPIC",
+        target={"topic": topic},
+        idempotency_key=None,
+        request_hash="test",
+        variables=None,
+        overrides=None,
+        payload={"title": "t", "body": "b"},
+        slot_ranges=[(0, 0)],
+    )
+    with runtime.sessions.begin() as session:
+        jobs_sql.insert_job(session, job)
+        session.execute(
+            text("UPDATE fanout_task SET state = 'done', targeted = :n, sent = :n WHERE job_id = :j"),
+            {"n": devices, "j": job_id},
+        )
+        session.execute(
+            text("UPDATE fanout_job SET state = 'done', finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j"),
+            {"j": job_id},
+        )
+    return job_id

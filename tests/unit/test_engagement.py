@@ -141,3 +141,12 @@ def test_rates_are_over_sent_and_the_range_is_bounded():
         check_range(date(2026, 12, 6), today, today)
     with pytest.raises(InvalidInput):
         check_range(date(2026, 1, 1), today, today)
+
+
+def test_a_job_is_kept_as_long_as_its_receipts_or_longer():
+    from notee.core.settings import Settings
+    from notee.usecases.retention import job_retention_days
+
+    base = Settings()
+    assert job_retention_days(base.model_copy(update={"retention_days": 14, "receipts_retention_days": 30})) == 30
+    assert job_retention_days(base.model_copy(update={"retention_days": 60, "receipts_retention_days": 30})) == 60

@@ -89,3 +89,20 @@ def test_plain_http_and_private_addresses_only_behind_their_settings():
             webhooks.check_url(url, strict)
         assert webhooks.check_url(url, dev) == url
     assert webhooks.check_url("https://hooks.example.com/x?a=1", strict) == "https://hooks.example.com/x?a=1"
+
+
+def test_engagement_events_are_opt_in_and_batched_within_the_bounds():
+    from notee.core.vocabulary import DEFAULT_WEBHOOK_EVENTS, RECEIPT_WEBHOOK_EVENTS
+    from notee.domain.webhooks import check_events
+    from notee.store import receipt_outbox_sql
+
+    assert check_events(None) == list(DEFAULT_WEBHOOK_EVENTS) and not set(RECEIPT_WEBHOOK_EVENTS) & set(
+        check_events(None)
+    )
+    assert check_events(["receipt.opened", "job.failed"]) == ["job.failed", "receipt.opened"]
+    event = {"notification_id": "a" * 32 + "." + "b" * 11, "event": "clicked", "action": "x" * 64, "at": "t" * 27}
+    runs = list(receipt_outbox_sql.chunks([event] * 250, 100))
+    assert [len(r) for r in runs] == [100, 100, 50]
+    big = dict(event, action="y" * 5000)  # no real event is this big: the byte bound still holds
+    runs = list(receipt_outbox_sql.chunks([big] * 40, 100))
+    assert all(len(r) * 5100 < receipt_outbox_sql.MAX_BODY_BYTES for r in runs) and sum(map(len, runs)) == 40

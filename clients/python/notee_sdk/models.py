@@ -20,8 +20,17 @@ DeliveryMode = Literal["live", "dry_run"]
 QuietHoursMode = Literal["hold", "drop"]
 SubscribeStatus = Literal["subscribed", "already_subscribed"]
 BulkStatus = Literal["subscribed", "already_subscribed", "not_found"]
-RateClass = Literal["publish", "send", "write", "read"]
-WebhookEvent = Literal["job.finished", "job.failed", "token.pruned", "dead_letter.created"]
+RateClass = Literal["publish", "send", "write", "read", "receipt"]
+WebhookEvent = Literal[
+    "job.finished",
+    "job.failed",
+    "token.pruned",
+    "dead_letter.created",
+    "receipt.delivered",
+    "receipt.opened",
+    "receipt.clicked",
+    "receipt.dismissed",
+]
 WebhookDeliveryState = Literal["pending", "delivered", "failed"]
 # The server's enums, field by field: tests/integration/test_sdk_literals.py holds them to the
 # OpenAPI document. A value a newer server adds fails to parse here: upgrade the client.

@@ -16,7 +16,16 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from notee.api.console import compose_pages, job_pages, pages, segment_pages, service_pages, template_pages, web
+from notee.api.console import (
+    compose_pages,
+    engagement_pages,
+    job_pages,
+    pages,
+    segment_pages,
+    service_pages,
+    template_pages,
+    web,
+)
 from notee.api.errors import known_error_response
 
 
@@ -30,6 +39,7 @@ def install(app: FastAPI) -> None:
     app.include_router(job_pages.router)
     app.include_router(compose_pages.router)
     app.include_router(segment_pages.router)
+    app.include_router(engagement_pages.router)
     app.mount(web.PREFIX + "/static", StaticFiles(packages=[("notee.api.console", "static")]), name="console-static")
 
     @app.exception_handler(web.SignInRequired)

@@ -15,7 +15,7 @@ from uuid import UUID
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from notee.api.console import charts, web, when
+from notee.api.console import charts, engagement_pages, web, when
 from notee.api.console.service_pages import _open
 from notee.api.console.web import PostedForm, SessionDep
 from notee.api.deps import DbDep, RuntimeDep, SenderDep
@@ -188,10 +188,11 @@ def job_json(service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
 
 
 @router.get("/jobs/{job_id}")
-def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: DbDep) -> Response:
+def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: DbDep, runtime: RuntimeDep) -> Response:
     found = _open(db, who, service)
     job = _job_view(db, found, job_id)
     row, _ = jobs.job_status(db, service, job["job_id"])
+    engagement = engagement_pages.job_block(runtime, service, job["job_id"])
     return _page(
         request,
         "job.html",
@@ -203,6 +204,7 @@ def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: D
         zone=found.timezone,
         chart=charts.failure_bars([(f["reason"], f["platform"], f["count"]) for f in job["failures"]]),
         poll_url=f"{web.PREFIX}/s/{service}/jobs/{job['job_id']}.json",
+        engagement=engagement,
     )
 
 

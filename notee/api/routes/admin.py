@@ -48,7 +48,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], 
 ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
 KeyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")]
 ProviderPath = Annotated[str, Path(pattern=r"^(fcm|apns|webpush)$")]
-RateClassPath = Annotated[RateClass, Path(description="publish | send | write | read")]
+RateClassPath = Annotated[RateClass, Path(description="publish | send | write | read | receipt")]
 
 
 @router.post("/services", status_code=201, response_model=ServiceOut, responses=errors(409))

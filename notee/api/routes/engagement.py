@@ -148,7 +148,7 @@ async def post_receipts(body: ReceiptsIn, service: ServiceDep, request: Request,
                 details=[{"loc": ["body", "events", i, "action"], "msg": "clicked only"}],
             )
     result = await to_thread.run_sync(
-        receipts.post_receipts, runtime, settings, request.app.state.receipt_sources, service, events
+        receipts.post_receipts, runtime, settings, request.app.state.receipt_caches, service, events
     )
     return ReceiptsOut(
         accepted=result.accepted,

@@ -15,7 +15,7 @@ from notee.api import cursors
 from notee.api.auth import BoxDep, ServiceDep
 from notee.api.deps import DbDep, RuntimeDep
 from notee.api.models import Answer, OneLineText, errors
-from notee.core.vocabulary import WebhookDeliveryState, WebhookEvent
+from notee.core.vocabulary import WEBHOOK_EVENTS, WebhookDeliveryState, WebhookEvent
 from notee.domain import webhooks
 from notee.domain.webhooks import Delivery, Endpoint
 
@@ -33,7 +33,11 @@ class WebhookIn(BaseModel):
         json_schema_extra={"format": "uri", "pattern": webhooks.URL_PATTERN},
     )
     events: list[WebhookEvent] | None = Field(
-        None, min_length=1, max_length=4, description="The events it receives; default all four."
+        None,
+        min_length=1,
+        max_length=len(WEBHOOK_EVENTS),
+        description="The events it receives; default the four job and token events. The receipt.* events "
+        "(engagement, batched) only when named.",
     )
     description: OneLineText | None = Field(None, max_length=200)
 

@@ -15,13 +15,22 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
 from notee.store.cql.rows import TUPLE_ROWS
 
 BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
+# Partitions one request reads or writes at most: a batch of 100 receipts of one job touches ~30 of
+# its buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
+# Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
+PARTITIONS_PER_REQUEST = 10
+# A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
+# more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
+# than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
+READ_PARTITIONS = 10
+COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~16)
 SCOPES = ("type", "topic", "day", "sent")
 
 
@@ -63,7 +72,10 @@ class Engagement:
             f"INSERT INTO {n}.receipt (service, source, bucket, device, event, action, at, received)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
         )
-        self.receipt_known = p(f"SELECT device, event FROM {n}.receipt {key} AND device IN ?")
+        self.receipt_known = p(
+            f"SELECT bucket, device, event FROM {n}.receipt"
+            " WHERE service = ? AND source = ? AND bucket IN ? AND device IN ?"
+        )
         self.receipt_page = p(f"SELECT device, event, action, at, received FROM {n}.receipt {key} LIMIT ?")
         self.receipt_page_after = p(
             f"SELECT device, event, action, at, received FROM {n}.receipt {key} AND (device, event) > (?, ?) LIMIT ?"
@@ -98,39 +110,49 @@ class Engagement:
     def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> list[bool]:
         """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
         and not a repeat of an earlier row of ``rows``. Raises the first store error after every
-        request finished (a failed batch wrote nothing the client will not write again on retry)."""
+        request finished (a failed batch wrote nothing the client will not write again on retry).
+        The partitions a batch touches are read, then written, PARTITIONS_PER_REQUEST at a time: a
+        few requests per batch instead of two per partition."""
         groups: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(rows):
             groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
         reads = [
             (
-                g,
+                source,
                 self.session.execute_async(
                     self.receipt_known,
-                    (service, g[0], g[1], sorted({rows[i].device for i in idx})),
+                    (
+                        service,
+                        source,
+                        [b for _, b in chunk],
+                        sorted({rows[i].device for g in chunk for i in groups[g]}),
+                    ),
                     execution_profile=TUPLE_ROWS,
                 ),
             )
-            for g, idx in groups.items()
+            for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
         ]
         known: set[tuple[str, str, str]] = set()
-        for g, future in reads:
-            known.update((g[0], device, event) for device, event in future.result())
+        for source, future in reads:
+            known.update((source, device, event) for _, device, event in future.result())
         new = [False] * len(rows)
         writes: list[ResponseFuture] = []
-        for (source, bucket), idx in groups.items():
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)  # one partition: one mutation
-            for i in idx:
-                r = rows[i]
-                ident = (r.source, r.device, r.event)
-                if ident in known:
-                    continue
-                known.add(ident)
-                new[i] = True
-                batch.add(
-                    self.receipt_insert,
-                    (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s),
-                )
+        for _, chunk in _partition_chunks(groups, PARTITIONS_PER_REQUEST):
+            # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and
+            # the request answers once every partition met the consistency level.
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for source, bucket in chunk:
+                for i in groups[(source, bucket)]:
+                    r = rows[i]
+                    ident = (r.source, r.device, r.event)
+                    if ident in known:
+                        continue
+                    known.add(ident)
+                    new[i] = True
+                    batch.add(
+                        self.receipt_insert,
+                        (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s),
+                    )
             if len(batch):
                 writes.append(self.session.execute_async(batch))
         _wait(writes)
@@ -138,25 +160,26 @@ class Engagement:
 
     def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
         """Add ``counts`` ((source, its scope keys, event) -> new events) to the job's counters and
-        to its type's, topic's and day's. Never retried: a failure raises after every increment
-        finished, and ``recount`` repairs the job's counts."""
+        to its type's, topic's and day's, in counter batches (a batch of receipts of one job: one
+        request; its partitions are the job's and a few of its month's). Never retried: a failure
+        raises after every request finished, and ``recount`` repairs the job's counts."""
         per_scope: Counter[tuple[str, str, str, str]] = Counter()
-        futures = []
+        increments: list[tuple[PreparedStatement, tuple[object, ...]]] = []
         for (source, keys, event), delta in counts.items():
             if not source.startswith("s"):  # a single send's few events are counted from its rows (raw_counts)
-                futures.append(
-                    self.session.execute_async(
-                        self.counter_add_engagement_job,
-                        (delta, service, source, event),
-                        execution_profile=COUNTER_PROFILE,
-                    )
-                )
+                increments.append((self.counter_add_engagement_job, (delta, service, source, event)))
             per_scope[("type", keys.day[:7], keys.type_, event)] += delta
             per_scope[("day", keys.day[:7], keys.day, event)] += delta
             if keys.topic is not None:
                 per_scope[("topic", keys.day[:7], keys.topic, event)] += delta
         for (scope, month, key, event), delta in per_scope.items():
-            futures.append(self.add_scope(service, scope, month, key, event, delta))
+            increments.append((self.counter_add_engagement_scope, (delta, service, scope, month, key, event)))
+        futures = []
+        for k in range(0, len(increments), COUNTERS_PER_REQUEST):
+            batch = BatchStatement(batch_type=BatchType.COUNTER)
+            for statement, values in increments[k : k + COUNTERS_PER_REQUEST]:
+                batch.add(statement, values)
+            futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
         _wait(futures)
 
     def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
@@ -254,6 +277,14 @@ class Engagement:
         ]
         _wait(futures)
         return truth
+
+
+def _partition_chunks(groups: dict[tuple[str, int], list[int]], size: int) -> list[tuple[str, list[tuple[str, int]]]]:
+    """The (source, bucket) partitions of ``groups``, per source, ``size`` at a time."""
+    per_source: dict[str, list[tuple[str, int]]] = {}
+    for g in groups:
+        per_source.setdefault(g[0], []).append(g)
+    return [(source, parts[k : k + size]) for source, parts in per_source.items() for k in range(0, len(parts), size)]
 
 
 def _wait(futures: Iterable[ResponseFuture]) -> None:
