@@ -23,6 +23,7 @@ from notee.api.routes import (
     imports,
     insight,
     preview,
+    processes,
     prometheus,
     publish,
     quiet,
@@ -135,7 +136,7 @@ def create_app(
         routers += [segments.router, segments.estimate_router]
     if app.state.serves_admin:
         # /metrics: admin token (its labels name every service)
-        routers += [insight.admin_router, admin.router, prometheus.router]
+        routers += [insight.admin_router, admin.router, processes.router, prometheus.router]
     for router in routers:
         app.include_router(router)
     docs_ui.install(app)

@@ -78,6 +78,7 @@ OPERATION_IDS: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs/{job_id}/failures"): "getJobFailures",
     ("POST", "/v1/admin/jobs/{job_id}/requeue"): "requeueJob",
     ("GET", "/v1/admin/services/{service}/jobs"): "adminListJobs",
+    ("GET", "/v1/admin/processes"): "listProcesses",
     # dead letters
     ("GET", "/v1/dead-letters"): "listDeadLetters",
     ("POST", "/v1/dead-letters/replay"): "replayDeadLetters",

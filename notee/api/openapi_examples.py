@@ -49,6 +49,16 @@ _SERVICE_OUT = {
     "delivery_mode": "live",
     "created_at": _T,
 }
+_PROCESS = {
+    "kind": "worker",
+    "process_id": "worker-1:4711:a1b2c3",
+    "version": "0.9.0",
+    "started_at": _T,
+    "beat_at": _T,
+    "age_s": 2.1,
+    "stale": False,
+    "breakers": {"fcm": "closed", "apns": "open", "webpush": "closed"},
+}
 _API_KEY = {"key_id": "k3y1d4b2c5", "kind": "server", "label": "backend", "created_at": _T, "revoked_at": None}
 _DEVICE = {
     "token": _TOKEN,
@@ -295,6 +305,8 @@ EXAMPLES: dict[str, Any] = {
         "quiet_dropped": 0,
         "send_id": "s1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6",
     },
+    "ProcessList": {"items": [_PROCESS]},
+    "ProcessOut": _PROCESS,
     "ServiceIn": {"service": "SHOP", "display_name": "Shop", "timezone": "Europe/Berlin"},
     "ServiceList": {"items": [_SERVICE_OUT]},
     "ServiceOut": _SERVICE_OUT,

@@ -21,6 +21,7 @@ from notee.api.http1 import HttpToolsProtocol
 from notee.core.settings import Settings
 from notee.domain.ratelimit import Allowance
 from notee.store.runtime import Runtime
+from notee.usecases.heartbeats import ProcessHeartbeat, beat_until
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,18 @@ def _config(settings: Settings, shared: _Shared, listener: Listener) -> uvicorn.
     )
 
 
-async def _serve_all(servers: list[uvicorn.Server]) -> None:
+async def _serve_all(servers: list[uvicorn.Server], runtime: Runtime) -> None:
+    # one heartbeat per process (every listener of it), in its serving loop: the health page's row
+    stop_beats = asyncio.Event()
+    beats = asyncio.create_task(beat_until(ProcessHeartbeat(runtime, "api"), stop_beats))
+    try:
+        await _serve_listeners(servers)
+    finally:
+        stop_beats.set()
+        await beats
+
+
+async def _serve_listeners(servers: list[uvicorn.Server]) -> None:
     tasks = [asyncio.create_task(s.serve()) for s in servers]
     # Each server installs the SIGTERM/SIGINT handler in turn, so only the last one hears the signal:
     # when any server stops, the others are told to stop too.
@@ -114,6 +126,6 @@ def serve(settings: Settings, host: str, port: int) -> None:
         # uvicorn's own loop choice (uvloop, a uvicorn[standard] extra): asyncio.run would take the
         # pure-Python selector loop, whose transports cost ~2x the CPU per request.
         with asyncio.Runner(loop_factory=configs[0].get_loop_factory()) as runner:
-            runner.run(_serve_all(servers))
+            runner.run(_serve_all(servers, runtime))
     finally:
         runtime.close()

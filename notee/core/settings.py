@@ -370,6 +370,13 @@ class Settings(BaseSettings):
         description="File `notee worker` and `notee scheduler` touch while healthy, read by "
         "`notee healthcheck worker|scheduler`. Unset: no heartbeat.",
     )
+    process_heartbeat_s: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="Seconds between a process's beats in MySQL (`process_heartbeat`: the console's health page and "
+        "`GET /v1/admin/processes`); a process is stale after 3 missed beats and 5 s.",
+    )
 
     tracing: bool = Field(
         False,

@@ -27,6 +27,7 @@ TOKEN_PATTERN = r"^[\x21-\x7e]{8,512}$"  # printable ASCII, no space
 REGION_PATTERN = r"^[A-Za-z0-9_-]{0,8}$"
 APNS_ID_PATTERN = r"^[A-Z0-9]{10}$"  # Apple key id and team id: 10 characters
 BUNDLE_PATTERN = r"^[A-Za-z0-9.-]{1,155}$"
+QUIET_OVERRIDES = ("honour", "override")  # a publish's quiet_hours: the template's way, or sent whatever the hours
 SERVICE_RE = re.compile(SERVICE_PATTERN)
 TYPE_RE = re.compile(TYPE_PATTERN)
 TOKEN_RE = re.compile(TOKEN_PATTERN)
@@ -110,7 +111,8 @@ MAX_ITEM_KEYS = 20  # keys of an object in a list variable
 def check_send_inputs(variables: Any, overrides: Any) -> None:
     """Template variables and per-send overrides (title, body, data) follow the templates' text rule:
     no control characters, ``\\n`` allowed only where a body may hold it (body, data and variable values);
-    a ``ttl_seconds`` or ``priority`` override follows the template's rule for it."""
+    a ``ttl_seconds`` or ``priority`` override follows the template's rule for it; ``quiet_hours`` is
+    ``override`` (a publish sent whatever its recipients' quiet hours) or ``honour``."""
     for name, value in (variables or {}).items():
         check_text("variables", name, min_len=1, max_len=64)
         if name.split(".")[0] == "recipient":
@@ -130,6 +132,8 @@ def check_send_inputs(variables: Any, overrides: Any) -> None:
         check_ttl(overrides["ttl_seconds"])
     if overrides.get("priority") is not None:
         check_choice("priority", overrides["priority"], PRIORITIES)
+    if overrides.get("quiet_hours") is not None:
+        check_choice("quiet_hours", overrides["quiet_hours"], QUIET_OVERRIDES)
 
 
 def _check_variable(value: Any) -> None:

@@ -36,6 +36,7 @@ from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
 from notee.usecases import reconcile, retention
 from notee.usecases.cycle_fire import CycleFire, MinuteResult, iso_minute
+from notee.usecases.heartbeats import ProcessHeartbeat, beat_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -286,10 +287,16 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         misfire_grace_time=300,
     )
     aps.start()
+    # every process's row in MySQL (the health page): from a thread of its own, so a minute's long
+    # tick does not make the scheduler look dead; it stops (and deletes its row) with the scheduler
+    beats_stop = threading.Event()
+    beats = beat_in_thread(ProcessHeartbeat(runtime, "scheduler"), beats_stop)
     try:
         stop.wait()
     finally:
         aps.shutdown(wait=True)
+        beats_stop.set()
+        beats.join()
         if exporter is not None:
             exporter.close()
         log.info("scheduler %s stopped", scheduler.owner)

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core.vocabulary import PageCounts
+from notee.store import push_minutes_sql
 from notee.store.claim_order import next_claimable
 from notee.store.jobs_sql import emit_job_event, job_state
 from notee.store.mysql import affected
@@ -56,6 +57,7 @@ class Claim:
     lease_token: str
     resume_key: tuple[int, str] | None = None  # (no, device_token) after which current_slot resumes
     taken_over: bool = False  # claimed from a worker whose lease expired (it died or stalled)
+    service: str = ""  # the job's service (its pages' rows of push_minute name it)
 
 
 # A job whose every recipient had no route ends failed with this error (notee/usecases/deliver.py says the same per send).
@@ -79,10 +81,9 @@ def claim(
     and within a tenant an expired lease is resumed before queued work. ``SKIP LOCKED`` lets any
     number of workers claim concurrently without waiting on each other's row locks; each task row
     is handed to exactly one of them. READ COMMITTED: no gap locks, and rows the scan passes over
-    are not kept locked. ``services`` restricts the claim to those tenants' jobs (dedicated
-    workers; tests); ``unserved_only`` to tenants that hold no live lease (a worker's spare lane).
-    A task already claimed ``MAX_TASK_ATTEMPTS`` times is failed instead (a poison task must not
-    loop forever)."""
+    are not kept locked. ``services``: only those tenants' jobs (dedicated workers; tests);
+    ``unserved_only``: only tenants that hold no live lease (a worker's spare lane). A task claimed
+    ``MAX_TASK_ATTEMPTS`` times already is failed instead (a poison task must not loop forever)."""
     token = secrets.token_hex(16)
     with sessions.begin() as session:
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
@@ -144,7 +145,12 @@ def claim(
                 token,
                 (int(row.resume_no), row.resume_token) if row.resume_token is not None else None,
                 taken_over=row.state == "running",
+                service=_job_service(session, row.job_id),
             )
+
+
+def _job_service(session: Session, job_id: str) -> str:
+    return str(session.execute(text("SELECT service FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one())
 
 
 def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -> None:
@@ -203,6 +209,9 @@ def checkpoint(
                 "qd": counts.quiet_dropped,
                 "ms": int(lease_s * 1000),
             },
+        )
+        push_minutes_sql.add_page(
+            session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts
         )
         cancelled = job_state(session, claim_.job_id) == "cancelled"
         if cancelled:  # the page's counts above are kept; the task ends here
@@ -308,6 +317,9 @@ def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
             "qd": counts.quiet_dropped,
             "pg": 1 if counts.targeted or counts.quiet_dropped else 0,
         },
+    )
+    push_minutes_sql.add_page(
+        session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts
     )
 
 

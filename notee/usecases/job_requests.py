@@ -104,6 +104,11 @@ class JobRequest:
         """The target as asked (the stored target, with ``local_time``): what the fingerprint covers."""
         return target_json if self.local_time is None else target_json | {"local_time": self.local_time}
 
+    def quiet_mode(self, template: AnyRow) -> str | None:
+        """What a push due in a recipient's quiet hours does: the template's ``hold`` or ``drop``, or
+        ``override`` (sent whatever the hours: ``planning.placement``) when the publish asks it."""
+        return "override" if (self.overrides or {}).get("quiet_hours") == "override" else template.quiet_hours
+
     def fingerprint(self, kind: str, target_json: dict[str, Any]) -> str:
         """``request_hash`` of this request, its target encoded as (``kind``, ``target_json``). A
         segments target is hashed by the names asked, not the definitions read: a retry after a

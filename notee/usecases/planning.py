@@ -165,9 +165,12 @@ def placement(plan: dict[str, Any], zone_name: str | None, window: Window | None
     minute is the publish's (``from``) or, with ``local_time``, when its clock next shows that time
     (``clock.local_release``). If its clock then shows a minute of its quiet window, it is held
     until the window ends (``clock.window_end``), or, when the template drops, not sent (it is
-    counted, in the part of its base minute). A zone unknown on this host counts as the service's."""
+    counted, in the part of its base minute). A zone unknown on this host counts as the service's.
+    A publish that overrides quiet hours (``quiet_mode`` ``override``) places everyone at its base minute."""
     zone_name = zone_name or plan["default_timezone"]
-    if window is None and plan.get("service_quiet"):
+    if plan.get("quiet_mode") == "override":
+        window = None
+    elif window is None and plan.get("service_quiet"):
         window = (int(plan["service_quiet"][0]), int(plan["service_quiet"][1]))
     start = datetime.fromisoformat(plan["from"])
     try:

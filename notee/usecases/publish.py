@@ -127,7 +127,7 @@ def _create_job(runtime: Runtime, session: Session, request: JobRequest) -> JobR
     if (trace := tracing.traceparent()) is not None:  # the workers' task spans join this trace
         payload["trace"] = trace
     service_row = services_sql.get_service(session, request.service)
-    plan = _plan_tasks(runtime, session, request, template.quiet_hours, service_row, kind, target_json)
+    plan = _plan_tasks(runtime, session, request, request.quiet_mode(template), service_row, kind, target_json)
     job = NewJob(
         job_id=str(uuid.uuid4()),
         service=request.service,

@@ -1,8 +1,9 @@
 """Retention of the tables that grow with activity (DATA-RULES.md "Every table"): finished publish
 jobs (their tasks cascade), scheduler tick rows, dead letters, finished webhook deliveries and finished
 bulk imports (their chunks and failed lines cascade) are kept ``settings.retention_days`` and then
-deleted here (jobs at least as long as their receipts: ``job_retention_days``); expired web console sessions are deleted too, and the Idempotency-Keys of immediate
-single sends once they are 24 hours old.
+deleted here (jobs at least as long as their receipts: ``job_retention_days``); expired web console sessions are deleted too, the
+Idempotency-Keys of immediate single sends once they are 24 hours old, the per-minute push counts once
+2 days old and the heartbeat rows of processes silent for an hour.
 
 ``prune_all`` runs hourly in `notee scheduler` (its own job beside the minute tick, on the one
 replica that claims the hour: ``Scheduler.prune_hourly``) and on demand as `notee prune`. Deletes go
@@ -24,8 +25,10 @@ from notee.core.settings import Settings
 from notee.store import (
     console_sql,
     deadletter,
+    heartbeat_sql,
     imports_sql,
     jobs_sql,
+    push_minutes_sql,
     send_idempotency_sql,
     services_sql,
     ticks,
@@ -131,6 +134,25 @@ def prune_send_keys(runtime: Runtime, *, now: datetime | None = None) -> int:
     return _drain(runtime, lambda s: send_idempotency_sql.prune(s, older_than=cutoff, batch=BATCH))
 
 
+# A killed process's heartbeat row stays (stale, on the health page) this long after its last beat.
+HEARTBEAT_KEPT = timedelta(hours=1)
+# Pushes per minute are charted for the last hour; kept 2 days (schema/mysql/0039_push_minute.sql).
+PUSH_MINUTES_KEPT = timedelta(days=2)
+
+
+def prune_heartbeats(runtime: Runtime, *, now: datetime | None = None) -> int:
+    """Heartbeat rows of processes that stopped beating more than an hour ago (killed ones: a graceful
+    stop deletes its own row)."""
+    cutoff = naive_utc(now or now_utc()) - HEARTBEAT_KEPT
+    return _drain(runtime, lambda s: heartbeat_sql.prune(s, older_than=cutoff, batch=BATCH))
+
+
+def prune_push_minutes(runtime: Runtime, *, now: datetime | None = None) -> int:
+    """Per-minute push counts older than 2 days."""
+    cutoff = naive_utc(now or now_utc()) - PUSH_MINUTES_KEPT
+    return _drain(runtime, lambda s: push_minutes_sql.prune(s, older_than=cutoff, batch=BATCH))
+
+
 def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int]:
     counts = {
         "jobs": prune_jobs(runtime),
@@ -141,6 +163,8 @@ def prune_all(runtime: Runtime, *, now: datetime | None = None) -> dict[str, int
         "imports": prune_imports(runtime),
         "send_idempotency_keys": prune_send_keys(runtime, now=now),
         "engagement_months": prune_engagement_months(runtime, now=now),
+        "process_heartbeats": prune_heartbeats(runtime, now=now),
+        "push_minutes": prune_push_minutes(runtime, now=now),
     }
     # engagement_months counts the deletes issued (absent partitions too): logged only with the others
     if any(n for table, n in counts.items() if table != "engagement_months"):

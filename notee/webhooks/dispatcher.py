@@ -45,6 +45,7 @@ from notee.store import webhooks_sql as store
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.store.webhooks_sql import Claimed
+from notee.usecases.heartbeats import ProcessHeartbeat, beat_until
 from notee.usecases.queue_levels import watch_outbox
 
 log = logging.getLogger(__name__)
@@ -288,11 +289,13 @@ async def _main(runtime: Runtime) -> None:
             await dispatcher._sleep(heartbeat.WORKER_INTERVAL_S)
 
     beats = asyncio.create_task(beat())
+    shared_beats = asyncio.create_task(beat_until(ProcessHeartbeat(runtime, "webhooks"), stop))
     try:
         await dispatcher.run()
     finally:
         stop.set()
         await beats
+        await shared_beats
         await dispatcher.close()
         if exporter is not None:
             exporter.close()

@@ -17,6 +17,7 @@ from notee.core import heartbeat, metrics
 from notee.core.logs import announce_emulator
 from notee.core.settings import Settings
 from notee.store.runtime import Runtime
+from notee.usecases.heartbeats import ProcessHeartbeat, beat_until
 from notee.usecases.queue_levels import watch_queue
 from notee.usecases.sender import DeliverySender
 from notee.worker.imports import import_lane
@@ -62,6 +63,9 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     beats = asyncio.create_task(_heartbeat(worker, runtime.settings.heartbeat_file))
+    # every process's row in MySQL (the health page): this worker's, with its breaker per provider
+    shared = ProcessHeartbeat(runtime, "worker", breakers=sender.breaker.states, ident=worker.worker_id)
+    shared_beats = asyncio.create_task(beat_until(shared, worker.stop))
     freeze_startup_heap()
     # Bulk imports (docs/AUDIENCES.md "Import and export"): lanes of their own beside the fan-out lanes
     # (a chunk waits on MySQL and Cassandra most of its time: two overlap).
@@ -76,6 +80,7 @@ async def _main(runtime: Runtime, lanes: int, services: Sequence[str] | None) ->
     finally:
         worker.stop.set()
         await beats
+        await shared_beats
         await imports
         await sender.close()
         if exporter is not None:

@@ -6,8 +6,8 @@ admin creates a service and its key; the tenant signs in with that key, creates 
 publishes to a topic and watches the job reach done with the right counts while the page updates
 itself (no reload); cancels a long running job; replays a dead letter; opens every page, also at a
 phone's width (no horizontal overflow); never sees another tenant's data. A screenshot of every page
-and each page's load time (Navigation Timing) are kept in the run's log folder
-(``.run/test-logs/<run>/console/``).
+and each page's load time (Navigation Timing) are kept as CI artifacts
+(``.run/artifacts/console/console/``, or ``$NOTEE_CONSOLE_ARTIFACTS/console/``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 
 from tests.support import browser
 from tests.support.fanout import seed_topic, topic_job
-from tests.support.logscan import log_dir, remember_secret
+from tests.support.logscan import remember_secret
 from tests.support.registry import admin_headers, bearer, random_token, shared_service_account
 
 PAGES = ["jobs", "publish", "templates", "topics", "dead-letters", "calendar"]
@@ -64,7 +64,7 @@ def test_the_console_in_a_real_browser(processes, emulator, runtime, settings):
     api = httpx.Client(base_url=api_proc.url, timeout=30)
     admin_token = settings.admin_token.get_secret_value()
     service = "W" + secrets.token_hex(5).upper()
-    folder = log_dir() / "console"
+    folder = browser.artifacts("console")
     with browser.Browser(api_proc.url, folder) as b:
         # --- sign-in: a wrong key is refused, the cookie is HttpOnly and SameSite=Strict -------------
         b.visit("/console/", "sign-in")

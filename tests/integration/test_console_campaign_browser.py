@@ -7,12 +7,14 @@ see the warning for a target that reaches nobody, confirm and send; schedule one
 countdown; follow a large job live and cancel it mid-way (no push after the cancel beyond the pages
 in flight); break its failures down and replay its dead letters from the job page; the jobs list at
 a phone's width. Every page of the walk gets an axe-core pass (0 serious or critical violations)
-and screenshots at 1280 x 800 and 390 x 844, kept in ``.run/test-logs/<run>/console-campaign/``
-(docs/CONSOLE.md lists them)."""
+and screenshots at 1280 x 800 and 390 x 844, kept as CI artifacts in
+``.run/artifacts/console/console-campaign/`` (or ``$NOTEE_CONSOLE_ARTIFACTS``; docs/CONSOLE.md lists them)."""
 
 from __future__ import annotations
 
+import re
 import secrets
+import socket
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -22,7 +24,7 @@ from selenium.webdriver.common.by import By
 from tests.support import a11y, browser
 from tests.support.emulator import deliveries_per_token
 from tests.support.fanout import seed_topic
-from tests.support.logscan import log_dir, remember_secret
+from tests.support.logscan import remember_secret
 from tests.support.registry import admin_headers, bearer, random_token, shared_service_account
 
 LAPTOP = (1280, 800)
@@ -135,7 +137,7 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
     _subscribers(api, key, real)
     emulator.fault("fcm", 429, match=real[2], times=1000)  # this device's pushes fail: one dead letter
     processes.worker(service, lanes=1, NOTEE_FANOUT_FETCH_SIZE=str(PAGE), NOTEE_FANOUT_SEND_CONCURRENCY="10")
-    with browser.Browser(api_proc.url, log_dir() / "console-campaign") as b:
+    with browser.Browser(api_proc.url, browser.artifacts("console-campaign")) as b:
         b.viewport(*LAPTOP)
         _sign_in(b, service, key)
         _edit_template(b, api, service, key)
@@ -150,6 +152,8 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         b.find('input[name="topic"]').send_keys("sports")
         _previewed(b, before)
         b.wait(lambda: "3 users" in b.text("#reach"), 30, "the reach of news/sports")
+        b.find("#ttl").send_keys("600")  # this publish's TTL and priority, not the template's
+        b.find("#priority").find_element(By.CSS_SELECTOR, 'option[value="normal"]').click()
         cards = {c.get_attribute("data-locale"): c for c in b.d.find_elements(By.CSS_SELECTOR, "#preview .device")}
         assert set(cards) == {"default", "fr", "de"} and "Hello Ann" in cards["default"].text
         assert "Salut Ann" in cards["fr"].text and "of 4096 bytes" in cards["default"].text
@@ -157,6 +161,8 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         b.submit("publish")
         assert "3 users" in b.text("#restated-reach") and b.text("#restated-when") == "now"
         assert "sports" in b.text("#restated-target") and "Hello Ann" in b.text("#confirm-preview")
+        assert b.text("#restated-ttl") == "600 s (this publish's)" and b.text("#restated-priority").startswith("normal")
+        assert b.text("#restated-quiet").startswith("honoured")
         _shoot(b, "compose-confirm")
         b.submit("confirm")
         job_id = b.d.current_url.rsplit("/", 1)[1]
@@ -164,6 +170,8 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         assert (_count(b, "sent"), _count(b, "failed"), _count(b, "dead_lettered")) == (2, 1, 1)
         [failure] = b.d.find_elements(By.CSS_SELECTOR, "#failures tbody tr")
         assert "AOS" in failure.text and failure.text.endswith("1")
+        b.visit(f"/console/s/{service}/jobs/{job_id}", "job-done-reloaded")  # the stored per-minute series
+        assert "2 sent" in b.text("#job-minute-chart figcaption") and "claimed by a worker" in b.text("#page-events")
         _shoot(b, "job-done")
         assert len(api.get("/v1/jobs", headers=bearer(key)).json()["items"]) == 1
 
@@ -224,6 +232,9 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         for css in ("#failures", "#job-letters", "#replay-job button", "#message", "#timeline"):
             element = b.find(css)
             assert element.is_displayed(), css
+        b.visit(f"/console/s/{service}/jobs/{big_id}", "job-cancelled-pages")  # every page it sent, per minute
+        assert f"{final['sent']} sent" in b.text("#job-minute-chart figcaption")
+        assert len(b.d.find_elements(By.CSS_SELECTOR, "#page-events tbody tr")) >= 2
 
         # --- the jobs list, the health page and the calendar ----------------------------------------
         b.visit(f"/console/s/{service}/jobs", "jobs")
@@ -233,6 +244,13 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         headers = [h.text for h in b.d.find_elements(By.CSS_SELECTOR, "#jobs th") if h.is_displayed()]
         assert headers == ["Job", "State", "Target", "Progress", "Time"], headers
         b.viewport(*LAPTOP)
+        assert "sent" in b.text("#minute-chart figcaption")  # the service's pushes per minute, last hour
         for page in ("health", "calendar", "dead-letters", "templates"):
             b.visit(f"/console/s/{service}/{page}" if page != "health" else "/console/health", page)
             _shoot(b, page)
+            if page == "health":  # the API and the worker beat; a tenant sees no host name
+                for kind in ("api", "worker"):
+                    live = f'#process-kinds tr[data-kind="{kind}"] [data-live]'
+                    b.wait(lambda css=live: int(b.text(css) or 0) >= 1, 30, f"a live {kind}")
+                host_ids = rf"{re.escape(socket.gethostname())}:\d+:"  # host:pid:random, never shown to a tenant
+                assert not re.search(host_ids, b.d.page_source)

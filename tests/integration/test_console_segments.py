@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from notee.store.runtime import Runtime
 from tests.support import browser
-from tests.support.logscan import log_dir, remember_secret
+from tests.support.logscan import remember_secret
 from tests.support.registry import new_service
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -162,7 +162,7 @@ def test_a_tenant_builds_a_segment_in_a_real_browser(processes, runtime, setting
         assert r.status_code in (200, 201), r.text
 
     _people(put_user, add_device, runtime, service)
-    with browser.Browser(api_proc.url, log_dir() / "console-segments") as b:
+    with browser.Browser(api_proc.url, browser.artifacts("console-segments")) as b:
         b.visit(f"/console/s/{service}/segments/new", "segment-sign-in")
         b.submit("sign-in", {"secret": key})
         assert b.d.current_url.endswith(f"/console/s/{service}/segments/new")

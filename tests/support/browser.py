@@ -3,12 +3,14 @@ installs /usr/bin/chromium and /usr/bin/chromedriver), driven by selenium throug
 (selenium never downloads a driver or a browser when given their paths).
 
 ``Browser`` keeps a screenshot of every page it visits and each page's load time as the browser
-measured it (Navigation Timing: navigation start to the end of the load event), in ``folder``.
+measured it (Navigation Timing: navigation start to the end of the load event), in ``folder``: for the
+console's walks, ``artifacts(walk)``, the folder a CI uploads (``NOTEE_CONSOLE_ARTIFACTS``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -36,6 +38,11 @@ FLAGS = [
     "--disable-sync",
     "--disable-dev-shm-usage",
 ]
+REPO = Path(__file__).resolve().parents[2]
+# Where the console's browser walks keep their screenshots (docs/CONSOLE.md "Screenshots"): a CI sets
+# it to the folder it uploads as the run's artifacts; `.ci/run` prints it at its end.
+ARTIFACTS_ENV = "NOTEE_CONSOLE_ARTIFACTS"
+DEFAULT_ARTIFACTS = REPO / ".run" / "artifacts" / "console"
 DESKTOP = (1280, 900)
 PHONE = (390, 844)  # an iPhone 12-14's CSS viewport
 
@@ -50,6 +57,17 @@ return n ? {url: location.pathname, load_ms: n.loadEventEnd - n.startTime,
 def _replaced(exc: WebDriverException) -> bool:
     """The element belonged to a document that has since been replaced (a navigation)."""
     return isinstance(exc, StaleElementReferenceException) or "does not belong to the document" in str(exc)
+
+
+def artifacts(walk: str) -> Path:
+    """The folder of one walk's screenshots and page-load times: ``<NOTEE_CONSOLE_ARTIFACTS or
+    .run/artifacts/console>/<walk>``, emptied of an earlier run's files, so it holds this run's only."""
+    folder = Path(os.environ.get(ARTIFACTS_ENV) or DEFAULT_ARTIFACTS) / walk
+    if folder.exists():
+        for old in [*folder.glob("*.png"), *folder.glob("page-load-times.*")]:
+            old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def available() -> bool:

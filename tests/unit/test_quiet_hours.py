@@ -89,3 +89,12 @@ def test_placement_holds_drops_or_sends():
     # with a local time: 06:00 local is inside the night, so it waits for 07:00
     assert planning.placement(_plan(local_time="06:00"), None, NIGHT) == (utc(2026, 11, 30, 22, 0), True)
     assert planning.placement(_plan(local_time="08:00"), None, NIGHT) == (utc(2026, 11, 30, 23, 0), True)
+
+
+def test_a_publish_that_overrides_quiet_hours_places_everyone_at_its_base_minute():
+    at = utc(2026, 11, 30, 14, 30)  # 23:30 KST: inside the night of the user and of the service
+    override = _plan(quiet_mode="override", service_quiet=list(NIGHT))
+    assert planning.placement(override, None, NIGHT) == (at, True)  # neither held nor dropped
+    assert planning.placement(override, None, None) == (at, True)  # the service's window neither
+    # with a local time: 06:00 local is inside the night, and sent at 06:00 all the same
+    assert planning.placement(override | {"local_time": "06:00"}, None, NIGHT) == (utc(2026, 11, 30, 21, 0), True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from notee.domain import insight
+from notee.domain.job_activity import MinuteRow
 
 WIDTH = 600
 HEIGHT = 140
@@ -68,6 +69,19 @@ def hourly_bars(summary: insight.DeliverySummary) -> Chart:
         for h in summary.hours
     ]
     return bars("Pushes sent per hour, last 24 hours (UTC)", items)
+
+
+def minute_bars(title: str, minutes: Sequence[MinuteRow]) -> Chart:
+    """Pushes sent per UTC minute (``domain.job_activity``: a service's last hour, a job's run)."""
+    items = [
+        Bar(
+            f"{m.minute_utc:%H:%M}",
+            m.sent,
+            f"{m.minute_utc:%Y-%m-%d %H:%M} UTC: {m.sent} sent, {m.failed} failed, {m.pruned} pruned ({m.pages} pages)",
+        )
+        for m in minutes
+    ]
+    return bars(title, items)
 
 
 def failure_bars(failures: Sequence[tuple[str, str, int]]) -> Chart:

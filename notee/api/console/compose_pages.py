@@ -38,7 +38,7 @@ from notee.usecases.preview import Preview, preview
 router = APIRouter(prefix=web.PREFIX + "/s/{service}", include_in_schema=False)
 
 TARGETS = ("topic", "condition", "filter", "segments", "users")
-PLATFORMS = ("AOS", "IOS")
+PLATFORMS = ("AOS", "IOS", "WEB")
 VAR_PREFIX = "var."
 # Form fields that are the page's own, not the publish's (never carried to the confirmation page).
 NOT_CARRIED = {"csrf", "confirmed", "zero_ok"}
@@ -82,6 +82,19 @@ def _variables(form: dict[str, str]) -> dict[str, str] | None:
     return {**(pairs(form.get("variables", ""), "variables") or {}), **given} or None
 
 
+def _delivery(form: dict[str, str]) -> dict[str, Any]:
+    """The form's TTL, priority and quiet-hours choice (empty: the template's), as the API takes them:
+    a TTL that is not a whole number goes as it is, so the route's model refuses it (422, ``ttl_seconds``)."""
+    asked: dict[str, Any] = {}
+    ttl = form.get("ttl_seconds", "").strip()
+    if ttl:
+        asked["ttl_seconds"] = int(ttl) if ttl.isdigit() else ttl
+    for field in ("priority", "quiet_hours"):
+        if form.get(field, "").strip():
+            asked[field] = form[field].strip()
+    return asked
+
+
 def request_body(form: dict[str, str], zone_name: str) -> dict[str, Any]:
     """The body of ``POST /v1/publish/{type}`` the form asks for (before the route's model checks it)."""
     kind, value = _target(form)
@@ -93,6 +106,7 @@ def request_body(form: dict[str, str], zone_name: str) -> dict[str, Any]:
     for field in ("title", "body"):
         if form.get(field, "").strip():
             body[field] = form[field].replace("\r\n", "\n")
+    body |= _delivery(form)
     moment = form.get("when", "now")
     if moment == "at":
         body["send_at"] = _send_at(form, zone_name)
@@ -272,6 +286,21 @@ def _when_text(asked: GeneralPublishRequest, zone_name: str) -> str:
     return "now"
 
 
+def chosen_quiet_mode(db: DbDep, runtime: RuntimeDep, service: str, asked: GeneralPublishRequest, type_: str) -> str:
+    """The template's quiet-hours mode (hold or drop), for the confirmation page's words."""
+    choices = _template_choices(db, runtime, service)
+    found = next((t for t in choices if t.type == type_ and t.method == asked.method), None)
+    return found.quiet_hours if found is not None else "hold"
+
+
+def _quiet_text(asked: GeneralPublishRequest, template_mode: str) -> str:
+    if asked.quiet_hours == "override":
+        return "overridden: sent whatever the recipients' quiet hours"
+    if template_mode == "drop":
+        return "honoured: recipients in their quiet hours do not get it (the template drops)"
+    return "honoured: recipients in their quiet hours get it when their quiet hours end"
+
+
 @router.post("/publish")
 def publish(
     request: Request, service: str, who: SessionDep, form: PostedForm, db: DbDep, runtime: RuntimeDep
@@ -302,6 +331,7 @@ def publish(
                 preview=preview_json(shown),
                 nobody=nobody,
                 when_text=_when_text(asked, found.timezone),
+                quiet_text=_quiet_text(asked, chosen_quiet_mode(db, runtime, service, asked, type_)),
                 target=json.dumps(request_body(form, found.timezone), ensure_ascii=False),
                 type_=type_,
                 error=error,

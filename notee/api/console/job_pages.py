@@ -24,7 +24,7 @@ from notee.api.routes.publish import status_of
 from notee.core import clock
 from notee.core.errors import NotFound
 from notee.core.vocabulary import JobFilter, JobState
-from notee.domain import insight, services, templates
+from notee.domain import insight, job_activity, services, templates
 from notee.domain.console import ConsoleSession
 from notee.domain.rules import TYPE_PATTERN
 from notee.usecases import jobs
@@ -153,6 +153,9 @@ def jobs_page(
         zone=found.timezone,
         poll_url=f"{web.PREFIX}/s/{service}/jobs.json" + (f"?{query}" if query else ""),
         chart=charts.hourly_bars(summary),
+        minute_chart=charts.minute_bars(
+            "Pushes sent per minute, last hour (UTC)", job_activity.service_minutes(db, service, now=clock.now_utc())
+        ),
     )
 
 
@@ -193,6 +196,7 @@ def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: D
     job = _job_view(db, found, job_id)
     row, _ = jobs.job_status(db, service, job["job_id"])
     engagement = engagement_pages.job_block(runtime, service, job["job_id"])
+    events, events_total = job_activity.task_events(db, service, row.job_id)
     return _page(
         request,
         "job.html",
@@ -201,6 +205,11 @@ def job_page(request: Request, service: str, job_id: str, who: SessionDep, db: D
         job=job,
         message=message_of(row.payload),
         timeline=timeline(job),
+        events=events,
+        events_total=events_total,
+        minute_chart=charts.minute_bars(
+            "This job's pushes sent per minute (UTC)", job_activity.job_minutes(db, service, row.job_id)
+        ),
         zone=found.timezone,
         chart=charts.failure_bars([(f["reason"], f["platform"], f["count"]) for f in job["failures"]]),
         poll_url=f"{web.PREFIX}/s/{service}/jobs/{job['job_id']}.json",

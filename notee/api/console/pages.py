@@ -19,6 +19,7 @@ from notee.api.routes.health import check_stores
 from notee.core.errors import NoteeError, NotFound, Unauthorized
 from notee.core.settings import Settings
 from notee.domain import console, insight, services
+from notee.usecases import heartbeats
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix=web.PREFIX, include_in_schema=False)
@@ -190,9 +191,25 @@ def revoke_key(request: Request, service: str, key_id: str, who: SessionDep, for
 async def health(request: Request, who: SessionDep, runtime: RuntimeDep) -> Response:
     stores = await asyncio.to_thread(check_stores, runtime, request.app.state.settings.emulator_url)
 
-    def work() -> tuple[console.QueueOverview, list[object]]:
+    def work() -> tuple[console.QueueOverview, list[object], list[heartbeats.ProcessView]]:
         with runtime.sessions() as db:
-            return console.queue_overview(db, who.principal), list(console.recent_scheduler_minutes(db))
+            return (
+                console.queue_overview(db, who.principal),
+                list(console.recent_scheduler_minutes(db)),
+                heartbeats.process_health(db),
+            )
 
-    queue, minutes = await asyncio.to_thread(work)
-    return web.render(request, "health.html", who, stores=stores, queue=queue, minutes=minutes)
+    queue, minutes, processes = await asyncio.to_thread(work)
+    # A tenant sees kinds, counts, ages and breaker states; process ids, lease owners and scheduler
+    # owners name hosts (the deployment's topology: the operator's, not a tenant's business).
+    return web.render(
+        request,
+        "health.html",
+        who,
+        stores=stores,
+        queue=queue,
+        minutes=minutes,
+        kinds=heartbeats.by_kind(processes),
+        processes=processes if who.principal.is_admin else [],
+        providers=heartbeats.PROVIDERS,
+    )

@@ -51,6 +51,14 @@ PRIORITY_FIELD: Any = Field(
     "apns-priority 10) or normal (NORMAL, 5). A background push is always sent to APNs with 5.",
 )
 
+QUIET_HOURS_FIELD: Any = Field(
+    None,
+    description="honour (the default): recipients in their quiet hours get the push as the template says "
+    "(held until the window ends, or dropped); override: sent now (or at send_at / local_time) whatever "
+    'their quiet hours, for a push that cannot wait (docs/FANOUT.md "Local-time publishes (`local_time`) and quiet hours").',
+    examples=["override"],
+)
+
 VarName = Annotated[StrictStr, StringConstraints(min_length=1, max_length=64, pattern=rf"^{render.NAME_PATTERN}$")]
 DataKey = Annotated[OneLineText, StringConstraints(min_length=1, max_length=128)]
 Value = Annotated[MultiLineText, StringConstraints(max_length=2000)]
@@ -104,6 +112,7 @@ class PublishRequest(BaseModel):
     payload: PayloadObject | None = payload_field(merged=True)
     ttl_seconds: StrictInt | None = TTL_FIELD
     priority: Priority | None = PRIORITY_FIELD
+    quiet_hours: Literal["honour", "override"] | None = QUIET_HOURS_FIELD
 
 
 def platforms_of(request: PublishRequest) -> tuple[str, ...]:
@@ -112,7 +121,7 @@ def platforms_of(request: PublishRequest) -> tuple[str, ...]:
 
 
 def overrides_of(request: PublishRequest) -> dict[str, Any] | None:
-    """The request's title, body, data, payload, ttl and priority overrides (None: none)."""
+    """The request's title, body, data, payload, ttl, priority and quiet-hours overrides (None: none)."""
     asked = (
         ("title", request.title),
         ("body", request.body),
@@ -120,6 +129,8 @@ def overrides_of(request: PublishRequest) -> dict[str, Any] | None:
         ("payload", request.payload),
         ("ttl_seconds", request.ttl_seconds),
         ("priority", request.priority),
+        # honour is the default: asked or not, the same request (and the same Idempotency-Key fingerprint)
+        ("quiet_hours", "override" if request.quiet_hours == "override" else None),
     )
     overrides = {k: v for k, v in asked if v is not None}
     return overrides or None
