@@ -24,7 +24,7 @@ from chaos.record import Api, Recorder
 from chaos.run import REPLICAS, Options, check_and_report, dead_letters, drain, run_phase, setup_tenants, summaries
 from notee.emulator.control import attach
 
-REACHABLE = frozenset({"storm", "goaway", "latency", "token_expiry", "hostile"})
+REACHABLE = frozenset({"storm", "goaway", "reset", "latency", "token_expiry", "hostile"})
 
 
 def execute_attached(opts: Options, env: dict[str, str]) -> bool:

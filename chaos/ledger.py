@@ -79,6 +79,10 @@ class Ledger:
     hostile: list[Event] = field(default_factory=list)
     reconciles: list[Event] = field(default_factory=list)  # each run's report, in order
     summaries: list[Event] = field(default_factory=list)  # each tenant's delivery summary at the end
+    quiet: list[Event] = field(default_factory=list)  # each tenant's quiet users and their window
+    setups: list[Event] = field(default_factory=list)  # each tenant's set-up: stable subscribers, cycle users
+    sub_states: list[Event] = field(default_factory=list)  # churn users' subscription, as answered, in order
+    sub_counts: list[Event] = field(default_factory=list)  # subscriber counters, before and after reconcile
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> Ledger:
@@ -117,6 +121,10 @@ _LISTS: dict[str, Callable[[Ledger, Event], None]] = {
     "hostile": lambda led, e: led.hostile.append(e),
     "reconcile": lambda led, e: led.reconciles.append(e),
     "summary": lambda led, e: led.summaries.append(e),
+    "quiet": lambda led, e: led.quiet.append(e),
+    "setup": lambda led, e: led.setups.append(e),
+    "sub_state": lambda led, e: led.sub_states.append(e),
+    "sub_counts": lambda led, e: led.sub_counts.append(e),
 }
 # what a second `notee reconcile` in a row must find nothing of: an orphan row left by the run
 ORPHANS = ("counts_fixed", "topic_counts_fixed", "dead_rows_removed", "due_buckets_removed")
@@ -337,6 +345,61 @@ def check_summaries(led: Ledger, idx: dict[str, dict[str, list[float]]]) -> Resu
     return res
 
 
+def check_quiet_hours(led: Ledger, deliveries: Iterable[Event]) -> Result:
+    """No topic push reaches a user inside its quiet hours: held pushes arrive at the window's end
+    or later (whether they arrive at all is ``check_lost``'s: the quiet users are a population)."""
+    res = Result("no quiet-hours rule broken")
+    window = {token: (float(q["start"]), float(q["end"])) for q in led.quiet for token in q["tokens"]}
+    held = 0
+    for d in deliveries:
+        span = window.get(d["token"])
+        if span is None:
+            continue
+        res.checked += 1
+        start, end = span
+        mark = mark_of(d) or "?"
+        if start <= d["t"] < end:
+            detail = f"{d['token']} got {mark} {end - d['t']:.1f} s before its quiet hours ended"
+            res.violations.append(Violation(res.invariant, d["t"], detail))
+        elif d["t"] >= end and led.publishes.get(mark, {}).get("t_ack", end) < end:
+            held += 1
+    res.measured.update(held_then_sent=held, users=len(window))
+    return res
+
+
+def _sub_bounds(led: Ledger, service: str) -> tuple[int, int]:
+    """The topic subscribers the answers prove (stable and quiet users, churn users last answered as
+    subscribed) and at most (plus those whose last request got no trustworthy answer)."""
+    last: dict[str, str] = {}
+    for e in led.sub_states:
+        if e["service"] == service:
+            last[e["user"]] = e["state"]
+    base = sum(int(s.get("stable", 0)) for s in led.setups if s["service"] == service)
+    sure = base + sum(1 for v in last.values() if v == "subscribed")
+    return sure, sure + sum(1 for v in last.values() if v == "unknown")
+
+
+def check_subscriber_counts(led: Ledger) -> Result:
+    """After ``notee reconcile``, each tenant's topic and cycle subscriber counters lie within what the
+    answers prove; before it, the drift (documented: a timed-out increment) is measured."""
+    res = Result("subscriber counters reconcile with the ledger")
+    cycles = {s["service"]: (int(s.get("cycle_subs", 0)), int(s.get("cycle_tried", 0))) for s in led.setups}
+    for c in led.sub_counts:
+        service, counts = c["service"], c.get("counts") or {}
+        topic_lo, topic_hi = _sub_bounds(led, service)
+        cyc_lo, cyc_hi = cycles.get(service, (0, 0))
+        for key, lo, hi in (("TOPIC/news", topic_lo, topic_hi), ("CYCLE/daily", cyc_lo, max(cyc_lo, cyc_hi))):
+            n = int(counts.get(key, 0))
+            label = f"{service} {key} {c['when']}: {n} (ledger {lo}..{hi})"
+            res.measured.setdefault(c["when"], []).append(label)
+            if c["when"] != "after reconcile":
+                continue
+            res.checked += 1
+            if not lo <= n <= hi:
+                res.violations.append(Violation(res.invariant, c.get("t", 0.0), label))
+    return res
+
+
 def check_webhooks(led: Ledger) -> Result:
     """Each event id delivered at least once, never with different content; every finished job of a
     tenant with an endpoint has its event."""
@@ -411,6 +474,8 @@ def check_all(events: Iterable[Event], deliveries: list[Event], bounds: Bounds) 
         check_cycles(led, idx, bounds),
         check_counters(led, idx, bounds),
         check_summaries(led, idx),
+        check_quiet_hours(led, deliveries),
+        check_subscriber_counts(led),
         check_webhooks(led),
         check_processes(led),
         check_reconcile(led),

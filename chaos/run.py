@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -25,7 +25,7 @@ from chaos.plan import PlannedFault, make_plan
 from chaos.receiver import receiver
 from chaos.record import Api, Recorder, read_lines
 from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, drop_keyspaces, emulator, notee_argv, wait_http
-from chaos.tenants import Tenant, import_stable, make_tenant
+from chaos.tenants import Tenant, due_minute, import_stable, make_quiet_users, make_tenant
 from notee.emulator.control import EmulatorControl, free_port
 
 REPLICAS = {"api": 2, "worker": 3, "scheduler": 2, "webhooks": 1}
@@ -89,8 +89,12 @@ def make_procs(env: dict[str, str], logs: Path, skew_s: float) -> dict[str, Proc
     return procs
 
 
+QUIET_USERS = 10  # per tenant
+
+
 def setup_tenants(opts: Options, admin: Api, rec: Recorder, hook_url: str | None, emu: object) -> list[Tenant]:
     tenants = []
+    quiet_until = due_minute(datetime.now(UTC), 3)  # a window that ends early in the run: held pushes then go
     for n, size in enumerate(sizes(opts)):
         tenant = make_tenant(admin, n, apns=n < 2, webhook_url=hook_url if n < 3 else None)
         import_stable(tenant, size, ios_every=10 if n < 2 else 0)
@@ -99,8 +103,12 @@ def setup_tenants(opts: Options, admin: Api, rec: Recorder, hook_url: str | None
         for token in invalid:
             rec.write("invalid_token", token=token)
         rec.write("population", name=tenant.population, tokens=[tenant.token(i) for i in range(size)])
-        made = workload.subscribe_cycles(tenant, rec, max(1, int(opts.minutes) - 1), 1)
-        rec.write("setup", service=tenant.service, stable=size, cycle_subs=made)
+        start, end = make_quiet_users(tenant, QUIET_USERS, quiet_until)
+        rec.write("population", name=f"{tenant.service}:quiet", tokens=tenant.quiet)
+        rec.write("quiet", service=tenant.service, tokens=tenant.quiet, start=start, end=end)
+        tried = max(1, int(opts.minutes) - 1)
+        made = workload.subscribe_cycles(tenant, rec, tried, 1)
+        rec.write("setup", service=tenant.service, stable=size + len(tenant.quiet), cycle_subs=made, cycle_tried=tried)
         tenants.append(tenant)
     return tenants
 
@@ -154,6 +162,17 @@ def summaries(tenants: list[Tenant], rec: Recorder) -> None:
         r = tenant.api.call("GET", "/v1/delivery-summary", op="final", params={"hours": 2})
         if r is not None and r.status_code == 200:
             rec.write("summary", service=tenant.service, totals=r.json()["totals"])
+
+
+def subscriber_counts(tenants: list[Tenant], rec: Recorder, when: str) -> None:
+    """Each tenant's subscriber counters (``GET /v1/subscriber-counts``), before or after the reconcile."""
+    for tenant in tenants:
+        r = tenant.api.call("GET", "/v1/subscriber-counts", op="final")
+        if r is not None and r.status_code == 200:
+            items = {f"{i['method']}/{i['type']}": i["subscribers"] for i in r.json()["items"]}
+            rec.write("sub_counts", service=tenant.service, when=when, counts=items)
+        else:
+            rec.write("actor_error", actor="subscriber-counts", error=f"{tenant.service}: no counts ({when})")
 
 
 def reconcile_twice(env: dict[str, str], rec: Recorder, logs: Path) -> None:
@@ -305,7 +324,9 @@ def execute(opts: Options) -> bool:
         drain(opts, {t.service: t.api for t in tenants}, rec, started)
         dead_letters(tenants, rec)
         summaries(tenants, rec)
+        subscriber_counts(tenants, rec, "before reconcile")
         reconcile_twice(st.env, rec, logs)
+        subscriber_counts(tenants, rec, "after reconcile")
         pids += [(name, pid) for name, p in st.procs.items() for pid in p.pids]
         pids += [("mariadb", pid) for pid in st.db.pids]
     check_left(rec, pids)

@@ -150,6 +150,43 @@ def test_a_delivery_summary_counts_every_acknowledged_job_and_no_more_sent_than_
         assert not ledger.check_summaries(Ledger.of([*events, {**fine, "totals": totals}]), by_mark(pushes)).ok
 
 
+def test_a_push_inside_its_users_quiet_hours_breaks_the_rule_and_a_held_one_after_them_does_not() -> None:
+    events = [
+        pub("m1", t_req=10.0),
+        {"kind": "quiet", "service": "S", "tokens": ["q"], "start": 0.0, "end": 60.0},
+    ]
+    held = ledger.check_quiet_hours(Ledger.of(events), [push("q", "m1", 60.0), push("a", "m1", 11)])
+    assert held.ok and held.checked == 1 and held.measured["held_then_sent"] == 1
+    broken = ledger.check_quiet_hours(Ledger.of(events), [push("q", "m1", 59.5)])
+    assert [v.detail for v in broken.violations] == ["q got m1 0.5 s before its quiet hours ended"]
+
+
+def test_subscriber_counters_after_the_reconcile_lie_within_what_the_answers_prove() -> None:
+    def counts(topic: int, cycle: int, when: str = "after reconcile") -> dict[str, object]:
+        return {
+            "kind": "sub_counts",
+            "service": "S",
+            "when": when,
+            "counts": {"TOPIC/news": topic, "CYCLE/daily": cycle},
+        }
+
+    events = [
+        {"kind": "setup", "service": "S", "stable": 10, "cycle_subs": 3, "cycle_tried": 4},
+        {"kind": "sub_state", "service": "S", "user": "c-1", "state": "subscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-2", "state": "subscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-2", "state": "unsubscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-3", "state": "unknown"},
+    ]
+    assert ledger.check_subscriber_counts(Ledger.of([*events, counts(11, 3), counts(12, 4)])).ok
+    drifted = ledger.check_subscriber_counts(Ledger.of([*events, counts(40, 0, "before reconcile")]))
+    assert drifted.ok and drifted.checked == 0 and drifted.measured["before reconcile"]  # measured, not judged
+    wrong = ledger.check_subscriber_counts(Ledger.of([*events, counts(13, 2)]))
+    assert [v.detail for v in wrong.violations] == [
+        "S TOPIC/news after reconcile: 13 (ledger 11..12)",
+        "S CYCLE/daily after reconcile: 2 (ledger 3..4)",
+    ]
+
+
 def test_webhook_events_at_least_once_and_never_with_two_bodies() -> None:
     final = {"kind": "job_final", "mark": "m1", "job_id": "j1", "state": "done", "webhook": True}
     first = {"kind": "webhook", "event_id": "e1", "sha": "x", "status": 500, "job_id": "j1"}
@@ -198,6 +235,7 @@ def test_the_plan_is_a_function_of_its_seed_and_never_stacks_store_faults() -> N
     assert all(20 <= f.at_s <= 1800 - 60 for f in plan)
     short = make_plan(7, 300, replicas)
     assert {"cassandra_node", "mariadb_restart", "hostile"} <= {f.kind for f in short}
+    assert "reset" in {f.kind for f in make_plan(31, 300, replicas)}  # the CI seed cuts connections too
 
 
 def test_the_report_carries_the_seed_the_table_the_faults_and_the_violation_excerpts() -> None:
