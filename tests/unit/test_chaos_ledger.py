@@ -110,7 +110,7 @@ def test_a_send_at_publish_delivered_before_its_instant_is_early() -> None:
 
 def test_each_cycle_minute_exactly_once_within_the_grace() -> None:
     sub = {"kind": "cycle_sub", "token": "c", "mark": "cycle:S", "minute": 600.0}
-    once = ledger.check_cycles(Ledger.of([sub]), by_mark([push("c", "cycle:S", 601)]), Bounds(cycle_grace_s=60))
+    once = ledger.check_cycles(Ledger.of([sub]), [push("c", "cycle:S", 601)], Bounds(cycle_grace_s=60))
     assert once.ok
     for pushes, expected in (
         ([], "0 pushes"),
@@ -118,8 +118,30 @@ def test_each_cycle_minute_exactly_once_within_the_grace() -> None:
         ([push("c", "cycle:S", 599)], "early"),
         ([push("c", "cycle:S", 800)], "late"),
     ):
-        res = ledger.check_cycles(Ledger.of([sub]), by_mark(pushes), Bounds(cycle_grace_s=60))
+        res = ledger.check_cycles(Ledger.of([sub]), pushes, Bounds(cycle_grace_s=60))
         assert len(res.violations) == 1 and expected in res.violations[0].detail, expected
+
+
+def job_push(token: str, mark: str, t: float, job: str) -> dict[str, object]:
+    return {"t": t, "api": "fcm", "token": token, "data": {"chaos": mark, "notee_id": f"{job}.abc"}}
+
+
+def test_a_cycle_page_re_sent_after_an_interruption_is_one_fire_but_two_jobs_are_two() -> None:
+    """Seed 31 (2026-12-05 08:07): the cycle job's page was sent during a MariaDB kill, its checkpoint
+    failed, the task was re-run 30 s later and sent it again (same job, same notification id): the
+    documented re-sent page, not the minute fired twice. Two jobs for one minute still are."""
+    sub = {"kind": "cycle_sub", "token": "c", "mark": "cycle:S", "minute": 600.0}
+    kill = {"kind": "fault", "name": "mariadb_restart", "target": "", "t_start": 610.0, "t_end": 618.0}
+    resent = [job_push("c", "cycle:S", 613, "j1"), job_push("c", "cycle:S", 643, "j1")]
+    ok = ledger.check_cycles(Ledger.of([sub, kill]), resent, Bounds(cycle_grace_s=60))
+    assert ok.ok and ok.measured["re-sent after an interruption"] == [
+        "cycle:S c due 600: 1 re-sent (mariadb_restart())"
+    ]
+    no_cause = ledger.check_cycles(Ledger.of([sub]), resent, Bounds(cycle_grace_s=60))
+    assert [v.detail for v in no_cause.violations] == ["cycle:S c due 600: 2 pushes of one job, no interruption"]
+    twice = [job_push("c", "cycle:S", 613, "j1"), job_push("c", "cycle:S", 643, "j2")]
+    fired_twice = ledger.check_cycles(Ledger.of([sub, kill]), twice, Bounds(cycle_grace_s=60))
+    assert [v.detail for v in fired_twice.violations] == ["cycle:S c due 600: 2 pushes, 2 jobs"]
 
 
 def test_job_counters_must_lie_between_distinct_tokens_and_deliveries() -> None:
