@@ -172,6 +172,15 @@ def test_a_delivery_summary_counts_every_acknowledged_job_and_no_more_sent_than_
         assert not ledger.check_summaries(Ledger.of([*events, {**fine, "totals": totals}]), by_mark(pushes)).ok
 
 
+def test_a_job_whose_request_got_no_answer_counts_in_the_summary_and_its_pushes_too() -> None:
+    """Seed 32 (2026-12-05 08:54): a scheduled single send's job was created but its 202 never reached
+    the workload; the summary counted its 1 sent push, the checker only the acknowledged jobs' pushes."""
+    events = [pub("single:S:1", service="S"), {"kind": "summary", "service": "S", "totals": {"jobs": 2, "sent": 2}}]
+    pushes = [push("a", "single:S:1", 11), push("b", "single:S:2", 12)]  # single:S:2: never acknowledged
+    assert ledger.check_summaries(Ledger.of(events), by_mark(pushes)).ok
+    assert not ledger.check_summaries(Ledger.of(events), by_mark(pushes[:1])).ok
+
+
 def test_a_push_inside_its_users_quiet_hours_breaks_the_rule_and_a_held_one_after_them_does_not() -> None:
     events = [
         pub("m1", t_req=10.0),
