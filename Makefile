@@ -93,7 +93,8 @@ test-integration: venv services-up
 	@$(LANE) integration-serial $(INTEGRATION_SERIAL)
 	@$(LANE) integration $(INTEGRATION)
 
-## Long fault-injection tests (3-node Cassandra cluster, restarts, storms).
+## Long fault-injection tests (3-node Cassandra cluster, restarts, storms), then the 5-minute seeded
+## chaos run on the same cluster (tests/faults/test_chaos_run.py; docs/RELIABILITY.md, "The chaos run").
 test-faults: venv services-up
 	$(PY) -m pytest -m faults -s $(PYTEST_ARGS)
 

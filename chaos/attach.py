@@ -21,10 +21,20 @@ from pathlib import Path
 from chaos import faults
 from chaos.plan import make_plan
 from chaos.record import Api, Recorder
-from chaos.run import REPLICAS, Options, check_and_report, dead_letters, drain, run_phase, setup_tenants, summaries
+from chaos.run import (
+    REPLICAS,
+    Options,
+    check_and_report,
+    dead_letters,
+    drain,
+    run_phase,
+    setup_tenants,
+    subscriber_counts,
+    summaries,
+)
 from notee.emulator.control import attach
 
-REACHABLE = frozenset({"storm", "goaway", "latency", "token_expiry", "hostile"})
+REACHABLE = frozenset({"storm", "goaway", "reset", "latency", "token_expiry", "hostile"})
 
 
 def execute_attached(opts: Options, env: dict[str, str]) -> bool:
@@ -40,9 +50,10 @@ def execute_attached(opts: Options, env: dict[str, str]) -> bool:
     plan = [f for f in make_plan(opts.seed, opts.seconds, REPLICAS) if f.kind in REACHABLE]
     target = faults.Target({}, None, None, emu, rec, hostile_url=urls[0])
     started = run_phase(opts, target, tenants, plan)
-    drain(opts, {t.service: t.api for t in tenants}, rec, started)
+    drain(opts, {t.service: t.api for t in tenants}, rec, journal)
     dead_letters(tenants, rec)
     summaries(tenants, rec)
+    subscriber_counts(tenants, rec, "before reconcile")  # the reconcile is the operator's: drift measured only
     ended = time.time()
     rec.close()
     return check_and_report(opts, started, ended, logs, journal)

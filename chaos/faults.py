@@ -73,10 +73,22 @@ def _storm(t: Target, f: PlannedFault) -> str:
     return f"{chunks} chunks of 40"
 
 
+def _resets(t: Target, f: PlannedFault) -> str:
+    """A TCP reset on every open APNs connection once a second: streams in flight are cut mid-answer."""
+    end, cut = time.monotonic() + f.length_s, 0
+    while time.monotonic() < end:
+        with t.lock:
+            cut += t.emu.apns_reset()
+        time.sleep(1)
+    return f"{cut} connections reset"
+
+
 def _emulator(t: Target, f: PlannedFault) -> str:
     if f.kind == "goaway":
         with t.lock:
             return f"{t.emu.apns_goaway()} connections"
+    if f.kind == "reset":
+        return _resets(t, f)
     if f.kind == "latency":
         with t.lock:
             t.emu.latency(800)

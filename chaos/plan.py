@@ -15,6 +15,7 @@ KINDS: dict[str, tuple[int, float, float]] = {
     "mariadb_restart": (1, 3.0, 8.0),
     "storm": (3, 10.0, 25.0),
     "goaway": (2, 0.0, 0.0),
+    "reset": (2, 5.0, 15.0),  # length: how long every APNs connection is reset (RST) once a second
     "latency": (2, 5.0, 15.0),
     "token_expiry": (1, 20.0, 30.0),
     "hostile": (1, 20.0, 40.0),
@@ -80,7 +81,7 @@ def _place(plan: list[PlannedFault], rng: random.Random, kind: str, replicas: di
     lo, hi = KINDS[kind][1], KINDS[kind][2]
     for i, f in enumerate(plan):
         free = all(not (s <= f.at_s <= e) for s, e in busy)
-        replaceable = f.kind in ("sigkill", "sigterm", "goaway", "latency") and (kind not in EXCLUSIVE or free)
+        replaceable = f.kind in ("sigkill", "sigterm", "goaway", "reset", "latency") and (kind not in EXCLUSIVE or free)
         if replaceable and f.at_s + hi < end:
             plan[i] = PlannedFault(f.at_s, kind, _target(rng, kind, replicas), round(rng.uniform(lo, hi), 1))
             return

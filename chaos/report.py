@@ -20,6 +20,7 @@ COLOURS = {
     "mariadb_restart": "#8c564b",
     "storm": "#e377c2",
     "goaway": "#7f7f7f",
+    "reset": "#aec7e8",
     "latency": "#bcbd22",
     "token_expiry": "#17becf",
     "hostile": "#000000",

@@ -8,13 +8,15 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -25,7 +27,7 @@ from chaos.plan import PlannedFault, make_plan
 from chaos.receiver import receiver
 from chaos.record import Api, Recorder, read_lines
 from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, drop_keyspaces, emulator, notee_argv, wait_http
-from chaos.tenants import Tenant, import_stable, make_tenant
+from chaos.tenants import Tenant, due_minute, import_stable, make_quiet_users, make_tenant
 from notee.emulator.control import EmulatorControl, free_port
 
 REPLICAS = {"api": 2, "worker": 3, "scheduler": 2, "webhooks": 1}
@@ -89,34 +91,64 @@ def make_procs(env: dict[str, str], logs: Path, skew_s: float) -> dict[str, Proc
     return procs
 
 
+QUIET_USERS = 10  # per tenant
+
+
+def setup_tenant(opts: Options, n: int, admin: Api, rec: Recorder, hook_url: str | None, emu: object) -> Tenant:
+    """Tenant ``n``: service, credentials, templates, stable population, quiet users, cycle users."""
+    size = sizes(opts)[n]
+    tenant = make_tenant(admin, n, apns=n < 2, webhook_url=hook_url if n < 3 else None)
+    import_stable(tenant, size, ios_every=10 if n < 2 else 0)
+    invalid = [tenant.token(i) for i in (1, 2)]  # AOS tokens FCM calls unregistered: pruned, accounted
+    emu.fcm_tokens(UNREGISTERED=invalid)  # type: ignore[attr-defined]
+    for token in invalid:
+        rec.write("invalid_token", token=token)
+    rec.write("population", name=tenant.population, tokens=[tenant.token(i) for i in range(size)])
+    tried = max(1, int(opts.minutes) - 1)
+    made = workload.subscribe_cycles(tenant, rec, tried, 1)
+    rec.write("setup", service=tenant.service, stable=size, cycle_subs=made, cycle_tried=tried)
+    return tenant
+
+
+def quiet_users(tenant: Tenant, rec: Recorder, until: datetime) -> None:
+    start, end = make_quiet_users(tenant, QUIET_USERS, until)
+    rec.write("population", name=f"{tenant.service}:quiet", tokens=tenant.quiet)
+    rec.write("quiet", service=tenant.service, tokens=tenant.quiet, start=start, end=end)
+    rec.write("setup", service=tenant.service, stable=len(tenant.quiet))  # topic subscribers too
+
+
 def setup_tenants(opts: Options, admin: Api, rec: Recorder, hook_url: str | None, emu: object) -> list[Tenant]:
-    tenants = []
-    for n, size in enumerate(sizes(opts)):
-        tenant = make_tenant(admin, n, apns=n < 2, webhook_url=hook_url if n < 3 else None)
-        import_stable(tenant, size, ios_every=10 if n < 2 else 0)
-        invalid = [tenant.token(i) for i in (1, 2)]  # AOS tokens FCM calls unregistered: pruned, accounted
-        emu.fcm_tokens(UNREGISTERED=invalid)  # type: ignore[attr-defined]
-        for token in invalid:
-            rec.write("invalid_token", token=token)
-        rec.write("population", name=tenant.population, tokens=[tenant.token(i) for i in range(size)])
-        made = workload.subscribe_cycles(tenant, rec, max(1, int(opts.minutes) - 1), 1)
-        rec.write("setup", service=tenant.service, stable=size, cycle_subs=made)
-        tenants.append(tenant)
+    """Every tenant, side by side (their imports are most of the set-up's time)."""
+    with ThreadPoolExecutor(opts.tenants) as pool:
+        made = [pool.submit(setup_tenant, opts, n, admin, rec, hook_url, emu) for n in range(opts.tenants)]
+        tenants = [f.result() for f in made]
+        # last, so the window ends early in the run whatever the set-up took: what it held is sent then
+        until = due_minute(datetime.now(UTC), 2)
+        for f in [pool.submit(quiet_users, t, rec, until) for t in tenants]:
+            f.result()
     return tenants
 
 
-def drain(opts: Options, api_of: dict[str, Api], rec: Recorder, started: float) -> None:
-    """Until every acknowledged job has ended and every cycle minute is past its grace (or drain_s)."""
+def _cycles_pending(rec: Recorder, journal: Path) -> int:
+    """Cycle subscriptions whose push the emulator has not delivered yet (its journal, read as it grows)."""
+    owed = {e["token"] for e in read_lines(rec.path) if e.get("kind") == "cycle_sub"}
+    for d in read_lines(journal):
+        owed.discard(d.get("token", ""))
+    return len(owed)
+
+
+def drain(opts: Options, api_of: dict[str, Api], rec: Recorder, journal: Path) -> None:
+    """Until every acknowledged job has ended and every cycle subscription's minute was delivered
+    (or drain_s: what is still owed then is the checker's to judge)."""
     deadline = time.time() + opts.drain_s
     pubs = [e for e in read_lines(rec.path) if e.get("kind") == "publish" and e.get("job_id")]
-    last_cycle = max((e["minute"] for e in read_lines(rec.path) if e.get("kind") == "cycle_sub"), default=started)
     pending = {e["job_id"]: e for e in pubs}
     while time.time() < deadline:
         for job_id, pub in list(pending.items()):
             r = api_of[pub["service"]].call("GET", f"/v1/jobs/{job_id}", op="drain", tries=2)
             if r is not None and r.status_code == 200 and r.json()["state"] not in ("scheduled", "queued", "running"):
                 del pending[job_id]
-        if not pending and time.time() > last_cycle + 90:
+        if not pending and not _cycles_pending(rec, journal):
             break
         time.sleep(3)
     time.sleep(10)  # the webhook dispatcher's last retries (backoff 1 s, doubling)
@@ -156,6 +188,17 @@ def summaries(tenants: list[Tenant], rec: Recorder) -> None:
             rec.write("summary", service=tenant.service, totals=r.json()["totals"])
 
 
+def subscriber_counts(tenants: list[Tenant], rec: Recorder, when: str) -> None:
+    """Each tenant's subscriber counters (``GET /v1/subscriber-counts``), before or after the reconcile."""
+    for tenant in tenants:
+        r = tenant.api.call("GET", "/v1/subscriber-counts", op="final")
+        if r is not None and r.status_code == 200:
+            items = {f"{i['method']}/{i['type']}": i["subscribers"] for i in r.json()["items"]}
+            rec.write("sub_counts", service=tenant.service, when=when, counts=items)
+        else:
+            rec.write("actor_error", actor="subscriber-counts", error=f"{tenant.service}: no counts ({when})")
+
+
 def reconcile_twice(env: dict[str, str], rec: Recorder, logs: Path) -> None:
     for _ in range(2):
         with open(logs / "reconcile.log", "ab") as log:
@@ -169,8 +212,11 @@ def reconcile_twice(env: dict[str, str], rec: Recorder, logs: Path) -> None:
 
 
 def stop_procs(procs: dict[str, Proc]) -> None:
+    """SIGTERM to all at once, then wait for each (SIGKILL after 30 s): they stop side by side."""
     for p in procs.values():
-        p.stop(30)
+        p.signal(signal.SIGTERM)
+    for p in procs.values():
+        p.wait(30)
 
 
 def check_left(rec: Recorder, pids: list[tuple[str, int]]) -> None:
@@ -302,10 +348,12 @@ def execute(opts: Options) -> bool:
             outcome=skew,
         )
         started = run_phase(opts, target, tenants, make_plan(opts.seed, opts.seconds, REPLICAS))
-        drain(opts, {t.service: t.api for t in tenants}, rec, started)
+        drain(opts, {t.service: t.api for t in tenants}, rec, opts.out / "deliveries.jsonl")
         dead_letters(tenants, rec)
         summaries(tenants, rec)
+        subscriber_counts(tenants, rec, "before reconcile")
         reconcile_twice(st.env, rec, logs)
+        subscriber_counts(tenants, rec, "after reconcile")
         pids += [(name, pid) for name, p in st.procs.items() for pid in p.pids]
         pids += [("mariadb", pid) for pid in st.db.pids]
     check_left(rec, pids)

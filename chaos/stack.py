@@ -68,18 +68,29 @@ class Cluster:
 
 @dataclass
 class MariaDB:
-    """A mariadbd of the run's own (datadir under the run folder, a free port): killable."""
+    """A mariadbd of its own (fresh datadir and socket under ``root``, its own port), killable: the
+    chaos run's (a free port) and the fault suite's (``tests/faults/conftest.py``: 3307). ``install``
+    makes the datadir, starts it and creates ``database`` with the ``notee`` user."""
 
     root: Path
+    database: str = "notee_chaos"
     port: int = field(default_factory=free_port)
+    log: Path | None = None  # mariadbd's output; default root/mariadb.log
+    buffer_pool: str = "128M"
+    max_connections: int = 400
     proc: subprocess.Popen[bytes] | None = None
     pids: list[int] = field(default_factory=list)  # every incarnation's
 
     @property
-    def url(self) -> str:
-        return f"mysql+pymysql://notee:notee@127.0.0.1:{self.port}/notee_chaos"
+    def socket_path(self) -> Path:
+        return self.root / "mysqld.sock"
 
-    def _user(self) -> list[str]:
+    @property
+    def url(self) -> str:
+        return f"mysql+pymysql://notee:notee@127.0.0.1:{self.port}/{self.database}"
+
+    @staticmethod
+    def _user() -> list[str]:
         return ["--user=root"] if os.geteuid() == 0 else []  # mariadbd refuses root unless told
 
     def install(self) -> None:
@@ -100,26 +111,29 @@ class MariaDB:
         )
         self.start()
         self.sql(
-            "CREATE DATABASE notee_chaos CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;\n"
+            f"CREATE DATABASE {self.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;\n"
             "CREATE USER 'notee'@'127.0.0.1' IDENTIFIED BY 'notee';\n"
-            "GRANT ALL PRIVILEGES ON notee_chaos.* TO 'notee'@'127.0.0.1';\nFLUSH PRIVILEGES;\n"
+            "CREATE USER 'notee'@'localhost' IDENTIFIED BY 'notee';\n"
+            f"GRANT ALL PRIVILEGES ON {self.database}.* TO 'notee'@'127.0.0.1';\n"
+            f"GRANT ALL PRIVILEGES ON {self.database}.* TO 'notee'@'localhost';\nFLUSH PRIVILEGES;\n"
         )
 
     def start(self) -> None:
-        with open(self.root / "mariadb.log", "ab") as log:
+        """Start it (again: InnoDB recovers after a kill); returns once it answers a ping."""
+        with open(self.log or self.root / "mariadb.log", "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [
                     "/usr/sbin/mariadbd",
                     "--no-defaults",
                     *self._user(),
                     f"--datadir={self.root / 'data'}",
-                    f"--socket={self.root / 'mysqld.sock'}",
+                    f"--socket={self.socket_path}",
                     f"--port={self.port}",
                     "--bind-address=127.0.0.1",
                     f"--pid-file={self.root / 'mysqld.pid'}",
-                    "--innodb-buffer-pool-size=128M",
+                    f"--innodb-buffer-pool-size={self.buffer_pool}",
                     "--skip-log-bin",
-                    "--max-connections=400",
+                    f"--max-connections={self.max_connections}",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -127,13 +141,21 @@ class MariaDB:
             )
         self.pids.append(self.proc.pid)
         deadline = time.monotonic() + 60
-        while not _listening("127.0.0.1", self.port):
+        while not (_listening("127.0.0.1", self.port) and self.answers()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mariadbd did not start; see {self.root / 'mariadb.log'}")
+                raise RuntimeError(f"mariadbd did not start; see {self.log or self.root / 'mariadb.log'}")
             time.sleep(0.2)
 
+    def answers(self) -> bool:
+        r = subprocess.run(
+            ["mariadb-admin", "--no-defaults", f"--socket={self.socket_path}", "-uroot", "ping"],
+            capture_output=True,
+            timeout=10,
+        )
+        return r.returncode == 0
+
     def kill(self) -> None:
-        """SIGKILL: a crash (InnoDB recovers on the next start)."""
+        """SIGKILL: a crash, not a clean shutdown (InnoDB recovers on the next start)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -149,7 +171,7 @@ class MariaDB:
 
     def sql(self, statements: str) -> None:
         subprocess.run(
-            ["mariadb", "--no-defaults", f"--socket={self.root / 'mysqld.sock'}", "-uroot"],
+            ["mariadb", "--no-defaults", f"--socket={self.socket_path}", "-uroot"],
             input=statements.encode(),
             check=True,
             timeout=30,

@@ -27,10 +27,16 @@ class Tenant:
     api: Api  # with its key
     stable: list[str] = field(default_factory=list)  # service user ids ("s-0", ...) of the stable users
     webhook_id: str | None = None
+    quiet: list[str] = field(default_factory=list)  # tokens of the users with quiet hours
 
     @property
     def population(self) -> str:
         return f"{self.service}:stable"
+
+    @property
+    def populations(self) -> list[str]:
+        """What every topic publish of the tenant must reach (the quiet users once their window ends)."""
+        return [self.population, *([f"{self.service}:quiet"] if self.quiet else [])]
 
     def token(self, i: int) -> str:
         return f"stable-{self.service}-{i}"
@@ -137,3 +143,24 @@ def due_minute(now: datetime, ahead_min: int) -> datetime:
 def cycle_body(minute: datetime) -> dict[str, Any]:
     utc = minute.astimezone(UTC)
     return {"days": [DAYS[utc.weekday()]], "hour": utc.hour, "minute": utc.minute, "timezone": "UTC"}
+
+
+def _hhmm(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%H:%M")
+
+
+def make_quiet_users(tenant: Tenant, count: int, until: datetime) -> tuple[float, float]:
+    """``count`` users subscribed to the topic whose quiet hours (UTC) began 10 minutes ago and end at
+    ``until`` (a whole minute): every topic push to them is held until then (the template holds by
+    default). Returns the window (epoch s)."""
+    start = (datetime.now(UTC) - timedelta(minutes=10)).replace(second=0, microsecond=0)
+    window = {"start": _hhmm(start), "end": _hhmm(until)}
+    for k in range(count):
+        sid, token = f"q-{k}", f"quiet-{tenant.service}-{k}"
+        user = {"name": sid, "timezone": "UTC", "quiet_hours": window}
+        uid = _ok(tenant.api.call("PUT", f"/v1/users/ext:{sid}", op="setup", json=user), "quiet user")["user_id"]
+        device = {"token": token, "os": "AOS"}
+        _ok(tenant.api.call("POST", f"/v1/users/{uid}/devices", op="setup", json=device), "quiet device")
+        _ok(tenant.api.call("PUT", f"/v1/users/{uid}/subscriptions/topic/news/{TOPIC}", op="setup"), "quiet sub")
+        tenant.quiet.append(token)
+    return start.timestamp(), until.timestamp()

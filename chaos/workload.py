@@ -37,6 +37,11 @@ class Churner:
     def _revoke(self, token: str, why: str, scope: str = "*") -> None:
         self.rec.write("revoke", token=token, why=why, scope=scope, t_ack=time.time(), service=self.tenant.service)
 
+    def _sub(self, sid: str, state: str) -> None:
+        """The user's topic subscription as the answers tell it: subscribed, unsubscribed or unknown
+        (a request that got no answer, or none it could trust): the subscriber counter's bounds."""
+        self.rec.write("sub_state", service=self.tenant.service, user=sid, state=state)
+
     def step(self) -> None:
         """Register a user, or change one (one thread per tenant: the pool needs no lock)."""
         if len(self.live) < 5 or self.rng.random() < 0.55:
@@ -61,6 +66,9 @@ class Churner:
             s = api.call("POST", f"/v1/topics/news/{TOPIC}/subscribers", op="bulk_subscribe", json={"user_ids": [uid]})
         if s is not None and s.status_code < 300:
             self.live[sid] = (uid, token)
+            self._sub(sid, "subscribed")
+        else:
+            self._sub(sid, "unknown")
 
     def change(self) -> None:
         if not self.live:
@@ -82,10 +90,12 @@ class Churner:
             r = api.call("DELETE", f"/v1/users/{uid}", op="delete_user")
             if r is not None and r.status_code == 204:
                 self._revoke(token, "delete_user")
+            self._sub(sid, "unsubscribed" if r is not None and r.status_code == 204 else "unknown")
         else:
             r = api.call("DELETE", f"/v1/users/{uid}/subscriptions/topic/news/{TOPIC}", op="unsubscribe")
             if r is not None and r.status_code == 204:
                 self._revoke(token, "unsubscribe", scope=TOPIC)
+            self._sub(sid, "unsubscribed" if r is not None and r.status_code == 204 else "unknown")
 
 
 def _iso(t: float) -> str:
@@ -123,7 +133,7 @@ class Publisher:
         job = r.json()["job_id"]
         self.rec.write(
             "publish", mark=mark, job_id=job, scope=TOPIC, t_req=t_req, t_ack=time.time(), not_before=not_before,
-            populations=[self.tenant.population], service=self.tenant.service, webhook=bool(self.tenant.webhook_id),
+            populations=self.tenant.populations, service=self.tenant.service, webhook=bool(self.tenant.webhook_id),
         )  # fmt: skip
         if self.rng.random() < 0.15:
             time.sleep(self.rng.uniform(0.0, 2.0))

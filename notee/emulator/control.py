@@ -91,6 +91,12 @@ class EmulatorControl:
         r.raise_for_status()
         return int(r.json()["connections"])
 
+    def apns_reset(self) -> int:
+        """A TCP reset (RST) on every open APNs connection now, mid-stream; returns how many."""
+        r = self.http.post("/_emu/apns/reset", json={})
+        r.raise_for_status()
+        return int(r.json()["connections"])
+
     def reset(self) -> None:
         self._post("reset", {})
 

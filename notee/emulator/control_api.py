@@ -69,6 +69,7 @@ def _peer_stats(emu: Emulator) -> dict[str, Any] | None:
     return {
         "connections": st.connections,
         "goaways": st.goaways,
+        "resets": st.resets,
         "protocol_errors": st.protocol_errors,
         "max_open": st.max_open,
         "ignored_after_goaway": st.ignored_after_goaway,
@@ -154,6 +155,12 @@ def apns_goaway(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
     return _ok({"connections": emu.peer.goaway_all()})
 
 
+def apns_reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
+    if emu.peer is None:
+        return _ok({"error": "a connection reset needs `notee emulator --realistic` (its APNs port)"}, 400)
+    return _ok({"connections": emu.peer.reset_all()})
+
+
 def fcm_tokens(emu: Emulator, req: Any, _query_string: bytes) -> Response:
     for code, tokens in req.items():
         if code not in FCM_ERRORS:
@@ -228,6 +235,7 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "reset"): reset,
     ("POST", "realistic"): realistic,
     ("POST", "apns/goaway"): apns_goaway,
+    ("POST", "apns/reset"): apns_reset,
     ("POST", "fcm/tokens"): fcm_tokens,
     ("POST", "apns/tokens"): apns_tokens,
     ("POST", "faults"): add_fault,

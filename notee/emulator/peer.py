@@ -10,7 +10,9 @@ What this server does, per connection (``PeerRules``, changed at run time throug
   than the first SETTINGS) gets GOAWAY PROTOCOL_ERROR and the connection is closed, as h2 does;
 - ``goaway_after`` requests on one connection, or ``goaway()`` on demand, send GOAWAY with
   ``last_stream_id`` = the last stream it will answer: streams at or below it are answered, streams
-  above it are ignored (the client must resend them on a new connection), then the connection closes.
+  above it are ignored (the client must resend them on a new connection), then the connection closes;
+- ``reset()`` on demand drops the connection with a TCP RST (SO_LINGER 0), mid-stream: the streams
+  not answered yet are never answered (nor counted delivered), as when a front end or NAT drops it.
 
 Requests are answered by the same functions as granian's ASGI app (``notee.emulator.app.handle``),
 on the same ``State``, because this server runs in the ASGI worker's event loop.
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +51,7 @@ class PeerRules:
 class PeerStats:
     connections: int = 0
     goaways: int = 0
+    resets: int = 0
     protocol_errors: int = 0
     ignored_after_goaway: int = 0
     max_open: int = 0  # most streams a client had open at once on one connection
@@ -202,6 +207,18 @@ class _PeerConnection(asyncio.Protocol):
         self.transport.write(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0).serialize())
         asyncio.get_running_loop().call_soon(self._maybe_finish_goaway)  # after the answer in progress
 
+    def reset(self) -> None:
+        """Drop the connection now with a TCP RST: no GOAWAY, no answer to the open streams."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # linger 0: close() sends RST instead of FIN
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.server.stats.resets += 1
+        self.server.stats.live.discard(self)
+        self.requests.clear()  # their delayed answers (answer_delay_s) find no request
+        self.transport.abort()
+
     def _maybe_finish_goaway(self) -> None:
         if self.goaway_last is None or self.transport is None or self.transport.is_closing():
             return
@@ -249,6 +266,13 @@ class PeerServer:
         peers = list(self.stats.live)
         for peer in peers:
             peer.goaway()
+        return len(peers)
+
+    def reset_all(self) -> int:
+        """A TCP reset on every open connection now; returns how many."""
+        peers = list(self.stats.live)
+        for peer in peers:
+            peer.reset()
         return len(peers)
 
     async def close(self) -> None:

@@ -4,7 +4,7 @@ MariaDB that may be killed. Notee processes, job watching and delivery counts co
 
 Nothing here touches the shared servers the rest of the suite uses (MariaDB on 3306, the single
 Cassandra node on 9042): the cluster runs on 127.0.0.1-3:9043 (services/cassandra/cluster.sh) with
-its own keyspaces, and the killable MariaDB runs on 3307 with its own datadir under ``.run/``.
+its own keyspaces, and the killable MariaDB runs on 3307 with its own datadir under ``.run/`` (``chaos.stack.MariaDB``, the chaos run's kind).
 Every subprocess writes its output into the session's log folder, so the final secrets scan
 (tests/support/logscan.py) covers it.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from chaos.stack import MariaDB
 from notee.core.settings import Settings
 from notee.store.runtime import Runtime
 from tests.support.logscan import log_dir
@@ -138,120 +138,22 @@ def fault_cluster(migrated) -> Iterator[FaultCluster]:
 # --- a second, killable MariaDB ------------------------------------------------------------------------------
 
 
-@dataclass
-class KillableMariaDB:
-    """mariadbd on 127.0.0.1:3307 with its own datadir and socket under .run/mariadb-fault."""
-
-    root: Path
-    port: int = 3307
-    proc: subprocess.Popen | None = None
-
-    @property
-    def socket_path(self) -> Path:
-        return self.root / "mysqld.sock"
-
-    @property
-    def url(self) -> str:
-        return f"mysql+pymysql://notee:notee@127.0.0.1:{self.port}/notee_fault"
-
-    @staticmethod
-    def _user() -> list[str]:
-        # mariadbd refuses to run as root unless told to; as any other user it runs as that user.
-        return ["--user=root"] if os.geteuid() == 0 else []
-
-    def install(self) -> None:
-        if self.root.exists():
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True)
-        subprocess.run(
-            [
-                "mariadb-install-db",
-                "--no-defaults",
-                *self._user(),
-                f"--datadir={self.root / 'data'}",
-                "--skip-test-db",
-                "--auth-root-authentication-method=normal",
-            ],
-            check=True,
-            timeout=120,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def start(self) -> None:
-        with open(log_dir() / "mariadb-fault.log", "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                [
-                    "/usr/sbin/mariadbd",
-                    "--no-defaults",
-                    *self._user(),
-                    f"--datadir={self.root / 'data'}",
-                    f"--socket={self.socket_path}",
-                    f"--port={self.port}",
-                    "--bind-address=127.0.0.1",
-                    f"--pid-file={self.root / 'mysqld.pid'}",
-                    "--innodb-buffer-pool-size=64M",
-                    "--skip-log-bin",
-                    "--max-connections=300",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + 60
-        while not self.answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("second mariadbd did not start; see mariadb-fault.log")
-            time.sleep(0.2)
-
-    def answers(self) -> bool:
-        r = subprocess.run(
-            ["mariadb-admin", "--no-defaults", f"--socket={self.socket_path}", "-uroot", "ping"],
-            capture_output=True,
-            timeout=10,
-        )
-        return r.returncode == 0
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, not a clean shutdown (InnoDB recovers on the next start)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def sql(self, statements: str) -> None:
-        subprocess.run(
-            ["mariadb", "--no-defaults", f"--socket={self.socket_path}", "-uroot"],
-            input=statements.encode(),
-            check=True,
-            timeout=30,
-        )
-
-
 @pytest.fixture(scope="session")
-def killable_mariadb() -> Iterator[KillableMariaDB]:
-    """A fresh second MariaDB with the notee user and a migrated ``notee_fault`` database."""
+def killable_mariadb() -> Iterator[MariaDB]:
+    """A fresh second MariaDB (chaos.stack's, the chaos run's own kind) on 127.0.0.1:3307, datadir
+    under .run/mariadb-fault, with the notee user and a migrated ``notee_fault`` database."""
     from notee.usecases import migrate
 
-    db = KillableMariaDB(REPO / ".run" / "mariadb-fault")
-    db.install()
-    db.start()
+    db = MariaDB(
+        REPO / ".run" / "mariadb-fault",
+        database="notee_fault",
+        port=3307,
+        log=log_dir() / "mariadb-fault.log",
+        buffer_pool="64M",
+        max_connections=300,
+    )
     try:
-        db.sql(
-            "CREATE DATABASE notee_fault CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;\n"
-            "CREATE USER 'notee'@'127.0.0.1' IDENTIFIED BY 'notee';\n"
-            "CREATE USER 'notee'@'localhost' IDENTIFIED BY 'notee';\n"
-            "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'127.0.0.1';\n"
-            "GRANT ALL PRIVILEGES ON notee_fault.* TO 'notee'@'localhost';\nFLUSH PRIVILEGES;\n"
-        )
+        db.install()
         engine = create_engine(db.url)
         try:
             migrate.migrate_mysql(engine)

@@ -1,7 +1,13 @@
-"""The chaos run as a test (issue 31): ``python -m chaos`` for a short seeded run, every fault kind at
-least once, checked by its independent ledger (chaos/ledger.py). The run is a subprocess with its
+"""The chaos run as a test (issue 31): ``python -m chaos`` for a short seeded run (a Cassandra node
+and the MariaDB killed and the hostile phase at least once, the other fault kinds as the seed draws
+them), checked by its independent ledger (chaos/ledger.py). The run is a subprocess with its
 own cluster use, MariaDB, emulator and Notee processes; its report and logs go into the session's
-log folder (so the secrets scan covers them), and a failure prints the report's invariants table."""
+log folder (so the secrets scan covers them), and a failure prints the report's invariants table.
+
+Part of ``make test-faults`` (and so of ``.ci/run``): it runs last in that session
+(tests/faults/conftest.py orders it), on the 3-node cluster the other fault tests started, so the
+cluster's start and stop are theirs. ``pytest -m chaos tests/faults`` runs it alone (then it starts
+and stops the cluster itself)."""
 
 from __future__ import annotations
 
@@ -13,10 +19,7 @@ import pytest
 
 from tests.support.logscan import log_dir
 
-# Not `faults` (so not in `make test-faults`/CI) while the run still finds an open bug: a bulk
-# subscribe retried after a 503 during a Cassandra node loss leaves duplicate slot rows
-# (docs/RELIABILITY.md, "Found by the chaos run"). Run it with `pytest -m chaos tests/faults`.
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.faults, pytest.mark.chaos]
 
 MINUTES = os.environ.get("NOTEE_CHAOS_CI_MINUTES", "5")
 SEED = os.environ.get("NOTEE_CHAOS_CI_SEED", "31")

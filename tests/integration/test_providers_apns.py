@@ -18,6 +18,7 @@ from notee.core.errors import ProviderConfigError
 from notee.providers.apns import ApnsJwt, ApnsProvider
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, RetryAfter
 from notee.providers.http2_pool import Pool, client_ssl_context
+from tests.support.waiting import until
 
 TOPIC, KEY_ID, TEAM_ID = "com.example.app", "TESTKEY123", "TEAMID1234"
 
@@ -300,6 +301,36 @@ def test_goaway_on_demand_between_batches(emulator, p8):
     )
     assert all(isinstance(o, Delivered) for o in first + second)
     assert _peer(emulator)["connections"] == 2
+
+
+def test_a_connection_reset_mid_stream_is_a_transport_retry_that_loses_and_doubles_nothing(emulator, p8):
+    """A TCP reset (RST, no GOAWAY) while 30 streams wait for their answers (the emulator holds them
+    2 s, so none was handled): each is a transport retry, never the device's failure, and the retry
+    (on a new connection) delivers each push exactly once. The chaos run injects the same reset
+    (``reset`` in chaos/plan.py)."""
+    tokens = [_hex() for _ in range(30)]
+
+    async def run():
+        provider = ApnsProvider(
+            TOPIC, ApnsJwt(p8, KEY_ID, TEAM_ID), Pool(apns_url(emulator), client_ssl_context(emulator.ca_file))
+        )
+        try:
+            assert isinstance((await provider.send([msg(_hex())]))[0], Delivered)  # the connection, past 1 stream
+            await asyncio.to_thread(emulator.realistic, apns_answer_delay_ms=2000)
+            sending = asyncio.create_task(provider.send([msg(t) for t in tokens]))
+            await until(lambda: _peer(emulator)["max_open"] >= 30, timeout=30, interval=0.05, what="30 open streams")
+            assert await asyncio.to_thread(emulator.apns_reset) == 1
+            await asyncio.to_thread(emulator.realistic, apns_answer_delay_ms=0)
+            return await sending, await provider.send([msg(t) for t in tokens])
+        finally:
+            await provider.close()
+
+    cut, again = asyncio.run(run())
+    assert all(isinstance(o, RetryAfter) and o.transport and not o.provider_wide for o in cut), cut
+    assert all(isinstance(o, Delivered) for o in again), again
+    assert all(emulator.deliveries(t)["apns"] == 1 for t in tokens)  # none lost, none twice
+    peer = _peer(emulator)
+    assert peer["resets"] == 1 and peer["connections"] == 2
 
 
 def test_token_updates_on_one_connection_are_limited_so_each_key_has_its_own_pool(emulator, p8):

@@ -110,7 +110,7 @@ def test_a_send_at_publish_delivered_before_its_instant_is_early() -> None:
 
 def test_each_cycle_minute_exactly_once_within_the_grace() -> None:
     sub = {"kind": "cycle_sub", "token": "c", "mark": "cycle:S", "minute": 600.0}
-    once = ledger.check_cycles(Ledger.of([sub]), by_mark([push("c", "cycle:S", 601)]), Bounds(cycle_grace_s=60))
+    once = ledger.check_cycles(Ledger.of([sub]), [push("c", "cycle:S", 601)], Bounds(cycle_grace_s=60))
     assert once.ok
     for pushes, expected in (
         ([], "0 pushes"),
@@ -118,8 +118,30 @@ def test_each_cycle_minute_exactly_once_within_the_grace() -> None:
         ([push("c", "cycle:S", 599)], "early"),
         ([push("c", "cycle:S", 800)], "late"),
     ):
-        res = ledger.check_cycles(Ledger.of([sub]), by_mark(pushes), Bounds(cycle_grace_s=60))
+        res = ledger.check_cycles(Ledger.of([sub]), pushes, Bounds(cycle_grace_s=60))
         assert len(res.violations) == 1 and expected in res.violations[0].detail, expected
+
+
+def job_push(token: str, mark: str, t: float, job: str) -> dict[str, object]:
+    return {"t": t, "api": "fcm", "token": token, "data": {"chaos": mark, "notee_id": f"{job}.abc"}}
+
+
+def test_a_cycle_page_re_sent_after_an_interruption_is_one_fire_but_two_jobs_are_two() -> None:
+    """Seed 31 (2026-12-05 08:07): the cycle job's page was sent during a MariaDB kill, its checkpoint
+    failed, the task was re-run 30 s later and sent it again (same job, same notification id): the
+    documented re-sent page, not the minute fired twice. Two jobs for one minute still are."""
+    sub = {"kind": "cycle_sub", "token": "c", "mark": "cycle:S", "minute": 600.0}
+    kill = {"kind": "fault", "name": "mariadb_restart", "target": "", "t_start": 610.0, "t_end": 618.0}
+    resent = [job_push("c", "cycle:S", 613, "j1"), job_push("c", "cycle:S", 643, "j1")]
+    ok = ledger.check_cycles(Ledger.of([sub, kill]), resent, Bounds(cycle_grace_s=60))
+    assert ok.ok and ok.measured["re-sent after an interruption"] == [
+        "cycle:S c due 600: 1 re-sent (mariadb_restart())"
+    ]
+    no_cause = ledger.check_cycles(Ledger.of([sub]), resent, Bounds(cycle_grace_s=60))
+    assert [v.detail for v in no_cause.violations] == ["cycle:S c due 600: 2 pushes of one job, no interruption"]
+    twice = [job_push("c", "cycle:S", 613, "j1"), job_push("c", "cycle:S", 643, "j2")]
+    fired_twice = ledger.check_cycles(Ledger.of([sub, kill]), twice, Bounds(cycle_grace_s=60))
+    assert [v.detail for v in fired_twice.violations] == ["cycle:S c due 600: 2 pushes, 2 jobs"]
 
 
 def test_job_counters_must_lie_between_distinct_tokens_and_deliveries() -> None:
@@ -148,6 +170,52 @@ def test_a_delivery_summary_counts_every_acknowledged_job_and_no_more_sent_than_
     assert ledger.check_summaries(Ledger.of([*events, fine]), by_mark(pushes)).ok
     for totals in ({"jobs": 0, "sent": 3}, {"jobs": 3, "sent": 4}):  # the immediate send m2 is no job's
         assert not ledger.check_summaries(Ledger.of([*events, {**fine, "totals": totals}]), by_mark(pushes)).ok
+
+
+def test_a_job_whose_request_got_no_answer_counts_in_the_summary_and_its_pushes_too() -> None:
+    """Seed 32 (2026-12-05 08:54): a scheduled single send's job was created but its 202 never reached
+    the workload; the summary counted its 1 sent push, the checker only the acknowledged jobs' pushes."""
+    events = [pub("single:S:1", service="S"), {"kind": "summary", "service": "S", "totals": {"jobs": 2, "sent": 2}}]
+    pushes = [push("a", "single:S:1", 11), push("b", "single:S:2", 12)]  # single:S:2: never acknowledged
+    assert ledger.check_summaries(Ledger.of(events), by_mark(pushes)).ok
+    assert not ledger.check_summaries(Ledger.of(events), by_mark(pushes[:1])).ok
+
+
+def test_a_push_inside_its_users_quiet_hours_breaks_the_rule_and_a_held_one_after_them_does_not() -> None:
+    events = [
+        pub("m1", t_req=10.0),
+        {"kind": "quiet", "service": "S", "tokens": ["q"], "start": 0.0, "end": 60.0},
+    ]
+    held = ledger.check_quiet_hours(Ledger.of(events), [push("q", "m1", 60.0), push("a", "m1", 11)])
+    assert held.ok and held.checked == 1 and held.measured["held_then_sent"] == 1
+    broken = ledger.check_quiet_hours(Ledger.of(events), [push("q", "m1", 59.5)])
+    assert [v.detail for v in broken.violations] == ["q got m1 0.5 s before its quiet hours ended"]
+
+
+def test_subscriber_counters_after_the_reconcile_lie_within_what_the_answers_prove() -> None:
+    def counts(topic: int, cycle: int, when: str = "after reconcile") -> dict[str, object]:
+        return {
+            "kind": "sub_counts",
+            "service": "S",
+            "when": when,
+            "counts": {"TOPIC/news": topic, "CYCLE/daily": cycle},
+        }
+
+    events = [
+        {"kind": "setup", "service": "S", "stable": 10, "cycle_subs": 3, "cycle_tried": 4},
+        {"kind": "sub_state", "service": "S", "user": "c-1", "state": "subscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-2", "state": "subscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-2", "state": "unsubscribed"},
+        {"kind": "sub_state", "service": "S", "user": "c-3", "state": "unknown"},
+    ]
+    assert ledger.check_subscriber_counts(Ledger.of([*events, counts(11, 3), counts(12, 4)])).ok
+    drifted = ledger.check_subscriber_counts(Ledger.of([*events, counts(40, 0, "before reconcile")]))
+    assert drifted.ok and drifted.checked == 0 and drifted.measured["before reconcile"]  # measured, not judged
+    wrong = ledger.check_subscriber_counts(Ledger.of([*events, counts(13, 2)]))
+    assert [v.detail for v in wrong.violations] == [
+        "S TOPIC/news after reconcile: 13 (ledger 11..12)",
+        "S CYCLE/daily after reconcile: 2 (ledger 3..4)",
+    ]
 
 
 def test_webhook_events_at_least_once_and_never_with_two_bodies() -> None:
@@ -198,6 +266,7 @@ def test_the_plan_is_a_function_of_its_seed_and_never_stacks_store_faults() -> N
     assert all(20 <= f.at_s <= 1800 - 60 for f in plan)
     short = make_plan(7, 300, replicas)
     assert {"cassandra_node", "mariadb_restart", "hostile"} <= {f.kind for f in short}
+    assert "reset" in {f.kind for f in make_plan(31, 300, replicas)}  # the CI seed cuts connections too
 
 
 def test_the_report_carries_the_seed_the_table_the_faults_and_the_violation_excerpts() -> None:
