@@ -53,6 +53,10 @@ DEFAULT_TIMEZONE = "Asia/Seoul"
 MAX_TTL_SECONDS = 2_419_200  # 28 days: FCM's maximum android.ttl (APNs has no shorter cap)
 MAX_DATA_KEYS = 32
 MAX_DATA_KEY_LEN = 64
+# FCM refuses a data key that is one of its reserved words or starts with its prefixes (Message.data
+# in https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages): found here, not per device.
+FCM_RESERVED_DATA_KEYS = frozenset({"from", "message_type"})
+FCM_RESERVED_DATA_PREFIXES = ("google.", "gcm.notification.")
 MAX_DATA_VALUE_LEN = 1024
 # FCM and APNs both cap a payload at 4096 bytes; a template whose static parts already exceed
 # 3584 bytes leaves no room for the provider envelope and rendered placeholders.
@@ -228,6 +232,8 @@ def check_data(value: Any) -> dict[str, str] | None:
         raise bad("data", f"at most {MAX_DATA_KEYS} keys")
     for k, v in value.items():
         check_text("data", k, min_len=1, max_len=MAX_DATA_KEY_LEN)
+        if k in FCM_RESERVED_DATA_KEYS or k.startswith(FCM_RESERVED_DATA_PREFIXES):
+            raise bad("data", f"{k!r} is reserved by FCM (from, message_type, google.*, gcm.notification.*)")
         if not isinstance(v, str):
             raise bad("data", "values must be strings (a flat object)", "string_type")
         check_text("data", v, max_len=MAX_DATA_VALUE_LEN, newlines=True)

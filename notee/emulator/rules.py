@@ -105,6 +105,9 @@ def check_fcm(message: dict[str, Any]) -> None:
     for i, (key, value) in enumerate((message.get("data") or {}).items()):
         if not isinstance(value, str) or not isinstance(key, str):
             raise _invalid(f"message.data[{i}].value", value)
+        if key in ("from", "message_type") or key.startswith(("google.", "gcm.notification.")):
+            # Message.data: "The key should not be a reserved word" (FCM v1 reference)
+            raise FcmProblem(f"message.data[{i}].key", f"Invalid data payload key: {key}")
     label = (message.get("fcm_options") or {}).get("analytics_label")
     if label is not None and (not isinstance(label, str) or not _LABEL.match(label)):
         raise _invalid("message.fcm_options.analytics_label", label)
