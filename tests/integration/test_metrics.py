@@ -329,7 +329,9 @@ def test_every_metric_of_the_dashboard_is_exposed_by_a_running_process(
     # a publish through the API, fanned out by the worker to the emulator
     key = topic_template(runtime, service_id)
     seed_topic(runtime, service_id, "news", key, "dash", 5)
-    r = httpx.post(api.url + f"/v1/admin/services/{service_id}/api-keys", json={}, headers=admin_headers(settings))
+    r = httpx.post(
+        api.url + f"/v1/admin/services/{service_id}/api-keys", json={}, headers=admin_headers(settings), timeout=30
+    )
     assert r.status_code == 201, r.text
     r = httpx.post(
         api.url + "/v1/topics/news/dash/publish",
