@@ -22,6 +22,7 @@ from notee.core.version import VERSION
 from tests.support.emulator import deliveries_per_token
 from tests.support.registry import fcm_service_account, random_token
 from tests.support.tenants import new_service_id
+from tests.support.waiting import wait_for
 
 SDK = Path(__file__).resolve().parents[2] / "clients" / "python"
 
@@ -188,6 +189,19 @@ def test_jobs_are_listed_newest_first_with_filters_and_a_cursor(tenant, admin):
         notee.list_jobs(cursor="not-a-cursor")
     assert bad.value.details and bad.value.details[0]["loc"] == ["query", "cursor"]
     assert service in [s.service for s in admin.list_services()]
+
+
+def test_the_admin_lists_the_processes_and_a_client_without_the_admin_token_cannot(admin, api_process):
+    def live_api() -> list[models.Process]:
+        return [p for p in admin.list_processes() if p.kind == "api" and not p.stale]
+
+    found = wait_for(live_api, timeout=30, what="the test API process's heartbeat")
+    assert all(p.breakers is None and p.age_s >= 0 for p in found)
+    # The SDK sends only the admin token to /v1/admin/ routes (a service key's own refusal there:
+    # tests/integration/test_process_heartbeats.py); admin_token="" overrides this environment's.
+    other = Client(api_process.url, api_key="nk_unused", admin_token="", max_retries=0)
+    with other, pytest.raises(notee_sdk.Unauthorized):
+        other.list_processes()
 
 
 def test_jobs_are_filtered_by_creation_time_given_in_rfc_3339(tenant):

@@ -236,6 +236,11 @@ its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
         """One page of the service's jobs (publishes and cycle minutes), newest first."""
         return self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
 
+    def list_processes(self) -> list[m.Process]:
+        """Every Notee process that beat in the last hour, with its last heartbeat and (a worker) its
+circuit breaker per provider. Admin token."""
+        return self.call(_ops.list_processes())
+
     def list_segments(self, *, counts: bool = False, cursor: str | None = None, limit: int = 50) -> m.SegmentPage:
         """One page of the service's segments in name order; ``counts``: each with its reach (limit <= 20)."""
         return self.call(_ops.list_segments(counts=counts, cursor=cursor, limit=limit))
@@ -637,6 +642,11 @@ its public key. ``subject``: ``mailto:`` or ``https:`` contact. Admin token."""
     async def list_jobs(self, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of the service's jobs (publishes and cycle minutes), newest first."""
         return await self.call(_ops.list_jobs(state=state, method=method, type=type, created_from=created_from, created_to=created_to, cursor=cursor, limit=limit))
+
+    async def list_processes(self) -> list[m.Process]:
+        """Every Notee process that beat in the last hour, with its last heartbeat and (a worker) its
+circuit breaker per provider. Admin token."""
+        return await self.call(_ops.list_processes())
 
     async def list_segments(self, *, counts: bool = False, cursor: str | None = None, limit: int = 50) -> m.SegmentPage:
         """One page of the service's segments in name order; ``counts``: each with its reach (limit <= 20)."""

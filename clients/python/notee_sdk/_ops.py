@@ -100,6 +100,12 @@ def list_services() -> Op[list[m.Service]]:
     return Op("GET", "/v1/admin/services", _items(m.Service))
 
 
+def list_processes() -> Op[list[m.Process]]:
+    """Every Notee process that beat in the last hour, with its last heartbeat and (a worker) its
+    circuit breaker per provider. Admin token."""
+    return Op("GET", "/v1/admin/processes", _items(m.Process))
+
+
 def get_service(service: str) -> Op[m.Service]:
     """One service. Admin token."""
     return Op("GET", f"/v1/admin/services/{_seg(service)}", _one(m.Service))

@@ -63,6 +63,17 @@ class Service(Model):
     created_at: datetime
 
 
+class Process(Model):
+    kind: str  # api | worker | scheduler | webhooks
+    process_id: str  # host:pid:random, unique per process start
+    version: str
+    started_at: datetime
+    beat_at: datetime
+    age_s: float  # seconds since its last heartbeat, by the database clock
+    stale: bool  # missed 3 beats and 5 s: killed, hung or cut off from MySQL
+    breakers: dict[str, str] | None = None  # a worker's breaker per provider: closed | open | half_open
+
+
 class ApiKey(Model):
     key_id: str
     kind: str = "server"  # or "client": safe inside an app, may only post receipts
