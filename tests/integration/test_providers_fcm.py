@@ -238,8 +238,12 @@ def test_per_device_rate_limit(emulator, sdk):
     emulator.realistic(device_per_minute=2, minute_s=30)
     busy = _tok()
     outcomes = ours_send(emulator, [msg(busy) for _ in range(3)] + [msg(_tok())])
-    assert [type(o).__name__ for o in outcomes] == ["Delivered", "Delivered", "RetryAfter", "Delivered"]
-    assert outcomes[2].reason == "QUOTA_EXCEEDED" and outcomes[2].seconds is None
+    # The page's requests share one connection as concurrent streams, so which of the busy token's
+    # three the emulator judges third is theirs to race: two delivered and one refused, in any order.
+    busy_kinds = sorted(type(o).__name__ for o in outcomes[:3])
+    assert busy_kinds == ["Delivered", "Delivered", "RetryAfter"] and isinstance(outcomes[3], Delivered)
+    [refused] = [o for o in outcomes[:3] if isinstance(o, RetryAfter)]
+    assert refused.reason == "QUOTA_EXCEEDED" and refused.seconds is None
     with pytest.raises(messaging.QuotaExceededError):
         messaging.send(sdk_message(msg(busy), now=0), app=sdk)
 
