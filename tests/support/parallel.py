@@ -89,6 +89,13 @@ GROUPS: dict[str, dict[str, str]] = {
         "test_webhooks.py": "dispatchers that claim every tenant's deliveries and count their attempts",
         "test_security_isolation.py": "its data set puts an event in the outbox",
         "test_webhook_metrics.py": "a dispatcher that claims every tenant's deliveries; reads the outbox's levels",
+        "test_engagement_webhooks.py": "dispatchers that claim every tenant's deliveries; counts how rows merge",
+        "test_process_heartbeats.py::test_real_processes_beat_a_killed_one_turns_stale_and_a_stopped_one_is_gone": (
+            "a `notee webhooks` process, which claims every tenant's due deliveries"
+        ),
+        "test_metrics.py::test_every_metric_of_the_dashboard_is_exposed_by_a_running_process": (
+            "a `notee webhooks` process, which claims every tenant's due deliveries"
+        ),
         "test_healthcheck.py::test_webhook_dispatcher_healthcheck_follows_its_event_loop": (
             "a `notee webhooks` process, stopped (SIGSTOP) while it may hold deliveries"
         ),
