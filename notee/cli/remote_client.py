@@ -108,17 +108,26 @@ PAYLOAD_HELP = (
 )
 
 
+def json_option(text: str, option: str) -> Any:
+    """An option's JSON text parsed, or the option's usage error (exit 2) naming it."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+
+
+def json_object_option(text: str, option: str, must: str) -> dict[str, Any]:
+    """An option's JSON text that must be an object (``must``: the usage error's words otherwise)."""
+    value = json_option(text, option)
+    if not isinstance(value, dict):
+        raise typer.BadParameter(must, param_hint=option)
+    return value
+
+
 def payload_of(text: str | None, badge: int | None, sound: str | None, image: str | None, background: bool) -> Any:
     """The ``payload`` object of ``--payload JSON`` and the flags for its common fields (None: none);
     the server checks it (a bad field: its 422)."""
-    out: dict[str, Any] = {}
-    if text:
-        try:
-            out = json.loads(text)
-        except ValueError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
-        if not isinstance(out, dict):
-            raise typer.BadParameter("must be a JSON object", param_hint="--payload")
+    out: dict[str, Any] = json_object_option(text, "--payload", "must be a JSON object") if text else {}
     given = {"badge": badge, "sound": sound, "image": image, "kind": "background" if background else None}
     out.update({k: v for k, v in given.items() if v is not None})
     return out or None
@@ -128,14 +137,7 @@ def variants_of(text: str | None, subtitles: dict[str, str]) -> Any:
     """The ``variants`` object of ``--variants JSON`` with each ``--subtitle LOCALE=TEXT`` set as that
     variant's ``subtitle`` (None: no variants); a subtitle for a locale without a variant is refused
     here, the server checks the rest (its 422)."""
-    out: dict[str, Any] = {}
-    if text:
-        try:
-            out = json.loads(text)
-        except ValueError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--variants") from None
-        if not isinstance(out, dict):
-            raise typer.BadParameter("must be a JSON object of locales", param_hint="--variants")
+    out: dict[str, Any] = json_object_option(text, "--variants", "must be a JSON object of locales") if text else {}
     for locale, subtitle in subtitles.items():
         if not isinstance(out.get(locale), dict):
             raise typer.BadParameter(f"no variant {locale!r} in --variants", param_hint="--subtitle")

@@ -5,7 +5,6 @@ segments or a list of users (following the job with a progress line), `notee sen
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from notee.cli.remote_client import (
     AsJson,
     fail,
     instant,
+    json_option,
     pairs,
     payload_of,
     print_json,
@@ -156,17 +156,10 @@ def _targets(
     return {
         "topic": topic,
         "condition": condition,
-        "filter": _json_option(filter_json, "--filter") if filter_json is not None else None,
+        "filter": json_option(filter_json, "--filter") if filter_json is not None else None,
         "segments": segment or None,
         "users": _user_ids(users) if users is not None else None,
     }
-
-
-def _json_option(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint=what) from exc
 
 
 def _user_ids(value: str) -> list[str]:
@@ -175,7 +168,7 @@ def _user_ids(value: str) -> list[str]:
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         if text.lstrip().startswith("["):
-            ids = _json_option(text, "--users")
+            ids = json_option(text, "--users")
             return [str(i) for i in ids]
         return [line.strip() for line in text.splitlines() if line.strip()]
     return [v.strip() for v in value.split(",") if v.strip()]

@@ -4,12 +4,11 @@ service's saved segments and the estimate of what a publish's target reaches now
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import typer
 
-from notee.cli.remote_client import AsJson, print_json, say, sdk_client
+from notee.cli.remote_client import AsJson, json_option, print_json, say, sdk_client
 
 segment_app = typer.Typer(
     help="Saved segments: named filters over tags and attributes (NOTEE_API_KEY).", no_args_is_help=True
@@ -21,10 +20,7 @@ FILTER_HELP = (
 
 
 def _filter(text: str, option: str = "--filter") -> list[Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    value = json_option(text, option)
     if not isinstance(value, list):
         raise typer.BadParameter("a JSON list of groups of predicates", param_hint=option)
     return value

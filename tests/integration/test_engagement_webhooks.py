@@ -6,7 +6,6 @@ endpoint, get nothing. The receiver is the real local HTTPS server of tests/supp
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -19,11 +18,10 @@ from notee.core.vocabulary import WEBHOOK_EVENTS
 from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
 from notee.store.runtime import Runtime
-from notee.webhooks.dispatcher import Dispatcher
 from tests.support.logscan import remember_secret
 from tests.support.registry import admin_headers, bearer, new_user, random_token
 from tests.support.waiting import wait_for
-from tests.support.webhook_receiver import Receiver, start_receiver
+from tests.support.webhook_receiver import Receiver, dispatch_until_idle, start_receiver
 
 pytestmark = pytest.mark.tenant(credentials=True)
 
@@ -31,6 +29,12 @@ pytestmark = pytest.mark.tenant(credentials=True)
 @pytest.fixture()
 def receiver(tmp_path) -> Iterator[Receiver]:
     yield from start_receiver(tmp_path / "receiver-tls")
+
+
+def _settings(receiver: Receiver) -> Settings:
+    return Settings().model_copy(
+        update={"webhook_ca_file": str(receiver.ca_file), "webhook_allow_private_addresses": True}
+    )
 
 
 def _register(runtime: Runtime, service: str, url: str, events: list[str] | None) -> webhooks.NewEndpoint:
@@ -41,23 +45,6 @@ def _register(runtime: Runtime, service: str, url: str, events: list[str] | None
         )
     remember_secret(created.secret)
     return created
-
-
-def _dispatch_until_idle(receiver: Receiver) -> None:
-    settings = Settings().model_copy(
-        update={"webhook_ca_file": str(receiver.ca_file), "webhook_allow_private_addresses": True}
-    )
-
-    async def go() -> None:
-        runtime = Runtime(settings)
-        dispatcher = Dispatcher(runtime)
-        try:
-            await dispatcher.run(until_idle=True)
-        finally:
-            await dispatcher.close()
-            runtime.close()
-
-    asyncio.run(go())
 
 
 def _all_due(runtime: Runtime, endpoint_ids: list[str]) -> bool:
@@ -141,7 +128,7 @@ def test_opted_in_kinds_arrive_signed_and_batched_and_nobody_else_gets_them(
         "receipt.opened",
     ]
     wait_for(lambda: _all_due(emu_runtime, ids), timeout=30, what="the batching window to end")
-    _dispatch_until_idle(receiver)
+    dispatch_until_idle(_settings(receiver))
 
     [opened] = receiver.events("receipt.opened")  # three requests' opened events, one delivery
     [clicked] = receiver.events("receipt.clicked")
@@ -190,7 +177,7 @@ def test_a_delivery_carries_at_most_the_batch_bound(client, settings, tenant, em
         ]
         assert _post(client, key, events)["accepted"] == 110
     wait_for(lambda: _all_due(emu_runtime, [hook.endpoint.endpoint_id]), timeout=30, what="the batching window")
-    _dispatch_until_idle(receiver)
+    dispatch_until_idle(_settings(receiver))
     sizes = sorted(len(e["data"]["events"]) for e in receiver.events("receipt.delivered"))
     assert sum(sizes) == 330 and max(sizes) == settings.webhook_receipt_batch_events == 100, sizes
     assert len(sizes) == 4  # 330 events need 4 deliveries of at most 100: the small rows were merged

@@ -6,7 +6,6 @@ there be attempted (and pushed back by a long backoff), so that the figures it c
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import socket
 import ssl
@@ -24,13 +23,13 @@ from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
 from notee.store import webhooks_sql
 from notee.store.runtime import Runtime
-from notee.webhooks.dispatcher import Dispatcher, _refused_address, error_class, status_class
+from notee.webhooks.dispatcher import _refused_address, error_class, status_class
 from tests.support.logscan import remember_secret
 from tests.support.metrics import Scrape, scrape, worker_metrics_url
 from tests.support.processes import Processes, free_port, subprocess_env, wait_http
 from tests.support.registry import new_service
 from tests.support.waiting import wait_for
-from tests.support.webhook_receiver import Receiver, start_receiver
+from tests.support.webhook_receiver import Receiver, dispatch_until_idle, start_receiver
 
 LONG_BACKOFF_S = "600"  # a failed attempt's delivery is due again 5-10 minutes later: never within a test
 
@@ -189,19 +188,6 @@ def test_the_dispatcher_process_serves_the_outbox_levels_and_attempts_by_answer_
     assert "webhooks dispatcher stopped" in dispatcher.output()
 
 
-def _attempted(settings: Settings) -> None:
-    async def go() -> None:
-        runtime = Runtime(settings)
-        dispatcher = Dispatcher(runtime)
-        try:
-            await dispatcher.run(until_idle=True)
-        finally:
-            await dispatcher.close()
-            runtime.close()
-
-    asyncio.run(go())
-
-
 def _attempts(answer: str, outcome: str) -> float:
     return REGISTRY.get_sample_value("notee_webhook_attempts_total", {"answer": answer, "outcome": outcome}) or 0.0
 
@@ -215,17 +201,17 @@ def test_an_untrusted_certificate_and_a_refused_address_are_counted_by_their_cla
     new_service(client, settings, service_id)
     base = Settings().model_copy(update={"webhook_backoff_base_s": float(LONG_BACKOFF_S)})
     trusting = base.model_copy(update={"webhook_allow_private_addresses": True})  # no CA file: untrusted
-    _attempted(trusting)  # what was already due is attempted and pushed back first
+    dispatch_until_idle(trusting)  # what was already due is attempted and pushed back first
     before = {(a, o): _attempts(a, o) for a, o in (("tls", "retry"), ("refused_address", "retry"))}
     _endpoint(runtime, service_id, receiver.url)
     _emit(runtime, service_id)
-    _attempted(trusting)
+    dispatch_until_idle(trusting)
     assert _attempts("tls", "retry") - before["tls", "retry"] == 1
     other = "WHR" + secrets.token_hex(4).upper()
     new_service(client, settings, other)
     _endpoint(runtime, other, receiver.url.replace("127.0.0.1", "localhost"))
     _emit(runtime, other)
-    _attempted(base)
+    dispatch_until_idle(base)
     assert _attempts("refused_address", "retry") - before["refused_address", "retry"] == 1
     assert receiver.received == []  # the TLS handshake failed; the refused address was never called
     [tls], [refused] = _deliveries(runtime, service_id), _deliveries(runtime, other)

@@ -7,7 +7,6 @@ The rules of this topic that need no server are in tests/unit/test_webhooks.py."
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 from collections.abc import Iterator
@@ -22,13 +21,12 @@ from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
 from notee.store import jobs_sql, webhooks_sql
 from notee.store.runtime import Runtime
-from notee.webhooks.dispatcher import Dispatcher
 from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template, wait_job
 from tests.support.logscan import remember_secret
 from tests.support.processes import subprocess_env
 from tests.support.registry import admin_headers, new_service
 from tests.support.waiting import wait_for
-from tests.support.webhook_receiver import Receiver, start_receiver
+from tests.support.webhook_receiver import Receiver, dispatch_until_idle, start_receiver
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "WEBHOOKS.md"
 
@@ -59,20 +57,6 @@ def _dispatcher_settings(receiver: Receiver, **extra: object) -> Settings:
         }
         | extra
     )
-
-
-def _dispatch_until_idle(settings: Settings) -> Dispatcher:
-    async def go() -> Dispatcher:
-        runtime = Runtime(settings)
-        dispatcher = Dispatcher(runtime)
-        try:
-            await dispatcher.run(until_idle=True)
-        finally:
-            await dispatcher.close()
-            runtime.close()
-        return dispatcher
-
-    return asyncio.run(go())
 
 
 def _register(runtime: Runtime, service: str, url: str, events: list[str] | None = None) -> webhooks.NewEndpoint:
@@ -191,7 +175,7 @@ def test_a_delivery_is_resent_with_the_same_event_id(client, settings, erun, ser
     receiver.secret = created.secret
     with erun.sessions.begin() as s:
         assert webhooks_sql.emit(s, service_id, "token.pruned", {"tokens": ["t"], "user_ids": [], "reason": "x"}) == 1
-    _dispatch_until_idle(_dispatcher_settings(receiver))
+    dispatch_until_idle(_dispatcher_settings(receiver))
     [first] = receiver.events()
     headers = _api_headers(client, settings, service_id)
     listing = client.get(f"/v1/webhooks/{created.endpoint.endpoint_id}/deliveries", headers=headers)
@@ -202,7 +186,7 @@ def test_a_delivery_is_resent_with_the_same_event_id(client, settings, erun, ser
         f"/v1/webhooks/{created.endpoint.endpoint_id}/deliveries/{delivery['delivery_id']}/resend", headers=headers
     )
     assert r.status_code == 202 and r.json()["state"] == "pending" and r.json()["resent_at"], r.text
-    _dispatch_until_idle(_dispatcher_settings(receiver))
+    dispatch_until_idle(_dispatcher_settings(receiver))
     again = receiver.events()
     assert len(again) == 2 and again[1]["id"] == first["id"] and again[1] == first  # same event, same body
     assert all(r.signature_ok for r in receiver.received)
@@ -221,7 +205,7 @@ def test_a_delivery_failing_past_the_retry_window_is_failed_and_kept_listed(
             text("UPDATE webhook_delivery SET created_at = created_at - INTERVAL 25 HOUR WHERE endpoint_id = :e"),
             {"e": created.endpoint.endpoint_id},
         )
-    dispatcher = _dispatch_until_idle(_dispatcher_settings(receiver))
+    dispatcher = dispatch_until_idle(_dispatcher_settings(receiver))
     [delivery] = _deliveries(erun, created.endpoint.endpoint_id)
     assert (delivery.state, delivery.attempts, delivery.last_status) == ("failed", 1, 500)
     assert delivery.finished_at is not None and dispatcher.attempts["failed"] == 1
@@ -237,7 +221,7 @@ def test_failed_attempts_are_retried_with_backoff_until_delivered(client, settin
         webhooks_sql.emit(s, service_id, "job.finished", {"job_id": "j"})
 
     def attempt_once() -> list[webhooks_sql.Delivery]:
-        _dispatch_until_idle(_dispatcher_settings(receiver))
+        dispatch_until_idle(_dispatcher_settings(receiver))
         return _deliveries(erun, created.endpoint.endpoint_id)
 
     wait_for(lambda: attempt_once()[0].state == "delivered", timeout=60, what="delivered after 3 failures")
@@ -258,7 +242,7 @@ def test_an_endpoint_resolving_to_a_private_address_is_refused_at_send_time(
     created = _register(erun, service_id, receiver.url.replace("127.0.0.1", "localhost"))
     with erun.sessions.begin() as s:
         webhooks_sql.emit(s, service_id, "job.finished", {"job_id": "j"})
-    _dispatch_until_idle(
+    dispatch_until_idle(
         _dispatcher_settings(receiver, webhook_allow_private_addresses=False, webhook_backoff_base_s=60)
     )
     [delivery] = _deliveries(erun, created.endpoint.endpoint_id)
@@ -422,7 +406,7 @@ def test_the_verification_snippet_of_the_docs_accepts_a_real_request_and_rejects
     created = _register(erun, service_id, receiver.url)
     with erun.sessions.begin() as s:
         webhooks_sql.emit(s, service_id, "token.pruned", {"tokens": ["tök-1"], "user_ids": [], "reason": "x"})
-    _dispatch_until_idle(_dispatcher_settings(receiver))
+    dispatch_until_idle(_dispatcher_settings(receiver))
     [got] = receiver.received
     header = got.headers["Notee-Signature"]
     assert verify(created.secret, header, got.body) is True

@@ -6,6 +6,7 @@ first ``fail_first`` requests)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import ssl
@@ -16,8 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from notee.core.settings import Settings
 from notee.domain.webhooks import SIGNATURE_HEADER, signature
 from notee.emulator.tls import ensure_tls
+from notee.store.runtime import Runtime
+from notee.webhooks.dispatcher import Dispatcher
 
 
 @dataclass
@@ -101,3 +105,20 @@ def start_receiver(state_dir: Path) -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def dispatch_until_idle(settings: Settings) -> Dispatcher:
+    """Run a webhook dispatcher with ``settings`` until nothing is due, then close it; the stopped
+    dispatcher is returned for its counts."""
+
+    async def go() -> Dispatcher:
+        runtime = Runtime(settings)
+        dispatcher = Dispatcher(runtime)
+        try:
+            await dispatcher.run(until_idle=True)
+        finally:
+            await dispatcher.close()
+            runtime.close()
+        return dispatcher
+
+    return asyncio.run(go())
