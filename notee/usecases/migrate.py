@@ -101,9 +101,14 @@ class HistoryMismatch(MigrationError):
 GRANDFATHERED_OUT_OF_ORDER: dict[str, frozenset[int]] = {"mysql": frozenset({3, 7, 12}), "cassandra": frozenset()}
 # Files revised after a database may have applied them, for online safety, with the checksums of their
 # earlier texts (accepted as applied): 0026 no longer re-adds a CHECK by copying fanout_job, and 0035
-# drops the check where its first text added it (docs/DEPLOY.md "Online safety, measured").
+# drops the check where its first text added it (docs/DEPLOY.md "Online safety, measured"); 0004 and 0039
+# had their retention comments corrected (jobs live max(retention_days, receipts_retention_days)), SQL unchanged.
 REVISED: dict[str, dict[int, frozenset[str]]] = {
-    "mysql": {26: frozenset({"9dae9596962f5038e5b293f220e5a17b21eacd3cc30e6902111d77f0a681ec0d"})},
+    "mysql": {
+        4: frozenset({"8a8285a3f4535a2a960e114c7db29ae40fff8c367fa41cda31a8411de2bb6630"}),
+        26: frozenset({"9dae9596962f5038e5b293f220e5a17b21eacd3cc30e6902111d77f0a681ec0d"}),
+        39: frozenset({"0906b4eef80ec1ed5e692e8a2e7145c6090067112ded6241962768a79a52f18c"}),
+    },
     "cassandra": {},
 }
 

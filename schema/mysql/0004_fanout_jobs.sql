@@ -7,8 +7,9 @@
 -- target is {"topic": ...} or {"timezone", "day", "hour", "minute"}; payload is the rendered
 -- {title, body, data, ttl_seconds, priority} the workers send. idempotency_key is the client's
 -- Idempotency-Key header (or the scheduler's tick key): the same key returns the same job.
--- retention: settings.retention_days (default 14) after finished_at, deleted by `notee prune`
--- (notee/fanout/retention.py); an unfinished job is kept until it finishes. Tasks cascade.
+-- retention: max(settings.retention_days, settings.receipts_retention_days) (default 30: a job lives as
+-- long as its receipts) after finished_at, deleted by the hourly retention run and `notee prune`
+-- (notee/usecases/retention.py job_retention_days); an unfinished job is kept until it finishes. Tasks cascade.
 CREATE TABLE IF NOT EXISTS fanout_job (
   job_id               CHAR(36)     CHARACTER SET ascii NOT NULL,
   service              VARCHAR(32)  NOT NULL,

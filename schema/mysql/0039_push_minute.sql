@@ -3,8 +3,10 @@
 -- in the transaction that checkpoints (or completes) the page, so the series and the task's counts
 -- never disagree. One row per (job, minute, task): each task has one lease owner at a time, so two
 -- lanes never wait on the same row. No foreign keys: the write is on every page's path, and the rows
--- live 2 days (jobs 14): a job or service deleted meanwhile leaves rows nobody can read (every read
--- names the service) until the retention run.
+-- live 2 days, far less than their jobs (a finished job is kept max(retention_days,
+-- receipts_retention_days) days: 30 by default, notee/usecases/retention.py job_retention_days), so a
+-- job older than 2 days keeps its counts but no longer has its per-minute series; a service deleted
+-- meanwhile leaves rows nobody can read (every read names the service) until the retention run.
 -- retention: 2 days after minute_utc, deleted by the hourly retention run (notee/usecases/retention.py,
 -- `notee prune`).
 CREATE TABLE IF NOT EXISTS push_minute (
