@@ -1,6 +1,6 @@
 """Cycle subscriptions: a user's recurring schedule of a CYCLE template (one per type; a new one
-replaces the previous), and unsubscribe. A cycle subscribe holds the user's row shared
-(notee/domain/subscriptions.py, "deletion wins")."""
+replaces the previous), and unsubscribe. A cycle subscribe holds the user's row shared, the
+unsubscribe exclusively (notee/domain/subscriptions.py, "deletion wins")."""
 
 from __future__ import annotations
 
@@ -112,8 +112,16 @@ def _keep_latest_schedule(
 
 
 def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: str, type_: str) -> bool:
-    tpl = template(session, service, "CYCLE", type_)
-    if users_sql.get_user(session, service, user_id) is None:
+    """Remove the user's schedule of this type (every device's rows); True when one was removed.
+
+    The user's row is locked exclusively, first (deletion wins: notee/domain/subscriptions.py). A
+    deletion waits for this removal (and finds the rows gone, so the user leaves ``count`` once), or
+    this one finds no user. Exclusive, where the topic unsubscribe's shared lock suffices (its
+    subscribes are exclusive): a cycle subscribe or a device's copy holds the row shared, and one
+    caught between writing its device rows and its user-level row would otherwise leave a schedule
+    listed and counted whose device rows this removal deleted."""
+    if users_sql.get_user(session, service, user_id, for_update=True) is None:
         raise NotFound("user not found")
-    settle_users(session, st, service, [user_id], exclusive=False)
+    tpl = template(session, service, "CYCLE", type_)
+    settle_users(session, st, service, [user_id], exclusive=True)
     return unsubscribe(st, service, user_id, tpl, lambda r: True)

@@ -18,8 +18,8 @@ requests racing, converge on the same rows.
 
 Deletion wins (issue 14.5, docs/SCHEMA.md "Races"): whoever writes a user's rows holds a lock on the
 user's MySQL row for the whole write: a shared one to add rows (cycle subscribe, a device's copy),
-an exclusive one to change the user's devices or delete it (registry, ``prune_token``) and for every
-topic subscribe, single or bulk (its read of the user's rows then decides alone whether the user is
+an exclusive one to change the user's devices or delete it (registry, ``prune_token``), to remove a
+cycle schedule (``cycle_subscriptions.unsubscribe_cycle``) and for every topic subscribe, single or bulk (its read of the user's rows then decides alone whether the user is
 new to the type). The lock is the first statement of the transaction, so the MySQL reads after it
 (REPEATABLE READ snapshot) see every deletion committed before it; a deletion waits for a write in
 progress, then finds its rows.
