@@ -1,3 +1,4 @@
+# over 400 lines: every metric of Notee is defined here once, so no two modules can define one twice.
 """Every Prometheus metric of Notee, defined once, on prometheus_client's default registry.
 
 Shared layer: imports no Notee module, so the stores, the transport, the domain and the API all
@@ -131,6 +132,13 @@ WEBHOOK_ATTEMPTS = Counter(
 )
 
 # --- stores (notee/store/outage.py) ------------------------------------------------------------------
+MYSQL_TRANSACTION_RETRIES = Counter(
+    "notee_mysql_transaction_retries_total",
+    "Transient MySQL errors (deadlock, lock_wait_timeout, lost_connection) met by a fan-out queue transaction "
+    "(claim, checkpoint, complete, ...), by outcome: retried (run again), already_applied (the connection was "
+    "lost after the commit landed: not run twice), gave_up (its attempts ran out: the caller backs off).",
+    ["transaction", "kind", "outcome"],
+)
 STORE_ERRORS = Counter(
     "notee_store_errors_total",
     "Errors a store answered (or failed to answer) this process, by store (mysql, cassandra) and kind "
@@ -181,6 +189,10 @@ def provider_latency(provider: str) -> Histogram:
 
 def webhook_attempts(answer: str, outcome: str) -> Counter:
     return _child(WEBHOOK_ATTEMPTS, answer, outcome)
+
+
+def mysql_transaction_retry(transaction: str, kind: str, outcome: str) -> None:
+    _child(MYSQL_TRANSACTION_RETRIES, transaction, kind, outcome).inc()
 
 
 def store_error(store: str, outage: bool) -> None:

@@ -2,26 +2,42 @@
 
 One engine per process, built by the app factory / CLI from Settings. Sessions are opened by the
 caller (one per request or per job step) and passed to the query functions, which never open their
-own.
+own. ``retried`` runs a store module's own transaction again after a transient error (a deadlock, a
+lock wait timeout, a lost connection): such an error says nothing about the work.
 """
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from pymysql import err as pymysql_err
 from pymysql.connections import Connection as PyMySQLConnection
 from sqlalchemy import CursorResult, Engine, Result, Row, create_engine, event, text
-from sqlalchemy.exc import SAWarning
+from sqlalchemy.exc import DBAPIError, SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
+from notee.core import metrics
 from notee.core.settings import Settings
 from notee.store.outage import watch_mysql
 
 AnyRow = Row[*tuple[Any, ...]]  # a result row of any shape, read by column name
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# MariaDB errors after which the same transaction, run again, can succeed
+# (https://mariadb.com/kb/en/mariadb-error-code-reference/): InnoDB rolled back a deadlock's victim
+# (1213) or the statement that waited too long for a row lock (1205); the connection went away (2006)
+# or was lost during a statement (2013), which rolls back what was not committed, except when it
+# was lost during the COMMIT itself: then the transaction may have committed (``retried``'s ``applied``).
+TRANSIENT_MYSQL_ERRORS = {1205: "lock_wait_timeout", 1213: "deadlock", 2006: "lost_connection", 2013: "lost_connection"}
 
 
 def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
@@ -83,3 +99,64 @@ def db_now(session: Session) -> datetime:
     value = session.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
     assert isinstance(value, datetime)
     return value
+
+
+def transient_kind(exc: BaseException) -> str | None:
+    """``deadlock``, ``lock_wait_timeout`` or ``lost_connection`` when ``exc`` is such a MySQL error, else None."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    if isinstance(orig, pymysql_err.MySQLError) and orig.args and isinstance(orig.args[0], int):
+        return TRANSIENT_MYSQL_ERRORS.get(orig.args[0])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How ``retried`` runs a transaction again: at most ``attempts`` runs in all, each after a pause of
+    full jitter (uniform in [0, min(cap_s, base_s * 2**n)]), so two deadlocked lanes do not meet again
+    in step. Bounded on purpose: an outage that outlasts it goes to the caller's own backoff."""
+
+    attempts: int = 5
+    base_s: float = 0.05
+    cap_s: float = 1.0
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+
+
+def retried(
+    sessions: sessionmaker[Session],
+    work: Callable[[Session], T],
+    *,
+    name: str,
+    applied: Callable[[Session], T | None] | None = None,
+    retry: Retry | None = None,
+) -> T:
+    """Run ``work`` in a transaction of its own, again after a transient error (``transient_kind``);
+    any other error, or the last attempt's, goes to the caller. ``applied``: after a lost connection,
+    whether the lost commit landed (read in a fresh session; not None: its answer, and ``work`` is
+    not run twice): a transaction that adds counts is not idempotent. Each transient error is
+    counted (``notee_mysql_transaction_retries_total``) with what was done about it."""
+    policy = retry or Retry()
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            with sessions.begin() as session:
+                return work(session)
+        except DBAPIError as exc:
+            kind = transient_kind(exc)
+            if kind is None:
+                raise
+            if attempt == policy.attempts:
+                metrics.mysql_transaction_retry(name, kind, "gave_up")
+                log.warning("mysql %s: %s %d times; giving up to the caller", name, kind, attempt)
+                raise
+            if kind == "lost_connection" and applied is not None:
+                with sessions() as session:
+                    answer = applied(session)
+                if answer is not None:
+                    metrics.mysql_transaction_retry(name, kind, "already_applied")
+                    log.warning("mysql %s: connection lost after its commit landed; not run again", name)
+                    return answer
+            metrics.mysql_transaction_retry(name, kind, "retried")
+            pause = policy.rng.uniform(0, min(policy.cap_s, policy.base_s * 2 ** (attempt - 1)))
+            log.warning("mysql %s: %s (attempt %d); running it again in %.3f s", name, kind, attempt, pause)
+            policy.sleep(pause)
+    raise AssertionError("unreachable: the last attempt returns or raises")

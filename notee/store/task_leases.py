@@ -5,8 +5,11 @@ Leasing (DATA-RULES.md "Writes"): a worker claims one open task, chosen fairly b
 stamps it with its own ``lease_token`` and a ``lease_until`` from the database clock, and every later
 write (extend, checkpoint, complete, release) is fenced by that token: if another worker reclaimed
 the task after the lease expired, the stale worker's write matches no row and it stops
-(``LeaseLost``). These functions run their own transaction from a sessionmaker, except the ones
-that take the caller's Session (they never commit). The job rows are notee/store/jobs_sql.py.
+(``LeaseLost``). Each runs its own transaction, again after a transient MySQL error (``mysql.retried``:
+a deadlock with another lane's or an operator's transaction on the job, a lock wait timeout, a lost
+connection) before the worker backs off as for an outage; ``checkpoint``, ``complete`` and ``claim``
+first check whether a commit whose answer was lost had landed (nothing counted twice, no claim left
+behind). How a task and its job end: notee/store/task_ends.py; the job rows: notee/store/jobs_sql.py.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from notee.core.vocabulary import PageCounts
 from notee.store import push_minutes_sql
 from notee.store.claim_order import next_claimable
 from notee.store.jobs_sql import emit_job_event, job_state
-from notee.store.mysql import affected
+from notee.store.mysql import affected, retried
+from notee.store.task_ends import finish_task
 
 # A task that crashed or hit an unexpected error this many times at the same checkpoint is a poison
 # task: it is failed instead of retried. Graceful releases (stop, outages) do not count.
@@ -60,13 +64,6 @@ class Claim:
     service: str = ""  # the job's service (its pages' rows of push_minute name it)
 
 
-# A job whose every recipient had no route ends failed with this error (notee/usecases/deliver.py says the same per send).
-NO_CREDENTIALS_ERROR = (
-    "no recipient could be sent: the service has no provider credentials for their platform "
-    "(Android needs FCM; iOS needs APNs or FCM)"
-)
-
-
 def claim(
     sessions: sessionmaker[Session],
     *,
@@ -85,77 +82,104 @@ def claim(
     ``unserved_only``: only tenants that hold no live lease (a worker's spare lane). A task claimed
     ``MAX_TASK_ATTEMPTS`` times already is failed instead (a poison task must not loop forever)."""
     token = secrets.token_hex(16)
-    with sessions.begin() as session:
-        session.connection(execution_options={"isolation_level": "READ COMMITTED"})
-        while True:
-            row = next_claimable(session, services, unserved_only)
-            if row is None:
-                return None
-            if job_state(session, row.job_id) == "cancelled":  # a dead worker's task of a cancelled job
-                _finish_task(session, row.job_id, row.task_no, "cancelled", None)
-                continue
-            if row.attempts >= MAX_TASK_ATTEMPTS:
-                _finish_task(
-                    session,
-                    row.job_id,
-                    row.task_no,
-                    "failed",
-                    f"gave up after {row.attempts} crashes or unexpected errors at the same checkpoint"
-                    + (f"; last error: {row.error}" if row.error else ""),
-                )
-                continue
-            overdue = session.execute(
-                text("SELECT deadline FROM fanout_job WHERE job_id = :j AND deadline < UTC_TIMESTAMP(6)"),
-                {"j": row.job_id},
-            ).scalar_one_or_none()
-            if overdue is not None:  # e.g. a cycle minute's job claimed after its grace: never send it late
-                _finish_task(
-                    session,
-                    row.job_id,
-                    row.task_no,
-                    "expired",
-                    f"not finished by its deadline {overdue:%Y-%m-%dT%H:%M:%SZ}; slots "
-                    f"{row.current_slot}..{row.slot_to} not sent",
-                )
-                continue
-            session.execute(
-                text(
-                    "UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
-                    " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND,"
-                    " attempts = attempts + 1, started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                    " WHERE job_id = :j AND task_no = :n"
-                ),
-                {"o": owner[:100], "tok": token, "ms": int(lease_s * 1000), "j": row.job_id, "n": row.task_no},
-            )
-            session.execute(
-                text(
-                    "UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
-                    " WHERE job_id = :j AND state IN ('scheduled', 'queued')"
-                ),
-                {"j": row.job_id},
-            )
-            return Claim(
+
+    def work(session: Session) -> Claim | None:
+        return _claim_one(session, token, owner=owner, lease_s=lease_s, services=services, unserved_only=unserved_only)
+
+    return retried(sessions, work, name="claim", applied=lambda session: _claimed_with(session, token))
+
+
+def _claim_one(
+    session: Session, token: str, *, owner: str, lease_s: float, services: Sequence[str] | None, unserved_only: bool
+) -> Claim | None:
+    """``claim``'s transaction: the first claimable task, stamped with ``token``; None: none left."""
+    session.connection(execution_options={"isolation_level": "READ COMMITTED"})
+    while True:
+        row = next_claimable(session, services, unserved_only)
+        if row is None:
+            return None
+        if job_state(session, row.job_id) == "cancelled":  # a dead worker's task of a cancelled job
+            finish_task(session, row.job_id, row.task_no, "cancelled", None)
+            continue
+        if row.attempts >= MAX_TASK_ATTEMPTS:
+            finish_task(
+                session,
                 row.job_id,
                 row.task_no,
-                row.slot_from,
-                row.slot_to,
-                row.current_slot,
-                bytes(row.paging_state) if row.paging_state is not None else None,
-                row.attempts + 1,
-                token,
-                (int(row.resume_no), row.resume_token) if row.resume_token is not None else None,
-                taken_over=row.state == "running",
-                service=_job_service(session, row.job_id),
+                "failed",
+                f"gave up after {row.attempts} crashes or unexpected errors at the same checkpoint"
+                + (f"; last error: {row.error}" if row.error else ""),
             )
+            continue
+        overdue = session.execute(
+            text("SELECT deadline FROM fanout_job WHERE job_id = :j AND deadline < UTC_TIMESTAMP(6)"),
+            {"j": row.job_id},
+        ).scalar_one_or_none()
+        if overdue is not None:  # e.g. a cycle minute's job claimed after its grace: never send it late
+            finish_task(
+                session,
+                row.job_id,
+                row.task_no,
+                "expired",
+                f"not finished by its deadline {overdue:%Y-%m-%dT%H:%M:%SZ}; slots "
+                f"{row.current_slot}..{row.slot_to} not sent",
+            )
+            continue
+        session.execute(
+            text(
+                "UPDATE fanout_task SET state = 'running', lease_owner = :o, lease_token = :tok,"
+                " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND,"
+                " attempts = attempts + 1, started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                " WHERE job_id = :j AND task_no = :n"
+            ),
+            {"o": owner[:100], "tok": token, "ms": int(lease_s * 1000), "j": row.job_id, "n": row.task_no},
+        )
+        session.execute(
+            text(
+                "UPDATE fanout_job SET state = 'running', started_at = COALESCE(started_at, UTC_TIMESTAMP(6))"
+                " WHERE job_id = :j AND state IN ('scheduled', 'queued')"
+            ),
+            {"j": row.job_id},
+        )
+        return _claim_of(session, row, token, attempts=row.attempts + 1, taken_over=row.state == "running")
 
 
-def _job_service(session: Session, job_id: str) -> str:
-    return str(session.execute(text("SELECT service FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one())
+def _claim_of(session: Session, row: Any, token: str, *, attempts: int, taken_over: bool) -> Claim:
+    return Claim(
+        row.job_id,
+        row.task_no,
+        row.slot_from,
+        row.slot_to,
+        row.current_slot,
+        bytes(row.paging_state) if row.paging_state is not None else None,
+        attempts,
+        token,
+        (int(row.resume_no), row.resume_token) if row.resume_token is not None else None,
+        taken_over=taken_over,
+        service=str(
+            session.execute(text("SELECT service FROM fanout_job WHERE job_id = :j"), {"j": row.job_id}).scalar_one()
+        ),
+    )
 
 
-def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -> None:
+def _claimed_with(session: Session, token: str) -> Claim | None:
+    """The task a claim whose commit answer was lost stamped with ``token``, if the commit landed."""
+    row = session.execute(
+        text(
+            "SELECT job_id, task_no, slot_from, slot_to, current_slot, paging_state, attempts, resume_no,"
+            " resume_token FROM fanout_task WHERE lease_token = :tok AND state = 'running'"
+        ),
+        {"tok": token},
+    ).one_or_none()
+    return None if row is None else _claim_of(session, row, token, attempts=int(row.attempts), taken_over=False)
+
+
+def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any], *, failed_too: bool = False) -> None:
+    """``sql`` on the claimed task while this claim holds it (``failed_too``: or another lane failed
+    its job meanwhile, keeping the token: the counts of the page this lane sent still go in)."""
+    states = "state IN ('running', 'failed')" if failed_too else "state = 'running'"
     result = session.execute(
-        text(sql + " WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND state = 'running'"),
+        text(sql + f" WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND {states}"),
         {**params, "j": claim_.job_id, "n": claim_.task_no, "tok": claim_.lease_token},
     )
     if affected(result) != 1:
@@ -163,13 +187,15 @@ def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any]) -
 
 
 def extend_lease(sessions: sessionmaker[Session], claim_: Claim, *, lease_s: float) -> None:
-    with sessions.begin() as session:
+    def work(session: Session) -> None:
         _fenced(
             session,
             claim_,
             "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
             {"ms": int(lease_s * 1000)},
         )
+
+    retried(sessions, work, name="extend_lease")
 
 
 def checkpoint(
@@ -186,7 +212,8 @@ def checkpoint(
     slot, for when Cassandra rejects the paging state) and what it did; renews the lease.
 
     The checkpoint advanced, so the poison count restarts: ``attempts = 1`` is this claim."""
-    with sessions.begin() as session:
+
+    def work(session: Session) -> bool:
         _fenced(
             session,
             claim_,
@@ -215,16 +242,41 @@ def checkpoint(
         )
         cancelled = job_state(session, claim_.job_id) == "cancelled"
         if cancelled:  # the page's counts above are kept; the task ends here
-            _finish_task(session, claim_.job_id, claim_.task_no, "cancelled", None)
-    if cancelled:
+            finish_task(session, claim_.job_id, claim_.task_no, "cancelled", None)
+        return cancelled
+
+    position = (current_slot, paging_state, resume_key)
+    if retried(sessions, work, name="checkpoint", applied=lambda session: _at_position(session, claim_, position)):
         raise JobCancelled(f"job {claim_.job_id} was cancelled")
+
+
+def _at_position(
+    session: Session, claim_: Claim, position: tuple[int, bytes | None, tuple[int, str] | None]
+) -> bool | None:
+    """False (not cancelled) when a checkpoint whose commit answer was lost landed: the task, still
+    ours, is at the position it wrote (each checkpoint moves it on). None: it did not land."""
+    row = session.execute(
+        text(
+            "SELECT current_slot, paging_state, resume_no, resume_token FROM fanout_task"
+            " WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND state = 'running'"
+        ),
+        {"j": claim_.job_id, "n": claim_.task_no, "tok": claim_.lease_token},
+    ).one_or_none()
+    if row is None:
+        return None
+    key = (int(row.resume_no), str(row.resume_token)) if row.resume_token is not None else None
+    ps = bytes(row.paging_state) if row.paging_state is not None else None
+    return False if (int(row.current_slot), ps, key) == position else None
 
 
 def forget_paging_state(sessions: sessionmaker[Session], claim_: Claim) -> None:
     """Cassandra rejected the checkpointed paging state: drop it, so every later claim resumes the
     slot from the checkpointed key (``resume_no``/``resume_token``) instead."""
-    with sessions.begin() as session:
-        _fenced(session, claim_, "UPDATE fanout_task SET paging_state = NULL", {})
+    retried(
+        sessions,
+        lambda session: _fenced(session, claim_, "UPDATE fanout_task SET paging_state = NULL", {}),
+        name="forget",
+    )
 
 
 def release(
@@ -240,8 +292,10 @@ def release(
 
     A graceful release (stop, a store or provider outage) gives its claim back (``attempts - 1``):
     only crashes (a claim never released) and unexpected errors (``counts_as_attempt``) count
-    towards ``MAX_TASK_ATTEMPTS``."""
-    with sessions.begin() as session:
+    towards ``MAX_TASK_ATTEMPTS``. (Run again after a lost commit, it finds the task no longer
+    leased: ``LeaseLost``, which its callers take as done.)"""
+
+    def work(session: Session) -> None:
         _fenced(
             session,
             claim_,
@@ -255,6 +309,8 @@ def release(
             },
         )
 
+    retried(sessions, work, name="release")
+
 
 def complete(
     sessions: sessionmaker[Session],
@@ -267,23 +323,39 @@ def complete(
     """Finish the task (done, or failed loudly) with the counts of its last page, and, if it was the
     job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
     task open (it is re-sent, at most one page), never a done task without its counts."""
-    with sessions.begin() as session:
+    state = "failed" if failed else "done"
+
+    def work(session: Session) -> bool:
         _add_counts(session, claim_, counts)
-        _finish_task(session, claim_.job_id, claim_.task_no, "failed" if failed else "done", error)
+        finish_task(session, claim_.job_id, claim_.task_no, state, error)
+        return True
+
+    def landed(session: Session) -> bool | None:  # finished, with our counts: no other owner finishes it
+        found = session.execute(
+            text("SELECT state FROM fanout_task WHERE job_id = :j AND task_no = :n"),
+            {"j": claim_.job_id, "n": claim_.task_no},
+        ).scalar_one_or_none()
+        return True if found == state else None
+
+    retried(sessions, work, name="complete", applied=landed)
 
 
 def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = _NO_COUNTS) -> None:
     """A provider configuration error: the whole job fails once, in one transaction. The claimed task
     keeps the counts of what its last page did before the error; every other open task of the job
     is failed too (a worker holding one loses its lease at its next write and stops); the job
-    carries ``error``."""
-    with sessions.begin() as session:
-        _add_counts(session, claim_, counts)
+    carries ``error``. Two lanes failing one job lock each other's task rows in opposite orders (a
+    deadlock, seen): the loser runs again, finds its task failed by the other and adds its page's
+    counts to it; the job is failed once."""
+
+    def work(session: Session) -> None:
+        _add_counts(session, claim_, counts, failed_too=True)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
-            # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed
+            # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed;
+            # lease tokens kept until then: a lane failing the same job adds its page's counts (``_add_counts``)
             text(
-                "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL, lease_token = NULL,"
+                "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL,"
                 " finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
             ),
             {"e": error[:500], "j": claim_.job_id},
@@ -299,8 +371,10 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
         if affected(failed):
             emit_job_event(session, claim_.job_id)
 
+    retried(sessions, work, name="fail_job")
 
-def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
+
+def _add_counts(session: Session, claim_: Claim, counts: PageCounts, *, failed_too: bool = False) -> None:
     _fenced(
         session,
         claim_,
@@ -317,63 +391,8 @@ def _add_counts(session: Session, claim_: Claim, counts: PageCounts) -> None:
             "qd": counts.quiet_dropped,
             "pg": 1 if counts.targeted or counts.quiet_dropped else 0,
         },
+        failed_too=failed_too,
     )
     push_minutes_sql.add_page(
         session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts
-    )
-
-
-def _finish_task(session: Session, job_id: str, task_no: int, state: str, error: str | None) -> None:
-    session.execute(
-        # A failed task keeps its paging state: `notee jobs requeue` resumes it from there.
-        text(
-            "UPDATE fanout_task SET state = :st, error = :e, lease_owner = NULL, lease_token = NULL,"
-            " paging_state = IF(:st = 'done', NULL, paging_state), finished_at = UTC_TIMESTAMP(6)"
-            " WHERE job_id = :j AND task_no = :n"
-        ),
-        {"st": state, "e": error[:500] if error else None, "j": job_id, "n": task_no},
-    )
-    # Lock the job row so two workers finishing the last two tasks at once serialise here and
-    # exactly one of them sees "no open task left" and closes the job.
-    session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
-    row = session.execute(
-        text(
-            "SELECT SUM(state IN ('queued', 'running')) AS open_, SUM(state = 'failed') AS failed_,"
-            " SUM(state = 'expired') AS expired_, COUNT(*) AS tasks_,"
-            " MIN(CASE WHEN state IN ('failed', 'expired') THEN error END) AS error_, SUM(targeted) AS targeted_,"
-            " SUM(no_credentials) AS no_credentials_ FROM fanout_task WHERE job_id = :j"
-        ),
-        {"j": job_id},
-    ).one()
-    if int(row.open_ or 0) == 0:
-        # failed wins over expired (a loud error); expired says how many tasks were not (fully) sent
-        state, error = "done", row.error_
-        if row.failed_:
-            state = "failed"
-        elif row.expired_:
-            state, error = "expired", f"{int(row.expired_)} of {int(row.tasks_)} task(s) expired: {row.error_}"
-        elif int(row.targeted_ or 0) > 0 and row.no_credentials_ == row.targeted_:
-            state, error = "failed", NO_CREDENTIALS_ERROR  # not one recipient had a provider: not a success
-        closed = session.execute(
-            text(
-                "UPDATE fanout_job SET state = :st, error = :e, finished_at = UTC_TIMESTAMP(6),"
-                " started_at = CASE WHEN :st = 'expired' THEN started_at ELSE COALESCE(started_at, UTC_TIMESTAMP(6)) END"
-                " WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
-            ),
-            {"st": state, "e": error[:500] if error else None, "j": job_id},
-        )
-        if affected(closed):
-            emit_job_event(session, job_id)
-
-
-def reclaim_expired(session: Session) -> int:
-    """Put every running task whose lease expired back in the queue (claim also takes them
-    directly; this is for operators and tests). Returns how many."""
-    return affected(
-        session.execute(
-            text(
-                "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL"
-                " WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)"
-            )
-        )
     )

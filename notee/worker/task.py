@@ -20,7 +20,7 @@ after each, and what an error that ends it early means.
   graceful release does not count as an attempt. Only crashes and unexpected errors at the same
   checkpoint count towards the poison limit. A paging state the server rejects is dropped and the
   slot resumes after the last checkpointed row.
-* Per task: one job read (the rendered payload). Per page: one checkpoint.
+* Per task: one job read (the rendered payload). Per page: one checkpoint (retried on a deadlock).
 """
 
 from __future__ import annotations
@@ -135,7 +135,10 @@ class TaskRun:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
         except Exception as exc:
-            await self.settle(exc)
+            try:
+                await self.settle(exc)
+            except Exception:  # never the lane's end: the lease expires, the next claim resumes it
+                log.exception("task %s: settling %s failed; lease left to expire", self.name, type(exc).__name__)
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
@@ -369,6 +372,10 @@ class TaskRun:
             )
         except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass
+        except Exception as exc:  # MySQL down past fail_job's retries: an outage; the next claim fails the job
+            if not is_store_outage(exc):
+                raise
+            await self._release_after_error(exc)
 
     async def keep_lease(self) -> None:
         """Renew the lease every lease_s / 3 while the task runs (a slow page keeps it); ``lost`` is

@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 
 from notee.core.errors import InvalidInput, NotFound
 from notee.core.vocabulary import PageCounts, Progress, TopicTarget
-from notee.store import jobs_sql, task_leases
+from notee.store import jobs_sql, task_ends, task_leases
 from notee.store.task_leases import LeaseLost
 from notee.usecases import jobs, planning, publish
 from notee.usecases.job_requests import JobRequest, TopicPublish
@@ -234,7 +234,7 @@ def test_reclaim_expired(runtime, service_id):
     _claim(runtime, service_id)
     _expire(runtime, job.job_id)
     with runtime.sessions.begin() as s:
-        assert task_leases.reclaim_expired(s) >= 1
+        assert task_ends.reclaim_expired(s) >= 1
         assert jobs_sql.tasks(s, job.job_id)[0].state == "queued"
 
 

@@ -1,0 +1,202 @@
+"""A transient MySQL error in a fan-out task's transaction (docs/RELIABILITY.md "A passing outage never
+fails a job"): a real InnoDB deadlock (1213) between a worker's transaction and another one on the
+same job runs the worker's transaction again, and a commit whose answer was lost (2013) is not run
+twice. Deterministic: the other transaction takes the job row's lock, waits until the worker's
+statement is seen waiting for it (``information_schema.PROCESSLIST``, the same MySQL user), then asks
+for a row the worker holds: InnoDB rolls back the lighter of the two, the worker's."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pymysql
+from sqlalchemy import bindparam, text
+from sqlalchemy.exc import OperationalError
+
+from notee.core import metrics
+from notee.core.vocabulary import PageCounts
+from notee.store import task_leases
+from tests.support.fanout import topic_job, topic_template
+from tests.support.waiting import wait_for
+
+_LOCK_JOB = "SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"
+
+
+def _retries(transaction: str, kind: str, outcome: str) -> float:
+    return metrics.MYSQL_TRANSACTION_RETRIES.labels(transaction, kind, outcome)._value.get()
+
+
+def _job_with_tasks(runtime, service, tasks: int):
+    key = topic_template(runtime, service)
+    runtime.statements.allocate_numbers(service, "TOPIC", "news", 30_000 * tasks - 1)
+    job = topic_job(runtime, service, key, "all")
+    assert job.task_count == tasks
+    return job
+
+
+def _claim(runtime, service):
+    claim = task_leases.claim(runtime.sessions, owner="test", lease_s=60.0, services=[service])
+    assert claim is not None
+    return claim
+
+
+def _task(runtime, job_id, task_no):
+    with runtime.sessions() as s:
+        return s.execute(
+            text("SELECT state, sent, targeted, lease_token FROM fanout_task WHERE job_id = :j AND task_no = :n"),
+            {"j": job_id, "n": task_no},
+        ).one()
+
+
+def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def _waits_for_the_job_lock(runtime, job_id: str, own_id: int) -> bool:
+    """Is another connection of ours running the job row's locking read (it waits for the lock we hold)?"""
+    with runtime.sessions() as s:
+        return bool(
+            s.execute(
+                text(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> :me"
+                    " AND INFO LIKE :sql AND INFO LIKE :job"
+                ),
+                {"me": own_id, "sql": "SELECT job_id FROM fanout_job WHERE job_id = %FOR UPDATE", "job": f"%{job_id}%"},
+            ).scalar_one()
+        )
+
+
+def _deadlock_with(runtime, job, claim, worker_step: Callable[[], Any], *, heavier: str) -> list[BaseException]:
+    """Run ``worker_step`` (a task_leases write of ``claim``) into a deadlock: this transaction first runs
+    ``heavier`` (its weight makes InnoDB pick the worker as the victim) and locks the job row; once the
+    worker waits for it, it asks for the worker's task row. Returns the worker's errors."""
+    with runtime.sessions() as rival:
+        me = int(rival.execute(text("SELECT CONNECTION_ID()")).scalar_one())
+        # Rows named one by one: a range would lock the worker's task row too (REPEATABLE READ).
+        others = [n for n in range(job.task_count) if n != claim.task_no]
+        rival.execute(
+            text(heavier).bindparams(bindparam("others", expanding=True)), {"j": job.job_id, "others": others}
+        )
+        rival.execute(text(_LOCK_JOB), {"j": job.job_id})
+        thread, errors = _in_thread(worker_step)
+        wait_for(
+            lambda: not thread.is_alive() or _waits_for_the_job_lock(runtime, job.job_id, me),
+            timeout=60,
+            what="the worker to wait for the job row",
+        )
+        assert thread.is_alive(), errors
+        # The cycle closes here: InnoDB rolls the worker's transaction back (1213) and this one goes on.
+        rival.execute(
+            text("UPDATE fanout_task SET error = error WHERE job_id = :j AND task_no = :n"),
+            {"j": job.job_id, "n": claim.task_no},
+        )
+        rival.rollback()
+    thread.join(60)
+    assert not thread.is_alive()
+    return errors
+
+
+def test_a_completion_deadlocked_by_another_transaction_runs_again_and_counts_its_page_once(runtime, service_id):
+    job = _job_with_tasks(runtime, service_id, 6)
+    claim = _claim(runtime, service_id)
+    before = _retries("complete", "deadlock", "retried")
+    errors = _deadlock_with(
+        runtime,
+        job,
+        claim,
+        lambda: task_leases.complete(runtime.sessions, claim, counts=PageCounts(targeted=7, sent=7)),
+        heavier="UPDATE fanout_task SET error = 'rival' WHERE job_id = :j AND task_no IN :others",
+    )
+    assert errors == []  # without the retry: OperationalError 1213, and the page re-sent whole
+    task = _task(runtime, job.job_id, claim.task_no)
+    assert (task.state, task.targeted, task.sent) == ("done", 7, 7)
+    assert _retries("complete", "deadlock", "retried") == before + 1
+    with runtime.sessions() as s:
+        assert (
+            s.execute(text("SELECT SUM(sent) FROM push_minute WHERE job_id = :j"), {"j": job.job_id}).scalar_one() == 7
+        )
+
+
+def test_the_lane_losing_a_deadlock_between_two_lanes_failing_one_job_counts_its_page_and_the_job_fails_once(
+    runtime, service_id
+):
+    """The deadlock seen in a run: two lanes failing one job (undecryptable credentials). Lane B's
+    transaction (its task's counts, the job row, every task of the job) is played here step by step."""
+    job = _job_with_tasks(runtime, service_id, 6)
+    lane_a = _claim(runtime, service_id)
+    lane_b = _claim(runtime, service_id)
+    fail_a = lambda: task_leases.fail_job(  # noqa: E731
+        runtime.sessions, lane_a, error="provider configuration: A", counts=PageCounts(targeted=3, sent=3)
+    )
+    errors = _deadlock_with(
+        runtime,
+        job,
+        lane_a,
+        fail_a,
+        heavier="UPDATE fanout_task SET sent = sent + 5, targeted = targeted + 5 WHERE job_id = :j AND task_no IN :others",
+    )
+    assert errors == []  # without the retry: OperationalError 1213 out of the lane (it ended the worker process)
+    task = _task(runtime, job.job_id, lane_a.task_no)
+    assert (task.state, task.targeted, task.sent) == ("failed", 3, 3)
+    with runtime.sessions() as s:
+        state, error = s.execute(text("SELECT state, error FROM fanout_job WHERE job_id = :j"), {"j": job.job_id}).one()
+    assert (state, error) == ("failed", "provider configuration: A")
+    # Lane B's own fail_job, after A's: its page's counts go in, its task stays failed, the job is failed once.
+    task_leases.fail_job(
+        runtime.sessions, lane_b, error="provider configuration: B", counts=PageCounts(targeted=2, sent=2)
+    )
+    task = _task(runtime, job.job_id, lane_b.task_no)
+    assert (task.state, task.targeted, task.sent) == ("failed", 2, 2)
+    with runtime.sessions() as s:
+        assert s.execute(text("SELECT error FROM fanout_job WHERE job_id = :j"), {"j": job.job_id}).scalar_one() == (
+            "provider configuration: A"
+        )
+
+
+class _LosingTheFirstCommitAnswer:
+    """The process's sessionmaker, except that the first transaction's COMMIT lands and its answer is
+    then lost (MariaDB 2013), as when the connection drops between the server's commit and its reply."""
+
+    def __init__(self, sessions: Any) -> None:
+        self.sessions, self.lost = sessions, False
+
+    def __call__(self) -> Any:
+        return self.sessions()
+
+    @contextmanager
+    def begin(self) -> Iterator[Any]:
+        with self.sessions.begin() as session:
+            yield session
+        if not self.lost:
+            self.lost = True
+            cause = pymysql.err.OperationalError(2013, "Lost connection to server during query")
+            raise OperationalError("COMMIT", {}, cause)
+
+
+def test_a_checkpoint_whose_commit_answer_was_lost_is_not_run_twice(runtime, service_id):
+    job = _job_with_tasks(runtime, service_id, 2)
+    claim = _claim(runtime, service_id)
+    losing = _LosingTheFirstCommitAnswer(runtime.sessions)
+    before = _retries("checkpoint", "lost_connection", "already_applied")
+    task_leases.checkpoint(
+        losing, claim, current_slot=claim.current_slot, paging_state=b"\x01page", counts=PageCounts(4, 4), lease_s=60
+    )
+    assert losing.lost
+    task = _task(runtime, job.job_id, claim.task_no)
+    assert (task.state, task.targeted, task.sent) == ("running", 4, 4)  # run twice: 8 and 8
+    assert _retries("checkpoint", "lost_connection", "already_applied") == before + 1
+    # A lost answer of a commit that did not land is run again (here: the lease renewal, idempotent).
+    task_leases.extend_lease(_LosingTheFirstCommitAnswer(runtime.sessions), claim, lease_s=60)
