@@ -2,11 +2,10 @@
 retryable (bounded, with backoff honouring Retry-After), prune invalid tokens, dead-letter what
 still fails. Nothing is dropped silently: every message ends delivered, pruned or dead-lettered.
 
-``deliver()`` runs one ``Delivery`` (an object per batch; its methods are the steps: routes, a
-round over the providers, their answers classified, a message failed, the wait before the next
-round, what was learned kept) as its ``DeliveryOptions`` say. Beside it: ``single_send``,
-``replay`` (dead letters), ``sender`` (``DeliverySender``, what a process keeps: the worker's
-pages, the API's single sends), ``delivery_store`` and ``guarded_send`` (the circuit breaker).
+``deliver()`` runs one ``Delivery`` (an object per batch; its methods are the steps) as its
+``DeliveryOptions`` say. Beside it: ``single_send``, ``replay`` (dead letters), ``sender``
+(``DeliverySender``: the worker's pages, the API's single sends), ``delivery_store`` and
+``guarded_send`` (the circuit breaker).
 
 - A device of a platform the service has no credentials for is not sent and not pruned: it is
   dead-lettered with reason ``no_credentials``. A service with no credentials at all (or a single
@@ -16,11 +15,9 @@ pages, the API's single sends), ``delivery_store`` and ``guarded_send`` (the cir
   what was collected before it (deliveries, invalid tokens, dead letters) is still recorded, and
   ``DeliveryAborted`` carries those counts to the caller, which fails the send or job once.
 
-This module is the caller the providers need: it loads a service's credentials (through
-``notee.domain.credentials``) and hands them to ``ProviderSet``; the providers themselves never
-read the registry. It owns its units of work (``delivery_store``, docs/ARCHITECTURE.md): short
-sessions for reads, one transaction per pruned token and per batch of dead letters, never a session
-held across a send.
+It loads a service's credentials (``notee.domain.credentials``) for ``ProviderSet`` (providers never
+read the registry), and owns its units of work (``delivery_store``): short read sessions, one
+transaction per pruned token and per batch of dead letters, never a session held across a send.
 
 Stopping (SIGTERM): the wait before a retry ends as soon as ``stop`` is set. A worker's page then
 raises ``Stopping`` (nothing recorded: the task is released unadvanced and the next owner re-sends
@@ -30,13 +27,11 @@ prunes and dead letters, and answers, within the API's shutdown budget.
 Transport errors (``RetryAfter(transport=True)``: the provider never answered) are not a device's
 failure: they are retried without using the device's attempts, and ``ProviderUnavailable`` hands the
 work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
-fan-out) a page mostly unreachable opens it at once and raises ``ProviderUnavailable``; the worker
-releases its task without checkpointing and the page is sent again later (docs/FANOUT.md "Outages").
-Web Push is guarded per push service: a page whose push service's breaker is open
-(``RetryAfter(circuit_open=True)``) is handed back the same way when nothing of it got an answer;
-when other devices of it did (their push services, FCM, APNs), its held messages wait for their
-breaker inside the page, without using their attempts, for up to ``provider_wait_s``, then are
-dead-lettered: re-sending the page would push the others twice.
+fan-out; per provider, per push service for Web Push) the messages an open breaker keeps from their
+provider are held (``RetryAfter(circuit_open=True)``): a page nothing of which was answered is handed
+back whole (before anything is sent, when the breaker was already open); otherwise the answered
+devices stay answered and the held ones wait inside the page, without using their attempts, for up
+to ``provider_wait_s``, then are dead-lettered: re-sending the page would push the others twice.
 
 Refusals that are the provider's own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota)
 are not a device's failure either in a fan-out page (``provider_wait_s``): the page waits them out,
@@ -53,7 +48,7 @@ from dataclasses import dataclass, field
 
 from notee.core import metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
-from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
+from notee.providers.base import Circuits, Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
 from notee.providers.payload import rich_of
 from notee.providers.retry import backoff
 from notee.providers.routing import NO_CREDENTIALS, ProviderSet, ServiceProviders
@@ -118,11 +113,9 @@ async def deliver(
 ) -> DeliveryResult:
     """Deliver ``messages`` (one per device) for ``service``; returns counts and what failed.
 
-    Raises NoCredentials (nothing recorded) and DeliveryAborted (provider configuration error).
-    With ``options.breaker`` (a fan-out page), raises ``ProviderUnavailable`` as soon as the breaker
-    opens for a provider (what was learned is pruned and recorded first; the caller sends the page
-    again later); ``Stopping`` when ``options.stop`` is set during a retry wait (unless
-    ``options.dead_letter_on_stop``: the waiting messages are dead-lettered then)."""
+    Raises NoCredentials (nothing recorded), DeliveryAborted (provider configuration error),
+    ``ProviderUnavailable`` (the work handed back: module doc) and ``Stopping`` (``options.stop`` set
+    during a retry wait, unless ``options.dead_letter_on_stop``: those messages are dead-lettered)."""
     return await Delivery(runtime, providers, service, messages, options).run()
 
 
@@ -218,12 +211,9 @@ class Delivery:
         messages = self.messages  # a local: the comprehension reads it once per message
         batch = [messages[i] for i in pending]
         groups, _ = routes.split(batch)
+        await self._hand_back_if_blocked(groups)
         for provider, idx in groups:
-            try:
-                outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
-            except ProviderUnavailable:  # the breaker opened: keep what was learned, hand the work back
-                await self._keep()
-                raise
+            outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
         if self.held:
@@ -242,10 +232,22 @@ class Delivery:
             return await self._wait_to_retry(retry)
         return retry
 
+    async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]]) -> None:
+        """Nothing answered yet and FCM's or APNs's breaker open: hand the work back before anything is
+        sent (nothing twice, no lane waiting); once part was answered, ``_held_back`` holds instead."""
+        breaker = self.options.breaker
+        if breaker is None or self.answered_any:
+            return
+        for provider, _ in groups:
+            wait = 0.0 if isinstance(provider, Circuits) else breaker.blocked_for(provider.name)
+            if wait > 0:
+                await self._keep()
+                raise ProviderUnavailable(f"{provider.name}: circuit open, next probe in {wait:.1f} s", retry_in=wait)
+
     async def _held_back(self, retry: list[int]) -> list[int]:
-        """Messages an open breaker held back (``self.held``): a page nothing of which got an answer
-        is handed back whole (``ProviderUnavailable``, as a provider's breaker does); otherwise they
-        wait inside it for up to ``provider_wait_s``, then are dead-lettered (what remains to retry)."""
+        """Messages an open breaker held back (``self.held``): a page nothing of which got an answer is
+        handed back whole (``ProviderUnavailable``); otherwise they wait inside it for up to
+        ``provider_wait_s``, then are dead-lettered (what remains to retry)."""
         if not self.answered_any:
             await self._keep()
             raise ProviderUnavailable(

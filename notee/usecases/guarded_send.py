@@ -1,12 +1,14 @@
 """One provider's send in a delivery round, guarded by the fan-out's circuit breaker
-(``notee.providers.breaker``: pure state, no I/O; this is where it meets the provider): refused
-while the breaker is open, a probe of one message while it is half-open, and ``ProviderUnavailable``
-as soon as most of the send was unreachable (docs/FANOUT.md "Outages").
+(``notee.providers.breaker``: pure state, no I/O; this is where it meets the provider): nothing sent
+while the breaker is open, a probe of one message while it is half-open, and the breaker opened as
+soon as most of the send was unreachable (docs/FANOUT.md "Outages").
 
-A provider that sends to several independent services (``Circuits``: Web Push, one push service per
-browser vendor) is guarded per service instead: the messages of a push service whose breaker is open
-are not sent and come back as ``RetryAfter(circuit_open=True)`` (the delivery holds them), while the
-others are sent; nothing is raised here for them (``Delivery`` decides whether to wait or hand back)."""
+Messages a breaker keeps from their provider come back as ``RetryAfter(circuit_open=True)`` (the
+delivery holds them); what the provider did answer is kept (a device delivered before the breaker
+opened stays delivered). Nothing is raised here: ``Delivery`` decides whether the held messages wait
+inside the page or the page is handed back. A provider that sends to several independent services
+(``Circuits``: Web Push, one push service per browser vendor) is guarded per service; FCM and APNs
+each as one."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import logging
 from collections import Counter
 
 from notee.core import tracing
-from notee.core.errors import ProviderUnavailable
 from notee.providers.base import Circuits, Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
 
@@ -40,15 +41,14 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
     if isinstance(provider, Circuits):
         return await _send_per_circuit(provider, messages, breaker)
     name = provider.name
-    wait = breaker.blocked_for(name)
-    if wait > 0:
-        raise ProviderUnavailable(f"{name}: circuit open, next probe in {wait:.1f} s", retry_in=wait)
+    if breaker.blocked_for(name) > 0:
+        return [_held(name, breaker)] * len(messages)
     outcomes: list[Outcome] = []
     if breaker.probing(name):
         outcomes = await provider.send(messages[:1])
         if breaker.record(name, sent=1, unreachable=int(_unreachable(outcomes[0]))):
             log.warning("%s: probe failed (%s); circuit open for %.1f s", name, outcomes[0], breaker.blocked_for(name))
-            raise ProviderUnavailable(f"{name}: probe failed", retry_in=breaker.blocked_for(name))
+            return [_held(name, breaker, "probe unreachable")] * len(messages)
         log.info("%s: probe answered; circuit closed", name)
         messages = messages[1:]
         if not messages:
@@ -63,10 +63,8 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
             len(rest),
             breaker.blocked_for(name),
         )
-        raise ProviderUnavailable(
-            f"{name}: {unreachable} of {len(rest)} requests unreachable; circuit open",
-            retry_in=breaker.blocked_for(name),
-        )
+        held = _held(name, breaker, f"{unreachable} of {len(rest)} requests unreachable")
+        rest = [held if _unreachable(o) else o for o in rest]  # the answered ones stand
     return outcomes + rest
 
 
@@ -74,9 +72,9 @@ def _unreachable(outcome: Outcome | None) -> bool:
     return isinstance(outcome, RetryAfter) and outcome.transport
 
 
-def _held(circuit: str, breaker: CircuitBreaker) -> RetryAfter:
+def _held(circuit: str, breaker: CircuitBreaker, why: str = "") -> RetryAfter:
     wait = breaker.blocked_for(circuit)
-    return RetryAfter(f"circuit open: {circuit}", wait, circuit_open=True)
+    return RetryAfter(f"circuit open: {circuit}" + (f" ({why})" if why else ""), wait, circuit_open=True)
 
 
 async def _send_per_circuit(provider: Provider, messages: list[Message], breaker: CircuitBreaker) -> list[Outcome]:
