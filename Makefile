@@ -109,7 +109,7 @@ CHAOS_MINUTES ?= 30
 chaos: venv
 	CHAOS_MINUTES=$(CHAOS_MINUTES) CHAOS_SEED=$(CHAOS_SEED) $(PY) -m chaos
 
-## Benchmarks (docs/BENCHMARKS.md): own database/keyspaces (*_bench) and emulator; bench/results/latest.{json,md}.
+## Benchmarks (docs/BENCHMARKS.md): own database/keyspaces (*_bench_<checkout tag>) and emulator; bench/results/latest.{json,md}.
 bench: venv services-up
 	$(PY) -m bench.run
 

@@ -11,7 +11,7 @@ write waited, and the algorithm MariaDB chose (the statement is first tried with
 then ``INPLACE, LOCK=NONE``: the first it accepts is what the plain statement does; ``COPY`` means
 writes wait for the whole copy).
 
-Run by hand (it reads ``notee_bench``; ``make bench`` fills it):
+Run by hand (it reads this checkout's bench database, ``bench.env.DATABASE``; ``make bench`` fills it):
     .venv/bin/python -m bench.migration_online [ROWS]
 """
 
@@ -27,7 +27,9 @@ from typing import Any
 
 import pymysql
 
-SOURCE = "notee_bench"
+from bench import env
+
+SOURCE = env.DATABASE
 
 
 def connect(db: str | None = None) -> Any:
