@@ -152,7 +152,8 @@ def test_a_cycle_unsubscribe_racing_a_resubscribe_leaves_no_subscription_without
         listed = [x["schedule"]["canonical"] for x in subs.list_subscriptions(s, st, svc, u)]
     device_rows = {r.target for r in st.user_rows(u, svc) if r.device_token == tok}
     sent_to = {
-        day: [r.device_token for r in _cycle_rows(st, svc, key, CycleTarget("UTC", day, 9, 0))] for day in ("MON", "TUE")
+        day: [r.device_token for r in _cycle_rows(st, svc, key, CycleTarget("UTC", day, 9, 0))]
+        for day in ("MON", "TUE")
     }
     # Either the unsubscribe came last (nothing left) or the subscribe did (TUE on the device); without the
     # lock the unsubscribe removed the new device rows and the user-level row came after it: listed as
