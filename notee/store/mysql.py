@@ -129,12 +129,14 @@ def retried(
     name: str,
     applied: Callable[[Session], T | None] | None = None,
     retry: Retry | None = None,
+    idempotent: bool = True,
 ) -> T:
     """Run ``work`` in a transaction of its own, again after a transient error (``transient_kind``);
     any other error, or the last attempt's, goes to the caller. ``applied``: after a lost connection,
     whether the lost commit landed (read in a fresh session; not None: its answer, and ``work`` is
-    not run twice): a transaction that adds counts is not idempotent. Each transient error is
-    counted (``notee_mysql_transaction_retries_total``) with what was done about it."""
+    not run twice): a transaction that adds counts is not idempotent. Without ``applied``, a work
+    that is not ``idempotent`` (plain inserts) is not run again after a lost connection. Each
+    transient error is counted (``notee_mysql_transaction_retries_total``) with what was done."""
     policy = retry or Retry()
     for attempt in range(1, policy.attempts + 1):
         try:
@@ -144,7 +146,7 @@ def retried(
             kind = transient_kind(exc)
             if kind is None:
                 raise
-            if attempt == policy.attempts:
+            if attempt == policy.attempts or (kind == "lost_connection" and applied is None and not idempotent):
                 metrics.mysql_transaction_retry(name, kind, "gave_up")
                 log.warning("mysql %s: %s %d times; giving up to the caller", name, kind, attempt)
                 raise

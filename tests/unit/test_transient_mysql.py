@@ -85,3 +85,15 @@ def test_a_lost_connection_asks_whether_the_commit_landed_before_running_again()
         == "ran"
     )
     assert again.runs == 3  # the first run, the check, the second run
+
+
+def test_a_plain_insert_is_not_run_again_after_a_lost_connection_but_is_after_a_deadlock():
+    """Dead letters: a lost commit answer may hide rows that landed; running the inserts again would
+    record each letter twice (and a replay would push it twice)."""
+    lost = _Failing(_error(2013), fail=1)
+    with pytest.raises(OperationalError):
+        retried(lost, lambda _s: None, name="unit", idempotent=False, retry=Retry(sleep=lambda _s: None))  # type: ignore[arg-type]
+    assert lost.runs == 1
+    deadlocked = _Failing(_error(1213), fail=1)
+    retried(deadlocked, lambda _s: None, name="unit", idempotent=False, retry=Retry(sleep=lambda _s: None))  # type: ignore[arg-type]
+    assert deadlocked.runs == 2
