@@ -7,6 +7,7 @@ for a row the worker holds: InnoDB rolls back the lighter of the two, the worker
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,10 +18,13 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.exc import OperationalError
 
 from notee.core import metrics
+from notee.core.errors import ProviderConfigError
 from notee.core.vocabulary import PageCounts
 from notee.store import task_leases
-from tests.support.fanout import topic_job, topic_template
-from tests.support.waiting import wait_for
+from notee.worker.lanes import Worker, WorkerOptions
+from notee.worker.outage import OutageBackoff
+from tests.support.fanout import seed_topic, topic_job, topic_template
+from tests.support.waiting import until, wait_for
 
 _LOCK_JOB = "SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"
 
@@ -200,3 +204,73 @@ def test_a_checkpoint_whose_commit_answer_was_lost_is_not_run_twice(runtime, ser
     assert _retries("checkpoint", "lost_connection", "already_applied") == before + 1
     # A lost answer of a commit that did not land is run again (here: the lease renewal, idempotent).
     task_leases.extend_lease(_LosingTheFirstCommitAnswer(runtime.sessions), claim, lease_s=60)
+
+
+class _DownOnce:
+    """The process's sessionmaker, refusing one transaction (MySQL unreachable, 2003) once ``down`` is set."""
+
+    def __init__(self, sessions: Any) -> None:
+        self.sessions, self.down = sessions, False
+
+    def __call__(self) -> Any:
+        return self.sessions()
+
+    def begin(self) -> Any:
+        if self.down:
+            self.down = False
+            raise OperationalError("BEGIN", {}, pymysql.err.OperationalError(2003, "Can't connect to MySQL server"))
+        return self.sessions.begin()
+
+
+class _Runtime:
+    """The runtime, with ``sessions`` replaced."""
+
+    def __init__(self, runtime: Any, sessions: Any) -> None:
+        self._runtime, self.sessions = runtime, sessions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+
+def test_a_job_failure_mysql_cannot_record_is_released_as_an_outage_not_the_end_of_the_worker(runtime, service_id):
+    """A provider configuration error fails the job; when MySQL cannot take that write, the lane used
+    to end on the error (and the worker process with it). The task is released instead, and the next
+    claim meets the same error and fails the job."""
+    key = topic_template(runtime, service_id)
+    seed_topic(runtime, service_id, "news", key, "all", 3)
+    job = topic_job(runtime, service_id, key, "all")
+    sessions = _DownOnce(runtime.sessions)
+    calls = 0
+
+    async def send_page(service: str, job_id: str, messages: Any, dry_run: bool) -> PageCounts:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            sessions.down = True  # the job's failure, next, meets MySQL down
+        raise ProviderConfigError("the service's FCM credentials cannot be decrypted")
+
+    async def go() -> Worker:
+        worker = Worker(_Runtime(runtime, sessions), send_page, WorkerOptions(lanes=1, services=[service_id]))
+        worker.backoff = OutageBackoff(base_s=0.01, cap_s=0.05)
+        run = asyncio.create_task(worker.run())
+        try:
+            await until(
+                lambda: run.done() or _job_state(runtime, job.job_id) == "failed", timeout=60, what="the job failed"
+            )
+            assert not run.done(), "the worker ended"
+        finally:
+            worker.stop.set()
+            await run  # raised the lane's error before the fix
+        return worker
+
+    worker = asyncio.run(go())
+    assert calls == 2 and worker.releases["outage"] == 1
+    with runtime.sessions() as s:
+        assert s.execute(text("SELECT error FROM fanout_job WHERE job_id = :j"), {"j": job.job_id}).scalar_one() == (
+            "provider configuration: the service's FCM credentials cannot be decrypted"
+        )
+
+
+def _job_state(runtime, job_id: str) -> str:
+    with runtime.sessions() as s:
+        return str(s.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one())
