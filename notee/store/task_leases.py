@@ -371,7 +371,9 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
         if affected(failed):
             emit_job_event(session, claim_.job_id)
 
-    retried(sessions, work, name="fail_job")
+    # Not run again after a lost connection: had it landed, the run again would add the counts twice
+    # (the task keeps its token); the worker's outage path finds the task no longer running instead.
+    retried(sessions, work, name="fail_job", idempotent=False)
 
 
 def _add_counts(session: Session, claim_: Claim, counts: PageCounts, *, failed_too: bool = False) -> None:
