@@ -27,7 +27,7 @@ from sqlalchemy import text
 from bench.fanout import WorkerProcess
 from bench.report import Measure, figure, missing
 from bench.seed import fcm_like_token, insert_topic_rows, set_no_counter
-from bench.tenant import make_template, make_tenant
+from bench.tenant import make_template, make_tenant, set_credentials
 
 TYPE = "bench_audience"
 
@@ -179,6 +179,7 @@ def run_segment(
         return missing(f"the population's filter matches one user in ten, not {matching} of {users}")
     population = load_users(runtime, users)
     service = population["service"]
+    set_credentials(runtime, service)
     type_ = f"{TYPE}_{uuid.uuid4().hex[:8]}"  # a template (and topic rows) of this run's own
     key = make_template(runtime, service, "TOPIC", type_)
     insert_topic_rows(runtime.cql, runtime.keyspaces.notification, _population_rows(key, "pro", users))
