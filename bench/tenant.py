@@ -44,6 +44,17 @@ def make_tenant(runtime, service: str | None = None) -> Tenant:
     return Tenant(service, key.api_key)
 
 
+def set_credentials(runtime, service: str) -> None:
+    """Set the service's FCM credentials under this run's NOTEE_CREDENTIALS_KEY (a kept service, such
+    as the audience population, was made by an earlier run with another key its worker cannot read)."""
+    from notee.domain import credentials
+
+    with runtime.sessions.begin() as session:  # the caller owns the commit
+        credentials.set_fcm_credentials(
+            session, SecretsBox(runtime.settings.credentials_key.get_secret_value()), service, bench_service_account()
+        )
+
+
 @functools.cache
 def bench_service_account() -> dict[str, str]:
     """A well-formed Firebase service account with a fresh RSA key (not valid at Google; the emulator takes it)."""

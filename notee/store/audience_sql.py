@@ -26,6 +26,7 @@ from sqlalchemy import (
     exists,
     false,
     func,
+    literal,
     not_,
     or_,
     select,
@@ -204,23 +205,54 @@ def _from(query: AudienceQuery) -> Any:
 
 
 # ------------------------------------------------------------------------------------- reading
-def device_page(
-    session: Session, service: str, query: AudienceQuery, slot: int, after: tuple[str, str] | None, limit: int
-) -> list[tuple[str, str, str]]:
-    """At most ``limit`` (user_id, device_token, device_os) of the audience in ``slot``, in primary-key
-    order, after the (user_id, device_token) ``after`` (None: from the slot's start)."""
+d2 = device_t.alias("d2")
+
+# Whether another user of the service holds the row's token: a probe of ix_device_token per row
+# (index-only: the index carries the primary key), instead of a list of the page's tokens sent back
+# afterwards (docs/AUDIENCES.md "Audience (MySQL) jobs": its parse and range analysis cost MariaDB
+# as much as the page read).
+# FORCE INDEX: on a small table MariaDB may pick the primary key's (service) prefix instead, a read of
+# every device of the service per row once the table grows.
+_SHARED = (
+    select(literal(1))
+    .select_from(d2)
+    .with_hint(d2, "FORCE INDEX (ix_device_token)", "*")
+    .where(d2.c.service == d.c.service, d2.c.device_token == d.c.device_token, d2.c.user_id != d.c.user_id)
+    .exists()
+    .label("shared")
+)
+
+
+def _page(service: str, query: AudienceQuery, slot: int, after: tuple[str, str] | None, limit: int) -> Any:
     low, high = slot_bounds(slot)
     where = [*_where(service, query), d.c.user_id >= low, d.c.user_id < high]
     if after is not None:
         where.append(or_(d.c.user_id > after[0], and_(d.c.user_id == after[0], d.c.device_token > after[1])))
-    stmt = (
+    return (
         select(d.c.user_id, d.c.device_token, d.c.device_os)
         .select_from(_from(query))
         .where(*where)
         .order_by(d.c.user_id, d.c.device_token)
         .limit(limit)
     )
+
+
+def device_page(
+    session: Session, service: str, query: AudienceQuery, slot: int, after: tuple[str, str] | None, limit: int
+) -> list[tuple[str, str, str]]:
+    """At most ``limit`` (user_id, device_token, device_os) of the audience in ``slot``, in primary-key
+    order, after the (user_id, device_token) ``after`` (None: from the slot's start)."""
+    stmt = _page(service, query, slot, after, limit)
     return [(r.user_id, r.device_token, r.device_os) for r in session.execute(stmt)]
+
+
+def marked_page(
+    session: Session, service: str, query: AudienceQuery, slot: int, after: tuple[str, str] | None, limit: int
+) -> list[tuple[str, str, str, bool]]:
+    """``device_page``'s rows, each with whether another user of the service (in the audience or
+    not) holds its token in the same read: a walk checks the first holder of those only."""
+    stmt = _page(service, query, slot, after, limit).add_columns(_SHARED)
+    return [(r.user_id, r.device_token, r.device_os, bool(r.shared)) for r in session.execute(stmt)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,14 +318,8 @@ def count_users_list(
 
 
 def explain_page(session: Session, service: str, query: AudienceQuery) -> list[dict[str, Any]]:
-    """MariaDB's plan of a page read (tests check it uses the indexes it should)."""
-    low, high = slot_bounds(0)
-    stmt = (
-        select(d.c.user_id, d.c.device_token, d.c.device_os)
-        .select_from(_from(query))
-        .where(*_where(service, query), d.c.user_id >= low, d.c.user_id < high)
-        .order_by(d.c.user_id, d.c.device_token)
-        .limit(1000)
-    )
+    """MariaDB's plan of a walk's page read, its shared-token probe included (tests check it uses the
+    indexes it should)."""
+    stmt = _page(service, query, 0, None, 1000).add_columns(_SHARED)
     compiled = stmt.compile(session.get_bind(), compile_kwargs={"literal_binds": True})
     return [dict(r._mapping) for r in session.connection().exec_driver_sql(f"EXPLAIN {compiled}")]

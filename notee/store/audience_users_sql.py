@@ -85,23 +85,10 @@ def user_list_page(
     return [(r.user_id, r.device_token, r.device_os) for r in session.execute(stmt, params)]
 
 
-def shared_tokens(session: Session, service: str, tokens: Sequence[str]) -> list[str]:
-    """Those of ``tokens`` that more than one user of the service holds (index-only on
-    ix_device_token): usually none, and then a page needs no ``first_holders``."""
-    if not tokens:
-        return []
-    stmt = (
-        select(d.c.device_token)
-        .where(d.c.service == service, d.c.device_token.in_(list(tokens)))
-        .group_by(d.c.device_token)
-        .having(func.count() > 1)
-    )
-    return [str(t) for (t,) in session.execute(stmt)]
-
-
 def first_holders(session: Session, service: str, query: AudienceQuery, tokens: Sequence[str]) -> dict[str, str]:
     """token -> the lowest user id of the audience's (and platforms') devices holding it, for
-    ``tokens`` (one page's): a device several matching users share is sent with that user only.
+    ``tokens`` (those of a walk's rows its page marked as held by several users,
+    audience_sql.marked_page): a device several matching users share is sent with that user only.
     ix_device_token per token; the audience's condition per matching row."""
     if not tokens:
         return {}

@@ -196,38 +196,55 @@ class AudiencePage:
     now: datetime
 
 
-def audience_page(
-    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, at: AudiencePage
-) -> tuple[list[RecipientRow], tuple[str, str] | None]:
-    """One page of an audience job's devices, as recipient rows to send, and the key of the last
-    device read (None: the slot holds no more; the slot goes on when the page was full, whatever
-    was left out of it). A user list's page has each device once already; a filter's goes through
-    ``one_per_device`` before it is sent."""
+@dataclass(frozen=True, slots=True)
+class AudienceRead:
+    """One page of an audience task: its rows to send, the key of the last device read (None: the
+    slot holds no more; the slot goes on when the page was full, whatever was left out of it), and
+    the tokens of its rows another user of the service holds too (a filter's: those rows go through
+    ``one_per_device``; a user list's page has each device once already)."""
+
+    rows: list[RecipientRow]
+    last: tuple[str, str] | None
+    shared: frozenset[str]
+
+
+def audience_page(session: Session, job: jobs_sql.JobRow, target: AudienceTarget, at: AudiencePage) -> AudienceRead:
+    """One page of an audience job's devices (``AudienceRead``)."""
     if "users" in target.spec:
         rows = audience_users_sql.user_list_page(
             session, job.service, job.job_id, at.slot, at.after, at.limit, target.platforms
         )
-        kept = rows
+        shared: frozenset[str] = frozenset()
     else:
-        rows = kept = audience_sql.device_page(
-            session, job.service, _query(target, at.now), at.slot, at.after, at.limit
-        )
+        marked = audience_sql.marked_page(session, job.service, _query(target, at.now), at.slot, at.after, at.limit)
+        rows = [(user_id, token, os_) for user_id, token, os_, _ in marked]
+        shared = frozenset(token for _, token, _, held_twice in marked if held_twice)
     last = (rows[-1][0], rows[-1][1]) if len(rows) >= at.limit else None
-    return [(token, os_, user_id, 0, None) for user_id, token, os_ in kept], last
+    return AudienceRead([(token, os_, user_id, 0, None) for user_id, token, os_ in rows], last, shared)
 
 
 def _query(target: AudienceTarget, now: datetime) -> AudienceQuery:
     return AudienceQuery(audience_from_json(target.spec["audience"]), target.platforms or None, now)
 
 
-def one_per_device(
-    session: Session, job: jobs_sql.JobRow, target: AudienceTarget, now: datetime, rows: list[RecipientRow]
-) -> list[RecipientRow]:
-    """The rows of a filter's pages (handed over together: one check for them all) without those of
-    a token several matching users hold, except the lowest user's: each device is sent once. One
-    index-only query for the shared tokens; the audience's holders only when there are some."""
-    shared = audience_users_sql.shared_tokens(session, job.service, sorted({r[TOKEN] for r in rows}))
+@dataclass(frozen=True, slots=True)
+class Once:
+    """What ``one_per_device`` needs of a filter's task: the target, ``now`` of its pages and the
+    tokens its pages marked as held by several users (kept for the task: a later row of such a
+    token was marked too)."""
+
+    target: AudienceTarget
+    now: datetime
+    shared: set[str] = field(default_factory=set)
+
+
+def one_per_device(session: Session, job: jobs_sql.JobRow, once: Once, rows: list[RecipientRow]) -> list[RecipientRow]:
+    """The rows of a filter's pages (handed over together) without those of a token several matching
+    users hold, except the lowest user's: each device is sent once. The pages marked the shared
+    tokens as they were read (``AudienceRead.shared``), so nearly every page needs no query here;
+    the audience's holders are read only for the shared tokens among ``rows``."""
+    shared = sorted({r[TOKEN] for r in rows} & once.shared) if once.shared else []
     if not shared:
         return rows
-    first = audience_users_sql.first_holders(session, job.service, _query(target, now), shared)
+    first = audience_users_sql.first_holders(session, job.service, _query(once.target, once.now), shared)
     return [r for r in rows if first.get(r[TOKEN], r[USER]) == r[USER]]

@@ -51,7 +51,9 @@ from notee.usecases.planning import in_part, placement, task_slots, task_unit
 from notee.worker.audience_rows import (
     MEMBERS,
     AudiencePage,
+    AudienceRead,
     ConditionRows,
+    Once,
     RowFilter,
     audience_page,
     condition_topics,
@@ -243,29 +245,32 @@ class PageReader:
         slot goes on, so a crash resends at most one page."""
         claim = self.claim
         now = await asyncio.to_thread(self._db_now)
+        once = Once(target, now)
         if "users" not in target.spec:
-            self.once = functools.partial(self._one_per_device, target, now)
+            self.once = functools.partial(self._one_per_device, once)
         for slot in self.walk:
             after = decode_key(claim.paging_state) if slot == claim.current_slot else None
             while True:
                 at = AudiencePage(slot, after, self.fetch_size, now)
-                page, after = await asyncio.to_thread(self._audience_page, target, at)
-                await self._take(slot, page, encode_key(after) if after else None, None)
+                read = await asyncio.to_thread(self._audience_page, target, at)
+                once.shared.update(read.shared)  # before _take: it may hand the page over
+                after = read.last
+                await self._take(slot, read.rows, encode_key(after) if after else None, None)
                 if after is None:  # a short page: the slot is done
                     break
         await self._hand_over()
 
-    def _one_per_device(self, target: AudienceTarget, now: datetime, rows: list[RecipientRow]) -> list[RecipientRow]:
+    def _one_per_device(self, once: Once, rows: list[RecipientRow]) -> list[RecipientRow]:
+        if not once.shared:  # no row read so far is of a token held twice: nothing to ask
+            return rows
         with self.runtime.sessions() as session:
-            return one_per_device(session, self.job, target, now, rows)
+            return one_per_device(session, self.job, once, rows)
 
     def _db_now(self) -> datetime:
         with self.runtime.sessions() as session:
             return db_now(session)
 
-    def _audience_page(
-        self, target: AudienceTarget, at: AudiencePage
-    ) -> tuple[list[RecipientRow], tuple[str, str] | None]:
+    def _audience_page(self, target: AudienceTarget, at: AudiencePage) -> AudienceRead:
         with self.runtime.sessions() as session:
             return audience_page(session, self.job, target, at)
 

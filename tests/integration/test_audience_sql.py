@@ -16,7 +16,7 @@ from sqlalchemy import text
 from notee.core.audience import Audience
 from notee.domain.filters import parse_filter
 from notee.domain.versions import version_key
-from notee.store.audience_sql import SLOTS, AudienceQuery, count, device_page, explain_page
+from notee.store.audience_sql import SLOTS, AudienceQuery, count, device_page, explain_page, marked_page
 from notee.store.runtime import Runtime
 from tests.support import registry
 from tests.support.tenants import new_service_id
@@ -198,9 +198,62 @@ def test_the_page_read_uses_the_primary_keys(runtime: Runtime, population: tuple
         plan = explain_page(s, service, query)
     # MariaDB may drive from the device's primary key (a range of the slot) or, for a selective tag,
     # from user_tag (a semi-join): either way every table is read through one of these indexes, never
-    # scanned whole.
-    allowed = {"d": {"PRIMARY"}, "u": {"uq_user_user_id"}, "user_tag": {"PRIMARY", "ix_user_tag_str"}}
+    # scanned whole; the shared-token probe (d2) is index-only on ix_device_token, once per row.
+    allowed = {
+        "d": {"PRIMARY"},
+        "d2": {"ix_device_token"},
+        "u": {"uq_user_user_id"},
+        "user_tag": {"PRIMARY", "ix_user_tag_str"},
+    }
     tables = [row for row in plan if not row["table"].startswith("<")]  # <subqueryN>: a materialised semi-join
     assert {row["table"] for row in tables} == set(allowed), plan
     for row in tables:
         assert row["type"] != "ALL" and row["key"] in allowed[row["table"]], plan
+    probe = next(row for row in tables if row["table"] == "d2")
+    assert "Using index" in (probe["Extra"] or "") and probe["select_type"] == "DEPENDENT SUBQUERY", probe
+
+
+def _marks(runtime: Runtime, service: str, query: AudienceQuery) -> dict[tuple[str, str], bool]:
+    """(user_id, token) -> the page's shared mark, every slot walked a page of two at a time."""
+    marks: dict[tuple[str, str], bool] = {}
+    with runtime.sessions() as s:
+        for slot in range(SLOTS):
+            after = None
+            while True:
+                page = marked_page(s, service, query, slot, after, 2)
+                marks |= {(user, token): shared for user, token, _, shared in page}
+                if len(page) < 2:
+                    break
+                after = (page[-1][0], page[-1][1])
+    return marks
+
+
+def test_a_page_marks_exactly_the_tokens_another_user_of_the_service_holds(runtime: Runtime) -> None:
+    """The walk's per-row probe (each device sent once): a token is marked when another user of the
+    service holds it at the read, whether that user is in the audience or not; never for another
+    service's holder; and the mark follows registrations and deletes (no state kept beside the rows)."""
+    service, other = new_service_id(), new_service_id()
+    registry.make_service(runtime, service, "UTC", fcm=False)
+    registry.make_service(runtime, other, "UTC", fcm=False)
+    pro = {"plan": ("s", "pro")}
+    a = _add_user(runtime, service, 1, pro, [("tok-shared", "AOS", None, "KR"), ("tok-a", "IOS", None, "KR")])
+    _add_user(runtime, service, 2, {"plan": ("s", "free")}, [("tok-shared", "AOS", None, "KR")])  # not in the audience
+    c = _add_user(runtime, service, 3, pro, [("tok-c", "AOS", None, "KR")])
+    d_ = _add_user(runtime, service, 4, pro, [("tok-elsewhere", "AOS", None, "KR")])
+    _add_user(runtime, other, 1, pro, [("tok-elsewhere", "AOS", None, "KR"), ("tok-c", "AOS", None, "KR")])
+    query = _query([[{"tag": "plan", "op": "=", "value": "pro"}]])
+    assert _marks(runtime, service, query) == {
+        (a, "tok-shared"): True,
+        (a, "tok-a"): False,
+        (c, "tok-c"): False,
+        (d_, "tok-elsewhere"): False,
+    }
+    late = _add_user(runtime, service, 5, {}, [("tok-c", "IOS", None, "KR")])  # registers c's token
+    assert _marks(runtime, service, query)[(c, "tok-c")] is True
+    with runtime.sessions.begin() as s:
+        s.execute(text("DELETE FROM device WHERE service = :s AND user_id = :u"), {"s": service, "u": late})
+    assert _marks(runtime, service, query)[(c, "tok-c")] is False
+    slot = int(a[:2], 16)
+    with runtime.sessions() as s:  # the same rows, in the same order, as the unmarked page
+        marked = marked_page(s, service, query, slot, None, 10)
+        assert [r[:3] for r in marked] == device_page(s, service, query, slot, None, 10) != []

@@ -347,6 +347,31 @@ def test_a_filter_reaches_its_users_devices_each_once(client, runtime, tenant, e
     assert _status(client, headers, aos.json()["job_id"])["targeted"] == 2
 
 
+def test_a_filter_sends_each_shared_token_once_whoever_else_holds_it(client, runtime, tenant, emulator, emu_runtime):
+    """Tokens held by several users (the walk marks them as it reads, then keeps the lowest matching
+    holder's row): five pro users' token, a pro and a free user's, and a pro user's own token, each
+    sent exactly once, with pages of one device and of many (the marks of earlier pages kept)."""
+    service, headers = tenant
+    five = random_token("five")
+    mixed = random_token("mixed")
+    holders = [_member(client, headers, [], service_user_id=f"s5-{i}", token=five)[0] for i in range(5)]
+    mixed_pro = _member(client, headers, [], service_user_id="sm-pro", token=mixed)[0]
+    mixed_free = _member(client, headers, [], service_user_id="sm-free", token=mixed)[0]
+    solo_user, solo = _member(client, headers, [], service_user_id="s-solo")
+    for user in (*holders, mixed_pro, solo_user):
+        _tag(runtime, service, user, "plan", "pro")
+    _tag(runtime, service, mixed_free, "plan", "free")
+    for fetch_size in (1, 1000):
+        before = deliveries_per_token(emulator, [five, mixed, solo])
+        r = _publish(client, headers, {"filter": PRO})
+        assert r.status_code == 202, r.text
+        run_worker_until_idle(emu_runtime, [service], fetch_size=fetch_size)
+        got = deliveries_per_token(emulator, [five, mixed, solo])
+        assert {t: got[t] - before[t] for t in got} == {five: 1, mixed: 1, solo: 1}, (fetch_size, got, before)
+        status = _status(client, headers, r.json()["job_id"])
+        assert (status["state"], status["targeted"]) == ("done", 3), status
+
+
 def test_segments_are_snapshotted_when_the_job_is_made(client, runtime, tenant, emulator, emu_runtime):
     service, headers = tenant
     users = {}
