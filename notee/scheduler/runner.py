@@ -34,7 +34,7 @@ from notee.core.logs import announce_emulator
 from notee.store import ticks
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
-from notee.usecases import reconcile, retention
+from notee.usecases import receipt_repair, reconcile, retention
 from notee.usecases.cycle_fire import CycleFire, MinuteResult, iso_minute
 from notee.usecases.heartbeats import ProcessHeartbeat, beat_in_thread
 
@@ -257,6 +257,14 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         except Exception:  # the period stays claimed-running; the next period's run goes on from the cursor
             log.exception("scheduler reconcile run failed")
 
+    def safe_receipts() -> None:
+        try:
+            report = receipt_repair.repair_kept(runtime)
+            if report.get("jobs_recounted") or report.get("jobs_failed"):
+                log.info("scheduler receipt recount: %s", report)
+        except Exception:  # the records stay: the next minute's run takes them
+            log.exception("scheduler receipt recount failed")
+
     log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
     exporter = metrics.serve(runtime.settings.scheduler_metrics_port, runtime.settings.metrics_host, "scheduler")
     safe_tick()
@@ -285,6 +293,17 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         max_instances=1,
         coalesce=True,
         misfire_grace_time=300,
+    )
+    # Jobs whose receipt counters may have missed events (a batch answered 503 after its rows landed)
+    # are recounted from their rows, every minute at second 20; one process at a time (a MySQL named
+    # lock: two recounts of one job would add its difference twice).
+    aps.add_job(
+        safe_receipts,
+        CronTrigger(second=20, timezone=UTC),
+        id="receipt-recount",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=60,
     )
     aps.start()
     # every process's row in MySQL (the health page): from a thread of its own, so a minute's long

@@ -81,6 +81,7 @@ class Engagement:
             f"SELECT device, event, action, at, received FROM {n}.receipt {key} AND (device, event) > (?, ?) LIMIT ?"
         )
         self.receipt_events = p(f"SELECT event FROM {n}.receipt {key}")
+        self.receipt_events_received = p(f"SELECT event, received FROM {n}.receipt {key}")
         self.source_insert = p(
             f"INSERT INTO {n}.receipt_source (service, source, notification_type, day, targeted, sent, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
@@ -259,6 +260,24 @@ class Engagement:
             for (event,) in f.result():
                 truth[event] += 1
         return dict(truth)
+
+    def raw_tally(self, service: str, source: str) -> tuple[dict[str, int], datetime | None]:
+        """Events per kind of a source counted from its rows, and the newest row's ``received`` (None:
+        no row): the automatic repair recounts a job only once it has been quiet (usecases/receipt_repair.py)."""
+        futures = [
+            self.session.execute_async(
+                self.receipt_events_received, (service, source, bucket), execution_profile=TUPLE_ROWS
+            )
+            for bucket in range(BUCKETS)
+        ]
+        truth: Counter[str] = Counter()
+        newest: datetime | None = None
+        for f in futures:
+            for event, received in f.result():
+                truth[event] += 1
+                if received is not None and (newest is None or received > newest):
+                    newest = received
+        return dict(truth), newest
 
     def recount(self, service: str, source: str) -> dict[str, int]:
         """Count the raw events of a job and set its counters to them (adding the difference): the
