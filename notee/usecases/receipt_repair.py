@@ -13,6 +13,12 @@ has sent none of its counter writes before that read either (rows first, then co
 difference is exactly what was lost. A job still taking receipts waits for a quiet ``QUIET`` (its
 records stay; the next runs try again).
 
+Counters and rows are read at ``ALL``, so a recount waits while a replica is down: a counter write
+whose leader replica applied it and died before passing it on is invisible to a ``QUORUM`` read
+until that node is back (the node-loss fault run saw exactly this: the type and day counters 200
+short at ``QUORUM`` with the node down), and adding it again then would count it twice once the
+node returns.
+
 The same difference is added to the job's type, topic and day counters: they are incremented in the
 same counter batch as the job's, so they share its fate unless Cassandra applied that one request
 to some of its partitions and not the others (the remaining bound, docs/ENGAGEMENT.md). Single
@@ -28,6 +34,7 @@ from datetime import datetime, timedelta
 from notee.core.clock import naive_utc, now_utc
 from notee.store import receipt_recount_sql
 from notee.store.cql.engagement import ScopeKeys
+from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.usecases import receipt_counting
 from notee.usecases.receipts import SourceCache, find_sources
@@ -48,7 +55,14 @@ def repair_kept(
     happened: jobs recounted, jobs still taking receipts (kept for the next run), jobs gone (their
     records dropped), jobs that failed (kept), events added and removed, runs skipped (locked)."""
     report: Counter[str] = Counter(
-        jobs_recounted=0, jobs_waiting=0, jobs_gone=0, jobs_failed=0, events_added=0, events_removed=0, runs_skipped=0
+        jobs_recounted=0,
+        jobs_waiting=0,
+        jobs_gone=0,
+        jobs_failed=0,
+        jobs_unreachable=0,
+        events_added=0,
+        events_removed=0,
+        runs_skipped=0,
     )
     with receipt_recount_sql.repair_lock(runtime.engine, wait_s) as mine:
         if not mine:
@@ -81,9 +95,14 @@ def _repair_one(runtime: Runtime, service: str, source: str, report: Counter[str
             report["jobs_gone"] += 1
             return True
         added = recount_when_quiet(runtime, service, source, found.keys)
-    except Exception:
-        log.exception("service=%s source=%s: the receipts' recount failed; kept for the next run", service, source)
-        report["jobs_failed"] += 1
+    except Exception as exc:
+        if not is_store_outage(exc):
+            log.exception("service=%s source=%s: the receipts' recount failed; kept for the next run", service, source)
+            report["jobs_failed"] += 1
+            return False
+        # A replica down (the reads are at ALL) or a store briefly away: the next run tries again.
+        log.warning("service=%s source=%s: receipts' recount waits for every replica: %s", service, source, exc)
+        report["jobs_unreachable"] += 1
         return False
     if added is None:
         report["jobs_waiting"] += 1
@@ -102,7 +121,7 @@ def recount_when_quiet(runtime: Runtime, service: str, source: str, keys: ScopeK
     quiet: nothing changed). Counters first, then rows (module doc)."""
     quiet_before = naive_utc(now_utc() - QUIET)
     st = runtime.statements
-    held = st.job_counts(service, source)
+    held = st.job_counts(service, source, everywhere=True)
     truth, newest = st.raw_tally(service, source)
     if newest is not None and newest >= quiet_before:
         return None

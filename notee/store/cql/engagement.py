@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
@@ -218,8 +219,12 @@ class Engagement:
         _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
         return len(keys)
 
-    def job_counts(self, service: str, source: str) -> dict[str, int]:
-        rows = self.session.execute(self.engagement_job_counts, (service, source), execution_profile=TUPLE_ROWS)
+    def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
+        """A job's counters; ``everywhere``: read at ``ALL`` (module doc of usecases/receipt_repair.py)."""
+        statement = self.engagement_job_counts.bind((service, source))
+        if everywhere:
+            statement.consistency_level = ConsistencyLevel.ALL
+        rows = self.session.execute(statement, execution_profile=TUPLE_ROWS)
         return {event: int(n) for event, n in rows}
 
     def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:
@@ -263,13 +268,12 @@ class Engagement:
 
     def raw_tally(self, service: str, source: str) -> tuple[dict[str, int], datetime | None]:
         """Events per kind of a source counted from its rows, and the newest row's ``received`` (None:
-        no row): the automatic repair recounts a job only once it has been quiet (usecases/receipt_repair.py)."""
-        futures = [
-            self.session.execute_async(
-                self.receipt_events_received, (service, source, bucket), execution_profile=TUPLE_ROWS
-            )
-            for bucket in range(BUCKETS)
-        ]
+        no row), read at ``ALL``: the automatic repair recounts a job only once it has been quiet, and
+        only with every replica answering (usecases/receipt_repair.py)."""
+        statements = [self.receipt_events_received.bind((service, source, bucket)) for bucket in range(BUCKETS)]
+        for statement in statements:
+            statement.consistency_level = ConsistencyLevel.ALL
+        futures = [self.session.execute_async(s, execution_profile=TUPLE_ROWS) for s in statements]
         truth: Counter[str] = Counter()
         newest: datetime | None = None
         for f in futures:
