@@ -27,6 +27,10 @@ BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (000
 # its buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
 # Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
 PARTITIONS_PER_REQUEST = 10
+# Rows one write request carries at most: Cassandra warns of a batch over batch_size_warn_threshold
+# (5 KiB; a receipt row is ~175 bytes in a batch), and a batch over it measured ~45 ms instead of
+# ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md "Measured").
+ROWS_PER_WRITE = 20
 # A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
 # more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
 # than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
@@ -113,8 +117,9 @@ class Engagement:
         """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
         and not a repeat of an earlier row of ``rows``. Raises the first store error after every
         request finished (a failed batch wrote nothing the client will not write again on retry).
-        The partitions a batch touches are read, then written, PARTITIONS_PER_REQUEST at a time: a
-        few requests per batch instead of two per partition."""
+        The partitions a batch touches are read READ_PARTITIONS at a time, then written at most
+        PARTITIONS_PER_REQUEST partitions and ROWS_PER_WRITE rows at a time: a few requests per
+        batch instead of two per partition."""
         groups: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(rows):
             groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
@@ -139,24 +144,29 @@ class Engagement:
             known.update((source, device, event) for _, device, event in future.result())
         new = [False] * len(rows)
         writes: list[ResponseFuture] = []
-        for _, chunk in _partition_chunks(groups, PARTITIONS_PER_REQUEST):
-            # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and
-            # the request answers once every partition met the consistency level.
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for source, bucket in chunk:
-                for i in groups[(source, bucket)]:
-                    r = rows[i]
-                    ident = (r.source, r.device, r.event)
-                    if ident in known:
-                        continue
+        # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and the
+        # request answers once every partition met the consistency level.
+        batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+        for (source, bucket), members in groups.items():
+            fresh = []
+            for i in members:
+                ident = (rows[i].source, rows[i].device, rows[i].event)
+                if ident not in known:
                     known.add(ident)
                     new[i] = True
-                    batch.add(
-                        self.receipt_insert,
-                        (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s),
-                    )
-            if len(batch):
+                    fresh.append(rows[i])
+            if not fresh:
+                continue
+            if len(batch) and (parts == PARTITIONS_PER_REQUEST or len(batch) + len(fresh) > ROWS_PER_WRITE):
                 writes.append(self.session.execute_async(batch))
+                batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+            for r in fresh:
+                batch.add(
+                    self.receipt_insert, (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s)
+                )
+            parts += 1
+        if len(batch):
+            writes.append(self.session.execute_async(batch))
         _wait(writes)
         return new
 
