@@ -41,23 +41,67 @@ class CountedLate(TimeoutError):
     outage: the request answers 503)."""
 
 
+class IntentWatch:
+    """The one thread per process that keeps the jobs of batches still unanswered after
+    ``after_s`` (a timer thread per batch cost its start on every request). Held by the process
+    (``receipts.Caches``); the thread starts with the first batch."""
+
+    def __init__(self, after_s: float = INTENT_AFTER_S) -> None:
+        self.after_s = after_s
+        self._cond = threading.Condition()
+        self._armed: dict[int, tuple[float, KeepUnlessCounted]] = {}  # in deadline order (one after_s)
+        self._thread: threading.Thread | None = None
+
+    def arm(self, guard: KeepUnlessCounted) -> None:
+        with self._cond:
+            self._armed[id(guard)] = (time.monotonic() + self.after_s, guard)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="receipt-intents", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def disarm(self, guard: KeepUnlessCounted) -> bool:
+        """True when ``guard`` was still waiting (no intent taken); False: it was taken, and its
+        ``taken`` event is set once the intent is written (or failed)."""
+        with self._cond:
+            return self._armed.pop(id(guard), None) is not None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._armed:
+                    self._cond.wait()
+                    continue
+                deadline, guard = next(iter(self._armed.values()))
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                del self._armed[id(guard)]
+            try:
+                guard.keep()
+            finally:
+                guard.taken.set()
+
+
 class KeepUnlessCounted:
     """``with KeepUnlessCounted(...) as guard:`` around a batch's writes: keeps ``sources`` for a
-    recount if the block raises, or (as an intent) if it runs longer than ``INTENT_AFTER_S``; the
-    intent is forgotten when the block ends normally. Sources of single sends (no job counters) are
-    not kept."""
+    recount if the block raises, or (as an intent, from ``watch``'s thread) if it runs longer than
+    ``INTENT_AFTER_S``; the intent is forgotten when the block ends normally. Sources of single
+    sends (no job counters) are not kept."""
 
-    def __init__(self, sessions: sessionmaker[Session], service: str, sources: Iterable[str]) -> None:
-        self.sessions, self.service = sessions, service
+    def __init__(
+        self, watch: IntentWatch, sessions: sessionmaker[Session], service: str, sources: Iterable[str]
+    ) -> None:
+        self.watch, self.sessions, self.service = watch, sessions, service
         self.sources = sorted({s for s in sources if not s.startswith("s")})
         self.started = time.monotonic()
+        self.taken = threading.Event()
         self._kept: list[int] | None = None
-        self._timer = threading.Timer(INTENT_AFTER_S, self._keep)
-        self._timer.daemon = True
 
     def __enter__(self) -> KeepUnlessCounted:
         if self.sources:
-            self._timer.start()
+            self.watch.arm(self)
         return self
 
     def check_deadline(self) -> None:
@@ -68,16 +112,16 @@ class KeepUnlessCounted:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not self.sources:
             return
-        self._timer.cancel()
-        if self._timer.is_alive():
-            self._timer.join()  # its record is being written: known before this answers
+        if not self.watch.disarm(self):
+            self.taken.wait()  # the intent is being written: known before this answers
         if kind is None:
             if self._kept:
                 self._forget()
         elif self._kept is None:
-            self._keep()
+            self.keep()
 
-    def _keep(self) -> None:
+    def keep(self) -> None:
+        """Record the sources (logged, not raised, when MySQL refuses)."""
         try:
             self._kept = receipt_recount_sql.record(self.sessions, self.service, self.sources)
         except Exception:

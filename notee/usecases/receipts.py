@@ -125,10 +125,11 @@ def find_sources(runtime: Runtime, cache: SourceCache, service: str, sources: se
 
 @dataclass(slots=True)
 class Caches:
-    """The per-process caches of the receipts' path."""
+    """The per-process caches of the receipts' path (and its intents' watch thread)."""
 
     sources: SourceCache = field(default_factory=SourceCache)
     hooks: receipt_webhooks.HookCache = field(default_factory=receipt_webhooks.HookCache)
+    intents: receipt_counting.IntentWatch = field(default_factory=receipt_counting.IntentWatch)
 
 
 def post_receipts(
@@ -158,7 +159,9 @@ def post_receipts(
     if rows:
         # Rows that landed but whose count failed, or may have (a timeout), or a process that dies in
         # between: their jobs are kept in MySQL for the scheduler's recount before this answers.
-        with receipt_counting.KeepUnlessCounted(runtime.sessions, service, {r.source for r in rows}) as guard:
+        with receipt_counting.KeepUnlessCounted(
+            caches.intents, runtime.sessions, service, {r.source for r in rows}
+        ) as guard:
             new = runtime.statements.store_receipts(service, rows, settings.receipts_retention_days * 86_400)
             counts: dict[tuple[str, ScopeKeys, str], int] = {}
             for row, keys, is_new in zip(rows, keys_of, new, strict=True):
