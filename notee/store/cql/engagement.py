@@ -16,7 +16,7 @@ from datetime import datetime
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
@@ -231,9 +231,8 @@ class Engagement:
 
     def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
         """A job's counters; ``everywhere``: read at ``ALL`` (module doc of usecases/receipt_repair.py)."""
-        statement = self.engagement_job_counts.bind((service, source))
-        if everywhere:
-            statement.consistency_level = ConsistencyLevel.ALL
+        level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
+        statement = BoundStatement(self.engagement_job_counts, consistency_level=level).bind((service, source))
         rows = self.session.execute(statement, execution_profile=TUPLE_ROWS)
         return {event: int(n) for event, n in rows}
 
@@ -280,10 +279,15 @@ class Engagement:
         """Events per kind of a source counted from its rows, and the newest row's ``received`` (None:
         no row), read at ``ALL``: the automatic repair recounts a job only once it has been quiet, and
         only with every replica answering (usecases/receipt_repair.py)."""
-        statements = [self.receipt_events_received.bind((service, source, bucket)) for bucket in range(BUCKETS)]
-        for statement in statements:
-            statement.consistency_level = ConsistencyLevel.ALL
-        futures = [self.session.execute_async(s, execution_profile=TUPLE_ROWS) for s in statements]
+        futures = [
+            self.session.execute_async(
+                BoundStatement(self.receipt_events_received, consistency_level=ConsistencyLevel.ALL).bind(
+                    (service, source, bucket)
+                ),
+                execution_profile=TUPLE_ROWS,
+            )
+            for bucket in range(BUCKETS)
+        ]
         truth: Counter[str] = Counter()
         newest: datetime | None = None
         for f in futures:
