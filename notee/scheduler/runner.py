@@ -34,7 +34,7 @@ from notee.core.logs import announce_emulator
 from notee.store import ticks
 from notee.store.mysql import db_now
 from notee.store.runtime import Runtime
-from notee.usecases import reconcile, retention
+from notee.usecases import receipt_repair, reconcile, retention
 from notee.usecases.cycle_fire import CycleFire, MinuteResult, iso_minute
 from notee.usecases.heartbeats import ProcessHeartbeat, beat_in_thread
 
@@ -245,6 +245,36 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
             log.exception("scheduler tick failed")
         heartbeat.beat(runtime.settings.heartbeat_file)  # a tick ended: notee healthcheck scheduler
 
+    log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
+    exporter = metrics.serve(runtime.settings.scheduler_metrics_port, runtime.settings.metrics_host, "scheduler")
+    safe_tick()
+    aps = BackgroundScheduler(timezone=UTC)
+    # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
+    # tick's catch-up runs that minute late instead.
+    aps.add_job(
+        safe_tick, CronTrigger(second=0, timezone=UTC), id="tick", max_instances=1, coalesce=True, misfire_grace_time=30
+    )
+    _add_maintenance(aps, scheduler)
+    aps.start()
+    # every process's row in MySQL (the health page): from a thread of its own, so a minute's long
+    # tick does not make the scheduler look dead; it stops (and deletes its row) with the scheduler
+    beats_stop = threading.Event()
+    beats = beat_in_thread(ProcessHeartbeat(runtime, "scheduler"), beats_stop)
+    try:
+        stop.wait()
+    finally:
+        aps.shutdown(wait=True)
+        beats_stop.set()
+        beats.join()
+        if exporter is not None:
+            exporter.close()
+        log.info("scheduler %s stopped", scheduler.owner)
+
+
+def _add_maintenance(aps: BackgroundScheduler, scheduler: Scheduler) -> None:
+    """The store maintenance beside the minute tick, each in its own APScheduler job and thread:
+    retention, reconcile and the receipts' recount."""
+
     def safe_prune() -> None:
         try:
             scheduler.prune_hourly()
@@ -257,15 +287,14 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         except Exception:  # the period stays claimed-running; the next period's run goes on from the cursor
             log.exception("scheduler reconcile run failed")
 
-    log.info("scheduler %s started: namespace=%s grace=%s", scheduler.owner, scheduler.namespace, scheduler.grace)
-    exporter = metrics.serve(runtime.settings.scheduler_metrics_port, runtime.settings.metrics_host, "scheduler")
-    safe_tick()
-    aps = BackgroundScheduler(timezone=UTC)
-    # One tick at a time; a fire missed while the previous tick ran is dropped (coalesced): the next
-    # tick's catch-up runs that minute late instead.
-    aps.add_job(
-        safe_tick, CronTrigger(second=0, timezone=UTC), id="tick", max_instances=1, coalesce=True, misfire_grace_time=30
-    )
+    def safe_receipts() -> None:
+        try:
+            report = receipt_repair.repair_kept(scheduler.runtime)
+            if report.get("jobs_recounted") or report.get("jobs_failed"):
+                log.info("scheduler receipt recount: %s", report)
+        except Exception:  # the records stay: the next minute's run takes them
+            log.exception("scheduler receipt recount failed")
+
     # Retention outside the minute tick (its own thread, never delaying a minute), at a quiet second
     # of minute 7 of each hour; one replica per hour wins the claim, the others return at once.
     aps.add_job(
@@ -286,17 +315,14 @@ def serve(runtime: Runtime, *, stop: threading.Event | None = None) -> None:
         coalesce=True,
         misfire_grace_time=300,
     )
-    aps.start()
-    # every process's row in MySQL (the health page): from a thread of its own, so a minute's long
-    # tick does not make the scheduler look dead; it stops (and deletes its row) with the scheduler
-    beats_stop = threading.Event()
-    beats = beat_in_thread(ProcessHeartbeat(runtime, "scheduler"), beats_stop)
-    try:
-        stop.wait()
-    finally:
-        aps.shutdown(wait=True)
-        beats_stop.set()
-        beats.join()
-        if exporter is not None:
-            exporter.close()
-        log.info("scheduler %s stopped", scheduler.owner)
+    # Jobs whose receipt counters may have missed events (a batch answered 503 after its rows landed)
+    # are recounted from their rows, every minute at second 20; one process at a time (a MySQL named
+    # lock: two recounts of one job would add its difference twice).
+    aps.add_job(
+        safe_receipts,
+        CronTrigger(second=20, timezone=UTC),
+        id="receipt-recount",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=60,
+    )

@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 
 from notee.core import notification_id
 from notee.core.clock import naive_utc, zone
-from notee.core.errors import InvalidInput, NotFound
+from notee.core.errors import Conflict, InvalidInput, NotFound
 from notee.core.vocabulary import JobFilter
 from notee.domain import services
-from notee.store import jobs_sql
+from notee.store import jobs_sql, receipt_recount_sql
 from notee.store.cql.engagement import BUCKETS
 from notee.store.runtime import Runtime
 from notee.usecases.receipts import EVENTS, scope_keys
@@ -190,9 +190,14 @@ def export_page(
 def recount_job(runtime: Runtime, service: str, job_id: str) -> dict[str, int]:
     """Set a job's receipt counters to its stored receipts (`notee recount-engagement`): the repair
     of a count that drifted (docs/ENGAGEMENT.md "Storage, and counting once"). NotFound for an
-    unknown job; a single send has no counters (its figures are always counted from its rows)."""
+    unknown job; a single send has no counters (its figures are always counted from its rows).
+    Holds the scheduler's recount lock (Conflict after 60 s): the two at once would add a job's
+    difference twice."""
     job_stats(runtime, service, job_id)
     source = notification_id.source_of_job(job_id)
     if notification_id.job_id_of(source) is None:
         return runtime.statements.raw_counts(service, source)
-    return runtime.statements.recount(service, source)
+    with receipt_recount_sql.repair_lock(runtime.engine, wait_s=60) as mine:
+        if not mine:
+            raise Conflict("the scheduler's receipt recount holds the lock: try again in a minute")
+        return runtime.statements.recount(service, source)

@@ -23,7 +23,7 @@ from notee.domain import services
 from notee.store import jobs_sql
 from notee.store.cql.engagement import ReceiptRow, ScopeKeys
 from notee.store.runtime import Runtime
-from notee.usecases import receipt_webhooks
+from notee.usecases import receipt_counting, receipt_webhooks
 
 EVENTS = ("delivered", "opened", "clicked", "dismissed")
 
@@ -125,10 +125,11 @@ def find_sources(runtime: Runtime, cache: SourceCache, service: str, sources: se
 
 @dataclass(slots=True)
 class Caches:
-    """The per-process caches of the receipts' path."""
+    """The per-process caches of the receipts' path (and its intents' watch thread)."""
 
     sources: SourceCache = field(default_factory=SourceCache)
     hooks: receipt_webhooks.HookCache = field(default_factory=receipt_webhooks.HookCache)
+    intents: receipt_counting.IntentWatch = field(default_factory=receipt_counting.IntentWatch)
 
 
 def post_receipts(
@@ -136,7 +137,8 @@ def post_receipts(
 ) -> ReceiptsResult:
     """Check, store, count and queue for the engagement webhooks a batch (module docstring). Raises a
     store error (an outage: 503) when the batch could not be stored, counted or queued; events stored
-    before the error are duplicates on retry (not counted again, queued again: at least once)."""
+    before the error are duplicates on retry (not counted again, queued again: at least once), and
+    their jobs are kept for the scheduler's recount (``receipt_counting``), which counts them."""
     now = now_utc()
     oldest = now - timedelta(days=settings.receipts_retention_days)
     newest = now + timedelta(seconds=settings.receipts_future_s)
@@ -155,15 +157,21 @@ def post_receipts(
         rows.append(ReceiptRow(p[0], p[1], e.event, e.action, naive_utc(e.at), received))
         keys_of.append(source.keys)
     if rows:
-        new = runtime.statements.store_receipts(service, rows, settings.receipts_retention_days * 86_400)
-        counts: dict[tuple[str, ScopeKeys, str], int] = {}
-        for row, keys, is_new in zip(rows, keys_of, new, strict=True):
-            if is_new:
-                counts[(row.source, keys, row.event)] = counts.get((row.source, keys, row.event), 0) + 1
+        # Rows that landed but whose count failed, or may have (a timeout), or a process that dies in
+        # between: their jobs are kept in MySQL for the scheduler's recount before this answers.
+        with receipt_counting.KeepUnlessCounted(
+            caches.intents, runtime.sessions, service, {r.source for r in rows}
+        ) as guard:
+            new = runtime.statements.store_receipts(service, rows, settings.receipts_retention_days * 86_400)
+            counts: dict[tuple[str, ScopeKeys, str], int] = {}
+            for row, keys, is_new in zip(rows, keys_of, new, strict=True):
+                if is_new:
+                    counts[(row.source, keys, row.event)] = counts.get((row.source, keys, row.event), 0) + 1
+            if counts:
+                guard.check_deadline()
+                runtime.statements.count(service, counts)
         result.accepted = sum(new)
         result.duplicates = len(rows) - result.accepted
-        if counts:
-            runtime.statements.count(service, counts)
         for (_, _, event), n in counts.items():
             metrics.RECEIPTS.labels(service=service, event=event).inc(n)
         # After the count: a failure here answers 503, and the retry (its events now duplicates,

@@ -7,7 +7,10 @@ snippets do). Node 2 is SIGKILLed while they post, and batches already acknowled
 during the outage. Then: every event of every acknowledged batch is stored (the job's raw rows are
 exactly the events posted: none lost, none made up), and the job's counters never exceed the raw
 rows (an event is never counted twice, also through the retries of maybe-written statements);
-``recount`` brings them level when a counter write was lost with its 503.
+the batches answered 503 kept their job in MySQL, and the scheduler's recount
+(``receipt_repair.repair_kept``, run here as the scheduler runs it, once node 2 is back: it reads at
+ALL) brings the job's counters level with the raw rows once the job is quiet, with no operator; its
+type's and day's counters stay at or below the raw rows (not always level: see the assertion).
 """
 
 from __future__ import annotations
@@ -15,17 +18,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from notee.core import notification_id
 from notee.domain import services
+from notee.usecases import receipt_repair
 from tests.support.fanout import finished_topic_job
 from tests.support.logscan import remember_secret
 from tests.support.processes import free_port, wait_http
 from tests.support.registry import make_service
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -129,5 +135,49 @@ def test_acknowledged_receipts_survive_a_node_loss_and_count_once(fault_cluster,
     # An acknowledged batch was stored at QUORUM: sent again with a node down, all of it is found.
     assert [(a["accepted"], a["duplicates"]) for a in replayed] == [(0, len(batches[i])) for i in again]
     assert accepted <= sum(posted.values())  # no event answered as new twice
-    assert runtime.statements.recount(service_id, source) == dict(posted)
-    assert runtime.statements.job_counts(service_id, source) == dict(posted)
+    # No operator: the scheduler's recount of the jobs kept by the 503s (notee/usecases/receipt_repair.py)
+    # brings the counters level once the job is quiet (QUIET after its newest row) and every replica
+    # answers (it reads at ALL: a counter write applied by node 2 alone, just before it died, comes
+    # back with it; the first run saw the type and day counters 200 short at QUORUM while it was down).
+    t_repair = time.monotonic()
+    reports = []
+    before = {scope: _scope_events(runtime, service_id, scope) for scope in ("type", "day")}
+    assert _kept(runtime, service_id), "no batch kept its job, yet some were answered 503"
+    assert receipt_repair.repair_kept(runtime, service=service_id, wait_s=60)["jobs_recounted"] == 0
+    fault_cluster.restart(KILLED_NODE)
+
+    def recounted() -> bool:
+        reports.append(receipt_repair.repair_kept(runtime, service=service_id, wait_s=60))
+        return not _kept(runtime, service_id)
+
+    wait_for(recounted, timeout=receipt_repair.QUIET.total_seconds() + 180, interval=5, what="the kept job recounted")
+    repaired = runtime.statements.job_counts(service_id, source, everywhere=True)
+    after = {scope: _scope_events(runtime, service_id, scope) for scope in ("type", "day")}
+    print(
+        f"recounted {time.monotonic() - t_repair:.0f} s after the last acknowledgement (node {KILLED_NODE} "
+        f"restarted): {[r for r in reports if r['jobs_recounted'] or r['jobs_failed']]}; counters {repaired}; "
+        f"type and day counters with the node down {before}, after {after}"
+    )
+    assert repaired == dict(posted), "the counters are not the raw rows after the recount"
+    # Its type's and day's counters (the service has this one job) get the job's difference: never
+    # above the raw rows, but not always level. The second run read them 100 and 200 short after the
+    # recount: one counter request of a batch was applied to the job's partition and not to all of
+    # its scope partitions (or only on node 2; these reads are at QUORUM), which a difference taken
+    # from the job's partition cannot see (docs/ENGAGEMENT.md "Storage, and counting once", bounds).
+    for scope, held in after.items():
+        for event, n in held.items():
+            assert n <= posted[event], f"{scope} {event} counted twice: {held} > {dict(posted)}"
+
+
+def _scope_events(runtime, service: str, scope: str) -> dict[str, int]:
+    """Events of ``scope`` (type, day) of the service's current months, summed over its items."""
+    months = {datetime.now(UTC).strftime("%Y-%m"), (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m")}
+    held = Counter[str]()
+    for (_, event), n in runtime.statements.scope_counts(service, scope, sorted(months)).items():
+        held[event] += n
+    return {e: n for e, n in held.items() if n}
+
+
+def _kept(runtime, service: str) -> list[str]:
+    with runtime.sessions() as s:
+        return list(s.execute(text("SELECT source FROM receipt_recount WHERE service = :s"), {"s": service}).scalars())

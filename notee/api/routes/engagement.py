@@ -170,7 +170,15 @@ def job_stats(job_id: JobIdPath, service: ServiceDep, runtime: RuntimeDep) -> Jo
 def scope_stats(
     service: ServiceDep,
     runtime: RuntimeDep,
-    by: Annotated[Literal["type", "topic", "day"], Query(description="Group by template type, topic or day.")],
+    by: Annotated[
+        Literal["type", "topic", "day"],
+        Query(
+            description="Group by template type, topic or day. `day` is exact; `type` and `topic` count "
+            "receipts per month of the notifications' creation, so a range starting or ending inside a "
+            "month gets that whole month's receipts of the type or topic (its targeted and sent are the "
+            "range's own): their rates are exact for whole months only."
+        ),
+    ],
     from_: Annotated[date | None, Query(alias="from", description="First day (default: 29 days before to).")] = None,
     to: Annotated[date | None, Query(description="Last day, inclusive (default: today, service's zone).")] = None,
 ) -> ScopeStatsOut:

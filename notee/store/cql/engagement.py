@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
@@ -26,6 +27,10 @@ BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (000
 # its buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
 # Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
 PARTITIONS_PER_REQUEST = 10
+# Rows one write request carries at most: Cassandra warns of a batch over batch_size_warn_threshold
+# (5 KiB; a receipt row is ~175 bytes in a batch), and a batch over it measured ~45 ms instead of
+# ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md "Measured").
+ROWS_PER_WRITE = 20
 # A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
 # more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
 # than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
@@ -81,6 +86,7 @@ class Engagement:
             f"SELECT device, event, action, at, received FROM {n}.receipt {key} AND (device, event) > (?, ?) LIMIT ?"
         )
         self.receipt_events = p(f"SELECT event FROM {n}.receipt {key}")
+        self.receipt_events_received = p(f"SELECT event, received FROM {n}.receipt {key}")
         self.source_insert = p(
             f"INSERT INTO {n}.receipt_source (service, source, notification_type, day, targeted, sent, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ?"
@@ -111,8 +117,9 @@ class Engagement:
         """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
         and not a repeat of an earlier row of ``rows``. Raises the first store error after every
         request finished (a failed batch wrote nothing the client will not write again on retry).
-        The partitions a batch touches are read, then written, PARTITIONS_PER_REQUEST at a time: a
-        few requests per batch instead of two per partition."""
+        The partitions a batch touches are read READ_PARTITIONS at a time, then written at most
+        PARTITIONS_PER_REQUEST partitions and ROWS_PER_WRITE rows at a time: a few requests per
+        batch instead of two per partition."""
         groups: dict[tuple[str, int], list[int]] = {}
         for i, r in enumerate(rows):
             groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
@@ -137,24 +144,29 @@ class Engagement:
             known.update((source, device, event) for _, device, event in future.result())
         new = [False] * len(rows)
         writes: list[ResponseFuture] = []
-        for _, chunk in _partition_chunks(groups, PARTITIONS_PER_REQUEST):
-            # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and
-            # the request answers once every partition met the consistency level.
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for source, bucket in chunk:
-                for i in groups[(source, bucket)]:
-                    r = rows[i]
-                    ident = (r.source, r.device, r.event)
-                    if ident in known:
-                        continue
+        # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and the
+        # request answers once every partition met the consistency level.
+        batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+        for (source, bucket), members in groups.items():
+            fresh = []
+            for i in members:
+                ident = (rows[i].source, rows[i].device, rows[i].event)
+                if ident not in known:
                     known.add(ident)
                     new[i] = True
-                    batch.add(
-                        self.receipt_insert,
-                        (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s),
-                    )
-            if len(batch):
+                    fresh.append(rows[i])
+            if not fresh:
+                continue
+            if len(batch) and (parts == PARTITIONS_PER_REQUEST or len(batch) + len(fresh) > ROWS_PER_WRITE):
                 writes.append(self.session.execute_async(batch))
+                batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+            for r in fresh:
+                batch.add(
+                    self.receipt_insert, (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s)
+                )
+            parts += 1
+        if len(batch):
+            writes.append(self.session.execute_async(batch))
         _wait(writes)
         return new
 
@@ -217,8 +229,11 @@ class Engagement:
         _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
         return len(keys)
 
-    def job_counts(self, service: str, source: str) -> dict[str, int]:
-        rows = self.session.execute(self.engagement_job_counts, (service, source), execution_profile=TUPLE_ROWS)
+    def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
+        """A job's counters; ``everywhere``: read at ``ALL`` (module doc of usecases/receipt_repair.py)."""
+        level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
+        statement = BoundStatement(self.engagement_job_counts, consistency_level=level).bind((service, source))
+        rows = self.session.execute(statement, execution_profile=TUPLE_ROWS)
         return {event: int(n) for event, n in rows}
 
     def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:
@@ -259,6 +274,28 @@ class Engagement:
             for (event,) in f.result():
                 truth[event] += 1
         return dict(truth)
+
+    def raw_tally(self, service: str, source: str) -> tuple[dict[str, int], datetime | None]:
+        """Events per kind of a source counted from its rows, and the newest row's ``received`` (None:
+        no row), read at ``ALL``: the automatic repair recounts a job only once it has been quiet, and
+        only with every replica answering (usecases/receipt_repair.py)."""
+        futures = [
+            self.session.execute_async(
+                BoundStatement(self.receipt_events_received, consistency_level=ConsistencyLevel.ALL).bind(
+                    (service, source, bucket)
+                ),
+                execution_profile=TUPLE_ROWS,
+            )
+            for bucket in range(BUCKETS)
+        ]
+        truth: Counter[str] = Counter()
+        newest: datetime | None = None
+        for f in futures:
+            for event, received in f.result():
+                truth[event] += 1
+                if received is not None and (newest is None or received > newest):
+                    newest = received
+        return dict(truth), newest
 
     def recount(self, service: str, source: str) -> dict[str, int]:
         """Count the raw events of a job and set its counters to them (adding the difference): the
