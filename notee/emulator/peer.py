@@ -50,7 +50,7 @@ class PeerStats:
     protocol_errors: int = 0
     ignored_after_goaway: int = 0
     max_open: int = 0  # most streams a client had open at once on one connection
-    live: set[_PeerConnection] = field(default_factory=set)
+    live: set[PeerConnection] = field(default_factory=set)
 
 
 def _valid_for_limit(status: int, body: bytes) -> bool:
@@ -59,7 +59,7 @@ def _valid_for_limit(status: int, body: bytes) -> bool:
     return not (status == 403 and (b"ProviderToken" in body or b"Certificate" in body))
 
 
-class _PeerConnection(ServerConnection):
+class PeerConnection(ServerConnection):
     """One client connection, on the emulator's own framing (``notee.emulator.h2server``): as strict
     as h2 was here (stream limits, flow control, frame sizes, HPACK), at a fraction of its cost."""
 
@@ -100,14 +100,17 @@ class _PeerConnection(ServerConnection):
         if len(self.streams) > self.server.stats.max_open:
             self.server.stats.max_open = len(self.streams)
         ready, self.ready = self.ready, []
-        delay = self.server.rules.answer_delay_s
         for stream_id in ready:
-            if delay:
+            if delay := self.delay(stream_id):
                 asyncio.get_running_loop().call_later(delay, self._answer_later, stream_id)
             else:
                 self._answer(stream_id)
         self._flush()
         self._maybe_finish_goaway()
+
+    def delay(self, stream_id: int) -> float:
+        """Seconds to hold this stream's answer."""
+        return self.server.rules.answer_delay_s
 
     # -- requests -----------------------------------------------------------------------------------
     def _answer_later(self, stream_id: int) -> None:
@@ -130,7 +133,12 @@ class _PeerConnection(ServerConnection):
         self.answered += 1
         self.highest_answered = max(self.highest_answered, stream_id)
         rules = self.server.rules
-        if not self.valid_seen and path.startswith("/3/device/") and _valid_for_limit(status, out):
+        if (
+            self.server.gated
+            and not self.valid_seen
+            and path.startswith("/3/device/")
+            and _valid_for_limit(status, out)
+        ):
             self.valid_seen = True
             self.set_limit(rules.max_streams)
         if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
@@ -208,6 +216,8 @@ class _PeerConnection(ServerConnection):
 class PeerServer:
     """One listening socket; ``handle(scope, body) -> (status, headers, body)`` answers requests."""
 
+    gated = True  # APNs: ``first_streams`` until a request with a valid provider token
+
     def __init__(self, handle: Any, rules: PeerRules | None = None) -> None:
         self.handle = handle
         self.rules = rules or PeerRules()
@@ -217,9 +227,12 @@ class PeerServer:
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _PeerConnection(self), host, port, ssl=ssl_context)
+        self._server = await loop.create_server(self.connection, host, port, ssl=ssl_context)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
+
+    def connection(self) -> asyncio.Protocol:
+        return PeerConnection(self)
 
     def lower_limit(self, limit: int) -> None:
         """New ``max_streams`` for every connection from now on, sent at once to the open ones that
@@ -254,4 +267,12 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert_file, key_file)
     ctx.set_alpn_protocols(["h2"])  # aioapns offers no ALPN and still gets HTTP/2
+    return ctx
+
+
+def front_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The public port's: HTTP/2 or HTTP/1.1 by ALPN (none: told by the first bytes)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx

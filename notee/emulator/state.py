@@ -130,3 +130,4 @@ class Emulator:
 
     state: State
     peer: PeerServer | None = None
+    front: PeerServer | None = None  # the public port's HTTP/2 (notee.emulator.front)
