@@ -134,6 +134,15 @@ class FrontConnection(PeerConnection):
         super().connection_lost(exc)
         self.upstream_close()
 
+    def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+        """As granian's ASGI scope has it: ``:authority`` as a ``host`` header, the port listened on."""
+        scope = super().scope(headers)
+        authority = next((v for k, v in headers if k == b":authority"), None)
+        if authority is not None and not any(k == b"host" for k, _ in scope["headers"]):
+            scope["headers"].append((b"host", authority))
+        scope["server"] = self.server.address
+        return scope
+
     def delay(self, stream_id: int) -> float:
         latency = self.server.latency()
         if not latency:
@@ -153,6 +162,15 @@ class FrontServer(PeerServer):
         super().__init__(handle, PeerRules(first_streams=streams, max_streams=streams))
         self.upstream = upstream
         self.latency = latency
+        self.host = ""
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    async def start(self, host: str, port: int, ssl_context: Any) -> int:
+        self.host = host
+        return await super().start(host, port, ssl_context)
 
     def connection(self) -> asyncio.Protocol:
         return FrontConnection(self)

@@ -139,6 +139,7 @@ class ServerConnection(asyncio.Protocol):
         self.stream_window = DEFAULT_WINDOW
         self.max_frame = DEFAULT_FRAME_SIZE
         self.ready: list[int] = []  # streams ended in the current read, to answer after it
+        self.refill: set[int] = set()  # streams owed a WINDOW_UPDATE once the read is done
 
     def start(self, transport: asyncio.BaseTransport) -> None:
         """The server's first SETTINGS: the first stream limit, the receive window."""
@@ -190,6 +191,7 @@ class ServerConnection(asyncio.Protocol):
             if self.closing():
                 return
         del buf[:pos]
+        self._give_back()
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self.continuing is not None and kind != CONTINUATION:
@@ -248,10 +250,6 @@ class ServerConnection(asyncio.Protocol):
         if self.recv_left < 0:
             raise ProtocolError(FLOW_CONTROL_ERROR, "the connection's receive window overrun")
         self.unacked += size
-        if self.unacked >= WINDOW_REFILL:
-            self.out.append(window_update(0, self.unacked))
-            self.recv_left += self.unacked
-            self.unacked = 0
         stream = self.streams.get(stream_id)
         if stream is None or stream.ended:
             if stream_id > self.highest_in:
@@ -267,9 +265,22 @@ class ServerConnection(asyncio.Protocol):
             return
         stream.unacked += size
         if stream.unacked >= WINDOW_REFILL:
-            self.out.append(window_update(stream_id, stream.unacked))
-            stream.recv_left += stream.unacked
-            stream.unacked = 0
+            self.refill.add(stream_id)
+
+    def _give_back(self) -> None:
+        """WINDOW_UPDATEs for what a read used, once it is read: the client cannot have seen them
+        before, so everything it sent meanwhile counts against the windows it had."""
+        if self.unacked >= WINDOW_REFILL:
+            self.out.append(window_update(0, self.unacked))
+            self.recv_left += self.unacked
+            self.unacked = 0
+        for stream_id in self.refill:
+            stream = self.streams.get(stream_id)
+            if stream is not None and not stream.ended:
+                self.out.append(window_update(stream_id, stream.unacked))
+                stream.recv_left += stream.unacked
+                stream.unacked = 0
+        self.refill.clear()
 
     def _respond(self, stream_id: int, stream: Stream, block: bytes, body: bytes) -> None:
         if not body:

@@ -144,13 +144,11 @@ class PeerConnection(ServerConnection):
         if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
             self.goaway(stream_id)
 
-    def _handle(self, stream: Stream) -> tuple[int, bytes, str]:
-        """Answer one ended stream through the handler; returns its status, body and path."""
-        headers = stream.headers
+    def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+        """The request as the handlers read it (the part of an ASGI scope they use)."""
         pseudo = {k: v for k, v in headers if k[:1] == b":"}
-        path = pseudo.get(b":path", b"/").decode()
-        path, _, query = path.partition("?")
-        scope = {
+        path, _, query = pseudo.get(b":path", b"/").decode().partition("?")
+        return {
             "type": "http",
             "method": pseudo.get(b":method", b"GET").decode(),
             "path": path,
@@ -158,6 +156,11 @@ class PeerConnection(ServerConnection):
             "headers": [(k, v) for k, v in headers if k[:1] != b":"],
             "client": self.client,
         }
+
+    def _handle(self, stream: Stream) -> tuple[int, bytes, str]:
+        """Answer one ended stream through the handler; returns its status, body and path."""
+        scope = self.scope(stream.headers)
+        path = scope["path"]
         try:
             status, out_headers, out = self.server.handle(scope, bytes(stream.body))
         except Exception:  # a handler bug must not take the connection down: 500, as granian does
