@@ -106,7 +106,7 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
             "path": scope["path"],
             # a body that is not JSON is kept as text, so a test can read what was refused
             "body": body.decode(errors="replace") if parsed is _NOT_JSON else parsed,
-            "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
+            "headers": list(scope["headers"]),  # as received: state.last_view drops authorization
         }
     fault = state.take_fault("apns", token)
     if fault:

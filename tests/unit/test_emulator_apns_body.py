@@ -50,5 +50,7 @@ def test_a_json_body_is_still_recorded_parsed_and_delivered() -> None:
     state = State()
     status, _headers, out = _send(state, "tok", b'{"aps": {"alert": "hi"}, "k": "v"}')
     assert (status, out) == (200, None)
-    assert state.last["tok"]["body"] == {"aps": {"alert": "hi"}, "k": "v"}
+    view = state.last_view("tok")
+    assert view is not None and view["body"] == {"aps": {"alert": "hi"}, "k": "v"}
+    assert view["headers"] == {"apns-topic": "com.example", "apns-id": "id-1"}  # never the bearer
     assert state.delivered["apns"]["tok"] == 1
