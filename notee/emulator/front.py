@@ -10,8 +10,9 @@ between the emulator taking a third of a core or more. HTTP/1.1 (requests-based 
 curl) stays on granian: its parser and keep-alive are not worth rewriting for the few requests
 that use it.
 
-A connection is HTTP/2 when TLS negotiated ``h2`` (ALPN), or, with no ALPN (aioapns sends none),
-when its first bytes are the HTTP/2 preface; anything else is HTTP/1.1. HTTP/2 connections allow
+A connection is HTTP/2 when its first bytes are the HTTP/2 preface, whatever ALPN said (aioapns
+offers none; gorush's OAuth client negotiates ``h2`` and speaks HTTP/1.1); anything else is
+HTTP/1.1. HTTP/2 connections allow
 ``streams`` concurrent streams from the start (FCM's front ends: 100 in realistic mode, granian's
 200 otherwise), with no provider-token gate; an answer waits ``State.latency_s`` like granian's app
 (``/_emu`` paths excepted).
@@ -59,13 +60,10 @@ class FrontConnection(PeerConnection):
         self.held: list[bytes] = []  # client bytes waiting for the relay's connection
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        ssl_object = transport.get_extra_info("ssl_object")
-        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        # HTTP/2 or not is told by the first bytes, not by ALPN, as granian tells it: some clients
+        # negotiate h2 and speak HTTP/1.1 (gorush's OAuth client through its proxy), aioapns offers
+        # no ALPN and speaks HTTP/2; a client sends its preface without waiting for the server's
         self.transport = transport  # type: ignore[assignment]
-        if alpn == "h2":
-            self._become_h2()
-        elif alpn is not None:
-            self._become_relay()
 
     def _become_h2(self) -> None:
         self.mode = "h2"
@@ -96,7 +94,7 @@ class FrontConnection(PeerConnection):
         self.held.clear()
 
     def data_received(self, data: bytes) -> None:
-        if not self.mode:  # no ALPN: the first bytes tell
+        if not self.mode:  # the first bytes tell
             if len(data) < len(PREFACE) and PREFACE.startswith(data):
                 self.held.append(data)  # too few to tell yet
                 return

@@ -274,7 +274,7 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
 
 
 def front_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """The public port's: HTTP/2 or HTTP/1.1 by ALPN (none: told by the first bytes)."""
+    """The public port's: offers both; the first bytes tell which is spoken (notee.emulator.front)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert_file, key_file)
     ctx.set_alpn_protocols(["h2", "http/1.1"])

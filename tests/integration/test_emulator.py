@@ -216,16 +216,18 @@ def test_the_public_port_answers_http2_without_alpn_and_gives_the_latency(emulat
             sock.sendall(conn.data_to_send())
 
     BEARER["value"] = "Bearer " + emulator.access_token()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with ctx.wrap_socket(raw, server_hostname="localhost") as sock:
-            assert sock.selected_alpn_protocol() is None
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-            conn.initiate_connection()
-            sock.sendall(conn.data_to_send())
-            status, data = post(sock, conn)
-            assert status == 200 and json.loads(data)["name"].startswith("projects/demo/messages/")
-            emulator.latency(400)
-            started = time.monotonic()
-            status, _ = post(sock, conn)
-            assert status == 200 and time.monotonic() - started >= 0.4
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        assert sock.selected_alpn_protocol() is None
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        status, data = post(sock, conn)
+        assert status == 200 and json.loads(data)["name"].startswith("projects/demo/messages/")
+        emulator.latency(400)
+        started = time.monotonic()
+        status, _ = post(sock, conn)
+        assert status == 200 and time.monotonic() - started >= 0.4
     assert emulator.deliveries("no-alpn")["fcm"] == 2

@@ -65,7 +65,7 @@ class Pair:
             if data:
                 self.conn.data_received(data)
             out, self.transport.written = bytes(self.transport.written), bytearray()
-            if out and not self.client.state_machine.state.name == "CLOSED":
+            if out and self.client.state_machine.state.name != "CLOSED":
                 new += self.client.receive_data(out)
             data = self.client.data_to_send()
         self.events += new
