@@ -1,10 +1,7 @@
-"""The emulator's own HTTP/2 framing for its APNs port (``notee.emulator.peer``): frames, the
-server's SETTINGS, response header blocks, and one stream's receive state. The layout, codes and
-HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541).
-
+"""The emulator's own HTTP/2 server framing (``notee.emulator.peer``, ``.front``); the layout, codes
+and HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541).
 Response header blocks never use the dynamic table (``:status`` from the static table when it is
-there, every other header a literal without indexing, names from the static table when they are
-there), so they change neither side's table and need no table size update.
+there, every other header a literal without indexing), so they need no table size update.
 """
 
 from __future__ import annotations
@@ -46,6 +43,7 @@ from notee.providers.http2_wire import (
     WINDOW_UPDATE,
     HeaderDecoder,
     ProtocolError,
+    frame,
     hpack_int,
 )
 
@@ -59,10 +57,6 @@ _STATUS_INDEX = {
 _STATIC_NAMES: dict[bytes, int] = {}
 for _i, (_name, _value) in enumerate(STATIC_TABLE, 1):
     _STATIC_NAMES.setdefault(_name, _i)
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return FRAME_HEAD.pack(len(payload) << 8 | kind, flags, stream_id) + payload
 
 
 def settings_payload(values: dict[int, int]) -> bytes:
@@ -140,6 +134,7 @@ class ServerConnection(asyncio.Protocol):
         self.max_frame = DEFAULT_FRAME_SIZE
         self.ready: list[int] = []  # streams ended in the current read, to answer after it
         self.refill: set[int] = set()  # streams owed a WINDOW_UPDATE once the read is done
+        self.blocked: dict[int, Stream] = {}  # answers waiting for window
 
     def start(self, transport: asyncio.BaseTransport) -> None:
         """The server's first SETTINGS: the first stream limit, the receive window."""
@@ -304,14 +299,19 @@ class ServerConnection(asyncio.Protocol):
             stream.send_window -= n
             body = body[n:]
         stream.pending = body
-        if not body:
+        if body:
+            self.blocked[stream_id] = stream
+        else:
             del self.streams[stream_id]
+            self.blocked.pop(stream_id, None)
 
     def window_opened(self, stream_id: int) -> None:
         """A WINDOW_UPDATE or a larger initial window: send what was waiting for it."""
-        for sid, stream in list(self.streams.items()):
-            if stream.pending and (stream_id in (0, sid)):
+        for sid, stream in list(self.blocked.items()):
+            if stream_id in (0, sid) and self.streams.get(sid) is stream:
                 self._send_pending(sid, stream)
+            elif sid not in self.streams:  # reset by the client meanwhile
+                del self.blocked[sid]
 
     def _flush(self) -> None:
         out = self.out
@@ -339,11 +339,12 @@ def control_frame(conn: ServerConnection, kind: int, flags: int, stream_id: int,
         if stream_id:
             raise ProtocolError(PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
-            if payload or not conn.unacked_settings:
-                raise ProtocolError(PROTOCOL_ERROR, "a SETTINGS ACK nothing waited for")
-            limit = conn.unacked_settings.popleft()
-            if limit is not None:
-                conn.limit = limit
+            if payload:
+                raise ProtocolError(FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
+            if conn.unacked_settings:  # one for nothing sent is ignored, as h2 ignored it
+                limit = conn.unacked_settings.popleft()
+                if limit is not None:
+                    conn.limit = limit
             return
         _client_settings(conn, payload)
         conn.out.append(frame(SETTINGS, ACK, 0))

@@ -28,8 +28,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from notee.emulator.h2server import ServerConnection, Stream, frame, response_block
-from notee.providers.http2_wire import GOAWAY, GOAWAY_PAYLOAD, NO_ERROR, ProtocolError
+from notee.emulator.h2server import ServerConnection, Stream, response_block
+from notee.providers.http2_wire import GOAWAY, GOAWAY_PAYLOAD, NO_ERROR, ProtocolError, frame
 
 log = logging.getLogger(__name__)
 
