@@ -133,12 +133,8 @@ class FrontConnection(PeerConnection):
         self.upstream_close()
 
     def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-        """As granian's ASGI scope has it: ``:authority`` as a ``host`` header, the port listened on."""
         scope = super().scope(headers)
-        authority = next((v for k, v in headers if k == b":authority"), None)
-        if authority is not None and not any(k == b"host" for k, _ in scope["headers"]):
-            scope["headers"].append((b"host", authority))
-        scope["server"] = self.server.address
+        scope["server"] = self.server.address  # the port listened on (the web push VAPID audience)
         return scope
 
     def delay(self, stream_id: int) -> float:
@@ -155,6 +151,7 @@ class FrontServer(PeerServer):
     HTTP/1.1 ones; ``latency()`` is the answer delay the control API set."""
 
     gated = False  # FCM's front ends advertise one limit for the whole connection
+    authority_as_host = True  # as granian's ASGI scope had it (the web push persona reads it)
 
     def __init__(self, handle: Any, streams: int, upstream: tuple[str, int], latency: Callable[[], float]) -> None:
         super().__init__(handle, PeerRules(first_streams=streams, max_streams=streams))

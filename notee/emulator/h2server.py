@@ -95,8 +95,7 @@ def response_block(status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
 
 @dataclass(slots=True)
 class Stream:
-    """A request stream: its headers, its body so far, what of its receive window is used, whether
-    the client ended it, and its send window (for the answer's DATA)."""
+    """A request stream: headers, body so far, receive and send windows, whether the client ended it."""
 
     headers: list[tuple[bytes, bytes]]
     send_window: int
@@ -108,12 +107,11 @@ class Stream:
 
 
 class ServerConnection(asyncio.Protocol):
-    """HTTP/2 server framing for one connection: the preface, SETTINGS (a stream limit that takes
-    effect once acknowledged), HEADERS + CONTINUATION decoded by jh2's native HPACK decoder, DATA
-    with both receive windows enforced and given back by WINDOW_UPDATE, answers sent within the
-    client's windows, PING, RST_STREAM, GOAWAY. A client that breaks the protocol (a stream over
-    the limit, a window overrun, a bad frame) gets ``ProtocolError``, which the subclass turns
-    into GOAWAY. Subclasses answer ended streams (``_ended``) through ``_respond``."""
+    """HTTP/2 server framing for one connection: preface, SETTINGS (a stream limit in force once
+    acknowledged), HEADERS + CONTINUATION (jh2's native HPACK decoder), DATA within both receive
+    windows (refilled by WINDOW_UPDATE), answers within the client's windows, PING, RST_STREAM,
+    GOAWAY. A protocol breach raises ``ProtocolError`` (the subclass sends GOAWAY); the streams a
+    read ended are in ``ready``, answered by the subclass through ``_respond``."""
 
     def __init__(self, first_limit: int) -> None:
         self.transport: asyncio.Transport | None = None
@@ -138,15 +136,13 @@ class ServerConnection(asyncio.Protocol):
 
     def start(self, transport: asyncio.BaseTransport) -> None:
         """The server's first SETTINGS: the first stream limit, the receive window."""
-        # granian's worker loop may be uvloop, whose transports do not subclass asyncio.Transport
         self.transport = transport  # type: ignore[assignment]
         self.unacked_settings.append(None)
         values = {MAX_CONCURRENT_STREAMS: self.limit, INITIAL_WINDOW_SIZE: LOCAL_WINDOW}
         self.out.append(frame(SETTINGS, 0, 0, settings_payload(values)))
         self._flush()
 
-    def send_limit(self, limit: int) -> None:
-        """A new stream limit, in force once the client acknowledges it."""
+    def send_limit(self, limit: int) -> None:  # in force once the client acknowledges it
         self.unacked_settings.append(limit)
         self.out.append(frame(SETTINGS, 0, 0, settings_payload({MAX_CONCURRENT_STREAMS: limit})))
         self._flush()
@@ -155,8 +151,7 @@ class ServerConnection(asyncio.Protocol):
         return self.transport is None or self.transport.is_closing()
 
     def _ended(self, stream_id: int, stream: Stream) -> None:
-        """The client ended a request stream: answered after the read it came in (``ready``), so
-        the streams of one read are all open together, as with h2's events."""
+        """Answered after the read (``ready``): one read's streams are open together, as with h2."""
         stream.ended = True
         self.ready.append(stream_id)
 
@@ -282,6 +277,12 @@ class ServerConnection(asyncio.Protocol):
             self.out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block))
             del self.streams[stream_id]
             return
+        size = len(body)
+        if size <= self.send_window and size <= stream.send_window and size <= self.max_frame:  # the usual case
+            self.out += (frame(HEADERS, END_HEADERS, stream_id, block), frame(DATA, END_STREAM, stream_id, body))
+            self.send_window -= size
+            del self.streams[stream_id]
+            return
         self.out.append(frame(HEADERS, END_HEADERS, stream_id, block))
         stream.pending = body
         self._send_pending(stream_id, stream)
@@ -314,13 +315,12 @@ class ServerConnection(asyncio.Protocol):
                 del self.blocked[sid]
 
     def _flush(self) -> None:
-        out = self.out
-        if out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(out))
+        out, transport = self.out, self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(b"".join(out))
         out.clear()
 
     def peer_goaway(self) -> None:
-        """The client sent GOAWAY: close."""
         if not self.closing():
             self.transport.close()  # type: ignore[union-attr]
 

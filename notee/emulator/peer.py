@@ -145,15 +145,28 @@ class PeerConnection(ServerConnection):
             self.goaway(stream_id)
 
     def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-        """The request as the handlers read it (the part of an ASGI scope they use)."""
-        pseudo = {k: v for k, v in headers if k[:1] == b":"}
-        path, _, query = pseudo.get(b":path", b"/").decode().partition("?")
+        """The request as the handlers read it (the part of an ASGI scope they use); with
+        ``server.authority_as_host``, ``:authority`` as a ``host`` header, as granian's ASGI has it."""
+        method, target, authority, rest = b"GET", b"/", None, []
+        for header in headers:  # one pass: this runs for every request
+            name = header[0]
+            if name[:1] != b":":
+                rest.append(header)
+            elif name == b":path":
+                target = header[1]
+            elif name == b":method":
+                method = header[1]
+            elif name == b":authority":
+                authority = header[1]
+        if authority is not None and self.server.authority_as_host:
+            rest.append((b"host", authority))  # after a client's own host, equal to it (RFC 9113 §8.3.1)
+        path, _, query = target.decode().partition("?")
         return {
             "type": "http",
-            "method": pseudo.get(b":method", b"GET").decode(),
+            "method": method.decode(),
             "path": path,
             "query_string": query.encode(),
-            "headers": [(k, v) for k, v in headers if k[:1] != b":"],
+            "headers": rest,
             "client": self.client,
         }
 
@@ -220,6 +233,7 @@ class PeerServer:
     """One listening socket; ``handle(scope, body) -> (status, headers, body)`` answers requests."""
 
     gated = True  # APNs: ``first_streams`` until a request with a valid provider token
+    authority_as_host = False  # the APNs handler's recorded headers stay what the client sent
 
     def __init__(self, handle: Any, rules: PeerRules | None = None) -> None:
         self.handle = handle
