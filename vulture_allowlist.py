@@ -20,7 +20,7 @@ _.rate_limit_read_rate
 _.rate_limit_read_burst
 _.rate_limit_receipt_rate
 _.rate_limit_receipt_burst
-_.local_settings  # notee/emulator/peer.py: h2's H2Connection reads the settings it is given
+_.local_settings  # tests/unit/test_http2_framing.py: h2's H2Connection reads the settings it is given
 _.connection_lost  # notee/emulator/peer.py, notee/providers/http2.py: asyncio.Protocol, the event loop calls it
 _.trust_env  # notee/providers/fcm.py: requests.Session's attribute (no proxy, no global CA)
 _.PRIORITY  # notee/providers/http2_wire.py: RFC 9113's frame type 2, so the frame types read as the RFC's table

@@ -310,6 +310,18 @@ def _emulator_us(r: dict[str, Any], name: str) -> dict[str, float]:
     return {name: r["emulator_cpu_s"] / r["delivered"] * 1e6}
 
 
+def emulator_cpu_since(pid: int | None, before: float | None) -> float | None:
+    """The emulator's CPU seconds since ``before`` (``tree_cpu_s``), None if either is unknown."""
+    now = tree_cpu_s(pid)
+    return None if now is None or before is None else now - before
+
+
+def emulator_us(r: dict[str, Any], sent_key: str) -> float | None:
+    """µs of emulator CPU per request over a run (``emulator_cpu_s`` / ``r[sent_key]``), or None."""
+    cpu, sent = r.get("emulator_cpu_s"), r.get(sent_key)
+    return None if cpu is None or not sent else cpu / sent * 1e6
+
+
 def tree_cpu_s(pid: int | None) -> float | None:
     """CPU seconds (user + system) of a process and its children (the emulator and its granian
     worker); None without a pid (an emulator the bench attached to) or once it is gone."""
@@ -483,5 +495,12 @@ def run_scaling(
             "publishes": len(processes),
             "fetch_size": runtime.settings.fanout_fetch_size,
         },
-        extra={"cpus": os.cpu_count(), "runs": runs},
+        extra={
+            "cpus": os.cpu_count(),
+            "runs": runs,
+            # the emulator beside the workers (issue 35): its CPU per request and the cores it took,
+            # median over the publishes; under a third of a core it leaves the workers theirs
+            "emulator_cpu_us_per_request": statistics.median(r["emulator_us_per_request"] for r in runs),
+            "emulator_cores": statistics.median(r["cores"].get("emulator", 0.0) for r in runs),
+        },
     )

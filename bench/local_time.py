@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.fanout import WorkerProcess
+from bench.fanout import WorkerProcess, emulator_cpu_since, emulator_us, tree_cpu_s
 from bench.report import Measure, figure, missing
 from bench.seed import insert_topic_rows, set_no_counter, topic_rows
 from bench.tenant import make_template, make_tenant
@@ -114,12 +114,21 @@ def _cassandra_pid(port: int = 9042) -> int | None:
     return None
 
 
-def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: str | None, timeout: float):
+def _one(
+    runtime,
+    worker: WorkerProcess,
+    service: str,
+    topic: str,
+    local_time: str | None,
+    timeout: float,
+    emulator_pid: int | None = None,
+):
     from notee.usecases.job_requests import TopicPublish
     from notee.usecases.publish import publish_topic
 
     cassandra = _cassandra_pid()
     cpu0, wall0, own0 = _cpu(worker.pid), time.perf_counter(), time.process_time()
+    emu0 = tree_cpu_s(emulator_pid)
     cass0 = _cpu(cassandra)
     at = (datetime.now(UTC) - timedelta(days=2)).replace(tzinfo=None) if local_time else None
     with runtime.sessions.begin() as session:  # the caller owns the commit
@@ -141,6 +150,7 @@ def _one(runtime, worker: WorkerProcess, service: str, topic: str, local_time: s
         "state": state,
         "sent": sent,
         "worker_cpu_s": _cpu(worker.pid) - cpu0,
+        "emulator_cpu_s": emulator_cpu_since(emulator_pid, emu0),
         "cassandra_cpu_s": _cpu(cassandra) - cass0,
         "wall_s": time.perf_counter() - wall0,
         "publish_cpu_s": publish_cpu,
@@ -161,8 +171,8 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
     worker = WorkerProcess(tenant.service, lanes)
     try:
         worker.wait_ready()
-        plain = _one(runtime, worker, tenant.service, topic, None, timeout)
-        local = _one(runtime, worker, tenant.service, topic, "09:00", timeout)
+        plain = _one(runtime, worker, tenant.service, topic, None, timeout, emulator.pid)
+        local = _one(runtime, worker, tenant.service, topic, "09:00", timeout, emulator.pid)
     finally:
         worker.stop()
     for name, r in (("plain", plain), ("local", local)):
@@ -187,5 +197,8 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
             "local_cassandra_cpu_us_per_push": local["cassandra_cpu_s"] / local["sent"] * 1e6,
             "plain_cassandra_cpu_us_per_push": plain["cassandra_cpu_s"] / plain["sent"] * 1e6,
             "scheduler_cpu_s": "none: parts are released by the job queue (task lease_until), not the scheduler",
+            # the emulator's own CPU per request beside the worker's (issue 35); None: not measured
+            "emulator_cpu_us_per_request": emulator_us(local, "sent"),
+            "plain_emulator_cpu_us_per_request": emulator_us(plain, "sent"),
         },
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from bench.fanout import WorkerProcess
+from bench.fanout import WorkerProcess, emulator_cpu_since, emulator_us, tree_cpu_s
 from bench.local_time import ZONES, _cpu, _job
 from bench.report import Measure, figure, missing
 from bench.seed import insert_topic_rows, set_no_counter, topic_rows
@@ -73,13 +73,16 @@ def _seed_users(runtime, service: str, topic_rows_: list[tuple]) -> None:
             )
 
 
-def _one(runtime, worker: WorkerProcess, service: str, topic: str, kind: str, timeout: float) -> dict[str, Any]:
+def _one(
+    runtime, worker: WorkerProcess, service: str, topic: str, kind: str, timeout: float, emulator_pid: int | None = None
+) -> dict[str, Any]:
     from notee.usecases.job_requests import TopicPublish
     from notee.usecases.publish import publish_topic
 
     title, body = TEXTS[kind]
     variables = {"name": "there", "order": "A-1042", "at": "2026-12-05T09:30:00Z"}
     cpu0, wall0, own0 = _cpu(worker.pid), time.perf_counter(), time.process_time()
+    emu0 = tree_cpu_s(emulator_pid)
     with runtime.sessions.begin() as session:  # the caller owns the commit
         job = publish_topic(
             runtime,
@@ -107,6 +110,7 @@ def _one(runtime, worker: WorkerProcess, service: str, topic: str, kind: str, ti
         "state": state,
         "sent": sent,
         "worker_cpu_s": _cpu(worker.pid) - cpu0,
+        "emulator_cpu_s": emulator_cpu_since(emulator_pid, emu0),
         "wall_s": time.perf_counter() - wall0,
         "publish_cpu_s": publish_cpu,
     }
@@ -124,9 +128,11 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
     runs: dict[str, dict[str, Any]] = {}
     try:
         worker.wait_ready()
-        _one(runtime, worker, tenant.service, topic, "plain", timeout)  # warm-up (connections, caches): not counted
+        _one(
+            runtime, worker, tenant.service, topic, "plain", timeout, emulator.pid
+        )  # warm-up (connections, caches): not counted
         for kind in TEXTS:
-            runs[kind] = _one(runtime, worker, tenant.service, topic, kind, timeout)
+            runs[kind] = _one(runtime, worker, tenant.service, topic, kind, timeout, emulator.pid)
     finally:
         worker.stop()
     for kind, r in runs.items():
@@ -148,6 +154,9 @@ def run(runtime, emulator, *, devices: int, lanes: int = 2, timeout: float = 180
             "personal_worker_us_per_push": per_push["personal"],
             "zone_per_plain": per_push["zone"] / per_push["plain"],
             **{f"{kind}_wall_s": r["wall_s"] for kind, r in runs.items()},
+            # the emulator's own CPU per request beside the worker's (issue 35); None: not measured
+            "emulator_cpu_us_per_request": emulator_us(runs["personal"], "sent"),
+            "plain_emulator_cpu_us_per_request": emulator_us(runs["plain"], "sent"),
             **{f"{kind}_publish_cpu_ms": r["publish_cpu_s"] * 1e3 for kind, r in runs.items()},
         },
     )

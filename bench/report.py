@@ -44,6 +44,9 @@ SIDE_FIGURES: dict[str, tuple[str, ...]] = {
         "emulator_cpu_us_per_request",
         "emulator_cpu_us_per_request_apns",
     ),
+    "fanout_scaling": ("emulator_cpu_us_per_request", "emulator_cores"),
+    "local_time_cpu_ratio": ("emulator_cpu_us_per_request",),
+    "personal_cpu_ratio": ("emulator_cpu_us_per_request",),
     "subscribe_ratio": ("api_server_cpu_ms_per_sub", "rate_limited_server_cpu_ms_per_sub"),
     "slot_walk_ratio": ("notee_cpu_us_per_row", "raw_cpu_us_per_row"),
 }

@@ -44,6 +44,19 @@ def _jwt_iat(raw: bytes) -> int | None:
         return None
 
 
+_NOT_JSON: Any = object()  # what _parse returns for a body that is not JSON
+
+
+def _parse(body: bytes) -> Any:
+    """The body's JSON (None for an empty body), or ``_NOT_JSON``."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:  # UnicodeDecodeError included
+        return _NOT_JSON
+
+
 def _apns_out(status: int, reason: str, apns_id: bytes) -> Response:
     out: dict[str, Any] = {"reason": reason}
     if status == 410:
@@ -86,12 +99,14 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
         state.counts["apns.device_rate"] += 1
         return _apns_out(429, "TooManyRequests", apns_id)
     state.attempts[token] += 1
+    parsed = _parse(body)
     if len(state.last) < LAST_REQUESTS_MAX or token in state.last:
         state.last[token] = {
             "api": "apns",
             "path": scope["path"],
-            "body": json.loads(body or b"null"),
-            "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
+            # a body that is not JSON is kept as text, so a test can read what was refused
+            "body": body.decode(errors="replace") if parsed is _NOT_JSON else parsed,
+            "headers": list(scope["headers"]),  # as received: state.last_view drops authorization
         }
     fault = state.take_fault("apns", token)
     if fault:
@@ -108,10 +123,11 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
         return _apns_out(400, "PayloadEmpty", apns_id)
     if len(body) > APNS_PAYLOAD_LIMIT:
         return _apns_out(413, "PayloadTooLarge", apns_id)
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
+    if parsed is _NOT_JSON:
+        # Apple's table has no reason of its own for a payload that is not JSON; APNs answers it as
+        # it answers an empty one (400 PayloadEmpty), never accepts it
+        state.counts["apns.invalid"] += 1
+        return _apns_out(400, "PayloadEmpty", apns_id)
     reason = apns_reason(headers, parsed)
     if reason is not None:
         state.counts["apns.invalid"] += 1

@@ -2,7 +2,9 @@
 (``notee.emulator.apns``), browser push services (``notee.emulator.webpush``) and the ``/_emu``
 control API (``notee.emulator.control_api``).
 
-Served by granian, one worker, so all state is this process's memory (``notee.emulator.state``).
+Served by granian, one worker, so all state is this process's memory (``notee.emulator.state``):
+HTTP/1.1 through this ASGI app, HTTP/2 through the emulator's own server in the same worker
+(``notee.emulator.front``, ``handle`` below).
 Wire formats follow docs/PROVIDERS.md and the upstream docs (see the persona modules).
 """
 
@@ -14,7 +16,8 @@ import os
 from notee.emulator.apns import apns
 from notee.emulator.control_api import control
 from notee.emulator.fcm import fcm, oauth_token
-from notee.emulator.peer import PeerServer, server_ssl_context
+from notee.emulator.front import FrontServer
+from notee.emulator.peer import PeerServer, front_ssl_context, server_ssl_context
 from notee.emulator.state import JSON_HEADERS, LAUNCH_REALISTIC, Emulator, Receive, Response, Scope, Send, State
 from notee.emulator.webpush import webpush
 
@@ -47,14 +50,26 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def _start_peer() -> None:
-    """In realistic mode, serve APNs on its own port through the emulator's h2 server (one stream
-    until the first valid request, then a limit; GOAWAY), in this worker's loop and on its state."""
-    port = os.environ.get("NOTEE_EMULATOR_APNS_PORT")
+    """Serve the public port (``notee.emulator.front``: HTTP/2 here, HTTP/1.1 relayed to granian's
+    loopback port) and, in realistic mode, APNs on its own port through the emulator's HTTP/2 server
+    (one stream until the first valid request, then a limit; GOAWAY), in this worker's loop and on
+    its state."""
+    env = os.environ
+    tls = (env.get("NOTEE_EMULATOR_TLS_CERT", ""), env.get("NOTEE_EMULATOR_TLS_KEY", ""))
+    front_port, upstream = env.get("NOTEE_EMULATOR_FRONT_PORT"), env.get("NOTEE_EMULATOR_UPSTREAM_PORT")
+    if front_port and upstream:
+        front = EMULATOR.front = FrontServer(
+            lambda scope, body: handle(EMULATOR, scope, body),
+            100 if LAUNCH_REALISTIC else 200,  # Google's front ends / granian's default
+            ("127.0.0.1", int(upstream)),
+            lambda: EMULATOR.state.latency_s,
+        )
+        await front.start(env.get("NOTEE_EMULATOR_FRONT_HOST", "127.0.0.1"), int(front_port), front_ssl_context(*tls))
+    port = env.get("NOTEE_EMULATOR_APNS_PORT")
     if not LAUNCH_REALISTIC or not port:
         return
     peer = EMULATOR.peer = PeerServer(lambda scope, body: handle(EMULATOR, scope, body))
-    ssl_context = server_ssl_context(os.environ["NOTEE_EMULATOR_TLS_CERT"], os.environ["NOTEE_EMULATOR_TLS_KEY"])
-    await peer.start(os.environ.get("NOTEE_EMULATOR_APNS_HOST", "127.0.0.1"), int(port), ssl_context)
+    await peer.start(env.get("NOTEE_EMULATOR_APNS_HOST", "127.0.0.1"), int(port), server_ssl_context(*tls))
 
 
 def handle(emu: Emulator, scope: Scope, body: bytes) -> Response:

@@ -116,9 +116,8 @@ def deliveries_of_many(emu: Emulator, req: Any, _query_string: bytes) -> Respons
 
 
 def last_request(emu: Emulator, _req: Any, query: bytes) -> Response:
-    last = emu.state.last
-    token = _query(query).get("token", "")
-    return _ok(last.get(token)) if token in last else _ok({"error": "no request"}, 404)
+    view = emu.state.last_view(_query(query).get("token", ""))
+    return _ok(view) if view is not None else _ok({"error": "no request"}, 404)
 
 
 def reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
-from notee.emulator.rules import FcmProblem, check_fcm, fcm_device_view
+from notee.emulator.rules import FcmProblem, check_fcm
 from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
 
 # errorCode -> (HTTP status, google.rpc status, message); messages as FCM sends them.
@@ -174,7 +174,7 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
             "path": scope["path"],
             "body": message,
             "validate_only": bool(doc.get("validate_only")),
-            "headers": {k.decode(): v.decode() for k, v in scope["headers"] if k not in (b"authorization",)},
+            "headers": list(scope["headers"]),  # as received: state.last_view drops authorization
         }
     fault = state.take_fault("fcm", token)
     if fault:
@@ -191,7 +191,7 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
             state.counts[count] += 1
         return status, list(answer_headers), out
     if token in state.last:
-        state.last[token]["device"] = fcm_device_view(message)
+        state.last[token]["device"] = message  # what a device gets of it: state.last_view
     state.counts["fcm.ok"] += 1
     state.delivered["fcm"][token] += 1
     state.record("fcm", token, message.get("data"))

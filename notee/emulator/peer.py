@@ -1,4 +1,4 @@
-"""The emulator's own HTTP/2 server (``h2`` on asyncio), for what APNs does at the connection level
+"""The emulator's own HTTP/2 server (its own framing, ``notee.emulator.h2server``, on asyncio), for what APNs does at the connection level
 and granian cannot: granian advertises one fixed SETTINGS_MAX_CONCURRENT_STREAMS for every
 connection and sends GOAWAY only when it shuts down.
 
@@ -28,13 +28,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
-from hyperframe.frame import GoAwayFrame
+from notee.emulator.h2server import ServerConnection, Stream, response_block
+from notee.providers.http2_wire import GOAWAY, GOAWAY_PAYLOAD, NO_ERROR, ProtocolError, frame
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +50,7 @@ class PeerStats:
     protocol_errors: int = 0
     ignored_after_goaway: int = 0
     max_open: int = 0  # most streams a client had open at once on one connection
-    live: set[_PeerConnection] = field(default_factory=set)
+    live: set[PeerConnection] = field(default_factory=set)
 
 
 def _valid_for_limit(status: int, body: bytes) -> bool:
@@ -64,19 +59,13 @@ def _valid_for_limit(status: int, body: bytes) -> bool:
     return not (status == 403 and (b"ProviderToken" in body or b"Certificate" in body))
 
 
-class _PeerConnection(asyncio.Protocol):
+class PeerConnection(ServerConnection):
+    """One client connection, on the emulator's own framing (``notee.emulator.h2server``): as strict
+    as h2 was here (stream limits, flow control, frame sizes, HPACK), at a fraction of its cost."""
+
     def __init__(self, server: PeerServer) -> None:
+        super().__init__(server.rules.first_streams)
         self.server = server
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_inbound_headers=False,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self.conn = h2.connection.H2Connection(config=config)
-        self.transport: asyncio.Transport | None = None
-        self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
         self.answered = 0
         self.valid_seen = False
         self.goaway_last: int | None = None  # set once GOAWAY is sent
@@ -86,60 +75,42 @@ class _PeerConnection(asyncio.Protocol):
 
     # -- asyncio ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # granian's worker loop may be uvloop, whose transports do not subclass asyncio.Transport
-        self.transport = transport  # type: ignore[assignment]
         self.client = transport.get_extra_info("peername")  # identifies the connection to the handler
         self.server.stats.connections += 1
         self.server.stats.live.add(self)
-        self.conn.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.server.rules.first_streams,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535,
-            },
-        )
-        self.conn.initiate_connection()
-        self._flush()
+        self.start(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.stats.live.discard(self)
 
     def data_received(self, data: bytes) -> None:
         try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:  # e.g. TooManyStreamsError
+            self._read(data)
+        except ProtocolError as exc:  # e.g. a stream too many
             self.server.stats.protocol_errors += 1
             log.info("emulator h2: closing a connection on a protocol error: %s", exc)
+            self.out.append(frame(GOAWAY, 0, 0, GOAWAY_PAYLOAD.pack(self.highest_in, exc.code)))
             try:
-                self.conn.close_connection(error_code=h2.errors.ErrorCodes.PROTOCOL_ERROR)
                 self._flush()
             finally:
                 self._close()
             return
-        open_now = self.conn.open_inbound_streams
-        if open_now > self.server.stats.max_open:
-            self.server.stats.max_open = open_now
-        delay = self.server.rules.answer_delay_s
-        for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                self.requests[event.stream_id] = (list(event.headers), bytearray())
-            elif isinstance(event, h2.events.DataReceived):
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                request = self.requests.get(event.stream_id)
-                if request is not None:
-                    request[1].extend(event.data)
-            elif isinstance(event, h2.events.StreamEnded):
-                if delay:
-                    asyncio.get_running_loop().call_later(delay, self._answer_later, event.stream_id)
-                else:
-                    self._answer(event.stream_id)
-            elif isinstance(event, h2.events.StreamReset):
-                self.requests.pop(event.stream_id, None)
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                self._close()
-                return
+        if self.closing():
+            return
+        if len(self.streams) > self.server.stats.max_open:
+            self.server.stats.max_open = len(self.streams)
+        ready, self.ready = self.ready, []
+        for stream_id in ready:
+            if delay := self.delay(stream_id):
+                asyncio.get_running_loop().call_later(delay, self._answer_later, stream_id)
+            else:
+                self._answer(stream_id)
         self._flush()
         self._maybe_finish_goaway()
+
+    def delay(self, stream_id: int) -> float:
+        """Seconds to hold this stream's answer."""
+        return self.server.rules.answer_delay_s
 
     # -- requests -----------------------------------------------------------------------------------
     def _answer_later(self, stream_id: int) -> None:
@@ -150,47 +121,70 @@ class _PeerConnection(asyncio.Protocol):
         self._maybe_finish_goaway()
 
     def _answer(self, stream_id: int) -> None:
-        request = self.requests.pop(stream_id, None)
-        if request is None:
+        stream = self.streams.get(stream_id)
+        if stream is None:
             return
         if self.goaway_last is not None and stream_id > self.goaway_last:
+            del self.streams[stream_id]
             self.server.stats.ignored_after_goaway += 1  # the client must resend it elsewhere
             return
-        headers, body = request
         self.answering = stream_id
-        pseudo = {k: v for k, v in headers if k.startswith(b":")}
-        path = pseudo.get(b":path", b"/").decode()
-        path, _, query = path.partition("?")
-        scope = {
-            "type": "http",
-            "method": pseudo.get(b":method", b"GET").decode(),
-            "path": path,
-            "query_string": query.encode(),
-            "headers": [(k, v) for k, v in headers if not k.startswith(b":")],
-            "client": self.client,
-        }
-        try:
-            status, out_headers, out = self.server.handle(scope, bytes(body))
-        except Exception:  # a handler bug must not take the connection down: 500, as granian does
-            log.exception("emulator h2: handler failed for %s", path)
-            status, out_headers, out = 500, [], b""
-        self.conn.send_headers(stream_id, [(b":status", str(status).encode()), *out_headers], end_stream=not out)
-        if out:
-            self.conn.send_data(stream_id, out, end_stream=True)  # responses are far below the window
+        status, out, path = self._handle(stream)
         self.answered += 1
         self.highest_answered = max(self.highest_answered, stream_id)
         rules = self.server.rules
-        if not self.valid_seen and path.startswith("/3/device/") and _valid_for_limit(status, out):
+        if (
+            self.server.gated
+            and not self.valid_seen
+            and path.startswith("/3/device/")
+            and _valid_for_limit(status, out)
+        ):
             self.valid_seen = True
             self.set_limit(rules.max_streams)
         if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
             self.goaway(stream_id)
 
+    def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+        """The request as the handlers read it (the part of an ASGI scope they use); with
+        ``server.authority_as_host``, ``:authority`` as a ``host`` header, as granian's ASGI has it."""
+        method, target, authority, rest = b"GET", b"/", None, []
+        for header in headers:  # one pass: this runs for every request
+            name = header[0]
+            if name[:1] != b":":
+                rest.append(header)
+            elif name == b":path":
+                target = header[1]
+            elif name == b":method":
+                method = header[1]
+            elif name == b":authority":
+                authority = header[1]
+        if authority is not None and self.server.authority_as_host:
+            rest.append((b"host", authority))  # after a client's own host, equal to it (RFC 9113 §8.3.1)
+        path, _, query = target.decode().partition("?")
+        return {
+            "type": "http",
+            "method": method.decode(),
+            "path": path,
+            "query_string": query.encode(),
+            "headers": rest,
+            "client": self.client,
+        }
+
+    def _handle(self, stream: Stream) -> tuple[int, bytes, str]:
+        """Answer one ended stream through the handler; returns its status, body and path."""
+        scope = self.scope(stream.headers)
+        path = scope["path"]
+        try:
+            status, out_headers, out = self.server.handle(scope, bytes(stream.body))
+        except Exception:  # a handler bug must not take the connection down: 500, as granian does
+            log.exception("emulator h2: handler failed for %s", path)
+            status, out_headers, out = 500, [], b""
+        self._respond(self.answering, stream, response_block(status, out_headers), out)
+        return status, out, path
+
     def set_limit(self, limit: int) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        self.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limit})
-        self._flush()
+        if not self.closing():
+            self.send_limit(limit)
 
     def goaway(self, last_stream_id: int | None = None) -> None:
         """GOAWAY(NO_ERROR): answer streams up to ``last_stream_id`` (default: every stream already
@@ -198,13 +192,12 @@ class _PeerConnection(asyncio.Protocol):
         if self.goaway_last is not None or self.transport is None or self.transport.is_closing():
             return
         if last_stream_id is None:  # every stream started so far, including one being answered now
-            last_stream_id = max([self.highest_answered, self.answering, *self.requests])
+            last_stream_id = max([self.highest_answered, self.answering, *self.streams])
         self.goaway_last = last_stream_id
         self.server.stats.goaways += 1
+        # the streams at or below last_stream_id can still be answered on this connection
+        self.out.append(frame(GOAWAY, 0, 0, GOAWAY_PAYLOAD.pack(last_stream_id, NO_ERROR)))
         self._flush()
-        # written as a frame, not through h2's close_connection(), so the streams at or below
-        # last_stream_id can still be answered on this connection
-        self.transport.write(GoAwayFrame(0, last_stream_id=last_stream_id, error_code=0).serialize())
         asyncio.get_running_loop().call_soon(self._maybe_finish_goaway)  # after the answer in progress
 
     def reset(self) -> None:
@@ -216,21 +209,19 @@ class _PeerConnection(asyncio.Protocol):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.server.stats.resets += 1
         self.server.stats.live.discard(self)
-        self.requests.clear()  # their delayed answers (answer_delay_s) find no request
+        self.streams.clear()  # their delayed answers (answer_delay_s) find no request
         self.transport.abort()
+
+    def peer_goaway(self) -> None:
+        self._close()
 
     def _maybe_finish_goaway(self) -> None:
         if self.goaway_last is None or self.transport is None or self.transport.is_closing():
             return
-        if not any(sid <= self.goaway_last for sid in self.requests):
-            self.server.stats.ignored_after_goaway += len(self.requests)  # all above last_stream_id
-            self.requests.clear()
+        if not any(sid <= self.goaway_last for sid in self.streams):
+            self.server.stats.ignored_after_goaway += len(self.streams)  # all above last_stream_id
+            self.streams.clear()
             self._close()
-
-    def _flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
 
     def _close(self) -> None:
         self.server.stats.live.discard(self)
@@ -241,6 +232,9 @@ class _PeerConnection(asyncio.Protocol):
 class PeerServer:
     """One listening socket; ``handle(scope, body) -> (status, headers, body)`` answers requests."""
 
+    gated = True  # APNs: ``first_streams`` until a request with a valid provider token
+    authority_as_host = False  # the APNs handler's recorded headers stay what the client sent
+
     def __init__(self, handle: Any, rules: PeerRules | None = None) -> None:
         self.handle = handle
         self.rules = rules or PeerRules()
@@ -250,9 +244,12 @@ class PeerServer:
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _PeerConnection(self), host, port, ssl=ssl_context)
+        self._server = await loop.create_server(self.connection, host, port, ssl=ssl_context)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
+
+    def connection(self) -> asyncio.Protocol:
+        return PeerConnection(self)
 
     def lower_limit(self, limit: int) -> None:
         """New ``max_streams`` for every connection from now on, sent at once to the open ones that
@@ -287,4 +284,12 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert_file, key_file)
     ctx.set_alpn_protocols(["h2"])  # aioapns offers no ALPN and still gets HTTP/2
+    return ctx
+
+
+def front_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The public port's: offers both; the first bytes tell which is spoken (notee.emulator.front)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx

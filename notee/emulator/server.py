@@ -1,19 +1,21 @@
 """Run the emulator: granian (Rust HTTP server), one ASGI worker, TLS with the generated test CA.
 
-One port serves HTTP/2 (with or without ALPN: aioapns sends none) and HTTP/1.1 (requests).
+One port serves HTTP/2 (with or without ALPN: aioapns sends none) and HTTP/1.1 (requests): the
+worker's front (``notee.emulator.front``) terminates TLS, answers HTTP/2 itself and relays HTTP/1.1
+to granian on a loopback port.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from granian import Granian
 from granian.constants import HTTPModes, Interfaces
-from granian.http import HTTP2Settings
 from granian.log import LogLevels
 
 from notee.core.logs import LogFormat, dict_config
@@ -56,30 +58,43 @@ def serve(config: EmulatorConfig, *, on_ready: Callable[[TlsFiles], None] | None
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
     host, port = config.host, config.port
     files: TlsFiles = ensure_tls(config.state_dir, [host, *config.names])
+    upstream = _free_loopback_port()
+    # read by the ASGI worker (notee.emulator.state, .app) at start-up; granian's worker inherits them
+    os.environ.update(
+        {
+            "NOTEE_EMULATOR_FRONT_HOST": host,
+            "NOTEE_EMULATOR_FRONT_PORT": str(port),
+            "NOTEE_EMULATOR_UPSTREAM_PORT": str(upstream),
+            "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
+            "NOTEE_EMULATOR_TLS_KEY": str(files.server_key),
+        }
+    )
     if config.realistic:
-        # read by the ASGI worker (notee.emulator.state, .app) at start-up; granian's worker inherits them
         os.environ.update(
             {
                 "NOTEE_EMULATOR_REALISTIC": "1",
                 "NOTEE_EMULATOR_APNS_HOST": host,
                 "NOTEE_EMULATOR_APNS_PORT": str(config.apns_port_used),
-                "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
-                "NOTEE_EMULATOR_TLS_KEY": str(files.server_key),
             }
         )
     if on_ready:
         on_ready(files)
+    # granian serves HTTP/1.1 on loopback, behind the worker's front on the public port
+    # (notee.emulator.front: TLS, HTTP/2 itself, HTTP/1.1 relayed here)
     Granian(
         "notee.emulator.app:app",
-        address=host,
-        port=port,
+        address="127.0.0.1",
+        port=upstream,
         interface=Interfaces.ASGI,
-        http=HTTPModes.auto,
+        http=HTTPModes.http1,
         workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
-        ssl_cert=files.server_cert,
-        ssl_key=files.server_key,
         log_level=LogLevels(config.log_level.lower()),
         log_dictconfig=dict_config(GRANIAN_LOGGERS, config.log_level, config.log_format),
         backpressure=4096,
-        http2_settings=HTTP2Settings(max_concurrent_streams=100) if config.realistic else None,
     ).serve()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from notee.emulator.peer import PeerServer
+from notee.emulator.rules import fcm_device_view
 
 # (status, headers, body): what every handler of the emulator answers.
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -88,6 +89,19 @@ class State:
     web_subs: dict[str, Any] = field(default_factory=dict)  # web push subscription id -> webpush.WebSub
     web_pushes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> what it received
 
+    def last_view(self, token: str) -> dict[str, Any] | None:
+        """The last request of ``token`` as ``GET /_emu/requests/last`` shows it. What the personas
+        keep per request is raw (the header list, the accepted FCM message); the views are built
+        here, when a test asks, not on every request (issue 35)."""
+        kept = self.last.get(token)
+        if kept is None:
+            return None
+        view = dict(kept)
+        view["headers"] = {k.decode(): v.decode() for k, v in kept["headers"] if k != b"authorization"}
+        if "device" in view:
+            view["device"] = fcm_device_view(kept["device"])
+        return view
+
     def record(self, api: str, token: str, data: Any) -> None:
         """One delivered push, in the delivery journal when there is one."""
         if self.journal is not None:
@@ -130,3 +144,4 @@ class Emulator:
 
     state: State
     peer: PeerServer | None = None
+    front: PeerServer | None = None  # the public port's HTTP/2 (notee.emulator.front)

@@ -169,3 +169,65 @@ def test_fcm_rules_are_judged_per_body_whatever_the_token(emulator, h2):
     assert ok.content == json.dumps({"name": ok.json()["name"]}, indent=2).encode()
     stats = emulator.stats()
     assert stats["counts"]["fcm.invalid"] == 3 and stats["counts"]["fcm.ok"] == 3, stats
+
+
+def test_the_public_port_answers_http2_without_alpn_and_gives_the_latency(emulator):
+    """The public port's front (notee/emulator/front.py) takes a TLS connection without ALPN as
+    HTTP/2 when its first bytes are the HTTP/2 preface (aioapns offers no ALPN), answers it with
+    the same handlers, and holds answers POST /_emu/latency long, as granian's app did."""
+    import socket
+    from urllib.parse import urlsplit
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    ctx = ssl.create_default_context(cafile=emulator.ca_file)  # no ALPN offered
+    port = urlsplit(emulator.url).port
+    body = json.dumps({"message": {"token": "no-alpn", "notification": {"title": "a"}}}).encode()
+
+    def post(sock: ssl.SSLSocket, conn: h2.connection.H2Connection) -> tuple[int, bytes]:
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(
+            sid,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https"),
+                (b":path", FCM_PATH.encode()),
+                (b":authority", f"localhost:{port}".encode()),
+                (b"authorization", BEARER["value"].encode()),
+            ],
+        )
+        conn.send_data(sid, body, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        status, data = 0, b""
+        while True:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed before the answer"
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    data += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, sid)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id == sid:
+                    sock.sendall(conn.data_to_send())
+                    return status, data
+            sock.sendall(conn.data_to_send())
+
+    BEARER["value"] = "Bearer " + emulator.access_token()
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        assert sock.selected_alpn_protocol() is None
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        status, data = post(sock, conn)
+        assert status == 200 and json.loads(data)["name"].startswith("projects/demo/messages/")
+        emulator.latency(400)
+        started = time.monotonic()
+        status, _ = post(sock, conn)
+        assert status == 200 and time.monotonic() - started >= 0.4
+    assert emulator.deliveries("no-alpn")["fcm"] == 2

@@ -11,7 +11,7 @@ stream) and tests/integration/test_http2_peer.py (answers after GOAWAY, stream l
 These tests fail loudly, naming the version and the internal concerned, when the installed version
 differs from the pin or when one of those internals stops working as relied on. After an upgrade:
 check each internal below against the new release, then move the pin. The encoder's blocks are
-checked here against ``hpack``, the HPACK codec of the emulator's plain ``h2``.
+checked here against ``hpack``, the HPACK codec of plain ``h2``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _loud(what: str) -> str:
 
 
 def _h2_codec() -> tuple[Any, Any]:
-    """The HPACK encoder and decoder of the emulator's plain ``h2`` (the ``hpack`` package)."""
+    """The HPACK encoder and decoder of plain ``h2`` (the ``hpack`` package)."""
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
     return conn.encoder, conn.decoder
 
@@ -74,7 +74,7 @@ def test_the_response_decoder_is_jh2s_native_one_and_reads_huffman_coded_blocks(
     decoder = http2_wire.HeaderDecoder()
     module = type(decoder._decoder).__module__
     assert module == "jh2._hazmat", _loud(f"the decoder comes from {module}, not jh2's native codec")
-    server, _ = _h2_codec()  # what the emulator's h2 sends: Huffman-coded, indexed
+    server, _ = _h2_codec()  # what h2 sends: Huffman-coded, indexed
     headers = [(b":status", b"200"), (b"content-type", b"application/json"), (b"apns-id", b"a-b-c")]
     for _ in range(3):
         got = decoder.decode(server.encode(headers, huffman=True))

@@ -96,10 +96,10 @@ def _production_modules() -> set[str]:
 
 
 def test_the_emulators_server_is_an_extra_production_does_not_carry() -> None:
-    """`pip install notee` leaves the emulator's server out (granian, h2, hyperframe: the `emulator`
-    extra); only notee/emulator/ imports them, and the image's lock has none of them."""
+    """`pip install notee` leaves the emulator's server out (granian: the `emulator` extra); only
+    notee/emulator/ imports it, and the image's lock does not have it."""
     extra = {canonicalize_name(r.name) for r in _requirements("emulator")}
-    assert extra == {"granian", "h2", "hyperframe"}
+    assert extra == {"granian"}
     runtime = {canonicalize_name(r.name) for r in _requirements(None)}
     assert not extra & runtime
     production = set(_distributions(_production_modules()).values())
@@ -111,7 +111,6 @@ def test_the_emulators_server_is_an_extra_production_does_not_carry() -> None:
         for line in (ROOT / "requirements.lock").read_text().splitlines()
         if "==" in line
     }
-    # h2 and hyperframe come with httpx's HTTP/2 (firebase-admin's) anyway; the server is what stays out
     assert "granian" not in lock, "requirements.lock (the image's) carries the emulator's server"
     emulator_lock = (ROOT / "requirements-emulator.lock").read_text()
     assert all(f"{name}==" in emulator_lock for name in extra)
