@@ -142,7 +142,8 @@ def test_acknowledged_receipts_survive_a_node_loss_and_count_once(fault_cluster,
     t_repair = time.monotonic()
     reports = []
     before = {scope: _scope_events(runtime, service_id, scope) for scope in ("type", "day")}
-    assert _kept(runtime, service_id), "no batch kept its job, yet some were answered 503"
+    if counters != dict(posted):  # a run whose every counter write landed has nothing to repair
+        assert _kept(runtime, service_id), "the counters are short, yet no batch kept its job"
     assert receipt_repair.repair_kept(runtime, service=service_id, wait_s=60)["jobs_recounted"] == 0
     fault_cluster.restart(KILLED_NODE)
 
