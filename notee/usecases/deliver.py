@@ -204,6 +204,8 @@ class Delivery:
         for i in unroutable:
             self._fail(messages[i], "none", NO_CREDENTIALS, 0, "no_credentials")
         self.result.no_credentials = len(unroutable)
+        if not unroutable:
+            return list(range(len(messages)))
         skip = set(unroutable)
         return [i for i in range(len(messages)) if i not in skip]
 
@@ -277,7 +279,12 @@ class Delivery:
         ended, retried = self.ended, self.retried
         wait, answered, delivered = self.retry_after, False, 0
         for j, outcome in zip(idx, outcomes, strict=False):
-            i, m = pending[j], batch[j]
+            i = pending[j]
+            if outcome.__class__ is Delivered:  # nearly every answer: counted before any other test
+                attempts[i] += 1
+                delivered += 1
+                continue
+            m = batch[j]
             if isinstance(outcome, RetryAfter) and outcome.circuit_open:
                 retry.append(i)  # not sent: its push service's breaker is open
                 self.held.add(i)
@@ -311,6 +318,7 @@ class Delivery:
                     reason = f"gave up after {attempts[i]} attempts{within}: {reason}"
                 self._fail(m, name, reason, attempts[i])
         if delivered:
+            answered = True
             self.result.delivered += delivered
             ended[name, "sent"] = ended.get((name, "sent"), 0) + delivered
         self.retry_after = wait
