@@ -12,7 +12,7 @@ top-level custom keys, and Web Push's ``data``), under ``KEY``.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import re
 import secrets
@@ -28,9 +28,15 @@ _RE = re.compile(PATTERN)
 SAMPLE = "0" * SOURCE_CHARS + "." + "A" * DEVICE_CHARS  # what payload sizes are measured with
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def device_part(token: str) -> str:
+    """Base64url of the first 8 bytes of BLAKE2b of ``token``, unpadded (11 characters): per push on
+    the worker's hot path, so straight through ``binascii`` (``base64.urlsafe_b64encode`` is two
+    Python calls and a translate around the same)."""
     digest = hashlib.blake2b(token.encode("utf-8", "surrogateescape"), digest_size=8).digest()
-    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+    return binascii.b2a_base64(digest, newline=False)[:DEVICE_CHARS].translate(_URLSAFE).decode("ascii")
 
 
 def source_of_job(job_id: str) -> str:

@@ -194,17 +194,39 @@ class ApnsProvider:
         heads: dict[tuple[object, ...], list[tuple[bytes, bytes]]] = {}
         items = []
         ids = apns_ids(len(messages))
+        last: Message | None = None
+        parts: tuple[bytes, bytes] = (b"", b"")
+        head: list[tuple[bytes, bytes]] = []
         for m, apns_id in zip(messages, ids, strict=True):
-            key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich), bool(m.notification_id))
-            parts = bodies.get(key)
-            if parts is None:
-                parts = bodies[key] = _body_parts(m)
+            # messages_for shares a page's title, body, data and rich objects: the same objects as
+            # the previous message's need no key built and looked up
+            if (
+                last is None
+                or m.title is not last.title
+                or m.body is not last.body
+                or m.data is not last.data
+                or m.rich is not last.rich
+                or bool(m.notification_id) != bool(last.notification_id)
+            ):
+                key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich), bool(m.notification_id))
+                held = bodies.get(key)
+                parts = bodies[key] = _body_parts(m) if held is None else held
+            if (
+                last is None
+                or m.rich is not last.rich
+                or m.priority != last.priority
+                or m.ttl_seconds != last.ttl_seconds
+                or m.collapse_key != last.collapse_key
+            ):
+                head_key = (id(m.rich), m.priority, m.ttl_seconds, m.collapse_key)
+                fixed = heads.get(head_key)
+                if fixed is None:
+                    fixed = [h for h in apns_headers(m, self.topic, bearer, now=now) if h[0] != b"apns-id"]
+                head = heads[head_key] = fixed
+            last = m
             # The notification id differs per device: spliced in (it is [0-9a-z._-], nothing JSON escapes).
-            body = parts[0] + (b'"' + m.notification_id.encode() + b'"' + parts[1] if m.notification_id else b"")
-            head_key = (id(m.rich), m.priority, m.ttl_seconds, m.collapse_key)
-            head = heads.get(head_key)
-            if head is None:
-                head = heads[head_key] = [h for h in apns_headers(m, self.topic, bearer, now=now) if h[0] != b"apns-id"]
+            nid = m.notification_id
+            body = b"".join((parts[0], b'"', nid.encode(), b'"', parts[1])) if nid else parts[0]
             items.append((b"/3/device/" + m.device_token.encode(), [*head, (b"apns-id", apns_id)], body))
         out: list[Outcome | ExpiredJwt] = []
         for r in await self._pool.request_batch(items, self._timeout):
@@ -222,6 +244,8 @@ class ApnsProvider:
 
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
         results = await self._send(messages, self._jwt.bearer())
+        if all(r.__class__ is Delivered for r in results):  # the common page: nothing to re-sign or resend
+            return results  # type: ignore[return-value]
         expired = [i for i, r in enumerate(results) if isinstance(r, ExpiredJwt)]
         resent: dict[int, Outcome] = {}
         if expired:

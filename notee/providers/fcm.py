@@ -17,95 +17,34 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from notee.core import notification_id
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import GOOGLE_TOKEN_URI
 from notee.providers.base import Delivered, Failed, InvalidToken, Message, Outcome, RetryAfter
+from notee.providers.fcm_body import PAYLOAD_LIMIT as PAYLOAD_LIMIT  # the callers' names: fcm.*
+from notee.providers.fcm_body import PageBodies
+from notee.providers.fcm_body import counted_content as counted_content
+from notee.providers.fcm_body import fcm_message as fcm_message
+from notee.providers.fcm_body import payload_bytes as payload_bytes
 from notee.providers.http2 import TransportError
 from notee.providers.http2_pool import Pool
-from notee.providers.payload import Rich, merge_android
 from notee.providers.retry import parse_retry_after
 
 log = logging.getLogger(__name__)
 
 FCM_URL = "https://fcm.googleapis.com"
 _FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
-# "For both message types, the maximum payload is 4096 bytes" -- the notification and data content,
-# not the token or the platform blocks: https://firebase.google.com/docs/cloud-messaging/concept-options
-PAYLOAD_LIMIT = 4096
 
 
 class AuthRejected(Exception):
     """FCM rejected *our* access token (401 without an FcmError code): refresh once, then fail loudly."""
-
-
-def fcm_message(m: Message, *, now: float | None = None) -> dict[str, Any]:
-    """The ``message`` object for one device, as firebase-admin's encoder would build it."""
-    rich = m.rich
-    out: dict[str, Any] = {"token": m.device_token}
-    if rich is None or (not rich.background and (m.title or m.body)):
-        out["notification"] = {"title": m.title, "body": m.body}
-        if rich is not None and rich.fcm_notification:
-            out["notification"].update(rich.fcm_notification)
-    data = {**m.data, **rich.data} if rich is not None and rich.data else m.data
-    if m.notification_id:
-        data = notification_id.stamp(data, m.notification_id)
-    if data:
-        out["data"] = dict(data)
-    android: dict[str, Any] = {"priority": "high" if m.priority == "high" else "normal"}
-    if m.ttl_seconds is not None:
-        android["ttl"] = f"{m.ttl_seconds}s"
-    if m.collapse_key:
-        android["collapse_key"] = m.collapse_key
-    if rich is not None:
-        merge_android(android, rich)
-    out["android"] = android
-    background = rich is not None and rich.background
-    apns_headers = {"apns-priority": "10" if m.priority == "high" and not background else "5"}
-    expiration = m.apns_expiration(now if now is not None else time.time())
-    if expiration is not None:
-        apns_headers["apns-expiration"] = expiration
-    if m.collapse_key:
-        apns_headers["apns-collapse-id"] = m.collapse_key
-    if rich is not None:
-        apns_headers["apns-push-type"] = rich.kind
-    out["apns"] = {"headers": apns_headers}
-    if rich is not None:
-        if rich.fcm_aps:
-            out["apns"]["payload"] = {"aps": rich.fcm_aps}
-        if rich.fcm_apns_options:
-            out["apns"]["fcm_options"] = dict(rich.fcm_apns_options)
-        if rich.fcm_options:
-            out["fcm_options"] = dict(rich.fcm_options)
-    return out
-
-
-def counted_content(message: Mapping[str, Any]) -> dict[str, Any]:
-    """What FCM's PAYLOAD_LIMIT counts of a message: its notification and data, and what a device
-    gets of the platform blocks (``android.notification``, ``apns.payload``); not the token, the
-    headers or the envelope. The emulator counts the same (notee/emulator/fcm_rules.py)."""
-    content = {k: message[k] for k in ("notification", "data") if k in message}
-    if "notification" in message.get("android", {}):
-        content["android"] = {"notification": message["android"]["notification"]}
-    if "payload" in message.get("apns", {}):
-        content["apns"] = {"payload": message["apns"]["payload"]}
-    return content
-
-
-def payload_bytes(title: str, body: str, data: Mapping[str, str] | None, rich: Rich | None = None) -> int:
-    """Bytes FCM counts against PAYLOAD_LIMIT (``counted_content``) of the message ``fcm_message`` builds,
-    with the notification id every push carries."""
-    m = Message("", "AOS", title, body, dict(data or {}), rich=rich, notification_id=notification_id.SAMPLE)
-    message = fcm_message(m, now=0)
-    return len(json.dumps(counted_content(message), separators=(",", ":"), ensure_ascii=False).encode())
 
 
 # FCM's answer to a sent message, ``{"name": "projects/p/messages/id"}`` (pretty-printed or not), read
@@ -166,45 +105,6 @@ def classify_fcm(status: int, body: bytes, retry_after: bytes | str | None = Non
     if status in (403, 404) and code is None:
         raise ProviderConfigError(f"FCM refused the service's project or permissions (HTTP {status} {rpc})")
     return Failed(f"{code or rpc or 'HTTP'} {status}: {message}")
-
-
-class _BodyCache:
-    """JSON bodies of consecutive messages that differ only in their token (every message of a
-    fan-out page) are one rendering with the token spliced in: the encoding is done once per page,
-    not once per device. The result is byte-identical to ``json.dumps({"message": fcm_message(m)})``
-    (tests/unit/test_providers_fcm.py)."""
-
-    _MARK = "\x00notee-token\x00"
-    _NID_MARK = "\x00notee-id\x00"
-
-    def __init__(self) -> None:
-        self._key: tuple[object, ...] | None = None
-        self._data: dict[str, str] | None = None
-        self._parts: tuple[bytes, bytes, bytes] = (b"", b"", b"")
-
-    def body(self, m: Message) -> bytes:
-        nid = m.notification_id
-        key = (m.title, m.body, m.ttl_seconds, m.priority, m.collapse_key, m.rich, int(time.time()), bool(nid))
-        if key != self._key or (m.data is not self._data and m.data != self._data):
-            marked = Message(
-                self._MARK, m.device_os, m.title, m.body, m.data, m.ttl_seconds, m.priority, m.collapse_key, m.rich
-            )
-            if nid:
-                marked = replace(marked, notification_id=self._NID_MARK)
-            head, _, rest = _encode(marked).partition(json.dumps(self._MARK).encode())
-            mid, _, tail = rest.partition(json.dumps(self._NID_MARK).encode()) if nid else (rest, b"", b"")
-            self._key, self._data, self._parts = key, m.data, (head, mid, tail)
-        head, mid, tail = self._parts
-        token = m.device_token
-        # The notification id is [0-9a-z._-]: nothing JSON escapes; it comes after the token (``data``).
-        end = mid + b'"' + nid.encode() + b'"' + tail if nid else mid
-        if token.isprintable() and '"' not in token and "\\" not in token:  # nothing JSON would escape
-            return head + b'"' + token.encode() + b'"' + end
-        return head + json.dumps(token, ensure_ascii=False).encode() + end
-
-
-def _encode(m: Message) -> bytes:
-    return json.dumps({"message": fcm_message(m)}, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class ServiceAccountTokens:
@@ -347,9 +247,11 @@ class FcmProvider:
         self._tokens = tokens
         self._pool = pool
         self._timeout = timeout
-        self._bodies = _BodyCache()
+        self._bodies = PageBodies()
 
-    async def _send(self, messages: Sequence[Message], bearer: bytes) -> list[Outcome | AuthRejected]:
+    async def _send(self, messages: Sequence[Message], bearer: bytes) -> tuple[list[Outcome | AuthRejected], bool]:
+        """One outcome (or our token's rejection) per message; and whether any is not ``Delivered``."""
+        path = self._path
         headers = [
             (b"authorization", bearer),
             (b"content-type", b"application/json"),
@@ -357,26 +259,35 @@ class FcmProvider:
             (b"x-firebase-client", b"notee"),
         ]
         responses = await self._pool.request_batch(
-            [(self._path, headers, self._bodies.body(m)) for m in messages], self._timeout
+            [(path, headers, body) for body in self._bodies.bodies(messages)], self._timeout
         )
         out: list[Outcome | AuthRejected] = []
+        append, sent, odd = out.append, _SENT.fullmatch, False
         for r in responses:
             if isinstance(r, TransportError):
-                out.append(RetryAfter(f"transport: {r}"[:200], None, transport=True))
+                append(RetryAfter(f"transport: {r}"[:200], None, transport=True))
+                odd = True
+                continue
+            if r.status == 200 and (match := sent(r.body)) is not None:  # classify_fcm's first case, inline
+                append(Delivered(match[1].decode("ascii")))
                 continue
             try:
-                out.append(classify_fcm(r.status, r.body, r.headers.get(b"retry-after")))
+                outcome: Outcome | AuthRejected = classify_fcm(r.status, r.body, r.headers.get(b"retry-after"))
             except AuthRejected as exc:
-                out.append(exc)
-        return out
+                outcome = exc
+            odd = odd or outcome.__class__ is not Delivered
+            append(outcome)
+        return out, odd
 
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
         token = await self._tokens.token()
-        results = await self._send(messages, b"Bearer " + token.encode())
+        results, odd = await self._send(messages, b"Bearer " + token.encode())
+        if not odd:  # every message delivered: nothing to refresh, nothing to log
+            return results  # type: ignore[return-value]
         rejected = [i for i, r in enumerate(results) if isinstance(r, AuthRejected)]
         if rejected:  # expired or revoked early: refresh once and resend only those
             bearer = b"Bearer " + (await self._tokens.token(force=True, stale=token)).encode()
-            again = await self._send([messages[i] for i in rejected], bearer)
+            again, _ = await self._send([messages[i] for i in rejected], bearer)
             if any(isinstance(r, AuthRejected) for r in again):
                 raise ProviderConfigError(f"FCM rejected the credentials of project {self.project_id} (HTTP 401)")
             for i, r in zip(rejected, again, strict=True):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from notee.core import metrics
+from notee.core.metric_tally import HistogramTally
 from notee.providers.http2_wire import (
     ACK,
     CANCEL,
@@ -150,7 +151,9 @@ class Connection(asyncio.Protocol):
     ) -> None:
         """``per_request``: header names whose values differ on every request (``HeaderEncoder``)."""
         self.host, self.port = host, port
-        self._observe = metrics.provider_latency(provider).observe  # notee_provider_response_seconds
+        # notee_provider_response_seconds: counted per response, added to the histogram once per read
+        self._latency = HistogramTally(metrics.provider_latency(provider))
+        self._observe = self._latency.observe
         self._ssl, self._sni = ssl_context, server_hostname or host
         # RFC 9113 8.3.1 / RFC 3986 3.2: the port belongs in :authority unless it is https' 443 (a
         # push service on another port checks a VAPID audience of https://host:port against it).
@@ -356,6 +359,8 @@ class Connection(asyncio.Protocol):
             self._buffer = b""
             self._fail(exc)
             return
+        finally:
+            self._latency.flush()
         if self._unsent:
             self._send_unsent()
         for pump in list(self._pumps):  # streams ended, limit or window grew: open more
@@ -511,7 +516,7 @@ class Connection(asyncio.Protocol):
     def _end(self, stream_id: int, stream: _Stream) -> None:
         """The server ended the stream: its response is complete."""
         del self._streams[stream_id]
-        if self._unsent.pop(stream_id, None) is not None:
+        if self._unsent and self._unsent.pop(stream_id, None) is not None:
             # answered before its whole body was sent: end our side too, so the stream is closed for
             # both peers as it is in our count (RFC 9113 §8.1)
             self._out.append(frame(RST_STREAM, 0, stream_id, U32.pack(NO_ERROR)))

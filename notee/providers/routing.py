@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 import ssl
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 
 NO_CREDENTIALS = "no_credentials"  # the reason of a device no provider of the service can reach
+_DEVICE_OS = operator.attrgetter("device_os")
 
 
 def choose(device_os: str, *, has_apns: bool, has_fcm: bool = True, has_web: bool = False) -> str | None:
@@ -62,6 +64,12 @@ class ServiceProviders:
         The route of each platform is chosen once per call (a page has one or two platforms), not
         once per message."""
         has_apns, has_fcm = self.apns is not None, self.fcm is not None
+        platforms = set(map(_DEVICE_OS, messages))  # in C: a fan-out page is usually of one platform
+        if len(platforms) == 1:
+            kind = choose(platforms.pop(), has_apns=has_apns, has_fcm=has_fcm, has_web=self.web is not None)
+            everyone = list(range(len(messages)))
+            provider = None if kind is None else {"apns": self.apns, "fcm": self.fcm, "web": self.web}[kind]
+            return ([(provider, everyone)], []) if provider is not None else ([], everyone)
         routes: dict[str, list[int]] = {}  # device_os -> the list of indexes its route collects
         groups: dict[str, list[int]] = {}
         unroutable: list[int] = []

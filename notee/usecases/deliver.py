@@ -198,7 +198,7 @@ class Delivery:
             self._fail(messages[i], "none", NO_CREDENTIALS, 0, "no_credentials")
         self.result.no_credentials = len(unroutable)
         skip = set(unroutable)
-        return [i for i in range(len(messages)) if i not in skip]
+        return [i for i in range(len(messages)) if i not in skip] if skip else list(range(len(messages)))
 
     async def _round(self, routes: ServiceProviders, pending: list[int]) -> list[int]:
         """Send every pending message once, each group to its provider; the indexes to send again
@@ -208,8 +208,8 @@ class Delivery:
         self.held = set()
         retry: list[int] = []
         answered = False
-        messages = self.messages  # a local: the comprehension reads it once per message
-        batch = [messages[i] for i in pending]
+        messages = self.messages  # a first round pending every message lists them in order: no look-ups
+        batch = list(messages) if self.rounds == 1 and len(pending) == len(messages) else [messages[i] for i in pending]
         groups, _ = routes.split(batch)
         await self._hand_back_if_blocked(groups)
         for provider, idx in groups:
@@ -280,6 +280,10 @@ class Delivery:
         wait, answered, delivered = self.retry_after, False, 0
         for j, outcome in zip(idx, outcomes, strict=False):
             i, m = pending[j], batch[j]
+            if outcome.__class__ is Delivered:  # nearly every answer: counted before any other test
+                attempts[i] += 1
+                delivered += 1
+                continue
             if isinstance(outcome, RetryAfter) and outcome.circuit_open:
                 retry.append(i)  # not sent: its push service's breaker is open
                 self.held.add(i)
@@ -295,9 +299,7 @@ class Delivery:
                 continue
             answered = True
             attempts[i] += 1
-            if isinstance(outcome, Delivered):
-                delivered += 1
-            elif isinstance(outcome, InvalidToken):
+            if isinstance(outcome, InvalidToken):
                 invalid.setdefault(m.device_token, f"{name} {outcome.reason}")
                 ended[name, "invalid_token"] = ended.get((name, "invalid_token"), 0) + 1
             elif isinstance(outcome, RetryAfter) and self._may_retry(i, outcome):
@@ -316,7 +318,7 @@ class Delivery:
             self.result.delivered += delivered
             ended[name, "sent"] = ended.get((name, "sent"), 0) + delivered
         self.retry_after = wait
-        return answered
+        return answered or delivered > 0
 
     def _may_retry(self, i: int, outcome: RetryAfter) -> bool:
         """Another attempt for message ``i``? The provider's own refusals are not held against the

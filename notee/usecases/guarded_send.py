@@ -54,7 +54,7 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
         if not messages:
             return outcomes
     rest = await provider.send(messages)
-    unreachable = sum(1 for o in rest if _unreachable(o))
+    unreachable = sum(1 for o in rest if o.__class__ is RetryAfter and o.transport)  # per message: inline
     if breaker.record(name, sent=len(rest), unreachable=unreachable):
         log.warning(
             "%s: %d of %d requests unreachable; circuit open for %.1f s",

@@ -39,8 +39,13 @@ def messages_for(
     collapse = rich.collapse_key if rich is not None else None
     if not variants or not locales:
         title, body, data = default
+        if not source:
+            return [Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich) for r in page]
+        # the hot path (a plain publish): the id's source and the hash are bound once per page
+        prefix, device = source + ".", notification_id.device_part
         return [
-            Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich, _nid(source, r)) for r in page
+            Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, rich, prefix + device(r[TOKEN]))
+            for r in page
         ]
     by_locale: dict[str | None, tuple[tuple[str, str, dict[str, str]], Rich | None]] = {None: (default, rich)}
     out = []

@@ -12,7 +12,7 @@ import pytest
 from notee.api.auth import ApiKeyCache, check_client_key_route
 from notee.core import crypto, notification_id
 from notee.core.errors import Forbidden, InvalidInput
-from notee.providers import apns, fcm
+from notee.providers import apns, fcm, fcm_body
 from notee.providers.base import Message
 from notee.providers.payload import Rich
 from notee.usecases.engagement_stats import Counts, check_range
@@ -49,7 +49,7 @@ def _page(n: int, rich: Rich | None = None, data: dict[str, str] | None = None) 
 
 @pytest.mark.parametrize("rich", [None, Rich.from_spec({"badge": 2, "collapse_key": "c"})])
 def test_a_page_encodes_once_and_each_body_is_what_encoding_it_alone_gives(rich):
-    cache = fcm._BodyCache()
+    cache = fcm_body.PageBodies()
     for m in _page(5, rich):
         assert m.notification_id == notification_id.make("0" * 31 + "1", m.device_token)
         alone = json.dumps({"message": fcm.fcm_message(m)}, separators=(",", ":"), ensure_ascii=False).encode()
@@ -60,7 +60,7 @@ def test_a_page_encodes_once_and_each_body_is_what_encoding_it_alone_gives(rich)
 def test_a_message_without_an_id_is_sent_as_before():
     m = Message("tok", "AOS", "T", "B", {"k": "v"})
     assert "notee_id" not in fcm.fcm_message(m)["data"]
-    assert fcm._BodyCache().body(m) == fcm._encode(m)
+    assert fcm_body.PageBodies().body(m) == fcm_body.encode(m)
     assert apns._body_parts(m) == (
         json.dumps(apns.apns_payload("T", "B", {"k": "v"}), separators=(",", ":")).encode(),
         b"",

@@ -93,7 +93,7 @@ def test_classify_fcm(status, body, retry_after, expected):
 
 
 def test_spliced_page_bodies_equal_the_full_encoding():
-    from notee.providers.fcm import _BodyCache, _encode
+    from notee.providers.fcm_body import PageBodies, encode
 
     data = {"k": "v", "quote": 'he said "hi"'}
     page = [
@@ -101,9 +101,15 @@ def test_spliced_page_bodies_equal_the_full_encoding():
         for t in ("tok-1", 'tok"2', "tok-ü3", "x" * 300)
     ]
     other = [Message("tok-9", "AOS", "Other", "Body"), Message("tok-10", "AOS", "Other", "Body", {"a": "b"})]
-    cache = _BodyCache()
+    cache = PageBodies()
     for m in page + other + page[:1]:
-        assert cache.body(m) == _encode(m)
+        assert cache.body(m) == encode(m)
+    # a whole page at once, its messages sharing their fields (as messages_for builds them) or not
+    shared = [
+        Message(t, "AOS", "T", "B", data, 60, "high", None, None, f"{'0' * 32}.{t[-3:]:A>11}") for t in ("a", "b")
+    ]
+    mixed = page + other + shared + page[:1] + [Message("tok-n", "AOS", "T", "B", data, 60, "high", None, None, "")]
+    assert PageBodies().bodies(mixed) == [encode(m) for m in mixed]
 
 
 @pytest.mark.parametrize(
@@ -128,10 +134,10 @@ def test_a_sent_answer_names_the_message_exactly_as_json_would(body):
 
 
 def test_spliced_bodies_quote_every_token_as_json_would():
-    from notee.providers.fcm import _BodyCache, _encode
+    from notee.providers.fcm_body import PageBodies, encode
 
     tokens = ["plain-token:APA91b_x", 'q"uote', "back\\slash", "ctrl\x01x", "del\x7fx", "line\u2028sep", "é"]
-    cache = _BodyCache()
+    cache = PageBodies()
     for t in tokens:
         m = Message(t, "AOS", "T", "B")
-        assert cache.body(m) == _encode(m), t
+        assert cache.body(m) == encode(m), t
