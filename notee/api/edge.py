@@ -27,16 +27,17 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from anyio import to_thread
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route
 from notee.api.connections import address_key
 from notee.api.errors import error_response, known_error_response
+from notee.api.take_ahead import TakeAheads
 from notee.core import logs
 from notee.core.settings import Settings
 from notee.core.vocabulary import RateClass
@@ -149,6 +150,7 @@ class EdgeGuard:
         self.app = app
         self.in_flight = 0
         self.by_address: dict[str, int] = {}  # requests in progress per client address (address_key)
+        self.take_aheads = TakeAheads()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,7 +211,8 @@ class EdgeGuard:
         try:
             lookup = _credentials(scope, path, is_admin, settings, state)
             if lookup is not None:  # a key not seen lately, or a rate class without a token taken ahead
-                _identified(scope, await to_thread.run_sync(authenticate_service, state.runtime, settings, *lookup))
+                ask = partial(authenticate_service, state.runtime, settings, *lookup)
+                _identified(scope, await self.take_aheads.admitted(lookup[4], lookup[3], lookup[1], ask))
         except Exception as exc:
             response = known_error_response(exc)
             if response is None:

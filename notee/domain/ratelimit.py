@@ -165,8 +165,9 @@ class Allowance:
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], _Held] = {}
 
-    def take(self, service: str, klass: str) -> bool:
-        """Admit one request from the tokens held for it (no I/O); False: ask the bucket."""
+    def take(self, service: str, klass: str, *, again: bool = False) -> bool:
+        """Admit one request from the tokens held for it (no I/O); False: ask the bucket. ``again``:
+        a request already counted (it waited for another's take-ahead) tries once more."""
         now = self._clock()
         with self._lock:
             held = self._held.get((service, klass))
@@ -176,7 +177,7 @@ class Allowance:
                 held = self._held[service, klass] = _Held(since=now)
             if now - held.since >= self.WINDOW_S:
                 held.rate, held.since, held.seen = held.seen / (now - held.since), now, 0
-            held.seen += 1
+            held.seen += 0 if again else 1
             if held.tokens > 0 and now < held.until:
                 held.tokens -= 1
                 return True
@@ -187,6 +188,12 @@ class Allowance:
         if held is None or now < held.tight_until:
             return 0
         return min(self.MAX_AHEAD, int(held.rate * self.HOLD_S))
+
+    def takes_ahead(self, service: str, klass: str) -> bool:
+        """The next UPDATE of (service, class) would take tokens ahead (it comes fast, not near its limit)."""
+        now = self._clock()
+        with self._lock:
+            return self._wanted(self._held.get((service, klass)), now) > 0
 
     def needs_limit(self, service: str, klass: str) -> bool:
         """The process would take ahead but has not read the (service, class)'s limit lately."""

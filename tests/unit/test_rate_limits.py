@@ -83,3 +83,81 @@ def test_the_allowance_takes_ahead_only_under_load_and_drops_what_it_does_not_us
     allowance.keep("S", "write", 3, wanted=3)
     allowance.forget("S")
     assert allowance.take("S", "write") is False
+
+
+def _busy_allowance() -> ratelimit.Allowance:
+    """An allowance that has seen (S, write) at 400 requests a second, with its limit read."""
+    clock = _Clock()
+    allowance = ratelimit.Allowance(clock)
+    for _ in range(int(400 * ratelimit.Allowance.WINDOW_S) + 1):
+        allowance.take("S", "write")
+        clock.now += 1 / 400
+    allowance.learn("S", "write", 1000.0, 5000.0)
+    assert allowance.takes_ahead("S", "write")
+    return allowance
+
+
+def _run_misses(allowance: ratelimit.Allowance, requests: int, kept: int) -> tuple[list[str], int]:
+    """``requests`` requests of (S, write) that found no token, at once; the first bucket call blocks
+    until all of them are waiting or asking, then keeps ``kept`` tokens. The services answered, and
+    how many bucket calls were made."""
+    import asyncio
+    import threading
+
+    from notee.api.take_ahead import TakeAheads
+
+    calls: list[int] = []
+    release = threading.Event()
+
+    def ask() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            assert release.wait(10)
+            allowance.keep("S", "write", kept, wanted=kept or 20)
+        return "S"
+
+    async def scenario() -> list[str]:
+        aheads = TakeAheads()
+        assert not any(allowance.take("S", "write") for _ in range(requests))  # as the edge's first try
+        tasks = [asyncio.create_task(aheads.admitted(allowance, "S", "write", ask)) for _ in range(requests)]
+        for _ in range(3):  # every task reaches its wait (or its own hop) in the loop's next steps
+            await asyncio.sleep(0)
+        release.set()
+        return await asyncio.gather(*tasks)
+
+    return asyncio.run(scenario()), len(calls)
+
+
+def test_requests_that_run_out_during_a_take_ahead_wait_for_it_and_are_admitted_from_its_tokens():
+    answered, calls = _run_misses(_busy_allowance(), 8, kept=20)
+    assert answered == ["S"] * 8
+    assert calls == 1  # one UPDATE for the eight: the others were admitted from its tokens
+
+
+def test_a_take_ahead_that_leaves_no_token_sends_its_waiters_to_the_bucket():
+    answered, calls = _run_misses(_busy_allowance(), 4, kept=0)  # the tenant is near its limit
+    assert answered == ["S"] * 4
+    assert calls == 4
+
+
+def test_requests_with_no_take_ahead_expected_ask_the_bucket_side_by_side():
+    """A tenant at a few requests a second (or at its limit) is judged request by request, and no
+    request waits for another's: three concurrent asks meet at a barrier."""
+    import asyncio
+    import threading
+
+    from notee.api.take_ahead import TakeAheads
+
+    allowance = ratelimit.Allowance(_Clock())
+    assert not allowance.takes_ahead("S", "write")
+    barrier = threading.Barrier(3, timeout=10)
+
+    def ask() -> str:
+        barrier.wait()  # BrokenBarrierError if the asks ran one after the other
+        return "S"
+
+    async def scenario() -> list[str]:
+        aheads = TakeAheads()
+        return await asyncio.gather(*(aheads.admitted(allowance, "S", "write", ask) for _ in range(3)))
+
+    assert asyncio.run(scenario()) == ["S"] * 3

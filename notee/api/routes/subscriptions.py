@@ -16,6 +16,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from notee.api.access import ROUTE_LABEL
 from notee.api.auth import ServiceDep
 from notee.api.deps import DbDep, RuntimeDep, SubscribeGroupsDep
 from notee.api.documented import TopicPath
@@ -147,6 +148,7 @@ _SUBSCRIBE_PATH = re.compile(
     rf"({TYPE_PATTERN.removeprefix('^').removesuffix('$')})/([^/]+)"
 )
 _JSON_HEADERS = (b"content-type", b"application/json")
+SUBSCRIBE_TEMPLATE = f"{router.prefix}/users/{{user_id}}/subscriptions/topic/{{type}}/{{topic}}"
 
 
 class TopicSubscribeShortcut:
@@ -172,6 +174,7 @@ class TopicSubscribeShortcut:
             await self.app(scope, receive, send)
             return
         user_id, type_, topic = match.groups()
+        scope[ROUTE_LABEL] = SUBSCRIBE_TEMPLATE  # the access log's and metrics' route label
         try:
             status, body = await _subscribe_topic_answer(
                 scope["app"].state.subscribe_groups, service, user_id, type_, topic

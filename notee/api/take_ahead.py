@@ -1,0 +1,50 @@
+"""One take-ahead at a time per (service, rate class) in an API process (``ratelimit.Allowance``).
+
+Under load, the request whose allowance ran out takes a token for itself and some for the next
+requests in one UPDATE, on a worker thread. The requests that ran out while that UPDATE was under
+way used to take their own (a thread hop, a MySQL statement and a commit each): subscribes are
+answered in groups (notee.api.subscribe_groups), so their next requests arrive together, and about
+half of them paid that hop (docs/BENCHMARKS.md, "Round 3, third part"). They now wait for the take
+in progress and are admitted from its tokens; one that finds none left asks the bucket itself.
+
+Only while a take-ahead is expected (the (service, class) comes fast and is not near its limit): a
+tenant at its limit is judged request by request, each on its own UPDATE, none waiting for another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from anyio import to_thread
+
+from notee.domain.ratelimit import Allowance
+
+
+class TakeAheads:
+    """The take-aheads in progress of one app, used from its event loop."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    async def admitted(self, allowance: Allowance, known: str | None, klass: str | None, ask: Callable[[], str]) -> str:
+        """The service ``ask`` (on a worker thread: the key lookup and the bucket's UPDATE) names,
+        or, for a cached key (``known``) of a rate class whose take-ahead is in progress, the known
+        service once that take left a token for this request. ``ask``'s errors are raised."""
+        if known is None or klass is None:
+            return await to_thread.run_sync(ask)
+        key = (known, klass)
+        pending = self._pending.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)  # a client that goes away cancels its wait, not the take
+            if allowance.take(known, klass, again=True):
+                return known
+        elif allowance.takes_ahead(known, klass):
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._pending[key] = done
+            try:
+                return await to_thread.run_sync(ask)
+            finally:
+                del self._pending[key]
+                done.set_result(None)  # whatever its outcome: the waiters try its tokens, or ask themselves
+        return await to_thread.run_sync(ask)
