@@ -46,7 +46,11 @@ def check_prometheus(led: Ledger, deliveries: list[Event]) -> Result:
     made inside the gaps (the letters of users deleted since are gone, so fewer is allowed)."""
     res = Result("Prometheus counters reconcile with the emulator")
     if not led.metrics:
-        return res  # a run without scrapes (older, or attached to a deployment): nothing to reconcile
+        if led.processes_left:  # a run of its own processes: they must have answered their scrapes
+            res.violations.append(Violation(res.invariant, 0.0, "no process answered a scrape of its /metrics"))
+        else:  # older, or attached to a deployment: nothing to reconcile
+            res.measured["not scraped"] = "no metrics lines"
+        return res
     totals = prom_totals(led)
     gaps = [(float(g["t_scraped"]), float(g["t_exit"])) for g in led.gaps]
     emulator: Counter[str] = Counter()

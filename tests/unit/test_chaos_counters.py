@@ -153,3 +153,9 @@ def test_a_scrape_keeps_the_push_counters_and_drops_the_rest() -> None:
         "# TYPE notee_tasks_claimed_total counter\nnotee_tasks_claimed_total 3.0\n"
     )
     assert parse(text) == {'notee_pushes_total{outcome="sent",provider="fcm",service="S"}': 7.0}
+
+
+def test_a_run_of_its_own_processes_without_a_scrape_fails_rather_than_passing_silently() -> None:
+    left = {"kind": "process_left", "name": "worker-0", "pid": 1, "alive": False}
+    assert not check_prometheus(Ledger.of([left]), [push("a", "m1", 1.0)]).ok
+    assert check_prometheus(Ledger.of([]), [push("a", "m1", 1.0)]).ok  # attached: nothing of its own to scrape
