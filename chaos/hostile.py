@@ -51,8 +51,26 @@ def _connect(host: str, port: int, source: str) -> socket.socket | None:
     return s
 
 
+def _answered(socks: list[socket.socket], statuses: Counter[int]) -> list[socket.socket]:
+    """Read the answer of every socket that has one waiting (and close it); the others, still open.
+    An answered socket gets no more bytes: its server closed it, and more would make the kernel
+    reset the connection and drop the answer unread."""
+    waiting = set(select.select(socks, [], [], 0)[0]) if socks else set()
+    for s in waiting:
+        statuses[_status(s)] += 1
+        s.close()
+    return [s for s in socks if s not in waiting]
+
+
 def slow_headers(host: str, port: int, n: int, seconds: float, statuses: Counter[int]) -> int:
+    """``n`` connections that send a header line every 2 s for ``seconds``: those over the address's
+    cap are answered 429 at the accept, the others 408 at the head deadline (a connection still
+    open without an answer at the end is counted 0: no deadline held it)."""
     socks = [s for s in (_connect(host, port, SOURCES["slow"]) for _ in range(n)) if s is not None]
+    if len(socks) < n:
+        statuses[0] += n - len(socks)  # never connected
+    time.sleep(1.0)  # the server's accept loop answers the ones over the cap
+    socks = _answered(socks, statuses)
     for s in socks:
         try:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -61,18 +79,17 @@ def slow_headers(host: str, port: int, n: int, seconds: float, statuses: Counter
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(2)
+        socks = _answered(socks, statuses)
         for s in socks:
             try:
                 s.sendall(b"X-Slow: 1\r\n")
             except OSError:
                 pass
+    socks = _answered(socks, statuses)
+    statuses[0] += len(socks)
     for s in socks:
-        s.settimeout(0.2)
-        statuses[_status(s)] += 1
         s.close()
-    if len(socks) < n:
-        statuses[0] += n - len(socks)  # never connected
-    return len(socks)
+    return n
 
 
 def flood(host: str, port: int, n: int) -> Counter[int]:
@@ -83,17 +100,12 @@ def flood(host: str, port: int, n: int) -> Counter[int]:
     if len(socks) < n:
         statuses[0] += n - len(socks)  # never connected
     time.sleep(1.0)  # the server's accept loop answers the ones over the cap
-    early, _, _ = select.select(socks, [], [], 0)
-    for s in early:
-        statuses[_status(s)] += 1
-    for s in socks:
-        if s not in early:
-            try:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                statuses[_status(s)] += 1
-            except OSError:
-                statuses[0] += 1
-    for s in socks:
+    for s in _answered(socks, statuses):
+        try:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            statuses[_status(s)] += 1
+        except OSError:
+            statuses[0] += 1
         s.close()
     return statuses
 

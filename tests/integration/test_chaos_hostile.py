@@ -26,3 +26,11 @@ def test_the_flood_is_capped_on_its_own_address_while_127_0_0_1_is_served(proces
     assert set(got) <= {200, 429}, got
     assert got[429] >= 60 - cap and got[200] >= 1, got
     assert httpx.get(f"{api.url}/healthz", timeout=10).status_code == 200
+
+
+def test_slow_headers_are_answered_408_at_the_deadline_or_429_over_the_cap(processes):
+    cap = 10
+    api = processes.api(NOTEE_API_MAX_CONNECTIONS_PER_ADDRESS=str(cap), NOTEE_API_HEAD_TIMEOUT_S="1.5")
+    got: Counter[int] = Counter()
+    hostile.slow_headers("127.0.0.1", api.port, 25, 6.0, got)
+    assert got == Counter({429: 25 - cap, 408: cap}), got  # none held open past the deadline, none unanswered
