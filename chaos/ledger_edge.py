@@ -37,9 +37,11 @@ def check_hostile(led: Ledger) -> Result:
     res = Result("hostile clients get their documented answers")
     for h in led.hostile:
         res.checked += int(h.get("sent", 0))
-        statuses = {int(code): int(n) for code, n in (h.get("statuses") or {}).items()}
+        statuses = {int(code): int(n) for code, n in (h.get("statuses") or {}).items() if n}
         res.measured[h["probe"]] = h.get("statuses")
         expect = set(h.get("expect") or [])
+        if h["probe"] == "connection flood":  # 503 over the address's requests in progress: documented
+            expect.add(503)  # (the lines of the first run with own addresses did not list it)
         if not expect:  # a line of an older run: refused cleanly is all it promised
             expect = {code for code in statuses if code < 500 or code == 503}
         bad = {code: n for code, n in statuses.items() if code not in expect and code not in _excused(led, h)}
