@@ -64,7 +64,8 @@ def check_prometheus(led: Ledger, deliveries: list[Event]) -> Result:
     for (api, mark, _), n in copies.items():
         if mark is None or not mark.startswith("cycle:"):  # a cycle mark repeats by design (one per minute)
             resent[api] += n - 1
-    sent = {p: totals[("notee_pushes_total", p, "sent")] for p in {k[1] for k in totals} | set(emulator)}
+    providers = {k[1] for k in totals if k[0] == "notee_pushes_total"} | set(emulator)
+    sent = {p: totals[("notee_pushes_total", p, "sent")] for p in providers}
     for p in sorted(sent):
         res.checked += emulator[p]
         res.measured[f"{p} sent"] = (
