@@ -12,6 +12,7 @@ from typing import Any
 from chaos import hostile
 from chaos.plan import PlannedFault
 from chaos.record import Recorder
+from chaos.scrape import Scraper
 from chaos.stack import Cluster, MariaDB, Proc, wait_http
 from notee.emulator.control import EmulatorControl
 
@@ -29,6 +30,7 @@ class Target:
     busy: set[str] = field(default_factory=set)  # processes a fault is acting on now
     api_key: str = ""  # a tenant's, for the hostile probes that must get past the credentials check
     hostile_url: str = ""  # the one API process the hostile clients attack
+    scraper: Scraper | None = None  # scrapes a process's counters just before it is signalled
 
 
 def restart(proc: Proc) -> None:
@@ -43,19 +45,24 @@ def _process(t: Target, f: PlannedFault) -> str:
             return "skipped: the process is being restarted"
         t.busy.add(f.target)
     try:
-        return _signal_and_restart(t.procs[f.target], f)
+        return _signal_and_restart(t, t.procs[f.target], f)
     finally:
         with t.lock:
             t.busy.discard(f.target)
 
 
-def _signal_and_restart(proc: Proc, f: PlannedFault) -> str:
+def _signal_and_restart(t: Target, proc: Proc, f: PlannedFault) -> str:
+    pid, scraped = t.scraper.before_signal(proc.name) if t.scraper else (0, 0.0)
     if f.kind == "sigkill":
         proc.signal(signal.SIGKILL)
         code = proc.wait(10)
     else:
         proc.signal(signal.SIGTERM)
+        if t.scraper:
+            t.scraper.follow([proc.name], 45)
         code = proc.wait(45)  # a stop longer than the graceful budgets is SIGKILLed (and says so)
+    if t.scraper:
+        t.scraper.gone(proc.name, pid, scraped)
     time.sleep(f.length_s)
     restart(proc)
     return f"exit {code}, restarted"

@@ -66,13 +66,16 @@ class Api:
         answer: httpx.Response | None = None
         for attempt in range(tries):
             base = self.urls[next(self._turn) % len(self.urls)]
+            began = time.monotonic()  # each attempt's latency (ms) and API: the hostile phase's measure
             try:
                 answer = self._http.request(method, base + path, headers=headers, **kw)
             except httpx.HTTPError as exc:
-                self.rec.write("req", op=op, status=0, error=type(exc).__name__)
+                ms = round((time.monotonic() - began) * 1000, 1)
+                self.rec.write("req", op=op, status=0, error=type(exc).__name__, api=base, ms=ms)
                 answer = None
             else:
-                self.rec.write("req", op=op, status=answer.status_code)
+                ms = round((time.monotonic() - began) * 1000, 1)
+                self.rec.write("req", op=op, status=answer.status_code, api=base, ms=ms)
                 if answer.status_code not in RETRYABLE:
                     return answer
             time.sleep(min(0.25 * 2**attempt, 4.0))

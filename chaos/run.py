@@ -22,10 +22,11 @@ from pathlib import Path
 import psutil
 from cryptography.fernet import Fernet
 
-from chaos import faults, ledger, report, workload
+from chaos import checker, faults, ledger, report, workload
 from chaos.plan import PlannedFault, make_plan
 from chaos.receiver import receiver
 from chaos.record import Api, Recorder, read_lines
+from chaos.scrape import Scraper
 from chaos.stack import REPO, Cluster, MariaDB, Proc, cluster_env, drop_keyspaces, emulator, notee_argv, wait_http
 from chaos.tenants import Tenant, due_minute, import_stable, make_quiet_users, make_tenant
 from notee.emulator.control import EmulatorControl, free_port
@@ -73,21 +74,25 @@ def base_env(db: MariaDB, logs: Path) -> dict[str, str]:
     return env
 
 
+def _metered(name: str, argv: list[str], env: dict[str, str], logs: Path, setting: str) -> Proc:
+    """A process serving its Prometheus metrics on a port of its own, the same in every incarnation."""
+    port = free_port()
+    return Proc(name, argv, {**env, setting: str(port)}, logs / f"{name}.log", metrics_port=port)
+
+
 def make_procs(env: dict[str, str], logs: Path, skew_s: float) -> dict[str, Proc]:
     procs: dict[str, Proc] = {}
     for i in range(REPLICAS["api"]):
         port = free_port()
         procs[f"api-{i}"] = Proc(f"api-{i}", notee_argv("api", "--port", str(port)), env, logs / f"api-{i}.log", port)
     for i in range(REPLICAS["worker"]):
-        procs[f"worker-{i}"] = Proc(
-            f"worker-{i}", notee_argv("worker", "--lanes", str(LANES)), env, logs / f"worker-{i}.log"
-        )
-    procs["scheduler-0"] = Proc("scheduler-0", notee_argv("scheduler"), env, logs / "scheduler-0.log")
+        argv = notee_argv("worker", "--lanes", str(LANES))
+        procs[f"worker-{i}"] = _metered(f"worker-{i}", argv, env, logs, "NOTEE_WORKER_METRICS_PORT")
+    procs["scheduler-0"] = _metered("scheduler-0", notee_argv("scheduler"), env, logs, "NOTEE_SCHEDULER_METRICS_PORT")
     skewed = {**env, "CHAOS_CLOCK_SKEW_S": str(skew_s)}
-    procs["scheduler-1"] = Proc(
-        "scheduler-1", [sys.executable, "-m", "chaos.skewed_scheduler"], skewed, logs / "scheduler-1.log"
-    )
-    procs["webhooks-0"] = Proc("webhooks-0", notee_argv("webhooks"), env, logs / "webhooks-0.log")
+    argv = [sys.executable, "-m", "chaos.skewed_scheduler"]
+    procs["scheduler-1"] = _metered("scheduler-1", argv, skewed, logs, "NOTEE_SCHEDULER_METRICS_PORT")
+    procs["webhooks-0"] = _metered("webhooks-0", notee_argv("webhooks"), env, logs, "NOTEE_WEBHOOKS_METRICS_PORT")
     return procs
 
 
@@ -172,9 +177,13 @@ def dead_letters(tenants: list[Tenant], rec: Recorder) -> None:
                 break
             page = r.json()
             for item in page["items"]:
+                created = datetime.fromisoformat(item["created_at"].replace("Z", "+00:00"))
+                if created.tzinfo is None:
+                    created = created.replace(tzinfo=UTC)
                 rec.write(
-                    "dead_letter", job=item["job_id"] or "single", token=item["device_token"], reason=item["reason"]
-                )
+                    "dead_letter", job=item["job_id"] or "single", token=item["device_token"], reason=item["reason"],
+                    provider=item["provider"], created=created.timestamp(),
+                )  # fmt: skip
             cursor = page.get("next_cursor")
             if not cursor:
                 break
@@ -211,12 +220,20 @@ def reconcile_twice(env: dict[str, str], rec: Recorder, logs: Path) -> None:
             rec.write("reconcile", report={}, error=f"exit {r.returncode}")
 
 
-def stop_procs(procs: dict[str, Proc]) -> None:
-    """SIGTERM to all at once, then wait for each (SIGKILL after 30 s): they stop side by side."""
+def stop_procs(procs: dict[str, Proc], scraper: Scraper | None = None) -> None:
+    """SIGTERM to all at once, then wait for each (SIGKILL after 30 s): they stop side by side. Each
+    is scraped first and while it stops (its counters' last lifetime ends here)."""
+    last = {name: scraper.before_signal(name) for name, p in procs.items() if p.alive()} if scraper else {}
+    if scraper:
+        scraper.stop()
     for p in procs.values():
         p.signal(signal.SIGTERM)
-    for p in procs.values():
+    if scraper:
+        scraper.follow(list(last), 30)
+    for name, p in procs.items():
         p.wait(30)
+        if scraper and name in last:
+            scraper.gone(name, *last[name])
 
 
 def check_left(rec: Recorder, pids: list[tuple[str, int]]) -> None:
@@ -251,7 +268,7 @@ def excerpts(results: list[ledger.Result], logs: Path) -> dict[ledger.Violation,
 def check_and_report(opts: Options, started: float, ended: float, logs: Path, journal: Path) -> bool:
     events = list(read_lines(opts.out / "ledger.jsonl"))
     deliveries = [d for d in read_lines(journal) if d["t"] >= started - 600]  # an operator's journal may be older
-    results = ledger.check_all(events, deliveries, ledger.Bounds(lanes=REPLICAS["worker"] * LANES))
+    results = checker.check_all(events, deliveries, ledger.Bounds(lanes=REPLICAS["worker"] * LANES))
     kinds: dict[str, int] = {}
     for e in events:
         key = e["kind"] if e["kind"] != "req" else f"req {e['op']}"
@@ -276,10 +293,13 @@ class Stack:
     env: dict[str, str]
     emu: EmulatorControl
     procs: dict[str, Proc]
+    scraper: Scraper
 
 
-def start_stack(stack: ExitStack, opts: Options, logs: Path, pids: list[tuple[str, int]]) -> Stack:
-    """Cluster, MariaDB, migrations, emulator, Notee's processes; each stopped when ``stack`` closes."""
+def start_stack(stack: ExitStack, opts: Options, rec: Recorder, pids: list[tuple[str, int]]) -> Stack:
+    """Cluster, MariaDB, migrations, emulator, Notee's processes and their scraper; each stopped when
+    ``stack`` closes."""
+    logs = opts.out / "logs"
     cluster, db = Cluster(logs / "cassandra-cluster.log"), MariaDB(opts.out / "mariadb")
     cluster.start()
     stack.callback(cluster.stop)
@@ -293,13 +313,15 @@ def start_stack(stack: ExitStack, opts: Options, logs: Path, pids: list[tuple[st
     env.update(emu.env())
     pids += [("emulator", emu.pid), *(("emulator", c.pid) for c in psutil.Process(emu.pid).children(recursive=True))]
     procs = make_procs(env, logs, opts.skew_s)
-    stack.callback(stop_procs, procs)  # also on an error: nothing left running
+    scraper = Scraper(procs, rec, env["NOTEE_ADMIN_TOKEN"])
+    stack.callback(stop_procs, procs, scraper)  # also on an error: nothing left running
     for p in procs.values():
         p.start()
     for p in procs.values():
         if p.port:
             wait_http(f"http://127.0.0.1:{p.port}/healthz", timeout=120)
-    return Stack(cluster, db, env, emu, procs)
+    scraper.start()
+    return Stack(cluster, db, env, emu, procs, scraper)
 
 
 def run_phase(opts: Options, target: faults.Target, tenants: list[Tenant], plan: list[PlannedFault]) -> float:
@@ -332,12 +354,12 @@ def execute(opts: Options) -> bool:
     rec.write("run", seed=opts.seed, minutes=opts.minutes)
     pids: list[tuple[str, int]] = []
     with ExitStack() as stack:
-        st = start_stack(stack, opts, logs, pids)
+        st = start_stack(stack, opts, rec, pids)
         urls = [f"http://127.0.0.1:{p.port}" for p in st.procs.values() if p.port]
         admin = Api(urls, rec, {"Authorization": f"Bearer {st.env['NOTEE_ADMIN_TOKEN']}"})
         hook_url = stack.enter_context(receiver(rec, opts.seed))
         tenants = setup_tenants(opts, admin, rec, hook_url, st.emu)
-        target = faults.Target(st.procs, st.cluster, st.db, st.emu, rec, hostile_url=urls[0])
+        target = faults.Target(st.procs, st.cluster, st.db, st.emu, rec, hostile_url=urls[0], scraper=st.scraper)
         skew = f"{opts.skew_s:+.0f} s"
         rec.write(
             "fault",

@@ -188,10 +188,13 @@ class Proc:
     env: dict[str, str]
     log: Path
     port: int = 0
+    metrics_port: int = 0  # a worker's, scheduler's or dispatcher's /metrics (the API's is on ``port``)
     proc: subprocess.Popen[bytes] | None = None
     pids: list[int] = field(default_factory=list)
+    started_at: float = 0.0  # the current incarnation's
 
     def start(self) -> None:
+        self.started_at = time.time()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 
 from chaos import ledger, report
-from chaos.ledger import Bounds, Ledger, by_mark, check_all
+from chaos.checker import check_all
+from chaos.ledger import Bounds, Ledger, by_mark
+from chaos.ledger_edge import check_hostile
 from chaos.plan import EXCLUSIVE, make_plan
 
 BOUNDS = Bounds(page_size=2, lanes=1)  # in flight: 2 pushes
@@ -240,10 +242,10 @@ def test_processes_left_running_and_orphans_after_reconcile_fail() -> None:
     assert not ledger.check_reconcile(Ledger.of(runs)).ok
 
 
-def test_hostile_probes_may_be_refused_but_not_answered_with_an_error() -> None:
+def test_a_hostile_line_of_an_older_run_may_be_refused_but_not_answered_with_an_error() -> None:
     fine = {"kind": "hostile", "probe": "oversized body", "sent": 3, "statuses": {"413": 2, "0": 1}}
-    assert ledger.check_hostile(Ledger.of([fine, {**fine, "statuses": {"503": 3}}])).ok
-    assert not ledger.check_hostile(Ledger.of([{**fine, "statuses": {"500": 1}}])).ok
+    assert check_hostile(Ledger.of([fine, {**fine, "statuses": {"503": 3}}])).ok
+    assert not check_hostile(Ledger.of([{**fine, "statuses": {"500": 1}}])).ok
 
 
 def test_check_all_on_a_clean_history_passes_every_invariant() -> None:
