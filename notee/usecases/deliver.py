@@ -15,28 +15,26 @@ still fails. Nothing is dropped silently: every message ends delivered, pruned o
   what was collected before it (deliveries, invalid tokens, dead letters) is still recorded, and
   ``DeliveryAborted`` carries those counts to the caller, which fails the send or job once.
 
-It loads a service's credentials (``notee.domain.credentials``) for ``ProviderSet`` (providers never
-read the registry), and owns its units of work (``delivery_store``): short read sessions, one
-transaction per pruned token and per batch of dead letters, never a session held across a send.
+It loads credentials (``notee.domain.credentials``) for ``ProviderSet`` (providers never read the
+registry) and owns its units of work (``delivery_store``): short reads, one transaction per pruned
+token and per batch of dead letters, no session held across a send.
 
-Stopping (SIGTERM): the wait before a retry ends as soon as ``stop`` is set. A worker's page then
-raises ``Stopping`` (nothing recorded: the task is released unadvanced and the next owner re-sends
-the page); a single send (``dead_letter_on_stop``) dead-letters what was waiting, records its
-prunes and dead letters, and answers, within the API's shutdown budget.
+Stopping (SIGTERM) ends the wait before a retry. A worker's page then raises ``Stopping`` (nothing
+recorded: the task is released unadvanced, the next owner re-sends the page); a single send
+(``dead_letter_on_stop``) dead-letters what was waiting, records its prunes and dead letters, and
+answers within the API's shutdown budget.
 
-Transport errors (``RetryAfter(transport=True)``: the provider never answered) are not a device's
-failure: they are retried without using the device's attempts, and ``ProviderUnavailable`` hands the
-work back when nothing gets an answer for ``max_attempts`` rounds. With a circuit ``breaker`` (the
-fan-out; per provider, per push service for Web Push) the messages an open breaker keeps from their
-provider are held (``RetryAfter(circuit_open=True)``): a page nothing of which was answered is handed
-back whole (before anything is sent, when the breaker was already open); otherwise the answered
-devices stay answered and the held ones wait inside the page, without using their attempts, for up
-to ``provider_wait_s``, then are dead-lettered: re-sending the page would push the others twice.
+Transport errors (``RetryAfter(transport=True)``: no answer) are not a device's failure: retried
+without using its attempts; ``ProviderUnavailable`` hands the work back when nothing is answered for
+``max_attempts`` rounds. With a circuit ``breaker`` (the fan-out; per provider, per push service for
+Web Push) what an open breaker keeps from its provider is held (``RetryAfter(circuit_open=True)``): a
+page nothing of which was answered is handed back whole (before any send if the breaker was open);
+else the answered stay answered and the held wait in the page, attempts unused, up to
+``provider_wait_s``, then are dead-lettered: re-sending the page would push the others twice.
 
-Refusals that are the provider's own (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota)
-are not a device's failure either in a fan-out page (``provider_wait_s``): the page waits them out,
-honouring Retry-After, for up to that long in all before they count; a single send, which a caller
-waits for, counts them as attempts.
+The provider's own refusals (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are no
+device's failure in a fan-out page: it waits them out, honouring Retry-After, up to
+``provider_wait_s`` before they count; a single send, which a caller waits for, counts them.
 """
 
 from __future__ import annotations
