@@ -4,7 +4,7 @@ Under load, the request whose allowance ran out takes a token for itself and som
 requests in one UPDATE, on a worker thread. The requests that ran out while that UPDATE was under
 way used to take their own (a thread hop, a MySQL statement and a commit each): subscribes are
 answered in groups (notee.api.subscribe_groups), so their next requests arrive together, and about
-half of them paid that hop (docs/BENCHMARKS.md, "Round 3, third part"). They now wait for the take
+half of them paid that hop (docs/BENCHMARKS.md, "Round 3, fifth part"). They now wait for the take
 in progress and are admitted from its tokens; one that finds none left asks the bucket itself.
 
 Only while a take-ahead is expected (the (service, class) comes fast and is not near its limit): a

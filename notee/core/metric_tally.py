@@ -3,7 +3,7 @@ step per ``flush``. The HTTP/2 connection observes every response's latency
 (``notee_provider_response_seconds``) and flushes once per read (~50 responses on a busy fan-out):
 one bucket increment per occupied bucket and one to the sum per read, instead of a lock, a bucket
 loop and two increments per response (~0.6 µs of a worker's CPU per push, docs/BENCHMARKS.md round
-3, third part). What Prometheus reads after a flush is what ``observe`` per amount would have left
+3, fourth part). What Prometheus reads after a flush is what ``observe`` per amount would have left
 (tests/unit/test_metric_tally.py); between flushes the tally holds at most one read's answers.
 """
 

@@ -19,7 +19,7 @@ class Message:
     """One rendered push for one device. Treated as immutable (a page's messages share their title,
     body, data and rich objects), but not a frozen dataclass: a frozen one's ``__init__`` sets each
     field through ``object.__setattr__``, about 1 µs more per push on the worker's hot path
-    (docs/BENCHMARKS.md, round 3, third part). It was never hashable (``data`` is a dict)."""
+    (docs/BENCHMARKS.md, round 3, fourth part). It was never hashable (``data`` is a dict)."""
 
     device_token: str
     device_os: str

@@ -1,4 +1,4 @@
-"""The worker's per-push shortcuts (docs/BENCHMARKS.md, round 3, third part) give what the general
+"""The worker's per-push shortcuts (docs/BENCHMARKS.md, round 3, fourth part) give what the general
 path gives: the routing of a page of one platform, the notification id's device part."""
 
 from __future__ import annotations

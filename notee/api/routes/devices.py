@@ -163,7 +163,7 @@ class TokenPathFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        # A plain loop, no generator: this runs for every access line (docs/BENCHMARKS.md, "Round 3, third part").
+        # A plain loop, no generator: this runs for every access line (docs/BENCHMARKS.md, "Round 3, fifth part").
         if isinstance(args, tuple):
             for a in args:
                 if isinstance(a, str) and "/devices/" in a:
