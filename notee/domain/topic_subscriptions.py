@@ -25,7 +25,7 @@ from notee.domain.subscription_rows import (
     template_of,
     unsubscribe,
 )
-from notee.domain.withdrawals import settle_users, write_or_withdraw
+from notee.domain.withdrawals import settle_locked, settle_users, write_or_withdraw
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import USER_LEVEL, IndexRow, SubscriptionRef
 from notee.store.cql.statements import Statements
@@ -76,6 +76,9 @@ def subscribe_topics(
     zones = subsql.lock_users_zones(db, service, [u for u, _ in wanted], exclusive=True)
     reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_) if zones else []
     ctx = subsql.subscribe_context(db, service, type_, list(zones))
+    if ctx.kept:  # a failed write's rows may still land (the batchlog): shadow them first, then read again
+        settle_locked(st, service, sorted(ctx.kept))
+        reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_)
     tpl = template_of(ctx.template_keys, service, "TOPIC", type_)
     before = st.users_rows_of(reads)
     # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
