@@ -60,8 +60,10 @@ def subscribe_topics(
     """Topic subscriptions of one type: ``wanted`` (user_id, topic) pairs, one result each, in order
     (None: no such user). A pair asked twice, or a user with several topics, is answered as if the
     pairs ran one after the other. Round trips, however many pairs: MySQL's exclusive row locks of the
-    users and one read (the type's templates, the users' devices), with the users' index rows of the
-    type read from Cassandra meanwhile; the logged batches (each subscription's rows are one unit,
+    users and one read (the type's templates, the users' devices, which users have kept withdrawals:
+    those are applied first and the index rows read again, ``withdrawals.settle_locked``), with the
+    users' index rows of the type read from Cassandra meanwhile; the logged batches (each
+    subscription's rows are one unit,
     written whole or not at all); one counter batch. Numbers come from the process's reserved range
     (``Statements.take_numbers``). ``db``: a session, or (the API's hot path) a Core connection; the
     caller ends its transaction. The API's single subscribe and the bulk endpoint both come here
