@@ -25,7 +25,7 @@ from notee.domain.subscription_rows import (
     template_of,
     unsubscribe,
 )
-from notee.domain.withdrawals import settle_users, write_or_withdraw
+from notee.domain.withdrawals import settle_locked, settle_users, write_or_withdraw
 from notee.store import subscription_sql as subsql
 from notee.store.cql.rows import USER_LEVEL, IndexRow, SubscriptionRef
 from notee.store.cql.statements import Statements
@@ -60,8 +60,10 @@ def subscribe_topics(
     """Topic subscriptions of one type: ``wanted`` (user_id, topic) pairs, one result each, in order
     (None: no such user). A pair asked twice, or a user with several topics, is answered as if the
     pairs ran one after the other. Round trips, however many pairs: MySQL's exclusive row locks of the
-    users and one read (the type's templates, the users' devices), with the users' index rows of the
-    type read from Cassandra meanwhile; the logged batches (each subscription's rows are one unit,
+    users and one read (the type's templates, the users' devices, which users have kept withdrawals:
+    those are applied first and the index rows read again, ``withdrawals.settle_locked``), with the
+    users' index rows of the type read from Cassandra meanwhile; the logged batches (each
+    subscription's rows are one unit,
     written whole or not at all); one counter batch. Numbers come from the process's reserved range
     (``Statements.take_numbers``). ``db``: a session, or (the API's hot path) a Core connection; the
     caller ends its transaction. The API's single subscribe and the bulk endpoint both come here
@@ -76,6 +78,9 @@ def subscribe_topics(
     zones = subsql.lock_users_zones(db, service, [u for u, _ in wanted], exclusive=True)
     reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_) if zones else []
     ctx = subsql.subscribe_context(db, service, type_, list(zones))
+    if ctx.kept:  # a failed write's rows may still land (the batchlog): shadow them first, then read again
+        settle_locked(st, service, sorted(ctx.kept))
+        reads = st.users_type_rows_async(list(zones), service, "TOPIC", type_)
     tpl = template_of(ctx.template_keys, service, "TOPIC", type_)
     before = st.users_rows_of(reads)
     # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user

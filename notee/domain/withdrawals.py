@@ -13,8 +13,9 @@ a resubscribe), so the deletion can be applied at any time later, by anyone.
 
 When the deletion fails too (the same outage), three times, the rows are kept in MySQL
 (``subscription_withdrawal``) before the request answers, and applied later (``settle_users``) by
-whoever next removes the user's rows (unsubscribe, device removal or rotation, user deletion) and by
-the scheduled ``notee reconcile`` (``settle_pending``). The window of a process that dies while a
+whoever next removes the user's rows (unsubscribe, device removal or rotation, user deletion), by
+the next topic subscribe of the user (``settle_locked``: a client's retry) and by the scheduled
+``notee reconcile`` (``settle_pending``). The window of a process that dies while a
 batch is unanswered is closed the same way: a batch still unanswered after ``INTENT_AFTER_S`` is
 recorded before the writer waits on (a healthy batch answers in milliseconds, so the happy path pays
 nothing); a death within that first quarter second is the remaining bound.
@@ -177,6 +178,24 @@ def settle_users(session: Session, st: Statements, service: str, user_ids: Seque
         apply(st, p)
     withdrawals_sql.delete(session, [p.withdrawal_id for p in pending])
     return len(pending)
+
+
+def settle_locked(st: Statements, service: str, user_ids: Sequence[str]) -> int:
+    """``settle_users`` for a topic subscribe holding these users' rows exclusively, before it reads
+    them: their kept withdrawals (``unanswered`` ones too: no writer of theirs still waits) are applied
+    and their records deleted, each MySQL step committed on its own (the subscribe's transaction ends
+    in a rollback on the API's hot path). Returns the records deleted. Without it a retry of a write whose process died with its batch unanswered
+    writes fresh rows beside the batchlog's late replay, and the device gets every publish twice
+    until ``notee reconcile`` settles the record (issue 31, docs/RELIABILITY.md)."""
+    if st.journal_sessions is None:
+        raise RuntimeError("no MySQL to settle kept withdrawals in")
+    pending = withdrawals_sql.pending_kept(st.journal_sessions, service, user_ids)
+    rows = sum(apply(st, p) for p in pending)
+    settled = withdrawals_sql.forget_ids(st.journal_sessions, [p.withdrawal_id for p in pending])
+    log.info(
+        "service=%s: %d kept withdrawal(s) applied before a subscribe (%d row(s) withdrawn)", service, settled, rows
+    )
+    return settled
 
 
 def apply(st: Statements, pending: Pending) -> int:

@@ -42,6 +42,10 @@ _SUBSCRIBE_CONTEXT = (
     " SELECT 'U', u.user_id, d.device_token, d.device_os, d.created_at"
     " FROM `user` u LEFT JOIN device d ON d.service = u.service AND d.user_id = u.user_id"
     " WHERE u.service = %(service)s AND u.user_id IN %(user_ids)s"
+    # The users with a withdrawal kept of a failed write (notee/domain/withdrawals.py), which the
+    # subscribe applies first: ix_subscription_withdrawal_user.
+    " UNION ALL SELECT 'W', w.user_id, NULL, NULL, NULL FROM subscription_withdrawal w"
+    " WHERE w.service = %(service)s AND w.user_id IN %(user_ids)s"
 )
 
 
@@ -52,6 +56,8 @@ class SubscribeContext:
     template_keys: dict[str, str]  # notification_method -> notification_key, of the requested type
     # user_id -> (device_token, device_os), oldest first, of every user asked for that exists
     devices: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # users asked for with a kept withdrawal (subscription_withdrawal) to apply before their rows are read
+    kept: set[str] = field(default_factory=set)
 
 
 def _connection(db: Session | Connection) -> Connection:
@@ -103,8 +109,10 @@ def lock_users_zones(
 
 
 def subscribe_context(db: Session | Connection, service: str, type_: str, user_ids: Sequence[str]) -> SubscribeContext:
-    """Templates of ``type_`` and the users' devices, in one statement."""
+    """Templates of ``type_``, the users' devices and which of them have kept withdrawals, in one
+    statement."""
     keys: dict[str, str] = {}
+    kept: set[str] = set()
     found: dict[str, list[tuple[datetime, str, str]]] = {}
     params: dict[str, Any] = {"service": service, "type": type_}
     sql = _TEMPLATES_OF_TYPE
@@ -113,12 +121,14 @@ def subscribe_context(db: Session | Connection, service: str, type_: str, user_i
     for kind, a, b, c, created_at in _driver_rows(db, sql, params):
         if kind == "T":
             keys[a] = b
+        elif kind == "W":
+            kept.add(a)
         else:
             devices = found.setdefault(a, [])
             if b is not None:
                 devices.append((created_at, b, c))
     # registration order, as users_sql.list_devices
-    return SubscribeContext(keys, {u: [(token, os_) for _, token, os_ in sorted(d)] for u, d in found.items()})
+    return SubscribeContext(keys, {u: [(token, os_) for _, token, os_ in sorted(d)] for u, d in found.items()}, kept)
 
 
 def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:

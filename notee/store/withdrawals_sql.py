@@ -2,7 +2,7 @@
 Cassandra rows a subscription write may have left behind, per user, with the write timestamp their
 withdrawal must be newer than (notee/domain/withdrawals.py).
 
-``record`` and ``forget`` are each their own short transaction: the writer's request transaction ends
+``record``, ``forget``, ``pending_kept`` and ``forget_ids`` are each their own short transaction: the writer's request transaction ends
 in a rollback when its write failed, and the record must outlive it. The other functions take the
 caller's Session and never commit.
 """
@@ -120,6 +120,21 @@ def pending_of_users(
     ).bindparams(bindparam("u", expanding=True))
     before = datetime.max if unanswered_before is None else naive_utc(unanswered_before)
     return [_pending(r) for r in session.execute(stmt, {"s": service, "u": list(user_ids), "b": before})]
+
+
+def pending_kept(sessions: sessionmaker[Session], service: str, user_ids: Sequence[str]) -> list[Pending]:
+    """Every pending withdrawal of these users (``pending_of_users`` with no age bar: the caller holds
+    them exclusively), read in a short transaction of its own."""
+    with sessions() as session:
+        return pending_of_users(session, service, user_ids, None)
+
+
+def forget_ids(sessions: sessionmaker[Session], withdrawal_ids: Sequence[int]) -> int:
+    """Delete these records (applied); committed here. Returns the rows deleted."""
+    if not withdrawal_ids:
+        return 0
+    with sessions.begin() as session:
+        return delete(session, withdrawal_ids)
 
 
 def pending_after(

@@ -133,18 +133,31 @@ def test_a_kept_withdrawal_is_applied_by_the_next_remover(runtime, st, store_ten
     assert topic_rows(st, user, svc) == []
 
 
-def test_a_kept_withdrawal_is_applied_by_reconcile_and_spares_the_retry(runtime, st, store_tenant, monkeypatch):
-    """No remover comes: the scheduled reconcile applies it. The client's retry (fresh numbers, a newer
-    timestamp) keeps its rows: the withdrawal shadows the failed write only."""
+def test_a_kept_withdrawal_is_applied_by_reconcile(runtime, st, store_tenant, monkeypatch):
+    """No remover and no retry come: the scheduled reconcile applies it. (A client's retry, a topic
+    subscribe, applies it itself: tests/integration/test_withdrawals_retry.py.)"""
+    svc = store_tenant
+    key, user, _ = setup(runtime, svc, "c")
+    outage = failed_subscribe(runtime, st, svc, user, monkeypatch)
+    report = reconcile.reconcile(runtime, service=svc)
+    assert report["withdrawals_settled"] == 1
+    assert kept(runtime, svc, user) == []
+    outage.replay()
+    assert recipients(st, key, svc, "sports") == [], "the failed subscribe's replayed row stayed"
+    assert topic_rows(st, user, svc) == []
+    assert reconcile.reconcile(runtime, service=svc)["withdrawals_settled"] == 0
+
+
+def test_a_kept_withdrawal_spares_the_retry(runtime, st, store_tenant, monkeypatch):
+    """The client's retry (fresh numbers, a newer timestamp) applies the kept withdrawal before it
+    reads, and keeps its own rows: the withdrawal shadows the failed write only."""
     svc = store_tenant
     key, user, token = setup(runtime, svc, "c")
     outage = failed_subscribe(runtime, st, svc, user, monkeypatch)
     with runtime.sessions.begin() as s:  # the client's retry
         topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
-    retry = recipients(st, key, svc, "sports")
-    report = reconcile.reconcile(runtime, service=svc)
-    assert report["withdrawals_settled"] == 1
     assert kept(runtime, svc, user) == []
+    retry = recipients(st, key, svc, "sports")
     outage.replay()
     assert recipients(st, key, svc, "sports") == retry, "one device, one row: the retry's"
     assert len(retry) == 1 and retry[0].device_token == token
@@ -160,9 +173,8 @@ def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_s
 ):
     """The process-death window: the batch is unanswered past ``INTENT_AFTER_S`` (a node not yet
     convicted), so the writer keeps its withdrawal as ``unanswered`` and waits on; the process is
-    killed then (no handler runs). The client retries on another API; the batchlog replays the batch
-    later. A remover holding the user exclusively (or reconcile, once no writer can still wait)
-    applies it: the device has one row, the retry's, and an unsubscribe leaves none."""
+    killed then (no handler runs); the batchlog replays the batch later. A remover holding the user
+    exclusively (or reconcile, once no writer can still wait) applies it: the replay is shadowed."""
     svc = store_tenant
     key, user, _ = setup(runtime, svc, "d")
     held: list[list[tuple[object, tuple[object, ...]]]] = []
@@ -185,9 +197,7 @@ def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_s
     with pytest.raises(ProcessDied), runtime.sessions.begin() as s:
         topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
     assert kept(runtime, svc, user) == ["unanswered"], "nothing kept before the batch's outcome was known"
-    with runtime.sessions.begin() as s:  # the client's retry, on another API process
-        topic_subscriptions.subscribe_topic(s, st, svc, user, "news", "sports")
-    retry = recipients(st, key, svc, "sports")
+    # No retry (a topic subscribe retried applies it itself: tests/integration/test_withdrawals_retry.py).
     # Too young for reconcile or an unsubscribe (a shared lock): its writer might still wait on the batch.
     assert settle_withdrawals.settle_pending(runtime, svc)["withdrawals_settled"] == 0
     if settler == "delete_user":  # the user's exclusive lock: no writer of its rows still waits
@@ -200,10 +210,7 @@ def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_s
     monkeypatch.setattr(settle_withdrawals, "UNANSWERED_FOR", withdrawals.UNANSWERED_FOR * 0)
     assert settle_withdrawals.settle_pending(runtime, svc)["withdrawals_settled"] == 1
     st.run(write_together(held))  # the batchlog's replay, with the first attempt's timestamp
-    assert recipients(st, key, svc, "sports") == retry, "the killed attempt's row came back beside the retry's"
-    with runtime.sessions.begin() as s:
-        topic_subscriptions.unsubscribe_topic(s, st, svc, user, "news", "sports")
-    assert recipients(st, key, svc, "sports") == [], "the device still receives the topic after its unsubscribe"
+    assert recipients(st, key, svc, "sports") == [], "the killed attempt's row came back"
 
 
 def test_an_unanswered_batch_that_then_succeeds_keeps_nothing(runtime, st, store_tenant, monkeypatch):
