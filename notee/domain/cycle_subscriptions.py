@@ -116,10 +116,9 @@ def unsubscribe_cycle(session: Session, st: Statements, service: str, user_id: s
 
     The user's row is locked exclusively, first (deletion wins: notee/domain/subscriptions.py). A
     deletion waits for this removal (and finds the rows gone, so the user leaves ``count`` once), or
-    this one finds no user. Exclusive, where the topic unsubscribe's shared lock suffices (its
-    subscribes are exclusive): a cycle subscribe or a device's copy holds the row shared, and one
-    caught between writing its device rows and its user-level row would otherwise leave a schedule
-    listed and counted whose device rows this removal deleted."""
+    this one finds no user. Exclusive (as the topic unsubscribe): a cycle subscribe or a device's copy
+    holds the row shared, and one caught between writing its device rows and its user-level row would
+    otherwise leave a schedule listed and counted whose device rows this removal deleted."""
     if users_sql.get_user(session, service, user_id, for_update=True) is None:
         raise NotFound("user not found")
     tpl = template(session, service, "CYCLE", type_)

@@ -17,7 +17,6 @@ from notee.domain.subscription_rows import (
     NewRows,
     SubscribeResult,
     live_user_level,
-    lock_user,
     new_device_row,
     now_ms,
     remove_rows,
@@ -27,6 +26,7 @@ from notee.domain.subscription_rows import (
 )
 from notee.domain.withdrawals import settle_locked, settle_users, write_or_withdraw
 from notee.store import subscription_sql as subsql
+from notee.store import users_sql
 from notee.store.cql.rows import USER_LEVEL, IndexRow, SubscriptionRef
 from notee.store.cql.statements import Statements
 
@@ -134,12 +134,15 @@ def subscribe_topics(
 
 def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:
     validate_topic(topic)
-    # The shared user-row lock like subscribe: a zone change (exclusive) rewrites the zone of rows it
-    # read from the index, and must not meet a row this removal deletes in between.
-    if lock_user(session, service, user_id) is None:
+    # The user's row exclusively, first (a zone change, exclusive too, must not meet a row this removal
+    # deletes). Exclusive, not shared: no writer of the user can then still wait on its batch, so every
+    # kept withdrawal is applied before the rows are read, also the ``unanswered`` one of a subscribe
+    # whose process died with its batch in a batchlog: replayed after this 204, it would otherwise bring
+    # the subscription back until reconcile (issue 31, chaos seed 3131, docs/RELIABILITY.md).
+    if users_sql.get_user(session, service, user_id, for_update=True) is None:
         raise NotFound("user not found")
     tpl = template(session, service, "TOPIC", type_)
-    settle_users(session, st, service, [user_id], exclusive=False)
+    settle_users(session, st, service, [user_id], exclusive=True)
     removed = unsubscribe(st, service, user_id, tpl, lambda r: r.target == topic)
     if removed:
         st.run([st.add_topic_subscribers_async(service, type_, topic, -1)])

@@ -121,3 +121,21 @@ def test_a_retry_after_a_killed_writer_whose_batch_landed_keeps_its_rows(runtime
     assert subscribe(runtime, st, svc, user, "connection")["status"] == "already_subscribed"
     assert recipients(st, key, svc, "sports") == landed and [r.device_token for r in landed] == [token]
     assert kept(runtime, svc, user) == []
+
+
+def test_an_unsubscribe_before_the_killed_writers_batch_lands_keeps_it_out(runtime, st, store_tenant, monkeypatch):
+    """No retry this time: the user unsubscribes (204) while the killed attempt's batch is still in a
+    batchlog. The unsubscribe holds the user's row exclusively, so it applies the young ``unanswered``
+    record too (a tombstone above the batch's timestamp); the late replay then brings nothing back.
+    Under the shared lock it skipped records younger than ``UNANSWERED_FOR``, and the subscription
+    came back after the 204 until reconcile."""
+    svc = store_tenant
+    key = make_template(runtime, svc, "TOPIC", "news")
+    user = make_user(runtime, svc)
+    make_device(runtime, svc, user, f"retry-{next(_tok):04d}-" + "u" * 20, "AOS")
+    held = killed_subscribe(runtime, st, svc, user, monkeypatch)
+    with runtime.sessions.begin() as s:
+        topic_subscriptions.unsubscribe_topic(s, st, svc, user, "news", "sports")
+    assert kept(runtime, svc, user) == [], "the unsubscribe left the kept withdrawal for reconcile"
+    st.run(st.write_together(held))  # the batchlog's late replay, after the acknowledged unsubscribe
+    assert recipients(st, key, svc, "sports") == [], "the subscription came back after its unsubscribe"
