@@ -18,21 +18,13 @@ import itertools
 import pytest
 from cassandra import WriteTimeout
 
-from notee.core.vocabulary import Recipient, TopicTarget
 from notee.domain import topic_subscriptions, withdrawals
 from notee.store.cql.counters import max_slot
 from notee.store.cql.recipients import stream_recipients
 from tests.support.registry import make_device, make_template, make_user
+from tests.support.withdrawals import recipients
 
 _tok = itertools.count()
-
-
-def recipients(st, key, service, topic):
-    out = []
-    for slot in range(max_slot(st, service, "TOPIC", "news") + 1):
-        for page, _ in stream_recipients(st, key, TopicTarget(topic), slot, 100):
-            out += map(Recipient._make, page)
-    return out
 
 
 def test_a_subscribe_retried_after_a_batch_timeout_leaves_no_row_behind_its_unsubscribe(

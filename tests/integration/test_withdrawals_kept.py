@@ -17,40 +17,13 @@ import itertools
 
 import pytest
 from cassandra import WriteTimeout
-from sqlalchemy import text
 
-from notee.core.vocabulary import Recipient, TopicTarget
 from notee.domain import topic_subscriptions, users, withdrawals
-from notee.store.cql.counters import max_slot
-from notee.store.cql.recipients import stream_recipients
 from notee.usecases import reconcile, settle_withdrawals
 from tests.support.registry import make_device, make_template, make_user
+from tests.support.withdrawals import ProcessDied, Unanswered, kept, recipients
 
 _tok = itertools.count()
-
-
-class ProcessDied(BaseException):
-    """The API process killed while its batch is unanswered: no handler of the writer runs after it."""
-
-
-def recipients(st, key, service, topic):
-    out = []
-    for slot in range(max_slot(st, service, "TOPIC", "news") + 1):
-        for page, _ in stream_recipients(st, key, TopicTarget(topic), slot, 100):
-            out += map(Recipient._make, page)
-    return out
-
-
-def kept(runtime, service, user_id):
-    with runtime.sessions() as s:
-        return (
-            s.execute(
-                text("SELECT state FROM subscription_withdrawal WHERE service = :s AND user_id = :u"),
-                {"s": service, "u": user_id},
-            )
-            .scalars()
-            .all()
-        )
 
 
 def topic_rows(st, user, svc):
@@ -179,13 +152,6 @@ def test_a_process_killed_while_its_batch_is_unanswered_leaves_a_withdrawal_to_s
     key, user, _ = setup(runtime, svc, "d")
     held: list[list[tuple[object, tuple[object, ...]]]] = []
     write_together = st.write_together
-
-    class Unanswered:
-        def add_callbacks(self, *callbacks):
-            pass  # never answered
-
-        def result(self):
-            raise ProcessDied()
 
     def hangs(units):
         held.extend(list(u) for u in units)

@@ -15,44 +15,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from sqlalchemy import text
 
-from notee.core.vocabulary import Recipient, TopicTarget
 from notee.domain import topic_subscriptions, withdrawals
-from notee.store.cql.counters import max_slot
-from notee.store.cql.recipients import stream_recipients
 from notee.usecases import settle_withdrawals
 from tests.support.registry import make_device, make_template, make_user
+from tests.support.withdrawals import ProcessDied, Unanswered, kept, recipients
 
 _tok = itertools.count()
-
-
-class ProcessDied(BaseException):
-    """The API process killed while its batch is unanswered: no handler of the writer runs after it."""
-
-
-class Unanswered:
-    """A batch's future that never answers (the coordinator keeps it in its batchlog)."""
-
-    def add_callbacks(self, *callbacks: object) -> None:
-        pass
-
-    def result(self) -> None:
-        raise ProcessDied()
-
-
-def recipients(st, key, service, topic):
-    out = []
-    for slot in range(max_slot(st, service, "TOPIC", "news") + 1):
-        for page, _ in stream_recipients(st, key, TopicTarget(topic), slot, 100):
-            out += map(Recipient._make, page)
-    return out
-
-
-def kept(runtime, service, user_id):
-    with runtime.sessions() as s:
-        sql = text("SELECT state FROM subscription_withdrawal WHERE service = :s AND user_id = :u")
-        return s.execute(sql, {"s": service, "u": user_id}).scalars().all()
 
 
 def subscribe(runtime, st, svc, user, via):
