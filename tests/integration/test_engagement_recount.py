@@ -23,7 +23,7 @@ from notee.core import notification_id
 from notee.store import receipt_recount_sql
 from notee.usecases import receipt_repair, receipts
 from tests.support.fanout import finished_topic_job
-from tests.support.registry import admin_headers, bearer
+from tests.support.registry import bearer, new_api_key
 from tests.support.waiting import wait_for
 
 DEVICES = 40
@@ -34,13 +34,7 @@ class ProcessDied(BaseException):
 
 
 def _client_key(client, settings, service: str) -> str:
-    r = client.post(
-        f"/v1/admin/services/{service}/api-keys",
-        json={"label": "app", "kind": "client"},
-        headers=admin_headers(settings),
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["api_key"])
+    return str(new_api_key(client, settings, service, "app", kind="client")["api_key"])
 
 
 def _events(source: str, event: str, devices: range) -> list[dict]:

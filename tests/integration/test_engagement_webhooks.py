@@ -19,7 +19,7 @@ from notee.domain import webhooks
 from notee.domain.credentials import credentials_box
 from notee.store.runtime import Runtime
 from tests.support.logscan import remember_secret
-from tests.support.registry import admin_headers, bearer, new_user, random_token
+from tests.support.registry import bearer, new_api_key, new_user, random_token
 from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver, dispatch_until_idle, start_receiver
 
@@ -72,13 +72,7 @@ def _rows(runtime: Runtime, endpoint_id: str) -> list[tuple[str, str]]:
 
 
 def _client_key(client, settings, service: str) -> str:
-    r = client.post(
-        f"/v1/admin/services/{service}/api-keys",
-        json={"label": "app", "kind": "client"},
-        headers=admin_headers(settings),
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["api_key"])
+    return str(new_api_key(client, settings, service, "app", kind="client")["api_key"])
 
 
 def _single_send(client, headers) -> str:

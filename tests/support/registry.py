@@ -142,8 +142,12 @@ def new_service(
     return bearer(new_api_key(client, settings, service)["api_key"])
 
 
-def new_api_key(client: TestClient, settings: Settings, service: str, label: str = "test") -> dict[str, Any]:
-    r = client.post(f"/v1/admin/services/{service}/api-keys", json={"label": label}, headers=admin_headers(settings))
+def new_api_key(
+    client: TestClient, settings: Settings, service: str, label: str = "test", *, kind: str | None = None
+) -> dict[str, Any]:
+    """A new API key of ``service`` (``kind``: ``client`` for an app's receipts key; the server's default)."""
+    body_in: dict[str, Any] = {"label": label} | ({"kind": kind} if kind else {})
+    r = client.post(f"/v1/admin/services/{service}/api-keys", json=body_in, headers=admin_headers(settings))
     assert r.status_code == 201, r.text
     body: dict[str, Any] = r.json()
     return body
