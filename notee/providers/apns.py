@@ -200,14 +200,7 @@ class ApnsProvider:
         for m, apns_id in zip(messages, ids, strict=True):
             # messages_for shares a page's title, body, data and rich objects: the same objects as
             # the previous message's need no key built and looked up
-            if (
-                last is None
-                or m.title is not last.title
-                or m.body is not last.body
-                or m.data is not last.data
-                or m.rich is not last.rich
-                or bool(m.notification_id) != bool(last.notification_id)
-            ):
+            if last is None or not m.shares_content(last) or bool(m.notification_id) != bool(last.notification_id):
                 key = (m.title, m.body, tuple(m.data.items()) if m.data else (), id(m.rich), bool(m.notification_id))
                 held = bodies.get(key)
                 parts = bodies[key] = _body_parts(m) if held is None else held

@@ -32,6 +32,17 @@ class Message:
     rich: Rich | None = None  # the rich fields (docs/PAYLOADS.md), one object shared by a whole page
     notification_id: str = ""  # notee.core.notification_id: echoed by the app in its receipts; "": none
 
+    def shares_content(self, other: Message) -> bool:
+        """Are this push's title, body, data and rich objects the very ones of ``other``'s (as
+        ``messages_for`` shares them across a page)? Then a body built for ``other`` fits this one
+        as far as those fields go, without comparing their values."""
+        return (
+            self.title is other.title
+            and self.body is other.body
+            and self.data is other.data
+            and self.rich is other.rich
+        )
+
     def apns_expiration(self, now: float) -> str | None:
         """The ``apns-expiration`` header of this push's TTL: ``0`` for a TTL of 0 (APNs tries once and
         does not store it, as FCM does with ``ttl: 0s``), else the UNIX time it expires; None: no TTL."""

@@ -109,10 +109,7 @@ class PageBodies:
         for m in messages:
             if (
                 last is None
-                or m.title is not last.title
-                or m.body is not last.body
-                or m.data is not last.data
-                or m.rich is not last.rich
+                or not m.shares_content(last)
                 or m.ttl_seconds != last.ttl_seconds
                 or m.priority != last.priority
                 or m.collapse_key != last.collapse_key
