@@ -184,9 +184,10 @@ def settle_locked(st: Statements, service: str, user_ids: Sequence[str]) -> int:
     """``settle_users`` for a topic subscribe holding these users' rows exclusively, before it reads
     them: their kept withdrawals (``unanswered`` ones too: no writer of theirs still waits) are applied
     and their records deleted, each MySQL step committed on its own (the subscribe's transaction ends
-    in a rollback on the API's hot path). Returns the records deleted. Without it a retry of a write whose process died with its batch unanswered
-    writes fresh rows beside the batchlog's late replay, and the device gets every publish twice
-    until ``notee reconcile`` settles the record (issue 31, docs/RELIABILITY.md)."""
+    in a rollback on the API's hot path). Returns the records deleted. Without it a retry of a write
+    whose process died with its batch unanswered writes fresh rows beside the batchlog's late replay,
+    and the device gets every publish twice until ``notee reconcile`` settles the record (issue 31,
+    docs/RELIABILITY.md)."""
     if st.journal_sessions is None:
         raise RuntimeError("no MySQL to settle kept withdrawals in")
     pending = withdrawals_sql.pending_kept(st.journal_sessions, service, user_ids)
