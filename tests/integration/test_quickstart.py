@@ -20,9 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from notee.core.settings import Settings
+from notee.usecases import migrate
 from tests.support.emulator import deliveries_per_token
 from tests.support.processes import Processes, free_port
 from tests.support.repo_files import quickstart_block
+from tests.support.stores import store_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,11 +76,14 @@ def test_the_readme_quickstart_runs_as_written(processes, api, settings, emulato
     assert deliveries_per_token(emulator, ["demo-device-token-1"], api="fcm") == {"demo-device-token-1": 2}
 
 
-def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(migrated, tmp_path: Path):
+def test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env(fresh_stores: Settings, tmp_path: Path):
+    # Stores of its own: the worker, scheduler and webhook dispatcher `make run` starts serve every
+    # tenant, and on the shared stores they would take other tests' import chunks, minutes and deliveries.
+    migrate.migrate_all(fresh_stores)
     api_port, emu_port = free_port(), free_port()
     env = {
         k: v
-        for k, v in os.environ.items()
+        for k, v in store_env(fresh_stores).items()
         if k not in ("NOTEE_EMULATOR_URL", "NOTEE_EMULATOR_CA_FILE", "NOTEE_LIVE_DELIVERY")
     }
     env |= {

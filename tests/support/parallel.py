@@ -39,9 +39,6 @@ SERIAL: dict[str, str] = {
         "compares the row counts of the admin tables (every service's) around each case, as the in-process run"
     ),
     "test_metrics.py::test_the_job_queue_levels_follow_the_queue": "the job queue's depth counts every tenant's tasks",
-    "test_quickstart.py::test_make_run_starts_the_emulator_prints_next_steps_and_writes_the_env": (
-        "`make run` starts a worker that claims any tenant's tasks, and a scheduler in the default namespace"
-    ),
     "test_deletion_races.py::test_scheduled_reconcile_batches_walk_the_index_and_clean_the_due_index": (
         "walks the whole subscription index from the one reconcile cursor, deleting every tenant's stale rows"
     ),
