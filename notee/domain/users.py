@@ -16,7 +16,6 @@ Tenant isolation: every query is scoped by ``service``; another tenant's object 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from notee.core.clock import aware_utc, stored_now
 from notee.core.errors import NotFound
+from notee.core.user_ids import new_user_id
 from notee.core.vocabulary import OSES, UserFilter
 from notee.domain import subscriptions, versions, withdrawals
 from notee.domain.rules import (
@@ -142,7 +142,7 @@ def upsert_user(
         # An existing user: lock its row first (a record lock: no gap lock a racing first PUT could
         # deadlock on) and read the zone its slot rows carry now; they change with it.
         before = store.user_zone_for_update(session, service, service_user_id)
-    new_id = str(uuid.uuid4())
+    new_id = new_user_id()
     row = store.upsert_user(
         session,
         service=service,

@@ -23,12 +23,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from notee.core.clock import stored_now
 from notee.core.errors import InvalidInput, NotFound
+from notee.core.user_ids import new_user_id
 from notee.domain import subscriptions, tags
 from notee.domain.import_lines import (
     FORMATS,
@@ -43,6 +45,7 @@ from notee.store import import_rows_sql as rows_sql
 from notee.store import imports_sql, templates_sql, users_sql
 from notee.store.cql.statements import Statements
 from notee.store.imports_sql import ChunkClaim, NewImport
+from notee.store.mysql import retried
 from notee.store.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -125,12 +128,11 @@ class _Checked:
     ids: dict[str, str] | None = None  # service_user_id -> user_id, once step 1 wrote the users
 
 
-def _check(session: Session, runtime: Runtime, claim: ChunkClaim) -> _Checked:
-    types = frozenset(
-        t.notification_type
-        for t in templates_sql.list_templates(session, claim.service)
-        if t.notification_method == "TOPIC"
-    )
+def _check(runtime: Runtime, claim: ChunkClaim) -> _Checked:
+    """The chunk's lines parsed and checked (once, however many times step 1 runs)."""
+    with runtime.sessions() as session:
+        topic_templates = templates_sql.list_templates(session, claim.service)
+    types = frozenset(t.notification_type for t in topic_templates if t.notification_method == "TOPIC")
     rules = LineRules(types, runtime.settings.tags_per_user_max)
     out = _Checked()
     for record in claim.lines:
@@ -142,29 +144,53 @@ def _check(session: Session, runtime: Runtime, claim: ChunkClaim) -> _Checked:
 
 
 def run_chunk(runtime: Runtime, claim: ChunkClaim) -> None:
-    """Apply one leased chunk (module doc); ``imports_sql.LeaseLost`` when another worker took it over."""
-    lease_s = runtime.settings.import_lease_s
-    with runtime.sessions.begin() as session:
-        session.connection(execution_options={"isolation_level": "READ COMMITTED"})
-        checked = _check(session, runtime, claim)
-        if claim.stored:
-            copies = claim.copies or []
-        else:
-            copies = _store(
-                session, lambda: runtime.statements, claim.service, checked, runtime.settings.tags_per_user_max
-            )
-            imports_sql.add_errors(session, claim.import_id, sorted(checked.rejected.items()))
-            imports_sql.mark_stored(session, claim, copies, lease_s=lease_s)
+    """Apply one leased chunk (module doc); ``imports_sql.LeaseLost`` when another worker took it over.
+
+    Each transaction that meets a deadlock or a lock wait timeout is run again by itself
+    (``notee.store.mysql.retried``): all three are safe to redo, as a redone chunk shows; only a
+    failure that outlasts the retries gives the chunk back to be redone whole. Step 1 is not run again
+    after a lost connection (its commit may have landed, and a second run would find the new devices
+    old and lose their ``copies``): the chunk is redone from what it stored instead."""
+    parsed = _check(runtime, claim)
+    checked = parsed
+    if claim.stored:
+        copies = claim.copies or []
+    else:
+        checked, copies = retried(
+            runtime.sessions,
+            lambda session: _step_mysql(session, runtime, claim, parsed),
+            name="import_rows",
+            idempotent=False,
+        )
     if copies:
         grouped: dict[str, list[tuple[str, str]]] = {}
         for user_id, token, os_ in copies:
             grouped.setdefault(user_id, []).append((token, os_))
-        with runtime.sessions.begin() as session:
-            subscriptions.on_devices_added(session, runtime.statements, claim.service, grouped)
+        retried(
+            runtime.sessions,
+            lambda session: subscriptions.on_devices_added(session, runtime.statements, claim.service, grouped),
+            name="import_copies",
+        )
     late = _subscribe(runtime, claim.service, checked)
-    with runtime.sessions.begin() as session:
+
+    def done(session: Session) -> None:
         imports_sql.add_errors(session, claim.import_id, sorted(late.items()))
         imports_sql.mark_done(session, claim, len(checked.rejected) + len(late))
+
+    retried(runtime.sessions, done, name="import_done", idempotent=False)
+
+
+def _step_mysql(
+    session: Session, runtime: Runtime, claim: ChunkClaim, parsed: _Checked
+) -> tuple[_Checked, list[tuple[str, str, str]]]:
+    """Step 1 (module doc) in ``session``'s transaction, on a copy of the parsed lines (the tag limit
+    drops lines from it): the lines as applied, and the ``copies``."""
+    session.connection(execution_options={"isolation_level": "READ COMMITTED"})
+    checked = _Checked(list(parsed.lines), dict(parsed.rejected))
+    copies = _store(session, lambda: runtime.statements, claim.service, checked, runtime.settings.tags_per_user_max)
+    imports_sql.add_errors(session, claim.import_id, sorted(checked.rejected.items()))
+    imports_sql.mark_stored(session, claim, copies, lease_s=runtime.settings.import_lease_s)
+    return checked, copies
 
 
 def _subscribe(runtime: Runtime, service: str, checked: _Checked) -> dict[int, str]:
@@ -189,12 +215,22 @@ def _subscribe(runtime: Runtime, service: str, checked: _Checked) -> dict[int, s
     for type_, pairs in sorted(by_type.items()):
         for start in range(0, len(pairs), BULK_MAX):
             batch = pairs[start : start + BULK_MAX]
-            with runtime.sessions.begin() as session:
-                results = subscribe_topics(session, runtime.statements, service, type_, [(u, t) for _, u, t in batch])
+            subscribing = [(u, t) for _, u, t in batch]
+            results = retried(
+                runtime.sessions,
+                partial(_subscribe_batch, runtime, service, type_, subscribing),
+                name="import_subscribe",
+            )
             for (line_no, _, _), result in zip(batch, results, strict=True):
                 if result is None:
                     late[line_no] = "the user was deleted while the import ran"
     return late
+
+
+def _subscribe_batch(
+    runtime: Runtime, service: str, type_: str, pairs: list[tuple[str, str]], session: Session
+) -> list[Any]:
+    return subscribe_topics(session, runtime.statements, service, type_, pairs)
 
 
 def _tag_check(session: Session, service: str, checked: _Checked, existing: dict[str, Any], limit: int) -> None:
@@ -242,7 +278,8 @@ def _store(
         profiles.setdefault(line.user, {}).update(line.profile)
     now = stored_now()
     # A user that exists and is given no field needs no write (a line of topics or tags alone).
-    writes = [(u, str(uuid.uuid4()), p) for u, p in profiles.items() if p or u not in existing]
+    # New ids are slot-random and time-ordered (notee.core.user_ids): inserts stay on hot pages.
+    writes = [(u, new_user_id(), p) for u, p in profiles.items() if p or u not in existing]
     rows_sql.upsert_users(session, service, writes, now)
     ids = {u: r.user_id for u, r in existing.items()}
     created = {u for u, _, _ in writes if u not in existing}

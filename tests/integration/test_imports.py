@@ -356,8 +356,8 @@ def test_a_chunk_taken_over_after_its_mysql_commit_still_copies_subscriptions(ne
     new_token = random_token()
     import_id = upload(news, lines({"user": "old-2", "devices": [{"token": new_token, "platform": "IOS"}]}))
     dead = imports_sql.claim(runtime.sessions, owner="dies", lease_s=0.001, services=[news.service])
+    checked = imports._check(runtime, dead)
     with runtime.sessions.begin() as s:  # step 1 of run_chunk, then the worker "dies"
-        checked = imports._check(s, runtime, dead)
         copies = imports._store(s, lambda: runtime.statements, news.service, checked, 100)
         imports_sql.mark_stored(s, dead, copies, lease_s=0.001)
     assert copies == [(old, new_token, "IOS")]
