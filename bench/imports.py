@@ -18,11 +18,13 @@ concurrency; raw, import, raw, import; medians.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench.receipts import _servers_cpu  # the shared servers' CPU, found by their listening port
 from bench.report import Measure, figure
 from bench.subscribe import BULK_TYPE, bulk_raw_side
 from bench.tenant import bulk_users, make_template, make_tenant
@@ -35,6 +37,7 @@ def _import(runtime, service: str, body: bytes, lanes: int, chunk_lines: int) ->
     from notee.worker.process import freeze_startup_heap
 
     freeze_startup_heap()  # as ``notee worker`` does once started: this process's set-up is its startup
+    servers0, cpu0, load0 = _servers_cpu(runtime), time.process_time(), os.getloadavg()[0]
     t0 = time.perf_counter()
     with runtime.sessions.begin() as session:
         imports.start_import(
@@ -58,7 +61,16 @@ def _import(runtime, service: str, body: bytes, lanes: int, chunk_lines: int) ->
 
     with ThreadPoolExecutor(lanes) as pool:
         chunks = sum(pool.map(lane, range(lanes)))
-    return {"split_s": split, "wall_s": time.perf_counter() - t0, "chunks": chunks}
+    wall = time.perf_counter() - t0
+    cpu, servers1 = time.process_time() - cpu0, _servers_cpu(runtime)
+    spent = {f"{k}_cpu_s": None if v is None or servers1[k] is None else servers1[k] - v for k, v in servers0.items()}
+    return {
+        "split_s": split,
+        "wall_s": wall,
+        "chunks": chunks,
+        "python_cpu_s": cpu,
+        "load": max(load0, os.getloadavg()[0]),
+    } | spent
 
 
 def _user_line(r: int, i: int) -> str:
@@ -106,6 +118,9 @@ def run_users(runtime, *, users: int, lanes: int = 2, chunk_lines: int = 1000, r
         extra={
             "split_share": statistics.median(x["split_s"] / x["wall_s"] for x in runs),
             "mysql_rows_per_s": rate * 6,  # the user, its device, its 4 tags
+            # CPU per user over the timed span: this process (the split and both lanes) and the two
+            # servers, whoever caused it (a shared server serves other runs too: read beside ``load``)
+            **_cpu_per_item(runs, users),
         },
     )
 
@@ -130,10 +145,21 @@ def run_subscriptions(
         body = ("\n".join(lines) + "\n").encode()
         runs["import"].append({"n": users} | _import(runtime, tenant.service, body, lanes, chunk_lines))
     imp = statistics.median(x["n"] / x["wall_s"] for x in runs["import"])
+    extra = _cpu_per_item(runs["import"], users)
     raw = statistics.median(x["n"] / x["wall_s"] for x in runs["raw"])
     return figure(
         "import_subscriptions_ratio",
         Measure("import: topic subscriptions of existing one-device users", imp, "subscriptions/s"),
         Measure("raw driver same writes", raw, "subscriptions/s"),
         {"users": users, "lanes": lanes, "chunk_lines": chunk_lines, "repeats": repeats},
+        extra=extra,
     )
+
+
+def _cpu_per_item(runs: list[dict[str, Any]], items: int) -> dict[str, Any]:
+    """Median µs of CPU per imported item of this process and of each server, and the highest load."""
+    out: dict[str, Any] = {"load": max(x["load"] for x in runs)}
+    for key in ("python", "mariadb", "cassandra"):
+        values = [x[f"{key}_cpu_s"] for x in runs if x.get(f"{key}_cpu_s") is not None]
+        out[f"{key}_cpu_us_per_item"] = statistics.median(values) / items * 1e6 if values else None
+    return out

@@ -135,7 +135,7 @@ WEBHOOK_ATTEMPTS = Counter(
 MYSQL_TRANSACTION_RETRIES = Counter(
     "notee_mysql_transaction_retries_total",
     "Transient MySQL errors (deadlock, lock_wait_timeout, lost_connection) met by a fan-out queue transaction "
-    "(claim, checkpoint, complete, ...), by outcome: retried (run again), already_applied (the connection was "
+    "(claim, checkpoint, complete, ...) or an import chunk's (import_rows, ...), by outcome: retried (run again), already_applied (the connection was "
     "lost after the commit landed: not run twice), gave_up (its attempts ran out: the caller backs off).",
     ["transaction", "kind", "outcome"],
 )

@@ -2,8 +2,8 @@
 at a time and applies it (``notee.usecases.imports.run_chunk``), beside the fan-out lanes, until ``stop``.
 
 A crash leaves the chunk leased until ``import_lease_s``; the next claim (this worker's or another's)
-redoes it. A chunk that fails (a deadlock with another lane's chunk of the same users, a store down)
-is given back at once and claimed again after the lane's backoff; an outage does not count toward
+redoes it. A transaction of the chunk that meets a deadlock or a lock wait timeout is run again by
+itself (``run_chunk``); a chunk that still fails (a store down, retries run out) is given back at once and claimed again after the lane's backoff; an outage does not count toward
 its poison limit (``imports_sql.MAX_CHUNK_ATTEMPTS``), as for fan-out tasks. SIGTERM: the chunk in hand is
 finished first (a chunk is short: one batch of upserts).
 """
