@@ -19,15 +19,6 @@ def _lines(*docs: dict[str, object]) -> bytes:
     return "".join(json.dumps(d) + "\n" for d in docs).encode()
 
 
-def _apply(runtime, service: str, body: bytes) -> str:
-    with runtime.sessions.begin() as s:
-        import_id = imports.start_import(s, service, body, "ndjson", chunk_lines=1000, max_line_bytes=65536)
-    claim = imports_sql.claim(runtime.sessions, owner="test", lease_s=60, services=[service])
-    assert claim is not None and claim.import_id == import_id
-    imports.run_chunk(runtime, claim)
-    return import_id
-
-
 def _retries() -> float:
     labels = {"transaction": "import_rows", "kind": "deadlock", "outcome": "retried"}
     return REGISTRY.get_sample_value("notee_mysql_transaction_retries_total", labels) or 0.0
@@ -35,8 +26,8 @@ def _retries() -> float:
 
 def test_a_chunk_rolled_back_by_a_deadlock_runs_its_mysql_step_again_not_the_whole_chunk(tenant, runtime):
     service = tenant.service
-    pads = [f"pad-{i}" for i in range(10)]
-    _apply(runtime, service, _lines(*({"user": u} for u in ["dl-a", "dl-b", *pads])))
+    for user in ["dl-a", "dl-b", *(f"pad-{i}" for i in range(10))]:
+        tenant.user(user)
     with runtime.sessions() as s:
         first, second = s.execute(
             text(
