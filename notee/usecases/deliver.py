@@ -25,12 +25,14 @@ recorded: the task is released unadvanced, the next owner re-sends the page); a 
 answers within the API's shutdown budget.
 
 Transport errors (``RetryAfter(transport=True)``: no answer) are not a device's failure: retried
-without using its attempts; ``ProviderUnavailable`` hands the work back when nothing is answered for
-``max_attempts`` rounds. With a circuit ``breaker`` (the fan-out; per provider, per push service for
-Web Push) what an open breaker keeps from its provider is held (``RetryAfter(circuit_open=True)``): a
-page nothing of which was answered is handed back whole (before any send if the breaker was open);
-else the answered stay answered and the held wait in the page, attempts unused, up to
-``provider_wait_s``, then are dead-lettered: re-sending the page would push the others twice.
+without using its attempts; the work is handed back (``HandedBack``, a ``ProviderUnavailable``) when
+nothing is answered for ``max_attempts`` rounds. With a circuit ``breaker`` (the fan-out; per
+provider, per push service for Web Push) what an open breaker keeps from its provider is held
+(``RetryAfter(circuit_open=True)``): a page nothing of which was answered is handed back at once
+(before any send if the breaker was open); else the held wait in the page, attempts unused, up to
+``provider_wait_s``, then it is handed back. A page handed back names what of it is done (delivered,
+pruned, dead-lettered for its own reason, no credentials: recorded once), so its next try sends only
+the rest: an outage however long delays its devices and never dead-letters them (docs/FANOUT.md).
 
 The provider's own refusals (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are no
 device's failure in a fan-out page: it waits them out, honouring Retry-After, up to
@@ -42,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import NoReturn
 
 from notee.core import metrics
 from notee.core.errors import ProviderConfigError, ProviderUnavailable
@@ -54,6 +56,9 @@ from notee.store import deadletter
 from notee.store.runtime import Runtime
 from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET
 from notee.usecases.delivery_options import DeliveryOptions as DeliveryOptions  # its callers import it from here
+from notee.usecases.delivery_result import DeliveryAborted as DeliveryAborted
+from notee.usecases.delivery_result import DeliveryResult as DeliveryResult
+from notee.usecases.delivery_result import HandedBack
 from notee.usecases.delivery_store import load_service_credentials, prune_tokens, record_dead_letters
 from notee.usecases.guarded_send import send_guarded
 
@@ -64,34 +69,8 @@ class Stopping(Exception):
     """The process is stopping while messages wait to be retried (``DeliveryOptions.stop``)."""
 
 
-@dataclass
-class DeliveryResult:
-    delivered: int = 0
-    invalid_tokens: list[str] = field(default_factory=list)  # distinct tokens, pruned when prune=True
-    retried: int = 0  # re-sends after a retryable outcome
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (token, reason), each dead-lettered
-    no_credentials: int = 0  # of ``failed``: devices of a platform the service has no credentials for
-    dry_run: bool = False  # the log provider recorded the messages; nothing was sent
-
-    @property
-    def pruned(self) -> int:
-        return len(self.invalid_tokens)
-
-
 class NoCredentials(ProviderConfigError):
     """No device of the send can be reached: the service has no credentials for their platforms."""
-
-
-class DeliveryAborted(ProviderConfigError):
-    """A provider configuration error stopped the send part-way. What was collected before it is
-    recorded (pruned tokens, dead letters) and counted in ``partial``."""
-
-    def __init__(self, cause: ProviderConfigError, partial: DeliveryResult) -> None:
-        counts = (
-            f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed before the error"
-        )
-        super().__init__(cause.message, details=[*cause.details, {"type": "partial_delivery", "msg": counts}])
-        self.partial = partial
 
 
 def no_credentials_message(service: str) -> str:
@@ -209,9 +188,9 @@ class Delivery:
         messages = self.messages  # a first round pending every message lists them in order: no look-ups
         batch = list(messages) if self.rounds == 1 and len(pending) == len(messages) else [messages[i] for i in pending]
         groups, _ = routes.split(batch)
-        await self._hand_back_if_blocked(groups)
+        await self._hand_back_if_blocked(groups, pending)
         for provider, idx in groups:
-            outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
+            outcomes = await self._send(provider, [batch[j] for j in idx])
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
         if self.held:
@@ -221,16 +200,27 @@ class Delivery:
         if unreached and self.outage_rounds >= self.bound:
             # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
             # what was learned, and hand the work back (the task is retried later, the API says 503).
-            await self._keep()
-            raise ProviderUnavailable(
+            await self._hand_back(
                 f"push provider unreachable for service {self.service}: {len(retry)} "
-                f"message(s) not sent after {self.rounds} rounds"
+                f"message(s) not sent after {self.rounds} rounds",
+                retry,
             )
         if retry:
             return await self._wait_to_retry(retry)
         return retry
 
-    async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]]) -> None:
+    async def _send(self, provider: Provider, messages: list[Message]) -> list[Outcome]:
+        """One provider's group of a round. In a fan-out page (a breaker) a provider that cannot be
+        reached at all (FCM's OAuth endpoint) leaves its group unanswered, as a refused connection
+        does, instead of ending the page: what other groups were answered stays answered."""
+        try:
+            return await send_guarded(provider, messages, self.options.breaker)
+        except ProviderUnavailable as exc:
+            if self.options.breaker is None:
+                raise
+            return [RetryAfter(f"unreachable: {exc.message}", transport=True)] * len(messages)
+
+    async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]], pending: list[int]) -> None:
         """Nothing answered yet and FCM's or APNs's breaker open: hand the work back before anything is
         sent (nothing twice, no lane waiting); once part was answered, ``_held_back`` holds instead."""
         breaker = self.options.breaker
@@ -239,27 +229,36 @@ class Delivery:
         for provider, _ in groups:
             wait = 0.0 if isinstance(provider, Circuits) else breaker.blocked_for(provider.name)
             if wait > 0:
-                await self._keep()
-                raise ProviderUnavailable(f"{provider.name}: circuit open, next probe in {wait:.1f} s", retry_in=wait)
+                await self._hand_back(f"{provider.name}: circuit open, next probe in {wait:.1f} s", pending, wait)
 
     async def _held_back(self, retry: list[int]) -> list[int]:
         """Messages an open breaker held back (``self.held``): a page nothing of which got an answer is
-        handed back whole (``ProviderUnavailable``); otherwise they wait inside it for up to
-        ``provider_wait_s``, then are dead-lettered (what remains to retry)."""
-        if not self.answered_any:
-            await self._keep()
-            raise ProviderUnavailable(
-                f"service {self.service}: {len(self.held)} message(s) held by an open circuit"
-                f" ({self.last_reason[min(self.held)][1]})",
-                retry_in=self.retry_after or 0.0,
-            )
-        if self.waited < (self.options.provider_wait_s or 0.0):
+        handed back at once; otherwise they wait inside it for up to ``provider_wait_s`` (a short outage
+        costs no release), then the page is handed back with what is done (never dead-lettered)."""
+        if self.answered_any and self.waited < (self.options.provider_wait_s or 0.0):
             return retry
-        given_up, self.held = self.held, set()
-        for i in sorted(given_up):
-            name, reason = self.last_reason[i]
-            self._fail(self.messages[i], name, f"unreachable: gave up after waiting {self.waited:.0f} s: {reason}", 0)
-        return [i for i in retry if i not in given_up]
+        reason = self.last_reason[min(self.held)][1]
+        waited = f" after waiting {self.waited:.0f} s" if self.answered_any else ""
+        await self._hand_back(
+            f"service {self.service}: {len(self.held)} message(s) held by an open circuit{waited} ({reason})",
+            retry,
+            self.retry_after or 0.0,
+        )
+
+    async def _hand_back(self, message: str, remaining: list[int], retry_in: float = 0.0) -> NoReturn:
+        """Give the work back (``HandedBack``): what ended is kept (prunes, dead letters) and named, so
+        the page's next try sends only ``remaining`` (message indexes) and counts nothing twice."""
+        await self._keep()
+        self.result.invalid_tokens = list(self.invalid)
+        messages, left = self.messages, set(remaining)
+        waiting = {messages[i].device_token for i in left}
+        # A token both done and waiting (two users sharing a device) is sent again: never skipped.
+        done = frozenset(m.device_token for i, m in enumerate(messages) if i not in left) - waiting
+        handed = HandedBack(
+            message, retry_in=retry_in, partial=self.result, done=done, processed=len(messages) - len(left)
+        )
+        handed.waited_s = self.waited
+        raise handed
 
     def _classify(
         self,
