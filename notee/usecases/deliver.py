@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from notee.core import metrics
-from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.errors import ProviderConfigError
 from notee.providers.base import Circuits, Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
 from notee.providers.payload import rich_of
 from notee.providers.retry import backoff
@@ -190,7 +190,7 @@ class Delivery:
         groups, _ = routes.split(batch)
         await self._hand_back_if_blocked(groups, pending)
         for provider, idx in groups:
-            outcomes = await self._send(provider, [batch[j] for j in idx])
+            outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
         if self.held:
@@ -208,17 +208,6 @@ class Delivery:
         if retry:
             return await self._wait_to_retry(retry)
         return retry
-
-    async def _send(self, provider: Provider, messages: list[Message]) -> list[Outcome]:
-        """One provider's group of a round. In a fan-out page (a breaker) a provider that cannot be
-        reached at all (FCM's OAuth endpoint) leaves its group unanswered, as a refused connection
-        does, instead of ending the page: what other groups were answered stays answered."""
-        try:
-            return await send_guarded(provider, messages, self.options.breaker)
-        except ProviderUnavailable as exc:
-            if self.options.breaker is None:
-                raise
-            return [RetryAfter(f"unreachable: {exc.message}", transport=True)] * len(messages)
 
     async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]], pending: list[int]) -> None:
         """Nothing answered yet and FCM's or APNs's breaker open: hand the work back before anything is
