@@ -201,7 +201,8 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a fan-out page waits out the provider's own refusals (5xx, FCM's project quota "
         "with Retry-After) before they count as the devices' attempts: a provider storm delays a publish, "
-        "it does not dead-letter it.",
+        "it does not dead-letter it; and how long a page part of which was answered waits inside it for an "
+        "unreachable provider before it is handed back with its done devices kept.",
     )
     fanout_stop_grace_s: float = Field(
         20.0,

@@ -20,7 +20,8 @@ registry) and owns its units of work (``delivery_store``): short reads, one tran
 token and per batch of dead letters, no session held across a send.
 
 Stopping (SIGTERM) ends the wait before a retry. A worker's page then raises ``Stopping`` (nothing
-recorded: the task is released unadvanced, the next owner re-sends the page); a single send
+recorded: the task is released unadvanced, the next owner re-sends the page), or, when part of it is
+done, is handed back (``HandedBack``, below: the next owner sends only the rest); a single send
 (``dead_letter_on_stop``) dead-letters what was waiting, records its prunes and dead letters, and
 answers within the API's shutdown budget.
 
@@ -345,7 +346,10 @@ class Delivery:
         if not await self._stopped_during(delay):
             return retry
         if not options.dead_letter_on_stop:
-            raise Stopping(f"stopping while {len(retry)} message(s) waited to retry")
+            why = f"stopping while {len(retry)} message(s) waited to retry"
+            if options.breaker is not None and len(retry) < len(self.messages):
+                await self._hand_back(why, retry)  # a fan-out page part of which is done: named, never re-sent
+            raise Stopping(why)
         for i in retry:
             provider_name, last = self.last_reason[i]
             tries = self.attempts[i]

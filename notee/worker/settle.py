@@ -144,16 +144,19 @@ class TaskEnds:
         is counted and its done devices kept with the release (``task_leases.hold``), so the next claim
         (when the breaker lets a probe through, or after the backoff) sends only the rest."""
         host, held = self.host, exc.held
-        delay = max(host.backoff.next_delay(), exc.retry_in)
+        stopping = host.stop.is_set()  # the page waited to retry when the worker was told to stop
+        delay = 0.0 if stopping else max(host.backoff.next_delay(), exc.retry_in)
         log.warning(
-            "task %s: outage (%s); page held with %d of its devices done, retry in %.1f s",
+            "task %s: %s (%s); page held with %d of its devices done, claimable in %.1f s",
             self.name,
+            "released on stop" if stopping else "outage",
             held.error[:200],
             held.counts.targeted,
             delay,
         )
-        host.releases["outage"] += 1
-        metrics.task_releases("outage").inc()
+        cause = "stop" if stopping else "outage"
+        host.releases[cause] = host.releases.get(cause, 0) + 1
+        metrics.task_releases(cause).inc()
         sessions, claim = host.runtime.sessions, self.claim
         await self._give_back(lambda: task_leases.hold(sessions, claim, held, delay_s=delay))
 

@@ -37,10 +37,13 @@ from tests.support.waiting import until
 @dataclass
 class Outage:
     """Which provider goes through the switch, and when it comes back: ``back(worker, sender)`` is
-    polled while the job runs; once True the switch is turned on."""
+    polled while the job runs; once True the switch is turned on. ``stop_first``: the worker is
+    stopped then (SIGTERM's path) and a second one finishes the job."""
 
     provider: str  # "fcm" or "apns"
     back: Callable[[Worker, DeliverySender], bool]
+    stop_first: bool = False
+    page_wait_s: float = 0.3  # NOTEE_FANOUT_PROVIDER_WAIT_S: outwaited at once
 
 
 def _service(runtime: Runtime, service: str, *, fcm: bool) -> str:
@@ -62,32 +65,45 @@ def _run(runtime: Runtime, service: str, emulator, outage: Outage, *, timeout: f
             emulator_url=through if outage.provider == "fcm" else emulator.url,
             emulator_apns_url=through if outage.provider == "apns" else emulator.url,
             emulator_ca_file=emulator.ca_file,
-            fanout_provider_wait_s=0.3,  # the page's own wait: outwaited at once
+            fanout_provider_wait_s=outage.page_wait_s,
             fanout_breaker_max_open_s=0.3,
         )
         rt = Runtime(settings)
-        holder: list[DeliverySender] = []
+        holder: list[DeliverySender] = []  # each worker's sender, as a worker process builds it (its stop event)
 
-        async def send(service: str, job_id: str, messages: list[Message], dry_run: bool) -> PageCounts:
-            if not holder:  # built inside the worker's event loop; FCM's OAuth token fetched while it is up
-                holder.append(DeliverySender(rt))
-                await holder[0].send_page(service, "warm", [Message("warm-token", "AOS", "t", "b")], False)
-                switch.off()
-            return await holder[0].send_page(service, job_id, messages, dry_run)
+        def worker() -> Worker:
+            own: list[DeliverySender] = []
+
+            async def send(service: str, job_id: str, messages: list[Message], dry_run: bool) -> PageCounts:
+                if not own:  # built inside the worker's event loop
+                    own.append(DeliverySender(rt, w.stop))
+                    if not holder:  # FCM's OAuth token fetched while it is up, then the outage starts
+                        await own[0].send_page(service, "warm", [Message("warm-token", "AOS", "t", "b")], False)
+                        switch.off()
+                    holder.append(own[0])
+                return await own[0].send_page(service, job_id, messages, dry_run)
+
+            w = Worker(rt, send, WorkerOptions(lanes=1, services=[service], fetch_size=100))
+            w.backoff = OutageBackoff(base_s=0.05, cap_s=0.2)
+            return w
 
         async def go() -> None:
-            worker = Worker(rt, send, WorkerOptions(lanes=1, services=[service], fetch_size=100))
-            worker.backoff = OutageBackoff(base_s=0.05, cap_s=0.2)
-            run = asyncio.create_task(worker.run())
+            first = worker()
+            run = asyncio.create_task(first.run())
             try:
-                await until(lambda: bool(holder) and outage.back(worker, holder[0]), timeout=timeout, what="outage")
+                await until(lambda: bool(holder) and outage.back(first, holder[0]), timeout=timeout, what="outage")
+                if outage.stop_first:
+                    first.stop.set()
+                    await run
+                    first = worker()
+                    run = asyncio.create_task(first.run())
                 switch.on()
                 await until(lambda: _open_tasks(runtime, service) == 0, timeout=timeout, what="the job to end")
             finally:
-                worker.stop.set()
+                first.stop.set()
                 await run
-                if holder:
-                    await holder[0].close()
+                for sender in holder:
+                    await sender.close()
 
         try:
             asyncio.run(go())
@@ -196,4 +212,28 @@ def test_a_held_push_past_its_ttl_is_counted_expired_not_sent_and_not_dead_lette
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done", done.error
     assert (progress.targeted, progress.sent, progress.failed, progress.ttl_expired) == (4, 4, 0, 6)
+    assert _dead_letters(runtime, job.job_id) == 0
+
+
+def test_a_worker_stopped_while_a_page_waits_for_fcm_hands_it_back_and_nothing_is_pushed_twice(
+    runtime: Runtime, service_id: str, emulator
+) -> None:
+    """The page's wait (60 s) ends on stop: the first worker hands the page back with its APNs devices
+    done and exits; a second worker, FCM back, sends only the FCM devices."""
+    key = _service(runtime, service_id, fcm=True)
+    ios = seed_topic(runtime, service_id, "news", key, "s", 20, os="IOS", prefix=f"{service_id}-i-")
+    aos = seed_topic(runtime, service_id, "news", key, "s", 20, os="AOS", prefix=f"{service_id}-a-")
+    job = topic_job(runtime, service_id, key, "s")
+
+    def back(worker: Worker, sender: DeliverySender) -> bool:
+        return sender.breaker.opened >= 1 or _open_tasks(runtime, service_id) == 0  # the page waits inside
+
+    _run(runtime, service_id, emulator, Outage("fcm", back, stop_first=True, page_wait_s=60), timeout=30)
+    apns = [emulator.deliveries(t)["apns"] for t in ios]
+    fcm = [emulator.deliveries(t)["fcm"] for t in aos]
+    # Before: the stopped page was released unrecorded and sent again whole (its APNs devices twice).
+    assert apns == [1] * 20 and fcm == [1] * 20, (apns, fcm)
+    done, progress = job_progress(runtime, job.job_id)
+    assert done.state == "done", done.error
+    assert (progress.targeted, progress.sent, progress.failed) == (40, 40, 0)
     assert _dead_letters(runtime, job.job_id) == 0
