@@ -37,7 +37,8 @@ the rest: an outage however long delays its devices and never dead-letters them 
 
 The provider's own refusals (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are no
 device's failure in a fan-out page: it waits them out, honouring Retry-After, up to
-``provider_wait_s`` before they count; a single send, which a caller waits for, counts them.
+``provider_wait_s``, then it is handed back (``HandedBack``); a single send, which a caller waits
+for, counts them.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET
 from notee.usecases.delivery_options import DeliveryOptions as DeliveryOptions  # its callers import it from here
 from notee.usecases.delivery_result import DeliveryAborted as DeliveryAborted
 from notee.usecases.delivery_result import DeliveryResult as DeliveryResult
-from notee.usecases.delivery_result import HandedBack
+from notee.usecases.delivery_result import HandedBack, no_credentials_message
+from notee.usecases.delivery_result import NoCredentials as NoCredentials
 from notee.usecases.delivery_store import load_service_credentials, prune_tokens, record_dead_letters
 from notee.usecases.guarded_send import send_guarded
 
@@ -68,18 +70,6 @@ log = logging.getLogger(__name__)
 
 class Stopping(Exception):
     """The process is stopping while messages wait to be retried (``DeliveryOptions.stop``)."""
-
-
-class NoCredentials(ProviderConfigError):
-    """No device of the send can be reached: the service has no credentials for their platforms."""
-
-
-def no_credentials_message(service: str) -> str:
-    return (
-        f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
-        f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
-        "set its delivery_mode to dry_run"
-    )
 
 
 async def deliver(
@@ -125,6 +115,7 @@ class Delivery:
         self.rounds = self.outage_rounds = 0  # rounds sent; of the last ones, those nothing answered
         self.retry_after: float | None = None  # the longest Retry-After of this round's answers
         self.held: set[int] = set()  # this round's messages a push service's open breaker held back
+        self.refused = False  # this round: the provider's own refusals outlasted provider_wait_s (fan-out)
         self.answered_any = False  # some message of this delivery got an answer from a provider
         self.invalid: dict[str, str] = {}  # token -> why it is pruned
         self.dead: list[deadletter.DeadLetter] = []
@@ -184,6 +175,7 @@ class Delivery:
         self.rounds += 1
         self.retry_after = None
         self.held = set()
+        self.refused = False
         retry: list[int] = []
         answered = False
         messages = self.messages  # a first round pending every message lists them in order: no look-ups
@@ -194,6 +186,9 @@ class Delivery:
             outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
+        if self.refused:  # the provider's own refusals outlasted the page's wait: delay, never dead-letter
+            why = f"the provider refused for {self.waited:.0f} s ({self.last_reason[retry[0]][1]})"
+            await self._hand_back(f"service {self.service}: {why}", retry, self.retry_after or 0.0)
         if self.held:
             retry = await self._held_back(retry)
         unreached = len(retry) - len(self.held)
@@ -309,10 +304,15 @@ class Delivery:
 
     def _may_retry(self, i: int, outcome: RetryAfter) -> bool:
         """Another attempt for message ``i``? The provider's own refusals are not held against the
-        device while the delivery may still wait them out (``provider_wait_s``)."""
+        device while the delivery may still wait them out (``provider_wait_s``); past it, a fan-out page
+        is handed back for them (an outage of the provider, not the device's failure)."""
         wait_s = self.options.provider_wait_s
-        if outcome.provider_wide and wait_s is not None and self.waited < wait_s:
-            return True
+        if outcome.provider_wide and wait_s is not None:
+            if self.waited < wait_s:
+                return True
+            if self.options.breaker is not None:  # a fan-out page: handed back (``_round``), never charged
+                self.refused = True
+                return True
         self.charged[i] += 1
         return self.charged[i] < self.bound
 

@@ -1,5 +1,5 @@
-"""What one delivery (``notee.usecases.deliver``) did: ``DeliveryResult``, and the two ways a send ends
-early with what it did so far: ``DeliveryAborted`` (a provider configuration error) and ``HandedBack``
+"""What one delivery (``notee.usecases.deliver``) did: ``DeliveryResult``; ``NoCredentials`` (nothing
+of the send has a route); and the two ways a send ends early with what it did so far: ``DeliveryAborted`` (a provider configuration error) and ``HandedBack``
 (a fan-out page given back during a provider outage, with the devices of it that are done)."""
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ class DeliveryResult:
     @property
     def pruned(self) -> int:
         return len(self.invalid_tokens)
+
+
+class NoCredentials(ProviderConfigError):
+    """No device of the send can be reached: the service has no credentials for their platforms."""
+
+
+def no_credentials_message(service: str) -> str:
+    return (
+        f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
+        f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
+        "set its delivery_mode to dry_run"
+    )
 
 
 class DeliveryAborted(ProviderConfigError):

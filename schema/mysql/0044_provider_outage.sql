@@ -6,8 +6,9 @@
 -- lasts (bounded by the push's ttl_seconds: then counted in ttl_expired, never dead-lettered).
 -- Written only on that rare path; the checkpoint that moves the task past the page deletes them.
 -- held_since: when the page was first tried (its pushes' TTL counts from there).
--- retention: until the task's checkpoint moves past the page (that transaction deletes the rows);
--- a task pruned with its job takes its rows (ON DELETE CASCADE).
+-- retention: until the task's checkpoint moves past the page (that transaction deletes the rows); a
+-- task that ends otherwise (cancelled, failed, expired) keeps them for a requeue until its job is pruned
+-- (notee/usecases/retention.py), which takes them (ON DELETE CASCADE).
 -- A new table: online-safe.
 CREATE TABLE IF NOT EXISTS fanout_page_hold (
   job_id        CHAR(36)     CHARACTER SET ascii NOT NULL,

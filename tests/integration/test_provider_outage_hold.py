@@ -7,6 +7,8 @@
   (before: the FCM devices were dead-lettered after the wait);
 - a page handed back whole while APNs is down records its ``no_credentials`` dead letters once (before:
   once per hand-back);
+- FCM refusing for its own reasons (503 with Retry-After) longer than the page's wait: the page is
+  handed back and sent later, each device once, nothing dead-lettered (before: charged, dead-lettered);
 - a held push whose ``ttl_seconds`` passed while its provider was away is counted in ``ttl_expired``,
   not sent and not dead-lettered.
 The wait, the breaker and the backoff are shortened through the settings.
@@ -40,7 +42,7 @@ class Outage:
     polled while the job runs; once True the switch is turned on. ``stop_first``: the worker is
     stopped then (SIGTERM's path) and a second one finishes the job."""
 
-    provider: str  # "fcm" or "apns"
+    provider: str  # "fcm" or "apns" through the switch; "none": both straight to the emulator
     back: Callable[[Worker, DeliverySender], bool]
     stop_first: bool = False
     page_wait_s: float = 0.3  # NOTEE_FANOUT_PROVIDER_WAIT_S: outwaited at once
@@ -236,4 +238,22 @@ def test_a_worker_stopped_while_a_page_waits_for_fcm_hands_it_back_and_nothing_i
     done, progress = job_progress(runtime, job.job_id)
     assert done.state == "done", done.error
     assert (progress.targeted, progress.sent, progress.failed) == (40, 40, 0)
+    assert _dead_letters(runtime, job.job_id) == 0
+
+
+def test_a_provider_refusing_longer_than_the_page_wait_delays_the_page_and_dead_letters_nothing(
+    runtime: Runtime, service_id: str, emulator
+) -> None:
+    key = _service(runtime, service_id, fcm=True)
+    aos = seed_topic(runtime, service_id, "news", key, "r", 5, os="AOS", prefix=f"{service_id}-a-")
+    job = topic_job(runtime, service_id, key, "r")
+    for token in aos:  # eight 503s each: past the page's wait (0.3 s) after the first Retry-After (1 s)
+        emulator.fault("fcm", 503, match=token, times=8, retry_after=1)
+
+    _run(runtime, service_id, emulator, Outage("none", lambda worker, sender: True))
+    # Before: past the wait each refusal was charged to the device, dead-lettered at its fifth.
+    assert [emulator.deliveries(t)["fcm"] for t in aos] == [1] * 5
+    done, progress = job_progress(runtime, job.job_id)
+    assert done.state == "done", done.error
+    assert (progress.targeted, progress.sent, progress.failed) == (5, 5, 0)
     assert _dead_letters(runtime, job.job_id) == 0
