@@ -20,7 +20,11 @@ after each, and what an error that ends it early means.
   graceful release does not count as an attempt. Only crashes and unexpected errors at the same
   checkpoint count towards the poison limit. A paging state the server rejects is dropped and the
   slot resumes after the last checkpointed row.
-* Per task: one job read (the rendered payload). Per page: one checkpoint (retried on a deadlock).
+* A page handed back in a provider outage (``PageHeld``) keeps what of it is done with the release
+  (``task_leases.hold``); the next claim reads that hold with the job and sends only the rest of the
+  page (``messages.not_yet_sent``), and its checkpoint deletes the hold (docs/FANOUT.md "Outages").
+* Per task: one job read (the rendered payload) and one hold read. Per page: one checkpoint (retried
+  on a deadlock).
 """
 
 from __future__ import annotations
