@@ -333,6 +333,7 @@ def emit_job_event(session: Session, job_id: str) -> None:
             "no_credentials": counts.no_credentials,
             "pruned": counts.pruned,
             "retried": counts.retried,
+            "ttl_expired": counts.ttl_expired,
             "error": job.error,
             "created_at": _rfc3339(job.created_at),
             "send_at": _rfc3339(job.send_at),
