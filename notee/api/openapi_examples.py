@@ -129,6 +129,7 @@ _JOB_STATUS = {
     "pruned": 38,
     "retried": 20,
     "quiet_dropped": 0,
+    "ttl_expired": 0,
     "tasks": 2,
     "tasks_done": 1,
     "error": None,

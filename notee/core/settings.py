@@ -199,9 +199,9 @@ class Settings(BaseSettings):
     fanout_provider_wait_s: float = Field(
         600.0,
         ge=0,
-        description="How long a fan-out page waits out the provider's own refusals (5xx, FCM's project quota "
-        "with Retry-After) before they count as the devices' attempts: a provider storm delays a publish, "
-        "it does not dead-letter it.",
+        description="How long a fan-out page waits inside itself for a provider refusing for its own reasons "
+        "(5xx, FCM's project quota with Retry-After) or unreachable, before it is handed back with its done "
+        "devices kept and claimed again later: an outage delays a publish, it never dead-letters it.",
     )
     fanout_stop_grace_s: float = Field(
         20.0,

@@ -246,6 +246,7 @@ class PageCounts:
     retried: int = 0
     no_credentials: int = 0  # of failed: no credentials for the recipient's platform (not sent, not pruned)
     quiet_dropped: int = 0  # not sent, not in targeted: in quiet hours, and the template drops (topic only)
+    ttl_expired: int = 0  # not sent, not in targeted: held by a provider outage past the push's ttl_seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,7 +193,7 @@ def _rollup(t: str) -> str:
     """The SELECT list that sums the counters of the task rows aliased ``t`` into a job's progress."""
     return f"COALESCE(SUM({t}.state NOT IN ('queued', 'running')), 0) AS tasks_done," + ",".join(
         f" COALESCE(SUM({t}.{c}), 0) AS {c}"
-        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials", "quiet_dropped")
+        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials", "quiet_dropped", "ttl_expired")
     )
 
 
@@ -206,6 +206,7 @@ def _progress(row: Any) -> Progress:
         retried=int(row.retried),
         no_credentials=int(row.no_credentials),
         quiet_dropped=int(row.quiet_dropped),
+        ttl_expired=int(row.ttl_expired),
         tasks_done=int(row.tasks_done),
     )
 
@@ -332,6 +333,7 @@ def emit_job_event(session: Session, job_id: str) -> None:
             "no_credentials": counts.no_credentials,
             "pruned": counts.pruned,
             "retried": counts.retried,
+            "ttl_expired": counts.ttl_expired,
             "error": job.error,
             "created_at": _rfc3339(job.created_at),
             "send_at": _rfc3339(job.send_at),

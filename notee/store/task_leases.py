@@ -16,27 +16,25 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core.vocabulary import PageCounts
-from notee.store import push_minutes_sql
+from notee.store import page_holds_sql, push_minutes_sql
 from notee.store.claim_order import next_claimable
 from notee.store.jobs_sql import emit_job_event, job_state
 from notee.store.mysql import affected, retried
 from notee.store.task_ends import finish_task
+from notee.store.task_fence import Claim as Claim  # its users import it from here
+from notee.store.task_fence import LeaseLost as LeaseLost
+from notee.store.task_fence import add_counts, fenced, release_in
 
 # A task that crashed or hit an unexpected error this many times at the same checkpoint is a poison
 # task: it is failed instead of retried. Graceful releases (stop, outages) do not count.
 MAX_TASK_ATTEMPTS = 10
 _NO_COUNTS = PageCounts()  # frozen: one shared default
-
-
-class LeaseLost(RuntimeError):
-    """The task's lease was taken over (it expired and another worker claimed it)."""
 
 
 class JobCancelled(RuntimeError):
@@ -45,23 +43,6 @@ class JobCancelled(RuntimeError):
 
 class JobGone(LookupError):
     """The job of a claimed task no longer exists (pruned by retention, or deleted by an operator)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A leased task. ``lease_token`` must accompany every write about it."""
-
-    job_id: str
-    task_no: int
-    slot_from: int
-    slot_to: int
-    current_slot: int
-    paging_state: bytes | None
-    attempts: int
-    lease_token: str
-    resume_key: tuple[int, str] | None = None  # (no, device_token) after which current_slot resumes
-    taken_over: bool = False  # claimed from a worker whose lease expired (it died or stalled)
-    service: str = ""  # the job's service (its pages' rows of push_minute name it)
 
 
 def claim(
@@ -174,21 +155,9 @@ def _claimed_with(session: Session, token: str) -> Claim | None:
     return None if row is None else _claim_of(session, row, token, attempts=int(row.attempts), taken_over=False)
 
 
-def _fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any], *, failed_too: bool = False) -> None:
-    """``sql`` on the claimed task while this claim holds it (``failed_too``: or another lane failed
-    its job meanwhile, keeping the token: the counts of the page this lane sent still go in)."""
-    states = "state IN ('running', 'failed')" if failed_too else "state = 'running'"
-    result = session.execute(
-        text(sql + f" WHERE job_id = :j AND task_no = :n AND lease_token = :tok AND {states}"),
-        {**params, "j": claim_.job_id, "n": claim_.task_no, "tok": claim_.lease_token},
-    )
-    if affected(result) != 1:
-        raise LeaseLost(f"task {claim_.job_id}/{claim_.task_no} is no longer leased by this worker")
-
-
 def extend_lease(sessions: sessionmaker[Session], claim_: Claim, *, lease_s: float) -> None:
     def work(session: Session) -> None:
-        _fenced(
+        fenced(
             session,
             claim_,
             "UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
@@ -207,20 +176,22 @@ def checkpoint(
     counts: PageCounts,
     lease_s: float,
     resume_key: tuple[int, str] | None = None,
+    held: bool = False,
 ) -> None:
     """Record one finished page: where to resume (slot + paging state, and the last key read in that
-    slot, for when Cassandra rejects the paging state) and what it did; renews the lease.
+    slot, for when Cassandra rejects the paging state) and what it did; renews the lease. ``held``:
+    the page was held (``hold``) before; its hold goes in the same transaction (it is past it now).
 
     The checkpoint advanced, so the poison count restarts: ``attempts = 1`` is this claim."""
 
     def work(session: Session) -> bool:
-        _fenced(
+        fenced(
             session,
             claim_,
             "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, resume_no = :rn, resume_token = :rt,"
             " targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr,"
             " retried = retried + :re, no_credentials = no_credentials + :nc, quiet_dropped = quiet_dropped + :qd,"
-            " pages = pages + 1, attempts = 1,"
+            " ttl_expired = ttl_expired + :te, pages = pages + 1, attempts = 1,"
             " error = NULL, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
             {
                 "cs": current_slot,
@@ -234,12 +205,15 @@ def checkpoint(
                 "re": counts.retried,
                 "nc": counts.no_credentials,
                 "qd": counts.quiet_dropped,
+                "te": counts.ttl_expired,
                 "ms": int(lease_s * 1000),
             },
         )
         push_minutes_sql.add_page(
             session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts
         )
+        if held:
+            page_holds_sql.forget(session, claim_.job_id, claim_.task_no)
         cancelled = job_state(session, claim_.job_id) == "cancelled"
         if cancelled:  # the page's counts above are kept; the task ends here
             finish_task(session, claim_.job_id, claim_.task_no, "cancelled", None)
@@ -274,7 +248,7 @@ def forget_paging_state(sessions: sessionmaker[Session], claim_: Claim) -> None:
     slot from the checkpointed key (``resume_no``/``resume_token``) instead."""
     retried(
         sessions,
-        lambda session: _fenced(session, claim_, "UPDATE fanout_task SET paging_state = NULL", {}),
+        lambda session: fenced(session, claim_, "UPDATE fanout_task SET paging_state = NULL", {}),
         name="forget",
     )
 
@@ -296,20 +270,24 @@ def release(
     leased: ``LeaseLost``, which its callers take as done.)"""
 
     def work(session: Session) -> None:
-        _fenced(
-            session,
-            claim_,
-            "UPDATE fanout_task SET state = 'queued', lease_owner = NULL, lease_token = NULL, error = :e,"
-            " attempts = GREATEST(attempts - :give_back, 0),"
-            " lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
-            {
-                "e": error[:500] if error else None,
-                "ms": int(delay_s * 1000),
-                "give_back": 0 if counts_as_attempt else 1,
-            },
-        )
+        release_in(session, claim_, delay_s=delay_s, error=error, counts_as_attempt=counts_as_attempt)
 
     retried(sessions, work, name="release")
+
+
+def hold(sessions: sessionmaker[Session], claim_: Claim, held: page_holds_sql.HeldPage, *, delay_s: float) -> None:
+    """Give the task back during a provider outage with what its page did so far: the page's counts
+    are added to the task, its done devices kept (``page_holds_sql``) and the task released unadvanced
+    (claimable again after ``delay_s``, not an attempt), in one transaction fenced by the lease: the
+    next claim reads the same page and skips those devices. (Run again after a lost commit, it finds
+    the task no longer leased: ``LeaseLost``, nothing added twice.)"""
+
+    def work(session: Session) -> None:
+        add_counts(session, claim_, held.counts)
+        page_holds_sql.keep(session, claim_.job_id, claim_.task_no, held)
+        release_in(session, claim_, delay_s=delay_s, error=held.error)
+
+    retried(sessions, work, name="hold")
 
 
 def complete(
@@ -319,14 +297,18 @@ def complete(
     counts: PageCounts = _NO_COUNTS,
     failed: bool = False,
     error: str | None = None,
+    held: bool = False,
 ) -> None:
     """Finish the task (done, or failed loudly) with the counts of its last page, and, if it was the
     job's last open task, the job. One transaction: a crash leaves the last page unrecorded and the
-    task open (it is re-sent, at most one page), never a done task without its counts."""
+    task open (it is re-sent, at most one page), never a done task without its counts. ``held``: as
+    for ``checkpoint``."""
     state = "failed" if failed else "done"
 
     def work(session: Session) -> bool:
-        _add_counts(session, claim_, counts)
+        add_counts(session, claim_, counts)
+        if held:
+            page_holds_sql.forget(session, claim_.job_id, claim_.task_no)
         finish_task(session, claim_.job_id, claim_.task_no, state, error)
         return True
 
@@ -349,7 +331,7 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
     counts to it; the job is failed once."""
 
     def work(session: Session) -> None:
-        _add_counts(session, claim_, counts, failed_too=True)
+        add_counts(session, claim_, counts, failed_too=True)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
             # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed;
@@ -374,27 +356,3 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
     # Not run again after a lost connection: had it landed, the run again would add the counts twice
     # (the task keeps its token); the worker's outage path finds the task no longer running instead.
     retried(sessions, work, name="fail_job", idempotent=False)
-
-
-def _add_counts(session: Session, claim_: Claim, counts: PageCounts, *, failed_too: bool = False) -> None:
-    _fenced(
-        session,
-        claim_,
-        "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
-        " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
-        " quiet_dropped = quiet_dropped + :qd, pages = pages + :pg",
-        {
-            "tg": counts.targeted,
-            "se": counts.sent,
-            "fa": counts.failed,
-            "pr": counts.pruned,
-            "re": counts.retried,
-            "nc": counts.no_credentials,
-            "qd": counts.quiet_dropped,
-            "pg": 1 if counts.targeted or counts.quiet_dropped else 0,
-        },
-        failed_too=failed_too,
-    )
-    push_minutes_sql.add_page(
-        session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts
-    )

@@ -20,21 +20,25 @@ registry) and owns its units of work (``delivery_store``): short reads, one tran
 token and per batch of dead letters, no session held across a send.
 
 Stopping (SIGTERM) ends the wait before a retry. A worker's page then raises ``Stopping`` (nothing
-recorded: the task is released unadvanced, the next owner re-sends the page); a single send
+recorded: the task is released unadvanced, the next owner re-sends the page), or, when part of it is
+done, is handed back (``HandedBack``, below: the next owner sends only the rest); a single send
 (``dead_letter_on_stop``) dead-letters what was waiting, records its prunes and dead letters, and
 answers within the API's shutdown budget.
 
 Transport errors (``RetryAfter(transport=True)``: no answer) are not a device's failure: retried
-without using its attempts; ``ProviderUnavailable`` hands the work back when nothing is answered for
-``max_attempts`` rounds. With a circuit ``breaker`` (the fan-out; per provider, per push service for
-Web Push) what an open breaker keeps from its provider is held (``RetryAfter(circuit_open=True)``): a
-page nothing of which was answered is handed back whole (before any send if the breaker was open);
-else the answered stay answered and the held wait in the page, attempts unused, up to
-``provider_wait_s``, then are dead-lettered: re-sending the page would push the others twice.
+without using its attempts; the work is handed back (``HandedBack``, a ``ProviderUnavailable``) when
+nothing is answered for ``max_attempts`` rounds. With a circuit ``breaker`` (the fan-out; per
+provider, per push service for Web Push) what an open breaker keeps from its provider is held
+(``RetryAfter(circuit_open=True)``): a page nothing of which was answered is handed back at once
+(before any send if the breaker was open); else the held wait in the page, attempts unused, up to
+``provider_wait_s``, then it is handed back. A page handed back names what of it is done (delivered,
+pruned, dead-lettered for its own reason, no credentials: recorded once), so its next try sends only
+the rest: an outage however long delays its devices and never dead-letters them (docs/FANOUT.md).
 
 The provider's own refusals (``RetryAfter(provider_wide=True)``: 5xx, FCM's project quota) are no
 device's failure in a fan-out page: it waits them out, honouring Retry-After, up to
-``provider_wait_s`` before they count; a single send, which a caller waits for, counts them.
+``provider_wait_s``, then it is handed back (``HandedBack``); a single send, which a caller waits
+for, counts them.
 """
 
 from __future__ import annotations
@@ -42,10 +46,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import NoReturn
 
 from notee.core import metrics
-from notee.core.errors import ProviderConfigError, ProviderUnavailable
+from notee.core.errors import ProviderConfigError
 from notee.providers.base import Circuits, Delivered, Failed, InvalidToken, Message, Outcome, Provider, RetryAfter
 from notee.providers.payload import rich_of
 from notee.providers.retry import backoff
@@ -54,6 +58,10 @@ from notee.store import deadletter
 from notee.store.runtime import Runtime
 from notee.usecases.delivery_options import DEFAULT_OPTIONS, UNSET
 from notee.usecases.delivery_options import DeliveryOptions as DeliveryOptions  # its callers import it from here
+from notee.usecases.delivery_result import DeliveryAborted as DeliveryAborted
+from notee.usecases.delivery_result import DeliveryResult as DeliveryResult
+from notee.usecases.delivery_result import HandedBack, no_credentials_message
+from notee.usecases.delivery_result import NoCredentials as NoCredentials
 from notee.usecases.delivery_store import load_service_credentials, prune_tokens, record_dead_letters
 from notee.usecases.guarded_send import send_guarded
 
@@ -62,44 +70,6 @@ log = logging.getLogger(__name__)
 
 class Stopping(Exception):
     """The process is stopping while messages wait to be retried (``DeliveryOptions.stop``)."""
-
-
-@dataclass
-class DeliveryResult:
-    delivered: int = 0
-    invalid_tokens: list[str] = field(default_factory=list)  # distinct tokens, pruned when prune=True
-    retried: int = 0  # re-sends after a retryable outcome
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (token, reason), each dead-lettered
-    no_credentials: int = 0  # of ``failed``: devices of a platform the service has no credentials for
-    dry_run: bool = False  # the log provider recorded the messages; nothing was sent
-
-    @property
-    def pruned(self) -> int:
-        return len(self.invalid_tokens)
-
-
-class NoCredentials(ProviderConfigError):
-    """No device of the send can be reached: the service has no credentials for their platforms."""
-
-
-class DeliveryAborted(ProviderConfigError):
-    """A provider configuration error stopped the send part-way. What was collected before it is
-    recorded (pruned tokens, dead letters) and counted in ``partial``."""
-
-    def __init__(self, cause: ProviderConfigError, partial: DeliveryResult) -> None:
-        counts = (
-            f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed before the error"
-        )
-        super().__init__(cause.message, details=[*cause.details, {"type": "partial_delivery", "msg": counts}])
-        self.partial = partial
-
-
-def no_credentials_message(service: str) -> str:
-    return (
-        f"service {service} has no provider credentials for the platform of any device (Android needs FCM; "
-        f"iOS needs APNs or FCM): upload them (PUT /v1/admin/services/{service}/credentials/fcm or apns), or "
-        "set its delivery_mode to dry_run"
-    )
 
 
 async def deliver(
@@ -145,6 +115,7 @@ class Delivery:
         self.rounds = self.outage_rounds = 0  # rounds sent; of the last ones, those nothing answered
         self.retry_after: float | None = None  # the longest Retry-After of this round's answers
         self.held: set[int] = set()  # this round's messages a push service's open breaker held back
+        self.refused = False  # this round: the provider's own refusals outlasted provider_wait_s (fan-out)
         self.answered_any = False  # some message of this delivery got an answer from a provider
         self.invalid: dict[str, str] = {}  # token -> why it is pruned
         self.dead: list[deadletter.DeadLetter] = []
@@ -204,16 +175,20 @@ class Delivery:
         self.rounds += 1
         self.retry_after = None
         self.held = set()
+        self.refused = False
         retry: list[int] = []
         answered = False
         messages = self.messages  # a first round pending every message lists them in order: no look-ups
         batch = list(messages) if self.rounds == 1 and len(pending) == len(messages) else [messages[i] for i in pending]
         groups, _ = routes.split(batch)
-        await self._hand_back_if_blocked(groups)
+        await self._hand_back_if_blocked(groups, pending)
         for provider, idx in groups:
             outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
+        if self.refused:  # the provider's own refusals outlasted the page's wait: delay, never dead-letter
+            why = f"the provider refused for {self.waited:.0f} s ({self.last_reason[retry[0]][1]})"
+            await self._hand_back(f"service {self.service}: {why}", retry, self.retry_after or 0.0)
         if self.held:
             retry = await self._held_back(retry)
         unreached = len(retry) - len(self.held)
@@ -221,16 +196,16 @@ class Delivery:
         if unreached and self.outage_rounds >= self.bound:
             # Nothing got an answer for `bound` rounds in a row: the provider is unreachable. Keep
             # what was learned, and hand the work back (the task is retried later, the API says 503).
-            await self._keep()
-            raise ProviderUnavailable(
+            await self._hand_back(
                 f"push provider unreachable for service {self.service}: {len(retry)} "
-                f"message(s) not sent after {self.rounds} rounds"
+                f"message(s) not sent after {self.rounds} rounds",
+                retry,
             )
         if retry:
             return await self._wait_to_retry(retry)
         return retry
 
-    async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]]) -> None:
+    async def _hand_back_if_blocked(self, groups: list[tuple[Provider, list[int]]], pending: list[int]) -> None:
         """Nothing answered yet and FCM's or APNs's breaker open: hand the work back before anything is
         sent (nothing twice, no lane waiting); once part was answered, ``_held_back`` holds instead."""
         breaker = self.options.breaker
@@ -239,27 +214,36 @@ class Delivery:
         for provider, _ in groups:
             wait = 0.0 if isinstance(provider, Circuits) else breaker.blocked_for(provider.name)
             if wait > 0:
-                await self._keep()
-                raise ProviderUnavailable(f"{provider.name}: circuit open, next probe in {wait:.1f} s", retry_in=wait)
+                await self._hand_back(f"{provider.name}: circuit open, next probe in {wait:.1f} s", pending, wait)
 
     async def _held_back(self, retry: list[int]) -> list[int]:
         """Messages an open breaker held back (``self.held``): a page nothing of which got an answer is
-        handed back whole (``ProviderUnavailable``); otherwise they wait inside it for up to
-        ``provider_wait_s``, then are dead-lettered (what remains to retry)."""
-        if not self.answered_any:
-            await self._keep()
-            raise ProviderUnavailable(
-                f"service {self.service}: {len(self.held)} message(s) held by an open circuit"
-                f" ({self.last_reason[min(self.held)][1]})",
-                retry_in=self.retry_after or 0.0,
-            )
-        if self.waited < (self.options.provider_wait_s or 0.0):
+        handed back at once; otherwise they wait inside it for up to ``provider_wait_s`` (a short outage
+        costs no release), then the page is handed back with what is done (never dead-lettered)."""
+        if self.answered_any and self.waited < (self.options.provider_wait_s or 0.0):
             return retry
-        given_up, self.held = self.held, set()
-        for i in sorted(given_up):
-            name, reason = self.last_reason[i]
-            self._fail(self.messages[i], name, f"unreachable: gave up after waiting {self.waited:.0f} s: {reason}", 0)
-        return [i for i in retry if i not in given_up]
+        reason = self.last_reason[min(self.held)][1]
+        waited = f" after waiting {self.waited:.0f} s" if self.answered_any else ""
+        await self._hand_back(
+            f"service {self.service}: {len(self.held)} message(s) held by an open circuit{waited} ({reason})",
+            retry,
+            self.retry_after or 0.0,
+        )
+
+    async def _hand_back(self, message: str, remaining: list[int], retry_in: float = 0.0) -> NoReturn:
+        """Give the work back (``HandedBack``): what ended is kept (prunes, dead letters) and named, so
+        the page's next try sends only ``remaining`` (message indexes) and counts nothing twice."""
+        await self._keep()
+        self.result.invalid_tokens = list(self.invalid)
+        messages, left = self.messages, set(remaining)
+        waiting = {messages[i].device_token for i in left}
+        # A token both done and waiting (two users sharing a device) is sent again: never skipped.
+        done = frozenset(m.device_token for i, m in enumerate(messages) if i not in left) - waiting
+        handed = HandedBack(
+            message, retry_in=retry_in, partial=self.result, done=done, processed=len(messages) - len(left)
+        )
+        handed.waited_s = self.waited
+        raise handed
 
     def _classify(
         self,
@@ -320,10 +304,15 @@ class Delivery:
 
     def _may_retry(self, i: int, outcome: RetryAfter) -> bool:
         """Another attempt for message ``i``? The provider's own refusals are not held against the
-        device while the delivery may still wait them out (``provider_wait_s``)."""
+        device while the delivery may still wait them out (``provider_wait_s``); past it, a fan-out page
+        is handed back for them (an outage of the provider, not the device's failure)."""
         wait_s = self.options.provider_wait_s
-        if outcome.provider_wide and wait_s is not None and self.waited < wait_s:
-            return True
+        if outcome.provider_wide and wait_s is not None:
+            if self.waited < wait_s:
+                return True
+            if self.options.breaker is not None:  # a fan-out page: handed back (``_round``), never charged
+                self.refused = True
+                return True
         self.charged[i] += 1
         return self.charged[i] < self.bound
 
@@ -357,7 +346,10 @@ class Delivery:
         if not await self._stopped_during(delay):
             return retry
         if not options.dead_letter_on_stop:
-            raise Stopping(f"stopping while {len(retry)} message(s) waited to retry")
+            why = f"stopping while {len(retry)} message(s) waited to retry"
+            if options.breaker is not None and len(retry) < len(self.messages):
+                await self._hand_back(why, retry)  # a fan-out page part of which is done: named, never re-sent
+            raise Stopping(why)
         for i in retry:
             provider_name, last = self.last_reason[i]
             tries = self.attempts[i]

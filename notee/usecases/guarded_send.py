@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 
 from notee.core import tracing
+from notee.core.errors import ProviderUnavailable
 from notee.providers.base import Circuits, Message, Outcome, Provider, RetryAfter
 from notee.providers.breaker import CircuitBreaker
 
@@ -45,7 +46,7 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
         return [_held(name, breaker)] * len(messages)
     outcomes: list[Outcome] = []
     if breaker.probing(name):
-        outcomes = await provider.send(messages[:1])
+        outcomes = await _reach(provider, messages[:1])
         if breaker.record(name, sent=1, unreachable=int(_unreachable(outcomes[0]))):
             log.warning("%s: probe failed (%s); circuit open for %.1f s", name, outcomes[0], breaker.blocked_for(name))
             return [_held(name, breaker, "probe unreachable")] * len(messages)
@@ -53,7 +54,7 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
         messages = messages[1:]
         if not messages:
             return outcomes
-    rest = await provider.send(messages)
+    rest = await _reach(provider, messages)
     unreachable = sum(1 for o in rest if o.__class__ is RetryAfter and o.transport)  # per message: inline
     if breaker.record(name, sent=len(rest), unreachable=unreachable):
         log.warning(
@@ -66,6 +67,16 @@ async def _send_guarded(provider: Provider, messages: list[Message], breaker: Ci
         held = _held(name, breaker, f"{unreachable} of {len(rest)} requests unreachable")
         rest = [held if _unreachable(o) else o for o in rest]  # the answered ones stand
     return outcomes + rest
+
+
+async def _reach(provider: Provider, messages: list[Message]) -> list[Outcome]:
+    """``provider.send``; a provider that cannot be reached at all (``ProviderUnavailable``: FCM's OAuth
+    endpoint) answers every message as a refused connection would."""
+    try:
+        return await provider.send(messages)
+    except ProviderUnavailable as exc:
+        log.warning("%s: unreachable (%s)", provider.name, exc.message)
+        return [RetryAfter(f"unreachable: {exc.message}", transport=True)] * len(messages)
 
 
 def _unreachable(outcome: Outcome | None) -> bool:

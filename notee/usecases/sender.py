@@ -9,16 +9,27 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from notee.core.errors import ProviderConfigError
+from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.vocabulary import PageCounts, ProviderCredentials
 from notee.providers.base import Message
 from notee.providers.breaker import CircuitBreaker
 from notee.providers.routing import ProviderSet
+from notee.store.page_holds_sql import HeldPage
 from notee.store.runtime import Runtime
 from notee.usecases.deliver import DeliveryAborted, DeliveryOptions, DeliveryResult, deliver
+from notee.usecases.delivery_result import HandedBack
 from notee.usecases.delivery_store import load_service_credentials
 from notee.usecases.replay import ReplayResult, replay_dead_letters
 from notee.usecases.single_send import SingleSend, send_single
+
+
+class PageHeld(ProviderUnavailable):
+    """A fan-out page given back during a provider outage (``HandedBack``): ``held`` is what it did
+    (the counts and tokens of its devices that are done) for the worker to keep with the release."""
+
+    def __init__(self, cause: HandedBack, held: HeldPage) -> None:
+        super().__init__(cause.message, retry_in=cause.retry_in)
+        self.held = held
 
 
 class PageAborted(ProviderConfigError):
@@ -70,7 +81,8 @@ class DeliverySender:
         """One fan-out page: retries, pruning and dead letters inside; the counts of what happened.
         ``dry_run``: the job's delivery mode (the log provider only). Raises NoCredentials (the
         service has none at all) and PageAborted (a provider configuration error, with the counts
-        of what the page did before it): either fails the whole job."""
+        of what the page did before it): either fails the whole job; and PageHeld (a provider or push
+        service cannot be reached: the page is given back with what of it is done)."""
         options = DeliveryOptions(
             credentials=None if dry_run else await self._creds(service),
             job_id=job_id,
@@ -85,6 +97,9 @@ class DeliverySender:
         except DeliveryAborted as exc:
             done = exc.partial
             raise PageAborted(exc.message, _page_counts(done, done.delivered + len(done.failed) + done.pruned)) from exc
+        except HandedBack as exc:
+            counts = _page_counts(exc.partial, exc.processed)
+            raise PageHeld(exc, HeldPage(counts, exc.done, exc.waited_s, exc.message)) from exc
         return _page_counts(result, len(messages))
 
     __call__ = send_page  # a DeliverySender is the worker's SendPage

@@ -15,6 +15,7 @@ from notee.domain.personal import Personalizer
 from notee.domain.render import choose_variant
 from notee.providers.base import Message
 from notee.providers.payload import Rich
+from notee.store.page_holds_sql import PageHold
 
 
 def messages_for(
@@ -60,6 +61,16 @@ def messages_for(
         (title, body, data), its = held
         out.append(Message(r[TOKEN], r[OS], title, body, data, ttl, priority, collapse, its, _nid(source, r)))
     return out
+
+
+def not_yet_sent(messages: list[Message], hold: PageHold) -> tuple[list[Message], int]:
+    """The messages of a page held in a provider outage (``hold``) still to send: not those done before
+    (``hold.done``), nor those whose ``ttl_seconds`` passed since the page was first tried (a push past
+    its TTL is worthless: counted in ``ttl_expired``, never sent or dead-lettered); and how many expired."""
+    done, held_for = hold.done, hold.held_for_s
+    left = [m for m in messages if m.device_token not in done]
+    fresh = [m for m in left if m.ttl_seconds is None or held_for < m.ttl_seconds]
+    return fresh, len(left) - len(fresh)
 
 
 class _Riches:

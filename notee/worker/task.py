@@ -20,7 +20,11 @@ after each, and what an error that ends it early means.
   graceful release does not count as an attempt. Only crashes and unexpected errors at the same
   checkpoint count towards the poison limit. A paging state the server rejects is dropped and the
   slot resumes after the last checkpointed row.
-* Per task: one job read (the rendered payload). Per page: one checkpoint (retried on a deadlock).
+* A page handed back in a provider outage (``PageHeld``) keeps what of it is done with the release
+  (``task_leases.hold``); the next claim reads that hold with the job and sends only the rest of the
+  page (``messages.not_yet_sent``), and its checkpoint deletes the hold (docs/FANOUT.md "Outages").
+* Per task: one job read (the rendered payload) and one hold read. Per page: one checkpoint (retried
+  on a deadlock).
 """
 
 from __future__ import annotations
@@ -29,60 +33,28 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from notee.core import logs, metrics, tracing
-from notee.core.errors import ProviderConfigError, ProviderUnavailable
 from notee.core.notification_id import source_of_job
 from notee.core.vocabulary import PageCounts, RecipientRow
-from notee.providers.base import Message
-from notee.store import jobs_sql, task_leases
-from notee.store.cql.recipients import PagingStateRejected
-from notee.store.outage import is_store_outage
-from notee.store.runtime import Runtime
-from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
-from notee.usecases.deliver import Stopping
+from notee.store import jobs_sql, page_holds_sql, task_leases
+from notee.store.page_holds_sql import PageHold
+from notee.store.task_leases import Claim, JobGone, LeaseLost
 from notee.usecases.sender import PageAborted
-from notee.worker.audience_rows import ConditionTooLarge
-from notee.worker.messages import messages_for
-from notee.worker.outage import OutageBackoff, is_outage
+from notee.worker.messages import messages_for, not_yet_sent
 from notee.worker.reader import PageReader
+from notee.worker.settle import SendPage as SendPage  # its users import it from here
+from notee.worker.settle import TaskEnds, TaskHost
 
 log = logging.getLogger(__name__)
 
 FAIR_CHECK_S = 0.25  # how often a busy lane asks whether another tenant waits (once its slice is used)
 
-# (service, job_id, messages, dry_run) -> counts (``targeted == len(messages)``). Retries, pruning
-# and dead-lettering happen inside; it raises ProviderConfigError (PageAborted: with the counts of
-# what the page did before the error) when the service's credentials are missing or unusable: the
-# whole job fails once. Production: ``notee.usecases.deliver.DeliverySender``.
-SendPage = Callable[[str, str, Sequence[Message], bool], Awaitable[PageCounts]]
 
-
-class TaskHost(Protocol):
-    """What a task uses of the worker that runs it (``notee.worker.lanes.Worker``, which imports this
-    module: a protocol, so the two do not import each other)."""
-
-    runtime: Runtime
-    send_page: SendPage
-    stop: asyncio.Event  # shared with the sender, so a retry wait ends on stop too
-    backoff: OutageBackoff  # shared by the lanes
-    lease_s: float
-    fetch_size: int
-    fair_slice_s: float
-    releases: dict[str, int]  # tasks given back, by cause
-    tasks_done: int
-
-    def gives_lane_back(self, service: str, spare: bool) -> bool: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class TaskRun:
+class TaskRun(TaskEnds):
     """One claimed task of a lane (``spare``: the spare lane), from its claim to its end: done, given
     back (stop, fairness), or ended by an error whose meaning ``settle`` says. Holds the claim, the
     job, the counts so far and the key of the last row sent."""
@@ -92,6 +64,8 @@ class TaskRun:
         "after_slot",
         "claim",
         "fair_checked",
+        "held",
+        "hold",
         "host",
         "job",
         "key_slot",
@@ -107,6 +81,7 @@ class TaskRun:
     job: jobs_sql.JobRow  # read by start()
     reader: PageReader
     after_slot: dict[int, int]  # where the checkpoint goes once a slot is done
+    hold: PageHold | None  # the page at the checkpoint was held in a provider outage: what of it is done
 
     def __init__(self, host: TaskHost, claim: Claim, *, spare: bool = False) -> None:
         self.host, self.claim, self.spare = host, claim, spare
@@ -117,6 +92,7 @@ class TaskRun:
         self.aborted = PageCounts()  # what the page a provider configuration error stopped did before it
         self.last_key = claim.resume_key  # (no, device_token) of the last row sent in the current slot
         self.key_slot = claim.current_slot
+        self.held = False  # the checkpoint's page was held: its hold goes with the page's checkpoint
 
     async def run(self) -> None:
         """Run the task to its end, the lease keeper beside it."""
@@ -144,8 +120,10 @@ class TaskRun:
             await asyncio.gather(keeper, return_exceptions=True)
 
     async def start(self) -> asyncio.Task[None]:
-        """Read the job (its rendered payload: the task's one job read) and start its reader."""
-        job = self.job = await asyncio.to_thread(_read_job, self.host.runtime.sessions, self.claim.job_id)
+        """Read the job (its rendered payload: the task's one job read) and the hold of the page at the
+        checkpoint, if it was held in a provider outage; start the reader."""
+        job, self.hold = await asyncio.to_thread(_read_job, self.host.runtime.sessions, self.claim)
+        self.job, self.held = job, self.hold is not None
         logs.service.set(job.service)
         self.reader = PageReader(self.host.runtime, self.host.fetch_size, self.claim, job)
         self.after_slot = dict(itertools.pairwise(self.reader.walk))
@@ -176,19 +154,22 @@ class TaskRun:
         self, to_send: list[RecipientRow], locales: dict[tuple[str, str], str] | None, dropped: int
     ) -> PageCounts:
         """One page: its recipients sent (none: a page the part skips or drops whole), its counts."""
-        counts = PageCounts()
+        counts, expired, hold = PageCounts(), 0, self.hold
+        self.hold = None  # the first page is the one at the checkpoint: the only one a hold is about
         if to_send:
             job = self.job
+            messages = messages_for(to_send, job.payload, locales, source_of_job(job.job_id))
+            if hold is not None:  # held before: only what is not done yet
+                messages, expired = not_yet_sent(messages, hold)
+                log.info("task %s: held page resumed: %d to send, %d past their TTL", self.name, len(messages), expired)
             try:
-                counts = await self.host.send_page(
-                    job.service,
-                    job.job_id,
-                    messages_for(to_send, job.payload, locales, source_of_job(job.job_id)),
-                    job.dry_run,
-                )
+                if messages:
+                    counts = await self.host.send_page(job.service, job.job_id, messages, job.dry_run)
             except PageAborted as exc:
                 self.aborted = exc.counts
                 raise
+        if expired:
+            counts = replace(counts, ttl_expired=expired)
         if dropped:
             counts = replace(counts, quiet_dropped=dropped)
         self.pages += 1
@@ -207,7 +188,7 @@ class TaskRun:
         if last_read is not None:  # the last row read, sent or dropped as a moved duplicate
             self.last_key = last_read
         if next_state is None and slot == claim.slot_to:
-            await asyncio.to_thread(task_leases.complete, host.runtime.sessions, claim, counts=counts)
+            await asyncio.to_thread(task_leases.complete, host.runtime.sessions, claim, counts=counts, held=self.held)
             host.tasks_done += 1
             log.info(
                 "task %s done: %d pages, %d sent in %.1fs",
@@ -231,7 +212,9 @@ class TaskRun:
             counts=counts,
             lease_s=host.lease_s,
             resume_key=resume_key,
+            held=self.held,
         )
+        self.held = False
         if host.stop.is_set():
             await asyncio.to_thread(task_leases.release, host.runtime.sessions, claim)
             metrics.task_releases("stop").inc()
@@ -262,121 +245,7 @@ class TaskRun:
                 return True
         return False
 
-    # ------------------------------------------------------------------ outcomes
-    async def settle(self, exc: Exception) -> None:
-        """What the error that ended the task means: the first of these kinds it is of."""
-        if isinstance(exc, JobCancelled):
-            log.info("task %s stopped: its job was cancelled", self.name)
-        elif isinstance(exc, LeaseLost):
-            log.warning("task %s: %s; another worker owns it now", self.name, exc)
-        elif isinstance(exc, JobGone):  # nothing left to send: its tasks went with the job row
-            log.warning("task %s: %s", self.name, exc)
-        elif isinstance(exc, Stopping):
-            await self._release_waiting_page()
-        elif isinstance(exc, ProviderConfigError):
-            await self._fail_on_configuration(exc)
-        elif isinstance(exc, ConditionTooLarge):  # every task of the job would meet it: fail it once
-            log.error("job %s failed: %s", self.claim.job_id, exc)
-            await self._fail_job(f"condition: {exc} (NOTEE_CONDITION_MEMBERS_MAX)", self.aborted)
-        elif isinstance(exc, PagingStateRejected):
-            await self._resume_after_key(exc)
-        else:
-            await self._release_after_error(exc)
-
-    async def _release_waiting_page(self) -> None:
-        """The page was waiting to retry: give the task back at its last checkpoint (nothing of this
-        page was recorded, so the next owner re-sends it whole)."""
-        try:
-            await asyncio.to_thread(task_leases.release, self.host.runtime.sessions, self.claim)
-            metrics.task_releases("stop").inc()
-            log.info("task %s released on stop while a page waited to retry; checkpoint unchanged", self.name)
-        except LeaseLost:
-            pass
-
-    async def _fail_on_configuration(self, exc: ProviderConfigError) -> None:
-        """Every page of the job would meet the same error: the whole job fails once, here."""
-        log.error("job %s failed: provider configuration: %s", self.claim.job_id, exc.message)
-        await self._fail_job(f"provider configuration: {exc.message}", self.aborted)
-
-    async def _resume_after_key(self, exc: PagingStateRejected) -> None:
-        """Not an outage and not poison: resume the slot after the checkpointed key from now on."""
-        claim = self.claim
-        log.warning(
-            "task %s: Cassandra rejected the paging state (%s); resuming slot %d after key %s",
-            self.name,
-            exc,
-            claim.current_slot,
-            "(start)" if claim.resume_key is None else claim.resume_key[0],
-        )
-        self.host.releases["paging_state"] += 1
-        metrics.task_releases("paging_state").inc()
-        try:
-            await asyncio.to_thread(task_leases.forget_paging_state, self.host.runtime.sessions, claim)
-        except Exception as forget_exc:  # the next claim meets the same state and comes back here
-            log.warning("task %s: could not drop the paging state (%s)", self.name, type(forget_exc).__name__)
-        await self._release(delay_s=0.0, error="paging state rejected; resuming from the checkpointed key")
-
-    async def _release_after_error(self, exc: Exception) -> None:
-        """An outage: released without advancing, not an attempt; anything else: released, counted as
-        an attempt. Both claimable again after the backoff."""
-        host = self.host
-        error = f"{type(exc).__name__}: {exc}"
-        delay = host.backoff.next_delay()
-        if is_outage(exc):
-            if isinstance(exc, ProviderUnavailable):
-                delay = max(delay, exc.retry_in)
-            log.warning(
-                "task %s: outage (%s); released without advancing, retry in %.1f s", self.name, error[:200], delay
-            )
-            host.releases["outage"] += 1
-            metrics.task_releases("outage").inc()
-            await self._release(delay_s=delay, error=error)
-        else:
-            log.exception(
-                "task %s: unexpected error; released, counted as an attempt, retry in %.1f s", self.name, delay
-            )
-            host.releases["error"] += 1
-            metrics.task_releases("error").inc()
-            await self._release(delay_s=delay, error=error, counts_as_attempt=True)
-
     # ------------------------------------------------------------------ the lease
-    async def _release(self, *, delay_s: float, error: str, counts_as_attempt: bool = False) -> None:
-        """Give the task back. While MySQL itself is down, keep trying (with the outage backoff) so
-        the release lands and does not count as a crash; give up on stop (the lease expires)."""
-        host = self.host
-        while True:
-            try:
-                await asyncio.to_thread(
-                    task_leases.release,
-                    host.runtime.sessions,
-                    self.claim,
-                    delay_s=delay_s,
-                    error=error,
-                    counts_as_attempt=counts_as_attempt,
-                )
-                return
-            except LeaseLost:
-                return
-            except Exception as exc:
-                if host.stop.is_set() or not is_store_outage(exc):
-                    log.warning("task %s: release failed (%s); its lease will expire", self.name, type(exc).__name__)
-                    return
-                wait = host.backoff.next_delay()
-                log.warning("task %s: release failed (%s); retrying in %.1f s", self.name, type(exc).__name__, wait)
-                await host.sleep(wait)
-
-    async def _fail_job(self, error: str, counts: PageCounts) -> None:
-        try:
-            await asyncio.to_thread(
-                task_leases.fail_job, self.host.runtime.sessions, self.claim, error=error, counts=counts
-            )
-        except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
-            pass
-        except Exception as exc:  # MySQL down past fail_job's retries: an outage; the next claim fails the job
-            if not is_store_outage(exc):
-                raise
-            await self._release_after_error(exc)
-
     async def keep_lease(self) -> None:
         """Renew the lease every lease_s / 3 while the task runs (a slow page keeps it); ``lost`` is
         set once another worker owns the task."""
@@ -392,9 +261,10 @@ class TaskRun:
                 log.warning("lease renewal of %s/%s failed: %s", claim.job_id, claim.task_no, type(exc).__name__)
 
 
-def _read_job(sessions: sessionmaker[Session], job_id: str) -> jobs_sql.JobRow:
+def _read_job(sessions: sessionmaker[Session], claim: Claim) -> tuple[jobs_sql.JobRow, PageHold | None]:
     with sessions() as session:
-        job = jobs_sql.get_job(session, job_id)
+        job = jobs_sql.get_job(session, claim.job_id)
+        hold = page_holds_sql.read(session, claim.job_id, claim.task_no)
     if job is None:
-        raise JobGone(f"job {job_id} is gone (pruned?)")
-    return job
+        raise JobGone(f"job {claim.job_id} is gone (pruned?)")
+    return job, hold

@@ -217,6 +217,7 @@ class Job(Model):
     pruned: int
     retried: int
     quiet_dropped: int = 0  # not sent: in quiet hours, and the template drops
+    ttl_expired: int = 0  # not sent: a provider outage held the push past its ttl_seconds
     tasks: int
     tasks_done: int
     error: str | None

@@ -166,6 +166,11 @@ class JobStatus(Answer):
         description="Recipients not sent because the push was due in their quiet hours and the template drops "
         "(not part of targeted).",
     )
+    ttl_expired: int = Field(
+        0,
+        description="Recipients not sent because a provider outage held their push past its ttl_seconds "
+        "(not part of targeted, not dead-lettered): an outage only delays a push while it is worth sending.",
+    )
     tasks: int
     tasks_done: int
     error: str | None
@@ -351,6 +356,7 @@ def status_of(job: JobRow, progress: Progress) -> JobStatus:
         pruned=progress.pruned,
         retried=progress.retried,
         quiet_dropped=progress.quiet_dropped,
+        ttl_expired=progress.ttl_expired,
         tasks=job.task_count,
         tasks_done=progress.tasks_done,
         error=job.error,
