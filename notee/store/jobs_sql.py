@@ -264,9 +264,7 @@ def lock_tasks(session: Session, job_id: str) -> None:
     then its job row (a worker's claim, checkpoint or completion: its one task, then the job). Cancel,
     requeue and a job's failure lock here first, so they wait for a worker instead of closing a cycle
     with it (a cancel answered 503, MariaDB 1213: docs/FANOUT.md "Lock order")."""
-    session.execute(
-        text("SELECT task_no FROM fanout_task WHERE job_id = :j ORDER BY task_no FOR UPDATE"), {"j": job_id}
-    )
+    session.execute(text("SELECT 1 FROM fanout_task WHERE job_id = :j ORDER BY task_no FOR UPDATE"), {"j": job_id})
 
 
 def cancel_job(session: Session, service: str, job_id: str) -> bool:
