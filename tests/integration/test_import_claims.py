@@ -6,7 +6,9 @@ The claim of a worker serving some tenants read import_chunk in primary-key orde
 chunk of every tenant (done ones too), so every tenant's claims kept skipping each other's rows (the
 official CI of stop 43: an in-process claim loop ended with 2 of its 12 chunks untaken while other
 tests' workers claimed). Now a plain read ranks the claim's own candidates and only the chunk taken
-is locked, by its key (migration 0043's index serves a tenant's read)."""
+is locked, by its key (migration 0043's index serves a tenant's read). The rows-read test failed on
+the old claim (it read 1,104 rows: every chunk in this checkout's database); the other two guard the
+new claim's locking (a claim in progress holds no chunk but its own: so did the old one, measured)."""
 
 from __future__ import annotations
 
