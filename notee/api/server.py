@@ -7,6 +7,8 @@ with a bound on the request head, one write per response).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
@@ -51,6 +53,16 @@ class _Server(uvicorn.Server):
         for app in self.apps:
             begin_shutdown(app)
         super().handle_exit(sig, frame)
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, except that a signal that stopped the server gracefully is not raised again
+        once the previous handlers are back: with the default handler back, that killed the process
+        (exit -15 on every SIGTERM, seen in the node-loss fault run) before the Runtime was closed.
+        A SIGTERM is the orchestrator's ordinary stop: ``serve`` returns and the process exits 0."""
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()  # the stop is done: nothing left for the signal to do
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """Imports SQL: the ``import_job``, ``import_chunk`` and ``import_error`` tables (schema/mysql/0028_imports.sql).
 
-A worker leases a chunk like a fan-out task (notee/store/task_leases.py): ``claim`` picks a queued
-chunk, or a running one whose lease expired, with ``SELECT … FOR UPDATE SKIP LOCKED`` and stamps it
-with a ``lease_token``; every later write about the chunk is fenced by that token (``LeaseLost``).
-``claim`` runs its own transaction; the other functions take the caller's Session and never commit.
-"""
+A worker leases a chunk like a fan-out task (notee/store/task_leases.py): ``claim`` (its own
+transaction) locks a queued chunk, or a running one whose lease expired, with SKIP LOCKED and stamps
+it with a ``lease_token``; every later write about the chunk is fenced by that token (``LeaseLost``).
+The other functions take the caller's Session and never commit."""
 
 from __future__ import annotations
 
@@ -150,29 +149,16 @@ def claim(
     sessions: sessionmaker[Session], *, owner: str, lease_s: float, services: Sequence[str] | None = None
 ) -> ChunkClaim | None:
     """Lease one chunk (queued, or running with an expired lease; oldest import first), in its own
-    transaction. READ COMMITTED and SKIP LOCKED: concurrent workers never wait on each other's claims."""
+    transaction at READ COMMITTED: a plain read ranks the candidates, each is then locked by its key
+    with SKIP LOCKED until one is free. A claim locks no row but the one it takes (a locking scan
+    locked each row it passed for a moment, and a claim meeting one skipped it: its lane idled a poll
+    with chunks queued); it is empty only when every claimable chunk is another claim's in progress."""
     token = secrets.token_hex(16)
-    where = "(c.state = 'queued' OR (c.state = 'running' AND c.lease_until < UTC_TIMESTAMP(6)))"
-    params: dict[str, Any] = {}
-    if services:
-        where += " AND c.service IN :services"
-        params["services"] = tuple(services)
     with sessions.begin() as session:
         session.connection(execution_options={"isolation_level": "READ COMMITTED"})
-        while True:
-            row = session.execute(
-                text(
-                    "SELECT c.import_id, c.chunk_no, c.service, c.first_line, c.last_line, c.`lines`, c.stored,"
-                    f" c.copies, c.attempts FROM import_chunk c WHERE {where} ORDER BY c.import_id, c.chunk_no"
-                    " LIMIT 1 FOR UPDATE SKIP LOCKED"
-                ).bindparams(*([_expanding("services")] if services else [])),
-                params,
-            ).one_or_none()
-            if row is None:
-                return None
-            if row.attempts < MAX_CHUNK_ATTEMPTS:
-                break
-            _give_up(session, row.import_id, row.chunk_no, [n for n, _ in decode_lines(row.lines)])
+        row = _lock_first_free(session, services)
+        if row is None:
+            return None
         session.execute(
             text(
                 "UPDATE import_chunk SET state = 'running', lease_owner = :o, lease_token = :tok, attempts = attempts + 1,"
@@ -203,6 +189,60 @@ def claim(
         [(c[0], c[1], c[2]) for c in json.loads(row.copies)] if row.copies else None,
         token,
     )
+
+
+# A queued chunk has no lease (lease_until NULL: 0028); a running one is claimable once its lease ended.
+_CLAIMABLE = (
+    "(c.state = 'queued' AND c.lease_until IS NULL OR c.state = 'running' AND c.lease_until < UTC_TIMESTAMP(6))"
+)
+CANDIDATES = 16  # ranked per read (when all are taken meanwhile, the next 16)
+
+
+def _lock_first_free(session: Session, services: Sequence[str] | None) -> AnyRow | None:
+    """The first candidate no other claim holds, locked; a poison one met on the way is given up."""
+    after: tuple[str, int] | None = None
+    while True:
+        keys = _candidates(session, services, after)
+        for import_id, chunk_no in keys:
+            row = session.execute(
+                text(
+                    "SELECT c.import_id, c.chunk_no, c.service, c.first_line, c.last_line, c.`lines`, c.stored,"
+                    f" c.copies, c.attempts FROM import_chunk c WHERE c.import_id = :i AND c.chunk_no = :n AND {_CLAIMABLE}"
+                    " FOR UPDATE SKIP LOCKED"
+                ),
+                {"i": import_id, "n": chunk_no},
+            ).one_or_none()
+            if row is None:
+                continue  # another claim's in progress, or taken since the read
+            if row.attempts < MAX_CHUNK_ATTEMPTS:
+                return row
+            _give_up(session, row.import_id, row.chunk_no, [n for n, _ in decode_lines(row.lines)])
+        if len(keys) < CANDIDATES:
+            return None
+        after = keys[-1]
+
+
+def _candidates(
+    session: Session, services: Sequence[str] | None, after: tuple[str, int] | None
+) -> list[tuple[str, int]]:
+    """Claimable chunks in claim order (oldest import first), a plain read: no lock. Of some services:
+    each service's own open chunks (ix_import_chunk_service_open, 0043), never another tenant's."""
+    where, params = _CLAIMABLE, dict[str, Any](k=CANDIDATES)
+    if after is not None:
+        where += " AND (c.import_id, c.chunk_no) > (:ai, :an)"
+        params.update(ai=after[0], an=after[1])
+    if not services:
+        sql = f"SELECT c.import_id, c.chunk_no FROM import_chunk c WHERE {where} ORDER BY c.import_id, c.chunk_no LIMIT :k"
+        return [(r.import_id, int(r.chunk_no)) for r in session.execute(text(sql), params)]
+    # One read per service (an equality on the index's first column), merged here in claim order.
+    found: list[tuple[str, int]] = []
+    for service in dict.fromkeys(services):
+        sql = (
+            f"SELECT c.import_id, c.chunk_no FROM import_chunk c WHERE c.service = :s AND {where}"
+            " ORDER BY c.import_id, c.chunk_no LIMIT :k"
+        )
+        found += [(r.import_id, int(r.chunk_no)) for r in session.execute(text(sql), {**params, "s": service})]
+    return sorted(found)[:CANDIDATES]
 
 
 def _expanding(name: str) -> BindParameter[Any]:

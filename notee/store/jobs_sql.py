@@ -254,14 +254,27 @@ def list_jobs(session: Session, service: str, job_filter: JobFilter) -> list[tup
     return [(_job(r), _progress(r)) for r in rows]
 
 
-def job_state(session: Session, job_id: str) -> str | None:
-    return session.execute(text("SELECT state FROM fanout_job WHERE job_id = :j"), {"j": job_id}).scalar_one_or_none()
+def job_state(session: Session, job_id: str, service: str | None = None) -> str | None:
+    """The job's state (a plain read); None for no such job (or, with ``service``, another tenant's)."""
+    sql = "SELECT state FROM fanout_job WHERE job_id = :j" + (" AND service = :s" if service else "")
+    return session.execute(text(sql), {"j": job_id, "s": service}).scalar_one_or_none()
+
+
+def lock_tasks(session: Session, job_id: str) -> None:
+    """Lock the job's task rows in task_no order: the one lock order of a job's rows is its task rows,
+    then its job row (a worker's claim, checkpoint or completion: its one task, then the job). Cancel,
+    requeue and a job's failure lock here first, so they wait for a worker instead of closing a cycle
+    with it (a cancel answered 503, MariaDB 1213: docs/FANOUT.md "Lock order")."""
+    session.execute(text("SELECT 1 FROM fanout_task WHERE job_id = :j ORDER BY task_no FOR UPDATE"), {"j": job_id})
 
 
 def cancel_job(session: Session, service: str, job_id: str) -> bool:
     """Cancel a scheduled, queued or running job of ``service`` in the caller's transaction: the job is final at
     once, its queued tasks too; running tasks stop at their worker's next checkpoint. False when the
-    job had already finished (nothing changes)."""
+    job had already finished (nothing changes, nothing locked). Locks in the order of ``lock_tasks``."""
+    if job_state(session, job_id, service) not in ("scheduled", "queued", "running"):
+        return False
+    lock_tasks(session, job_id)
     changed = affected(
         session.execute(
             text(
@@ -287,10 +300,12 @@ def requeue_failed(session: Session, job_id: str, service: str | None = None) ->
     """Operators: resume a failed job from its checkpoints. Its failed tasks go back to the queue
     (attempts reset, claimable at once) with their progress; done tasks stay done. The job is
     running again until its tasks finish. Returns how many tasks were requeued (0: the job was not
-    failed). The caller commits."""
-    sql = "SELECT job_id, state FROM fanout_job WHERE job_id = :j" + (" AND service = :s" if service else "")
-    job = session.execute(text(sql + " FOR UPDATE"), {"j": job_id, "s": service}).one_or_none()
-    if job is None or job.state != "failed":
+    failed). Locks in the order of ``lock_tasks``. The caller commits."""
+    if job_state(session, job_id, service) != "failed":
+        return 0
+    lock_tasks(session, job_id)
+    locked = session.execute(text("SELECT state FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": job_id})
+    if locked.scalar_one_or_none() != "failed":  # requeued (or gone) between the plain read and the lock
         return 0
     n = affected(
         session.execute(

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from notee.core.vocabulary import PageCounts
 from notee.store import page_holds_sql, push_minutes_sql
 from notee.store.claim_order import next_claimable
-from notee.store.jobs_sql import emit_job_event, job_state
+from notee.store.jobs_sql import emit_job_event, job_state, lock_tasks
 from notee.store.mysql import affected, retried
 from notee.store.task_ends import finish_task
 from notee.store.task_fence import Claim as Claim  # its users import it from here
@@ -326,11 +326,11 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
     """A provider configuration error: the whole job fails once, in one transaction. The claimed task
     keeps the counts of what its last page did before the error; every other open task of the job
     is failed too (a worker holding one loses its lease at its next write and stops); the job
-    carries ``error``. Two lanes failing one job lock each other's task rows in opposite orders (a
-    deadlock, seen): the loser runs again, finds its task failed by the other and adds its page's
-    counts to it; the job is failed once."""
+    carries ``error``. It locks in the one order (``lock_tasks``; two lanes failing one job deadlocked
+    without it): the second lane adds its page's counts to its task failed by the first."""
 
     def work(session: Session) -> None:
+        lock_tasks(session, claim_.job_id)
         add_counts(session, claim_, counts, failed_too=True)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(

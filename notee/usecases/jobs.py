@@ -16,6 +16,7 @@ from notee.core.errors import Conflict, NotFound
 from notee.core.vocabulary import JobFilter, Progress
 from notee.store import jobs_sql
 from notee.store.jobs_sql import JobRow as JobRow  # re-exported: the API names jobs through this layer
+from notee.store.mysql import read_committed
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ def job_status(session: Session, service: str, job_id: str) -> tuple[JobRow, Pro
 def cancel_job(session: Session, service: str, job_id: str) -> tuple[JobRow, Progress]:
     """Cancel a scheduled, queued or running job; a finished one is answered as it is (cancelling is idempotent).
     The caller commits."""
+    read_committed(session)  # the job's event and the answer count the pages of the tasks it waited for
     if jobs_sql.get_job(session, job_id, service) is None:
         raise NotFound("no such job")
     if jobs_sql.cancel_job(session, service, job_id):
@@ -49,6 +51,7 @@ def requeue_job(session: Session, job_id: str, service: str | None = None) -> tu
     """Operators: resume a failed job from its tasks' checkpoints (``notee jobs requeue``, the admin
     API). NotFound for an unknown job (or another tenant's, with ``service``); Conflict unless the
     job failed. The caller commits."""
+    read_committed(session)  # the answer counts the pages of the tasks it waited for
     job = jobs_sql.get_job(session, job_id, service)
     if job is None:
         raise NotFound("job not found")

@@ -67,7 +67,7 @@ def job_retention_days(settings: Settings) -> int:
 
 
 def prune_jobs(runtime: Runtime, *, older_than_days: int | None = None) -> int:
-    """Finished jobs (done/failed) finished more than ``job_retention_days`` ago; unfinished jobs are
+    """Jobs finished (done, failed, expired, cancelled) more than ``job_retention_days`` ago; unfinished jobs are
     never pruned. Their engagement counters go first (Cassandra before MySQL: a failure leaves the
     job to find them again)."""
     days = job_retention_days(runtime.settings) if older_than_days is None else older_than_days

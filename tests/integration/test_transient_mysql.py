@@ -135,42 +135,6 @@ def test_a_completion_deadlocked_by_another_transaction_runs_again_and_counts_it
         )
 
 
-def test_the_lane_losing_a_deadlock_between_two_lanes_failing_one_job_counts_its_page_and_the_job_fails_once(
-    runtime, service_id
-):
-    """The deadlock seen in a run: two lanes failing one job (undecryptable credentials). Lane B's
-    transaction (its task's counts, the job row, every task of the job) is played here step by step."""
-    job = _job_with_tasks(runtime, service_id, 6)
-    lane_a = _claim(runtime, service_id)
-    lane_b = _claim(runtime, service_id)
-    fail_a = lambda: task_leases.fail_job(  # noqa: E731
-        runtime.sessions, lane_a, error="provider configuration: A", counts=PageCounts(targeted=3, sent=3)
-    )
-    errors = _deadlock_with(
-        runtime,
-        job,
-        lane_a,
-        fail_a,
-        heavier="UPDATE fanout_task SET sent = sent + 5, targeted = targeted + 5 WHERE job_id = :j AND task_no = :n",
-    )
-    assert errors == []  # without the retry: OperationalError 1213 out of the lane (it ended the worker process)
-    task = _task(runtime, job.job_id, lane_a.task_no)
-    assert (task.state, task.targeted, task.sent) == ("failed", 3, 3)
-    with runtime.sessions() as s:
-        state, error = s.execute(text("SELECT state, error FROM fanout_job WHERE job_id = :j"), {"j": job.job_id}).one()
-    assert (state, error) == ("failed", "provider configuration: A")
-    # Lane B's own fail_job, after A's: its page's counts go in, its task stays failed, the job is failed once.
-    task_leases.fail_job(
-        runtime.sessions, lane_b, error="provider configuration: B", counts=PageCounts(targeted=2, sent=2)
-    )
-    task = _task(runtime, job.job_id, lane_b.task_no)
-    assert (task.state, task.targeted, task.sent) == ("failed", 2, 2)
-    with runtime.sessions() as s:
-        assert s.execute(text("SELECT error FROM fanout_job WHERE job_id = :j"), {"j": job.job_id}).scalar_one() == (
-            "provider configuration: A"
-        )
-
-
 class _LosingTheFirstCommitAnswer:
     """The process's sessionmaker, except that the first transaction's COMMIT lands and its answer is
     then lost (MariaDB 2013), as when the connection drops between the server's commit and its reply."""

@@ -31,6 +31,7 @@ class TcpSwitch:
         self._server: asyncio.base_events.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
         self.connections = 0  # accepted while on
+        self.held = 0  # reads held back by a freeze (a request that waits for the peer)
         self._flowing = asyncio.Event()  # cleared while frozen
         self._flowing.set()
 
@@ -96,6 +97,8 @@ class TcpSwitch:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    if not self._flowing.is_set():
+                        self.held += 1
                     await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
