@@ -191,10 +191,9 @@ def hold_tasks(session: Session, job_id: str, task_from: int, task_to: int, unti
 
 def _rollup(t: str) -> str:
     """The SELECT list that sums the counters of the task rows aliased ``t`` into a job's progress."""
-    return f"COALESCE(SUM({t}.state NOT IN ('queued', 'running')), 0) AS tasks_done," + ",".join(
-        f" COALESCE(SUM({t}.{c}), 0) AS {c}"
-        for c in ("targeted", "sent", "failed", "pruned", "retried", "no_credentials", "quiet_dropped", "ttl_expired")
-    )
+    counters = ("targeted", "sent", "failed", "pruned", "retried", "no_credentials", "quiet_dropped", "ttl_expired")
+    done = f"COALESCE(SUM({t}.state NOT IN ('queued', 'running')), 0) AS tasks_done,"
+    return done + ",".join(f" COALESCE(SUM({t}.{c}), 0) AS {c}" for c in counters)
 
 
 def _progress(row: Any) -> Progress:
@@ -261,10 +260,9 @@ def job_state(session: Session, job_id: str, service: str | None = None) -> str 
 
 
 def lock_tasks(session: Session, job_id: str) -> None:
-    """Lock the job's task rows in task_no order: the one lock order of a job's rows is its task rows,
-    then its job row (a worker's claim, checkpoint or completion: its one task, then the job). Cancel,
-    requeue and a job's failure lock here first, so they wait for a worker instead of closing a cycle
-    with it (a cancel answered 503, MariaDB 1213: docs/FANOUT.md "Lock order")."""
+    """Lock the job's task rows in task_no order, before its job row: the one lock order of a job's rows
+    (a worker's claim, checkpoint or completion too), so cancel, requeue and a failure wait for a worker
+    instead of deadlocking with it (a cancel answered 503: docs/FANOUT.md "Lock order")."""
     session.execute(text("SELECT 1 FROM fanout_task WHERE job_id = :j ORDER BY task_no FOR UPDATE"), {"j": job_id})
 
 

@@ -335,7 +335,7 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
             # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed;
-            # lease tokens kept until then: a lane failing the same job adds its page's counts (``_add_counts``)
+            # lease tokens kept until then: a lane failing the same job adds its page's counts (``add_counts``)
             text(
                 "UPDATE fanout_task SET state = 'failed', error = :e, lease_owner = NULL,"
                 " finished_at = UTC_TIMESTAMP(6) WHERE job_id = :j AND state IN ('scheduled', 'queued', 'running')"
