@@ -21,14 +21,24 @@ for _i, (_name, _value) in enumerate(STATIC_TABLE, 1):
 _NOT_INDEXED = bytes(range(0x81))
 
 
+_LENGTHS = [hpack_int(n, 7, 0) for n in range(127)]  # a string's length prefix, when one octet holds it
+_NAMES: dict[bytes, bytes] = {}  # a literal's name part, by name (apns-id: one per answer)
+
+
 def _string(s: bytes) -> bytes:
-    return hpack_int(len(s), 7, 0) + s  # raw octets, no Huffman
+    n = len(s)
+    return (_LENGTHS[n] if n < 127 else hpack_int(n, 7, 0)) + s  # raw octets, no Huffman
 
 
 def _literal(name: bytes, value: bytes) -> bytes:
     """A literal header field without indexing (RFC 7541 §6.2.2)."""
-    index = _STATIC_NAMES.get(name)
-    return (hpack_int(index, 4, 0) if index else b"\x00" + _string(name)) + _string(value)
+    head = _NAMES.get(name)
+    if head is None:
+        index = _STATIC_NAMES.get(name)
+        head = hpack_int(index, 4, 0) if index else b"\x00" + _string(name)
+        if len(_NAMES) < 64:
+            _NAMES[name] = head
+    return head + _string(value)
 
 
 JSON_HEADERS = [(b"content-type", b"application/json; charset=UTF-8")]  # the personas' JSON answers' headers
