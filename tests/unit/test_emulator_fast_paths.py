@@ -7,12 +7,14 @@ one side while the other cannot take more (notee/emulator/front.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from notee.emulator import apns as apns_persona
 from notee.emulator import fcm_bodies
+from notee.emulator.fcm import fcm
 from notee.emulator.fcm_bodies import FCM_PAYLOAD_LIMIT, BadBody, BodyVerdicts, _fcm_payload_size
 from notee.emulator.front import FrontConnection, FrontServer, _Relay
 from notee.emulator.h2blocks import HeadCache
@@ -127,7 +129,12 @@ def test_an_apns_verdict_is_kept_per_body_and_the_headers_that_rule_it(monkeypat
     state.jwt_iat[b"x"] = 2**40  # a provider token issued in the future: never expired here
     parsed: list[bytes] = []
     real = apns_persona._parse
-    monkeypatch.setattr(apns_persona, "_parse", lambda body: parsed.append(body) or real(body))
+
+    def counted(body: bytes) -> Any:
+        parsed.append(body)
+        return real(body)
+
+    monkeypatch.setattr(apns_persona, "_parse", counted)
 
     def body(i: int) -> bytes:
         return b'{"aps":{"content-available":1},"k":"v","notee_id":"%032x.AAAAAAAAAAA"}' % i
@@ -191,3 +198,19 @@ def test_the_http11_relay_pauses_the_side_that_sends_while_the_other_is_full() -
     assert client.paused and not upstream.paused
     front.relay.resume_writing()
     assert not client.paused
+
+
+def test_the_journal_and_the_last_request_show_each_pushs_own_token_and_id(tmp_path: Path) -> None:
+    """Bodies cut alike share one decoded message; what is recorded of each push is its own."""
+    state = State(journal=open(tmp_path / "journal.jsonl", "a", buffering=1, encoding="utf-8"))  # noqa: SIM115
+    scope = {"path": "/v1/projects/p/messages:send", "headers": [(b"authorization", b"Bearer x")]}
+    bodies = [_body(f"journal-{i}", f"{i:032x}.CCCCCCCCCCC", k="v") for i in range(3)]
+    for body in bodies:
+        assert fcm(state, scope, "p", body)[0] == 200
+    lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert [(x["token"], x["data"]) for x in lines] == [
+        (json.loads(b)["message"]["token"], json.loads(b)["message"]["data"]) for b in bodies
+    ]
+    view = state.last_view("journal-2")
+    assert view is not None and view["body"] == json.loads(bodies[2])["message"]
+    assert view["device"]["android"]["data"]["notee_id"] == f"{2:032x}.CCCCCCCCCCC"
