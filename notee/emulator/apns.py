@@ -11,10 +11,14 @@ import base64
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from notee.core.notification_id import KEY as NID_KEY
+from notee.emulator.cuts import plain, string_at
+from notee.emulator.h2blocks import JSON_HEADERS
 from notee.emulator.rules import apns_reason
-from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
+from notee.emulator.state import LAST_REQUESTS_MAX, Response, Scope, State, header_map
 from notee.emulator.value_rules import aps_value_problem
 
 APNS_DEFAULT_REASON = {
@@ -57,6 +61,66 @@ def _parse(body: bytes) -> Any:
         return _NOT_JSON
 
 
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What APNs decides of a body under given headers: its JSON (``_NOT_JSON``, None when empty),
+    its refusal reason and the ``aps`` key refused; ``nid_cut``: the body was cut at Notee's
+    notification id (its JSON holds the first such body's id)."""
+
+    parsed: Any
+    reason: str | None
+    refused_key: str | None
+    nid_cut: bool = False
+
+    def parsed_for(self, nid: str | None) -> Any:
+        """The body's JSON with its own notification id."""
+        if not self.nid_cut or nid is None or self.parsed[NID_KEY] == nid:
+            return self.parsed
+        return {**self.parsed, NID_KEY: nid}
+
+
+_NID_AT = b'"' + NID_KEY.encode() + b'":'
+_PROBE_NID = "emu-probe-id"
+_VERDICTS: dict[tuple[bytes, bytes, bytes | None, bytes | None, bytes | None, bytes | None], _Verdict] = {}
+
+
+def _verdict(body: bytes, headers: dict[bytes, bytes]) -> tuple[_Verdict, str | None]:
+    """A body's verdict and its notification id, decided once per body with the id cut out and the
+    headers that rule it (a page's pushes share both; the apns-id, the device and the id differ,
+    none of which the rules read): the JSON is decoded and the rules applied once."""
+    get = headers.get
+    ruled = (get(b"apns-push-type"), get(b"apns-priority"), get(b"apns-collapse-id"), get(b"apns-expiration"))
+    at = string_at(body, _NID_AT, 0)
+    nid = None if at is None else plain(body[at[0] : at[1]])
+    head, tail = (body, b"") if at is None or nid is None else (body[: at[0]], body[at[1] :])
+    key = (head, tail, *ruled)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _decide(body, headers)
+        if nid is not None and at is not None:
+            probe = _parse(body[: at[0]] + _PROBE_NID.encode() + body[at[1] :])
+            if (
+                not isinstance(probe, dict)
+                or probe.get(NID_KEY) != _PROBE_NID
+                or {**probe, NID_KEY: nid} != verdict.parsed
+            ):
+                return verdict, None  # not where the id is: this body alone
+            verdict = _Verdict(verdict.parsed, verdict.reason, verdict.refused_key, nid_cut=True)
+        if len(_VERDICTS) >= 1024:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict, nid
+
+
+def _decide(body: bytes, headers: dict[bytes, bytes]) -> _Verdict:
+    parsed = _parse(body)
+    reason = None
+    if parsed is not _NOT_JSON and body and len(body) <= APNS_PAYLOAD_LIMIT:
+        reason = apns_reason(headers, parsed)
+    aps = parsed.get("aps") if isinstance(parsed, dict) else None
+    return _Verdict(parsed, reason, aps_value_problem(aps) if reason else None)
+
+
 def _apns_out(status: int, reason: str, apns_id: bytes) -> Response:
     out: dict[str, Any] = {"reason": reason}
     if status == 410:
@@ -65,8 +129,9 @@ def _apns_out(status: int, reason: str, apns_id: bytes) -> Response:
 
 
 def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
-    state.counts["apns.recv"] += 1
-    headers = dict(scope["headers"])
+    counts = state.counts
+    counts["apns.recv"] += 1
+    headers = header_map(scope)
     apns_id = headers.get(b"apns-id") or str(uuid.uuid4()).encode()
     auth = headers.get(b"authorization")
     if not auth:
@@ -77,7 +142,7 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
             state.jwt_iat.clear()
         state.jwt_iat[raw] = _jwt_iat(raw)
     iat = state.jwt_iat[raw]
-    if iat is None or raw.decode() in state.rejected_bearers:
+    if iat is None or (state.rejected_bearers and raw.decode() in state.rejected_bearers):
         return _apns_out(403, "InvalidProviderToken", apns_id)
     now = time.time()
     if now - iat > JWT_MAX_AGE_S:
@@ -90,34 +155,35 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
             state.conn_tokens[conn] = (raw, now)
         elif current[0] != raw:
             if now - current[1] < realism.apns_token_update_min_s:
-                state.counts["apns.token_updates_refused"] += 1
+                counts["apns.token_updates_refused"] += 1
                 return _apns_out(429, "TooManyProviderTokenUpdates", apns_id)
             state.conn_tokens[conn] = (raw, now)
     if not headers.get(b"apns-topic"):
         return _apns_out(400, "MissingTopic", apns_id)
     if realism.enabled and state.over_limit(("apns-device", token), realism.device_per_minute, now) is not None:
-        state.counts["apns.device_rate"] += 1
+        counts["apns.device_rate"] += 1
         return _apns_out(429, "TooManyRequests", apns_id)
     state.attempts[token] += 1
-    parsed = _parse(body)
+    verdict, nid = _verdict(body, headers)
+    parsed = verdict.parsed
     if len(state.last) < LAST_REQUESTS_MAX or token in state.last:
         state.last[token] = {
             "api": "apns",
             "path": scope["path"],
             # a body that is not JSON is kept as text, so a test can read what was refused
-            "body": body.decode(errors="replace") if parsed is _NOT_JSON else parsed,
+            "body": body.decode(errors="replace") if parsed is _NOT_JSON else verdict.parsed_for(nid),
             "headers": list(scope["headers"]),  # as received: state.last_view drops authorization
         }
-    fault = state.take_fault("apns", token)
+    fault = state.take_fault("apns", token) if state.faults else None
     if fault:
-        state.counts["apns.fault"] += 1
+        counts["apns.fault"] += 1
         status, h, out = _apns_out(fault.status, fault.code, apns_id)
         if fault.retry_after is not None:
             h.append((b"retry-after", fault.retry_after.encode()))
         return status, h, out
     known = state.apns_tokens.get(token)
     if known:
-        state.counts["apns.error"] += 1
+        counts["apns.error"] += 1
         return _apns_out(known[0], known[1], apns_id)
     if not body:
         return _apns_out(400, "PayloadEmpty", apns_id)
@@ -126,16 +192,17 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     if parsed is _NOT_JSON:
         # Apple's table has no reason of its own for a payload that is not JSON; APNs answers it as
         # it answers an empty one (400 PayloadEmpty), never accepts it
-        state.counts["apns.invalid"] += 1
+        counts["apns.invalid"] += 1
         return _apns_out(400, "PayloadEmpty", apns_id)
-    reason = apns_reason(headers, parsed)
+    reason = verdict.reason
     if reason is not None:
-        state.counts["apns.invalid"] += 1
-        aps = parsed.get("aps") if isinstance(parsed, dict) else None
-        if token in state.last and (key := aps_value_problem(aps)) is not None:
+        counts["apns.invalid"] += 1
+        if token in state.last and (key := verdict.refused_key) is not None:
             state.last[token]["refused"] = {"reason": reason, "field": f"aps.{key}"}  # which key, for tests
         return _apns_out(400, reason, apns_id)
-    state.counts["apns.ok"] += 1
-    state.delivered["apns"][token] += 1
-    state.record("apns", token, {k: v for k, v in parsed.items() if k != "aps"} if isinstance(parsed, dict) else None)
+    counts["apns.ok"] += 1
+    state.deliver("apns", token)
+    if state.journal is not None:
+        mine = verdict.parsed_for(nid)
+        state.record("apns", token, {k: v for k, v in mine.items() if k != "aps"} if isinstance(mine, dict) else None)
     return 200, [(b"apns-id", apns_id)], b""

@@ -17,8 +17,9 @@ from notee.emulator.apns import apns
 from notee.emulator.control_api import control
 from notee.emulator.fcm import fcm, oauth_token
 from notee.emulator.front import FrontServer
+from notee.emulator.h2blocks import JSON_HEADERS
 from notee.emulator.peer import PeerServer, front_ssl_context, server_ssl_context
-from notee.emulator.state import JSON_HEADERS, LAUNCH_REALISTIC, Emulator, Receive, Response, Scope, Send, State
+from notee.emulator.state import LAUNCH_REALISTIC, Emulator, Receive, Response, Scope, Send, State
 from notee.emulator.webpush import webpush
 
 EMULATOR = Emulator(State())  # the single worker's emulator; its state is reset through POST /_emu/reset
@@ -51,17 +52,17 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 async def _start_peer() -> None:
     """Serve the public port (``notee.emulator.front``: HTTP/2 here, HTTP/1.1 relayed to granian's
-    loopback port) and, in realistic mode, APNs on its own port through the emulator's HTTP/2 server
+    Unix socket) and, in realistic mode, APNs on its own port through the emulator's HTTP/2 server
     (one stream until the first valid request, then a limit; GOAWAY), in this worker's loop and on
     its state."""
     env = os.environ
     tls = (env.get("NOTEE_EMULATOR_TLS_CERT", ""), env.get("NOTEE_EMULATOR_TLS_KEY", ""))
-    front_port, upstream = env.get("NOTEE_EMULATOR_FRONT_PORT"), env.get("NOTEE_EMULATOR_UPSTREAM_PORT")
+    front_port, upstream = env.get("NOTEE_EMULATOR_FRONT_PORT"), env.get("NOTEE_EMULATOR_UPSTREAM")
     if front_port and upstream:
         front = EMULATOR.front = FrontServer(
             lambda scope, body: handle(EMULATOR, scope, body),
             100 if LAUNCH_REALISTIC else 200,  # Google's front ends / granian's default
-            ("127.0.0.1", int(upstream)),
+            upstream,
             lambda: EMULATOR.state.latency_s,
         )
         await front.start(env.get("NOTEE_EMULATOR_FRONT_HOST", "127.0.0.1"), int(front_port), front_ssl_context(*tls))

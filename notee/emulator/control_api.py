@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 from notee.emulator import webpush
 from notee.emulator.apns import APNS_DEFAULT_REASON
 from notee.emulator.fcm import FCM_DEFAULT_CODE, FCM_ERRORS
-from notee.emulator.peer import PeerRules, PeerStats
+from notee.emulator.peer import PeerRules, PeerServer, PeerStats
 from notee.emulator.state import Emulator, Fault, Response
 
 Handler = Callable[[Emulator, Any, bytes], Response]
@@ -61,8 +61,9 @@ def _query(raw: bytes) -> dict[str, str]:
     return dict(parse_qsl(raw.decode()))
 
 
-def _peer_stats(emu: Emulator) -> dict[str, Any] | None:
-    peer = emu.peer
+def _peer_stats(peer: PeerServer | None) -> dict[str, Any] | None:
+    """An HTTP/2 server's own counters: the APNs port's (``apns_peer``) or the public port's front
+    (``front``: its HTTP/2 connections; an HTTP/1.1 one counts once it is told apart)."""
     if peer is None:
         return None
     st = peer.stats
@@ -79,6 +80,15 @@ def _peer_stats(emu: Emulator) -> dict[str, Any] | None:
     }
 
 
+def _front_stats(emu: Emulator) -> dict[str, Any] | None:
+    """The public port's front: its HTTP/2 connections' counters (``_peer_stats``) and the HTTP/1.1
+    connections it relayed to granian."""
+    out = _peer_stats(emu.front)
+    if out is not None and emu.front is not None:
+        out["relayed"] = emu.front.stats.relayed
+    return out
+
+
 def stats(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
     state = emu.state
     return _ok(
@@ -86,9 +96,11 @@ def stats(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
             "counts": dict(state.counts),
             "faults": [f.__dict__ for f in state.faults],
             "realism": dataclasses.asdict(state.realism),
-            "apns_peer": _peer_stats(emu),
+            "apns_peer": _peer_stats(emu.peer),
+            "front": _front_stats(emu),
             "latency_ms": state.latency_s * 1000,
-            "delivered": {api: sum(c.values()) for api, c in state.delivered.items()},
+            # the apis a push or a look-up touched, with their totals (not summed over every token)
+            "delivered": {api: state.delivered_total[api] for api in state.delivered},
         }
     )
 
@@ -129,6 +141,8 @@ def reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
     if peer is not None:
         peer.rules = PeerRules()
         peer.stats = PeerStats(live=peer.stats.live)  # counters restart; open connections stay
+    if emu.front is not None:
+        emu.front.stats = PeerStats(live=emu.front.stats.live)
     return _ok()
 
 

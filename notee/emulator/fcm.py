@@ -14,8 +14,9 @@ import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
-from notee.emulator.rules import FcmProblem, check_fcm
-from notee.emulator.state import JSON_HEADERS, LAST_REQUESTS_MAX, Response, Scope, State
+from notee.emulator.fcm_bodies import BadBody, BodyVerdicts, bare_error
+from notee.emulator.h2blocks import JSON_HEADERS
+from notee.emulator.state import LAST_REQUESTS_MAX, Response, Scope, State, header_map
 
 # errorCode -> (HTTP status, google.rpc status, message); messages as FCM sends them.
 FCM_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -28,7 +29,6 @@ FCM_ERRORS: dict[str, tuple[int, str, str]] = {
     "THIRD_PARTY_AUTH_ERROR": (401, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service"),
 }
 FCM_DEFAULT_CODE = {429: "QUOTA_EXCEEDED", 500: "INTERNAL", 503: "UNAVAILABLE"}
-FCM_PAYLOAD_LIMIT = 4096
 
 
 def fcm_error(
@@ -47,52 +47,6 @@ def fcm_error(
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))
     return status or http, headers, json.dumps({"error": error}, indent=2).encode()
-
-
-def _fcm_payload_size(message: dict[str, Any]) -> int:
-    """FCM's 4,096-byte limit counts the message's payload (notification and data, and what a device
-    gets of the platform blocks: android.notification, apns.payload), not the token, the headers or
-    the request envelope."""
-    payload: dict[str, Any] = {k: message[k] for k in ("notification", "data") if k in message}
-    if isinstance(message.get("android"), dict) and "notification" in message["android"]:
-        payload["android"] = {"notification": message["android"]["notification"]}
-    if isinstance(message.get("apns"), dict) and "payload" in message["apns"]:
-        payload["apns"] = {"payload": message["apns"]["payload"]}
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-
-
-def fcm_bad_field(problem: FcmProblem) -> Response:
-    """What FCM answers for a message field it refuses (unknown, or a bad value)."""
-    error = {
-        "code": 400,
-        "message": problem.text,
-        "status": "INVALID_ARGUMENT",
-        "details": [
-            {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"},
-            {
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": problem.field, "description": problem.text}],
-            },
-        ],
-    }
-    return 400, list(JSON_HEADERS), json.dumps({"error": error}, indent=2).encode()
-
-
-def fcm_too_big() -> Response:
-    """What FCM answers for a payload over 4,096 bytes."""
-    error = {
-        "code": 400,
-        "message": "Request contains an invalid argument.",
-        "status": "INVALID_ARGUMENT",
-        "details": [
-            {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": "INVALID_ARGUMENT"},
-            {
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": "message", "description": "Message is too big"}],
-            },
-        ],
-    }
-    return 400, list(JSON_HEADERS), json.dumps({"error": error}, indent=2).encode()
 
 
 def oauth_token(state: State, body: bytes) -> Response:
@@ -122,117 +76,87 @@ def oauth_token(state: State, body: bytes) -> Response:
     )
 
 
-def _bare_error(status: int, rpc: str, message: str) -> Response:
-    return (
-        status,
-        JSON_HEADERS,
-        json.dumps({"error": {"code": status, "message": message, "status": rpc}}, indent=2).encode(),
-    )
-
-
 def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
-    state.counts["fcm.recv"] += 1
-    headers = dict(scope["headers"])
-    auth = headers.get(b"authorization", b"")
+    counts = state.counts
+    counts["fcm.recv"] += 1
+    auth = header_map(scope).get(b"authorization", b"")
     realism = state.realism
     now = time.time()
     bearer = auth[7:].decode()
+    rejected = state.rejected_bearers
     if (
         not auth.startswith(b"Bearer ")
-        or bearer in state.rejected_bearers
-        or "*" in state.rejected_bearers
+        or (rejected and (bearer in rejected or "*" in rejected))
         or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)
     ):
-        state.counts["fcm.unauthenticated"] += 1
-        return _bare_error(
+        counts["fcm.unauthenticated"] += 1
+        return bare_error(
             401,
             "UNAUTHENTICATED",
             "Request had invalid authentication credentials. "
             "Expected OAuth 2 access token, login cookie or other valid authentication credential.",
         )
     try:
-        doc = json.loads(body)
-        message = doc["message"]
-        targets = [message[k] for k in ("token", "fid", "topic", "condition") if k in message]
-    except (ValueError, KeyError, TypeError):
-        return _bare_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
-    if len(targets) != 1 or not isinstance(targets[0], str):
-        return _bare_error(400, "INVALID_ARGUMENT", "Request contains an invalid argument.")
-    token = targets[0]
+        token, nid, verdict = _BODIES.read(body)
+    except BadBody as bad:
+        return bad.response
     if realism.enabled:
         wait = state.over_limit(("fcm-project", project), realism.fcm_quota_per_minute, now)
         if wait is not None:
-            state.counts["fcm.quota_exceeded"] += 1
+            counts["fcm.quota_exceeded"] += 1
             return fcm_error("QUOTA_EXCEEDED", str(max(1, math.ceil(wait))))
         if state.over_limit(("fcm-device", token), realism.device_per_minute, now) is not None:
-            state.counts["fcm.device_rate"] += 1
+            counts["fcm.device_rate"] += 1
             return fcm_error("QUOTA_EXCEEDED", message="Device message rate exceeded.")
     state.attempts[token] += 1
-    if len(state.last) < LAST_REQUESTS_MAX or token in state.last:
-        state.last[token] = {
+    last = state.last
+    kept = None  # the request as GET /_emu/requests/last shows it, for the first tokens after a reset
+    if len(last) < LAST_REQUESTS_MAX or token in last:
+        kept = last[token] = {
             "api": "fcm",
             "path": scope["path"],
-            "body": message,
-            "validate_only": bool(doc.get("validate_only")),
+            "body": verdict.message_for(token, nid),
+            "validate_only": verdict.validate_only,
             "headers": list(scope["headers"]),  # as received: state.last_view drops authorization
         }
-    fault = state.take_fault("fcm", token)
+    fault = state.take_fault("fcm", token) if state.faults else None
     if fault:
-        state.counts["fcm.fault"] += 1
+        counts["fcm.fault"] += 1
         return fcm_error(fault.code, fault.retry_after, status=fault.status)
     code = state.fcm_tokens.get(token)
     if code:
-        state.counts["fcm.error"] += 1
+        counts["fcm.error"] += 1
         return fcm_error(code)
-    refused = _refusal(message, body, token)
+    refused = verdict.refusal
     if refused is not None:
         count, (status, answer_headers, out) = refused
         if count:
-            state.counts[count] += 1
+            counts[count] += 1
         return status, list(answer_headers), out
-    if token in state.last:
-        state.last[token]["device"] = message  # what a device gets of it: state.last_view
-    state.counts["fcm.ok"] += 1
-    state.delivered["fcm"][token] += 1
-    state.record("fcm", token, message.get("data"))
+    if kept is not None:
+        kept["device"] = kept["body"]  # what a device gets of it: state.last_view
+    counts["fcm.ok"] += 1
+    state.deliver("fcm", token)
+    if state.journal is not None:
+        state.record("fcm", token, verdict.message_for(token, nid).get("data"))
     state.seq += 1
-    name = f"projects/{project}/messages/0:{int(time.time() * 1000)}{state.seq:08d}%e1e1e1e1"
-    # what json.dumps({"name": name}, indent=2) writes, without its pure-Python indenting encoder
-    return 200, JSON_HEADERS, b'{\n  "name": ' + json.dumps(name).encode() + b"\n}"
+    return 200, JSON_HEADERS, _name_answer(project, now, state.seq)
 
 
-# A fan-out sends one message body per page with only the token changing: what the field rules and
-# the size limit say of a body depends only on the rest of it, so it is decided once per distinct
-# rest (the body with its one token string cut out, and where it was cut) and remembered.
-_REFUSALS: dict[tuple[bytes, int], tuple[str, Response] | None] = {}
-_REFUSALS_KEPT = 1024
+# Nothing FCM decides of a body depends on its token: bodies are read once per kind (fcm_bodies)
+_BODIES = BodyVerdicts()
+_NAME_HEADS: dict[str, bytes] = {}
 
 
-def _refusal(message: dict[str, Any], body: bytes, token: str) -> tuple[str, Response] | None:
-    """FCM's answer to a message its field rules or its size limit refuse, with the count it adds
-    to (empty: none); None when it passes."""
-    if not token.isprintable() or '"' in token or "\\" in token:  # JSON escapes it: not found as is
-        return _judge(message)
-    needle = b'"' + token.encode() + b'"'
-    at = body.find(needle)
-    if at < 0 or body.find(needle, at + 1) >= 0:  # not cut out exactly once: decided for this body alone
-        return _judge(message)
-    key = (body[:at] + body[at + len(needle) :], at)
-    if key not in _REFUSALS:
-        if len(_REFUSALS) >= _REFUSALS_KEPT:
-            _REFUSALS.clear()
-        _REFUSALS[key] = _judge(message)
-    return _REFUSALS[key]
-
-
-def _judge(message: dict[str, Any]) -> tuple[str, Response] | None:
-    try:
-        check_fcm(message)
-    except FcmProblem as problem:
-        return "fcm.invalid", fcm_bad_field(problem)
-    if _fcm_payload_size(message) > FCM_PAYLOAD_LIMIT:
-        return "", fcm_too_big()
-    return None
+def _name_answer(project: str, now: float, seq: int) -> bytes:
+    """``json.dumps({"name": name}, indent=2)`` of the message's name, with the JSON of its constant
+    head built once per project (what follows it, digits and ``%e1e1e1e1``, JSON never escapes)."""
+    head = _NAME_HEADS.get(project)
+    if head is None:
+        if len(_NAME_HEADS) >= 1024:
+            _NAME_HEADS.clear()
+        head = _NAME_HEADS[project] = b'{\n  "name": ' + json.dumps(f"projects/{project}/messages/0:")[:-1].encode()
+    return head + b'%d%08d%%e1e1e1e1"\n}' % (int(now * 1000), seq)
 
 
 def _jwt_claims(raw: bytes) -> dict[str, Any] | None:

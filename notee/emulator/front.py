@@ -1,7 +1,7 @@
 """The emulator's public port (FCM HTTP v1, the browser push services, OAuth, ``/_emu`` and, outside
 realistic mode, APNs): TLS, then HTTP/2 answered on the emulator's own framing
 (``notee.emulator.peer``, ``notee.emulator.h2server``) in this worker's loop, and HTTP/1.1 relayed
-byte for byte to granian on a loopback port (``notee.emulator.server``).
+byte for byte to granian on a Unix socket of its own (``notee.emulator.server``).
 
 Why: granian's ASGI path cost ~65-80 µs of CPU per FCM request over HTTP/2 (its Rust HTTP/2 and
 TLS, then a scope, two coroutines and two messages per request in Python), the emulator's own
@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 
 class _Relay(asyncio.Protocol):
-    """The granian side of an HTTP/1.1 connection: what granian writes goes back to the client."""
+    """The granian side of an HTTP/1.1 connection: what granian writes goes back to the client.
+    Backpressure both ways: while granian's side cannot take more, the client is not read; while
+    the client's cannot, granian is not read (``FrontConnection.pause_writing``)."""
 
     def __init__(self, front: FrontConnection) -> None:
         self.front = front
@@ -47,6 +49,21 @@ class _Relay(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.upstream_lost()
 
+    def pause_writing(self) -> None:
+        self.front.reading(False)
+
+    def resume_writing(self) -> None:
+        self.front.reading(True)
+
+    def reading(self, on: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if on:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
 
 class FrontConnection(PeerConnection):
     """One client connection of the public port: HTTP/2 here, or HTTP/1.1 relayed to granian."""
@@ -58,6 +75,7 @@ class FrontConnection(PeerConnection):
         self.mode = ""  # "h2" | "http/1.1" once known
         self.relay: _Relay | None = None
         self.held: list[bytes] = []  # client bytes waiting for the relay's connection
+        self.client_full = False  # the client's side cannot take more now (pause_writing)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # HTTP/2 or not is told by the first bytes, not by ALPN, as granian tells it: some clients
@@ -72,16 +90,16 @@ class FrontConnection(PeerConnection):
 
     def _become_relay(self) -> None:
         self.mode = "http/1.1"
-        host, port = self.server.upstream
-        task = asyncio.get_running_loop().create_task(
-            asyncio.get_running_loop().create_connection(lambda: _Relay(self), host, port)
-        )
+        self.server.stats.relayed += 1
+        self.reading(False)  # what the client sends waits in its socket until granian's side is up
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(loop.create_unix_connection(lambda: _Relay(self), self.server.upstream))
         task.add_done_callback(self._relay_ready)
 
     def _relay_ready(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or task.exception() is not None:
             log.warning(
-                "emulator front: granian's port refused a relay: %r", None if task.cancelled() else task.exception()
+                "emulator front: granian's socket refused a relay: %r", None if task.cancelled() else task.exception()
             )
             self._close()
             return
@@ -92,6 +110,9 @@ class FrontConnection(PeerConnection):
         for data in self.held:
             self._to_upstream(data)
         self.held.clear()
+        if self.client_full:
+            self.relay.reading(False)
+        self.reading(True)
 
     def data_received(self, data: bytes) -> None:
         if not self.mode:  # the first bytes tell
@@ -120,6 +141,30 @@ class FrontConnection(PeerConnection):
         if not self.closing():
             self.transport.write(data)  # type: ignore[union-attr]
 
+    def reading(self, on: bool) -> None:
+        """Read the client again, or not until told."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if on:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self.client_full = True
+        if self.mode == "h2":
+            super().pause_writing()
+        elif self.relay is not None:
+            self.relay.reading(False)
+
+    def resume_writing(self) -> None:
+        self.client_full = False
+        if self.mode == "h2":
+            super().resume_writing()
+        elif self.relay is not None:
+            self.relay.reading(True)
+
     def upstream_lost(self) -> None:
         self._close()
 
@@ -132,10 +177,11 @@ class FrontConnection(PeerConnection):
         super().connection_lost(exc)
         self.upstream_close()
 
-    def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-        scope = super().scope(headers)
+    def complete(self, scope: dict[str, Any]) -> None:
         scope["server"] = self.server.address  # the port listened on (the web push VAPID audience)
-        return scope
+
+    def delays(self) -> bool:
+        return bool(self.server.latency())
 
     def delay(self, stream_id: int) -> float:
         latency = self.server.latency()
@@ -153,7 +199,7 @@ class FrontServer(PeerServer):
     gated = False  # FCM's front ends advertise one limit for the whole connection
     authority_as_host = True  # as granian's ASGI scope had it (the web push persona reads it)
 
-    def __init__(self, handle: Any, streams: int, upstream: tuple[str, int], latency: Callable[[], float]) -> None:
+    def __init__(self, handle: Any, streams: int, upstream: str, latency: Callable[[], float]) -> None:
         super().__init__(handle, PeerRules(first_streams=streams, max_streams=streams))
         self.upstream = upstream
         self.latency = latency

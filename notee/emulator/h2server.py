@@ -1,7 +1,8 @@
 """The emulator's own HTTP/2 server framing (``notee.emulator.peer``, ``.front``); the layout, codes
-and HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541).
-Response header blocks never use the dynamic table (``:status`` from the static table when it is
-there, every other header a literal without indexing), so they need no table size update.
+and HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541); the
+header blocks are ``notee.emulator.h2blocks``'s. A read's requests (HEADERS, then DATA) are taken in
+one loop (``_read``); every other frame, and a request frame with padding, priority or a
+CONTINUATION, goes through ``_frame``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from notee.emulator.h2blocks import HeadCache, Headers, settings_payload, window_update
 from notee.providers.http2_wire import (
     ACK,
     CONTINUATION,
@@ -38,72 +40,35 @@ from notee.providers.http2_wire import (
     RST_STREAM,
     SETTING,
     SETTINGS,
-    STATIC_TABLE,
     U32,
     WINDOW_UPDATE,
-    HeaderDecoder,
     ProtocolError,
     frame,
-    hpack_int,
 )
 
 # the emulator's SETTINGS besides its stream limit: h2's defaults, which the port advertised before
 LOCAL_WINDOW = 65_535  # SETTINGS_INITIAL_WINDOW_SIZE and the connection window it grants
 WINDOW_REFILL = LOCAL_WINDOW // 2  # a WINDOW_UPDATE once this much of a window was used
 STREAM_CLOSED = 0x5
-_STATUS_INDEX = {
-    int(value): hpack_int(i, 7, 0x80) for i, (name, value) in enumerate(STATIC_TABLE, 1) if name == b":status"
-}
-_STATIC_NAMES: dict[bytes, int] = {}
-for _i, (_name, _value) in enumerate(STATIC_TABLE, 1):
-    _STATIC_NAMES.setdefault(_name, _i)
-
-
-def settings_payload(values: dict[int, int]) -> bytes:
-    return b"".join(SETTING.pack(code, value) for code, value in values.items())
-
-
-def window_update(stream_id: int, increment: int) -> bytes:
-    return frame(8, 0, stream_id, U32.pack(increment))
-
-
-def _string(s: bytes) -> bytes:
-    return hpack_int(len(s), 7, 0) + s  # raw octets, no Huffman
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    """A literal header field without indexing (RFC 7541 §6.2.2)."""
-    index = _STATIC_NAMES.get(name)
-    return (hpack_int(index, 4, 0) if index else b"\x00" + _string(name)) + _string(value)
-
-
-_FIXED: dict[tuple[bytes, bytes], bytes] = {}  # representations of headers that repeat (content-type)
-
-
-def response_block(status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """A response's header block: ``:status`` then ``headers``, touching no dynamic table."""
-    parts = [_STATUS_INDEX.get(status) or _literal(b":status", str(status).encode())]
-    for header in headers:
-        rep = _FIXED.get(header)
-        if rep is None:
-            rep = _literal(*header)
-            if header[0] != b"apns-id" and len(_FIXED) < 64:
-                _FIXED[header] = rep
-        parts.append(rep)
-    return b"".join(parts)
+_PLAIN_HEADERS = PADDED | PRIORITY_FLAG  # HEADERS flags the read loop leaves to _frame
+_unpack_head = FRAME_HEAD.unpack_from
 
 
 @dataclass(slots=True)
 class Stream:
     """A request stream: headers, body so far, receive and send windows, whether the client ended it."""
 
-    headers: list[tuple[bytes, bytes]]
+    headers: Headers
     send_window: int
-    body: bytearray = field(default_factory=bytearray)
+    parts: list[bytes] = field(default_factory=list)  # the body's DATA payloads
     recv_left: int = LOCAL_WINDOW
     unacked: int = 0  # received bytes not yet given back with a WINDOW_UPDATE
     ended: bool = False
     pending: bytes | None = None  # an answer's DATA waiting for window
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.parts)  # one part (the usual case): that part itself, not a copy
 
 
 class ServerConnection(asyncio.Protocol):
@@ -115,7 +80,7 @@ class ServerConnection(asyncio.Protocol):
 
     def __init__(self, first_limit: int) -> None:
         self.transport: asyncio.Transport | None = None
-        self.decoder = HeaderDecoder()
+        self.heads = HeadCache()
         self.buf = bytearray()
         self.preface_seen = False
         self.out: list[bytes] = []
@@ -156,32 +121,76 @@ class ServerConnection(asyncio.Protocol):
         self.ready.append(stream_id)
 
     def _read(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
+        """One read's frames. A request's HEADERS (a new stream, the whole block, no padding or
+        priority) and its DATA are taken here; everything else goes through ``_frame``."""
+        if self.buf:  # the frame a previous read cut, completed
+            self.buf += data
+            data = bytes(self.buf)
+            self.buf.clear()
         pos = 0
         if not self.preface_seen:
-            if len(buf) < len(PREFACE):
-                if not PREFACE.startswith(bytes(buf)):
+            if len(data) < len(PREFACE):
+                if not PREFACE.startswith(data):
                     raise ProtocolError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                self.buf += data
                 return
-            if buf[: len(PREFACE)] != PREFACE:
+            if not data.startswith(PREFACE):
                 raise ProtocolError(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
             self.preface_seen, pos = True, len(PREFACE)
-        size = len(buf)
+        size, streams, ready = len(data), self.streams, self.ready
         while size - pos >= 9:
-            head, flags, stream_id = FRAME_HEAD.unpack_from(buf, pos)
+            head, flags, stream_id = _unpack_head(data, pos)
             length = head >> 8
             if length > DEFAULT_FRAME_SIZE:  # we never raise SETTINGS_MAX_FRAME_SIZE
                 raise ProtocolError(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
             end = pos + 9 + length
             if end > size:
                 break
-            self._frame(head & 0xFF, flags, stream_id & 0x7FFFFFFF, bytes(buf[pos + 9 : end]))
+            kind, stream_id = head & 0xFF, stream_id & 0x7FFFFFFF
+            if self.continuing is not None:
+                self._frame(kind, flags, stream_id, data[pos + 9 : end])
+            elif kind == DATA and (stream := streams.get(stream_id)) is not None:
+                self._data(stream_id, stream, flags, data[pos + 9 : end])
+            elif kind == HEADERS and flags & END_HEADERS and not flags & _PLAIN_HEADERS and stream_id > self.highest_in:
+                if not stream_id & 1:
+                    raise ProtocolError(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
+                if len(streams) + 1 > self.limit:
+                    raise ProtocolError(PROTOCOL_ERROR, f"more than {self.limit} concurrent streams")
+                self.highest_in = stream_id
+                stream = streams[stream_id] = Stream(self.heads.decode(data[pos + 9 : end]), self.stream_window)
+                if flags & END_STREAM:
+                    stream.ended = True
+                    ready.append(stream_id)
+            else:
+                self._frame(kind, flags, stream_id, data[pos + 9 : end])
+                if self.closing():
+                    return
             pos = end
-            if self.closing():
-                return
-        del buf[:pos]
+        if pos < size:
+            self.buf += data[pos:]
         self._give_back()
+
+    def _data(self, stream_id: int, stream: Stream, flags: int, payload: bytes) -> None:
+        """DATA on a stream the client opened."""
+        size = len(payload)  # flow control counts the padding too
+        self.recv_left -= size
+        if self.recv_left < 0:
+            raise ProtocolError(FLOW_CONTROL_ERROR, "the connection's receive window overrun")
+        self.unacked += size
+        if stream.ended:
+            self.out.append(frame(RST_STREAM, 0, stream_id, U32.pack(STREAM_CLOSED)))
+            return
+        stream.recv_left -= size
+        if stream.recv_left < 0:
+            raise ProtocolError(FLOW_CONTROL_ERROR, f"stream {stream_id}'s receive window overrun")
+        stream.parts.append(_unpad(flags, payload) if flags & PADDED else payload)
+        if flags & END_STREAM:
+            stream.ended = True
+            self.ready.append(stream_id)
+            return
+        stream.unacked += size
+        if stream.unacked >= WINDOW_REFILL:
+            self.refill.add(stream_id)
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self.continuing is not None and kind != CONTINUATION:
@@ -219,11 +228,11 @@ class ServerConnection(asyncio.Protocol):
         if stream is None and stream_id > self.highest_in:  # a new stream
             if len(self.streams) + 1 > self.limit:
                 raise ProtocolError(PROTOCOL_ERROR, f"more than {self.limit} concurrent streams")
-            headers = [(h[0], h[1]) for h in self.decoder.decode(block)]
+            headers = self.heads.decode(block)
             self.highest_in = stream_id
             stream = self.streams[stream_id] = Stream(headers, self.stream_window)
         else:
-            self.decoder.decode(block)  # trailers, or a closed stream's: the table must follow anyway
+            self.heads.follow(block)  # trailers, or a closed stream's: the table must follow anyway
             if stream is None or stream.ended:
                 self.out.append(frame(RST_STREAM, 0, stream_id, U32.pack(STREAM_CLOSED)))
                 return
@@ -235,27 +244,17 @@ class ServerConnection(asyncio.Protocol):
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
             raise ProtocolError(PROTOCOL_ERROR, "DATA on stream 0")
-        size = len(payload)  # flow control counts the padding too
-        self.recv_left -= size
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._data(stream_id, stream, flags, payload)
+            return
+        self.recv_left -= len(payload)  # flow control counts a refused frame too
         if self.recv_left < 0:
             raise ProtocolError(FLOW_CONTROL_ERROR, "the connection's receive window overrun")
-        self.unacked += size
-        stream = self.streams.get(stream_id)
-        if stream is None or stream.ended:
-            if stream_id > self.highest_in:
-                raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
-            self.out.append(frame(RST_STREAM, 0, stream_id, U32.pack(STREAM_CLOSED)))
-            return
-        stream.recv_left -= size
-        if stream.recv_left < 0:
-            raise ProtocolError(FLOW_CONTROL_ERROR, f"stream {stream_id}'s receive window overrun")
-        stream.body += _unpad(flags, payload)
-        if flags & END_STREAM:
-            self._ended(stream_id, stream)
-            return
-        stream.unacked += size
-        if stream.unacked >= WINDOW_REFILL:
-            self.refill.add(stream_id)
+        self.unacked += len(payload)
+        if stream_id > self.highest_in:
+            raise ProtocolError(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+        self.out.append(frame(RST_STREAM, 0, stream_id, U32.pack(STREAM_CLOSED)))
 
     def _give_back(self) -> None:
         """WINDOW_UPDATEs for what a read used, once it is read: the client cannot have seen them

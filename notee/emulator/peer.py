@@ -28,7 +28,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from notee.emulator.h2server import ServerConnection, Stream, response_block
+from notee.emulator.h2blocks import Headers, response_block
+from notee.emulator.h2server import ServerConnection, Stream
 from notee.providers.http2_wire import GOAWAY, GOAWAY_PAYLOAD, NO_ERROR, ProtocolError, frame
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class PeerStats:
     protocol_errors: int = 0
     ignored_after_goaway: int = 0
     max_open: int = 0  # most streams a client had open at once on one connection
+    relayed: int = 0  # the public port's front: HTTP/1.1 connections relayed to granian
     live: set[PeerConnection] = field(default_factory=set)
 
 
@@ -72,6 +74,7 @@ class PeerConnection(ServerConnection):
         self.highest_answered = 0
         self.answering = 0
         self.client: Any = None
+        self.scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}  # id of a kept header list -> its scope
 
     # -- asyncio ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -82,6 +85,16 @@ class PeerConnection(ServerConnection):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.stats.live.discard(self)
+
+    def pause_writing(self) -> None:
+        # a client that does not read its answers is not read either, instead of being answered
+        # into an ever longer buffer
+        if not self.closing():
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def resume_writing(self) -> None:
+        if not self.closing():
+            self.transport.resume_reading()  # type: ignore[union-attr]
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -100,13 +113,22 @@ class PeerConnection(ServerConnection):
         if len(self.streams) > self.server.stats.max_open:
             self.server.stats.max_open = len(self.streams)
         ready, self.ready = self.ready, []
-        for stream_id in ready:
-            if delay := self.delay(stream_id):
-                asyncio.get_running_loop().call_later(delay, self._answer_later, stream_id)
-            else:
+        if not self.delays():
+            for stream_id in ready:
                 self._answer(stream_id)
+        else:
+            for stream_id in ready:
+                if delay := self.delay(stream_id):
+                    asyncio.get_running_loop().call_later(delay, self._answer_later, stream_id)
+                else:
+                    self._answer(stream_id)
         self._flush()
-        self._maybe_finish_goaway()
+        if self.goaway_last is not None:
+            self._maybe_finish_goaway()
+
+    def delays(self) -> bool:
+        """Whether any answer may be held now (read once per read, not per stream)."""
+        return bool(self.server.rules.answer_delay_s)
 
     def delay(self, stream_id: int) -> float:
         """Seconds to hold this stream's answer."""
@@ -131,22 +153,24 @@ class PeerConnection(ServerConnection):
         self.answering = stream_id
         status, out, path = self._handle(stream)
         self.answered += 1
-        self.highest_answered = max(self.highest_answered, stream_id)
-        rules = self.server.rules
-        if (
-            self.server.gated
-            and not self.valid_seen
-            and path.startswith("/3/device/")
-            and _valid_for_limit(status, out)
-        ):
+        if stream_id > self.highest_answered:
+            self.highest_answered = stream_id
+        server = self.server
+        rules = server.rules
+        if server.gated and not self.valid_seen and path.startswith("/3/device/") and _valid_for_limit(status, out):
             self.valid_seen = True
             self.set_limit(rules.max_streams)
         if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
             self.goaway(stream_id)
 
-    def scope(self, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-        """The request as the handlers read it (the part of an ASGI scope they use); with
-        ``server.authority_as_host``, ``:authority`` as a ``host`` header, as granian's ASGI has it."""
+    def scope(self, headers: Headers) -> dict[str, Any]:
+        """The request as the handlers read it (the part of an ASGI scope they use, and the headers
+        as a dict: ``header_map``); with ``server.authority_as_host``, ``:authority`` as a ``host``
+        header, as granian's ASGI has it. A header list the connection's ``HeadCache`` keeps (the
+        same block again) gets the same scope again: the handlers only read it."""
+        kept = self.scopes.get(id(headers))
+        if kept is not None and kept[0] is headers:
+            return kept[1]
         method, target, authority, rest = b"GET", b"/", None, []
         for header in headers:  # one pass: this runs for every request
             name = header[0]
@@ -161,21 +185,31 @@ class PeerConnection(ServerConnection):
         if authority is not None and self.server.authority_as_host:
             rest.append((b"host", authority))  # after a client's own host, equal to it (RFC 9113 §8.3.1)
         path, _, query = target.decode().partition("?")
-        return {
+        scope = {
             "type": "http",
             "method": method.decode(),
             "path": path,
             "query_string": query.encode(),
             "headers": rest,
+            "header_map": dict(rest),
             "client": self.client,
         }
+        self.complete(scope)
+        if self.heads.kept(headers):
+            if len(self.scopes) >= self.heads.KEPT:
+                self.scopes.clear()
+            self.scopes[id(headers)] = (headers, scope)  # the list is held, so its id stays its own
+        return scope
+
+    def complete(self, scope: dict[str, Any]) -> None:
+        """What a subclass adds to a request's scope when it is built."""
 
     def _handle(self, stream: Stream) -> tuple[int, bytes, str]:
         """Answer one ended stream through the handler; returns its status, body and path."""
         scope = self.scope(stream.headers)
-        path = scope["path"]
+        path: str = scope["path"]
         try:
-            status, out_headers, out = self.server.handle(scope, bytes(stream.body))
+            status, out_headers, out = self.server.handle(scope, stream.body)
         except Exception:  # a handler bug must not take the connection down: 500, as granian does
             log.exception("emulator h2: handler failed for %s", path)
             status, out_headers, out = 500, [], b""

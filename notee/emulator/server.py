@@ -2,14 +2,16 @@
 
 One port serves HTTP/2 (with or without ALPN: aioapns sends none) and HTTP/1.1 (requests): the
 worker's front (``notee.emulator.front``) terminates TLS, answers HTTP/2 itself and relays HTTP/1.1
-to granian on a loopback port.
+to granian on a Unix socket in a directory of its own: nothing can take it between its choice and
+granian's bind, as another process could take a loopback port picked free and released.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +60,14 @@ def serve(config: EmulatorConfig, *, on_ready: Callable[[TlsFiles], None] | None
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
     host, port = config.host, config.port
     files: TlsFiles = ensure_tls(config.state_dir, [host, *config.names])
-    upstream = _free_loopback_port()
+    upstream_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))  # 0700: this user's only
+    upstream = upstream_dir / "granian.sock"
     # read by the ASGI worker (notee.emulator.state, .app) at start-up; granian's worker inherits them
     os.environ.update(
         {
             "NOTEE_EMULATOR_FRONT_HOST": host,
             "NOTEE_EMULATOR_FRONT_PORT": str(port),
-            "NOTEE_EMULATOR_UPSTREAM_PORT": str(upstream),
+            "NOTEE_EMULATOR_UPSTREAM": str(upstream),
             "NOTEE_EMULATOR_TLS_CERT": str(files.server_cert),
             "NOTEE_EMULATOR_TLS_KEY": str(files.server_key),
         }
@@ -79,22 +82,19 @@ def serve(config: EmulatorConfig, *, on_ready: Callable[[TlsFiles], None] | None
         )
     if on_ready:
         on_ready(files)
-    # granian serves HTTP/1.1 on loopback, behind the worker's front on the public port
+    # granian serves HTTP/1.1 on the Unix socket, behind the worker's front on the public port
     # (notee.emulator.front: TLS, HTTP/2 itself, HTTP/1.1 relayed here)
-    Granian(
-        "notee.emulator.app:app",
-        address="127.0.0.1",
-        port=upstream,
-        interface=Interfaces.ASGI,
-        http=HTTPModes.http1,
-        workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
-        log_level=LogLevels(config.log_level.lower()),
-        log_dictconfig=dict_config(GRANIAN_LOGGERS, config.log_level, config.log_format),
-        backpressure=4096,
-    ).serve()
-
-
-def _free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    try:
+        Granian(
+            "notee.emulator.app:app",
+            uds=upstream,
+            uds_permissions=0o600,
+            interface=Interfaces.ASGI,
+            http=HTTPModes.http1,
+            workers=1,  # the state (tokens, faults, counts) lives in this one worker's memory
+            log_level=LogLevels(config.log_level.lower()),
+            log_dictconfig=dict_config(GRANIAN_LOGGERS, config.log_level, config.log_format),
+            backpressure=4096,
+        ).serve()
+    finally:
+        shutil.rmtree(upstream_dir, ignore_errors=True)

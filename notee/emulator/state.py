@@ -24,7 +24,6 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-JSON_HEADERS = [(b"content-type", b"application/json; charset=UTF-8")]
 LAST_REQUESTS_MAX = 10_000  # tokens whose last request is kept (``GET /_emu/requests/last``)
 LAUNCH_REALISTIC: bool = os.environ.get("NOTEE_EMULATOR_REALISTIC") == "1"  # `notee emulator --realistic`
 # A file the emulator appends one JSON line to per delivered push (time, api, token, data): the
@@ -35,6 +34,14 @@ JOURNAL_PATH: str | None = os.environ.get("NOTEE_EMULATOR_JOURNAL") or None
 def _open_journal() -> Any:
     # line-buffered: a line is on disk as soon as the push is answered, whatever happens to the process
     return open(JOURNAL_PATH, "a", buffering=1, encoding="utf-8") if JOURNAL_PATH else None
+
+
+def header_map(scope: Scope) -> dict[bytes, bytes]:
+    """A request's headers as a dict (the last of a repeated name): the own HTTP/2 server's scope
+    carries one built with it (shared by every request with the same header block), the ASGI
+    app's does not."""
+    built: dict[bytes, bytes] | None = scope.get("header_map")
+    return built if built is not None else dict(scope["headers"])
 
 
 @dataclass
@@ -77,6 +84,7 @@ class State:
     rejected_bearers: set[str] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
     delivered: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # api -> token -> n
+    delivered_total: Counter[str] = field(default_factory=Counter)  # api -> n: the sums of ``delivered``
     attempts: Counter[str] = field(default_factory=Counter)  # token -> requests received
     last: dict[str, dict[str, Any]] = field(default_factory=dict)  # token -> last request seen
     jwt_iat: dict[bytes, int | None] = field(default_factory=dict)
@@ -101,6 +109,12 @@ class State:
         if "device" in view:
             view["device"] = fcm_device_view(kept["device"])
         return view
+
+    def deliver(self, api: str, token: str) -> None:
+        """One push delivered to ``token``: its count, and the api's total (``GET /_emu/stats``
+        reads that, not a sum over every token, many times a second during a bench's publish)."""
+        self.delivered[api][token] += 1
+        self.delivered_total[api] += 1
 
     def record(self, api: str, token: str, data: Any) -> None:
         """One delivered push, in the delivery journal when there is one."""

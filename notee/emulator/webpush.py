@@ -191,7 +191,7 @@ def webpush(state: State, scope: Scope, flavor: str, sub_id: str, body: bytes) -
         return _error(flavor, *refused)
     text, payload, error = _decrypt(sub, body)
     state.counts["webpush.ok"] += 1
-    state.delivered["webpush"][sub_id] += 1
+    state.deliver("webpush", sub_id)
     kept = state.web_pushes.setdefault(sub_id, [])
     kept.append(
         {
