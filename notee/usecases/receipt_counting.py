@@ -87,14 +87,14 @@ class IntentWatch:
 class KeepUnlessCounted:
     """``with KeepUnlessCounted(...) as guard:`` around a batch's writes: keeps ``sources`` for a
     recount if the block raises, or (as an intent, from ``watch``'s thread) if it runs longer than
-    ``INTENT_AFTER_S``; the intent is forgotten when the block ends normally. Sources of single
-    sends (no job counters) are not kept."""
+    ``INTENT_AFTER_S``; the intent is forgotten when the block ends normally. Jobs and single sends
+    alike (each has counters of its own)."""
 
     def __init__(
         self, watch: IntentWatch, sessions: sessionmaker[Session], service: str, sources: Iterable[str]
     ) -> None:
         self.watch, self.sessions, self.service = watch, sessions, service
-        self.sources = sorted({s for s in sources if not s.startswith("s")})
+        self.sources = sorted(set(sources))
         self.started = time.monotonic()
         self.taken = threading.Event()
         self._kept: list[int] | None = None

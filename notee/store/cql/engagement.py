@@ -1,10 +1,9 @@
 """The engagement tables (schema/cql/0007_engagement.cql, docs/ENGAGEMENT.md): the receipts apps post,
-one row per (notification, event), and their counters per job and per (type | topic | day).
+one row per (notification, event), single sends' source rows and their sent per day
+(``engagement_scope``'s `sent`); the counters are notee/store/cql/engagement_counts.py.
 
-Receipts are written idempotently (the row's key is the notification and the event) and counted
-only when the row was not there before this batch read it: a retried batch counts once. Counter
-increments run with ``COUNTER_PROFILE`` and are never retried (not idempotent); a count that
-drifted (a counter write that failed after its rows landed) is repaired by ``recount``."""
+Receipts are claimed: each row is written ``IF NOT EXISTS`` and counted only by the request told it
+applied it, so a retried batch, or two copies of one at once, counts once."""
 
 from __future__ import annotations
 
@@ -16,27 +15,22 @@ from datetime import datetime
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
+from cassandra.query import BatchStatement, BatchType, BoundStatement
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
 from notee.store.cql.rows import TUPLE_ROWS
 
 BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
-# Partitions one request reads or writes at most: a batch of 100 receipts of one job touches ~30 of
-# its buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
-# Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
-PARTITIONS_PER_REQUEST = 10
-# Rows one write request carries at most: Cassandra warns of a batch over batch_size_warn_threshold
-# (5 KiB; a receipt row is ~175 bytes in a batch), and a batch over it measured ~45 ms instead of
-# ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md "Measured").
-ROWS_PER_WRITE = 20
+# The rows of a batch are written one conditional request per partition (``claim_receipts``: a
+# lightweight transaction cannot span partitions); a batch of 100 receipts of one job touches ~30 of
+# its 32 buckets. Measured against the unlogged multi-partition writes it replaced in
+# docs/ENGAGEMENT.md "Measured".
 # A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
 # more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
 # than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
 READ_PARTITIONS = 10
-COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~16)
-SCOPES = ("type", "topic", "day", "sent")
+SCOPES = ("type", "topic", "day", "sent")  # engagement_scope's (only `sent` is still written)
 
 
 def bucket_of(device: str) -> int:
@@ -73,9 +67,11 @@ class Engagement:
         n = keyspaces.notification
         p = session.prepare
         key = "WHERE service = ? AND source = ? AND bucket = ?"
-        self.receipt_insert = p(
+        # Conditional: never marked idempotent (statements.py): a resent claim that the first attempt
+        # applied answers "not applied", and the event would go uncounted.
+        self.claim_receipt = p(
             f"INSERT INTO {n}.receipt (service, source, bucket, device, event, action, at, received)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
         )
         self.receipt_known = p(
             f"SELECT bucket, device, event FROM {n}.receipt"
@@ -95,34 +91,29 @@ class Engagement:
             f"SELECT notification_type, day, targeted, sent, created_at FROM {n}.receipt_source"
             " WHERE service = ? AND source = ?"
         )
-        # Execute the counter_add_* statements with COUNTER_PROFILE (never retried).
-        self.counter_add_engagement_job = p(
-            f"UPDATE {n}.engagement_job SET n = n + ? WHERE service = ? AND source = ? AND event = ?"
-        )
+        # Execute with COUNTER_PROFILE (never retried).
         self.counter_add_engagement_scope = p(
             f"UPDATE {n}.engagement_scope SET n = n + ?"
             " WHERE service = ? AND scope = ? AND month = ? AND item = ? AND event = ?"
         )
-        self.engagement_job_counts = p(f"SELECT event, n FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_scope_counts = p(
             f"SELECT item, event, n FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
         )
-        self.engagement_job_delete = p(f"DELETE FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_scope_delete = p(
             f"DELETE FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
         )
 
     # ------------------------------------------------------------------ writes
     def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> list[bool]:
-        """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
-        and not a repeat of an earlier row of ``rows``. Raises the first store error after every
-        request finished (a failed batch wrote nothing the client will not write again on retry).
-        The partitions a batch touches are read READ_PARTITIONS at a time, then written at most
-        PARTITIONS_PER_REQUEST partitions and ROWS_PER_WRITE rows at a time: a few requests per
-        batch instead of two per partition."""
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, r in enumerate(rows):
-            groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
+        """Write ``rows`` (idempotent) and say, per row, whether this call stored it first: not stored
+        before, not a repeat of an earlier row of ``rows``, and not stored meanwhile by another request
+        (two copies of a batch at once: the claim below). Raises the first store error after every
+        request finished (a failed batch wrote nothing the client will not write again on retry)."""
+        return self.claim_receipts(service, rows, self.known_receipts(service, rows), ttl_s)
+
+    def known_receipts(self, service: str, rows: Sequence[ReceiptRow]) -> set[tuple[str, str, str]]:
+        """(source, device, event) of ``rows`` already stored: the partitions ``rows`` touch, read
+        READ_PARTITIONS at a time (a few requests per batch instead of one per partition)."""
         reads = [
             (
                 source,
@@ -137,62 +128,63 @@ class Engagement:
                     execution_profile=TUPLE_ROWS,
                 ),
             )
+            for groups in [_groups(rows)]
             for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
         ]
         known: set[tuple[str, str, str]] = set()
         for source, future in reads:
             known.update((source, device, event) for _, device, event in future.result())
+        return known
+
+    def claim_receipts(
+        self, service: str, rows: Sequence[ReceiptRow], known: set[tuple[str, str, str]], ttl_s: int
+    ) -> list[bool]:
+        """Write the rows of ``rows`` not in ``known``, each ``IF NOT EXISTS`` (a lightweight
+        transaction: of two requests writing one row at once, exactly one is told it applied it), one
+        conditional batch per partition; per row, True when this call wrote it. A partition's batch
+        that did not apply (a row of it written meanwhile: a concurrent copy) is claimed row by row.
+        A timeout raises (applied or not: unknown; the batch's jobs are kept for the recount)."""
+        known = set(known)
         new = [False] * len(rows)
-        writes: list[ResponseFuture] = []
-        # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and the
-        # request answers once every partition met the consistency level.
-        batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-        for (source, bucket), members in groups.items():
+        claims: list[tuple[list[int], ResponseFuture]] = []
+        for (_, bucket), members in _groups(rows).items():
             fresh = []
             for i in members:
                 ident = (rows[i].source, rows[i].device, rows[i].event)
                 if ident not in known:
                     known.add(ident)
-                    new[i] = True
-                    fresh.append(rows[i])
-            if not fresh:
-                continue
-            if len(batch) and (parts == PARTITIONS_PER_REQUEST or len(batch) + len(fresh) > ROWS_PER_WRITE):
-                writes.append(self.session.execute_async(batch))
-                batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-            for r in fresh:
-                batch.add(
-                    self.receipt_insert, (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s)
-                )
-            parts += 1
-        if len(batch):
-            writes.append(self.session.execute_async(batch))
-        _wait(writes)
+                    fresh.append(i)
+            if fresh:
+                claims.append((fresh, self._claim(service, [(rows[i], bucket) for i in fresh], ttl_s)))
+        first: BaseException | None = None
+        retry: list[tuple[int, ResponseFuture]] = []
+        for members, future in claims:
+            try:
+                if future.result().was_applied:
+                    for i in members:
+                        new[i] = True
+                else:
+                    retry += [(i, self._claim(service, [(rows[i], bucket_of(rows[i].device))], ttl_s)) for i in members]
+            except BaseException as exc:
+                first = first or exc
+        for i, future in retry:
+            try:
+                new[i] = bool(future.result().was_applied)
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
         return new
 
-    def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
-        """Add ``counts`` ((source, its scope keys, event) -> new events) to the job's counters and
-        to its type's, topic's and day's, in counter batches (a batch of receipts of one job: one
-        request; its partitions are the job's and a few of its month's). Never retried: a failure
-        raises after every request finished, and ``recount`` repairs the job's counts."""
-        per_scope: Counter[tuple[str, str, str, str]] = Counter()
-        increments: list[tuple[PreparedStatement, tuple[object, ...]]] = []
-        for (source, keys, event), delta in counts.items():
-            if not source.startswith("s"):  # a single send's few events are counted from its rows (raw_counts)
-                increments.append((self.counter_add_engagement_job, (delta, service, source, event)))
-            per_scope[("type", keys.day[:7], keys.type_, event)] += delta
-            per_scope[("day", keys.day[:7], keys.day, event)] += delta
-            if keys.topic is not None:
-                per_scope[("topic", keys.day[:7], keys.topic, event)] += delta
-        for (scope, month, key, event), delta in per_scope.items():
-            increments.append((self.counter_add_engagement_scope, (delta, service, scope, month, key, event)))
-        futures = []
-        for k in range(0, len(increments), COUNTERS_PER_REQUEST):
-            batch = BatchStatement(batch_type=BatchType.COUNTER)
-            for statement, values in increments[k : k + COUNTERS_PER_REQUEST]:
-                batch.add(statement, values)
-            futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
-        _wait(futures)
+    def _claim(self, service: str, part: list[tuple[ReceiptRow, int]], ttl_s: int) -> ResponseFuture:
+        """One conditional request for rows of one partition (applied all or none)."""
+        values = [(service, r.source, b, r.device, r.event, r.action, r.at, r.received, ttl_s) for r, b in part]
+        if len(values) == 1:
+            return self.session.execute_async(self.claim_receipt, values[0], execution_profile=TUPLE_ROWS)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for v in values:
+            batch.add(self.claim_receipt, v)
+        return self.session.execute_async(batch, execution_profile=TUPLE_ROWS)
 
     def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
         return self.session.execute_async(
@@ -207,7 +199,7 @@ class Engagement:
             self.source_insert, (service, source, keys.type_, keys.day, sent[0], sent[1], stored_now(), ttl_s)
         )
         key = f"{keys.day} {keys.type_}"
-        _wait(
+        wait_all(
             self.add_scope(service, "sent", keys.day[:7], key, event, n)
             for event, n in (("targeted", sent[0]), ("sent", sent[1]))
             if n
@@ -219,22 +211,11 @@ class Engagement:
         row = self.session.execute(self.source_select, (service, source), execution_profile=TUPLE_ROWS).one()
         return None if row is None else (row[0], row[1], int(row[2] or 0), int(row[3] or 0))
 
-    def forget_jobs(self, jobs: Iterable[tuple[str, str]]) -> None:
-        """Delete the counters of ``jobs`` ((service, source)): their job rows are being pruned."""
-        _wait(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
-
-    def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
+    def forget_scope_months(self, services: Iterable[str], months: Sequence[str]) -> int:
         """Delete every scope partition of ``services`` for ``months``; how many partitions."""
         keys = [(svc, scope, month) for svc in services for scope in SCOPES for month in months]
-        _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
+        wait_all(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
         return len(keys)
-
-    def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
-        """A job's counters; ``everywhere``: read at ``ALL`` (module doc of usecases/receipt_repair.py)."""
-        level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
-        statement = BoundStatement(self.engagement_job_counts, consistency_level=level).bind((service, source))
-        rows = self.session.execute(statement, execution_profile=TUPLE_ROWS)
-        return {event: int(n) for event, n in rows}
 
     def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:
         """(key, event) -> count of ``scope`` over ``months`` (YYYY-MM): one partition read each."""
@@ -297,23 +278,13 @@ class Engagement:
                     newest = received
         return dict(truth), newest
 
-    def recount(self, service: str, source: str) -> dict[str, int]:
-        """Count the raw events of a job and set its counters to them (adding the difference): the
-        repair of a drifted count. Returns the counts. Not for a job receiving receipts right now
-        (an event counted between the read and the add would be counted twice)."""
-        truth = self.raw_counts(service, source)
-        held = self.job_counts(service, source)
-        futures = [
-            self.session.execute_async(
-                self.counter_add_engagement_job,
-                (truth.get(event, 0) - held.get(event, 0), service, source, event),
-                execution_profile=COUNTER_PROFILE,
-            )
-            for event in set(truth) | set(held)
-            if truth.get(event, 0) != held.get(event, 0)
-        ]
-        _wait(futures)
-        return truth
+
+def _groups(rows: Sequence[ReceiptRow]) -> dict[tuple[str, int], list[int]]:
+    """Indexes of ``rows`` per (source, bucket) partition."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
+    return groups
 
 
 def _partition_chunks(groups: dict[tuple[str, int], list[int]], size: int) -> list[tuple[str, list[tuple[str, int]]]]:
@@ -324,7 +295,7 @@ def _partition_chunks(groups: dict[tuple[str, int], list[int]], size: int) -> li
     return [(source, parts[k : k + size]) for source, parts in per_source.items() for k in range(0, len(parts), size)]
 
 
-def _wait(futures: Iterable[ResponseFuture]) -> None:
+def wait_all(futures: Iterable[ResponseFuture]) -> None:
     """Wait for every future; raise the first error after all have finished."""
     first: BaseException | None = None
     for f in list(futures):
