@@ -98,11 +98,17 @@ class KeepUnlessCounted:
         self.started = time.monotonic()
         self.taken = threading.Event()
         self._kept: list[int] | None = None
+        self._anyway = False
 
     def __enter__(self) -> KeepUnlessCounted:
         if self.sources:
             self.watch.arm(self)
         return self
+
+    def keep_anyway(self) -> None:
+        """Keep the sources for the recount even when the block ends normally (another request wrote
+        some of the batch's rows at the same moment: neither may have counted them)."""
+        self._anyway = True
 
     def check_deadline(self) -> None:
         """Raise ``CountedLate`` when it is too late to send counter writes."""
@@ -114,7 +120,7 @@ class KeepUnlessCounted:
             return
         if not self.watch.disarm(self):
             self.taken.wait()  # the intent is being written: known before this answers
-        if kind is None:
+        if kind is None and not self._anyway:
             if self._kept:
                 self._forget()
         elif self._kept is None:

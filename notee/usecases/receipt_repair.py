@@ -65,8 +65,8 @@ def repair_kept(
         jobs_unreachable=0,
         events_added=0,
         events_removed=0,
-        day_events_added=0,
-        day_events_removed=0,
+        figure_events_added=0,
+        figure_events_removed=0,
         runs_skipped=0,
     )
     with receipt_recount_sql.repair_lock(runtime.engine, wait_s) as mine:
@@ -113,17 +113,17 @@ def _repair_one(runtime: Runtime, service: str, source: str, report: Counter[str
         report["jobs_waiting"] += 1
         return False
     report["jobs_recounted"] += 1
-    report["events_added"] += sum(n for n in added.job.values() if n > 0)
-    report["events_removed"] += -sum(n for n in added.job.values() if n < 0)
-    report["day_events_added"] += sum(n for n in added.day.values() if n > 0)
-    report["day_events_removed"] += -sum(n for n in added.day.values() if n < 0)
-    if added.job or added.day:
+    report["events_added"] += sum(n for n in added.own.values() if n > 0)
+    report["events_removed"] += -sum(n for n in added.own.values() if n < 0)
+    report["figure_events_added"] += sum(n for n in added.figure.values() if n > 0)
+    report["figure_events_removed"] += -sum(n for n in added.figure.values() if n < 0)
+    if added.own or added.figure:
         log.info(
-            "service=%s source=%s: receipt counters recounted from the rows: own %s, day cell %s",
+            "service=%s source=%s: receipt counters recounted from the rows: own %s, figure cell %s",
             service,
             source,
-            added.job,
-            added.day,
+            added.own,
+            added.figure,
         )
     return True
 

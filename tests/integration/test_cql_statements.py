@@ -1,4 +1,4 @@
-"""The prepared statements' retry safety: counters and claims are never resent, everything else may be."""
+"""The prepared statements' retry safety: counters are never resent, everything else may be."""
 
 from cassandra.query import PreparedStatement
 
@@ -6,7 +6,7 @@ from notee.store.cql.rows import SubscriptionRef
 from tests.support.pins import ROW_BINDER
 
 
-def test_only_counter_increments_and_claims_are_not_idempotent(runtime):
+def test_only_counter_increments_are_not_idempotent(runtime):
     st = runtime.statements
     prepared = {name: s for name, s in vars(st).items() if isinstance(s, PreparedStatement)}
     assert {n for n, s in prepared.items() if not s.is_idempotent} == {
@@ -17,7 +17,6 @@ def test_only_counter_increments_and_claims_are_not_idempotent(runtime):
         "counter_add_engagement_job",
         "counter_add_engagement_scope",
         "counter_add_engagement_day",
-        "claim_receipt",  # IF NOT EXISTS: a resent claim the first attempt applied answers "not applied"
     }
     bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1, ""))
     assert bound.is_idempotent

@@ -8,7 +8,8 @@ Reliability, docs/ENGAGEMENT.md "Storage, and counting once"), on the real store
   3,900); each is now a cell of the job's own, set to the rows on its own.
 - A single send's lost counter write: kept and repaired as a job's.
 - Two copies of a batch at once (a client's retry racing its first attempt): both read "not stored"
-  before either wrote; the claim (IF NOT EXISTS) lets exactly one of them count each event.
+  before either wrote; each row's claims (read back after the write) let at most one of them count
+  it, and a row neither counted is counted by the recount of the job the copy that saw it kept.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy import text
 from notee.core import notification_id
 from notee.core.clock import naive_utc
 from notee.domain import services
+from notee.store import receipt_recount_sql
 from notee.store.cql.engagement import ReceiptRow, bucket_of
 from notee.usecases import receipt_repair, receipts
 from tests.support.fanout import finished_topic_job
@@ -92,8 +94,8 @@ def test_a_counter_request_applied_to_one_partition_only_is_repaired_in_every_fi
 
     monkeypatch.setattr(receipt_repair, "QUIET", timedelta(0))  # the job's rows are old enough
     report = receipt_repair.repair_kept(runtime, service=service, wait_s=60)
-    assert report["jobs_recounted"] == 1 and report["events_removed"] == report["day_events_removed"] == 0, report
-    assert report["events_added"] + report["day_events_added"] == DEVICES + DEVICES // 3, report
+    assert report["jobs_recounted"] == 1 and report["events_removed"] == report["figure_events_removed"] == 0, report
+    assert report["events_added"] + report["figure_events_added"] == DEVICES + DEVICES // 3, report
     want = {"delivered": DEVICES, "opened": DEVICES // 3}
     stats = client.get(f"/v1/stats/jobs/{job_id}", headers=headers).json()["counts"]
     assert {e: stats[e] for e in want} == want
@@ -102,7 +104,7 @@ def test_a_counter_request_applied_to_one_partition_only_is_repaired_in_every_fi
     assert list(_figures(client, headers, "day").values()) == [want]
     assert _kept(runtime, service) == []
     again = receipt_repair.repair_kept(runtime, service=service, wait_s=60)  # nothing kept: nothing added
-    assert (again["events_added"], again["day_events_added"]) == (0, 0), again
+    assert (again["events_added"], again["figure_events_added"]) == (0, 0), again
     assert _figures(client, headers, "type") == {"exact": want}
 
 
@@ -125,8 +127,8 @@ def test_a_single_sends_lost_counter_write_is_kept_and_repaired(client, settings
 
     monkeypatch.setattr(receipt_repair, "QUIET", timedelta(0))
     report = receipt_repair.repair_kept(runtime, service=service, wait_s=60)
-    assert (report["jobs_recounted"], report["events_added"], report["day_events_added"]) == (1, DEVICES, DEVICES)
-    assert runtime.statements.job_counts(service, send) == {"delivered": DEVICES}
+    assert (report["jobs_recounted"], report["events_added"], report["figure_events_added"]) == (1, DEVICES, DEVICES)
+    assert runtime.statements.held(service, send, keys, everywhere=True).own == {"delivered": DEVICES}
     assert _figures(client, headers, "type") == {"otp": {"delivered": DEVICES, "opened": 0}}
     assert list(_figures(client, headers, "day").values()) == [{"delivered": DEVICES, "opened": 0}]
     assert client.get(f"/v1/stats/jobs/{send}", headers=headers).json()["counts"]["delivered"] == DEVICES
@@ -137,30 +139,58 @@ def _rows(source: str, devices: list[str]) -> list[ReceiptRow]:
     return [ReceiptRow(source, d, "delivered", None, now, now) for d in devices]
 
 
-def test_two_copies_of_a_batch_at_once_store_each_event_once_and_one_of_them_counts_it(runtime, store_tenant):
-    """Both copies read their rows as not stored before either writes (the race): the claims answer
-    exactly one of them per row, also when the other copy wrote only some rows of a partition."""
+@pytest.mark.parametrize("order", ["writes-then-reads", "one-after-the-other"])
+def test_two_copies_of_a_batch_at_once_never_count_an_event_twice(runtime, settings, store_tenant, monkeypatch, order):
+    """Both copies read their rows as not stored before either writes (the race). Each then writes
+    with its claim and reads the claims back, in either order: no row is counted by both, the second
+    copy's extra row is its own, and a row neither counted leaves its job kept: the recount then makes
+    the counters the raw rows."""
     service = store_tenant
-    source = notification_id.source_of_job(str(uuid.uuid4()))
+    job_id = finished_topic_job(runtime, service, DEVICES, type_="race", topic="t")
+    source = notification_id.source_of_job(job_id)
     st = runtime.statements
-    devices = [notification_id.device_part(f"race-{i}") for i in range(60)]
+    devices = [notification_id.device_part(f"race-{i}") for i in range(DEVICES)]
     first = _rows(source, devices)
-    # the second copy carries more: a partition of it holds a row the first wrote and one it did not
+    # the second copy carries one more row, in a partition the first copy writes too
     bucket = bucket_of(devices[0])
     extra = next(d for i in range(10_000) if bucket_of(d := notification_id.device_part(f"more-{i}")) == bucket)
     second = _rows(source, [*devices, extra])
-    read_first, read_second = st.known_receipts(service, first), st.known_receipts(service, second)
-    assert read_first == read_second == set()
-    won_first = st.claim_receipts(service, first, read_first, TTL_S)
-    won_second = st.claim_receipts(service, second, read_second, TTL_S)
-    assert won_first == [True] * len(first)
-    assert won_second == [False] * len(devices) + [True], "an event claimed by both copies: counted twice"
-    assert st.raw_counts(service, source) == {"delivered": len(devices) + 1}
+    known_first, known_second = st.known_receipts(service, first), st.known_receipts(service, second)
+    assert known_first == known_second == set()
+    if order == "writes-then-reads":
+        written_first = st.write_claimed(service, first, known_first, "copy-1", TTL_S)
+        written_second = st.write_claimed(service, second, known_second, "copy-2", TTL_S)
+        got_first = st.read_claims(service, first, written_first, "copy-1")
+    else:
+        written_first = st.write_claimed(service, first, known_first, "copy-1", TTL_S)
+        got_first = st.read_claims(service, first, written_first, "copy-1")
+        written_second = st.write_claimed(service, second, known_second, "copy-2", TTL_S)
+    got_second = st.read_claims(service, second, written_second, "copy-2")
+    assert st.raw_counts(service, source) == {"delivered": DEVICES + 1}
+    for i in range(DEVICES):
+        assert not (got_first.new[i] and got_second.new[i]), f"row {i} counted by both copies"
+    assert got_second.new[DEVICES], "the second copy's own row is not counted"
+    assert got_second.contested == {source}, "the copy that saw the other did not keep its job"
+    if order == "one-after-the-other":
+        assert got_first.new == [True] * DEVICES and got_first.contested == set()
+    # what the copies count, then the recount of the kept job: the counters are the raw rows
+    keys = receipts.scope_keys("race", "t", datetime.now(UTC), "Asia/Seoul")
+    for got in (got_first, got_second):
+        if sum(got.new):
+            st.count(service, {(source, keys, "delivered"): sum(got.new)})
+    assert st.job_counts(service, source).get("delivered", 0) <= DEVICES + 1
+    receipt_recount_sql.record(runtime.sessions, service, [source])
+    monkeypatch.setattr(receipt_repair, "QUIET", timedelta(0))
+    assert receipt_repair.repair_kept(runtime, service=service, wait_s=60)["jobs_recounted"] == 1
+    assert st.job_counts(service, source) == {"delivered": DEVICES + 1}
 
 
-def test_a_copy_that_read_before_the_other_wrote_counts_nothing_again(runtime, settings, store_tenant, monkeypatch):
-    """The use case end to end: one copy stored and counted, the other had read "not stored" before
-    that; it answers every event as a duplicate and the counters hold each event once."""
+def test_a_copy_that_read_before_the_other_wrote_counts_nothing_and_keeps_its_job(
+    runtime, settings, store_tenant, monkeypatch
+):
+    """The use case end to end: one copy stored and counted; the other had read "not stored" before
+    that: it writes the rows again, reads the first copy's claims, counts none of them (each answered
+    a duplicate) and keeps the job, whose recount then finds nothing to add."""
     service = store_tenant
     job_id = finished_topic_job(runtime, service, DEVICES, type_="race", topic="t")
     source = notification_id.source_of_job(job_id)
@@ -168,9 +198,16 @@ def test_a_copy_that_read_before_the_other_wrote_counts_nothing_again(runtime, s
     events = [receipts.ReceiptEvent(notification_id.make(source, f"copy-{i}"), "opened", at) for i in range(DEVICES)]
     done = receipts.post_receipts(runtime, settings, receipts.Caches(), service, events)
     assert (done.accepted, done.duplicates) == (DEVICES, 0)
-    monkeypatch.setattr(runtime.statements, "known_receipts", lambda *a: set())  # its read came first
-    late = receipts.post_receipts(runtime, settings, receipts.Caches(), service, events)
+    assert _kept(runtime, service) == []
+    with monkeypatch.context() as raced:
+        raced.setattr(runtime.statements, "known_receipts", lambda *a: set())  # its read came first
+        late = receipts.post_receipts(runtime, settings, receipts.Caches(), service, events)
     assert (late.accepted, late.duplicates) == (0, DEVICES)
+    assert runtime.statements.job_counts(service, source) == {"opened": DEVICES}
+    assert _kept(runtime, service) == [source]
+    monkeypatch.setattr(receipt_repair, "QUIET", timedelta(0))
+    report = receipt_repair.repair_kept(runtime, service=service, wait_s=60)
+    assert (report["jobs_recounted"], report["events_added"], report["events_removed"]) == (1, 0, 0), report
     assert runtime.statements.job_counts(service, source) == {"opened": DEVICES}
 
 

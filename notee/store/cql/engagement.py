@@ -2,11 +2,20 @@
 one row per (notification, event), single sends' source rows and their sent per day
 (``engagement_scope``'s `sent`); the counters are notee/store/cql/engagement_counts.py.
 
-Receipts are claimed: each row is written ``IF NOT EXISTS`` and counted only by the request told it
-applied it, so a retried batch, or two copies of one at once, counts once."""
+Counting once: a batch reads which of its rows exist and writes the others, each with the batch's
+own random claim added to the row's ``claims`` set (an update adds to a set: two requests writing one
+row both leave theirs), then reads the claims back. A row whose only claim is the batch's is the
+batch's to count; a row holding another claim was written by another request at the same moment
+(two copies of a batch: a client's retry racing its first attempt). Of two such requests at least
+one reads the other's claim (each reads after its own write, both at QUORUM), so at most one counts
+the row; the one that saw the other keeps the job for the scheduler's recount, which sets the
+counters to the rows if neither counted. A retried batch (later) reads its rows as stored and
+counts nothing. No lightweight transaction: one per partition took the receipts' rate from 6,218 to
+2,208 events/s (docs/ENGAGEMENT.md "Measured")."""
 
 from __future__ import annotations
 
+import secrets
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -22,10 +31,15 @@ from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
 from notee.store.cql.rows import TUPLE_ROWS
 
 BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
-# The rows of a batch are written one conditional request per partition (``claim_receipts``: a
-# lightweight transaction cannot span partitions); a batch of 100 receipts of one job touches ~30 of
-# its 32 buckets. Measured against the unlogged multi-partition writes it replaced in
-# docs/ENGAGEMENT.md "Measured".
+# Partitions one request writes at most: a batch of 100 receipts of one job touches ~30 of its
+# buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
+# Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
+PARTITIONS_PER_REQUEST = 10
+# Rows one write request carries at most: Cassandra warns of a batch over batch_size_warn_threshold
+# (5 KiB; a receipt row with its claim is ~190 bytes in a batch), and a batch over it measured ~45 ms
+# instead of ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md
+# "Measured").
+ROWS_PER_WRITE = 20
 # A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
 # more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
 # than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
@@ -50,6 +64,16 @@ class ReceiptRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    """What ``store_receipts`` did: per row, whether this call stored it first (it counts it); the
+    sources of rows another request wrote at the same moment (neither counted: kept for the
+    recount)."""
+
+    new: list[bool]
+    contested: set[str]
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeKeys:
     """Where a source's events are counted besides its own partition: its template type, its topic
     ("<type> <topic>", None: not a topic job) and its day (YYYY-MM-DD, the service's time zone)."""
@@ -67,14 +91,14 @@ class Engagement:
         n = keyspaces.notification
         p = session.prepare
         key = "WHERE service = ? AND source = ? AND bucket = ?"
-        # Conditional: never marked idempotent (statements.py): a resent claim that the first attempt
-        # applied answers "not applied", and the event would go uncounted.
-        self.claim_receipt = p(
-            f"INSERT INTO {n}.receipt (service, source, bucket, device, event, action, at, received)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+        # An update, so that ``claims`` is added to (an insert would replace the set): two requests
+        # writing one row both leave their claim. Idempotent (a set): resent safely.
+        self.receipt_write = p(
+            f"UPDATE {n}.receipt USING TTL ? SET action = ?, at = ?, received = ?, claims = claims + ? {key}"
+            " AND device = ? AND event = ?"
         )
-        self.receipt_known = p(
-            f"SELECT bucket, device, event FROM {n}.receipt"
+        self.receipt_claims = p(
+            f"SELECT device, event, claims FROM {n}.receipt"
             " WHERE service = ? AND source = ? AND bucket IN ? AND device IN ?"
         )
         self.receipt_page = p(f"SELECT device, event, action, at, received FROM {n}.receipt {key} LIMIT ?")
@@ -104,87 +128,102 @@ class Engagement:
         )
 
     # ------------------------------------------------------------------ writes
-    def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> list[bool]:
-        """Write ``rows`` (idempotent) and say, per row, whether this call stored it first: not stored
-        before, not a repeat of an earlier row of ``rows``, and not stored meanwhile by another request
-        (two copies of a batch at once: the claim below). Raises the first store error after every
-        request finished (a failed batch wrote nothing the client will not write again on retry)."""
-        return self.claim_receipts(service, rows, self.known_receipts(service, rows), ttl_s)
+    def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> Stored:
+        """Write ``rows`` (idempotent) and say which this call stored first (module doc): read which
+        exist, write the others with this call's claim, read their claims back. Raises the first
+        store error after every request finished (a failed batch wrote nothing the client will not
+        write again on retry)."""
+        claim = secrets.token_urlsafe(6)
+        written = self.write_claimed(service, rows, self.known_receipts(service, rows), claim, ttl_s)
+        return self.read_claims(service, rows, written, claim)
 
     def known_receipts(self, service: str, rows: Sequence[ReceiptRow]) -> set[tuple[str, str, str]]:
-        """(source, device, event) of ``rows`` already stored: the partitions ``rows`` touch, read
-        READ_PARTITIONS at a time (a few requests per batch instead of one per partition)."""
-        reads = [
-            (
-                source,
-                self.session.execute_async(
-                    self.receipt_known,
-                    (
-                        service,
-                        source,
-                        [b for _, b in chunk],
-                        sorted({rows[i].device for g in chunk for i in groups[g]}),
-                    ),
-                    execution_profile=TUPLE_ROWS,
-                ),
-            )
-            for groups in [_groups(rows)]
-            for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
-        ]
-        known: set[tuple[str, str, str]] = set()
-        for source, future in reads:
-            known.update((source, device, event) for _, device, event in future.result())
-        return known
+        """(source, device, event) of ``rows`` already stored."""
+        return {
+            (source, device, event) for source, device, event, _ in self._read_rows(service, rows, range(len(rows)))
+        }
 
-    def claim_receipts(
-        self, service: str, rows: Sequence[ReceiptRow], known: set[tuple[str, str, str]], ttl_s: int
-    ) -> list[bool]:
-        """Write the rows of ``rows`` not in ``known``, each ``IF NOT EXISTS`` (a lightweight
-        transaction: of two requests writing one row at once, exactly one is told it applied it), one
-        conditional batch per partition; per row, True when this call wrote it. A partition's batch
-        that did not apply (a row of it written meanwhile: a concurrent copy) is claimed row by row.
-        A timeout raises (applied or not: unknown; the batch's jobs are kept for the recount)."""
+    def write_claimed(
+        self, service: str, rows: Sequence[ReceiptRow], known: set[tuple[str, str, str]], claim: str, ttl_s: int
+    ) -> list[int]:
+        """Write the rows of ``rows`` not in ``known`` (nor repeated earlier in ``rows``), adding
+        ``claim`` to each one's ``claims``; their indexes. At most PARTITIONS_PER_REQUEST partitions
+        and ROWS_PER_WRITE rows a request."""
         known = set(known)
-        new = [False] * len(rows)
-        claims: list[tuple[list[int], ResponseFuture]] = []
-        for (_, bucket), members in _groups(rows).items():
+        written: list[int] = []
+        writes: list[ResponseFuture] = []
+        # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and the
+        # request answers once every partition met the consistency level.
+        batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+        for (source, bucket), members in _groups(rows).items():
             fresh = []
             for i in members:
                 ident = (rows[i].source, rows[i].device, rows[i].event)
                 if ident not in known:
                     known.add(ident)
                     fresh.append(i)
-            if fresh:
-                claims.append((fresh, self._claim(service, [(rows[i], bucket) for i in fresh], ttl_s)))
-        first: BaseException | None = None
-        retry: list[tuple[int, ResponseFuture]] = []
-        for members, future in claims:
-            try:
-                if future.result().was_applied:
-                    for i in members:
-                        new[i] = True
-                else:
-                    retry += [(i, self._claim(service, [(rows[i], bucket_of(rows[i].device))], ttl_s)) for i in members]
-            except BaseException as exc:
-                first = first or exc
-        for i, future in retry:
-            try:
-                new[i] = bool(future.result().was_applied)
-            except BaseException as exc:
-                first = first or exc
-        if first is not None:
-            raise first
-        return new
+            if not fresh:
+                continue
+            if len(batch) and (parts == PARTITIONS_PER_REQUEST or len(batch) + len(fresh) > ROWS_PER_WRITE):
+                writes.append(self.session.execute_async(batch))
+                batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+            for i in fresh:
+                r = rows[i]
+                batch.add(
+                    self.receipt_write,
+                    (ttl_s, r.action, r.at, r.received, {claim}, service, source, bucket, r.device, r.event),
+                )
+            written += fresh
+            parts += 1
+        if len(batch):
+            writes.append(self.session.execute_async(batch))
+        wait_all(writes)
+        return sorted(written)
 
-    def _claim(self, service: str, part: list[tuple[ReceiptRow, int]], ttl_s: int) -> ResponseFuture:
-        """One conditional request for rows of one partition (applied all or none)."""
-        values = [(service, r.source, b, r.device, r.event, r.action, r.at, r.received, ttl_s) for r, b in part]
-        if len(values) == 1:
-            return self.session.execute_async(self.claim_receipt, values[0], execution_profile=TUPLE_ROWS)
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for v in values:
-            batch.add(self.claim_receipt, v)
-        return self.session.execute_async(batch, execution_profile=TUPLE_ROWS)
+    def read_claims(self, service: str, rows: Sequence[ReceiptRow], written: list[int], claim: str) -> Stored:
+        """Read back the claims of the ``written`` rows: a row is new (this call counts it) when its
+        only claim is ``claim``; one that holds another claim was written by another request too (two
+        copies of a batch at once), and neither may be sure the other counted it: it is not counted
+        here and its source is ``contested`` (kept for the recount)."""
+        claims = {(src, device, event): held for src, device, event, held in self._read_rows(service, rows, written)}
+        new = [False] * len(rows)
+        contested: set[str] = set()
+        for i in written:
+            r = rows[i]
+            held = claims.get((r.source, r.device, r.event)) or set()
+            if held == {claim}:
+                new[i] = True
+            else:  # another request's claim (or, read at QUORUM, not ours yet: cannot happen, kept anyway)
+                contested.add(r.source)
+        return Stored(new, contested)
+
+    def _read_rows(
+        self, service: str, rows: Sequence[ReceiptRow], members: Iterable[int]
+    ) -> list[tuple[str, str, str, set[str]]]:
+        """(source, device, event, claims) of the stored rows of the partitions ``rows[members]``
+        touch, READ_PARTITIONS partitions a request (a few requests per batch, not one per partition)."""
+        chosen = [rows[i] for i in members]
+        groups = _groups(chosen)
+        reads = [
+            (
+                source,
+                self.session.execute_async(
+                    self.receipt_claims,
+                    (
+                        service,
+                        source,
+                        [b for _, b in chunk],
+                        sorted({chosen[i].device for g in chunk for i in groups[g]}),
+                    ),
+                    execution_profile=TUPLE_ROWS,
+                ),
+            )
+            for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
+        ]
+        out: list[tuple[str, str, str, set[str]]] = []
+        for source, future in reads:
+            out += [(source, device, event, set(held or ())) for device, event, held in future.result()]
+        return out
 
     def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
         return self.session.execute_async(

@@ -1,13 +1,13 @@
-"""The receipts' counters (docs/ENGAGEMENT.md "Storage, and counting once"): per notification source
-(``engagement_job``, schema/cql/0007_engagement.cql: a job's, or a single send's) and per (day,
-template type, topic, source) (``engagement_day``, schema/cql/0008_engagement_day.cql), whose sums
-are the figures per day, type and topic.
+"""The receipts' counters (docs/ENGAGEMENT.md "Storage, and counting once"): per job
+(``engagement_job``, schema/cql/0007_engagement.cql) and per day (``engagement_day``,
+schema/cql/0008_engagement_day.cql), whose figure cells sum to the figures per day, type and topic.
 
-A job's contribution to its day, type and topic is a cell of its own, so each counter the repair
+A job's share of its day, type and topic is a figure cell of its own, so each counter the repair
 sets (``held``, ``add_differences``) is read back and set to the raw rows on its own: a counter
 request Cassandra applied to some of its partitions and not to the others leaves no difference the
-repair cannot see. Single sends share one day cell per (day, type) (a cell per send would grow the
-day's partition with the sends): theirs gets the send's own difference (the bound in the docs).
+repair cannot see. The day's single sends of a type share one figure cell (the figures' reads stay
+small); each send has its own cell beside it, in the same partition, added to in the same request
+(one mutation: applied together or not at all), so the send's own cell says what its share holds.
 
 Counter increments run with ``COUNTER_PROFILE`` and are never retried (not idempotent)."""
 
@@ -27,7 +27,8 @@ from notee.store.cql.engagement import Engagement, ScopeKeys, wait_all
 from notee.store.cql.rows import TUPLE_ROWS
 
 COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~8)
-SINGLE_SENDS = ""  # the source of the day cell the service's single sends of a (day, type) share
+FIGURES, SENDS = "f", "s"  # engagement_day's kinds of cell: summed by the figures, or a send's own
+SHARED = ""  # the source of the figure cell the service's single sends of a (day, type) share
 
 Increment = tuple[PreparedStatement, tuple[object, ...]]
 DayItem = tuple[str, str, str]  # (day, template type, topic or '') of engagement_day
@@ -37,19 +38,28 @@ def is_single_send(source: str) -> bool:
     return source.startswith("s")  # notee/core/notification_id.py: a send id starts with "s"
 
 
-def day_cell(source: str, keys: ScopeKeys) -> tuple[str, str, str, str]:
-    """(day, type, topic, source) of the engagement_day cell ``source``'s events are counted in (the
-    topic without the "<type> " ``keys.topic`` carries)."""
+def figure_cell(source: str, keys: ScopeKeys) -> tuple[str, str, str, str, str]:
+    """(day, kind, type, topic, source) of the engagement_day cell the figures count ``source``'s
+    events in (the topic without the "<type> " ``keys.topic`` carries): a job's own, or the one the
+    day's single sends of the type share."""
     topic = keys.topic[len(keys.type_) + 1 :] if keys.topic else ""
-    return keys.day, keys.type_, topic, SINGLE_SENDS if is_single_send(source) else source
+    return keys.day, FIGURES, keys.type_, topic, SHARED if is_single_send(source) else source
+
+
+def send_cell(source: str, keys: ScopeKeys) -> tuple[str, str, str, str, str]:
+    """(day, kind, type, topic, source) of a single send's own cell, in the same partition as the
+    figure cell it shares (one counter request adds to both: one mutation, applied together)."""
+    return keys.day, SENDS, keys.type_, "", source
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A source's counters as read: its own (``job``) and its day cell (``day``), per event."""
+    """A source's counters as read, per event: its own (``own``: a job's engagement_job row, a single
+    send's own cell) and its figure cell (``figure``: a job's; empty for a single send, whose
+    figure cell is shared)."""
 
-    job: dict[str, int] = field(default_factory=dict)
-    day: dict[str, int] = field(default_factory=dict)
+    own: dict[str, int] = field(default_factory=dict)
+    figure: dict[str, int] = field(default_factory=dict)
 
 
 class EngagementCounts(Engagement):
@@ -59,7 +69,7 @@ class EngagementCounts(Engagement):
         super().__init__(session, keyspaces)
         n = keyspaces.notification
         p = session.prepare
-        cell = "WHERE service = ? AND day = ? AND notification_type = ? AND topic = ? AND source = ?"
+        cell = "WHERE service = ? AND day = ? AND kind = ? AND notification_type = ? AND topic = ? AND source = ?"
         # Execute the counter_add_* statements with COUNTER_PROFILE (never retried).
         self.counter_add_engagement_job = p(
             f"UPDATE {n}.engagement_job SET n = n + ? WHERE service = ? AND source = ? AND event = ?"
@@ -68,55 +78,71 @@ class EngagementCounts(Engagement):
         self.engagement_job_counts = p(f"SELECT event, n FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_day_cell = p(f"SELECT event, n FROM {n}.engagement_day {cell}")
         self.engagement_day_counts = p(
-            f"SELECT notification_type, topic, event, n FROM {n}.engagement_day WHERE service = ? AND day = ?"
+            f"SELECT notification_type, topic, event, n FROM {n}.engagement_day"
+            f" WHERE service = ? AND day = ? AND kind = '{FIGURES}'"
         )
         self.engagement_job_delete = p(f"DELETE FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_day_delete = p(f"DELETE FROM {n}.engagement_day WHERE service = ? AND day = ?")
 
     # ------------------------------------------------------------------ writes
     def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
-        """Add ``counts`` ((source, its scope keys, event) -> new events) to each source's counters
-        and to its day cell (a batch of receipts of one job: one request of ~8 increments, its
-        partition's and its day's). Never retried: a failure raises after every request finished, and
-        the batch's sources are kept for the recount (notee/usecases/receipt_counting.py)."""
-        per_day: Counter[tuple[str, str, str, str, str]] = Counter()
+        """Add ``counts`` ((source, its scope keys, event) -> new events) to each source's counters:
+        a job's own and its figure cell, a single send's own cell and the figure cell it shares (a
+        batch of receipts of one job: one request of ~8 increments). Never retried: a failure raises
+        after every request finished, and the batch's sources are kept for the recount
+        (notee/usecases/receipt_counting.py)."""
+        cells: Counter[tuple[str, str, str, str, str, str]] = Counter()
         increments: list[Increment] = []
         for (source, keys, event), delta in counts.items():
-            increments.append((self.counter_add_engagement_job, (delta, service, source, event)))
-            per_day[(*day_cell(source, keys), event)] += delta
-        for (day, type_, topic, cell_source, event), delta in per_day.items():
-            increments.append(
-                (self.counter_add_engagement_day, (delta, service, day, type_, topic, cell_source, event))
-            )
+            if is_single_send(source):
+                cells[(*send_cell(source, keys), event)] += delta
+            else:
+                increments.append((self.counter_add_engagement_job, (delta, service, source, event)))
+            cells[(*figure_cell(source, keys), event)] += delta
+        increments += [(self.counter_add_engagement_day, (d, service, *cell)) for cell, d in cells.items()]
         self.add_counters(increments)
 
     def add_counters(self, increments: Sequence[Increment]) -> None:
-        """Send ``increments`` in counter batches of COUNTERS_PER_REQUEST; raise the first error after
-        every request finished."""
+        """Send ``increments`` in counter batches of about COUNTERS_PER_REQUEST, a partition's
+        increments always in one request (one mutation at its replicas: a single send's own cell and
+        its shared figure cell are applied together or not at all); raise the first error after every
+        request finished."""
+        per_partition: dict[tuple[object, ...], list[Increment]] = {}
+        for statement, values in increments:
+            per_partition.setdefault((statement.query_id, *values[1:3]), []).append((statement, values))
         futures = []
-        for k in range(0, len(increments), COUNTERS_PER_REQUEST):
-            batch = BatchStatement(batch_type=BatchType.COUNTER)
-            for statement, values in increments[k : k + COUNTERS_PER_REQUEST]:
+        batch = BatchStatement(batch_type=BatchType.COUNTER)
+        for group in per_partition.values():
+            if len(batch) and len(batch) + len(group) > COUNTERS_PER_REQUEST:
+                futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
+                batch = BatchStatement(batch_type=BatchType.COUNTER)
+            for statement, values in group:
                 batch.add(statement, values)
+        if len(batch):
             futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
         wait_all(futures)
 
     def add_differences(self, service: str, source: str, keys: ScopeKeys, truth: dict[str, int], held: Held) -> Held:
-        """Set ``source``'s counters, read as ``held``, to ``truth`` (its raw rows): each counter gets
-        its own difference, except a single send's shared day cell, which gets the send's. Returns
-        the differences added."""
-        job = _difference(truth, held.job)
-        day = job if is_single_send(source) else _difference(truth, held.day)
-        day_of = day_cell(source, keys)
+        """Set ``source``'s counters, read as ``held``, to ``truth`` (its raw rows): a job's own
+        counters and its figure cell each by its own difference; a single send's own cell and its
+        shared figure cell by the send's (they move together). Returns the differences added."""
+        own = _difference(truth, held.own)
+        mine: list[Increment]
+        if is_single_send(source):
+            figure, cell = own, send_cell(source, keys)
+            mine = [(self.counter_add_engagement_day, (d, service, *cell, e)) for e, d in own.items()]
+        else:
+            figure = _difference(truth, held.figure)
+            mine = [(self.counter_add_engagement_job, (d, service, source, e)) for e, d in own.items()]
+        shared = figure_cell(source, keys)
         self.add_counters(
-            [(self.counter_add_engagement_job, (d, service, source, e)) for e, d in job.items()]
-            + [(self.counter_add_engagement_day, (d, service, *day_of, e)) for e, d in day.items()]
+            mine + [(self.counter_add_engagement_day, (d, service, *shared, e)) for e, d in figure.items()]
         )
-        return Held(job, day)
+        return Held(own, figure)
 
     def forget_jobs(self, jobs: Iterable[tuple[str, str]]) -> None:
         """Delete the counters of ``jobs`` ((service, source)): their job rows are being pruned (their
-        day cells stay: the day, type and topic figures are kept 13 months)."""
+        figure cells stay: the day, type and topic figures are kept 13 months)."""
         wait_all(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
 
     def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
@@ -134,17 +160,28 @@ class EngagementCounts(Engagement):
         return self._read(self.engagement_job_counts, (service, source), everywhere)
 
     def held(self, service: str, source: str, keys: ScopeKeys, *, everywhere: bool = False) -> Held:
-        """``source``'s own counters and its day cell, read at once (``everywhere``: at ``ALL``)."""
+        """``source``'s own counters and (a job's) figure cell (``everywhere``: read at ``ALL``)."""
+        if is_single_send(source):
+            return Held(self._read(self.engagement_day_cell, (service, *send_cell(source, keys)), everywhere))
         return Held(
             self._read(self.engagement_job_counts, (service, source), everywhere),
-            self._read(self.engagement_day_cell, (service, *day_cell(source, keys)), everywhere),
+            self._read(self.engagement_day_cell, (service, *figure_cell(source, keys)), everywhere),
         )
 
-    def day_counts(self, service: str, days: Iterable[str]) -> dict[DayItem, dict[str, int]]:
+    def day_counts(
+        self, service: str, days: Iterable[str], *, everywhere: bool = False
+    ) -> dict[DayItem, dict[str, int]]:
         """(day, type, topic) -> events of ``days`` (YYYY-MM-DD), summed over their sources: one
-        partition read per day, all at once."""
+        partition read per day, all at once (``everywhere``: at ``ALL``)."""
+        level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
         futures = [
-            (day, self.session.execute_async(self.engagement_day_counts, (service, day), execution_profile=TUPLE_ROWS))
+            (
+                day,
+                self.session.execute_async(
+                    BoundStatement(self.engagement_day_counts, consistency_level=level).bind((service, day)),
+                    execution_profile=TUPLE_ROWS,
+                ),
+            )
             for day in days
         ]
         out: dict[DayItem, dict[str, int]] = {}

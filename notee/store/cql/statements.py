@@ -56,12 +56,10 @@ class Statements(
         # Where a failed write's withdrawal is kept when it cannot be written (notee/domain/withdrawals.py):
         # the process's MySQL sessions, set by its Runtime; None: not kept (logged).
         self.journal_sessions: sessionmaker[OrmSession] | None = None
-        # Everything but a counter increment or a claim can be resent safely: marking it idempotent
-        # lets the driver retry it on another replica when a node dies mid-request (RELIABILITY.md,
-        # node loss). A resent claim (IF NOT EXISTS) that its first attempt applied answers "not
-        # applied": the receipt would go uncounted.
+        # Everything but a counter increment can be resent safely: marking it idempotent lets the
+        # driver retry it on another replica when a node dies mid-request (RELIABILITY.md, node loss).
         for name, stmt in vars(self).items():
-            if isinstance(stmt, PreparedStatement) and not name.startswith(("counter_add", "claim_")):
+            if isinstance(stmt, PreparedStatement) and not name.startswith("counter_add"):
                 stmt.is_idempotent = True
 
     # ------------------------------------------------------------------ execution helpers
