@@ -10,6 +10,10 @@ counters is covered the same way as in notee/domain/withdrawals.py: a batch stil
 ``INTENT_AFTER_S`` keeps its jobs first (forgotten again when it does count: the happy path pays
 nothing); a death within that first quarter second is the remaining bound.
 
+A batch that read another request's claim on a row it wrote (two copies of a batch at once,
+notee/store/cql/engagement.py) keeps its sources too, whatever happens next: neither copy may have
+counted that row, and the recount settles it.
+
 A batch never sends its counter writes later than ``COUNT_DEADLINE_S`` after it started (it keeps its
 jobs and answers 503 instead): the repair relies on a job whose newest row is older than its quiet
 window having no counter write still on its way.

@@ -21,10 +21,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
-from cassandra.query import BatchStatement, BatchType, BoundStatement
+from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
@@ -84,7 +85,7 @@ class ScopeKeys:
 
 
 class Engagement:
-    """notification.receipt, receipt_source, engagement_job and engagement_scope."""
+    """notification.receipt, receipt_source and engagement_scope (the counters: engagement_counts.py)."""
 
     def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
         self.session = session
@@ -96,6 +97,9 @@ class Engagement:
         self.receipt_write = p(
             f"UPDATE {n}.receipt USING TTL ? SET action = ?, at = ?, received = ?, claims = claims + ? {key}"
             " AND device = ? AND event = ?"
+        )
+        self.receipt_known = p(
+            f"SELECT device, event FROM {n}.receipt WHERE service = ? AND source = ? AND bucket IN ? AND device IN ?"
         )
         self.receipt_claims = p(
             f"SELECT device, event, claims FROM {n}.receipt"
@@ -140,7 +144,8 @@ class Engagement:
     def known_receipts(self, service: str, rows: Sequence[ReceiptRow]) -> set[tuple[str, str, str]]:
         """(source, device, event) of ``rows`` already stored."""
         return {
-            (source, device, event) for source, device, event, _ in self._read_rows(service, rows, range(len(rows)))
+            (source, device, event)
+            for source, (device, event, *_) in self._read_rows(self.receipt_known, service, rows, range(len(rows)))
         }
 
     def write_claimed(
@@ -185,7 +190,10 @@ class Engagement:
         only claim is ``claim``; one that holds another claim was written by another request too (two
         copies of a batch at once), and neither may be sure the other counted it: it is not counted
         here and its source is ``contested`` (kept for the recount)."""
-        claims = {(src, device, event): held for src, device, event, held in self._read_rows(service, rows, written)}
+        claims = {
+            (source, device, event): set(held or ())
+            for source, (device, event, held) in self._read_rows(self.receipt_claims, service, rows, written)
+        }
         new = [False] * len(rows)
         contested: set[str] = set()
         for i in written:
@@ -198,17 +206,18 @@ class Engagement:
         return Stored(new, contested)
 
     def _read_rows(
-        self, service: str, rows: Sequence[ReceiptRow], members: Iterable[int]
-    ) -> list[tuple[str, str, str, set[str]]]:
-        """(source, device, event, claims) of the stored rows of the partitions ``rows[members]``
-        touch, READ_PARTITIONS partitions a request (a few requests per batch, not one per partition)."""
+        self, statement: PreparedStatement, service: str, rows: Sequence[ReceiptRow], members: Iterable[int]
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """(source, row) of the stored rows of the partitions ``rows[members]`` touch, as ``statement``
+        (receipt_known, receipt_claims) reads them: READ_PARTITIONS partitions a request (a few
+        requests per batch, not one per partition)."""
         chosen = [rows[i] for i in members]
         groups = _groups(chosen)
         reads = [
             (
                 source,
                 self.session.execute_async(
-                    self.receipt_claims,
+                    statement,
                     (
                         service,
                         source,
@@ -220,10 +229,7 @@ class Engagement:
             )
             for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
         ]
-        out: list[tuple[str, str, str, set[str]]] = []
-        for source, future in reads:
-            out += [(source, device, event, set(held or ())) for device, event, held in future.result()]
-        return out
+        return [(source, tuple(row)) for source, future in reads for row in future.result()]
 
     def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
         return self.session.execute_async(
