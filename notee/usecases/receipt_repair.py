@@ -22,9 +22,10 @@ node returns.
 A job's share of its day's, type's and topic's figures is a counter cell of its own
 (``engagement_day``), read with the job's counters and set to the same raw rows by its own
 difference: a counter request Cassandra applied to the job's partition and not to its day's (or the
-other way round) is repaired exactly. A single send is kept and recounted the same way; its day
-cell is shared by the service's single sends of that day and type, so it gets the send's own
-difference (the bound in docs/ENGAGEMENT.md). "Job" below means either.
+other way round) is repaired exactly. A single send is kept and recounted the same way: its own
+cell sits beside the figure cell the day's single sends of its type share, in one partition, and
+both always move in one counter request, so the send's own difference is the shared cell's too.
+"Job" below means either.
 """
 
 from __future__ import annotations
