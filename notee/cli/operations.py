@@ -155,8 +155,9 @@ def recount_engagement(
     service: str = typer.Argument(..., help="The job's service."),
     job_id: str = typer.Argument(..., help="The job whose receipt counters to repair."),
 ) -> None:
-    """Set a job's receipt counters to the receipts stored for it (after a counter write failed, or
-    two copies of a batch raced); prints the counts (docs/ENGAGEMENT.md). Not while it takes receipts."""
+    """Set a job's (or a single send's) receipt counters and its share of its day's, type's and topic's
+    figures to the receipts stored for it (after a counter write failed); prints the counts
+    (docs/ENGAGEMENT.md). Not while it takes receipts (the scheduler's recount waits for that)."""
     # deferred: each command loads only what it runs (`notee` starts fast)
     from notee.store.runtime import Runtime
     from notee.usecases import engagement_stats

@@ -21,7 +21,7 @@ from notee.domain import services
 from notee.store import jobs_sql, receipt_recount_sql
 from notee.store.cql.engagement import BUCKETS
 from notee.store.runtime import Runtime
-from notee.usecases.receipts import EVENTS, scope_keys
+from notee.usecases.receipts import EVENTS, SourceCache, find_sources, scope_keys
 
 MAX_DAYS = 92
 EARLIEST, LATEST = date(2000, 1, 1), date(2999, 12, 31)  # days a range may name (no calendar overflow)
@@ -107,8 +107,9 @@ def scope_stats(
         created_to = naive_utc(datetime.combine(end + timedelta(days=1), time(0), tz))
         rows: dict[str, Counts] = {}
         truncated = _add_jobs(session, service, (created_from, created_to), timezone, by, rows)
-    months = sorted({(start + timedelta(days=d)).isoformat()[:7] for d in range((end - start).days + 1)})
-    first, last = start.isoformat(), end.isoformat()
+    days = [(start + timedelta(days=d)).isoformat() for d in range((end - start).days + 1)]
+    months = sorted({day[:7] for day in days})
+    first, last = days[0], days[-1]
     if by != "topic":  # single sends: their targeted and sent per (day, type)
         for (key, event), n in runtime.statements.scope_counts(service, "sent", months).items():
             day, _, type_ = key.partition(" ")
@@ -118,10 +119,15 @@ def scope_stats(
                     counts.targeted += n
                 else:
                     counts.sent += n
-    for (key, event), n in runtime.statements.scope_counts(service, by, months).items():
-        if event in EVENTS and (by != "day" or first <= key <= last):
-            counts = rows.setdefault(key, Counts())
-            counts.events[event] = counts.events.get(event, 0) + n
+    # The receipts of the range's days only, whatever the scope (engagement_day: a cell per day).
+    for (day, type_, topic), events in runtime.statements.day_counts(service, days).items():
+        item = {"day": day, "type": type_, "topic": f"{type_} {topic}" if topic else ""}[by]
+        if not item:  # not a topic job's
+            continue
+        counts = rows.setdefault(item, Counts())
+        for event, n in events.items():
+            if event in EVENTS:
+                counts.events[event] = counts.events.get(event, 0) + n
     return ScopeStats(by, (start, end), dict(sorted(rows.items())), truncated)
 
 
@@ -188,16 +194,16 @@ def export_page(
 
 
 def recount_job(runtime: Runtime, service: str, job_id: str) -> dict[str, int]:
-    """Set a job's receipt counters to its stored receipts (`notee recount-engagement`): the repair
-    of a count that drifted (docs/ENGAGEMENT.md "Storage, and counting once"). NotFound for an
-    unknown job; a single send has no counters (its figures are always counted from its rows).
-    Holds the scheduler's recount lock (Conflict after 60 s): the two at once would add a job's
-    difference twice."""
+    """Set a job's (or a single send's) receipt counters and its day cell to its stored receipts
+    (`notee recount-engagement`): the repair of a count that drifted (docs/ENGAGEMENT.md "Storage,
+    and counting once"). NotFound for an unknown id. Holds the scheduler's recount lock (Conflict
+    after 60 s): the two at once would add a job's difference twice."""
     job_stats(runtime, service, job_id)
     source = notification_id.source_of_job(job_id)
-    if notification_id.job_id_of(source) is None:
-        return runtime.statements.raw_counts(service, source)
+    found = find_sources(runtime, SourceCache(ttl_s=0), service, {source}).get(source)
+    if found is None:
+        raise NotFound("job not found")
     with receipt_recount_sql.repair_lock(runtime.engine, wait_s=60) as mine:
         if not mine:
             raise Conflict("the scheduler's receipt recount holds the lock: try again in a minute")
-        return runtime.statements.recount(service, source)
+        return runtime.statements.recount(service, source, found.keys)

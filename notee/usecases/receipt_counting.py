@@ -10,6 +10,10 @@ counters is covered the same way as in notee/domain/withdrawals.py: a batch stil
 ``INTENT_AFTER_S`` keeps its jobs first (forgotten again when it does count: the happy path pays
 nothing); a death within that first quarter second is the remaining bound.
 
+A batch that read another request's claim on a row it wrote (two copies of a batch at once,
+notee/store/cql/engagement.py) keeps its sources too, whatever happens next: neither copy may have
+counted that row, and the recount settles it.
+
 A batch never sends its counter writes later than ``COUNT_DEADLINE_S`` after it started (it keeps its
 jobs and answers 503 instead): the repair relies on a job whose newest row is older than its quiet
 window having no counter write still on its way.
@@ -87,22 +91,28 @@ class IntentWatch:
 class KeepUnlessCounted:
     """``with KeepUnlessCounted(...) as guard:`` around a batch's writes: keeps ``sources`` for a
     recount if the block raises, or (as an intent, from ``watch``'s thread) if it runs longer than
-    ``INTENT_AFTER_S``; the intent is forgotten when the block ends normally. Sources of single
-    sends (no job counters) are not kept."""
+    ``INTENT_AFTER_S``; the intent is forgotten when the block ends normally. Jobs and single sends
+    alike (each has counters of its own)."""
 
     def __init__(
         self, watch: IntentWatch, sessions: sessionmaker[Session], service: str, sources: Iterable[str]
     ) -> None:
         self.watch, self.sessions, self.service = watch, sessions, service
-        self.sources = sorted({s for s in sources if not s.startswith("s")})
+        self.sources = sorted(set(sources))
         self.started = time.monotonic()
         self.taken = threading.Event()
         self._kept: list[int] | None = None
+        self._anyway = False
 
     def __enter__(self) -> KeepUnlessCounted:
         if self.sources:
             self.watch.arm(self)
         return self
+
+    def keep_anyway(self) -> None:
+        """Keep the sources for the recount even when the block ends normally (another request wrote
+        some of the batch's rows at the same moment: neither may have counted them)."""
+        self._anyway = True
 
     def check_deadline(self) -> None:
         """Raise ``CountedLate`` when it is too late to send counter writes."""
@@ -114,7 +124,7 @@ class KeepUnlessCounted:
             return
         if not self.watch.disarm(self):
             self.taken.wait()  # the intent is being written: known before this answers
-        if kind is None:
+        if kind is None and not self._anyway:
             if self._kept:
                 self._forget()
         elif self._kept is None:

@@ -19,10 +19,13 @@ until that node is back (the node-loss fault run saw exactly this: the type and 
 short at ``QUORUM`` with the node down), and adding it again then would count it twice once the
 node returns.
 
-The same difference is added to the job's type, topic and day counters: they are incremented in the
-same counter batch as the job's, so they share its fate unless Cassandra applied that one request
-to some of its partitions and not the others (the remaining bound, docs/ENGAGEMENT.md). Single
-sends keep no counters of their own (their figures are counted from their rows) and are not kept.
+A job's share of its day's, type's and topic's figures is a counter cell of its own
+(``engagement_day``), read with the job's counters and set to the same raw rows by its own
+difference: a counter request Cassandra applied to the job's partition and not to its day's (or the
+other way round) is repaired exactly. A single send is kept and recounted the same way: its own
+cell sits beside the figure cell the day's single sends of its type share, in one partition, and
+both always move in one counter request, so the send's own difference is the shared cell's too.
+"Job" below means either.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from datetime import datetime, timedelta
 from notee.core.clock import naive_utc, now_utc
 from notee.store import receipt_recount_sql
 from notee.store.cql.engagement import ScopeKeys
+from notee.store.cql.engagement_counts import Held
 from notee.store.outage import is_store_outage
 from notee.store.runtime import Runtime
 from notee.usecases import receipt_counting
@@ -62,6 +66,8 @@ def repair_kept(
         jobs_unreachable=0,
         events_added=0,
         events_removed=0,
+        figure_events_added=0,
+        figure_events_removed=0,
         runs_skipped=0,
     )
     with receipt_recount_sql.repair_lock(runtime.engine, wait_s) as mine:
@@ -108,25 +114,31 @@ def _repair_one(runtime: Runtime, service: str, source: str, report: Counter[str
         report["jobs_waiting"] += 1
         return False
     report["jobs_recounted"] += 1
-    report["events_added"] += sum(n for n in added.values() if n > 0)
-    report["events_removed"] += -sum(n for n in added.values() if n < 0)
-    if added:
-        log.info("service=%s source=%s: receipt counters recounted from the rows: %s", service, source, added)
+    report["events_added"] += sum(n for n in added.own.values() if n > 0)
+    report["events_removed"] += -sum(n for n in added.own.values() if n < 0)
+    report["figure_events_added"] += sum(n for n in added.figure.values() if n > 0)
+    report["figure_events_removed"] += -sum(n for n in added.figure.values() if n < 0)
+    if added.own or added.figure:
+        log.info(
+            "service=%s source=%s: receipt counters recounted from the rows: own %s, figure cell %s",
+            service,
+            source,
+            added.own,
+            added.figure,
+        )
     return True
 
 
-def recount_when_quiet(runtime: Runtime, service: str, source: str, keys: ScopeKeys) -> dict[str, int] | None:
-    """Set the job's counters (and its type's, topic's and day's by the same difference) to its raw
-    rows if its newest row is older than ``QUIET``; the difference added per event, or None (not
-    quiet: nothing changed). Counters first, then rows (module doc)."""
+def recount_when_quiet(runtime: Runtime, service: str, source: str, keys: ScopeKeys) -> Held | None:
+    """Set the source's counters and its day cell (its day's, type's and topic's share) to its raw
+    rows if its newest row is older than ``QUIET``, each counter by its own difference; the
+    differences added per event (to its own counters, to its day cell), or None (not quiet: nothing
+    changed).
+    Counters first, then rows (module doc)."""
     quiet_before = naive_utc(now_utc() - QUIET)
     st = runtime.statements
-    held = st.job_counts(service, source, everywhere=True)
+    held = st.held(service, source, keys, everywhere=True)
     truth, newest = st.raw_tally(service, source)
     if newest is not None and newest >= quiet_before:
         return None
-    diff = {e: truth.get(e, 0) - held.get(e, 0) for e in set(truth) | set(held)}
-    diff = {e: d for e, d in diff.items() if d}
-    if diff:
-        st.count(service, {(source, keys, e): d for e, d in diff.items()})
-    return diff
+    return st.add_differences(service, source, keys, truth, held)

@@ -162,7 +162,10 @@ def post_receipts(
         with receipt_counting.KeepUnlessCounted(
             caches.intents, runtime.sessions, service, {r.source for r in rows}
         ) as guard:
-            new = runtime.statements.store_receipts(service, rows, settings.receipts_retention_days * 86_400)
+            stored = runtime.statements.store_receipts(service, rows, settings.receipts_retention_days * 86_400)
+            new = stored.new
+            if stored.contested:  # another request wrote some of its rows at once: the recount settles them
+                guard.keep_anyway()
             counts: dict[tuple[str, ScopeKeys, str], int] = {}
             for row, keys, is_new in zip(rows, keys_of, new, strict=True):
                 if is_new:

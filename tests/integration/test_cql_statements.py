@@ -16,6 +16,7 @@ def test_only_counter_increments_are_not_idempotent(runtime):
         "counter_add_topic",
         "counter_add_engagement_job",
         "counter_add_engagement_scope",
+        "counter_add_engagement_day",
     }
     bound = st.topic_insert.bind((0, "k", "t", 1, "tok", "AOS", "u", 1, ""))
     assert bound.is_idempotent

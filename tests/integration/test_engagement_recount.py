@@ -65,9 +65,16 @@ def job(runtime, tenant):
 
 
 def _scope(runtime, service: str, scope: str) -> dict[tuple[str, str], int]:
-    month = datetime.now(UTC).strftime("%Y-%m")
-    months = {month, (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m")}  # the service's zone is ahead
-    return {k: n for k, n in runtime.statements.scope_counts(service, scope, sorted(months)).items() if n}
+    """(item, event) -> count of ``scope`` (day, type, topic) as the figures sum them (engagement_day),
+    over the days around today (the service's zone may be ahead of UTC)."""
+    days = [(datetime.now(UTC) + timedelta(days=d)).date().isoformat() for d in (-1, 0, 1)]
+    out: dict[tuple[str, str], int] = {}
+    for (day, type_, topic), events in runtime.statements.day_counts(service, days).items():
+        item = {"day": day, "type": type_, "topic": f"{type_} {topic}" if topic else ""}[scope]
+        for event, n in events.items():
+            if item and n:
+                out[(item, event)] = out.get((item, event), 0) + n
+    return out
 
 
 def test_a_counter_write_lost_with_its_503_is_counted_by_the_scheduled_recount(

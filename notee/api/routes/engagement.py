@@ -173,10 +173,9 @@ def scope_stats(
     by: Annotated[
         Literal["type", "topic", "day"],
         Query(
-            description="Group by template type, topic or day. `day` is exact; `type` and `topic` count "
-            "receipts per month of the notifications' creation, so a range starting or ending inside a "
-            "month gets that whole month's receipts of the type or topic (its targeted and sent are the "
-            "range's own): their rates are exact for whole months only."
+            description="Group by template type, topic or day. Every grouping counts the notifications "
+            "made on the range's days (the service's time zone): their receipts and their targeted and "
+            "sent, whatever day a receipt came."
         ),
     ],
     from_: Annotated[date | None, Query(alias="from", description="First day (default: 29 days before to).")] = None,

@@ -1,18 +1,27 @@
 """The engagement tables (schema/cql/0007_engagement.cql, docs/ENGAGEMENT.md): the receipts apps post,
-one row per (notification, event), and their counters per job and per (type | topic | day).
+one row per (notification, event), single sends' source rows and their sent per day
+(``engagement_scope``'s `sent`); the counters are notee/store/cql/engagement_counts.py.
 
-Receipts are written idempotently (the row's key is the notification and the event) and counted
-only when the row was not there before this batch read it: a retried batch counts once. Counter
-increments run with ``COUNTER_PROFILE`` and are never retried (not idempotent); a count that
-drifted (a counter write that failed after its rows landed) is repaired by ``recount``."""
+Counting once: a batch reads which of its rows exist and writes the others, each with the batch's
+own random claim added to the row's ``claims`` set (an update adds to a set: two requests writing one
+row both leave theirs), then reads the claims back. A row whose only claim is the batch's is the
+batch's to count; a row holding another claim was written by another request at the same moment
+(two copies of a batch: a client's retry racing its first attempt). Of two such requests at least
+one reads the other's claim (each reads after its own write, both at QUORUM), so at most one counts
+the row; the one that saw the other keeps the job for the scheduler's recount, which sets the
+counters to the rows if neither counted. A retried batch (later) reads its rows as stored and
+counts nothing. No lightweight transaction: one per partition took the receipts' rate from 6,218 to
+2,208 events/s (docs/ENGAGEMENT.md "Measured")."""
 
 from __future__ import annotations
 
+import secrets
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import ResponseFuture, Session
@@ -23,20 +32,25 @@ from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
 from notee.store.cql.rows import TUPLE_ROWS
 
 BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
-# Partitions one request reads or writes at most: a batch of 100 receipts of one job touches ~30 of
-# its buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
+# Partitions one request writes at most: a batch of 100 receipts of one job touches ~30 of its
+# buckets, and one request each cost the API most of its CPU (docs/ENGAGEMENT.md "Measured");
 # Cassandra warns of an unlogged batch over 10 partitions (unlogged_batch_across_partitions_warn_threshold).
 PARTITIONS_PER_REQUEST = 10
 # Rows one write request carries at most: Cassandra warns of a batch over batch_size_warn_threshold
-# (5 KiB; a receipt row is ~175 bytes in a batch), and a batch over it measured ~45 ms instead of
-# ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md "Measured").
+# (5 KiB; a receipt row with its claim is ~190 bytes in a batch), and a batch over it measured ~45 ms
+# instead of ~3-5 ms (100 receipts in 10-partition batches of ~33 rows, 5-6 KiB; docs/ENGAGEMENT.md
+# "Measured").
 ROWS_PER_WRITE = 20
 # A read asks each of its partitions for every device of the request (bucket IN ? AND device IN ?):
 # more lookups for Cassandra than a read per partition, yet measured faster at 10 partitions a read
 # than at 4 or 1 (docs/ENGAGEMENT.md "Measured").
 READ_PARTITIONS = 10
-COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~16)
-SCOPES = ("type", "topic", "day", "sent")
+# The read-back of the claims finds every row it asks for (the rows were just written), so each
+# (bucket, device) pair of the cross product costs Cassandra a lookup: at 10 partitions a request it
+# doubled Cassandra's CPU per event; at 3 (a few more requests) it costs about a third of that
+# (docs/ENGAGEMENT.md "Counting once, measured").
+CLAIM_READ_PARTITIONS = 3
+SCOPES = ("type", "topic", "day", "sent")  # engagement_scope's (only `sent` is still written)
 
 
 def bucket_of(device: str) -> int:
@@ -56,6 +70,16 @@ class ReceiptRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    """What ``store_receipts`` did: per row, whether this call stored it first (it counts it); the
+    sources of rows another request wrote at the same moment (neither counted: kept for the
+    recount)."""
+
+    new: list[bool]
+    contested: set[str]
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeKeys:
     """Where a source's events are counted besides its own partition: its template type, its topic
     ("<type> <topic>", None: not a topic job) and its day (YYYY-MM-DD, the service's time zone)."""
@@ -66,19 +90,24 @@ class ScopeKeys:
 
 
 class Engagement:
-    """notification.receipt, receipt_source, engagement_job and engagement_scope."""
+    """notification.receipt, receipt_source and engagement_scope (the counters: engagement_counts.py)."""
 
     def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
         self.session = session
         n = keyspaces.notification
         p = session.prepare
         key = "WHERE service = ? AND source = ? AND bucket = ?"
-        self.receipt_insert = p(
-            f"INSERT INTO {n}.receipt (service, source, bucket, device, event, action, at, received)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+        # An update, so that ``claims`` is added to (an insert would replace the set): two requests
+        # writing one row both leave their claim. Idempotent (a set): resent safely.
+        self.receipt_write = p(
+            f"UPDATE {n}.receipt USING TTL ? SET action = ?, at = ?, received = ?, claims = claims + ? {key}"
+            " AND device = ? AND event = ?"
         )
         self.receipt_known = p(
-            f"SELECT bucket, device, event FROM {n}.receipt"
+            f"SELECT device, event FROM {n}.receipt WHERE service = ? AND source = ? AND bucket IN ? AND device IN ?"
+        )
+        self.receipt_claims = p(
+            f"SELECT device, event, claims FROM {n}.receipt"
             " WHERE service = ? AND source = ? AND bucket IN ? AND device IN ?"
         )
         self.receipt_page = p(f"SELECT device, event, action, at, received FROM {n}.receipt {key} LIMIT ?")
@@ -95,104 +124,124 @@ class Engagement:
             f"SELECT notification_type, day, targeted, sent, created_at FROM {n}.receipt_source"
             " WHERE service = ? AND source = ?"
         )
-        # Execute the counter_add_* statements with COUNTER_PROFILE (never retried).
-        self.counter_add_engagement_job = p(
-            f"UPDATE {n}.engagement_job SET n = n + ? WHERE service = ? AND source = ? AND event = ?"
-        )
+        # Execute with COUNTER_PROFILE (never retried).
         self.counter_add_engagement_scope = p(
             f"UPDATE {n}.engagement_scope SET n = n + ?"
             " WHERE service = ? AND scope = ? AND month = ? AND item = ? AND event = ?"
         )
-        self.engagement_job_counts = p(f"SELECT event, n FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_scope_counts = p(
             f"SELECT item, event, n FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
         )
-        self.engagement_job_delete = p(f"DELETE FROM {n}.engagement_job WHERE service = ? AND source = ?")
         self.engagement_scope_delete = p(
             f"DELETE FROM {n}.engagement_scope WHERE service = ? AND scope = ? AND month = ?"
         )
 
     # ------------------------------------------------------------------ writes
-    def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> list[bool]:
-        """Write ``rows`` (idempotent) and say, per row, whether it is new: not stored before this call
-        and not a repeat of an earlier row of ``rows``. Raises the first store error after every
-        request finished (a failed batch wrote nothing the client will not write again on retry).
-        The partitions a batch touches are read READ_PARTITIONS at a time, then written at most
-        PARTITIONS_PER_REQUEST partitions and ROWS_PER_WRITE rows at a time: a few requests per
-        batch instead of two per partition."""
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, r in enumerate(rows):
-            groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
-        reads = [
-            (
-                source,
-                self.session.execute_async(
-                    self.receipt_known,
-                    (
-                        service,
-                        source,
-                        [b for _, b in chunk],
-                        sorted({rows[i].device for g in chunk for i in groups[g]}),
-                    ),
-                    execution_profile=TUPLE_ROWS,
-                ),
-            )
-            for source, chunk in _partition_chunks(groups, READ_PARTITIONS)
-        ]
-        known: set[tuple[str, str, str]] = set()
-        for source, future in reads:
-            known.update((source, device, event) for _, device, event in future.result())
-        new = [False] * len(rows)
+    def store_receipts(self, service: str, rows: Sequence[ReceiptRow], ttl_s: int) -> Stored:
+        """Write ``rows`` (idempotent) and say which this call stored first (module doc): read which
+        exist, write the others with this call's claim, read their claims back. Raises the first
+        store error after every request finished (a failed batch wrote nothing the client will not
+        write again on retry)."""
+        claim = secrets.token_urlsafe(6)
+        written = self.write_claimed(service, rows, self.known_receipts(service, rows), claim, ttl_s)
+        return self.read_claims(service, rows, written, claim)
+
+    def known_receipts(self, service: str, rows: Sequence[ReceiptRow]) -> set[tuple[str, str, str]]:
+        """(source, device, event) of ``rows`` already stored."""
+        return {
+            (source, device, event)
+            for source, (device, event, *_) in self._read_rows(self.receipt_known, service, rows, range(len(rows)))
+        }
+
+    def write_claimed(
+        self, service: str, rows: Sequence[ReceiptRow], known: set[tuple[str, str, str]], claim: str, ttl_s: int
+    ) -> list[int]:
+        """Write the rows of ``rows`` not in ``known`` (nor repeated earlier in ``rows``), adding
+        ``claim`` to each one's ``claims``; their indexes. At most PARTITIONS_PER_REQUEST partitions
+        and ROWS_PER_WRITE rows a request."""
+        known = set(known)
+        written: list[int] = []
         writes: list[ResponseFuture] = []
         # Unlogged: no batch log; each partition's rows are one mutation at its replicas, and the
         # request answers once every partition met the consistency level.
         batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-        for (source, bucket), members in groups.items():
+        for (source, bucket), members in _groups(rows).items():
             fresh = []
             for i in members:
                 ident = (rows[i].source, rows[i].device, rows[i].event)
                 if ident not in known:
                     known.add(ident)
-                    new[i] = True
-                    fresh.append(rows[i])
+                    fresh.append(i)
             if not fresh:
                 continue
             if len(batch) and (parts == PARTITIONS_PER_REQUEST or len(batch) + len(fresh) > ROWS_PER_WRITE):
                 writes.append(self.session.execute_async(batch))
                 batch, parts = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-            for r in fresh:
+            for i in fresh:
+                r = rows[i]
                 batch.add(
-                    self.receipt_insert, (service, source, bucket, r.device, r.event, r.action, r.at, r.received, ttl_s)
+                    self.receipt_write,
+                    (ttl_s, r.action, r.at, r.received, {claim}, service, source, bucket, r.device, r.event),
                 )
+            written += fresh
             parts += 1
         if len(batch):
             writes.append(self.session.execute_async(batch))
-        _wait(writes)
-        return new
+        wait_all(writes)
+        return sorted(written)
 
-    def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
-        """Add ``counts`` ((source, its scope keys, event) -> new events) to the job's counters and
-        to its type's, topic's and day's, in counter batches (a batch of receipts of one job: one
-        request; its partitions are the job's and a few of its month's). Never retried: a failure
-        raises after every request finished, and ``recount`` repairs the job's counts."""
-        per_scope: Counter[tuple[str, str, str, str]] = Counter()
-        increments: list[tuple[PreparedStatement, tuple[object, ...]]] = []
-        for (source, keys, event), delta in counts.items():
-            if not source.startswith("s"):  # a single send's few events are counted from its rows (raw_counts)
-                increments.append((self.counter_add_engagement_job, (delta, service, source, event)))
-            per_scope[("type", keys.day[:7], keys.type_, event)] += delta
-            per_scope[("day", keys.day[:7], keys.day, event)] += delta
-            if keys.topic is not None:
-                per_scope[("topic", keys.day[:7], keys.topic, event)] += delta
-        for (scope, month, key, event), delta in per_scope.items():
-            increments.append((self.counter_add_engagement_scope, (delta, service, scope, month, key, event)))
-        futures = []
-        for k in range(0, len(increments), COUNTERS_PER_REQUEST):
-            batch = BatchStatement(batch_type=BatchType.COUNTER)
-            for statement, values in increments[k : k + COUNTERS_PER_REQUEST]:
-                batch.add(statement, values)
-            futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
-        _wait(futures)
+    def read_claims(self, service: str, rows: Sequence[ReceiptRow], written: list[int], claim: str) -> Stored:
+        """Read back the claims of the ``written`` rows: a row is new (this call counts it) when its
+        only claim is ``claim``; one that holds another claim was written by another request too (two
+        copies of a batch at once), and neither may be sure the other counted it: it is not counted
+        here and its source is ``contested`` (kept for the recount)."""
+        claims = {
+            (source, device, event): set(held or ())
+            for source, (device, event, held) in self._read_rows(
+                self.receipt_claims, service, rows, written, CLAIM_READ_PARTITIONS
+            )
+        }
+        new = [False] * len(rows)
+        contested: set[str] = set()
+        for i in written:
+            r = rows[i]
+            held = claims.get((r.source, r.device, r.event)) or set()
+            if held == {claim}:
+                new[i] = True
+            else:  # another request's claim (or, read at QUORUM, not ours yet: cannot happen, kept anyway)
+                contested.add(r.source)
+        return Stored(new, contested)
+
+    def _read_rows(
+        self,
+        statement: PreparedStatement,
+        service: str,
+        rows: Sequence[ReceiptRow],
+        members: Iterable[int],
+        per_request: int = READ_PARTITIONS,
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """(source, row) of the stored rows of the partitions ``rows[members]`` touch, as ``statement``
+        (receipt_known, receipt_claims) reads them: READ_PARTITIONS partitions a request (a few
+        requests per batch, not one per partition)."""
+        chosen = [rows[i] for i in members]
+        groups = _groups(chosen)
+        reads = [
+            (
+                source,
+                self.session.execute_async(
+                    statement,
+                    (
+                        service,
+                        source,
+                        [b for _, b in chunk],
+                        sorted({chosen[i].device for g in chunk for i in groups[g]}),
+                    ),
+                    execution_profile=TUPLE_ROWS,
+                ),
+            )
+            for source, chunk in _partition_chunks(groups, per_request)
+        ]
+        return [(source, tuple(row)) for source, future in reads for row in future.result()]
 
     def add_scope(self, service: str, scope: str, month: str, key: str, event: str, delta: int) -> ResponseFuture:
         return self.session.execute_async(
@@ -207,7 +256,7 @@ class Engagement:
             self.source_insert, (service, source, keys.type_, keys.day, sent[0], sent[1], stored_now(), ttl_s)
         )
         key = f"{keys.day} {keys.type_}"
-        _wait(
+        wait_all(
             self.add_scope(service, "sent", keys.day[:7], key, event, n)
             for event, n in (("targeted", sent[0]), ("sent", sent[1]))
             if n
@@ -219,22 +268,11 @@ class Engagement:
         row = self.session.execute(self.source_select, (service, source), execution_profile=TUPLE_ROWS).one()
         return None if row is None else (row[0], row[1], int(row[2] or 0), int(row[3] or 0))
 
-    def forget_jobs(self, jobs: Iterable[tuple[str, str]]) -> None:
-        """Delete the counters of ``jobs`` ((service, source)): their job rows are being pruned."""
-        _wait(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
-
-    def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
+    def forget_scope_months(self, services: Iterable[str], months: Sequence[str]) -> int:
         """Delete every scope partition of ``services`` for ``months``; how many partitions."""
         keys = [(svc, scope, month) for svc in services for scope in SCOPES for month in months]
-        _wait(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
+        wait_all(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
         return len(keys)
-
-    def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
-        """A job's counters; ``everywhere``: read at ``ALL`` (module doc of usecases/receipt_repair.py)."""
-        level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
-        statement = BoundStatement(self.engagement_job_counts, consistency_level=level).bind((service, source))
-        rows = self.session.execute(statement, execution_profile=TUPLE_ROWS)
-        return {event: int(n) for event, n in rows}
 
     def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:
         """(key, event) -> count of ``scope`` over ``months`` (YYYY-MM): one partition read each."""
@@ -297,23 +335,13 @@ class Engagement:
                     newest = received
         return dict(truth), newest
 
-    def recount(self, service: str, source: str) -> dict[str, int]:
-        """Count the raw events of a job and set its counters to them (adding the difference): the
-        repair of a drifted count. Returns the counts. Not for a job receiving receipts right now
-        (an event counted between the read and the add would be counted twice)."""
-        truth = self.raw_counts(service, source)
-        held = self.job_counts(service, source)
-        futures = [
-            self.session.execute_async(
-                self.counter_add_engagement_job,
-                (truth.get(event, 0) - held.get(event, 0), service, source, event),
-                execution_profile=COUNTER_PROFILE,
-            )
-            for event in set(truth) | set(held)
-            if truth.get(event, 0) != held.get(event, 0)
-        ]
-        _wait(futures)
-        return truth
+
+def _groups(rows: Sequence[ReceiptRow]) -> dict[tuple[str, int], list[int]]:
+    """Indexes of ``rows`` per (source, bucket) partition."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault((r.source, bucket_of(r.device)), []).append(i)
+    return groups
 
 
 def _partition_chunks(groups: dict[tuple[str, int], list[int]], size: int) -> list[tuple[str, list[tuple[str, int]]]]:
@@ -324,7 +352,7 @@ def _partition_chunks(groups: dict[tuple[str, int], list[int]], size: int) -> li
     return [(source, parts[k : k + size]) for source, parts in per_source.items() for k in range(0, len(parts), size)]
 
 
-def _wait(futures: Iterable[ResponseFuture]) -> None:
+def wait_all(futures: Iterable[ResponseFuture]) -> None:
     """Wait for every future; raise the first error after all have finished."""
     first: BaseException | None = None
     for f in list(futures):

@@ -18,7 +18,7 @@ from notee.store.cql.binder import BATCH_BYTES, MAX_UNIT_BYTES, ROWS_PER_DEVICE,
 from notee.store.cql.counters import Counters
 from notee.store.cql.cursors import WalkCursors
 from notee.store.cql.due import DueIndex
-from notee.store.cql.engagement import Engagement
+from notee.store.cql.engagement_counts import EngagementCounts
 from notee.store.cql.index import TokenIndex, UserIndex
 from notee.store.cql.occupancy import Occupancy
 from notee.store.cql.rows import (
@@ -35,7 +35,9 @@ from notee.store.cql.rows import (
 from notee.store.cql.slots import CycleSlots, TopicSlots
 
 
-class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupancy, Counters, WalkCursors, Engagement):
+class Statements(
+    TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupancy, Counters, WalkCursors, EngagementCounts
+):
     """Every table family's statements and reads, prepared once when the process builds this
     (``runtime.statements``). One object, so a caller holds one thing whatever tables it touches;
     each family (the base classes, one module each) prepares its own statements."""
@@ -49,7 +51,7 @@ class Statements(TopicSlots, CycleSlots, UserIndex, TokenIndex, DueIndex, Occupa
         Occupancy.__init__(self, session, keyspaces)
         Counters.__init__(self, session, keyspaces)
         WalkCursors.__init__(self, session, keyspaces)
-        Engagement.__init__(self, session, keyspaces)
+        EngagementCounts.__init__(self, session, keyspaces)
         self._binder = RowBinder(session.cluster.protocol_version)
         # Where a failed write's withdrawal is kept when it cannot be written (notee/domain/withdrawals.py):
         # the process's MySQL sessions, set by its Runtime; None: not kept (logged).
