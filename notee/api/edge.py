@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -34,7 +35,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route
+from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route, refill_allowance
 from notee.api.connections import address_key
 from notee.api.errors import error_response, known_error_response
 from notee.api.take_ahead import TakeAheads
@@ -189,6 +190,11 @@ class EdgeGuard:
             return None
         return _refusal(503, "overloaded", message, headers={"Retry-After": "1"})
 
+    def _refill(self, state: Any, settings: Settings, service: str, cls: RateClass) -> None:
+        """Start a refill of the allowance of (service, class) (``TakeAheads.refill``)."""
+        run = partial(refill_allowance, state.runtime, settings, service, cls, state.allowance)
+        self.take_aheads.refill(service, cls, run)
+
     async def _guarded(
         self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits, state: Any
     ) -> None:
@@ -209,7 +215,7 @@ class EdgeGuard:
             await refusal(scope, receive, send)
             return
         try:
-            lookup = _credentials(scope, path, is_admin, settings, state)
+            lookup = _credentials(scope, path, is_admin, settings, state, self._refill)
             if lookup is not None:  # a key not seen lately, or a rate class without a token taken ahead
                 ask = partial(authenticate_service, state.runtime, settings, *lookup)
                 _identified(scope, await self.take_aheads.admitted(lookup[4], lookup[3], lookup[1], ask))
@@ -322,7 +328,12 @@ def _served_elsewhere(path: str, is_admin: bool, state: Any) -> Response | None:
 _KeyLookup = tuple[str | None, RateClass | None, ApiKeyCache, str | None, Allowance]
 
 
-def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any) -> _KeyLookup | None:
+_Refill = Callable[[Any, Settings, str, RateClass], None]
+
+
+def _credentials(
+    scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any, refill: _Refill
+) -> _KeyLookup | None:
     """Step 4 from memory: the admin token, or a tenant key this process authenticated lately (no
     MySQL, no thread hop) with, for a rate class, a token it took ahead (``ratelimit.Allowance``).
     Raises the refusal of a wrong admin token (401/403). None: done; else the rest of
@@ -338,6 +349,8 @@ def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, st
     known = state.key_cache.service_of(token)
     if known is not None and (cls is None or state.allowance.take(known, cls)):
         _identified(scope, known)
+        if cls is not None and state.allowance.refill_due(known, cls):
+            refill(state, settings, known, cls)  # the next tokens, before a request finds none
         return None
     return token, cls, state.key_cache, known, state.allowance
 
