@@ -117,9 +117,12 @@ def rate_class(method: str, path: str) -> RateClass | None:
 
 def path_is_utf8(scope: Scope) -> bool:
     raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    query = scope.get("query_string", b"")
+    if b"%" not in raw and b"%" not in query and raw.isascii() and query.isascii():
+        return True  # nothing to decode (most requests): ASCII is UTF-8
     try:
         unquote_to_bytes(raw).decode("utf-8")
-        unquote_to_bytes(scope.get("query_string", b"")).decode("utf-8")
+        unquote_to_bytes(query).decode("utf-8")
     except UnicodeDecodeError:
         return False
     return True
