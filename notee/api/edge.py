@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route, refill_allowance
 from notee.api.connections import address_key
+from notee.api.cors import cross_origin, receipts_preflight
 from notee.api.errors import error_response, known_error_response
 from notee.api.take_ahead import TakeAheads
 from notee.core import logs
@@ -206,9 +207,9 @@ class EdgeGuard:
         path: str = scope["path"]
         if path == RECEIPTS_PATH:  # a web app's service worker posts receipts from its own origin
             if scope["method"] == "OPTIONS":
-                await _receipts_preflight(scope, receive, send)
+                await receipts_preflight(scope, receive, send)
                 return
-            send = _cross_origin(send)
+            send = cross_origin(send)
         is_import = scope["method"] == "POST" and path == IMPORTS_PATH
         if is_import:  # a bulk import's file has a larger limit of its own, enforced the same way
             limits = replace(limits, max_body_bytes=settings.import_max_body_bytes)
@@ -247,34 +248,6 @@ class EdgeGuard:
             await _too_deep(limits)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
-
-
-# --- CORS for POST /v1/receipts ----------------------------------------------------------------------
-# Receipts come from apps, a web app's service worker too (docs/ENGAGEMENT.md "What an app adds"), on
-# another origin than the API's. Any origin may post them: the client key is public by design and
-# nothing here reads cookies. Every other route stays same-origin only.
-_CORS = [(b"access-control-allow-origin", b"*")]
-_PREFLIGHT = [
-    *_CORS,
-    (b"access-control-allow-methods", b"POST"),
-    (b"access-control-allow-headers", b"authorization, content-type"),
-    (b"access-control-max-age", b"86400"),
-    (b"content-length", b"0"),
-]
-
-
-async def _receipts_preflight(scope: Scope, receive: Receive, send: Send) -> None:
-    await send({"type": "http.response.start", "status": 204, "headers": list(_PREFLIGHT)})
-    await send({"type": "http.response.body", "body": b""})
-
-
-def _cross_origin(send: Send) -> Send:
-    async def with_cors(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *_CORS]}
-        await send(message)
-
-    return with_cors
 
 
 # --- the steps: each returns the refusal to send, or None to go on -------------------------------------

@@ -118,7 +118,7 @@ def serve(settings: Settings, host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
     # No caller's frame looked up per log record (the logging HOWTO's "Optimization"): Notee's line
     # formats carry no file, line or function, and the access line is logged per request (the
-    # lookup was ~4 % of the event loop's CPU per subscribe, docs/BENCHMARKS.md "Round 3, sixth part").
+    # lookup was ~3 % of the event loop's CPU per subscribe, docs/BENCHMARKS.md "Round 3, sixth part").
     logging._srcfile = None
     runtime = Runtime(settings)
     try:

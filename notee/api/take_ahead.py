@@ -13,8 +13,8 @@ tenant at its limit is judged request by request, each on its own UPDATE, none w
 Before they run out: when a request admitted from the tokens held leaves a quarter of a take-ahead
 or less (``Allowance.refill_due``), the edge starts a refill, an UPDATE taking the next tokens on a
 worker thread for no request of its own (``refill``), so that under steady load requests are
-admitted from memory and none waits for the UPDATE (with the refill, the rate-limited subscribe
-paid a hop for about one request in four: docs/BENCHMARKS.md, "Round 3, sixth part"). A refill in
+admitted from memory and none waits for the UPDATE (before the refill, about one rate-limited
+subscribe in four waited for one: docs/BENCHMARKS.md, "Round 3, sixth part"). A refill in
 progress is a take-ahead in progress: a request that finds no token waits for it. A refill that
 fails (the store) is logged and answers nobody; the requests after it ask the bucket themselves.
 """

@@ -168,7 +168,9 @@ class Allowance:
     after they were taken: the bucket was charged for them, so the limit is never exceeded, and a
     process cannot sit on a part of it. When a take-ahead does not fit (the tenant is near its
     limit) the process goes back to one token per request for ``TIGHT_S``, so a tenant at its limit
-    is judged request by request, exactly as without the allowance.
+    is judged request by request, exactly as without the allowance. A busy process takes its next
+    tokens before it runs out (``refill_due``, ``refill_size``: notee.api.take_ahead), each take
+    dropped HOLD_S after it was taken, whatever was taken since.
 
     One per process, shared by its listeners: ``take`` runs on the event loop, ``ahead_for`` and
     ``keep`` on worker threads; a lock guards the state."""
