@@ -228,8 +228,9 @@ class Allowance:
         now = self._clock()
         with self._lock:
             held = self._held.get((service, klass))
-            if held is None or now >= held.most_until:  # the limit unknown: the next request's own take reads it
+            if held is None:
                 return False
+            # ``most`` is 0 until a request's own take-ahead read the limit; a refill reads it again when stale
             wanted = min(self._wanted(held, now), held.most)
             return wanted > 1 and held.tokens(now) <= wanted // self.REFILL_AT
 

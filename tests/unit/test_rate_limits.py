@@ -186,6 +186,9 @@ def test_a_refill_is_due_at_half_a_take_ahead_and_each_take_keeps_its_own_deadli
     allowance.keep("S", "write", 7, wanted=7)  # the refill's tokens, beside the ~10 still held
     clock.now += ratelimit.Allowance.HOLD_S / 2  # the first take's are dropped now, the refill's are not
     assert [allowance.take("S", "write") for _ in range(8)] == [True] * 7 + [False]
+    # the limit read long ago: a refill is still due (``refill_allowance`` reads it again first)
+    clock.now += ratelimit.Allowance.LIMIT_TTL_S
+    assert allowance.refill_due("S", "write") and allowance.needs_limit("S", "write")
     # a tenant near its limit (a take-ahead refused): no refill, one token per request
     allowance.keep("S", "write", 0, wanted=20)
     assert not allowance.refill_due("S", "write") and allowance.refill_size("S", "write") == 0
