@@ -59,3 +59,4 @@ _.block_nesting_limit
 _.context_depth_limit
 _.context_class  # notee/domain/liquid.py _Template: python-liquid's BoundTemplate makes its render context from it
 _.template_class  # notee/domain/liquid.py _Env: python-liquid's Environment makes its templates from it
+_._srcfile  # notee/api/server.py: the logging module reads it (the logging HOWTO, "Optimization")

@@ -166,6 +166,24 @@ def authenticate_service(
         return service
 
 
+def refill_allowance(
+    runtime: Runtime, settings: Settings, service: str, rate_class: RateClass, allowance: ratelimit.Allowance
+) -> None:
+    """Take the next tokens of ``allowance`` for (service, class) before they run out, on a worker
+    thread, for no request of its own (notee.api.take_ahead.TakeAheads.refill): one UPDATE, on a
+    short session as ``authenticate_service``'s."""
+    with runtime.sessions() as session:
+        if allowance.needs_limit(service, rate_class):
+            limit = ratelimit.get_limits(session, settings, service)[rate_class]
+            allowance.learn(service, rate_class, limit.rate, limit.burst)
+        wanted = allowance.refill_size(service, rate_class)
+        if wanted <= 0:
+            return
+        taken = ratelimit.refill(session, settings, service, rate_class, n=wanted)
+        session.commit()
+    allowance.keep(service, rate_class, taken, wanted=wanted)
+
+
 # ``async def`` (no I/O, or I/O on a worker thread): FastAPI would run a plain ``def`` dependency on
 # a worker thread, one more hop per request.
 async def require_admin(request: Request, creds: Annotated[Credentials, Security(_admin_scheme)]) -> None:

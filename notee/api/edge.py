@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -34,8 +35,9 @@ from urllib.parse import unquote_to_bytes
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route
+from notee.api.auth import ApiKeyCache, authenticate_service, check_admin, check_client_key_route, refill_allowance
 from notee.api.connections import address_key
+from notee.api.cors import cross_origin, receipts_preflight
 from notee.api.errors import error_response, known_error_response
 from notee.api.take_ahead import TakeAheads
 from notee.core import logs
@@ -116,9 +118,12 @@ def rate_class(method: str, path: str) -> RateClass | None:
 
 def path_is_utf8(scope: Scope) -> bool:
     raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    query = scope.get("query_string", b"")
+    if b"%" not in raw and b"%" not in query and raw.isascii() and query.isascii():
+        return True  # nothing to decode (most requests): ASCII is UTF-8
     try:
         unquote_to_bytes(raw).decode("utf-8")
-        unquote_to_bytes(scope.get("query_string", b"")).decode("utf-8")
+        unquote_to_bytes(query).decode("utf-8")
     except UnicodeDecodeError:
         return False
     return True
@@ -189,6 +194,11 @@ class EdgeGuard:
             return None
         return _refusal(503, "overloaded", message, headers={"Retry-After": "1"})
 
+    def _refill(self, state: Any, settings: Settings, service: str, cls: RateClass) -> None:
+        """Start a refill of the allowance of (service, class) (``TakeAheads.refill``)."""
+        run = partial(refill_allowance, state.runtime, settings, service, cls, state.allowance)
+        self.take_aheads.refill(service, cls, run)
+
     async def _guarded(
         self, scope: Scope, receive: Receive, send: Send, settings: Settings, limits: EdgeLimits, state: Any
     ) -> None:
@@ -197,9 +207,9 @@ class EdgeGuard:
         path: str = scope["path"]
         if path == RECEIPTS_PATH:  # a web app's service worker posts receipts from its own origin
             if scope["method"] == "OPTIONS":
-                await _receipts_preflight(scope, receive, send)
+                await receipts_preflight(scope, receive, send)
                 return
-            send = _cross_origin(send)
+            send = cross_origin(send)
         is_import = scope["method"] == "POST" and path == IMPORTS_PATH
         if is_import:  # a bulk import's file has a larger limit of its own, enforced the same way
             limits = replace(limits, max_body_bytes=settings.import_max_body_bytes)
@@ -209,7 +219,7 @@ class EdgeGuard:
             await refusal(scope, receive, send)
             return
         try:
-            lookup = _credentials(scope, path, is_admin, settings, state)
+            lookup = _credentials(scope, path, is_admin, settings, state, self._refill)
             if lookup is not None:  # a key not seen lately, or a rate class without a token taken ahead
                 ask = partial(authenticate_service, state.runtime, settings, *lookup)
                 _identified(scope, await self.take_aheads.admitted(lookup[4], lookup[3], lookup[1], ask))
@@ -238,34 +248,6 @@ class EdgeGuard:
             await _too_deep(limits)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
-
-
-# --- CORS for POST /v1/receipts ----------------------------------------------------------------------
-# Receipts come from apps, a web app's service worker too (docs/ENGAGEMENT.md "What an app adds"), on
-# another origin than the API's. Any origin may post them: the client key is public by design and
-# nothing here reads cookies. Every other route stays same-origin only.
-_CORS = [(b"access-control-allow-origin", b"*")]
-_PREFLIGHT = [
-    *_CORS,
-    (b"access-control-allow-methods", b"POST"),
-    (b"access-control-allow-headers", b"authorization, content-type"),
-    (b"access-control-max-age", b"86400"),
-    (b"content-length", b"0"),
-]
-
-
-async def _receipts_preflight(scope: Scope, receive: Receive, send: Send) -> None:
-    await send({"type": "http.response.start", "status": 204, "headers": list(_PREFLIGHT)})
-    await send({"type": "http.response.body", "body": b""})
-
-
-def _cross_origin(send: Send) -> Send:
-    async def with_cors(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *_CORS]}
-        await send(message)
-
-    return with_cors
 
 
 # --- the steps: each returns the refusal to send, or None to go on -------------------------------------
@@ -322,7 +304,12 @@ def _served_elsewhere(path: str, is_admin: bool, state: Any) -> Response | None:
 _KeyLookup = tuple[str | None, RateClass | None, ApiKeyCache, str | None, Allowance]
 
 
-def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any) -> _KeyLookup | None:
+_Refill = Callable[[Any, Settings, str, RateClass], None]
+
+
+def _credentials(
+    scope: Scope, path: str, is_admin: bool, settings: Settings, state: Any, refill: _Refill
+) -> _KeyLookup | None:
     """Step 4 from memory: the admin token, or a tenant key this process authenticated lately (no
     MySQL, no thread hop) with, for a rate class, a token it took ahead (``ratelimit.Allowance``).
     Raises the refusal of a wrong admin token (401/403). None: done; else the rest of
@@ -338,6 +325,8 @@ def _credentials(scope: Scope, path: str, is_admin: bool, settings: Settings, st
     known = state.key_cache.service_of(token)
     if known is not None and (cls is None or state.allowance.take(known, cls)):
         _identified(scope, known)
+        if cls is not None and state.allowance.refill_due(known, cls):
+            refill(state, settings, known, cls)  # the next tokens, before a request finds none
         return None
     return token, cls, state.key_cache, known, state.allowance
 

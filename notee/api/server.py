@@ -7,6 +7,7 @@ with a bound on the request head, one write per response).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -127,6 +128,10 @@ async def _serve_listeners(servers: list[uvicorn.Server]) -> None:
 
 def serve(settings: Settings, host: str, port: int) -> None:
     """Run until SIGTERM/SIGINT, then stop every listener gracefully."""
+    # No caller's frame looked up per log record (the logging HOWTO's "Optimization"): Notee's line
+    # formats carry no file, line or function, and the access line is logged per request (the
+    # lookup was ~3 % of the event loop's CPU per subscribe, docs/BENCHMARKS.md "Round 3, sixth part").
+    logging._srcfile = None
     runtime = Runtime(settings)
     try:
         shared = _Shared(

@@ -12,8 +12,12 @@ progress, and the calls of one (service, type) run one at a time.
 
 A drain (the calls of one (service, type), one after the other while requests keep coming) keeps
 its MySQL connection from one call to the next, each call its own transaction ended by a rollback:
-a burst of calls pays one pool checkout and its ping, not one per call. The connection goes back to
-the pool when nobody waits, or at once after a failed call.
+a burst of calls pays one pool checkout and its ping, not one per call. The rollback that ends a
+call's transaction (its users' locks) is the first statement of the drain's next call, or the
+pool's reset when the connection goes back, not the call's last: the group is answered as soon as
+its writes are, one MySQL round trip earlier, and the locks end before the drain's next locks (or
+on the connection's return) all the same. The connection goes back to the pool when nobody waits,
+or at once after a failed call.
 
 Every request gets the answer it would have had alone: its own status and device count, 404 for an
 unknown user (the others of the group are still subscribed), and the group's error (a template of
@@ -56,18 +60,21 @@ class _StoreDrain:
         self._db: Connection | None = None
 
     def call(self, service: str, type_: str, pairs: Sequence[tuple[str, str]]) -> list[SubscribeResult | None]:
+        if self._db is not None:
+            try:  # the previous call's transaction: its users' locks end here, before this call's own
+                topic_subscriptions.end_transaction(self._db)
+            except Exception:  # that call was answered already: this one goes on on another connection
+                self.close()
         if self._db is None:
             self._db = self._runtime.engine.connect()  # the pool's checkout pings it
         try:
-            results = topic_subscriptions.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
-            # The users' locks end here; the next call's lock is the first statement of its own transaction.
-            topic_subscriptions.end_transaction(self._db)
+            return topic_subscriptions.subscribe_topics(self._db, self._runtime.statements, service, type_, pairs)
         except BaseException:
             self.close()  # in whatever state the failure left it: the pool resets it, or discards it
             raise
-        return results
 
     def close(self) -> None:
+        """Give the connection back: the pool's reset on return rolls back the last call's transaction."""
         db, self._db = self._db, None
         if db is not None:
             db.close()

@@ -9,16 +9,27 @@ in progress and are admitted from its tokens; one that finds none left asks the 
 
 Only while a take-ahead is expected (the (service, class) comes fast and is not near its limit): a
 tenant at its limit is judged request by request, each on its own UPDATE, none waiting for another.
+
+Before they run out: when a request admitted from the tokens held leaves a quarter of a take-ahead
+or less (``Allowance.refill_due``), the edge starts a refill, an UPDATE taking the next tokens on a
+worker thread for no request of its own (``refill``), so that under steady load requests are
+admitted from memory and none waits for the UPDATE (before the refill, about one rate-limited
+subscribe in four waited for one: docs/BENCHMARKS.md, "Round 3, sixth part"). A refill in
+progress is a take-ahead in progress: a request that finds no token waits for it. A refill that
+fails (the store) is logged and answers nobody; the requests after it ask the bucket themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from anyio import to_thread
 
 from notee.domain.ratelimit import Allowance
+
+log = logging.getLogger(__name__)
 
 
 class TakeAheads:
@@ -26,6 +37,28 @@ class TakeAheads:
 
     def __init__(self) -> None:
         self._pending: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._refills: set[asyncio.Task[None]] = set()  # in progress (a task needs a reference)
+
+    def refill(self, service: str, klass: str, run: Callable[[], None]) -> None:
+        """Start ``run`` (on a worker thread: the refill's UPDATE) unless a take-ahead of (service,
+        class) is in progress already; from the event loop, without waiting for it."""
+        key = (service, klass)
+        if key in self._pending:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending[key] = done
+        task = asyncio.create_task(self._refilling(key, done, run))
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
+
+    async def _refilling(self, key: tuple[str, str], done: asyncio.Future[None], run: Callable[[], None]) -> None:
+        try:
+            await to_thread.run_sync(run)
+        except Exception as exc:  # no request is answered by it: its waiters ask the bucket themselves
+            log.warning("service=%s: a refill of %s tokens failed (%s)", key[0], key[1], type(exc).__name__)
+        finally:
+            del self._pending[key]
+            done.set_result(None)
 
     async def admitted(self, allowance: Allowance, known: str | None, klass: str | None, ask: Callable[[], str]) -> str:
         """The service ``ask`` (on a worker thread: the key lookup and the bucket's UPDATE) names,

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -91,6 +92,17 @@ def admit(session: Session, settings: Settings, service: str, klass: RateClass, 
     )
 
 
+def refill(session: Session, settings: Settings, service: str, klass: RateClass, *, n: int) -> int:
+    """Take ``n`` tokens of ``service``'s ``klass`` for the process's next requests, admitting no
+    request itself (``Allowance.refill_due``): ``n``, or 0 when they do not fit (nothing taken, and
+    nobody refused: the requests that find no token then ask the bucket each)."""
+    default = default_limit(settings, klass)
+    taken = store.take_ahead(
+        session, service, klass, n=n, hold_s=Allowance.HOLD_S, rate=default.rate, burst=default.burst
+    )
+    return n if taken else 0
+
+
 def get_limits(session: Session, settings: Settings, service: str) -> dict[RateClass, Limit]:
     custom = store.custom_limits(session, service)
     out: dict[RateClass, Limit] = {}
@@ -126,14 +138,22 @@ def reset_limit(session: Session, service: str, klass: RateClass) -> None:
 
 @dataclass(slots=True)
 class _Held:
-    tokens: int = 0  # taken from the bucket, not used yet
-    until: float = 0.0  # clock() after which they are dropped
+    # Tokens taken from the bucket, not used yet, by take: [clock() at which they are dropped, how
+    # many], oldest first. Each take keeps its own deadline: a refill never extends an older one.
+    lots: deque[list[float]] = field(default_factory=deque)
     since: float = 0.0  # the current counting window's start
     seen: int = 0  # requests of the window so far
     rate: float = 0.0  # requests per second of the last whole window
     tight_until: float = 0.0  # a take-ahead was refused: one token at a time until then
     most: int = 0  # the largest take the service's limit allows (``learn``)
     most_until: float = 0.0  # clock() after which the limit is read again
+
+    def tokens(self, now: float) -> int:
+        """The tokens still usable at ``now`` (dropping those past their deadline)."""
+        lots = self.lots
+        while lots and lots[0][0] <= now:
+            lots.popleft()
+        return int(sum(lot[1] for lot in lots))
 
 
 class Allowance:
@@ -148,7 +168,9 @@ class Allowance:
     after they were taken: the bucket was charged for them, so the limit is never exceeded, and a
     process cannot sit on a part of it. When a take-ahead does not fit (the tenant is near its
     limit) the process goes back to one token per request for ``TIGHT_S``, so a tenant at its limit
-    is judged request by request, exactly as without the allowance.
+    is judged request by request, exactly as without the allowance. A busy process takes its next
+    tokens before it runs out (``refill_due``, ``refill_size``: notee.api.take_ahead), each take
+    dropped HOLD_S after it was taken, whatever was taken since.
 
     One per process, shared by its listeners: ``take`` runs on the event loop, ``ahead_for`` and
     ``keep`` on worker threads; a lock guards the state."""
@@ -159,6 +181,7 @@ class Allowance:
     TIGHT_S = 1.0
     LIMIT_TTL_S = 5.0
     MAX_KEYS = 10_000
+    REFILL_AT = 2  # a refill is due when half a take-ahead is left
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -178,11 +201,15 @@ class Allowance:
             if now - held.since >= self.WINDOW_S:
                 held.rate, held.since, held.seen = held.seen / (now - held.since), now, 0
             held.seen += 0 if again else 1
-            if held.tokens > 0 and now < held.until:
-                held.tokens -= 1
-                return True
-            held.tokens = 0
-            return False
+            lots = held.lots
+            while lots and lots[0][0] <= now:  # not used within HOLD_S: dropped
+                lots.popleft()
+            if not lots:
+                return False
+            lots[0][1] -= 1
+            if lots[0][1] <= 0:
+                lots.popleft()
+            return True
 
     def _wanted(self, held: _Held | None, now: float) -> int:
         if held is None or now < held.tight_until:
@@ -194,6 +221,24 @@ class Allowance:
         now = self._clock()
         with self._lock:
             return self._wanted(self._held.get((service, klass)), now) > 0
+
+    def refill_due(self, service: str, klass: str) -> bool:
+        """A take-ahead is expected and the tokens held are down to half of one: take the next
+        ones now (``refill_size``), before a request finds none and has to wait for the UPDATE."""
+        now = self._clock()
+        with self._lock:
+            held = self._held.get((service, klass))
+            if held is None:
+                return False
+            # ``most`` is 0 until a request's own take-ahead read the limit; a refill reads it again when stale
+            wanted = min(self._wanted(held, now), held.most)
+            return wanted > 1 and held.tokens(now) <= wanted // self.REFILL_AT
+
+    def refill_size(self, service: str, klass: str) -> int:
+        """How many tokens a refill (an UPDATE admitting no request of its own) takes: what a
+        request's take-ahead takes with its own token (``ahead_for`` + 1); 0: none now."""
+        ahead = self.ahead_for(service, klass)
+        return ahead + 1 if ahead > 0 else 0
 
     def needs_limit(self, service: str, klass: str) -> bool:
         """The process would take ahead but has not read the (service, class)'s limit lately."""
@@ -231,9 +276,8 @@ class Allowance:
             held = self._held.get((service, klass))
             if held is None:
                 return
-            if tokens > 0:  # added to any still held (two requests may have asked at once)
-                held.tokens = (held.tokens if now < held.until else 0) + tokens
-                held.until = now + self.HOLD_S
+            if tokens > 0:  # beside any still held (two takes may have run at once), each with its own deadline
+                held.lots.append([now + self.HOLD_S, tokens])
             elif wanted > 0:
                 held.tight_until = now + self.TIGHT_S
 

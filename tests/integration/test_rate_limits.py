@@ -300,3 +300,72 @@ def test_tokens_taken_ahead_never_admit_more_than_the_limit(client, runtime, set
     assert sum(ahead_taken) > 0, "nothing was admitted from tokens taken ahead"
     taken_ahead_updates = [u for u in updates if "LEAST(" in u]
     assert taken_ahead_updates, "no UPDATE took tokens ahead"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _busy(allowance: ratelimit.Allowance, clock: _Clock, service: str, klass: str) -> None:
+    """The allowance has seen (service, class) at 400 requests a second for a window."""
+    for _ in range(int(400 * ratelimit.Allowance.WINDOW_S) + 1):
+        allowance.take(service, klass)
+        clock.now += 1 / 400
+
+
+def _tat(runtime, service: str, klass: str, *, set_ahead_s: float | None = None) -> float:
+    """The bucket's theoretical arrival time; ``set_ahead_s``: first set it that far past the database's now."""
+    from sqlalchemy import text
+
+    with runtime.sessions.begin() as session:
+        where = {"service": service, "class": klass}
+        if set_ahead_s is not None:
+            session.execute(
+                text(
+                    "UPDATE rate_bucket SET tat = UNIX_TIMESTAMP(SYSDATE(6)) + :s"
+                    " WHERE service = :service AND class = :class"
+                ),
+                where | {"s": set_ahead_s},
+            )
+        row = session.execute(
+            text("SELECT tat FROM rate_bucket WHERE service = :service AND class = :class"), where
+        ).one()
+        return float(row.tat)
+
+
+def test_a_refill_charges_the_bucket_for_every_token_it_holds_and_refuses_nobody(runtime, settings, make_tenant):
+    """A refill (notee.api.take_ahead, before the process runs out) is one take-ahead UPDATE for no
+    request: the process holds exactly what the bucket was charged; near the limit it takes nothing,
+    raises no 429, and the process goes back to one token per request."""
+    from notee.api.auth import authenticate_service, refill_allowance
+
+    service, _ = make_tenant()
+    rate, burst = 400.0, 8_000  # a take: at most min(400 x HOLD_S, 8,000 / 8) = 20
+    with runtime.sessions.begin() as session:
+        ratelimit.set_limit(session, settings, service, "read", rate=rate, burst=burst)
+    clock = _Clock()
+    allowance = ratelimit.Allowance(clock)
+    authenticate_service(runtime, settings, None, "read", known=service)  # the bucket exists
+    _busy(allowance, clock, service, "read")
+    # 10 s of the bucket used: its time is past now, so a take moves it by exactly n / rate
+    before = _tat(runtime, service, "read", set_ahead_s=10.0)
+    updates, listener = _bucket_updates(runtime)
+    try:
+        refill_allowance(runtime, settings, service, "read", allowance)  # reads the limit, then one UPDATE
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", listener)
+    assert len(updates) == 1 and "LEAST(" in updates[0]
+    held = 0
+    while allowance.take(service, "read"):
+        held += 1
+    assert held == 20
+    assert abs(_tat(runtime, service, "read") - before - held / rate) < 1e-6  # charged for each, no more
+    # The bucket used up: a refill takes nothing, refuses nobody, and the process goes tight.
+    _tat(runtime, service, "read", set_ahead_s=burst / rate)
+    refill_allowance(runtime, settings, service, "read", allowance)
+    assert not allowance.take(service, "read")
+    assert allowance.refill_size(service, "read") == 0 and not allowance.refill_due(service, "read")

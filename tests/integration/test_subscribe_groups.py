@@ -163,3 +163,36 @@ def test_a_failed_call_gives_its_connection_back(client, runtime, settings, serv
     assert runtime.engine.pool.checkedout() == checked_out + 1  # kept while calls succeed
     drain.close()
     assert runtime.engine.pool.checkedout() == checked_out
+
+
+def test_a_calls_locks_end_before_the_drains_next_call_and_when_the_drain_ends(client, runtime, settings, service_id):
+    """The rollback ending a call's transaction is the drain's next call's first statement (the call
+    is answered one round trip earlier), or the pool's reset when the drain gives the connection back:
+    the users' locks never outlive either."""
+    from notee.api.subscribe_groups import _StoreDrain
+
+    h = new_service(client, settings, service_id)
+    new_template(client, h, "TOPIC", "news")
+    a, b = (new_user(client, h, devices=[(random_token(), "AOS")]) for _ in range(2))
+
+    def locked(user_id: str) -> bool:
+        with runtime.engine.connect() as probe:
+            try:
+                probe.execute(
+                    text("SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE NOWAIT"),
+                    {"s": service_id, "u": user_id},
+                ).one()
+            except Exception as exc:  # lock wait / NOWAIT refusal
+                assert "lock" in str(exc).lower(), exc
+                return True
+            return False
+
+    drain = _StoreDrain(runtime)
+    try:
+        assert drain.call(service_id, "news", [(a, "t")]) == [{"status": "subscribed", "devices": 1}]
+        assert locked(a)  # answered; its transaction ends with the drain's next statement
+        assert drain.call(service_id, "news", [(b, "t")]) == [{"status": "subscribed", "devices": 1}]
+        assert not locked(a) and locked(b)
+    finally:
+        drain.close()
+    assert not locked(b)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from notee.api.edge import json_too_deep
+from notee.api.edge import json_too_deep, path_is_utf8
 
 
 @pytest.mark.parametrize(
@@ -24,3 +24,19 @@ from notee.api.edge import json_too_deep
 )
 def test_json_depth_rule(body, limit, deep):
     assert json_too_deep(body, limit) is deep
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "query", "ok"),
+    [
+        (b"/v1/users/abc/subscriptions/topic/news/t", b"", True),  # the common case: nothing to decode
+        (b"/v1/topics/news/caf%C3%A9", b"a=%C3%A9", True),
+        (b"/v1/topics/news/%FF", b"", False),
+        (b"/v1/topics/news/t", b"q=%FF", False),
+        (b"/v1/topics/news/\xff", b"", False),  # a raw byte over 0x7f, not percent-encoded
+        (b"/v1/topics/news/t", b"q=\xff", False),
+    ],
+)
+def test_only_a_url_that_percent_decodes_to_utf8_passes(raw_path, query, ok):
+    scope = {"raw_path": raw_path, "path": raw_path.decode("latin-1"), "query_string": query}
+    assert path_is_utf8(scope) is ok

@@ -161,3 +161,94 @@ def test_requests_with_no_take_ahead_expected_ask_the_bucket_side_by_side():
         return await asyncio.gather(*(aheads.admitted(allowance, "S", "write", ask) for _ in range(3)))
 
     assert asyncio.run(scenario()) == ["S"] * 3
+
+
+def test_a_refill_is_due_at_half_a_take_ahead_and_each_take_keeps_its_own_deadline():
+    """A busy process takes its next tokens while half of a take-ahead is left (``refill_due``), and
+    a refill's tokens never keep older ones past their HOLD_S: each take is dropped on its own."""
+    clock = _Clock()
+    allowance = ratelimit.Allowance(clock)
+    for _ in range(int(400 * ratelimit.Allowance.WINDOW_S) + 1):  # 400 a second for a window
+        allowance.take("S", "write")
+        clock.now += 1 / 400
+    assert not allowance.refill_due("S", "write")  # the limit not read yet: a request's own take reads it
+    allowance.learn("S", "write", 1000.0, 5000.0)
+    size = allowance.refill_size("S", "write")
+    assert size == allowance.ahead_for("S", "write") + 1 == 20  # what a request's take-ahead takes, with its own
+    assert allowance.refill_due("S", "write")  # nothing held
+    allowance.keep("S", "write", size, wanted=size)
+    used = 0
+    while not allowance.refill_due("S", "write"):
+        assert allowance.take("S", "write")
+        used += 1
+    assert size // 2 - 1 <= size - used <= size // 2  # about half left
+    clock.now += ratelimit.Allowance.HOLD_S / 2
+    allowance.keep("S", "write", 7, wanted=7)  # the refill's tokens, beside the ~10 still held
+    clock.now += ratelimit.Allowance.HOLD_S / 2  # the first take's are dropped now, the refill's are not
+    assert [allowance.take("S", "write") for _ in range(8)] == [True] * 7 + [False]
+    # the limit read long ago: a refill is still due (``refill_allowance`` reads it again first)
+    clock.now += ratelimit.Allowance.LIMIT_TTL_S
+    assert allowance.refill_due("S", "write") and allowance.needs_limit("S", "write")
+    # a tenant near its limit (a take-ahead refused): no refill, one token per request
+    allowance.keep("S", "write", 0, wanted=20)
+    assert not allowance.refill_due("S", "write") and allowance.refill_size("S", "write") == 0
+
+
+def test_a_refill_runs_once_at_a_time_and_requests_that_run_out_wait_for_its_tokens():
+    import asyncio
+    import threading
+
+    from notee.api.take_ahead import TakeAheads
+
+    allowance = _busy_allowance()
+    runs: list[int] = []
+    asks: list[int] = []
+    release = threading.Event()
+
+    def run() -> None:
+        runs.append(1)
+        assert release.wait(10)
+        allowance.keep("S", "write", 20, wanted=20)
+
+    def ask() -> str:
+        asks.append(1)
+        return "S"
+
+    async def scenario() -> list[str]:
+        aheads = TakeAheads()
+        aheads.refill("S", "write", run)
+        aheads.refill("S", "write", run)  # one in progress already: not started again
+        assert not allowance.take("S", "write")  # nothing held yet: these requests wait for the refill
+        tasks = [asyncio.create_task(aheads.admitted(allowance, "S", "write", ask)) for _ in range(5)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        release.set()
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(scenario()) == ["S"] * 5
+    assert runs == [1] and asks == []  # one UPDATE, none of the requests asked the bucket
+
+
+def test_a_failed_refill_answers_nobody_and_its_waiters_ask_the_bucket(caplog):
+    import asyncio
+
+    from notee.api.take_ahead import TakeAheads
+
+    allowance = _busy_allowance()
+    asks: list[int] = []
+
+    def run() -> None:
+        raise ConnectionError("MySQL went away")
+
+    def ask() -> str:
+        asks.append(1)
+        return "S"
+
+    async def scenario() -> list[str]:
+        aheads = TakeAheads()
+        aheads.refill("S", "write", run)
+        return await asyncio.gather(*(aheads.admitted(allowance, "S", "write", ask) for _ in range(3)))
+
+    assert asyncio.run(scenario()) == ["S"] * 3
+    assert len(asks) == 3  # each asked the bucket itself after the refill failed
+    assert "a refill of write tokens failed (ConnectionError)" in caplog.text
