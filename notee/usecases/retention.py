@@ -86,7 +86,8 @@ ENGAGEMENT_MONTHS = 13
 
 def prune_engagement_months(runtime: Runtime, *, now: datetime | None = None) -> int:
     """The engagement scope partitions of the three months before the kept ones, of every service
-    (counters take no TTL: docs/ENGAGEMENT.md "Retention"); the partitions deleted (absent ones too)."""
+    (counters take no TTL: docs/ENGAGEMENT.md "Retention"); the partitions deleted (scope partitions:
+    absent ones too; day partitions: the buckets that held cells)."""
     today = (now or now_utc()).date().replace(day=1)
     months = []
     for back in range(ENGAGEMENT_MONTHS, ENGAGEMENT_MONTHS + 3):

@@ -25,12 +25,14 @@ from notee.core import notification_id
 from notee.core.clock import naive_utc
 from notee.domain import services
 from notee.store import receipt_recount_sql
+from notee.store.cql import engagement_counts
 from notee.store.cql.engagement import ReceiptRow, bucket_of
 from notee.usecases import receipt_repair, receipts
 from tests.support.fanout import finished_topic_job
 from tests.support.registry import bearer, new_api_key
 
 DEVICES = 30
+SENDS = 300  # single sends of one day: ~2 per bucket
 TTL_S = 86_400
 
 
@@ -219,5 +221,46 @@ def test_the_day_cells_of_a_pruned_month_go_with_its_scope_partitions(runtime, s
     old = receipts.scope_keys("old", None, datetime(2000, 1, 31, 12, tzinfo=UTC), "UTC")
     st.count(service, {(job, old, "opened"): 2})
     assert st.day_counts(service, ["2000-01-31"]) == {("2000-01-31", "old", ""): {"opened": 2}}
-    assert st.forget_months([service], ["2000-01"]) == 31 + 4  # its days, and its four scope partitions
+    assert st.forget_months([service], ["2000-01"]) == 1 + 4  # its day's one bucket, and its four scope partitions
     assert st.day_counts(service, ["2000-01-31"]) == {}
+
+
+def test_many_single_sends_spread_over_the_day_buckets_and_the_figures_stay_exact(client, settings, runtime, tenant):
+    """A day's cells are split over DAY_BUCKETS partitions by a hash of the source (docs/ENGAGEMENT.md
+    "Bounds"): the sends' own cells land in many buckets, each bucket's shared figure cell holds
+    exactly its own sends' events, and the figures (every bucket summed) equal the events posted."""
+    service, headers = tenant
+    with runtime.sessions() as s:
+        zone = services.get_service(s, service).timezone
+    st = runtime.statements
+    keys = receipts.scope_keys("otp", None, datetime.now(UTC), zone)
+    sends = [notification_id.new_single_source() for _ in range(SENDS)]
+    for send in sends:
+        st.add_source(service, send, keys, (1, 1), TTL_S)
+    job_id = finished_topic_job(runtime, service, DEVICES, type_="otp", topic="t")
+    job = notification_id.source_of_job(job_id)
+    key = str(new_api_key(client, settings, service, "app", kind="client")["api_key"])
+    at = datetime.now(UTC).isoformat()
+    batch = [{"notification_id": notification_id.make(s, "phone"), "event": "delivered", "at": at} for s in sends]
+    batch += [{"notification_id": notification_id.make(s, "phone"), "event": "opened", "at": at} for s in sends[::3]]
+    batch += _events(job, "delivered", range(DEVICES))
+    for i in range(0, len(batch), 100):
+        r = client.post("/v1/receipts", json={"events": batch[i : i + 100]}, headers=bearer(key))
+        assert r.status_code == 200 and r.json()["accepted"] == len(batch[i : i + 100]), r.text
+
+    opened = set(sends[::3])
+    by_bucket: dict[int, dict[str, int]] = {}
+    for send in sends:
+        want = {"delivered": 1} | ({"opened": 1} if send in opened else {})
+        assert st.held(service, send, keys, everywhere=True).own == want, send
+        mine = by_bucket.setdefault(engagement_counts.day_bucket(send), {})
+        for event, n in want.items():
+            mine[event] = mine.get(event, 0) + n
+    assert len(by_bucket) >= 32, "the sends did not spread over the buckets"
+    for bucket, want in by_bucket.items():  # each bucket's shared figure cell: its own sends' events only
+        shared = (service, keys.day, bucket, engagement_counts.FIGURES, "otp", "", engagement_counts.SHARED)
+        assert {e: n for e, n in st.session.execute(st.engagement_day_cell, shared)} == want, bucket
+    total = {"delivered": SENDS + DEVICES, "opened": len(opened)}
+    assert _figures(client, headers, "type") == {"otp": total}
+    assert list(_figures(client, headers, "day").values()) == [total]
+    assert _figures(client, headers, "topic") == {"otp t": {"delivered": DEVICES, "opened": 0}}

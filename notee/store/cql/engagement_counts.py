@@ -5,15 +5,19 @@ schema/cql/0008_engagement_day.cql), whose figure cells sum to the figures per d
 A job's share of its day, type and topic is a figure cell of its own, so each counter the repair
 sets (``held``, ``add_differences``) is read back and set to the raw rows on its own: a counter
 request Cassandra applied to some of its partitions and not to the others leaves no difference the
-repair cannot see. The day's single sends of a type share one figure cell (the figures' reads stay
-small); each send has its own cell beside it, in the same partition, added to in the same request
-(one mutation: applied together or not at all), so the send's own cell says what its share holds.
+repair cannot see. A day's cells are spread over DAY_BUCKETS partitions by a hash of the source (a
+partition stays inside DATA-RULES' bound for a service of millions of single sends a day, and no
+partition takes every batch); the single sends of a type in one bucket share one figure cell (the
+figures' reads stay small); each send has its own cell beside it, in the same partition, added to in
+the same request (one mutation: applied together or not at all), so the send's own cell says what
+its share holds.
 
 Counter increments run with ``COUNTER_PROFILE`` and are never retried (not idempotent)."""
 
 from __future__ import annotations
 
 import calendar
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,28 +32,40 @@ from notee.store.cql.rows import TUPLE_ROWS
 
 COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~8)
 FIGURES, SENDS = "f", "s"  # engagement_day's kinds of cell: summed by the figures, or a send's own
-SHARED = ""  # the source of the figure cell the service's single sends of a (day, type) share
+SHARED = ""  # the source of the figure cell a day bucket's single sends of a (type) share
+# Partitions per (service, day) of engagement_day, by a hash of the source: each holds 1/DAY_BUCKETS
+# of the day's jobs and single sends, and its own shared figure cells (docs/ENGAGEMENT.md "Bounds").
+DAY_BUCKETS = 64
+
+ALL_BUCKETS = list(range(DAY_BUCKETS))
 
 Increment = tuple[PreparedStatement, tuple[object, ...]]
 DayItem = tuple[str, str, str]  # (day, template type, topic or '') of engagement_day
+Cell = tuple[str, int, str, str, str, str]  # (day, bucket, kind, type, topic, source) of engagement_day
 
 
 def is_single_send(source: str) -> bool:
     return source.startswith("s")  # notee/core/notification_id.py: a send id starts with "s"
 
 
-def figure_cell(source: str, keys: ScopeKeys) -> tuple[str, str, str, str, str]:
-    """(day, kind, type, topic, source) of the engagement_day cell the figures count ``source``'s
-    events in (the topic without the "<type> " ``keys.topic`` carries): a job's own, or the one the
-    day's single sends of the type share."""
+def day_bucket(source: str) -> int:
+    """The engagement_day partition of ``source``'s day that holds its cells (a stable hash)."""
+    return zlib.crc32(source.encode("ascii")) % DAY_BUCKETS
+
+
+def figure_cell(source: str, keys: ScopeKeys) -> Cell:
+    """(day, bucket, kind, type, topic, source) of the engagement_day cell the figures count
+    ``source``'s events in (the topic without the "<type> " ``keys.topic`` carries): a job's own, or
+    the one the single sends of the type in the source's bucket of the day share."""
     topic = keys.topic[len(keys.type_) + 1 :] if keys.topic else ""
-    return keys.day, FIGURES, keys.type_, topic, SHARED if is_single_send(source) else source
+    return keys.day, day_bucket(source), FIGURES, keys.type_, topic, SHARED if is_single_send(source) else source
 
 
-def send_cell(source: str, keys: ScopeKeys) -> tuple[str, str, str, str, str]:
-    """(day, kind, type, topic, source) of a single send's own cell, in the same partition as the
-    figure cell it shares (one counter request adds to both: one mutation, applied together)."""
-    return keys.day, SENDS, keys.type_, "", source
+def send_cell(source: str, keys: ScopeKeys) -> Cell:
+    """(day, bucket, kind, type, topic, source) of a single send's own cell, in the same partition
+    (same bucket) as the figure cell it shares (one counter request adds to both: one mutation,
+    applied together)."""
+    return keys.day, day_bucket(source), SENDS, keys.type_, "", source
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +85,10 @@ class EngagementCounts(Engagement):
         super().__init__(session, keyspaces)
         n = keyspaces.notification
         p = session.prepare
-        cell = "WHERE service = ? AND day = ? AND kind = ? AND notification_type = ? AND topic = ? AND source = ?"
+        cell = (
+            "WHERE service = ? AND day = ? AND bucket = ? AND kind = ? AND notification_type = ? AND topic = ?"
+            " AND source = ?"
+        )
         # Execute the counter_add_* statements with COUNTER_PROFILE (never retried).
         self.counter_add_engagement_job = p(
             f"UPDATE {n}.engagement_job SET n = n + ? WHERE service = ? AND source = ? AND event = ?"
@@ -79,10 +98,13 @@ class EngagementCounts(Engagement):
         self.engagement_day_cell = p(f"SELECT event, n FROM {n}.engagement_day {cell}")
         self.engagement_day_counts = p(
             f"SELECT notification_type, topic, event, n FROM {n}.engagement_day"
-            f" WHERE service = ? AND day = ? AND kind = '{FIGURES}'"
+            f" WHERE service = ? AND day = ? AND bucket IN ? AND kind = '{FIGURES}'"
         )
         self.engagement_job_delete = p(f"DELETE FROM {n}.engagement_job WHERE service = ? AND source = ?")
-        self.engagement_day_delete = p(f"DELETE FROM {n}.engagement_day WHERE service = ? AND day = ?")
+        self.engagement_day_buckets = p(
+            f"SELECT bucket FROM {n}.engagement_day WHERE service = ? AND day = ? AND bucket IN ? PER PARTITION LIMIT 1"
+        )
+        self.engagement_day_delete = p(f"DELETE FROM {n}.engagement_day WHERE service = ? AND day = ? AND bucket IN ?")
 
     # ------------------------------------------------------------------ writes
     def count(self, service: str, counts: dict[tuple[str, ScopeKeys, str], int]) -> None:
@@ -91,7 +113,7 @@ class EngagementCounts(Engagement):
         batch of receipts of one job: one request of ~8 increments). Never retried: a failure raises
         after every request finished, and the batch's sources are kept for the recount
         (notee/usecases/receipt_counting.py)."""
-        cells: Counter[tuple[str, str, str, str, str, str]] = Counter()
+        cells: Counter[tuple[str, int, str, str, str, str, str]] = Counter()
         increments: list[Increment] = []
         for (source, keys, event), delta in counts.items():
             if is_single_send(source):
@@ -109,7 +131,9 @@ class EngagementCounts(Engagement):
         request finished."""
         per_partition: dict[tuple[object, ...], list[Increment]] = {}
         for statement, values in increments:
-            per_partition.setdefault((statement.query_id, *values[1:3]), []).append((statement, values))
+            # the partition key: (service, source) of engagement_job, (service, day, bucket) of engagement_day
+            width = 4 if statement is self.counter_add_engagement_day else 3
+            per_partition.setdefault((statement.query_id, *values[1:width]), []).append((statement, values))
         futures = []
         batch = BatchStatement(batch_type=BatchType.COUNTER)
         for group in per_partition.values():
@@ -147,12 +171,25 @@ class EngagementCounts(Engagement):
 
     def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
         """Delete every scope partition and every day partition of ``services`` for ``months``
-        (YYYY-MM); how many partitions."""
+        (YYYY-MM); how many partitions: the scope partitions (absent ones too) and the day buckets
+        that held cells (each day's buckets are read first, so an hourly run writes no tombstone for
+        the 64 buckets of a day that had no receipts)."""
         names = list(services)
         days = [f"{m}-{d:02d}" for m in months for d in range(1, calendar.monthrange(int(m[:4]), int(m[5:]))[1] + 1)]
-        keys = [(svc, day) for svc in names for day in days]
-        wait_all(self.session.execute_async(self.engagement_day_delete, k) for k in keys)
-        return super().forget_scope_months(names, months) + len(keys)
+        found = [
+            (
+                svc,
+                day,
+                self.session.execute_async(
+                    self.engagement_day_buckets, (svc, day, ALL_BUCKETS), execution_profile=TUPLE_ROWS
+                ),
+            )
+            for svc in names
+            for day in days
+        ]
+        held = [(svc, day, [bucket for (bucket,) in f.result()]) for svc, day, f in found]
+        wait_all(self.session.execute_async(self.engagement_day_delete, key) for key in held if key[2])
+        return super().forget_scope_months(names, months) + sum(len(buckets) for _, _, buckets in held)
 
     # ------------------------------------------------------------------ reads
     def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
@@ -171,14 +208,17 @@ class EngagementCounts(Engagement):
     def day_counts(
         self, service: str, days: Iterable[str], *, everywhere: bool = False
     ) -> dict[DayItem, dict[str, int]]:
-        """(day, type, topic) -> events of ``days`` (YYYY-MM-DD), summed over their sources: one
-        partition read per day, all at once (``everywhere``: at ``ALL``)."""
+        """(day, type, topic) -> events of ``days`` (YYYY-MM-DD), summed over their sources and
+        buckets: one request per day (its DAY_BUCKETS partitions' kind-`f` slices, read by the
+        coordinator at once), every day at once (``everywhere``: at ``ALL``)."""
         level = ConsistencyLevel.ALL if everywhere else None  # None: the profile's
         futures = [
             (
                 day,
                 self.session.execute_async(
-                    BoundStatement(self.engagement_day_counts, consistency_level=level).bind((service, day)),
+                    BoundStatement(self.engagement_day_counts, consistency_level=level).bind(
+                        (service, day, ALL_BUCKETS)
+                    ),
                     execution_profile=TUPLE_ROWS,
                 ),
             )
