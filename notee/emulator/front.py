@@ -31,6 +31,16 @@ from notee.providers.http2_wire import PREFACE
 log = logging.getLogger(__name__)
 
 
+def set_reading(transport: asyncio.Transport | None, on: bool) -> None:
+    """Resume or pause reading one side of a relayed connection (backpressure from the other side)."""
+    if transport is None or transport.is_closing():
+        return
+    if on:
+        transport.resume_reading()
+    else:
+        transport.pause_reading()
+
+
 class _Relay(asyncio.Protocol):
     """The granian side of an HTTP/1.1 connection: what granian writes goes back to the client.
     Backpressure both ways: while granian's side cannot take more, the client is not read; while
@@ -56,13 +66,8 @@ class _Relay(asyncio.Protocol):
         self.front.reading(True)
 
     def reading(self, on: bool) -> None:
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if on:
-            transport.resume_reading()
-        else:
-            transport.pause_reading()
+        """Read granian's side again, or not until told."""
+        set_reading(self.transport, on)
 
 
 class FrontConnection(PeerConnection):
@@ -143,13 +148,7 @@ class FrontConnection(PeerConnection):
 
     def reading(self, on: bool) -> None:
         """Read the client again, or not until told."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if on:
-            transport.resume_reading()
-        else:
-            transport.pause_reading()
+        set_reading(self.transport, on)
 
     def pause_writing(self) -> None:
         self.client_full = True

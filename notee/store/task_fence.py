@@ -52,25 +52,35 @@ def fenced(session: Session, claim_: Claim, sql: str, params: dict[str, Any], *,
         raise LeaseLost(f"task {claim_.job_id}/{claim_.task_no} is no longer leased by this worker")
 
 
+# The SET clause adding a page's counts to its task's counters (``count_params`` binds it).
+ADD_COUNTS = (
+    "targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr,"
+    " retried = retried + :re, no_credentials = no_credentials + :nc, quiet_dropped = quiet_dropped + :qd,"
+    " ttl_expired = ttl_expired + :te"
+)
+
+
+def count_params(counts: PageCounts) -> dict[str, int]:
+    """The parameters of ``ADD_COUNTS``."""
+    return {
+        "tg": counts.targeted,
+        "se": counts.sent,
+        "fa": counts.failed,
+        "pr": counts.pruned,
+        "re": counts.retried,
+        "nc": counts.no_credentials,
+        "qd": counts.quiet_dropped,
+        "te": counts.ttl_expired,
+    }
+
+
 def add_counts(session: Session, claim_: Claim, counts: PageCounts, *, failed_too: bool = False) -> None:
     """Add what a page did to the claimed task (and its minute's row), fenced."""
     fenced(
         session,
         claim_,
-        "UPDATE fanout_task SET targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa,"
-        " pruned = pruned + :pr, retried = retried + :re, no_credentials = no_credentials + :nc,"
-        " quiet_dropped = quiet_dropped + :qd, ttl_expired = ttl_expired + :te, pages = pages + :pg",
-        {
-            "tg": counts.targeted,
-            "se": counts.sent,
-            "fa": counts.failed,
-            "pr": counts.pruned,
-            "re": counts.retried,
-            "nc": counts.no_credentials,
-            "qd": counts.quiet_dropped,
-            "te": counts.ttl_expired,
-            "pg": 1 if counts.targeted or counts.quiet_dropped or counts.ttl_expired else 0,
-        },
+        f"UPDATE fanout_task SET {ADD_COUNTS}, pages = pages + :pg",
+        count_params(counts) | {"pg": 1 if counts.targeted or counts.quiet_dropped or counts.ttl_expired else 0},
         failed_too=failed_too,
     )
     push_minutes_sql.add_page(

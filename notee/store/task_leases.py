@@ -27,9 +27,9 @@ from notee.store.claim_order import next_claimable
 from notee.store.jobs_sql import emit_job_event, job_state, lock_tasks
 from notee.store.mysql import affected, retried
 from notee.store.task_ends import finish_task
+from notee.store.task_fence import ADD_COUNTS, add_counts, count_params, fenced, release_in
 from notee.store.task_fence import Claim as Claim  # its users import it from here
 from notee.store.task_fence import LeaseLost as LeaseLost
-from notee.store.task_fence import add_counts, fenced, release_in
 
 # A task that crashed or hit an unexpected error this many times at the same checkpoint is a poison
 # task: it is failed instead of retried. Graceful releases (stop, outages) do not count.
@@ -189,25 +189,16 @@ def checkpoint(
             session,
             claim_,
             "UPDATE fanout_task SET current_slot = :cs, paging_state = :ps, resume_no = :rn, resume_token = :rt,"
-            " targeted = targeted + :tg, sent = sent + :se, failed = failed + :fa, pruned = pruned + :pr,"
-            " retried = retried + :re, no_credentials = no_credentials + :nc, quiet_dropped = quiet_dropped + :qd,"
-            " ttl_expired = ttl_expired + :te, pages = pages + 1, attempts = 1,"
+            f" {ADD_COUNTS}, pages = pages + 1, attempts = 1,"
             " error = NULL, lease_until = UTC_TIMESTAMP(6) + INTERVAL :ms * 1000 MICROSECOND",
             {
                 "cs": current_slot,
                 "ps": paging_state,
                 "rn": resume_key[0] if resume_key else None,
                 "rt": resume_key[1] if resume_key else None,
-                "tg": counts.targeted,
-                "se": counts.sent,
-                "fa": counts.failed,
-                "pr": counts.pruned,
-                "re": counts.retried,
-                "nc": counts.no_credentials,
-                "qd": counts.quiet_dropped,
-                "te": counts.ttl_expired,
                 "ms": int(lease_s * 1000),
-            },
+            }
+            | count_params(counts),
         )
         push_minutes_sql.add_page(
             session, job_id=claim_.job_id, task_no=claim_.task_no, service=claim_.service, counts=counts

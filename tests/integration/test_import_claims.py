@@ -23,6 +23,7 @@ from sqlalchemy import text
 from notee.store import imports_sql
 from notee.store.imports_sql import NewImport
 from notee.store.mysql import make_engine, make_sessionmaker
+from tests.support.lock_waits import running
 from tests.support.registry import make_service
 from tests.support.tenants import new_service_id
 from tests.support.waiting import wait_for
@@ -52,16 +53,7 @@ def _import(runtime, service: str, chunks: int, *, first: bool = False) -> str:
 
 def _waiting_on_the_import_row(runtime, import_id: str) -> bool:
     """Is another connection of ours running the claim's update of this import's row (it waits)?"""
-    with runtime.sessions() as s:
-        return bool(
-            s.execute(
-                text(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()"
-                    " AND INFO LIKE 'UPDATE import_job SET state = %' AND INFO LIKE :i"
-                ),
-                {"i": f"%{import_id}%"},
-            ).scalar_one()
-        )
+    return running(runtime, "UPDATE import_job SET state = %", f"%{import_id}%") > 0
 
 
 def test_a_claim_in_progress_does_not_hide_the_chunks_it_does_not_take(runtime):

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from notee.store import imports_sql
 from notee.usecases import imports
+from tests.support.lock_waits import running
 from tests.support.waiting import wait_for
 
 
@@ -52,12 +53,11 @@ def test_a_chunk_rolled_back_by_a_deadlock_runs_its_mysql_step_again_not_the_who
         )
         applied = pool.submit(imports.run_chunk, runtime, claim)
 
-        def chunk_waits() -> bool:
-            with runtime.sessions() as s:
-                q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE :p AND ID <> CONNECTION_ID()"
-                return bool(s.execute(text(q), {"p": f"%{service}%FOR UPDATE%"}).scalar_one())
-
-        wait_for(chunk_waits, timeout=30, what="the chunk waiting for its second user's lock")
+        wait_for(
+            lambda: running(runtime, f"%{service}%FOR UPDATE%"),
+            timeout=30,
+            what="the chunk waiting for its second user's lock",
+        )
         other.execute(  # the cycle: the chunk holds the first user and waits for the second
             text("SELECT user_id FROM `user` WHERE service = :s AND user_id = :u FOR UPDATE"),
             {"s": service, "u": first},

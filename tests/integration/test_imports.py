@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from notee.store import imports_sql
 from notee.usecases import imports
+from tests.support.lock_waits import running
 from tests.support.registry import random_token
 from tests.support.waiting import wait_for
 
@@ -463,12 +464,11 @@ def test_a_user_deleted_while_its_device_line_is_applied_leaves_no_orphan_device
         deleter.execute(text("DELETE FROM `user` WHERE service = :s AND service_user_id = 'gone'"), {"s": service})
         applied = pool.submit(imports.run_chunk, runtime, claim)
 
-        def waiting_for_the_user() -> bool:
-            with runtime.sessions() as s:
-                q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE :p AND ID <> CONNECTION_ID()"
-                return bool(s.execute(text(q), {"p": f"%{service}%FOR UPDATE%"}).scalar_one())
-
-        wait_for(waiting_for_the_user, timeout=30, what="the chunk waiting for the deleted user's lock")
+        wait_for(
+            lambda: running(runtime, f"%{service}%FOR UPDATE%"),
+            timeout=30,
+            what="the chunk waiting for the deleted user's lock",
+        )
         deleter.commit()
         applied.result(timeout=60)
     with runtime.sessions() as s:

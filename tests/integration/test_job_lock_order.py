@@ -21,6 +21,7 @@ from notee.core.vocabulary import PageCounts
 from notee.store import task_leases
 from notee.usecases import jobs
 from tests.support.fanout import topic_job, topic_template
+from tests.support.lock_waits import in_thread, running
 from tests.support.waiting import wait_for
 
 _LOCK_JOB = "SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"
@@ -53,34 +54,6 @@ def _claim(runtime, service):
     return claim
 
 
-def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, errors
-
-
-def _running(runtime, job_id: str, like: str) -> int:
-    """How many of our other connections run a statement about the job whose text is ``like``."""
-    with runtime.sessions() as s:
-        return int(
-            s.execute(
-                text(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()"
-                    " AND INFO LIKE :sql AND INFO LIKE :job"
-                ),
-                {"sql": like, "job": f"%{job_id}%"},
-            ).scalar_one()
-        )
-
-
 def _cancel(runtime, service: str, job_id: str) -> None:
     """What the cancel route does: the use case in a request's session, then the commit."""
     with runtime.sessions() as session:
@@ -104,16 +77,16 @@ def _operator_then_worker(
     order it then asks for the worker's task row, and the cycle closes. Returns both threads' errors."""
     with runtime.sessions() as holder:
         holder.execute(text(_LOCK_JOB), {"j": job_id})
-        op_thread, op_errors = _in_thread(operator)
+        op_thread, op_errors = in_thread(operator)
         wait_for(
-            lambda: not op_thread.is_alive() or _running(runtime, job_id, operator_sql) == 1,
+            lambda: not op_thread.is_alive() or running(runtime, operator_sql, f"%{job_id}%") == 1,
             timeout=60,
             what="the operator's transaction to wait for the job row",
         )
         assert op_thread.is_alive(), op_errors
-        worker_thread, worker_errors = _in_thread(worker)
+        worker_thread, worker_errors = in_thread(worker)
         wait_for(
-            lambda: not worker_thread.is_alive() or _running(runtime, job_id, "%") == 2,
+            lambda: not worker_thread.is_alive() or running(runtime, "%", f"%{job_id}%") == 2,
             timeout=60,
             what="the worker's transaction to wait",
         )
@@ -253,7 +226,7 @@ def _race_round(runtime, service_id: str, key: str, requeue: bool, rng: random.R
         ]
     rng.shuffle(steps)
     go = threading.Barrier(len(steps))
-    started = [_in_thread(lambda step=step: (go.wait(30), step())) for step in steps]
+    started = [in_thread(lambda step=step: (go.wait(30), step())) for step in steps]
     for thread, _ in started:
         thread.join(60)
         assert not thread.is_alive()

@@ -8,7 +8,6 @@ for a row the worker holds: InnoDB rolls back the lighter of the two, the worker
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +23,7 @@ from notee.store import task_leases
 from notee.worker.lanes import Worker, WorkerOptions
 from notee.worker.outage import OutageBackoff
 from tests.support.fanout import seed_topic, topic_job, topic_template
+from tests.support.lock_waits import in_thread, running
 from tests.support.waiting import until, wait_for
 
 _LOCK_JOB = "SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"
@@ -55,32 +55,8 @@ def _task(runtime, job_id, task_no):
         ).one()
 
 
-def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, errors
-
-
-def _waits_for_the_job_lock(runtime, job_id: str, own_id: int) -> bool:
-    """Is another connection of ours running the job row's locking read (it waits for the lock we hold)?"""
-    with runtime.sessions() as s:
-        return bool(
-            s.execute(
-                text(
-                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> :me"
-                    " AND INFO LIKE :sql AND INFO LIKE :job"
-                ),
-                {"me": own_id, "sql": "SELECT job_id FROM fanout_job WHERE job_id = %FOR UPDATE", "job": f"%{job_id}%"},
-            ).scalar_one()
-        )
+# the job row's locking read, as PROCESSLIST shows it while it waits
+_JOB_LOCK_LIKE = "SELECT job_id FROM fanout_job WHERE job_id = %FOR UPDATE"
 
 
 def _deadlock_with(runtime, job, claim, worker_step: Callable[[], Any], *, heavier: str) -> list[BaseException]:
@@ -96,9 +72,9 @@ def _deadlock_with(runtime, job, claim, worker_step: Callable[[], Any], *, heavi
             if n != claim.task_no:
                 rival.execute(text(heavier), {"j": job.job_id, "n": n})
         rival.execute(text(_LOCK_JOB), {"j": job.job_id})
-        thread, errors = _in_thread(worker_step)
+        thread, errors = in_thread(worker_step)
         wait_for(
-            lambda: not thread.is_alive() or _waits_for_the_job_lock(runtime, job.job_id, me),
+            lambda: not thread.is_alive() or running(runtime, _JOB_LOCK_LIKE, f"%{job.job_id}%", besides=me) > 0,
             timeout=60,
             what="the worker to wait for the job row",
         )
