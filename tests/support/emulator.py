@@ -11,6 +11,7 @@ Registered as a plugin by tests/conftest.py: request the fixture, do not import 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from notee.emulator.control import local_emulator
 from notee.providers.routing import ProviderSet
 from notee.store.runtime import Runtime
 from notee.usecases.sender import DeliverySender
+from tests.support.waiting import wait_for
 
 __all__ = [
     "Census",
@@ -128,4 +130,16 @@ def census(emu: Emulator, tokens: list[str]) -> Census:
         missing=[t for t, c in counts.items() if c == 0],
         max_attempts=max(attempts.values(), default=0),
         attempts=attempts,
+    )
+
+
+def within_one_window(minute_s: float, need_s: float = 10.0) -> None:
+    """Wait until the emulator's rate window has ``need_s`` left. Its windows are fixed and aligned to
+    the clock (``EmulatorState.over_limit``: ``now // minute_s``), so a test counting requests against
+    a limit must not start just before a window ends: the rest would be counted in a fresh window."""
+    wait_for(
+        lambda: minute_s - time.time() % minute_s >= need_s,
+        timeout=need_s + 1,
+        interval=0.05,
+        what=f"a {minute_s} s rate window with {need_s} s left",
     )
