@@ -30,7 +30,6 @@ from notee.store import (
     jobs_sql,
     push_minutes_sql,
     send_idempotency_sql,
-    services_sql,
     ticks,
     webhooks_sql,
 )
@@ -85,17 +84,21 @@ ENGAGEMENT_MONTHS = 13
 
 
 def prune_engagement_months(runtime: Runtime, *, now: datetime | None = None) -> int:
-    """The engagement scope partitions of the three months before the kept ones, of every service
-    (counters take no TTL: docs/ENGAGEMENT.md "Retention"); the partitions deleted (scope partitions:
-    absent ones too; day partitions: the buckets that held cells)."""
-    today = (now or now_utc()).date().replace(day=1)
+    """The engagement day and scope partitions of the three months before the kept ones, of the
+    services listed as holding counters in them (counters take no TTL: docs/ENGAGEMENT.md "Retention
+    of the counters"); the partitions deleted (scope partitions: absent ones too; day partitions: the
+    buckets that held cells). A month nothing is listed for costs MONTH_SHARDS small reads."""
+    return runtime.statements.forget_months(engagement_months_to_prune(now or now_utc()))
+
+
+def engagement_months_to_prune(now: datetime) -> list[str]:
+    """YYYY-MM of the months ENGAGEMENT_MONTHS to ENGAGEMENT_MONTHS + 2 before ``now``'s."""
+    today = now.date().replace(day=1)
     months = []
     for back in range(ENGAGEMENT_MONTHS, ENGAGEMENT_MONTHS + 3):
         year, month = divmod(today.year * 12 + today.month - 1 - back, 12)
         months.append(f"{year:04d}-{month + 1:02d}")
-    with runtime.sessions() as session:
-        names = [s.service for s in services_sql.list_services(session)]
-    return runtime.statements.forget_months(names, months)
+    return months
 
 
 def prune_ticks(runtime: Runtime, *, now: datetime | None = None) -> int:

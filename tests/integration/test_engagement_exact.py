@@ -221,7 +221,7 @@ def test_the_day_cells_of_a_pruned_month_go_with_its_scope_partitions(runtime, s
     old = receipts.scope_keys("old", None, datetime(2000, 1, 31, 12, tzinfo=UTC), "UTC")
     st.count(service, {(job, old, "opened"): 2})
     assert st.day_counts(service, ["2000-01-31"]) == {("2000-01-31", "old", ""): {"opened": 2}}
-    assert st.forget_months([service], ["2000-01"]) == 1 + 4  # its day's one bucket, and its four scope partitions
+    assert st.forget_months(["2000-01"], [service]) == 1 + 4  # its day's one bucket, and its four scope partitions
     assert st.day_counts(service, ["2000-01-31"]) == {}
 
 

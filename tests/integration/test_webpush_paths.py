@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import secrets
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
@@ -412,6 +413,7 @@ def test_one_push_service_down_does_not_stop_the_others(runtime, service_id, emu
         phone = random_token("a")
         page = [Message(token_of(s), "WEB", "t", "b") for s in down + up] + [Message(phone, "AOS", "t", "b")]
         circuit = f"webpush:{down_origin}"
+        job_id = f"j-web-{secrets.token_hex(6)}"  # its own: the test database keeps earlier runs' dead letters
         switch.off()
 
         async def go():
@@ -419,7 +421,7 @@ def test_one_push_service_down_does_not_stop_the_others(runtime, service_id, emu
             now = [0.0]  # the breaker's clock, moved by the test: its state is read when the test says
             breaker = CircuitBreaker(open_s=0.3, max_open_s=0.6, clock=lambda: now[0])
             options = DeliveryOptions(
-                credentials=creds, job_id="j-web", breaker=breaker, entire_send=False, provider_wait_s=1.0
+                credentials=creds, job_id=job_id, breaker=breaker, entire_send=False, provider_wait_s=1.0
             )
             try:
                 with pytest.raises(HandedBack) as handed:  # what was reached is done; the rest waits for later
@@ -442,7 +444,8 @@ def test_one_push_service_down_does_not_stop_the_others(runtime, service_id, emu
     assert mixed.done == {token_of(s) for s in up} | {phone} and mixed.processed == 3
     assert "held by an open circuit" in mixed.message and f"circuit open: {circuit}" in mixed.message
     with runtime.sessions() as session:
-        assert session.execute(text("SELECT COUNT(*) FROM dead_letter WHERE job_id = 'j-web'")).scalar() == 0
+        dead = text("SELECT COUNT(*) FROM dead_letter WHERE service = :s AND job_id = :j")
+        assert session.execute(dead, {"s": service_id, "j": job_id}).scalar() == 0
     assert seen == [0, 0, 1]  # notee_circuit_breaker_state{provider="webpush:<origin>", state="open"} 1
     assert states[circuit] == "closed" and states[f"webpush:{emulator.url.rstrip('/')}"] == "closed"
     assert back.delivered == 3

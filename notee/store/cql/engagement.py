@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +29,7 @@ from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedS
 
 from notee.core.clock import stored_now
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
+from notee.store.cql.engagement_months import EngagementMonths, run_bounded
 from notee.store.cql.rows import TUPLE_ROWS
 
 BUCKETS = 32  # partitions per job: a viral job's receipts spread over them (0007_engagement.cql)
@@ -89,11 +90,11 @@ class ScopeKeys:
     day: str
 
 
-class Engagement:
+class Engagement(EngagementMonths):
     """notification.receipt, receipt_source and engagement_scope (the counters: engagement_counts.py)."""
 
     def __init__(self, session: Session, keyspaces: Keyspaces) -> None:
-        self.session = session
+        super().__init__(session, keyspaces)
         n = keyspaces.notification
         p = session.prepare
         key = "WHERE service = ? AND source = ? AND bucket = ?"
@@ -256,11 +257,16 @@ class Engagement:
             self.source_insert, (service, source, keys.type_, keys.day, sent[0], sent[1], stored_now(), ttl_s)
         )
         key = f"{keys.day} {keys.type_}"
+        listing, days = self.listing([(service, keys.day)])
         wait_all(
-            self.add_scope(service, "sent", keys.day[:7], key, event, n)
-            for event, n in (("targeted", sent[0]), ("sent", sent[1]))
-            if n
+            listing
+            + [
+                self.add_scope(service, "sent", keys.day[:7], key, event, n)
+                for event, n in (("targeted", sent[0]), ("sent", sent[1]))
+                if n
+            ]
         )
+        self.listed_now(days)
 
     # ------------------------------------------------------------------ reads
     def source_row(self, service: str, source: str) -> tuple[str, str, int, int] | None:
@@ -268,10 +274,10 @@ class Engagement:
         row = self.session.execute(self.source_select, (service, source), execution_profile=TUPLE_ROWS).one()
         return None if row is None else (row[0], row[1], int(row[2] or 0), int(row[3] or 0))
 
-    def forget_scope_months(self, services: Iterable[str], months: Sequence[str]) -> int:
+    def forget_scope_months(self, services: Collection[str], months: Sequence[str]) -> int:
         """Delete every scope partition of ``services`` for ``months``; how many partitions."""
         keys = [(svc, scope, month) for svc in services for scope in SCOPES for month in months]
-        wait_all(self.session.execute_async(self.engagement_scope_delete, k) for k in keys)
+        run_bounded(self.session, self.engagement_scope_delete, keys)
         return len(keys)
 
     def scope_counts(self, service: str, scope: str, months: Iterable[str]) -> dict[tuple[str, str], int]:

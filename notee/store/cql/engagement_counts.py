@@ -16,10 +16,9 @@ Counter increments run with ``COUNTER_PROFILE`` and are never retried (not idemp
 
 from __future__ import annotations
 
-import calendar
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cassandra import ConsistencyLevel
@@ -28,6 +27,7 @@ from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedS
 
 from notee.store.cassandra import COUNTER_PROFILE, Keyspaces
 from notee.store.cql.engagement import Engagement, ScopeKeys, wait_all
+from notee.store.cql.engagement_months import run_bounded
 from notee.store.cql.rows import TUPLE_ROWS
 
 COUNTERS_PER_REQUEST = 32  # counter increments per counter batch (a batch of one job's receipts: ~8)
@@ -130,11 +130,14 @@ class EngagementCounts(Engagement):
         its shared figure cell are applied together or not at all); raise the first error after every
         request finished."""
         per_partition: dict[tuple[object, ...], list[Increment]] = {}
+        days: list[tuple[str, str]] = []  # (service, day) of engagement_day cells: listed for the prune
         for statement, values in increments:
             # the partition key: (service, source) of engagement_job, (service, day, bucket) of engagement_day
             width = 4 if statement is self.counter_add_engagement_day else 3
+            if width == 4:
+                days.append((str(values[1]), str(values[2])))
             per_partition.setdefault((statement.query_id, *values[1:width]), []).append((statement, values))
-        futures = []
+        futures, listed = self.listing(days)
         batch = BatchStatement(batch_type=BatchType.COUNTER)
         for group in per_partition.values():
             if len(batch) and len(batch) + len(group) > COUNTERS_PER_REQUEST:
@@ -145,6 +148,7 @@ class EngagementCounts(Engagement):
         if len(batch):
             futures.append(self.session.execute_async(batch, execution_profile=COUNTER_PROFILE))
         wait_all(futures)
+        self.listed_now(listed)
 
     def add_differences(self, service: str, source: str, keys: ScopeKeys, truth: dict[str, int], held: Held) -> Held:
         """Set ``source``'s counters, read as ``held``, to ``truth`` (its raw rows): a job's own
@@ -169,27 +173,22 @@ class EngagementCounts(Engagement):
         figure cells stay: the day, type and topic figures are kept 13 months)."""
         wait_all(self.session.execute_async(self.engagement_job_delete, job) for job in jobs)
 
-    def forget_months(self, services: Iterable[str], months: Sequence[str]) -> int:
-        """Delete every scope partition and every day partition of ``services`` for ``months``
-        (YYYY-MM); how many partitions: the scope partitions (absent ones too) and the day buckets
-        that held cells (each day's buckets are read first, so an hourly run writes no tombstone for
-        the 64 buckets of a day that had no receipts)."""
-        names = list(services)
-        days = [f"{m}-{d:02d}" for m in months for d in range(1, calendar.monthrange(int(m[:4]), int(m[5:]))[1] + 1)]
-        found = [
-            (
-                svc,
-                day,
-                self.session.execute_async(
-                    self.engagement_day_buckets, (svc, day, ALL_BUCKETS), execution_profile=TUPLE_ROWS
-                ),
-            )
-            for svc in names
-            for day in days
-        ]
-        held = [(svc, day, [bucket for (bucket,) in f.result()]) for svc, day, f in found]
-        wait_all(self.session.execute_async(self.engagement_day_delete, key) for key in held if key[2])
-        return super().forget_scope_months(names, months) + sum(len(buckets) for _, _, buckets in held)
+    def forget_months(self, months: Sequence[str], services: Collection[str] | None = None) -> int:
+        """Delete the day and scope partitions of ``months`` (YYYY-MM) of the services listed as holding
+        counters in them (engagement_month; only ``services`` when given), then their listing; how many
+        partitions: four scope partitions a listed service (absent ones too) and the day buckets that
+        held cells (each listed day's 64 buckets are read first: a bucket without cells costs no
+        tombstone). Requests run CONCURRENCY at a time."""
+        deleted = 0
+        for month in months:
+            listed = self.month_listing(month, services)
+            found = run_bounded(self.session, self.engagement_day_buckets, [(*d, ALL_BUCKETS) for d in listed])
+            held = [(*d, [bucket for (bucket,) in rows]) for d, rows in zip(listed, found, strict=True)]
+            run_bounded(self.session, self.engagement_day_delete, [key for key in held if key[2]])
+            names = sorted({service for service, _ in listed})
+            deleted += self.forget_scope_months(names, [month]) + sum(len(key[2]) for key in held)
+            self.unlist(month, names)
+        return deleted
 
     # ------------------------------------------------------------------ reads
     def job_counts(self, service: str, source: str, *, everywhere: bool = False) -> dict[str, int]:
