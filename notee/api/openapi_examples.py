@@ -246,7 +246,7 @@ EXAMPLES: dict[str, Any] = {
     "DeadLetterList": {"items": [_DEAD_LETTER], "next_cursor": None, "next_before_id": None},
     "DeadLetterOut": _DEAD_LETTER,
     "DeliveryCounts": _COUNTS,
-    "DeliverySummaryList": {"items": [_SUMMARY]},
+    "DeliverySummaryList": {"items": [_SUMMARY], "next_cursor": "WyJTSE9QMSJd"},
     "DeliverySummaryOut": _SUMMARY,
     "DeviceIn": {"token": _TOKEN, "os": "AOS", "region": "DE", "locale": "de-DE", "app_version": "5.2.1"},
     "DeviceList": {"items": [_DEVICE]},

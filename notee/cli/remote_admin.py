@@ -186,5 +186,11 @@ def admin_jobs(
 def admin_summary(hours: int = typer.Option(24, min=1, help="The current hour and this many - 1 before it.")) -> None:
     """The delivery summary of every service, one JSON object a line."""
     with sdk_client() as notee:
-        for item in notee.admin_list_delivery_summaries(hours=hours):
-            print_json(item)
+        cursor: str | None = None
+        while True:
+            page = notee.admin_list_delivery_summaries(hours=hours, limit=200, cursor=cursor)
+            for item in page.items:
+                print_json(item)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor

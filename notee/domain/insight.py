@@ -45,6 +45,8 @@ CALENDAR_MAX_HOURS = 24 * 7
 CALENDAR_MAX_ENTRIES = 5000  # a response stays bounded however busy the week is
 SUMMARY_MAX_HOURS = 24 * 14  # finished jobs are kept at least retention_days (14 by default)
 TOPICS_MAX_PAGE = 1000
+SUMMARY_PAGE = 50  # services per page of the admin's delivery summaries
+SUMMARY_MAX_PAGE = 200
 _COUNT_IN_FLIGHT = 256  # concurrent COUNT reads of slot partitions
 JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 
@@ -139,10 +141,18 @@ class Calendar:
 
 
 def _check_hours(hours: int, maximum: int) -> None:
-    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= maximum:
+    _check_range("hours", hours, maximum)
+
+
+def _check_limit(limit: int, maximum: int) -> None:
+    _check_range("limit", limit, maximum)
+
+
+def _check_range(field: str, value: int, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
         raise InvalidInput(
-            f"hours must be 1..{maximum}",
-            details=[{"field": "hours", "reason": "out_of_range", "min": 1, "max": maximum}],
+            f"{field} must be 1..{maximum}",
+            details=[{"field": field, "reason": "out_of_range", "min": 1, "max": maximum}],
         )
 
 
@@ -272,31 +282,32 @@ def _values(d: Deliveries) -> tuple[int, ...]:
     return (d.jobs, d.targeted, d.sent, d.failed, d.pruned, d.no_credentials, d.retried, d.dead_lettered)
 
 
-def _summaries(session: Session, service: str | None, hours: int, now: datetime | None) -> dict[str, DeliverySummary]:
-    """Summaries of one service (always present) or of every service with activity in the window:
-    two queries whatever the number of services."""
+@dataclass(frozen=True, slots=True)
+class _Window:
+    first: datetime  # UTC, aware: the start of the first hour
+    until: datetime  # the database clock when it was read
+    hours: int
+
+
+def _window(session: Session, hours: int, now: datetime | None) -> _Window:
     _check_hours(hours, SUMMARY_MAX_HOURS)
     until = aware_utc(now or aware_utc(db_now(session)))
-    first = floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1)
-    naive_first = first.replace(tzinfo=None)
-    per_hour: dict[str, dict[datetime, Deliveries]] = {}
-    by_state: dict[str, dict[str, int]] = {}
+    return _Window(floor_minute(until).replace(minute=0) - timedelta(hours=hours - 1), until, hours)
 
-    def hours_of(svc: str) -> dict[datetime, Deliveries]:
-        if svc not in per_hour:
-            per_hour[svc] = {first + timedelta(hours=h): Deliveries() for h in range(hours)}
-            by_state[svc] = dict.fromkeys(JOB_STATES, 0)
-        return per_hour[svc]
 
-    if service is not None:
-        hours_of(service)
-    for row in activity_sql.job_activity(session, service, naive_first):
-        buckets, hour = hours_of(row.service), row.hour.replace(tzinfo=UTC)
+def _summaries(session: Session, services: list[str], window: _Window) -> dict[str, DeliverySummary]:
+    """The summaries of ``services`` (each present, activity or not) in ``window``: two queries
+    whatever their number."""
+    first, naive_first = window.first, window.first.replace(tzinfo=None)
+    per_hour = {svc: {first + timedelta(hours=h): Deliveries() for h in range(window.hours)} for svc in services}
+    by_state: dict[str, dict[str, int]] = {svc: {state: 0 for state in JOB_STATES} for svc in services}
+    for row in activity_sql.job_activity(session, services, naive_first):
+        buckets, hour = per_hour[row.service], row.hour.replace(tzinfo=UTC)
         by_state[row.service][row.state] = by_state[row.service].get(row.state, 0) + row.jobs
         done = Deliveries(row.jobs, row.targeted, row.sent, row.failed, row.pruned, row.no_credentials, row.retried, 0)
         buckets[hour] = _add(buckets.get(hour, Deliveries()), done)
-    for (svc, naive_hour), n in activity_sql.dead_letters_per_hour(session, service, naive_first).items():
-        buckets, hour = hours_of(svc), naive_hour.replace(tzinfo=UTC)
+    for (svc, naive_hour), n in activity_sql.dead_letters_per_hour(session, services, naive_first).items():
+        buckets, hour = per_hour[svc], naive_hour.replace(tzinfo=UTC)
         buckets[hour] = _add(buckets.get(hour, Deliveries()), Deliveries(dead_lettered=n))
     out = {}
     for svc, buckets in sorted(per_hour.items()):
@@ -304,7 +315,7 @@ def _summaries(session: Session, service: str | None, hours: int, now: datetime 
         for d in buckets.values():
             totals = _add(totals, d)
         hours_out = [HourSummary(h, d) for h, d in sorted(buckets.items())]
-        out[svc] = DeliverySummary(svc, first, until, totals, by_state[svc], hours_out)
+        out[svc] = DeliverySummary(svc, first, window.until, totals, by_state[svc], hours_out)
     return out
 
 
@@ -313,10 +324,35 @@ def delivery_summary(
 ) -> DeliverySummary:
     """The service's jobs created in the current UTC hour and the ``hours - 1`` before it (by state,
     and what their tasks did so far), and its dead letters recorded in that window, per hour."""
-    return _summaries(session, service, hours, now)[service]
+    return _summaries(session, [service], _window(session, hours, now))[service]
 
 
-def delivery_summaries(session: Session, *, hours: int = 24, now: datetime | None = None) -> list[DeliverySummary]:
-    """``delivery_summary`` of every service that had a job or a dead letter in the window (admin),
-    by service, from one clock reading and two queries; a service without activity is left out."""
-    return list(_summaries(session, None, hours, now).values())
+@dataclass(frozen=True, slots=True)
+class SummaryPage:
+    """Services' summaries from one clock reading (``DeliverySummary``), in id order."""
+
+    items: list[DeliverySummary]
+    next_after: str | None  # the last service of a full page: pass as ``after`` for the next one
+
+
+def delivery_summaries(
+    session: Session,
+    *,
+    hours: int = 24,
+    now: datetime | None = None,
+    after: str | None = None,
+    limit: int = SUMMARY_PAGE,
+) -> SummaryPage:
+    """``delivery_summary`` of up to ``limit`` services that had a job or a dead letter in the window
+    (admin), in id order after ``after``; a service without activity is left out. Three queries a
+    page: a response stays bounded (``limit`` x ``hours``) however many services were active."""
+    _check_limit(limit, SUMMARY_MAX_PAGE)
+    window = _window(session, hours, now)
+    page = activity_sql.active_services(session, window.first.replace(tzinfo=None), after, limit + 1)
+    summaries = _summaries(session, page[:limit], window)
+    return SummaryPage(list(summaries.values()), page[limit - 1] if len(page) > limit else None)
+
+
+def summaries_of(session: Session, services: list[str], *, hours: int = 24) -> dict[str, DeliverySummary]:
+    """``delivery_summary`` of each of ``services`` (the console's page of services), one clock reading."""
+    return _summaries(session, services, _window(session, hours, None))

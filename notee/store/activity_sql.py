@@ -1,20 +1,21 @@
 """Read-only aggregates for the operator views (``notee.domain.insight``): what a service's jobs did
 and how many dead letters it got, per UTC hour, since a given time.
 
-For one service each query reads through an index that starts with ``service``
-(``ix_job_service_created`` on fanout_job, ``ix_dead_letter_service`` on dead_letter); for every
-service (``service=None``, the admin) through ``ix_job_created`` / ``ix_dead_letter_created``; and the
-task rows of those jobs by primary key. Either way the cost is the activity in the window, never a
-scan of the history.
+Each query names its services (one, or a page of the admin's) and reads through an index that starts
+with ``service`` (``ix_job_service_created`` on fanout_job, ``ix_dead_letter_service`` on
+dead_letter), and the task rows of those jobs by primary key; the admin's page of services comes
+from ``active_services`` (``ix_job_created`` / ``ix_dead_letter_created``: the jobs and dead letters of
+the window). The cost is the activity in the window, never a scan of the history.
 Functions take the caller's Session and never commit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
 # The hour a row belongs to, as a string MariaDB and MySQL both format the same way.
@@ -37,23 +38,36 @@ class JobActivity:
     retried: int
 
 
-def job_activity(session: Session, service: str | None, since: datetime) -> list[JobActivity]:
-    """Per (service, UTC hour of creation, current state): the jobs of ``service`` (or of every
-    service) created at or after ``since`` (naive UTC) and the sums of their tasks' counts."""
-    hour = _HOUR.format(col="j.created_at")
-    which = "j.service = :s AND " if service is not None else ""
+def active_services(session: Session, since: datetime, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` services, in id order after ``after``, that have a job created or a dead letter
+    recorded at or after ``since`` (naive UTC)."""
     rows = session.execute(
         text(
-            f"SELECT j.service AS service_, {hour} AS hour_, j.state AS state_, COUNT(DISTINCT j.job_id) AS jobs_,"
-            " COALESCE(SUM(t.targeted), 0) AS targeted_, COALESCE(SUM(t.sent), 0) AS sent_,"
-            " COALESCE(SUM(t.failed), 0) AS failed_, COALESCE(SUM(t.pruned), 0) AS pruned_,"
-            " COALESCE(SUM(t.no_credentials), 0) AS no_credentials_, COALESCE(SUM(t.retried), 0) AS retried_"
-            " FROM fanout_job j LEFT JOIN fanout_task t ON t.job_id = j.job_id"
-            f" WHERE {which}j.created_at >= :since"
-            " GROUP BY service_, hour_, state_ ORDER BY service_, hour_, state_"
+            "SELECT service FROM (SELECT DISTINCT service FROM fanout_job WHERE created_at >= :since"
+            " UNION SELECT DISTINCT service FROM dead_letter WHERE created_at >= :since) AS active"
+            " WHERE service > :after ORDER BY service LIMIT :n"
         ),
-        {"s": service, "since": since},
-    ).all()
+        {"since": since, "after": after or "", "n": limit},
+    )
+    return [str(service) for service in rows.scalars()]
+
+
+def job_activity(session: Session, services: Sequence[str], since: datetime) -> list[JobActivity]:
+    """Per (service, UTC hour of creation, current state): the jobs of ``services`` created at or
+    after ``since`` (naive UTC) and the sums of their tasks' counts."""
+    if not services:
+        return []
+    hour = _HOUR.format(col="j.created_at")
+    query = text(
+        f"SELECT j.service AS service_, {hour} AS hour_, j.state AS state_, COUNT(DISTINCT j.job_id) AS jobs_,"
+        " COALESCE(SUM(t.targeted), 0) AS targeted_, COALESCE(SUM(t.sent), 0) AS sent_,"
+        " COALESCE(SUM(t.failed), 0) AS failed_, COALESCE(SUM(t.pruned), 0) AS pruned_,"
+        " COALESCE(SUM(t.no_credentials), 0) AS no_credentials_, COALESCE(SUM(t.retried), 0) AS retried_"
+        " FROM fanout_job j LEFT JOIN fanout_task t ON t.job_id = j.job_id"
+        " WHERE j.service IN :s AND j.created_at >= :since"
+        " GROUP BY service_, hour_, state_ ORDER BY service_, hour_, state_"
+    ).bindparams(bindparam("s", expanding=True))
+    rows = session.execute(query, {"s": list(services), "since": since}).all()
     return [
         JobActivity(
             service=r.service_,
@@ -71,16 +85,17 @@ def job_activity(session: Session, service: str | None, since: datetime) -> list
     ]
 
 
-def dead_letters_per_hour(session: Session, service: str | None, since: datetime) -> dict[tuple[str, datetime], int]:
-    """(service, UTC hour) -> dead letters recorded in it at or after ``since`` (naive UTC), of
-    ``service`` or of every service. Dead letters replayed since are gone and not counted."""
+def dead_letters_per_hour(
+    session: Session, services: Sequence[str], since: datetime
+) -> dict[tuple[str, datetime], int]:
+    """(service, UTC hour) -> dead letters of ``services`` recorded in it at or after ``since`` (naive
+    UTC). Dead letters replayed since are gone and not counted."""
+    if not services:
+        return {}
     hour = _HOUR.format(col="created_at")
-    which = "service = :s AND " if service is not None else ""
-    rows = session.execute(
-        text(
-            f"SELECT service AS service_, {hour} AS hour_, COUNT(*) AS n FROM dead_letter"
-            f" WHERE {which}created_at >= :since GROUP BY service_, hour_"
-        ),
-        {"s": service, "since": since},
-    ).all()
+    query = text(
+        f"SELECT service AS service_, {hour} AS hour_, COUNT(*) AS n FROM dead_letter"
+        " WHERE service IN :s AND created_at >= :since GROUP BY service_, hour_"
+    ).bindparams(bindparam("s", expanding=True))
+    rows = session.execute(query, {"s": list(services), "since": since}).all()
     return {(r.service_, datetime.fromisoformat(r.hour_)): int(r.n) for r in rows}

@@ -110,9 +110,34 @@ def test_the_delivery_summary_counts_the_services_jobs(client, settings, two):
     assert set(body["jobs_by_state"]) == {"scheduled", "queued", "running", "done", "failed", "expired", "cancelled"}
     assert sum(h["counts"]["jobs"] for h in body["hours"]) == 1
     assert len(client.get("/v1/delivery-summary", params={"hours": 3}, headers=a["auth"]).json()["hours"]) == 3
-    every = client.get("/v1/admin/delivery-summary", headers=admin_headers(settings)).json()["items"]
+    every = _every_summary(client, settings)
     mine = {s["service"]: s for s in every if s["service"] in (a["service"], b["service"])}
     assert mine[a["service"]]["totals"]["jobs"] == 1 and mine[b["service"]]["totals"]["jobs"] == 1
+    # A page of one: the response stays bounded however many services were active (the test database
+    # keeps every earlier run's services), and the pages follow each other in id order.
+    first = client.get("/v1/admin/delivery-summary", params={"limit": 1}, headers=admin_headers(settings)).json()
+    assert len(first["items"]) == 1 and first["next_cursor"]
+    after = client.get(
+        "/v1/admin/delivery-summary",
+        params={"limit": 1, "cursor": first["next_cursor"]},
+        headers=admin_headers(settings),
+    ).json()
+    assert after["items"][0]["service"] > first["items"][0]["service"]
+    bad = client.get("/v1/admin/delivery-summary", params={"limit": 201}, headers=admin_headers(settings))
+    assert bad.status_code == 422, bad.text
+
+
+def _every_summary(client, settings) -> list[dict]:
+    """Every page of the admin's delivery summaries (200 services a page)."""
+    items, cursor = [], None
+    while True:
+        params = {"limit": 200} | ({"cursor": cursor} if cursor else {})
+        r = client.get("/v1/admin/delivery-summary", params=params, headers=admin_headers(settings))
+        assert r.status_code == 200, r.text
+        items += r.json()["items"]
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return items
 
 
 def test_a_key_sees_only_its_own_service(client, settings, two):

@@ -39,9 +39,10 @@ its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, `
         """One page of any service's dead letters, newest first. Admin token."""
         return self.call(_ops.admin_list_dead_letters(service, limit=limit, cursor=cursor, job_id=job_id))
 
-    def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
-        """The delivery summary of every service. Admin token."""
-        return self.call(_ops.admin_list_delivery_summaries(hours=hours))
+    def admin_list_delivery_summaries(self, *, hours: int = 24, limit: int = 50, cursor: str | None = None) -> m.DeliverySummaryPage:
+        """One page of the delivery summaries of the services active in the window, in id order
+(``next_cursor`` for the next one). Admin token."""
+        return self.call(_ops.admin_list_delivery_summaries(hours=hours, limit=limit, cursor=cursor))
 
     def admin_list_jobs(self, service: str, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of any service's jobs, newest first, with list_jobs' filters. Admin token."""
@@ -446,9 +447,10 @@ its push subscription as ``PushSubscription.toJSON()`` gives it (``endpoint``, `
         """One page of any service's dead letters, newest first. Admin token."""
         return await self.call(_ops.admin_list_dead_letters(service, limit=limit, cursor=cursor, job_id=job_id))
 
-    async def admin_list_delivery_summaries(self, *, hours: int = 24) -> list[m.DeliverySummary]:
-        """The delivery summary of every service. Admin token."""
-        return await self.call(_ops.admin_list_delivery_summaries(hours=hours))
+    async def admin_list_delivery_summaries(self, *, hours: int = 24, limit: int = 50, cursor: str | None = None) -> m.DeliverySummaryPage:
+        """One page of the delivery summaries of the services active in the window, in id order
+(``next_cursor`` for the next one). Admin token."""
+        return await self.call(_ops.admin_list_delivery_summaries(hours=hours, limit=limit, cursor=cursor))
 
     async def admin_list_jobs(self, service: str, *, state: str | None = None, method: str | None = None, type: str | None = None, created_from: datetime | None = None, created_to: datetime | None = None, cursor: str | None = None, limit: int = 50) -> m.JobPage:
         """One page of any service's jobs, newest first, with list_jobs' filters. Admin token."""

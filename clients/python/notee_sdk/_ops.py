@@ -613,9 +613,12 @@ def admin_get_calendar(*, hours: int = 24, service: str | None = None) -> Op[m.C
     return Op("GET", "/v1/admin/calendar", _one(m.Calendar), params=_clean(hours=hours, service=service))
 
 
-def admin_list_delivery_summaries(*, hours: int = 24) -> Op[list[m.DeliverySummary]]:
-    """The delivery summary of every service. Admin token."""
-    return Op("GET", "/v1/admin/delivery-summary", _items(m.DeliverySummary), params={"hours": hours})
+def admin_list_delivery_summaries(*, hours: int = 24, limit: int = 50,
+                                  cursor: str | None = None) -> Op[m.DeliverySummaryPage]:
+    """One page of the delivery summaries of the services active in the window, in id order
+    (``next_cursor`` for the next one). Admin token."""
+    return Op("GET", "/v1/admin/delivery-summary", _one(m.DeliverySummaryPage),
+              params=_clean(hours=hours, limit=limit, cursor=cursor))
 
 
 # --- delivery webhooks -----------------------------------------------------------------------------

@@ -365,6 +365,11 @@ class DeliverySummary(Model):
     hours: list[HourCounts]
 
 
+class DeliverySummaryPage(Model):
+    items: list[DeliverySummary]
+    next_cursor: str | None = None
+
+
 class Webhook(Model):
     endpoint_id: str
     url: str

@@ -125,7 +125,7 @@ def _services_page(
     more = len(found) > SERVICES_PAGE
     page = found[:SERVICES_PAGE]
     keys = services.api_keys_by_service(db, [s.service for s in page])
-    activity = {summary.service: summary.totals for summary in insight.delivery_summaries(db, hours=24)}
+    activity = {svc: summary.totals for svc, summary in insight.summaries_of(db, [s.service for s in page]).items()}
     return web.render(
         request,
         "services.html",

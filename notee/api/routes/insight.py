@@ -98,6 +98,7 @@ class DeliverySummaryOut(Answer):
 
 class DeliverySummaryList(BaseModel):
     items: list[DeliverySummaryOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page of services; null at the end.")
 
 
 # ---------------------------------------------------------------------- conversions
@@ -187,6 +188,7 @@ CalendarHours = Annotated[
 SummaryHours = Annotated[
     int, Query(ge=1, le=insight.SUMMARY_MAX_HOURS, description="The current UTC hour and this many - 1 before it.")
 ]
+SummaryLimit = Annotated[int, Query(ge=1, le=insight.SUMMARY_MAX_PAGE, description="Services per page.")]
 ServicePath = Annotated[str, Path(pattern=SERVICE_PATTERN, description="Tenant identifier")]
 
 
@@ -263,6 +265,14 @@ def admin_get_calendar(
 
 
 @admin_router.get("/delivery-summary", response_model=DeliverySummaryList)
-def admin_list_delivery_summaries(db: DbDep, hours: SummaryHours = 24) -> DeliverySummaryList:
-    """The delivery summary of every service, one clock reading for all."""
-    return DeliverySummaryList(items=[summary_out(s) for s in insight.delivery_summaries(db, hours=hours)])
+def admin_list_delivery_summaries(
+    db: DbDep, hours: SummaryHours = 24, limit: SummaryLimit = insight.SUMMARY_PAGE, cursor: CursorQuery = None
+) -> DeliverySummaryList:
+    """The delivery summary of the services active in the window, a page of services at a time (in id
+    order), one clock reading per page."""
+    after = cursors.decode(cursor, 1)[0] if cursor else None
+    page = insight.delivery_summaries(db, hours=hours, after=after, limit=limit)
+    return DeliverySummaryList(
+        items=[summary_out(s) for s in page.items],
+        next_cursor=cursors.encode(page.next_after) if page.next_after else None,
+    )
