@@ -313,9 +313,17 @@ def complete(
     retried(sessions, work, name="complete", applied=landed)
 
 
-def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = _NO_COUNTS) -> None:
+def fail_job(
+    sessions: sessionmaker[Session],
+    claim_: Claim,
+    *,
+    error: str,
+    counts: PageCounts = _NO_COUNTS,
+    held: page_holds_sql.HeldPage | None = None,
+) -> None:
     """A provider configuration error: the whole job fails once, in one transaction. The claimed task
-    keeps the counts of what its last page did before the error; every other open task of the job
+    keeps the counts of what its last page did before the error and, ``held``, that page's done
+    devices (``page_holds_sql``: a requeue of the job sends the page's others); every other open task of the job
     is failed too (a worker holding one loses its lease at its next write and stops); the job
     carries ``error``. It locks in the one order (``lock_tasks``; two lanes failing one job deadlocked
     without it): the second lane adds its page's counts to its task failed by the first."""
@@ -323,6 +331,8 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
     def work(session: Session) -> None:
         lock_tasks(session, claim_.job_id)
         add_counts(session, claim_, counts, failed_too=True)
+        if held is not None:
+            page_holds_sql.keep(session, claim_.job_id, claim_.task_no, held)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
             # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed;
