@@ -12,6 +12,9 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -19,7 +22,8 @@ from sqlalchemy import text
 from notee.store import claim_order, jobs_sql, task_leases
 from notee.store.jobs_sql import NewJob
 from notee.store.mysql import make_engine, make_sessionmaker
-from notee.store.runtime import Runtime
+from notee.store.services_sql import insert_service
+from notee.usecases import migrate
 from tests.support.registry import make_service
 from tests.support.tenants import new_service_id
 
@@ -35,7 +39,7 @@ def _forget_jobs(runtime) -> Iterator[None]:
             session.execute(text("DELETE FROM fanout_job WHERE job_id = :j"), {"j": _MADE.pop()})
 
 
-def _job(runtime: Runtime, service: str, tasks: int, *, older_s: int = 0, done: int = 0) -> str:
+def _job(runtime: Any, service: str, tasks: int, *, older_s: int = 0, done: int = 0) -> str:
     """A queued topic job of ``tasks`` one-slot tasks; ``older_s``: claimable that long already (its
     tasks come first in ``ix_task_claim`` order); ``done``: its last tasks are done already."""
     job_id = str(uuid.uuid4())
@@ -192,3 +196,33 @@ def test_claims_racing_in_many_lanes_of_two_tenants_take_every_task_and_none_com
     # A lane is told "nothing" only when every task of its tenant still queued is one its other lanes
     # are claiming (one each): never while tasks wait for nobody.
     assert all(queued < LANES for counts in early.values() for queued in counts), early
+
+
+def test_a_claim_serving_every_tenant_takes_open_work_and_closes_a_dead_workers_task_of_a_cancelled_job(
+    fresh_stores,
+):
+    """A worker serving every tenant (no ``--service``), in a database of this test's own (it would
+    take other tests' tasks): its claim takes the open job's tasks in the fair order, then closes the
+    task a dead worker left running in a job cancelled since (the fair order reads open jobs only;
+    the closing read is the one that reaches it), and then finds nothing."""
+    migrate.migrate_mysql(engine := make_engine(fresh_stores, pool_size=2))
+    try:
+        own = SimpleNamespace(sessions=make_sessionmaker(engine))
+        with own.sessions.begin() as session:
+            insert_service(session, service="SOLO", display_name="Solo", timezone="UTC", now=datetime.now(UTC))
+        cancelled, open_job = _job(own, "SOLO", 1, older_s=60), _job(own, "SOLO", 2)
+        dead = task_leases.claim(own.sessions, owner="dead-worker", lease_s=60)
+        assert dead is not None and dead.job_id == cancelled  # the older job first
+        with own.sessions.begin() as session:
+            assert jobs_sql.cancel_job(session, "SOLO", cancelled)
+            session.execute(  # the worker died: its lease ran out
+                text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE job_id = :j"),
+                {"j": cancelled},
+            )
+        taken = [task_leases.claim(own.sessions, owner="lane", lease_s=60) for _ in range(3)]
+        assert [(c.job_id, c.task_no) for c in taken if c is not None] == [(open_job, 0), (open_job, 1)]
+        assert taken[2] is None
+        with own.sessions() as session:
+            assert [t.state for t in jobs_sql.tasks(session, cancelled)] == ["cancelled"]
+    finally:
+        engine.dispose()
