@@ -85,3 +85,12 @@ def _walk(url: str, service: str, key: str, job_id: str) -> None:
         b.d.execute_script('document.querySelector(\'[data-field="ttl_expired"]\').textContent = ""')
         b.wait(lambda: b.text('[data-field="ttl_expired"]') == "6", 30, "the live refresh to show ttl_expired")
         assert b.find('[data-field="ttl_expired"]').is_displayed()
+
+        b.phone()  # one more figure in each list: still nothing sticks out sideways on a phone
+        for page, name, figure in (
+            ("jobs", "phone-jobs", '[data-sum="ttl_expired"]'),
+            (f"jobs/{job_id}", "phone-job", '[data-field="ttl_expired"]'),
+        ):
+            b.visit(f"/console/s/{service}/{page}", name)
+            assert b.text(figure) == "6"
+            assert b.horizontal_overflow() <= 0, page
