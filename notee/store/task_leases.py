@@ -58,8 +58,8 @@ def claim(
     Fair between tenants (``claim_order.next_claimable``): the tenant with the fewest live leases goes first,
     and within a tenant an expired lease is resumed before queued work. ``SKIP LOCKED`` lets any
     number of workers claim concurrently without waiting on each other's row locks; each task row
-    is handed to exactly one of them. READ COMMITTED: no gap locks, and rows the scan passes over
-    are not kept locked. ``services``: only those tenants' jobs (dedicated workers; tests);
+    is handed to exactly one of them. READ COMMITTED: no gap locks; the candidates are ranked by plain
+    reads and only the one taken is locked, by its key. ``services``: only those tenants' jobs (dedicated workers; tests);
     ``unserved_only``: only tenants that hold no live lease (a worker's spare lane). A task claimed
     ``MAX_TASK_ATTEMPTS`` times already is failed instead (a poison task must not loop forever)."""
     token = secrets.token_hex(16)
