@@ -197,6 +197,7 @@ _COUNTS = {
     "no_credentials": 0,
     "retried": 20,
     "dead_lettered": 12,
+    "ttl_expired": 0,
 }
 _SUMMARY = {
     "service": "SHOP",

@@ -256,6 +256,7 @@ class Deliveries:
     no_credentials: int = 0
     retried: int = 0
     dead_lettered: int = 0
+    ttl_expired: int = 0  # held by a provider outage past their push's TTL: not sent, not in targeted
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +280,7 @@ def _add(a: Deliveries, b: Deliveries) -> Deliveries:
 
 
 def _values(d: Deliveries) -> tuple[int, ...]:
-    return (d.jobs, d.targeted, d.sent, d.failed, d.pruned, d.no_credentials, d.retried, d.dead_lettered)
+    return (d.jobs, d.targeted, d.sent, d.failed, d.pruned, d.no_credentials, d.retried, d.dead_lettered, d.ttl_expired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +305,17 @@ def _summaries(session: Session, services: list[str], window: _Window) -> dict[s
     for row in activity_sql.job_activity(session, services, naive_first):
         buckets, hour = per_hour[row.service], row.hour.replace(tzinfo=UTC)
         by_state[row.service][row.state] = by_state[row.service].get(row.state, 0) + row.jobs
-        done = Deliveries(row.jobs, row.targeted, row.sent, row.failed, row.pruned, row.no_credentials, row.retried, 0)
+        done = Deliveries(
+            row.jobs,
+            row.targeted,
+            row.sent,
+            row.failed,
+            row.pruned,
+            row.no_credentials,
+            row.retried,
+            0,
+            row.ttl_expired,
+        )
         buckets[hour] = _add(buckets.get(hour, Deliveries()), done)
     for (svc, naive_hour), n in activity_sql.dead_letters_per_hour(session, services, naive_first).items():
         buckets, hour = per_hour[svc], naive_hour.replace(tzinfo=UTC)

@@ -36,6 +36,7 @@ class JobActivity:
     pruned: int
     no_credentials: int
     retried: int
+    ttl_expired: int  # held by a provider outage past their push's TTL: not sent, not in targeted
 
 
 def active_services(session: Session, since: datetime, after: str | None, limit: int) -> list[str]:
@@ -62,7 +63,8 @@ def job_activity(session: Session, services: Sequence[str], since: datetime) -> 
         f"SELECT j.service AS service_, {hour} AS hour_, j.state AS state_, COUNT(DISTINCT j.job_id) AS jobs_,"
         " COALESCE(SUM(t.targeted), 0) AS targeted_, COALESCE(SUM(t.sent), 0) AS sent_,"
         " COALESCE(SUM(t.failed), 0) AS failed_, COALESCE(SUM(t.pruned), 0) AS pruned_,"
-        " COALESCE(SUM(t.no_credentials), 0) AS no_credentials_, COALESCE(SUM(t.retried), 0) AS retried_"
+        " COALESCE(SUM(t.no_credentials), 0) AS no_credentials_, COALESCE(SUM(t.retried), 0) AS retried_,"
+        " COALESCE(SUM(t.ttl_expired), 0) AS ttl_expired_"
         " FROM fanout_job j LEFT JOIN fanout_task t ON t.job_id = j.job_id"
         " WHERE j.service IN :s AND j.created_at >= :since"
         " GROUP BY service_, hour_, state_ ORDER BY service_, hour_, state_"
@@ -80,6 +82,7 @@ def job_activity(session: Session, services: Sequence[str], since: datetime) -> 
             pruned=int(r.pruned_),
             no_credentials=int(r.no_credentials_),
             retried=int(r.retried_),
+            ttl_expired=int(r.ttl_expired_),
         )
         for r in rows
     ]

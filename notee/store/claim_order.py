@@ -6,15 +6,15 @@ notee/store/task_leases.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session, sessionmaker
 
-# How many tasks the fair claim ranks per try. Concurrent claimers see the same ranking, so each
+# How many tasks the fair claim ranks per read. Concurrent claimers see the same ranking, so each
 # locks the first candidate nobody else holds; when every candidate was taken meanwhile, the claim
-# falls back to the plain index order (``_first_claimable``) rather than come back empty.
+# ranks the next ones (those tried left out) rather than come back empty.
 FAIR_CANDIDATES = 8
 
 _TASK_COLUMNS = (
@@ -36,25 +36,57 @@ def _scoped(sql: str, services: Sequence[str] | None) -> Any:
     return text(sql.replace("{scope}", " AND j.service IN :svc")).bindparams(bindparam("svc", expanding=True))
 
 
+def _not_tried(tried: Sequence[tuple[str, int]]) -> tuple[str, dict[str, Any]]:
+    """A condition leaving out the candidates a claim tried already, and its parameters."""
+    if not tried:
+        return "", {}
+    keys = ", ".join(f"(:tj{i}, :tn{i})" for i in range(len(tried)))
+    params: dict[str, Any] = {}
+    for i, (job_id, task_no) in enumerate(tried):
+        params |= {f"tj{i}": job_id, f"tn{i}": task_no}
+    return f" AND (t.job_id, t.task_no) NOT IN ({keys})", params
+
+
 def _fair_candidates(
-    session: Session, services: Sequence[str] | None, *, unserved_only: bool = False
+    session: Session,
+    services: Sequence[str] | None,
+    *,
+    unserved_only: bool = False,
+    tried: Sequence[tuple[str, int]] = (),
 ) -> list[tuple[str, int]]:
     """The claimable tasks in the order the fair claim takes them (a plain read, no locks): first the
     tenant with the fewest live leases, within a tenant a task whose lease expired (a crashed or
     stalled worker's, resumed from its checkpoint) before its queued ones, then the longest due.
     Tenants with as many leases are served longest-due first, which rotates them. ``unserved_only``:
-    only tenants without any live lease (the spare lane's work)."""
+    only tenants without any live lease (the spare lane's work); ``tried``: left out. Of some
+    services, their open jobs (ix_job_open) and those jobs' tasks: no other tenant's rows."""
+    skip, skip_params = _not_tried(tried)
     rows = session.execute(
         _scoped(
             "SELECT t.job_id, t.task_no FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
             f" LEFT JOIN {_LEASES} ON l.service = j.service"
-            f" WHERE {_CLAIMABLE} AND {_OPEN_JOB}{{scope}}"
+            f" WHERE {_CLAIMABLE} AND {_OPEN_JOB}{{scope}}{skip}"
             + (" AND l.leased IS NULL" if unserved_only else "")
             + " ORDER BY COALESCE(l.leased, 0), t.state = 'running' DESC, t.lease_until, t.job_id, t.task_no"
             " LIMIT :k",
             services,
         ),
-        {"k": FAIR_CANDIDATES, "svc": list(services or ())},
+        {"k": FAIR_CANDIDATES, "svc": list(services or ())} | skip_params,
+    ).all()
+    return [(r.job_id, int(r.task_no)) for r in rows]
+
+
+def _closed_job_candidates(session: Session, tried: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Claimable tasks of jobs no longer open, in ix_task_claim order (a plain read, no locks): a dead
+    worker's task of a cancelled job, which the claim closes (the fair order reads open jobs only)."""
+    skip, skip_params = _not_tried(tried)
+    rows = session.execute(
+        text(
+            "SELECT t.job_id, t.task_no FROM fanout_task t JOIN fanout_job j ON j.job_id = t.job_id"
+            f" WHERE {_CLAIMABLE} AND NOT {_OPEN_JOB}{skip}"
+            " ORDER BY t.state, t.lease_until, t.job_id, t.task_no LIMIT :k"
+        ),
+        {"k": FAIR_CANDIDATES} | skip_params,
     ).all()
     return [(r.job_id, int(r.task_no)) for r in rows]
 
@@ -70,41 +102,33 @@ def _lock_claimable(session: Session, job_id: str, task_no: int) -> Any:
     ).one_or_none()
 
 
-def _first_claimable(session: Session, services: Sequence[str] | None) -> Any:
-    """The fallback: the first claimable task in ix_task_claim order that nobody holds. A locking
-    read must not join fanout_job (it would lock the job row, and SKIP LOCKED would then skip every
-    task of that job), so a tenant scope is the open jobs' ids, read first (ix_job_open)."""
-    scope, params = "", {}
-    if services is not None:
-        job_ids = (
-            session.execute(
-                text(
-                    "SELECT job_id FROM fanout_job WHERE service IN :s AND state IN ('scheduled', 'queued', 'running')"
-                ).bindparams(bindparam("s", expanding=True)),
-                {"s": list(services)},
-            )
-            .scalars()
-            .all()
-        )
-        if not job_ids:
-            return None
-        scope, params = " AND t.job_id IN :jobs", {"jobs": list(job_ids)}
-    stmt = text(
-        f"SELECT {_TASK_COLUMNS} FROM fanout_task t WHERE {_CLAIMABLE}{scope}"
-        " ORDER BY t.state, t.lease_until LIMIT 1 FOR UPDATE SKIP LOCKED"
-    )
-    if scope:
-        stmt = stmt.bindparams(bindparam("jobs", expanding=True))
-    return session.execute(stmt, params).one_or_none()
-
-
 def next_claimable(session: Session, services: Sequence[str] | None, unserved_only: bool) -> Any:
-    """Lock the next task the fair claim takes (its row, with the task columns), or None."""
-    for job_id, task_no in _fair_candidates(session, services, unserved_only=unserved_only):
-        row = _lock_claimable(session, job_id, task_no)
-        if row is not None:
-            return row
-    return None if unserved_only else _first_claimable(session, services)
+    """Lock the next task the fair claim takes (its row, with the task columns), or None. Candidates
+    are ranked by a plain read and only the one taken is locked, by its key: a locking scan (the
+    fallback of before) locked each row it passed for a moment, and a concurrent claim meeting one
+    skipped it and could come back empty with tasks queued. An unscoped claim then closes the open
+    tasks of jobs no longer open (``_closed_job_candidates``)."""
+    row = _first_free(
+        session, lambda tried: _fair_candidates(session, services, unserved_only=unserved_only, tried=tried)
+    )
+    if row is not None or services is not None or unserved_only:
+        return row
+    return _first_free(session, lambda tried: _closed_job_candidates(session, tried))
+
+
+def _first_free(session: Session, rank: Callable[[Sequence[tuple[str, int]]], list[tuple[str, int]]]) -> Any:
+    """The first candidate of ``rank`` (given those tried) no other claim holds, locked; when a whole
+    read was taken meanwhile, the next one. None: every candidate is another claim's."""
+    tried: list[tuple[str, int]] = []
+    while True:
+        keys = rank(tried)
+        for job_id, task_no in keys:
+            row = _lock_claimable(session, job_id, task_no)
+            if row is not None:
+                return row
+        if len(keys) < FAIR_CANDIDATES:
+            return None
+        tried += keys
 
 
 def tenant_waiting(

@@ -58,8 +58,8 @@ def claim(
     Fair between tenants (``claim_order.next_claimable``): the tenant with the fewest live leases goes first,
     and within a tenant an expired lease is resumed before queued work. ``SKIP LOCKED`` lets any
     number of workers claim concurrently without waiting on each other's row locks; each task row
-    is handed to exactly one of them. READ COMMITTED: no gap locks, and rows the scan passes over
-    are not kept locked. ``services``: only those tenants' jobs (dedicated workers; tests);
+    is handed to exactly one of them. READ COMMITTED: no gap locks; the candidates are ranked by plain
+    reads and only the one taken is locked, by its key. ``services``: only those tenants' jobs (dedicated workers; tests);
     ``unserved_only``: only tenants that hold no live lease (a worker's spare lane). A task claimed
     ``MAX_TASK_ATTEMPTS`` times already is failed instead (a poison task must not loop forever)."""
     token = secrets.token_hex(16)
@@ -313,9 +313,17 @@ def complete(
     retried(sessions, work, name="complete", applied=landed)
 
 
-def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, counts: PageCounts = _NO_COUNTS) -> None:
+def fail_job(
+    sessions: sessionmaker[Session],
+    claim_: Claim,
+    *,
+    error: str,
+    counts: PageCounts = _NO_COUNTS,
+    held: page_holds_sql.HeldPage | None = None,
+) -> None:
     """A provider configuration error: the whole job fails once, in one transaction. The claimed task
-    keeps the counts of what its last page did before the error; every other open task of the job
+    keeps the counts of what its last page did before the error and, ``held``, that page's done
+    devices (``page_holds_sql``: a requeue of the job sends the page's others); every other open task of the job
     is failed too (a worker holding one loses its lease at its next write and stops); the job
     carries ``error``. It locks in the one order (``lock_tasks``; two lanes failing one job deadlocked
     without it): the second lane adds its page's counts to its task failed by the first."""
@@ -323,6 +331,8 @@ def fail_job(sessions: sessionmaker[Session], claim_: Claim, *, error: str, coun
     def work(session: Session) -> None:
         lock_tasks(session, claim_.job_id)
         add_counts(session, claim_, counts, failed_too=True)
+        if held is not None:
+            page_holds_sql.keep(session, claim_.job_id, claim_.task_no, held)
         session.execute(text("SELECT job_id FROM fanout_job WHERE job_id = :j FOR UPDATE"), {"j": claim_.job_id})
         session.execute(
             # paging states kept: `notee jobs requeue` resumes the job from them once the credentials are fixed;

@@ -117,6 +117,7 @@ class Delivery:
         self.held: set[int] = set()  # this round's messages a push service's open breaker held back
         self.refused = False  # this round: the provider's own refusals outlasted provider_wait_s (fan-out)
         self.answered_any = False  # some message of this delivery got an answer from a provider
+        self.unfinished: list[int] | None = None  # not done when a configuration error stopped the send
         self.invalid: dict[str, str] = {}  # token -> why it is pruned
         self.dead: list[deadletter.DeadLetter] = []
         self.ended: dict[tuple[str, str], int] = {}
@@ -140,7 +141,8 @@ class Delivery:
         self.result.invalid_tokens = list(self.invalid)
         await self._keep()
         if aborted is not None:
-            raise DeliveryAborted(aborted, self.result) from aborted
+            left = range(len(self.messages)) if self.unfinished is None else self.unfinished
+            raise DeliveryAborted(aborted, self.result, done=self._done(left)) from aborted
         return self.result
 
     async def _routes(self) -> ServiceProviders:
@@ -182,8 +184,12 @@ class Delivery:
         batch = list(messages) if self.rounds == 1 and len(pending) == len(messages) else [messages[i] for i in pending]
         groups, _ = routes.split(batch)
         await self._hand_back_if_blocked(groups, pending)
-        for provider, idx in groups:
-            outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
+        for n, (provider, idx) in enumerate(groups):
+            try:
+                outcomes = await send_guarded(provider, [batch[j] for j in idx], self.options.breaker)
+            except ProviderConfigError:  # this group and those after it not sent; ``retry`` not done either
+                self.unfinished = retry + [pending[j] for _, later in groups[n:] for j in later]
+                raise
             answered = self._classify(provider.name, idx, outcomes, pending, batch, retry) or answered
         self.answered_any = self.answered_any or answered
         if self.refused:  # the provider's own refusals outlasted the page's wait: delay, never dead-letter
@@ -235,15 +241,17 @@ class Delivery:
         the page's next try sends only ``remaining`` (message indexes) and counts nothing twice."""
         await self._keep()
         self.result.invalid_tokens = list(self.invalid)
-        messages, left = self.messages, set(remaining)
-        waiting = {messages[i].device_token for i in left}
-        # A token both done and waiting (two users sharing a device) is sent again: never skipped.
-        done = frozenset(m.device_token for i, m in enumerate(messages) if i not in left) - waiting
-        handed = HandedBack(
-            message, retry_in=retry_in, partial=self.result, done=done, processed=len(messages) - len(left)
-        )
+        done, processed = self._done(remaining), len(self.messages) - len(set(remaining))
+        handed = HandedBack(message, retry_in=retry_in, partial=self.result, done=done, processed=processed)
         handed.waited_s = self.waited
         raise handed
+
+    def _done(self, remaining: Sequence[int]) -> frozenset[str]:
+        """The tokens of the messages that ended, all but ``remaining`` (indexes). A token both done
+        and remaining (two users sharing a device) is sent again: never skipped."""
+        messages, left = self.messages, set(remaining)
+        waiting = {messages[i].device_token for i in left}
+        return frozenset(m.device_token for i, m in enumerate(messages) if i not in left) - waiting
 
     def _classify(
         self,

@@ -37,14 +37,17 @@ def no_credentials_message(service: str) -> str:
 
 class DeliveryAborted(ProviderConfigError):
     """A provider configuration error stopped the send part-way. What was collected before it is
-    recorded (pruned tokens, dead letters) and counted in ``partial``."""
+    recorded (pruned tokens, dead letters) and counted in ``partial``; ``done`` are the device tokens
+    of the messages that ended before it (a fan-out page requeued later sends only the others)."""
 
-    def __init__(self, cause: ProviderConfigError, partial: DeliveryResult) -> None:
+    def __init__(
+        self, cause: ProviderConfigError, partial: DeliveryResult, *, done: frozenset[str] = frozenset()
+    ) -> None:
         counts = (
             f"{partial.delivered} delivered, {partial.pruned} pruned, {len(partial.failed)} failed before the error"
         )
         super().__init__(cause.message, details=[*cause.details, {"type": "partial_delivery", "msg": counts}])
-        self.partial = partial
+        self.partial, self.done = partial, done
 
 
 class HandedBack(ProviderUnavailable):

@@ -33,11 +33,17 @@ class PageHeld(ProviderUnavailable):
 
 
 class PageAborted(ProviderConfigError):
-    """A provider configuration error stopped a fan-out page part-way; ``counts`` is what it did before."""
+    """A provider configuration error stopped a fan-out page part-way; ``held`` is what it did before
+    (the counts and tokens of its devices that are done), kept with the failed task so that the page,
+    once its job is requeued, sends only the rest."""
 
-    def __init__(self, message: str, counts: PageCounts) -> None:
+    def __init__(self, message: str, held: HeldPage) -> None:
         super().__init__(message)
-        self.counts = counts
+        self.held = held
+
+    @property
+    def counts(self) -> PageCounts:
+        return self.held.counts
 
 
 def _page_counts(result: DeliveryResult, processed: int) -> PageCounts:
@@ -96,7 +102,8 @@ class DeliverySender:
             result = await deliver(self.runtime, self.providers, service, messages, options)
         except DeliveryAborted as exc:
             done = exc.partial
-            raise PageAborted(exc.message, _page_counts(done, done.delivered + len(done.failed) + done.pruned)) from exc
+            counts = _page_counts(done, done.delivered + len(done.failed) + done.pruned)
+            raise PageAborted(exc.message, HeldPage(counts, exc.done, 0.0, exc.message)) from exc
         except HandedBack as exc:
             counts = _page_counts(exc.partial, exc.processed)
             raise PageHeld(exc, HeldPage(counts, exc.done, exc.waited_s, exc.message)) from exc

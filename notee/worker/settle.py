@@ -16,10 +16,11 @@ from notee.providers.base import Message
 from notee.store import task_leases
 from notee.store.cql.recipients import PagingStateRejected
 from notee.store.outage import is_store_outage
+from notee.store.page_holds_sql import HeldPage
 from notee.store.runtime import Runtime
 from notee.store.task_leases import Claim, JobCancelled, JobGone, LeaseLost
 from notee.usecases.deliver import Stopping
-from notee.usecases.sender import PageHeld
+from notee.usecases.sender import PageAborted, PageHeld
 from notee.worker.audience_rows import ConditionTooLarge
 from notee.worker.outage import OutageBackoff, is_outage
 
@@ -94,9 +95,11 @@ class TaskEnds:
             pass
 
     async def _fail_on_configuration(self, exc: ProviderConfigError) -> None:
-        """Every page of the job would meet the same error: the whole job fails once, here."""
+        """Every page of the job would meet the same error: the whole job fails once, here. What of
+        the page is done is kept with the task: a requeue of the job sends that page's other devices."""
         log.error("job %s failed: provider configuration: %s", self.claim.job_id, exc.message)
-        await self._fail_job(f"provider configuration: {exc.message}", self.aborted)
+        held = exc.held if isinstance(exc, PageAborted) else None
+        await self._fail_job(f"provider configuration: {exc.message}", self.aborted, held)
 
     async def _resume_after_key(self, exc: PagingStateRejected) -> None:
         """Not an outage and not poison: resume the slot after the checkpointed key from now on."""
@@ -187,10 +190,11 @@ class TaskEnds:
                 log.warning("task %s: release failed (%s); retrying in %.1f s", self.name, type(exc).__name__, wait)
                 await host.sleep(wait)
 
-    async def _fail_job(self, error: str, counts: PageCounts) -> None:
+    async def _fail_job(self, error: str, counts: PageCounts, held: HeldPage | None = None) -> None:
+        sessions, claim = self.host.runtime.sessions, self.claim
         try:
             await asyncio.to_thread(
-                task_leases.fail_job, self.host.runtime.sessions, self.claim, error=error, counts=counts
+                lambda: task_leases.fail_job(sessions, claim, error=error, counts=counts, held=held)
             )
         except LeaseLost:  # another worker owns the task now; it meets the same error and fails the job
             pass

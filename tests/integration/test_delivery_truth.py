@@ -241,6 +241,44 @@ def test_config_error_fails_the_whole_job_once(client, settings, runtime, servic
     assert sum(emulator.deliveries(t)["attempts"] for t in tokens) == 2
 
 
+def test_a_requeued_job_resends_none_of_the_devices_its_configuration_error_page_had_done(
+    client, settings, runtime, service_id, emulator, emu_runtime
+):
+    """One page: three Android devices (FCM delivers two; the third is answered 503, to be retried),
+    then an iOS one, where APNs rejects the key: the job fails with the two counted. Once the key is
+    fixed and the job requeued, the page sends only the two not done: each device got exactly one
+    push, and the job counts each device once. Before, the requeued page was sent whole again (the
+    two delivered devices pushed twice, counted twice)."""
+    from notee.store import jobs_sql
+    from tests.support.fanout import topic_template
+
+    key = topic_template(runtime, service_id, "news", title="Hi")
+    r = client.put(
+        f"/v1/admin/services/{service_id}/credentials/apns", json=apns_credentials(), headers=admin_headers(settings)
+    )
+    assert r.status_code == 200, r.text
+    android = seed_topic(runtime, service_id, "news", key, "all", 3)
+    [ios] = seed_topic(runtime, service_id, "news", key, "all", 1, os="IOS", prefix=f"{service_id}-ios-")
+    job = topic_job(runtime, service_id, key, "all")
+    assert job.task_count == 1
+    emulator.fault("fcm", 503, match=android[2], times=1)  # waits to be retried: not done when the page stops
+    emulator.fault("apns", 403, match=ios, code="InvalidProviderToken", times=1)
+    run_worker_until_idle(emu_runtime, [service_id], lanes=1, fetch_size=100)
+    row, progress = job_progress(runtime, job.job_id)
+    assert row.state == "failed" and "APNs rejected" in row.error, row
+    assert (progress.sent, progress.failed) == (2, 0)  # FCM's group went first, then APNs stopped the page
+
+    with runtime.sessions.begin() as s:  # the key is fixed (the fault was used up): an operator requeues
+        assert jobs_sql.requeue_failed(s, job.job_id) == 1
+    run_worker_until_idle(emu_runtime, [service_id], lanes=1, fetch_size=100)
+    row, progress = job_progress(runtime, job.job_id)
+    assert row.state == "done", row
+    assert {t: emulator.deliveries(t)["fcm"] for t in android} == dict.fromkeys(android, 1)
+    assert emulator.deliveries(android[2])["attempts"] == 2  # answered 503, then delivered after the requeue
+    assert emulator.deliveries(ios)["attempts"] == 2  # rejected once, then delivered
+    assert (progress.targeted, progress.sent, progress.failed, progress.pruned) == (4, 4, 0, 0), progress
+
+
 def test_healthz_shows_the_emulator(client, settings):
     body = client.get("/healthz").json()
     assert body["emulator_url"] == settings.emulator_url  # None unless this session routes to an emulator

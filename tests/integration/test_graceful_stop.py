@@ -4,7 +4,8 @@ stores and the emulator (issue 14, item 8).
 * A worker whose page sleeps on a Retry-After wakes at once, releases its task without advancing the
   checkpoint, and exits 0 within its grace; the next worker sends every device exactly once.
 * The API answers an in-flight single send within its shutdown budget: what waited to be retried is
-  dead-lettered, the invalid token found on the way is pruned, and the answer's counts say so.
+  dead-lettered, the invalid token found on the way is pruned, and the answer's counts say so; then
+  it exits 0.
 """
 
 from __future__ import annotations
@@ -130,9 +131,10 @@ def test_sigterm_lets_an_in_flight_single_send_record_dead_letters_and_prunes(ru
         sender.join(timeout=30)
         assert not sender.is_alive(), "the in-flight send was not answered within the shutdown budget"
         try:
-            api.wait(timeout=30)
+            code = api.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the API did not exit after its budget:\n{log_path.read_text()[-2000:]}")
+        assert code == 0, log_path.read_text()[-2000:]  # SIGTERM is a clean stop: exit 0, also with a send in flight
     finally:
         _stop(api)
     r = answer["r"]

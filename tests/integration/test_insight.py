@@ -297,7 +297,7 @@ def test_the_delivery_summary_counts_jobs_by_state_and_hour_with_dead_letters(ru
     queued = topic_job(runtime, svc, key, "c")
     old = topic_job(runtime, svc, key, "d")
     cancelled = topic_job(runtime, svc, key, "e")
-    _finish(runtime, done.job_id, "done", targeted=10, sent=7, failed=1, pruned=2, retried=4)
+    _finish(runtime, done.job_id, "done", targeted=10, sent=7, failed=1, pruned=2, retried=4, ttl_expired=3)
     _finish(runtime, failed.job_id, "failed", targeted=5, sent=1, failed=4, no_credentials=4)
     _finish(runtime, old.job_id, "done", targeted=100, sent=100)
     with runtime.sessions.begin() as s:
@@ -354,6 +354,7 @@ def test_the_delivery_summary_counts_jobs_by_state_and_hour_with_dead_letters(ru
         4,
         3,
     )
+    assert t.ttl_expired == 3  # held past their push's TTL: not in targeted
     assert len(summary.hours) == 24 and summary.hours[-1].hour == now.replace(minute=0, second=0, microsecond=0)
     assert [h.hour for h in summary.hours] == sorted(h.hour for h in summary.hours)
     by_hour = {h.hour: h.deliveries for h in summary.hours}

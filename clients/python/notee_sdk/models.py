@@ -349,6 +349,7 @@ class DeliveryCounts(Model):
     no_credentials: int
     retried: int
     dead_lettered: int
+    ttl_expired: int = 0  # held by a provider outage past their push's TTL (servers before 0.1.0 leave it out)
 
 
 class HourCounts(Model):

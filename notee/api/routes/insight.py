@@ -80,6 +80,10 @@ class DeliveryCounts(BaseModel):
     no_credentials: int
     retried: int
     dead_lettered: int = Field(description="Dead letters recorded (single sends' included) and not yet replayed.")
+    ttl_expired: int = Field(
+        description="Recipients held by a provider outage past their push's ttl_seconds: not sent, not dead-lettered,"
+        " not in targeted."
+    )
 
 
 class HourOut(Answer):
@@ -112,6 +116,7 @@ def _counts(d: insight.Deliveries) -> DeliveryCounts:
         no_credentials=d.no_credentials,
         retried=d.retried,
         dead_lettered=d.dead_lettered,
+        ttl_expired=d.ttl_expired,
     )
 
 
