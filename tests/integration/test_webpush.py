@@ -146,6 +146,11 @@ def test_an_oversized_push_is_refused_at_publish_time(client, settings, tenant, 
     assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["payload", "web"], r.text
     r = client.post("/v1/topics/big/all/publish", json={"variables": big}, headers=headers)
     assert r.status_code == 422 and r.json()["error"]["code"] == "payload_too_large", r.text
+    # a template that reads the recipient: its fallback (the job's own text, an empty recipient) is
+    # what a recipient whose render fails receives; over the limit, it is refused at publish time too
+    new_template(client, headers, "TOPIC", "bigfor", title="t", body="{{ recipient.name }}{{a}}{{b}}")
+    r = client.post("/v1/topics/bigfor/all/publish", json={"variables": big}, headers=headers)
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["payload", "web"], r.text
     assert emu_app.web_pushes(sub["id"]) == []
     # a service without a VAPID key keeps FCM's and APNs' limits only
     _, fcm_only = make_tenant()
