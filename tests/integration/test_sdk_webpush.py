@@ -25,7 +25,7 @@ def _backend(url: str, api_key: str) -> dict[str, Any]:
     assert 'Client("http://127.0.0.1:8080", api_key="nk_...")' in block
     code = block.replace("http://127.0.0.1:8080", url).replace("nk_...", api_key)
     namespace: dict[str, Any] = {"__name__": "backend"}
-    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - the documented snippet, run as written
+    exec(compile(code, str(README), "exec"), namespace)  # the documented snippet, run as written
     return namespace
 
 

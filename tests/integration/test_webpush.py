@@ -5,6 +5,7 @@ second tenant sees none of it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from urllib.parse import quote
 
@@ -260,7 +261,7 @@ def test_a_push_services_5xx_is_retried_after_its_retry_after_within_the_phones_
     assert [a["status"] for a in answers] == [503] * budget, answers
     assert emu_app.deliveries(phone)["attempts"] == budget
     # each retry waited at least the Retry-After the push service gave (without it: 0.5 s, 1 s, ... of jitter)
-    gaps = [later["at"] - earlier["at"] for earlier, later in zip(answers, answers[1:], strict=False)]
+    gaps = [later["at"] - earlier["at"] for earlier, later in itertools.pairwise(answers)]
     assert min(gaps) >= 2.0, gaps
     letters = client.get("/v1/dead-letters", headers=headers).json()["items"]
     reasons = {d["device_token"]: d["reason"] for d in letters if d["device_token"] in (token, phone)}
