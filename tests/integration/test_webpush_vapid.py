@@ -30,9 +30,10 @@ from notee.providers.http2_pool import Pool, client_ssl_context
 from notee.providers.routing import ProviderSet
 from notee.providers.webpush_crypto import VapidSigner, b64url, encrypt
 from notee.usecases.deliver import DeliveryOptions, deliver
+from tests.support.fanout import run_worker_until_idle
 from tests.support.registry import make_service
 from tests.support.tcp_switch import TcpSwitch
-from tests.support.webpush import token_of
+from tests.support.webpush import browser, token_of, vapid
 
 FLAVORS = ("fcm", "mozilla", "apple")
 SUBJECT = "mailto:ops@example.com"
@@ -203,3 +204,33 @@ def test_a_fan_out_reuses_one_pool_of_connections_per_push_service_origin(
     for sub in subs:
         assert len(emulator.web_pushes(sub["id"])) == 1
     assert opened == (connections, connections)
+
+
+@pytest.mark.tenant(credentials=False)
+def test_a_topic_publish_pages_share_each_origins_connections(client, settings, tenant, emulator, emu_runtime):
+    """End to end: a topic publish to 15 browsers on each of two origins, read 10 recipients a page
+    by one worker: every page's pushes to an origin go over that origin's pool, never more connections
+    than the pool holds, however many pages."""
+    service, headers = tenant
+    public = vapid(client, settings, service)
+    pool_size = -(-emu_runtime.settings.fanout_send_concurrency // 100)
+    port = int(emulator.url.rsplit(":", 1)[1])
+    with TcpSwitch("127.0.0.1", port) as a, TcpSwitch("127.0.0.1", port) as b:
+        subs = []
+        r = client.put("/v1/templates/TOPIC/news", json={"title": "News", "body": "Today"}, headers=headers)
+        assert r.status_code in (200, 201), r.text
+        for i in range(30):
+            user = client.put(f"/v1/users/conn-{i}", json={"name": f"u{i}"}, headers=headers).json()["user_id"]
+            switch, flavor = (a, "fcm") if i % 2 else (b, "apple")
+            subs.append(browser(client, headers, emulator, user, flavor, public, f"https://localhost:{switch.port}")[0])
+            r = client.put(f"/v1/users/{user}/subscriptions/topic/news/all", headers=headers)
+            assert r.status_code in (200, 201), r.text
+        r = client.post("/v1/topics/news/all/publish", headers=headers)
+        assert r.status_code == 202, r.text
+        run_worker_until_idle(emu_runtime, [service], fetch_size=10)
+        opened = (a.connections, b.connections)
+    job = client.get(f"/v1/jobs/{r.json()['job_id']}", headers=headers).json()
+    assert (job["state"], job["sent"], job["failed"]) == ("done", 30, 0), job
+    for sub in subs:
+        assert len(emulator.web_pushes(sub["id"])) == 1
+    assert all(1 <= n <= pool_size for n in opened), (opened, pool_size)
