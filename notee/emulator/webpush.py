@@ -10,7 +10,7 @@ most 4,096 bytes of body. Then, unlike a real push service, it decrypts the mess
 subscription's keys (RFC 8291, ``http_ece``) and records the plaintext, so tests assert on what the
 browser's service worker would receive.
 
-Error shapes: FCM answers text, autopush ``{"code", "errno", "error", "message"}``, Apple ``{"reason"}``
+Error shapes: FCM answers text, autopush ``{"code", "errno", "error", "message", "more_info"}``, Apple ``{"reason"}``
 (https://github.com/mozilla-services/autopush-rs, https://developer.apple.com/documentation/usernotifications/sending-web-push-notifications-in-web-apps-and-browsers).
 """
 
@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import http_ece
@@ -39,6 +40,7 @@ PUSHES_KEPT = 100  # per subscription
 _VAPID_RE = re.compile(r"^vapid t=([^,\s]+),\s*k=([A-Za-z0-9_-]+)$", re.I)
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _URGENCIES = {b"very-low", b"low", b"normal", b"high"}
+_MOZ_MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
 _MOZ_ERRNO = {400: 110, 401: 109, 403: 109, 404: 102, 410: 103, 413: 104, 429: 201, 500: 999, 503: 202}
 _APPLE_REASON = {
     400: "BadRequest",
@@ -96,8 +98,9 @@ def _error(flavor: str, status: int, message: str) -> Response:
         body = {
             "code": status,
             "errno": _MOZ_ERRNO.get(status, 999),
-            "error": message.split(":")[0],
+            "error": HTTPStatus(status).phrase,  # autopush's "error" is the status's reason phrase
             "message": message,
+            "more_info": _MOZ_MORE_INFO,
         }
         return status, [(b"content-type", b"application/json")], json.dumps(body).encode()
     if flavor == "apple":

@@ -94,8 +94,8 @@ def _reason_in(flavor: str, r: Response) -> str:
     """The body's shape as that push service writes it, and the reason Notee should quote from it."""
     if flavor == "mozilla":
         body = json.loads(r.body)
-        assert set(body) == {"code", "errno", "error", "message"} and body["code"] == r.status, body
-        assert body["errno"] == 109, body  # autopush's "invalid authentication"
+        assert set(body) == {"code", "errno", "error", "message", "more_info"} and body["code"] == r.status, body
+        assert (body["errno"], body["error"]) == (109, "Unauthorized"), body  # autopush's "invalid authentication"
         return str(body["message"])
     if flavor == "apple":
         assert json.loads(r.body) == {"reason": "BadJwtToken"}, r.body
