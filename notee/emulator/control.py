@@ -125,11 +125,15 @@ class EmulatorControl:
             body["retry_after"] = str(retry_after)
         self._post("faults", body)
 
-    def web_subscribe(self, flavor: str = "fcm", application_server_key: str | None = None) -> dict[str, Any]:
+    def web_subscribe(
+        self, flavor: str = "fcm", application_server_key: str | None = None, origin: str | None = None
+    ) -> dict[str, Any]:
         """A browser push subscription at this emulator (``PushSubscription.toJSON()`` plus its ``id``):
         ``flavor`` fcm, mozilla or apple answers like that push service; with
-        ``application_server_key``, pushes signed by another VAPID key are refused (403)."""
-        body: dict[str, Any] = {"origin": self.url, "flavor": flavor}
+        ``application_server_key``, pushes signed by another VAPID key are refused (401 or 403, as
+        that push service answers). ``origin``: the endpoint's origin when it is not the emulator's
+        URL (a TCP forwarder in front of it, say)."""
+        body: dict[str, Any] = {"origin": origin or self.url, "flavor": flavor}
         if application_server_key is not None:
             body["application_server_key"] = application_server_key
         r = self.http.post("/_emu/webpush/subscribe", json=body)
@@ -143,6 +147,13 @@ class EmulatorControl:
         r.raise_for_status()
         pushes: list[dict[str, Any]] = r.json()["pushes"]
         return pushes
+
+    def web_answers(self, sub_id: str) -> list[dict[str, Any]]:
+        """Every request the subscription's push service answered, oldest first: ``at`` (epoch s), ``status``."""
+        r = self.http.get("/_emu/webpush/pushes", params={"id": sub_id})
+        r.raise_for_status()
+        answers: list[dict[str, Any]] = r.json()["answers"]
+        return answers
 
     def web_gone(self, *sub_ids: str, status: int = 410) -> None:
         """The browser unsubscribed: the push service answers ``status`` (404 or 410) from now on."""

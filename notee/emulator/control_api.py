@@ -215,9 +215,11 @@ def webpush_subscribe(emu: Emulator, req: Any, _query_string: bytes) -> Response
 
 
 def webpush_pushes(emu: Emulator, _req: Any, query: bytes) -> Response:
-    """What one subscription received, decrypted (``?id=``), oldest first."""
+    """What one subscription received, decrypted (``?id=``), oldest first; ``answers``: every request's
+    time and status (refusals and faults included)."""
     sub_id = _query(query).get("id", "")
-    return _ok({"id": sub_id, "pushes": emu.state.web_pushes.get(sub_id, [])})
+    state = emu.state
+    return _ok({"id": sub_id, "pushes": state.web_pushes.get(sub_id, []), "answers": state.web_answers.get(sub_id, [])})
 
 
 def webpush_gone(emu: Emulator, req: Any, _query_string: bytes) -> Response:

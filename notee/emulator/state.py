@@ -96,6 +96,7 @@ class State:
     journal: Any = field(default_factory=_open_journal)  # NOTEE_EMULATOR_JOURNAL's file, or None
     web_subs: dict[str, Any] = field(default_factory=dict)  # web push subscription id -> webpush.WebSub
     web_pushes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> what it received
+    web_answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # id -> {"at", "status"} of each request
 
     def last_view(self, token: str) -> dict[str, Any] | None:
         """The last request of ``token`` as ``GET /_emu/requests/last`` shows it. What the personas

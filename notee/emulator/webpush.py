@@ -10,7 +10,7 @@ most 4,096 bytes of body. Then, unlike a real push service, it decrypts the mess
 subscription's keys (RFC 8291, ``http_ece``) and records the plaintext, so tests assert on what the
 browser's service worker would receive.
 
-Error shapes: FCM answers text, autopush ``{"code", "errno", "error", "message"}``, Apple ``{"reason"}``
+Error shapes: FCM answers text, autopush ``{"code", "errno", "error", "message", "more_info"}``, Apple ``{"reason"}``
 (https://github.com/mozilla-services/autopush-rs, https://developer.apple.com/documentation/usernotifications/sending-web-push-notifications-in-web-apps-and-browsers).
 """
 
@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import http_ece
@@ -39,9 +40,11 @@ PUSHES_KEPT = 100  # per subscription
 _VAPID_RE = re.compile(r"^vapid t=([^,\s]+),\s*k=([A-Za-z0-9_-]+)$", re.I)
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _URGENCIES = {b"very-low", b"low", b"normal", b"high"}
+_MOZ_MORE_INFO = "http://autopush.readthedocs.io/en/latest/http.html#error-codes"
 _MOZ_ERRNO = {400: 110, 401: 109, 403: 109, 404: 102, 410: 103, 413: 104, 429: 201, 500: 999, 503: 202}
 _APPLE_REASON = {
     400: "BadRequest",
+    401: "BadJwtToken",
     403: "BadJwtToken",
     404: "BadDeviceToken",
     410: "Unregistered",
@@ -95,8 +98,9 @@ def _error(flavor: str, status: int, message: str) -> Response:
         body = {
             "code": status,
             "errno": _MOZ_ERRNO.get(status, 999),
-            "error": message.split(":")[0],
+            "error": HTTPStatus(status).phrase,  # autopush's "error" is the status's reason phrase
             "message": message,
+            "more_info": _MOZ_MORE_INFO,
         }
         return status, [(b"content-type", b"application/json")], json.dumps(body).encode()
     if flavor == "apple":
@@ -105,23 +109,37 @@ def _error(flavor: str, status: int, message: str) -> Response:
     return status, [(b"content-type", b"text/plain; charset=utf-8")], message.encode()
 
 
+# A refused VAPID header, as each push service answers it: autopush-rs maps every VAPID and JWT error
+# to 401 (errno 109); Apple answers 403 {"reason": "BadJwtToken"} for a missing JWT, a wrong key, a
+# bad `sub`, a wrong `aud` or an `exp` more than a day ahead; FCM answers 401 for a missing or
+# malformed header and 403 for a JWT or key it refuses.
+_VAPID_STATUS = {"mozilla": (401, 401), "apple": (403, 403), "fcm": (401, 403)}  # (malformed, refused)
+_SUBJECT_RE = re.compile(r"^(mailto:[^\s<>]+@[^\s<>]+|https://\S+)$")
+
+
 def _check_vapid(headers: dict[bytes, bytes], audience: str, sub: WebSub) -> tuple[int, str] | dict[str, Any]:
     """The JWT's claims, or (status, why) when the push service would refuse it."""
+    malformed, refused = _VAPID_STATUS[sub.flavor]
     match = _VAPID_RE.match(headers.get(b"authorization", b"").decode("latin-1"))
     if match is None:
-        return 401, "UnauthorizedRegistration: missing or malformed vapid Authorization header"
+        return malformed, "UnauthorizedRegistration: missing or malformed vapid Authorization header"
     token, k = match.groups()
     if sub.server_key is not None and k != sub.server_key:
-        return 403, "InvalidCredentials: the VAPID key does not match the subscription's applicationServerKey"
+        return refused, (
+            "InvalidCredentials: the VAPID credentials in the authorization header do not correspond "
+            "to the credentials used to create the subscription"
+        )
     try:
         public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), _unb64(k))
         claims: dict[str, Any] = jwt.decode(
             token, public, algorithms=["ES256"], audience=audience, options={"require": ["aud", "exp", "sub"]}
         )
     except (ValueError, jwt.PyJWTError) as exc:
-        return 403, f"InvalidCredentials: VAPID JWT refused ({type(exc).__name__})"
+        return refused, f"InvalidCredentials: VAPID JWT refused ({type(exc).__name__})"
     if claims["exp"] > time.time() + JWT_MAX_AHEAD_S:
-        return 403, "InvalidCredentials: VAPID JWT exp more than 24 hours ahead"
+        return refused, "InvalidCredentials: VAPID JWT exp more than 24 hours ahead"
+    if not _SUBJECT_RE.match(str(claims["sub"])):
+        return refused, "InvalidCredentials: VAPID JWT sub is not a mailto: or https: URL"
     return claims
 
 
@@ -166,8 +184,18 @@ def _origin(scope: Scope, headers: dict[bytes, bytes]) -> str:
 
 
 def webpush(state: State, scope: Scope, flavor: str, sub_id: str, body: bytes) -> Response:
-    """One push to one subscription."""
+    """One push to one subscription; every answer is kept with its time (``answers`` of
+    ``GET /_emu/webpush/pushes``), so tests count attempts and read the waits between them."""
     state.counts["webpush.recv"] += 1
+    state.attempts[sub_id] += 1
+    answer = _answer(state, scope, flavor, sub_id, body)
+    kept = state.web_answers.setdefault(sub_id, [])
+    kept.append({"at": time.time(), "status": answer[0]})
+    del kept[:-PUSHES_KEPT]
+    return answer
+
+
+def _answer(state: State, scope: Scope, flavor: str, sub_id: str, body: bytes) -> Response:
     headers = dict(scope["headers"])
     sub = state.web_subs.get(sub_id)
     if sub is None or sub.flavor != flavor:

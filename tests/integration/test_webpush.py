@@ -5,6 +5,7 @@ second tenant sees none of it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from urllib.parse import quote
 
@@ -146,6 +147,11 @@ def test_an_oversized_push_is_refused_at_publish_time(client, settings, tenant, 
     assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["payload", "web"], r.text
     r = client.post("/v1/topics/big/all/publish", json={"variables": big}, headers=headers)
     assert r.status_code == 422 and r.json()["error"]["code"] == "payload_too_large", r.text
+    # a template that reads the recipient: its fallback (the job's own text, an empty recipient) is
+    # what a recipient whose render fails receives; over the limit, it is refused at publish time too
+    new_template(client, headers, "TOPIC", "bigfor", title="t", body="{{ recipient.name }}{{a}}{{b}}")
+    r = client.post("/v1/topics/bigfor/all/publish", json={"variables": big}, headers=headers)
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["payload", "web"], r.text
     assert emu_app.web_pushes(sub["id"]) == []
     # a service without a VAPID key keeps FCM's and APNs' limits only
     _, fcm_only = make_tenant()
@@ -231,3 +237,34 @@ def test_a_preview_shows_what_a_browser_would_receive(client, settings, tenant):
     assert web["bytes"] == len(shown) + 103 and not web["over_limit"]
     only = client.post("/v1/topics/news/all/publish/preview", json={"platforms": ["WEB"]}, headers=headers).json()
     assert set(only["variants"][0]["platforms"]) == {"WEB"}
+
+
+def test_a_push_services_5xx_is_retried_after_its_retry_after_within_the_phones_budget(
+    client, settings, tenant, emu_app
+):
+    service, headers = tenant
+    public = _vapid(client, settings, service)
+    phone = random_token("a")
+    user = new_user(client, headers, devices=[(phone, "AOS")])
+    sub, token = _browser(client, headers, emu_app, user, "fcm", public)
+    budget = settings.fanout_max_attempts
+    # the push service is down for longer than the budget and says when to come back; FCM is down too,
+    # without a Retry-After, so the waits between attempts are the browser's Retry-After (the longest)
+    emu_app.fault("webpush", 503, match=sub["id"], times=budget + 5, retry_after=2)
+    emu_app.fault("fcm", 503, match=phone, times=budget + 5)
+    new_template(client, headers, "SINGLE", "down", title="Down", body="Still down")
+    r = _send(client, headers, user, type="down")
+    assert r.status_code == 200, r.text
+    assert {k: r.json()[k] for k in ("delivered", "pruned", "failed")} == {"delivered": 0, "pruned": 0, "failed": 2}
+    answers = emu_app.web_answers(sub["id"])
+    # the same attempts budget as the phone's FCM: each asked `budget` times, then given up
+    assert [a["status"] for a in answers] == [503] * budget, answers
+    assert emu_app.deliveries(phone)["attempts"] == budget
+    # each retry waited at least the Retry-After the push service gave (without it: 0.5 s, 1 s, ... of jitter)
+    gaps = [later["at"] - earlier["at"] for earlier, later in itertools.pairwise(answers)]
+    assert min(gaps) >= 2.0, gaps
+    letters = client.get("/v1/dead-letters", headers=headers).json()["items"]
+    reasons = {d["device_token"]: d["reason"] for d in letters if d["device_token"] in (token, phone)}
+    assert reasons[token].startswith(f"gave up after {budget} attempts") and "503" in reasons[token], reasons
+    assert reasons[phone].startswith(f"gave up after {budget} attempts"), reasons
+    assert emu_app.web_pushes(sub["id"]) == []

@@ -36,9 +36,11 @@ def browser(
     user_id: str,
     flavor: str = "fcm",
     server_key: str | None = None,
+    origin: str | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """A browser of ``user_id`` subscribed at the emulator's push service: (its subscription, its token)."""
-    sub = emulator.web_subscribe(flavor, server_key)
+    """A browser of ``user_id`` subscribed at the emulator's push service: (its subscription, its token).
+    ``origin``: its endpoint's origin when not the emulator's URL (a forwarder in front of it)."""
+    sub = emulator.web_subscribe(flavor, server_key, origin)
     r = client.post(
         f"/v1/users/{user_id}/devices",
         json={"os": "WEB", "subscription": {k: sub[k] for k in ("endpoint", "expirationTime", "keys")}},
