@@ -5,6 +5,7 @@ rows alone decides whether a user is new to the type."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TypedDict
 
@@ -86,6 +87,9 @@ def subscribe_topics(
     # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
     # sees what an earlier one is about to write.
     live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
+    # Only a user asked for again needs the rows planned for it so far (a bulk subscribe or an import
+    # chunk names each user once: no IndexRow per planned row).
+    again = {u for u, n in Counter(u for u, _ in wanted).items() if n > 1}
     now = now_ms()
     results: list[SubscribeResult | None] = []
     plans: list[tuple[SubscriptionRef, list[tuple[str, str]], bool]] = []  # subscription, devices, user-level row
@@ -102,12 +106,14 @@ def subscribe_topics(
         if level is None or missing:
             at = int(level.data.get("at") or now) if level is not None else now
             plans.append((SubscriptionRef(service, user_id, type_, tpl.key, topic, at), missing, level is None))
-            planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
             if level is None:
                 topic_counts[topic] = topic_counts.get(topic, 0) + 1
                 new_to_type += 0 if live_user_level(live[user_id], tpl.key) else 1
-                planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
-            live[user_id] = live[user_id] + planned
+            if user_id in again:
+                planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
+                if level is None:
+                    planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
+                live[user_id] = live[user_id] + planned
         status = "already_subscribed" if level is not None else "subscribed"
         results.append({"status": status, "devices": len(have) + len(missing)})
     if not plans:
