@@ -85,10 +85,9 @@ def subscribe_topics(
     tpl = template_of(ctx.template_keys, service, "TOPIC", type_)
     before = st.users_rows_of(reads)
     # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
-    # sees what an earlier one is about to write.
+    # sees what an earlier one is about to write (kept only for users asked for again, ``again``: a
+    # bulk subscribe or an import chunk names each user once, and needs no IndexRow per planned row).
     live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
-    # Only a user asked for again needs the rows planned for it so far (a bulk subscribe or an import
-    # chunk names each user once: no IndexRow per planned row).
     again = {u for u, n in Counter(u for u, _ in wanted).items() if n > 1}
     now = now_ms()
     results: list[SubscribeResult | None] = []
