@@ -248,7 +248,8 @@ def _subscribe(runtime: Runtime, service: str, checked: _Checked) -> dict[int, s
 def _subscribe_batch(
     runtime: Runtime, service: str, type_: str, pairs: list[tuple[str, str]], session: Session
 ) -> list[Any]:
-    return subscribe_topics(session, runtime.statements, service, type_, pairs)
+    # The lines' topics passed validate_topic when they were checked (import_lines._check_topic).
+    return subscribe_topics(session, runtime.statements, service, type_, pairs, topics_checked=True)
 
 
 def _tag_check(session: Session, service: str, checked: _Checked, existing: dict[str, Any], limit: int) -> None:
