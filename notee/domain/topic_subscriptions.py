@@ -5,6 +5,7 @@ rows alone decides whether a user is new to the type."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TypedDict
 
@@ -55,7 +56,13 @@ def subscribe_topic(
 
 
 def subscribe_topics(
-    db: Session | Connection, st: Statements, service: str, type_: str, wanted: Sequence[tuple[str, str]]
+    db: Session | Connection,
+    st: Statements,
+    service: str,
+    type_: str,
+    wanted: Sequence[tuple[str, str]],
+    *,
+    topics_checked: bool = False,
 ) -> list[SubscribeResult | None]:
     """Topic subscriptions of one type: ``wanted`` (user_id, topic) pairs, one result each, in order
     (None: no such user). A pair asked twice, or a user with several topics, is answered as if the
@@ -63,12 +70,12 @@ def subscribe_topics(
     users and one read (the type's templates, the users' devices, which users have kept withdrawals:
     those are applied first and the index rows read again, ``withdrawals.settle_locked``), with the
     users' index rows of the type read from Cassandra meanwhile; the logged batches (each
-    subscription's rows are one unit,
-    written whole or not at all); one counter batch. Numbers come from the process's reserved range
-    (``Statements.take_numbers``). ``db``: a session, or (the API's hot path) a Core connection; the
-    caller ends its transaction. The API's single subscribe and the bulk endpoint both come here
-    (notee.api.subscribe_groups gathers concurrent single subscribes of a type into one call)."""
-    for _, topic in wanted:
+    subscription's rows are one unit, written whole or not at all); one counter batch. Numbers come
+    from the process's reserved range (``Statements.take_numbers``). ``db``: a session, or (the API's
+    hot path) a Core connection; the caller ends its transaction. The API's single subscribe and the
+    bulk endpoint both come here (notee.api.subscribe_groups gathers concurrent single subscribes of a
+    type into one call), and an import's lines (``topics_checked``: each topic passed ``validate_topic``)."""
+    for _, topic in () if topics_checked else wanted:
         validate_topic(topic)
     # Deletion wins (issue 14.5, notee/domain/subscriptions.py): the users' row locks come first, and
     # the index reads start only once they are held, so they see whatever a racing deletion or
@@ -84,8 +91,10 @@ def subscribe_topics(
     tpl = template_of(ctx.template_keys, service, "TOPIC", type_)
     before = st.users_rows_of(reads)
     # Each user's live rows of the type as the plan so far leaves them: a later pair of the same user
-    # sees what an earlier one is about to write.
+    # sees what an earlier one is about to write (kept only for users asked for again, ``again``: a
+    # bulk subscribe or an import chunk names each user once, and needs no IndexRow per planned row).
     live = {u: [r for r in before.get(u, []) if r.data.get("key") == tpl.key] for u in zones}
+    again = {u for u, n in Counter(u for u, _ in wanted).items() if n > 1}
     now = now_ms()
     results: list[SubscribeResult | None] = []
     plans: list[tuple[SubscriptionRef, list[tuple[str, str]], bool]] = []  # subscription, devices, user-level row
@@ -102,12 +111,14 @@ def subscribe_topics(
         if level is None or missing:
             at = int(level.data.get("at") or now) if level is not None else now
             plans.append((SubscriptionRef(service, user_id, type_, tpl.key, topic, at), missing, level is None))
-            planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
             if level is None:
                 topic_counts[topic] = topic_counts.get(topic, 0) + 1
                 new_to_type += 0 if live_user_level(live[user_id], tpl.key) else 1
-                planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
-            live[user_id] = live[user_id] + planned
+            if user_id in again:
+                planned = [IndexRow("TOPIC", type_, topic, t, {"key": tpl.key, "at": at}) for t, _ in missing]
+                if level is None:
+                    planned.append(IndexRow("TOPIC", type_, topic, USER_LEVEL, {"key": tpl.key, "at": at}))
+                live[user_id] = live[user_id] + planned
         status = "already_subscribed" if level is not None else "subscribed"
         results.append({"status": status, "devices": len(have) + len(missing)})
     if not plans:
@@ -116,6 +127,22 @@ def subscribe_topics(
         stale = [r for r in before.get(user_id, []) if r.data.get("key") != tpl.key]
         if stale:
             remove_rows(st, service, user_id, stale)
+    _write_plans(st, service, type_, plans, zones)
+    # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
+    # one counter batch, only once the subscription rows exist.
+    st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
+    return results
+
+
+def _write_plans(
+    st: Statements,
+    service: str,
+    type_: str,
+    plans: list[tuple[SubscriptionRef, list[tuple[str, str]], bool]],
+    zones: dict[str, str],
+) -> None:
+    """Number the planned devices and write every subscription's rows (a unit each), withdrawn on a
+    failure (``write_or_withdraw``)."""
     numbers = iter(st.take_numbers(service, "TOPIC", type_, sum(len(devices) for _, devices, _ in plans)))
     numbered = [(sub, [(next(numbers), t, o) for t, o in devices], level) for sub, devices, level in plans]
     written_at = st.write_timestamp()
@@ -126,10 +153,6 @@ def subscribe_topics(
     written = [new_device_row(sub, "TOPIC", no, token) for sub, devices, _ in numbered for no, token, _ in devices]
     written += [(sub.user_id, IndexRow("TOPIC", type_, sub.target, USER_LEVEL, {})) for sub, _, lvl in numbered if lvl]
     write_or_withdraw(st, service, NewRows(written_at, written, [lambda: st.write_together(units)]))
-    # Per-topic counts (issue 16; docs/SCHEMA.md decision 3) and, for users new to the type, ``count``:
-    # one counter batch, only once the subscription rows exist.
-    st.add_subscriber_counts(service, "TOPIC", type_, topic_counts, new_to_type)
-    return results
 
 
 def unsubscribe_topic(session: Session, st: Statements, service: str, user_id: str, type_: str, topic: str) -> bool:

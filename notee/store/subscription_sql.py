@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, select
@@ -30,18 +29,20 @@ _USERS_ZONES = (
 )
 _LOCK_USERS = {False: f"{_USERS_ZONES} LOCK IN SHARE MODE", True: f"{_USERS_ZONES} FOR UPDATE"}
 # The rest of its MySQL read in one round trip: every template of the type (whatever its method: the
-# caller tells "no such template" from "a template of the other method"), and the users with their
-# devices (a user without devices is one row with NULL device columns; an unknown user, none).
-# PRIMARY KEY prefix (service) of notification_template; uq_user_user_id; device PRIMARY KEY prefix.
+# caller tells "no such template" from "a template of the other method"), and the devices of the users
+# the caller has locked (so they exist: the user rows need no second look-up, 1,000 of them per bulk
+# subscribe, docs/AUDIENCES.md "What an imported subscription costs"). A device's created_at comes as
+# text (DATETIME(6): fixed width, so it sorts as the time does): PyMySQL's datetime conversion per row
+# cost more than the sort needs. PRIMARY KEY prefix (service) of notification_template; device PRIMARY
+# KEY prefix.
 _TEMPLATES_OF_TYPE = (
     "SELECT 'T', t.notification_method, t.notification_key, NULL, NULL"
     " FROM notification_template t WHERE t.service = %(service)s AND t.notification_type = %(type)s"
 )
 _SUBSCRIBE_CONTEXT = (
     f"{_TEMPLATES_OF_TYPE} UNION ALL"
-    " SELECT 'U', u.user_id, d.device_token, d.device_os, d.created_at"
-    " FROM `user` u LEFT JOIN device d ON d.service = u.service AND d.user_id = u.user_id"
-    " WHERE u.service = %(service)s AND u.user_id IN %(user_ids)s"
+    " SELECT 'D', d.user_id, d.device_token, d.device_os, CAST(d.created_at AS CHAR)"
+    " FROM device d WHERE d.service = %(service)s AND d.user_id IN %(user_ids)s"
     # The users with a withdrawal kept of a failed write (notee/domain/withdrawals.py), which the
     # subscribe applies first: ix_subscription_withdrawal_user.
     " UNION ALL SELECT 'W', w.user_id, NULL, NULL, NULL FROM subscription_withdrawal w"
@@ -54,7 +55,7 @@ class SubscribeContext:
     """What a topic subscribe needs from MySQL besides the lock."""
 
     template_keys: dict[str, str]  # notification_method -> notification_key, of the requested type
-    # user_id -> (device_token, device_os), oldest first, of every user asked for that exists
+    # user_id -> (device_token, device_os), oldest first, of every user asked for ([]: none)
     devices: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     # users asked for with a kept withdrawal (subscription_withdrawal) to apply before their rows are read
     kept: set[str] = field(default_factory=set)
@@ -110,25 +111,25 @@ def lock_users_zones(
 
 def subscribe_context(db: Session | Connection, service: str, type_: str, user_ids: Sequence[str]) -> SubscribeContext:
     """Templates of ``type_``, the users' devices and which of them have kept withdrawals, in one
-    statement."""
+    statement. ``user_ids``: users the caller's transaction holds locked (``lock_users_zones``), so
+    they exist; each is in ``devices``, with [] when it has none."""
     keys: dict[str, str] = {}
     kept: set[str] = set()
-    found: dict[str, list[tuple[datetime, str, str]]] = {}
+    found: dict[str, list[tuple[str, str, str]]] = {u: [] for u in user_ids}
     params: dict[str, Any] = {"service": service, "type": type_}
     sql = _TEMPLATES_OF_TYPE
     if user_ids:
-        sql, params["user_ids"] = _SUBSCRIBE_CONTEXT, tuple(sorted(set(user_ids)))
+        sql, params["user_ids"] = _SUBSCRIBE_CONTEXT, tuple(sorted(found))
     for kind, a, b, c, created_at in _driver_rows(db, sql, params):
         if kind == "T":
             keys[a] = b
         elif kind == "W":
             kept.add(a)
         else:
-            devices = found.setdefault(a, [])
-            if b is not None:
-                devices.append((created_at, b, c))
-    # registration order, as users_sql.list_devices
-    return SubscribeContext(keys, {u: [(token, os_) for _, token, os_ in sorted(d)] for u, d in found.items()}, kept)
+            found.setdefault(a, []).append((created_at, b, c))
+    # registration order, as users_sql.list_devices (one device, the usual case, needs no sort)
+    devices = {u: [(t, o) for _, t, o in (sorted(d) if len(d) > 1 else d)] for u, d in found.items()}
+    return SubscribeContext(keys, devices, kept)
 
 
 def users_with_devices(session: Session, service: str, user_ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:

@@ -196,6 +196,46 @@ def test_the_same_file_twice_changes_nothing(news, runtime, st):
     assert export(news) == first_export
 
 
+def stored_flags(runtime, import_id: str) -> list[int]:
+    with runtime.sessions() as s:
+        rows = s.execute(
+            text("SELECT stored FROM import_chunk WHERE import_id = :i ORDER BY chunk_no"), {"i": import_id}
+        )
+        return [int(r.stored) for r in rows]
+
+
+def test_topic_lines_of_existing_users_skip_step_one_and_still_keep_their_bad_lines(news, runtime, st):
+    """A chunk of topic lines for users that all exist has nothing for MySQL: it is applied without
+    step 1's transaction (the chunk is never marked stored), its bad lines are kept all the same, and
+    running it again changes nothing. A topic line for a user that does not exist makes the user, in
+    step 1."""
+    upload(news, lines(*_rich(3)))
+    drain(runtime, news.service)
+    body = "\n".join(
+        [
+            json.dumps({"user": "u-00000", "topics": [{"type": "promo", "topic": "deals"}]}),  # 1
+            json.dumps({"user": "u-00001", "topics": [{"type": "promo", "topic": "deals"}]}),  # 2
+            json.dumps({"user": "u-00002", "topics": [{"type": "nope", "topic": "x"}]}),  # 3
+            "{not json",  # 4
+        ]
+    )
+    import_id = upload(news, body)
+    drain(runtime, news.service)
+    got = status(news, import_id)
+    assert (got["state"], got["lines_done"], got["lines_failed"]) == ("done", 4, 2)
+    assert [n for n, _ in errors(news, import_id)] == [3, 4]
+    assert stored_flags(runtime, import_id) == [0]  # step 1 skipped
+    counts = sorted(st.topic_subscribers(news.service))
+    assert counts == [("news", "sports", 3), ("promo", "deals", 2)]
+    again = upload(news, body)
+    drain(runtime, news.service)
+    assert status(news, again)["lines_failed"] == 2 and sorted(st.topic_subscribers(news.service)) == counts
+    made = upload(news, lines({"user": "new-1", "topics": [{"type": "promo", "topic": "deals"}]}))
+    drain(runtime, news.service)
+    assert stored_flags(runtime, made) == [1] and status(news, made)["lines_failed"] == 0
+    assert sorted(st.topic_subscribers(news.service)) == [("news", "sports", 3), ("promo", "deals", 3)]
+
+
 def test_a_file_of_many_chunks(news, runtime, st):
     docs = _rich(3000)
     docs[1234] = {"user": "", "name": "empty id"}

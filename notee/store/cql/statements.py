@@ -14,7 +14,7 @@ from sqlalchemy.orm import sessionmaker
 
 from notee.core.vocabulary import CycleTarget, block_of, slot_of
 from notee.store.cassandra import Keyspaces
-from notee.store.cql.binder import BATCH_BYTES, MAX_UNIT_BYTES, ROWS_PER_DEVICE, RowBinder, logged_batch, row_bytes
+from notee.store.cql.binder import BATCH_BYTES, MAX_UNIT_BYTES, ROWS_PER_DEVICE, RowBinder, logged_batch
 from notee.store.cql.counters import Counters
 from notee.store.cql.cursors import WalkCursors
 from notee.store.cql.due import DueIndex
@@ -126,9 +126,16 @@ class Statements(
         batch: BatchStatement | None = None
         size = 0
         bind = self._binder.add
-        seen: set[tuple[int, tuple[Any, ...]]] = set()  # rows already in this batch (shared target_slots rows)
+        # Rows another unit of the batch may hold too: the target_slots rows (users of one block). Only
+        # they are looked up, by their values: hashing every row's cost ~2 µs a subscription.
+        shared = self.occupancy_insert
+        seen: set[tuple[Any, ...]] = set()
         for unit in units:
-            unit_size = sum(row_bytes(r) for r in unit)
+            unit_size = 0
+            for _, params in unit:  # binder.row_bytes inlined: a call per row was ~15 % of this loop
+                unit_size += 32
+                for v in params:
+                    unit_size += len(v) if isinstance(v, str) else 8
             if unit_size > MAX_UNIT_BYTES:
                 futures += self._write_big_unit(unit)
                 continue
@@ -139,9 +146,10 @@ class Statements(
                 size = 0
                 seen = set()
             for stmt, params in unit:
-                if (id(stmt), params) in seen:
-                    continue  # the same fixed row twice in one batch (users of one block): write it once
-                seen.add((id(stmt), params))
+                if stmt is shared:
+                    if params in seen:
+                        continue  # the same fixed row twice in one batch: write it once
+                    seen.add(params)
                 bind(batch, stmt, params)
             size += unit_size
         if batch is not None:
