@@ -12,7 +12,9 @@ from notee.store.mysql import SharedTlsContextConnection, make_engine
 from tests.support.pins import PYMYSQL_TLS
 
 
-def test_new_engine_connections_build_no_tls_context_of_their_own(settings, runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_engine_connections_build_no_tls_context_of_their_own(
+    settings, runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = make_engine(settings, pool_size=1)
     try:
         with engine.connect() as conn:  # the process's preferred context exists from here on
