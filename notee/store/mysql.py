@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -64,8 +66,44 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
         with dbapi_conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
 
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: object, _record: object, cargs: list[Any], cparams: dict[str, Any]) -> PyMySQLConnection:
+        return SharedTlsContextConnection(*cargs, **cparams)
+
     watch_mysql(engine)  # notee_store_errors_total{store="mysql"}
     return engine
+
+
+class SharedTlsContextConnection(PyMySQLConnection):
+    """A PyMySQL connection whose "preferred" TLS context (no TLS option given: TLS if the server
+    offers it, unverified, PyMySQL's default) is built once per process, not once per connection.
+
+    PyMySQL 1.2 builds that context in every ``Connection.__init__`` (``_create_ssl_ctx({})``:
+    ``ssl.create_default_context`` loads the system's CA store), whether or not the server offers
+    TLS: ~20 ms of CPU per new connection, against ~0.3 ms for the rest of connecting
+    (docs/BENCHMARKS.md, "Round 3, seventh part"), paid by every process start, every pool overflow
+    and every recycled connection. The shared context is PyMySQL's own, built by the same method
+    with the same argument, and is only read by the connections (``wrap_socket``). A connection with
+    TLS options of its own (``ssl_ca``, ``ssl_cert`` ... in the URL) gets PyMySQL's per-connection
+    context, as before. A performance detour (a private method of PyMySQL, pinned exactly:
+    tests/integration/test_pymysql_pins.py)."""
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        if not isinstance(sslp, dict) or sslp:
+            ctx: ssl.SSLContext = super()._create_ssl_ctx(sslp)  # type: ignore[misc]
+            return ctx
+        return _preferred_context(lambda: super(SharedTlsContextConnection, self)._create_ssl_ctx({}))  # type: ignore[misc]
+
+
+_preferred: list[ssl.SSLContext] = []  # the process's one "preferred" TLS context, once built
+_preferred_lock = threading.Lock()
+
+
+def _preferred_context(build: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    with _preferred_lock:
+        if not _preferred:
+            _preferred.append(build())
+        return _preferred[0]
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

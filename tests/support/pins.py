@@ -83,3 +83,9 @@ DRIVER_SQL = Detour(
     "diff sqlalchemy/engine/base.py (Connection._handle_dbapi_exception, _execute_context, "
     "exec_driver_sql) between the two versions; run tests/integration/test_sqlalchemy_pins.py",
 )
+PYMYSQL_TLS = Detour(
+    "SharedTlsContextConnection overrides PyMySQL's private Connection._create_ssl_ctx (notee/store/mysql.py)",
+    ("pymysql",),
+    "diff pymysql/connections.py (Connection.__init__'s TLS options, _create_ssl_ctx, where the context is "
+    "used) between the two versions; run tests/unit/test_pymysql_pins.py and tests/integration/test_pymysql_pins.py",
+)
