@@ -82,10 +82,10 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     auth = header_map(scope).get(b"authorization", b"")
     realism = state.realism
     now = time.time()
-    bearer = auth[7:].decode()
+    bearer = _bearer(auth)
     rejected = state.rejected_bearers
     if (
-        not auth.startswith(b"Bearer ")
+        bearer is None
         or (rejected and (bearer in rejected or "*" in rejected))
         or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)
     ):
@@ -145,6 +145,21 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
 
 # Nothing FCM decides of a body depends on its token: bodies are read once per kind (fcm_bodies)
 _BODIES = BodyVerdicts()
+_BEARERS: dict[bytes, str] = {}  # an Authorization value -> its access token (a sender sends one many times)
+
+
+def _bearer(auth: bytes) -> str | None:
+    """The access token of a ``Bearer`` Authorization value, else None."""
+    bearer = _BEARERS.get(auth)
+    if bearer is None:
+        if not auth.startswith(b"Bearer "):
+            return None
+        if len(_BEARERS) >= 1024:
+            _BEARERS.clear()
+        bearer = _BEARERS[auth] = auth[7:].decode()
+    return bearer
+
+
 _NAME_HEADS: dict[str, bytes] = {}
 
 

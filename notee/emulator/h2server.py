@@ -11,7 +11,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from notee.emulator.h2blocks import HeadCache, Headers, settings_payload, window_update
+from notee.emulator.h2blocks import HeadCache, Headers, Shaped, settings_payload, window_update
 from notee.providers.http2_wire import (
     ACK,
     CONTINUATION,
@@ -52,6 +52,8 @@ WINDOW_REFILL = LOCAL_WINDOW // 2  # a WINDOW_UPDATE once this much of a window 
 STREAM_CLOSED = 0x5
 _PLAIN_HEADERS = PADDED | PRIORITY_FLAG  # HEADERS flags the read loop leaves to _frame
 _unpack_head = FRAME_HEAD.unpack_from
+_pack_head = FRAME_HEAD.pack  # an answer's frame heads, without joining each to its payload
+_HEAD_ONLY = END_HEADERS | END_STREAM
 
 
 @dataclass(slots=True)
@@ -60,6 +62,7 @@ class Stream:
 
     headers: Headers
     send_window: int
+    shaped: Shaped | None = None  # the block's shape and values, when a kept shape matched it
     parts: list[bytes] = field(default_factory=list)  # the body's DATA payloads
     recv_left: int = LOCAL_WINDOW
     unacked: int = 0  # received bytes not yet given back with a WINDOW_UPDATE
@@ -157,7 +160,8 @@ class ServerConnection(asyncio.Protocol):
                 if len(streams) + 1 > self.limit:
                     raise ProtocolError(PROTOCOL_ERROR, f"more than {self.limit} concurrent streams")
                 self.highest_in = stream_id
-                stream = streams[stream_id] = Stream(self.heads.decode(data[pos + 9 : end]), self.stream_window)
+                headers = self.heads.decode(data[pos + 9 : end])
+                stream = streams[stream_id] = Stream(headers, self.stream_window, self.heads.shaped)
                 if flags & END_STREAM:
                     stream.ended = True
                     ready.append(stream_id)
@@ -273,12 +277,17 @@ class ServerConnection(asyncio.Protocol):
 
     def _respond(self, stream_id: int, stream: Stream, block: bytes, body: bytes) -> None:
         if not body:
-            self.out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block))
+            self.out += (_pack_head(len(block) << 8 | HEADERS, _HEAD_ONLY, stream_id), block)
             del self.streams[stream_id]
             return
         size = len(body)
         if size <= self.send_window and size <= stream.send_window and size <= self.max_frame:  # the usual case
-            self.out += (frame(HEADERS, END_HEADERS, stream_id, block), frame(DATA, END_STREAM, stream_id, body))
+            self.out += (
+                _pack_head(len(block) << 8 | HEADERS, END_HEADERS, stream_id),
+                block,
+                _pack_head(size << 8 | DATA, END_STREAM, stream_id),
+                body,
+            )
             self.send_window -= size
             del self.streams[stream_id]
             return
