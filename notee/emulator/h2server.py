@@ -1,9 +1,8 @@
 """The emulator's own HTTP/2 server framing (``notee.emulator.peer``, ``.front``); the layout, codes
 and HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541); the
 header blocks are ``notee.emulator.h2blocks``'s. A read's requests (HEADERS, then DATA) are taken in
-one loop (``_read``); every other frame, and a request frame with padding, priority or a
-CONTINUATION, goes through ``_frame``.
-"""
+one loop (``_read``); every other frame, and a request frame with padding, priority or a CONTINUATION,
+goes through ``_frame``."""
 
 from __future__ import annotations
 
@@ -52,8 +51,6 @@ WINDOW_REFILL = LOCAL_WINDOW // 2  # a WINDOW_UPDATE once this much of a window 
 STREAM_CLOSED = 0x5
 _PLAIN_HEADERS = PADDED | PRIORITY_FLAG  # HEADERS flags the read loop leaves to _frame
 _unpack_head = FRAME_HEAD.unpack_from
-_pack_head = FRAME_HEAD.pack  # an answer's frame heads, without joining each to its payload
-_HEAD_ONLY = END_HEADERS | END_STREAM
 
 
 @dataclass(slots=True)
@@ -277,17 +274,12 @@ class ServerConnection(asyncio.Protocol):
 
     def _respond(self, stream_id: int, stream: Stream, block: bytes, body: bytes) -> None:
         if not body:
-            self.out += (_pack_head(len(block) << 8 | HEADERS, _HEAD_ONLY, stream_id), block)
+            self.out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream_id, block))
             del self.streams[stream_id]
             return
         size = len(body)
         if size <= self.send_window and size <= stream.send_window and size <= self.max_frame:  # the usual case
-            self.out += (
-                _pack_head(len(block) << 8 | HEADERS, END_HEADERS, stream_id),
-                block,
-                _pack_head(size << 8 | DATA, END_STREAM, stream_id),
-                body,
-            )
+            self.out += (frame(HEADERS, END_HEADERS, stream_id, block), frame(DATA, END_STREAM, stream_id, body))
             self.send_window -= size
             del self.streams[stream_id]
             return
