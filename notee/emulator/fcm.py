@@ -108,7 +108,8 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
         if state.over_limit(("fcm-device", token), realism.device_per_minute, now) is not None:
             counts["fcm.device_rate"] += 1
             return fcm_error("QUOTA_EXCEEDED", message="Device message rate exceeded.")
-    state.attempts[token] += 1
+    attempts = state.attempts  # get + 1, not Counter's += 1: State.deliver says why
+    attempts[token] = attempts.get(token, 0) + 1
     last = state.last
     kept = None  # the request as GET /_emu/requests/last shows it, for the first tokens after a reset
     if len(last) < LAST_REQUESTS_MAX or token in last:
