@@ -83,10 +83,10 @@ def _block(status: int, headers: Headers) -> bytes:
 @dataclass(frozen=True, slots=True)
 class HeadShape:
     """A header block of indexed fields and literals that are not indexed (RFC 7541 §6.1, §6.2.2,
-    §6.2.3), with the literals' raw values cut out: every block of the same bytes around values of
-    the same lengths decodes, while the table stays, to the first one's headers with its own values
-    (the field kinds and lengths are in the fixed bytes, so it is parsed the same way).
-    ``match(block)``: the values, in order; ``slots``: which header each one is."""
+    §6.2.3), with the literals' raw (not Huffman) values cut out: every block of the same bytes
+    around values of the same lengths decodes, while the table stays, to the first one's headers
+    with its own values (the field kinds and lengths are in the fixed bytes, so it is parsed the
+    same way). ``match(block)``: the values, in order; ``slots``: which header each one is."""
 
     match: Callable[[bytes], re.Match[bytes] | None]
     headers: Headers
@@ -118,9 +118,9 @@ def _int(block: bytes, pos: int, bits: int) -> tuple[int, int]:
 
 
 def head_shape(block: bytes, headers: Headers) -> HeadShape | None:
-    """The shape of ``block`` (decoded: ``headers``) when it leaves the table alone and has a raw
-    literal value to cut; None otherwise (a field that adds to the table or resizes it, Huffman
-    values only, no literal)."""
+    """The shape of ``block`` (decoded: ``headers``) when it leaves the table alone and has raw
+    literal values to cut; None otherwise (a field that adds to the table or resizes it, a value in
+    Huffman, no literal)."""
     parts: list[bytes] = []
     slots: list[int] = []
     pos = fixed = fields = 0
@@ -134,9 +134,10 @@ def head_shape(block: bytes, headers: Headers) -> HeadShape | None:
                 if not index:  # its name as a string: fixed bytes
                     length, pos = _int(block, pos, 7)
                     pos += length
-                raw = not block[pos] & 0x80  # a Huffman value stays in the fixed bytes
+                if block[pos] & 0x80:  # a value in Huffman: each request's may code differently
+                    return None
                 length, pos = _int(block, pos, 7)
-                if raw and length:
+                if length:
                     parts += (re.escape(block[fixed:pos]), b"(.{%d})" % length)
                     slots.append(fields)
                     fixed = pos + length
@@ -165,17 +166,22 @@ class HeadCache:
     update) may have changed the table: then every kept block is forgotten. A client that sends
     the same request head again (Notee's FCM sender: one block for every request of a connection)
     is decoded once. A block with literals that are not indexed (Notee's APNs sender: the device's
-    path and the apns-id) changes nothing either: it is matched against the kept shapes
-    (``HeadShape``), so only the first block of a shape goes through the decoder."""
+    path and the apns-id) changes nothing either: it is matched against the kept shapes of its
+    length (``HeadShape``), so only the first blocks of a shape go through the decoder. A shape is
+    made (a pattern compiled: ~0.1 ms) only once a second block of its length missed, so a client
+    whose literals change length on every request costs what it did without shapes."""
 
     KEPT = 64
-    SHAPES = 8
+    SHAPES = 16  # per block length
+    LENGTHS = 64  # block lengths with shapes or misses kept
 
     def __init__(self) -> None:
         self.decoder = HeaderDecoder()
         self.heads: dict[bytes, Headers] = {}
-        self.shapes: list[HeadShape] = []  # the last matched first
+        self.shapes: dict[int, list[HeadShape]] = {}  # block length -> its shapes, the last matched first
+        self.missed: dict[int, int] = {}  # block length -> blocks of it decoded since its last shape was made
         self.shaped: Shaped | None = None  # how the block decode() returned last was matched, if by a shape
+        self.made = self.hits = 0  # shapes made, blocks matched by one
 
     def decode(self, block: bytes) -> Headers:
         """The block's headers; ``shaped`` says whether a kept shape gave them, and with what values."""
@@ -184,29 +190,57 @@ class HeadCache:
         headers = heads.get(block)
         if headers is not None:
             return headers
-        shapes = self.shapes
-        for at, shape in enumerate(shapes):
-            found = shape.match(block)
-            if found is not None:
-                if at:
-                    shapes.insert(0, shapes.pop(at))
-                values = found.groups()
-                self.shaped = (shape, values)
-                return shape.fill(values)
+        size = len(block)
+        shapes = self.shapes.get(size)
+        if shapes is not None:
+            for at, shape in enumerate(shapes):
+                found = shape.match(block)
+                if found is not None:
+                    if at:
+                        shapes.insert(0, shapes.pop(at))
+                    values = found.groups()
+                    self.shaped = (shape, values)
+                    self.hits += 1
+                    return shape.fill(values)
         headers = [(h[0], h[1]) for h in self.decoder.decode(block)]
-        if len(block.translate(None, _NOT_INDEXED)) == len(block):  # indexed fields only
+        if len(block.translate(None, _NOT_INDEXED)) == size:  # indexed fields only
             if len(heads) >= self.KEPT:
                 heads.clear()
             heads[block] = headers
-            return headers
-        new_shape = head_shape(block, headers)
-        if new_shape is None:  # the table may have changed
-            heads.clear()
-            shapes.clear()
+        elif (self.heads or self.shapes) and not _table_kept(block):  # walked only when something is kept
+            self.forget()
         else:
-            del shapes[self.SHAPES - 1 :]
-            shapes.insert(0, new_shape)
+            self._note(block, headers)
         return headers
+
+    def _note(self, block: bytes, headers: Headers) -> None:
+        """A block decoded that changed nothing kept: a shape of it once its length missed twice
+        (``head_shape`` says whether it leaves the table alone). A connection whose shapes are
+        rarely matched again gets no more of them."""
+        size = len(block)
+        missed = self.missed.get(size, 0) + 1
+        if missed < 2:
+            if len(self.missed) >= self.LENGTHS:
+                self.missed.clear()
+            self.missed[size] = missed
+            return
+        self.missed[size] = 0
+        if self.made >= 32 and self.hits < self.made * 8:
+            return
+        shape = head_shape(block, headers)
+        if shape is None:
+            return
+        self.made += 1
+        if len(self.shapes) >= self.LENGTHS and size not in self.shapes:
+            self.shapes.clear()
+        shapes = self.shapes.setdefault(size, [])
+        del shapes[self.SHAPES - 1 :]
+        shapes.insert(0, shape)
+
+    def forget(self) -> None:
+        """The table may have changed: every kept block and shape is forgotten."""
+        self.heads.clear()
+        self.shapes.clear()
 
     def kept(self, headers: Headers) -> bool:
         """Whether ``headers`` is a list this cache gives again for the same block."""
@@ -214,10 +248,33 @@ class HeadCache:
 
     def follow(self, block: bytes) -> None:
         """A block whose headers are not wanted (trailers, a closed stream's): the table follows it."""
-        headers = [(h[0], h[1]) for h in self.decoder.decode(block)]
-        if len(block.translate(None, _NOT_INDEXED)) != len(block) and head_shape(block, headers) is None:
-            self.heads.clear()
-            self.shapes.clear()
+        self.decoder.decode(block)
+        if not _table_kept(block):
+            self.forget()
+
+
+def _table_kept(block: bytes) -> bool:
+    """Whether ``block`` is made only of fields that leave the dynamic table as it is: indexed
+    fields and literals without indexing or never indexed (no literal entering the table, no size
+    update). Walked field by field, values skipped."""
+    pos, size = 0, len(block)
+    try:
+        while pos < size:
+            first = block[pos]
+            if first & 0x80:
+                pos = _int(block, pos, 7)[1]
+            elif first < 0x20:
+                index, pos = _int(block, pos, 4)
+                if not index:
+                    length, pos = _int(block, pos, 7)
+                    pos += length
+                length, pos = _int(block, pos, 7)
+                pos += length
+            else:
+                return False
+    except IndexError:
+        return False
+    return pos == size
 
 
 def settings_payload(values: dict[int, int]) -> bytes:

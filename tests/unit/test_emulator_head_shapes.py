@@ -53,8 +53,9 @@ def test_blocks_of_one_shape_decode_to_what_the_decoder_reads_once_the_first_is_
     for i in range(40):
         block = encoder.encode(_apns(i))
         assert cache.decode(block) == _plain(reference.decode(block)) == _apns(i)
-    # the first blocks enter headers into the table; from the third on, one shape: no decoding
-    assert len(seen) == 3
+    # the first two enter headers into the table; the third and fourth (its length a second time)
+    # make a shape; from the fifth on, no decoding
+    assert len(seen) == 4
     assert cache.shaped is not None and cache.shaped[1] == (
         b"/3/device/%064x" % 39,
         b"%08x-0000-4000-8000-000000000000" % 39,
@@ -74,7 +75,7 @@ def test_a_value_of_another_length_or_in_huffman_is_another_shape() -> None:
             == _plain(reference.decode(block(path)))
             == [(b":method", b"POST"), (b":path", path)]
         )
-    assert len(seen) == 2  # /aa (a shape), /abc (another length); /bb and /cc matched
+    assert len(seen) == 3  # /aa, /bb (its length again: a shape), /abc (another length); /cc matched
     # a value in Huffman stays in the fixed bytes: a block of such values only has nothing to cut
     # :method POST, then :authority never indexed, "www.example.com" in Huffman (RFC 7541 C.4.1)
     huffman = b"\x83\x11\x8c" + bytes.fromhex("f1e3c2e5f23a6ba0ab90f4ff")
@@ -117,3 +118,18 @@ def test_an_apns_answer_block_is_the_one_built_field_by_field() -> None:
     for status in (200, 400, 410, 429):
         headers = [(b"apns-id", b"a" * 36)]
         assert response_block(status, headers) == h2blocks._block(status, headers)
+
+
+def test_a_client_whose_literals_change_length_every_time_gets_no_shapes() -> None:
+    cache, reference = HeadCache(), HeaderDecoder()
+    for n in range(1, 60):
+        block = b"\x83\x04" + bytes([n]) + b"/" * n
+        assert cache.decode(block) == _plain(reference.decode(block))
+    assert not cache.shapes and cache.made == 0  # no pattern compiled for blocks never seen again
+
+
+def test_a_connection_whose_shapes_are_not_matched_again_gets_no_more() -> None:
+    cache = HeadCache()
+    for i in range(200):  # the same length, other fixed bytes each time (an indexed field that moves)
+        cache.decode(b"\x83\x04\x02/a" + bytes([0x80 | (2 + i % 60)]) * (1 + i // 60 % 2))
+    assert cache.made == 32 and cache.hits < 32 * 8
