@@ -163,7 +163,8 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     if realism.enabled and state.over_limit(("apns-device", token), realism.device_per_minute, now) is not None:
         counts["apns.device_rate"] += 1
         return _apns_out(429, "TooManyRequests", apns_id)
-    state.attempts[token] += 1
+    attempts = state.attempts  # get + 1, not Counter's += 1: State.deliver says why
+    attempts[token] = attempts.get(token, 0) + 1
     verdict, nid = _verdict(body, headers)
     parsed = verdict.parsed
     if len(state.last) < LAST_REQUESTS_MAX or token in state.last:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+from notee.emulator import scratch
 
 
 def free_port() -> int:
@@ -219,7 +221,7 @@ def local_emulator(
     """Start ``notee emulator`` on a free loopback port with a fresh test CA; stop it on exit.
     ``realistic``: ``notee emulator --realistic`` with APNs on a second free port. ``names``: further
     host names its certificate holds (``--name``)."""
-    state_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))
+    state_dir = scratch.make_dir()  # stale ones (a SIGKILLed run's) removed first
     port = free_port()
     url, ca_file = f"https://localhost:{port}", str(state_dir / "ca.crt")
     args = [
@@ -245,6 +247,7 @@ def local_emulator(
     log_path = state_dir / "emulator.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log_file)
+    scratch.own(state_dir, proc.pid)  # kept while the emulator runs, even if this process is killed
     client = None
     try:
         deadline = time.monotonic() + timeout_s
@@ -274,3 +277,4 @@ def local_emulator(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(state_dir, ignore_errors=True)  # its CA and log: nothing reads them once it is gone

@@ -82,10 +82,10 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
     auth = header_map(scope).get(b"authorization", b"")
     realism = state.realism
     now = time.time()
-    bearer = auth[7:].decode()
+    bearer = _bearer(auth)
     rejected = state.rejected_bearers
     if (
-        not auth.startswith(b"Bearer ")
+        bearer is None
         or (rejected and (bearer in rejected or "*" in rejected))
         or (realism.enabled and realism.fcm_auth and state.issued.get(bearer, 0.0) <= now)
     ):
@@ -108,7 +108,8 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
         if state.over_limit(("fcm-device", token), realism.device_per_minute, now) is not None:
             counts["fcm.device_rate"] += 1
             return fcm_error("QUOTA_EXCEEDED", message="Device message rate exceeded.")
-    state.attempts[token] += 1
+    attempts = state.attempts  # get + 1, not Counter's += 1: State.deliver says why
+    attempts[token] = attempts.get(token, 0) + 1
     last = state.last
     kept = None  # the request as GET /_emu/requests/last shows it, for the first tokens after a reset
     if len(last) < LAST_REQUESTS_MAX or token in last:
@@ -145,6 +146,21 @@ def fcm(state: State, scope: Scope, project: str, body: bytes) -> Response:
 
 # Nothing FCM decides of a body depends on its token: bodies are read once per kind (fcm_bodies)
 _BODIES = BodyVerdicts()
+_BEARERS: dict[bytes, str] = {}  # an Authorization value -> its access token (a sender sends one many times)
+
+
+def _bearer(auth: bytes) -> str | None:
+    """The access token of a ``Bearer`` Authorization value, else None."""
+    bearer = _BEARERS.get(auth)
+    if bearer is None:
+        if not auth.startswith(b"Bearer "):
+            return None
+        if len(_BEARERS) >= 1024:
+            _BEARERS.clear()
+        bearer = _BEARERS[auth] = auth[7:].decode()
+    return bearer
+
+
 _NAME_HEADS: dict[str, bytes] = {}
 
 

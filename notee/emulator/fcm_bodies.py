@@ -180,13 +180,25 @@ class BodyVerdicts:
             return None
         start, stop = len(head), len(body) - len(tail)
         if mid is None:
-            token = plain(body[start:stop]) if stop >= start else None
+            raw = body[start:stop] if stop >= start else b'"'
+            if raw.isascii() and b'"' not in raw and b"\\" not in raw:  # plain(), inline: per push
+                text = raw.decode("ascii")
+                return (text, None) if text.isprintable() else None
+            token = plain(raw)
             return None if token is None else (token, None)
         end = body.find(b'"', start, stop)
         if end < 0 or not body.startswith(mid, end) or stop - end - len(mid) != nid_len:
             return None
-        nid, token = plain(body[end + len(mid) : stop]), plain(body[start:end])
-        return None if nid is None or token is None else (token, nid)
+        raw_token, raw_nid = body[start:end], body[end + len(mid) : stop]
+        # what plain() checks, inline (this runs per push): no quote (the token has none: it ends
+        # at the first), no escape, printable UTF-8; ASCII decodes without a try
+        if b"\\" in raw_token or b"\\" in raw_nid or b'"' in raw_nid:
+            return None
+        if raw_token.isascii() and raw_nid.isascii():
+            token, nid = raw_token.decode("ascii"), raw_nid.decode("ascii")
+            return (token, nid) if token.isprintable() and nid.isprintable() else None
+        plain_token, plain_nid = plain(raw_token), plain(raw_nid)
+        return None if plain_nid is None or plain_token is None else (plain_token, plain_nid)
 
     @staticmethod
     def _cut(body: bytes) -> tuple[Cut, str, str | None] | None:

@@ -1,9 +1,8 @@
 """The emulator's own HTTP/2 server framing (``notee.emulator.peer``, ``.front``); the layout, codes
 and HPACK decoder are Notee's client's (``notee.providers.http2_wire``, RFC 9113 / RFC 7541); the
 header blocks are ``notee.emulator.h2blocks``'s. A read's requests (HEADERS, then DATA) are taken in
-one loop (``_read``); every other frame, and a request frame with padding, priority or a
-CONTINUATION, goes through ``_frame``.
-"""
+one loop (``_read``); every other frame, and a request frame with padding, priority or a CONTINUATION,
+goes through ``_frame``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from notee.emulator.h2blocks import HeadCache, Headers, settings_payload, window_update
+from notee.emulator.h2blocks import HeadCache, Headers, Shaped, settings_payload, window_update
 from notee.providers.http2_wire import (
     ACK,
     CONTINUATION,
@@ -60,6 +59,7 @@ class Stream:
 
     headers: Headers
     send_window: int
+    shaped: Shaped | None = None  # the block's shape and values, when a kept shape matched it
     parts: list[bytes] = field(default_factory=list)  # the body's DATA payloads
     recv_left: int = LOCAL_WINDOW
     unacked: int = 0  # received bytes not yet given back with a WINDOW_UPDATE
@@ -157,7 +157,8 @@ class ServerConnection(asyncio.Protocol):
                 if len(streams) + 1 > self.limit:
                     raise ProtocolError(PROTOCOL_ERROR, f"more than {self.limit} concurrent streams")
                 self.highest_in = stream_id
-                stream = streams[stream_id] = Stream(self.heads.decode(data[pos + 9 : end]), self.stream_window)
+                headers = self.heads.decode(data[pos + 9 : end])
+                stream = streams[stream_id] = Stream(headers, self.stream_window, self.heads.shaped)
                 if flags & END_STREAM:
                     stream.ended = True
                     ready.append(stream_id)

@@ -28,8 +28,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from notee.emulator.h2blocks import Headers, response_block
-from notee.emulator.h2server import ServerConnection, Stream
+from notee.emulator.h2blocks import HeadCache, Headers, HeadShape, Shaped, response_block
+from notee.emulator.h2server import ServerConnection
 from notee.providers.http2_wire import GOAWAY, GOAWAY_PAYLOAD, NO_ERROR, ProtocolError, frame
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,49 @@ def _valid_for_limit(status: int, body: bytes) -> bool:
     return not (status == 403 and (b"ProviderToken" in body or b"Certificate" in body))
 
 
+@dataclass(frozen=True, slots=True)
+class ScopeShape:
+    """A request scope with holes where a ``HeadShape``'s values go: ``:path`` (the path and query)
+    and plain headers (the header list and, for a name's last occurrence, ``header_map``)."""
+
+    base: dict[str, Any]
+    path_at: int | None  # which value is :path
+    patches: tuple[tuple[int, bytes, int, bool], ...]  # (index in the header list, name, value, in header_map)
+
+    @staticmethod
+    def of(shape: HeadShape, scope: dict[str, Any]) -> ScopeShape | None:
+        """The holes of ``scope`` (built from ``shape.headers``); None when a cut value is one the
+        scope reads otherwise (:method, :authority, ...)."""
+        rest: Headers = scope["headers"]
+        path_at, patches = None, []
+        plain = [at for at, header in enumerate(shape.headers) if header[0][:1] != b":"]
+        for k, at in enumerate(shape.slots):
+            name = shape.headers[at][0]
+            if name == b":path":
+                path_at = k
+            elif name[:1] == b":":
+                return None
+            else:
+                where = plain.index(at)  # the header list keeps the plain headers in order
+                last = all(other[0] != name for other in rest[where + 1 :])
+                patches.append((where, name, k, last))
+        return ScopeShape(scope, path_at, tuple(patches))
+
+    def fill(self, values: tuple[bytes, ...]) -> dict[str, Any]:
+        scope = self.base.copy()
+        if self.path_at is not None:
+            path, _, query = values[self.path_at].decode().partition("?")
+            scope["path"], scope["query_string"] = path, query.encode()
+        if self.patches:
+            rest, names = scope["headers"].copy(), scope["header_map"].copy()
+            for where, name, k, last in self.patches:
+                rest[where] = (name, values[k])
+                if last:
+                    names[name] = values[k]
+            scope["headers"], scope["header_map"] = rest, names
+        return scope
+
+
 class PeerConnection(ServerConnection):
     """One client connection, on the emulator's own framing (``notee.emulator.h2server``): as strict
     as h2 was here (stream limits, flow control, frame sizes, HPACK), at a fraction of its cost."""
@@ -75,6 +118,7 @@ class PeerConnection(ServerConnection):
         self.answering = 0
         self.client: Any = None
         self.scopes: dict[int, tuple[Headers, dict[str, Any]]] = {}  # id of a kept header list -> its scope
+        self.scope_shapes: dict[int, tuple[HeadShape, ScopeShape | None]] = {}  # id of a HeadShape -> its scope's
 
     # -- asyncio ------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -151,13 +195,25 @@ class PeerConnection(ServerConnection):
             self.server.stats.ignored_after_goaway += 1  # the client must resend it elsewhere
             return
         self.answering = stream_id
-        status, out, path = self._handle(stream)
+        server = self.server
+        shaped = stream.shaped
+        scope = self.scope(stream.headers) if shaped is None else self.shaped_scope(shaped)
+        try:
+            status, out_headers, out = server.handle(scope, stream.body)
+        except Exception:  # a handler bug must not take the connection down: 500, as granian does
+            log.exception("emulator h2: handler failed for %s", scope["path"])
+            status, out_headers, out = 500, [], b""
+        self._respond(stream_id, stream, response_block(status, out_headers), out)
         self.answered += 1
         if stream_id > self.highest_answered:
             self.highest_answered = stream_id
-        server = self.server
         rules = server.rules
-        if server.gated and not self.valid_seen and path.startswith("/3/device/") and _valid_for_limit(status, out):
+        if (
+            server.gated
+            and not self.valid_seen
+            and _valid_for_limit(status, out)
+            and scope["path"].startswith("/3/device/")
+        ):
             self.valid_seen = True
             self.set_limit(rules.max_streams)
         if rules.goaway_after and self.answered >= rules.goaway_after and self.goaway_last is None:
@@ -201,20 +257,22 @@ class PeerConnection(ServerConnection):
             self.scopes[id(headers)] = (headers, scope)  # the list is held, so its id stays its own
         return scope
 
+    def shaped_scope(self, shaped: Shaped) -> dict[str, Any]:
+        """The scope of a block a kept ``HeadShape`` matched: the shape's first scope with this
+        block's values put in (``ScopeShape``), not built again header by header."""
+        shape, values = shaped
+        kept = self.scope_shapes.get(id(shape))
+        if kept is None or kept[0] is not shape:
+            built = ScopeShape.of(shape, self.scope(shape.headers))
+            if len(self.scope_shapes) >= HeadCache.SHAPES * 2:
+                self.scope_shapes.clear()
+            kept = self.scope_shapes[id(shape)] = (shape, built)  # the shape is held: its id stays its own
+        if kept[1] is None:  # a shape whose values the scope cannot take in place (a cut :method, ...)
+            return self.scope(shape.fill(values))
+        return kept[1].fill(values)
+
     def complete(self, scope: dict[str, Any]) -> None:
         """What a subclass adds to a request's scope when it is built."""
-
-    def _handle(self, stream: Stream) -> tuple[int, bytes, str]:
-        """Answer one ended stream through the handler; returns its status, body and path."""
-        scope = self.scope(stream.headers)
-        path: str = scope["path"]
-        try:
-            status, out_headers, out = self.server.handle(scope, stream.body)
-        except Exception:  # a handler bug must not take the connection down: 500, as granian does
-            log.exception("emulator h2: handler failed for %s", path)
-            status, out_headers, out = 500, [], b""
-        self._respond(self.answering, stream, response_block(status, out_headers), out)
-        return status, out, path
 
     def set_limit(self, limit: int) -> None:
         if not self.closing():

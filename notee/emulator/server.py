@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from granian.constants import HTTPModes, Interfaces
 from granian.log import LogLevels
 
 from notee.core.logs import LogFormat, dict_config
+from notee.emulator import scratch
 from notee.emulator.tls import TlsFiles, ensure_tls
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def serve(config: EmulatorConfig, *, on_ready: Callable[[TlsFiles], None] | None
     """Serve until interrupted. ``on_ready(tls_files)`` is called once the certificates exist."""
     host, port = config.host, config.port
     files: TlsFiles = ensure_tls(config.state_dir, [host, *config.names])
-    upstream_dir = Path(tempfile.mkdtemp(prefix="notee-emu-"))  # 0700: this user's only
+    upstream_dir = scratch.make_dir()  # 0700: this user's only; stale ones (a SIGKILLed emulator's) removed first
     upstream = upstream_dir / "granian.sock"
     # read by the ASGI worker (notee.emulator.state, .app) at start-up; granian's worker inherits them
     os.environ.update(

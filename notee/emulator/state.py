@@ -114,7 +114,10 @@ class State:
     def deliver(self, api: str, token: str) -> None:
         """One push delivered to ``token``: its count, and the api's total (``GET /_emu/stats``
         reads that, not a sum over every token, many times a second during a bench's publish)."""
-        self.delivered[api][token] += 1
+        delivered = self.delivered[api]
+        # get + 1, not Counter's += 1: a token seen for the first time (every push of a fan-out)
+        # would call Counter.__missing__, a Python method, per push
+        delivered[token] = delivered.get(token, 0) + 1
         self.delivered_total[api] += 1
 
     def record(self, api: str, token: str, data: Any) -> None:
