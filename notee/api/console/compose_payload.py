@@ -32,7 +32,6 @@ CHOICE_FIELDS = {
     "kind": ("alert", "background"),
     "ios.interruption_level": ("passive", "active", "time-sensitive", "critical"),
 }
-SOUND_MODES = ("default", "none", "name")
 
 
 def _put(payload: dict[str, Any], path: str, value: Any) -> None:
