@@ -2,7 +2,8 @@
 docs/CONSOLE.md "Accessibility"), in headless Chromium against a real `notee api`: from the top of
 the page, Tab reaches every control of the composer in the order the page shows them (top to bottom,
 then left to right; a radio group is one stop), Space opens the rich fields and ticks a checkbox,
-Shift+Tab goes back one control, Enter on "Review" opens the confirmation, Tab reaches its Send
+Shift+Tab goes back one control, the arrow keys on the template picker do not load another template
+(only its button does), Enter on "Review" opens the confirmation, Tab reaches its Send
 before its "Change something", and Space on Send publishes. Every focused control shows a visible
 focus ring (an outline of at least 2 px), and nothing on the way violates the console's CSP."""
 
@@ -56,8 +57,11 @@ def _tenant(api: httpx.Client, settings) -> tuple[str, str]:
     assert r.status_code == 201, r.text
     key = api.post(f"/v1/admin/services/{service}/api-keys", json={}, headers=admin_headers(settings)).json()["api_key"]
     remember_secret(key)
-    r = api.put("/v1/templates/TOPIC/news", json={"title": "Hi {{ name }}", "body": "News"}, headers=bearer(key))
-    assert r.status_code == 201, r.text
+    for type_ in ("news", "weather"):  # two to choose from: the arrow keys must not load the other
+        r = api.put(
+            f"/v1/templates/TOPIC/{type_}", json={"title": "Hi {{ name }}", "body": "News"}, headers=bearer(key)
+        )
+        assert r.status_code == 201, r.text
     user = api.put("/v1/users/kb-1", json={"name": "Kim"}, headers=bearer(key)).json()["user_id"]
     r = api.post(
         f"/v1/users/{user}/devices", json={"token": f"kb-{secrets.token_hex(8)}", "os": "AOS"}, headers=bearer(key)
@@ -99,7 +103,14 @@ def _compose_by_keyboard(b: browser.Browser) -> list[dict[str, Any]]:
         if focused["inForm"]:
             reached.append(focused)
         name = focused["name"]
-        if name in typed:
+        if name == "template":  # the arrow keys go through the choices without leaving the page
+            b.d.execute_script("window.noteeSamePage = true")
+            _press(b, Keys.ARROW_DOWN)
+            _press(b, Keys.ARROW_UP)
+            assert b.find("#pick-template").get_attribute("value") == "TOPIC/news"
+            assert _press(b, Keys.TAB)["name"] == "pick-use"  # type: ignore[index]
+            assert b.d.execute_script("return window.noteeSamePage === true"), "a key loaded a template"
+        elif name in typed:
             _press(b, typed[name])
         elif name in ("platform_AOS", "platform_IOS"):
             _press(b, Keys.SPACE)  # tick Android and iOS

@@ -12,7 +12,15 @@
   var asked = 0;
 
   if (pick) {
-    pick.addEventListener("change", function () { document.getElementById("pick").submit(); });
+    // A pick with the mouse loads the template at once; with the keyboard the arrow keys change the
+    // choice as they go, so it waits for "Use this template" (loading on each key would leave the
+    // page under the user's fingers: WCAG 3.2.2, on input).
+    var byKeys = false;
+    pick.addEventListener("keydown", function () { byKeys = true; });
+    pick.addEventListener("pointerdown", function () { byKeys = false; });
+    pick.addEventListener("change", function () {
+      if (!byKeys) { document.getElementById("pick").submit(); }
+    });
   }
 
   function el(tag, text, className) {
