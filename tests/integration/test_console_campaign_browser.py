@@ -6,8 +6,9 @@ any of its other fields; compose a push with its live reach and preview per loca
 see the warning for a target that reaches nobody, confirm and send; schedule one and watch its
 countdown; follow a large job live and cancel it mid-way (no push after the cancel beyond the pages
 in flight); break its failures down and replay its dead letters from the job page; the jobs list at
-a phone's width. Every page of the walk gets an axe-core pass (0 serious or critical violations)
-and screenshots at 1280 x 800 and 390 x 844, kept as CI artifacts in
+a phone's width. Every page of the walk gets an axe-core pass (0 serious or critical violations),
+fails on any Content-Security-Policy violation the browser reports (its charts, the composer's device
+cards and the live scripts all run under the console's CSP), and gets screenshots at 1280 x 800 and 390 x 844, kept as CI artifacts in
 ``.run/artifacts/console/console-campaign/`` (or ``$NOTEE_CONSOLE_ARTIFACTS``; docs/CONSOLE.md lists them)."""
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def _shoot(b: browser.Browser, name: str) -> None:
         assert b.horizontal_overflow() <= 0, (name, suffix)
         found = a11y.serious(b.d)
         assert not found, (name, suffix, found)
+        assert b.csp_violations() == [], (name, suffix)
     b.viewport(*LAPTOP)
 
 
@@ -154,9 +156,16 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
         b.wait(lambda: "3 users" in b.text("#reach"), 30, "the reach of news/sports")
         b.find("#ttl").send_keys("600")  # this publish's TTL and priority, not the template's
         b.find("#priority").find_element(By.CSS_SELECTOR, 'option[value="normal"]').click()
-        cards = {c.get_attribute("data-locale"): c for c in b.d.find_elements(By.CSS_SELECTOR, "#preview .device")}
+        cards = {c.get_attribute("data-locale"): c for c in b.d.find_elements(By.CSS_SELECTOR, "#preview .locale")}
         assert set(cards) == {"default", "fr", "de"} and "Hello Ann" in cards["default"].text
         assert "Salut Ann" in cards["fr"].text and "of 4096 bytes" in cards["default"].text
+        # an Android and an iOS card per locale, with the template's rich fields as each would show them
+        android = cards["default"].find_element(By.CSS_SELECTOR, '.device[data-platform="AOS"]')
+        ios = cards["default"].find_element(By.CSS_SELECTOR, '.device[data-platform="IOS"]')
+        assert android.find_element(By.CSS_SELECTOR, '[data-fact="channel"]').text == "news"
+        assert ios.find_element(By.CSS_SELECTOR, '[data-fact="badge"]').text == "2"
+        assert ios.find_element(By.CSS_SELECTOR, '[data-fact="sound"]').text == "chime"
+        assert ios.find_element(By.CSS_SELECTOR, ".image").get_attribute("data-image") == "https://example.com/i.png"
         _shoot(b, "compose")
         b.submit("publish")
         assert "3 users" in b.text("#restated-reach") and b.text("#restated-when") == "now"
@@ -254,3 +263,4 @@ def test_campaigns_in_a_real_browser(processes, emulator, runtime, settings):
                     b.wait(lambda css=live: int(b.text(css) or 0) >= 1, 30, f"a live {kind}")
                 host_ids = rf"{re.escape(socket.gethostname())}:\d+:"  # host:pid:random, never shown to a tenant
                 assert not re.search(host_ids, b.d.page_source)
+        assert b.csp_violations() == []  # the pages visited without a screenshot pair too

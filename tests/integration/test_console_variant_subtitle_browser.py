@@ -93,7 +93,8 @@ def test_a_variants_own_subtitle_in_the_console_form_and_preview(processes, sett
             "the preview with the order number",
         )
         b.record("compose-subtitle")
-        cards = {c.get_attribute("data-locale"): c for c in b.d.find_elements(By.CSS_SELECTOR, "#preview .device")}
+        ios = '#preview .device[data-platform="IOS"]'  # the iOS card of each locale (Android has no subtitle)
+        cards = {c.get_attribute("data-locale"): c for c in b.d.find_elements(By.CSS_SELECTOR, ios)}
         assert set(cards) == {"default", "de", "fr"}
         subtitle = {
             loc: card.find_element(By.CSS_SELECTOR, ".subtitle").get_attribute("data-subtitle")

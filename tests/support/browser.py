@@ -80,6 +80,7 @@ class Browser:
     folder: Path
     timings: list[dict[str, Any]] = field(default_factory=list)
     shots: list[Path] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
     _profile: str = ""
     driver: webdriver.Chrome | None = None
 
@@ -184,6 +185,16 @@ class Browser:
 
     def wait(self, predicate: Any, timeout: float, what: str) -> Any:
         return WebDriverWait(self.d, timeout, poll_frequency=0.2).until(lambda d: predicate(), message=what)
+
+    def csp_violations(self) -> list[str]:
+        """Every Content-Security-Policy violation the browser reported since it started (blocked
+        inline script or style, a fetch from elsewhere): Chromium logs each as a SEVERE entry of
+        source ``security``. Reading the browser's log empties it, so what is read is kept here."""
+        for entry in self.d.get_log("browser"):
+            message = str(entry.get("message", ""))
+            if entry.get("source") == "security" or "Content Security Policy" in message:
+                self.violations.append(message)
+        return list(self.violations)
 
     # --- phone width -----------------------------------------------------------------------------
 

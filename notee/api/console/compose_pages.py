@@ -21,7 +21,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from notee.api.console import web, when
+from notee.api.console import devices, web, when
+from notee.api.console.compose_payload import invalid_fields, payload_of
 from notee.api.console.service_pages import _open
 from notee.api.console.template_pages import json_object, pairs
 from notee.api.console.web import PostedForm, SessionDep
@@ -107,6 +108,7 @@ def request_body(form: dict[str, str], zone_name: str) -> dict[str, Any]:
         if form.get(field, "").strip():
             body[field] = form[field].replace("\r\n", "\n")
     body |= _delivery(form)
+    body["payload"] = payload_of(form)
     moment = form.get("when", "now")
     if moment == "at":
         body["send_at"] = _send_at(form, zone_name)
@@ -160,6 +162,12 @@ def preview_json(found: Preview) -> dict[str, Any]:
                     os: {"provider": p.provider, "bytes": p.bytes, "limit": p.limit, "over": p.over}
                     for os, p in v.platforms.items()
                 },
+                # what each platform's device would show, from the body its provider would get
+                "devices": [
+                    devices.card(os, p.provider, p.body, p.headers, (v.rich or {}).get("kind") or "alert")
+                    | {"bytes": p.bytes, "limit": p.limit, "over": p.over}
+                    for os, p in v.platforms.items()
+                ],
             }
             for v in found.variants
         ],
@@ -214,6 +222,7 @@ def _composer(
         form=form,
         zone=found.timezone,
         error=ctx.pop("error", None),
+        invalid=ctx.pop("invalid", []),
         **ctx,
     )
 
@@ -255,7 +264,10 @@ def publish_preview_json(service: str, who: SessionDep, form: PostedForm, db: Db
     except NoteeError as exc:
         db.rollback()
         error: dict[str, Any] = {"code": exc.code, "message": exc.message, "details": exc.details or []}
-        return web.json_answer({"error": error, "reach": _reach_only(db, runtime, service, form)}, exc.status)
+        reach = _reach_only(db, runtime, service, form)
+        return web.json_answer(
+            {"error": error, "reach": reach, "invalid": invalid_fields(exc.details, form)}, exc.status
+        )
     db.rollback()  # read only
     return web.json_answer(answer)
 
@@ -340,5 +352,8 @@ def publish(
         db.commit()
     except NoteeError as exc:
         db.rollback()
-        return _composer(request, who, found, db, runtime, status_code=exc.status, error=exc.message, form=carried)
+        invalid = invalid_fields(exc.details, form)
+        return _composer(
+            request, who, found, db, runtime, status_code=exc.status, error=exc.message, form=carried, invalid=invalid
+        )
     return web.redirect(f"{web.PREFIX}/s/{service}/jobs/{job.job_id}")
