@@ -248,12 +248,16 @@ def test_the_marker_check_looks_templates_up_a_batch_at_a_time(runtime, store_te
     assert st.occupancy(live, TopicTarget("x")) == {} and st.occupancy(dead, TopicTarget("x")) is None
 
 
-def _candidates(runtime, key):
-    out = []
-    for _token, k, target, slot, block, written in runtime.statements.scan_occupancy_from(-(2**63), 1000):
-        if k == key:
-            out.append((k, "TOPIC", target, slot, block, written))
-    return out
+def _candidates(runtime, key, topic="keep"):
+    """The prune's candidates of one target: its partition only (a scan from the first token read every
+    tenant's rows, every earlier run's too)."""
+    target = target_name(TopicTarget(topic))
+    rows = runtime.cql.execute(
+        f"SELECT slot, block, writetime(noted) AS w FROM {runtime.keyspaces.notification}.target_slots"
+        " WHERE notification_key = %s AND target = %s",
+        (key, target),
+    )
+    return [(key, "TOPIC", target, r.slot, r.block, r.w) for r in rows]
 
 
 def test_a_sparse_cycle_bucket_is_one_task_and_reaches_exactly_its_subscribers(client, settings, service_id, emulator):
