@@ -81,6 +81,10 @@ def make_cluster(settings: Settings) -> Cluster:
         execution_profiles=profiles,
         protocol_version=settings.cassandra_protocol_version,
         connect_timeout=10,
+        # The control connection reads the schema of every keyspace on the cluster when it connects
+        # (and refreshes it on schema changes): its cost grows with the cluster's keyspaces, not ours.
+        # The driver's 2 s default failed a loaded test machine's connect (NoHostAvailable).
+        control_connection_timeout=settings.cassandra_request_timeout_s,
     )
 
 

@@ -8,6 +8,7 @@ and never commits: the domain function that owns the unit of work does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -110,6 +111,19 @@ def get_template(session: Session, service: str, method: str, type_: str) -> Any
 def get_template_by_key(session: Session, notification_key: str) -> AnyRow | None:
     """For fan-out jobs and the scheduler (uq_template_key)."""
     return session.execute(select(template_t).where(template_t.c.notification_key == notification_key)).one_or_none()
+
+
+def methods_of_keys(session: Session, notification_keys: Sequence[str]) -> dict[str, str]:
+    """notification_key -> its template's method, for the keys that still have a template (one
+    uq_template_key range read for the batch; a key of a deleted template is absent)."""
+    if not notification_keys:
+        return {}
+    rows = session.execute(
+        select(template_t.c.notification_key, template_t.c.notification_method).where(
+            template_t.c.notification_key.in_(list(notification_keys))
+        )
+    )
+    return {str(r.notification_key): str(r.notification_method) for r in rows}
 
 
 def list_templates(session: Session, service: str) -> list[AnyRow]:

@@ -37,6 +37,9 @@ PRUNE_BATCH_ROWS = 20_000  # target_slots rows one scheduled prune checks
 PRUNE_AFTER_S = 86_400  # a block nobody wrote for this long may be deleted once found empty
 CHECKS_IN_FLIGHT = 64  # block checks (LIMIT 1 reads) in flight at once
 MIN_TOKEN = -(2**63)
+# Template keys the marker check looks up per MySQL query: the markers are every template ever
+# created, so one query per key grew with every tenant's history.
+KEYS_PER_LOOKUP = 500
 
 
 def backfill(runtime: Runtime, service: str | None = None, fetch_size: int = 1000) -> dict[str, int]:
@@ -124,8 +127,14 @@ def prune(
     if max_rows is not None:
         st.set_reconcile_cursor(WALK, last_token)
     markers = 0
-    for key in sorted(st.occupancy_known_keys()):
-        if method_of(key) is None:
+    known = sorted(st.occupancy_known_keys())  # every template ever marked: looked up a batch per query
+    for i in range(0, len(known), KEYS_PER_LOOKUP):
+        batch = [k for k in known[i : i + KEYS_PER_LOOKUP] if k not in methods]
+        with runtime.sessions() as s:
+            found = templates_sql.methods_of_keys(s, batch)
+        methods.update({k: found.get(k) for k in batch})
+    for key in known:
+        if methods[key] is None:
             st.forget_occupancy_known(key)
             markers += 1
     report = {

@@ -24,7 +24,10 @@ def backfill_zones(runtime: Runtime, service: str | None = None) -> dict[str, in
     st = runtime.statements
     counts = {"services": 0, "users": 0, "rows": 0}
     with runtime.sessions() as s:
-        services = [r for r in services_sql.list_services(s) if service is None or r.service == service]
+        if service is None:
+            services = services_sql.list_services(s)
+        else:  # its own row: not a read of every service's to keep one
+            services = [r for r in [services_sql.get_service(s, service)] if r is not None]
     for svc in services:
         if svc.slot_zones:
             continue

@@ -98,16 +98,26 @@ def wheel_env(settings: Settings) -> Iterable[dict[str, str]]:
             "NOTEE_CASSANDRA_KEYSPACE_NUMBERING": f"{settings.cassandra_keyspace_numbering}_wheel",
         }
     )
+    # Dropped before too: a run killed before its teardown leaves them migrated, and "starts from
+    # nothing" would then read "applied 0 migration(s)" (the CI machine keeps its stores between runs).
+    _drop_wheel_stores(settings, url.database or "", env)
     yield env
+    _drop_wheel_stores(settings, url.database or "", env)
+
+
+def _drop_wheel_stores(settings: Settings, database: str, env: dict[str, str]) -> None:
+    assert database.endswith("_wheel")  # only the wheel test's own
+    url = make_url(settings.mysql_url.get_secret_value())
     server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
     with server.begin() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
+        conn.execute(text(f"DROP DATABASE IF EXISTS `{database}`"))
     server.dispose()
     from notee.store.runtime import Runtime
 
     runtime = Runtime(settings)
     try:
         for ks in (env["NOTEE_CASSANDRA_KEYSPACE_NOTIFICATION"], env["NOTEE_CASSANDRA_KEYSPACE_NUMBERING"]):
+            assert ks.endswith("_wheel")
             runtime.cql.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
     finally:
         runtime.close()

@@ -11,7 +11,8 @@ import pytest
 from notee.core import clock
 from notee.core.vocabulary import CycleTarget
 from notee.store import ticks
-from tests.support.scheduler import jobs_of, scheduler, tick_states, utc
+from notee.usecases import retention
+from tests.support.scheduler import job_ids_of, jobs_of, own_jobs, scheduler, tick_states, utc
 
 NY = "America/New_York"
 SEOUL = "Asia/Seoul"
@@ -44,7 +45,8 @@ def test_seoul_bucket_fires_once_at_its_local_time(runtime, tenant, due):
     # WED 04:17 KST = TUE 19:17 UTC.
     results = run(sched, utc(2026, 6, 9, 19, 14), utc(2026, 6, 9, 19, 20))
     assert fired(runtime, tenant) == {(key, "WED0417", "2026-06-09T19:17Z")}
-    assert [r.jobs_created for r in results] == [0, 0, 0, 1, 0, 0]
+    mine = job_ids_of(runtime, tenant)  # the due index is shared: other templates may be due in these minutes
+    assert [len(own_jobs(r, mine)) for r in results] == [0, 0, 0, 1, 0, 0]
     [(_, target, _)] = jobs_of(runtime, tenant)
     assert target == {"timezone": SEOUL, "day": "WED", "hour": 4, "minute": 17}
     # Every minute is recorded done, exactly once.
@@ -84,14 +86,18 @@ def test_same_minute_twice_and_restart_create_nothing_new(runtime, tenant, due):
     key = due.template(tenant, "daily", [CycleTarget(SEOUL, "MON", 5, 41)])
     minute = utc(2026, 6, 14, 20, 41)  # MON 05:41 KST
     first = scheduler(runtime)
-    assert first.run_minute(minute, now=minute).jobs_created == 1
+    made = first.run_minute(minute, now=minute)
+    [job_id] = job_ids_of(runtime, tenant)
+    assert own_jobs(made, {job_id}) == [job_id] and made.jobs_created >= 1
     assert first.run_minute(minute, now=minute).state == "taken"
     # A restart is a new process: a new Scheduler with no memory, same namespace.
     restarted = scheduler(runtime, namespace=first.namespace)
     assert restarted.run_minute(minute, now=minute).state == "taken"
     # Even a scheduler with its own ledger (another deployment on the same stores) finds the same job.
+    # (Counted against the first run's figures, not as 0 and 1: other templates may share the bucket.)
     other = scheduler(runtime).run_minute(minute, now=minute)
-    assert (other.jobs_created, other.jobs_existing) == (0, 1)
+    assert (other.jobs_created, other.jobs_existing) == (0, made.jobs_created + made.jobs_existing)
+    assert own_jobs(other, {job_id}) == [job_id]
     assert len(jobs_of(runtime, tenant)) == 1
     assert fired(runtime, tenant) == {(key, "MON0541", "2026-06-14T20:41Z")}
 
@@ -177,8 +183,10 @@ def test_a_deleted_template_in_the_due_index_is_skipped(runtime, tenant, due):
     due.mark(tenant, "gone", gone, [bucket])  # no MySQL template row
     kept = due.template(tenant, "kept", [bucket])
     result = scheduler(runtime).run_minute(minute, now=minute)
-    assert (result.state, result.jobs_created, result.templates_skipped) == ("done", 1, 1)
+    # At least: another test's (or an earlier run's) templates may be due in the same bucket.
+    assert result.state == "done" and result.jobs_created >= 1 and result.templates_skipped >= 1
     assert {k for k, *_ in jobs_of(runtime, tenant)} == {kept}
+    assert own_jobs(result, job_ids_of(runtime, tenant)) != []
 
 
 def test_retention_prunes_old_tick_rows(runtime):
@@ -188,5 +196,6 @@ def test_retention_prunes_old_tick_rows(runtime):
     with runtime.sessions.begin() as s:
         ticks.record_skipped(s, namespace=sched.namespace, minutes=old, owner="t", before=now)
         ticks.record_skipped(s, namespace=sched.namespace, minutes=[now - timedelta(days=1)], owner="t", before=now)
-    sched.prune(now)
+    # The tick rule alone: the whole hourly run (every table, every tenant) is test_scheduler_time's.
+    assert retention.prune_ticks(runtime, now=now) >= 3
     assert list(tick_states(runtime, sched.namespace)) == [now - timedelta(days=1)]

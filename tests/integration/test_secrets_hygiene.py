@@ -72,7 +72,8 @@ def rotation_db(settings: Settings) -> Iterator[str]:
     url = make_url(settings.mysql_url.get_secret_value())
     url = url.set(database=f"{url.database}_rotate_{os.getpid()}")
     server = create_engine(url._replace(database=None))  # URL.set(database=None) keeps the name (SQLAlchemy 2.1)
-    with server.begin() as conn:
+    with server.begin() as conn:  # a run killed before its teardown may have left this pid's
+        conn.execute(text(f"DROP DATABASE IF EXISTS `{url.database}`"))
         conn.execute(text(f"CREATE DATABASE `{url.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     try:
         engine = create_engine(url)

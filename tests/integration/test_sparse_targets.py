@@ -9,6 +9,7 @@ The rules of this topic that need no server are in tests/unit/test_sparse_target
 from __future__ import annotations
 
 import secrets
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -220,12 +221,43 @@ def test_the_prune_keeps_a_block_written_again_and_drops_a_deleted_templates_row
     assert rows == []
 
 
-def _candidates(runtime, key):
-    out = []
-    for _token, k, target, slot, block, written in runtime.statements.scan_occupancy_from(-(2**63), 1000):
-        if k == key:
-            out.append((k, "TOPIC", target, slot, block, written))
-    return out
+def test_the_marker_check_looks_templates_up_a_batch_at_a_time(runtime, store_tenant, monkeypatch):
+    """The markers are every template ever created (every tenant's): the prune looks them up in
+    MySQL KEYS_PER_LOOKUP at a time, never one query per key, and forgets only the dead ones."""
+    from notee.store import templates_sql
+    from tests.support.registry import make_template
+
+    st = runtime.statements
+    live = make_template(runtime, store_tenant, "TOPIC", "marked")
+    dead = str(uuid.uuid4())  # a marker whose template is gone
+    for key in (live, dead):
+        st.mark_occupancy_known(key, "created")
+    singles: list[str] = []
+    batches: list[int] = []
+    by_key, by_batch = templates_sql.get_template_by_key, templates_sql.methods_of_keys
+    monkeypatch.setattr(templates_sql, "get_template_by_key", lambda s, k: singles.append(k) or by_key(s, k))
+    monkeypatch.setattr(templates_sql, "methods_of_keys", lambda s, ks: batches.append(len(ks)) or by_batch(s, ks))
+    cursor = st.reconcile_cursor(occupancy.WALK)
+    try:
+        report = occupancy.prune(runtime, max_rows=0)  # no walk: the marker check alone
+    finally:
+        st.set_reconcile_cursor(occupancy.WALK, cursor)  # the scheduled walk goes on where it was
+    assert live not in singles and dead not in singles and singles == []
+    assert batches and max(batches) <= occupancy.KEYS_PER_LOOKUP
+    assert report["occupancy_markers_removed"] >= 1
+    assert st.occupancy(live, TopicTarget("x")) == {} and st.occupancy(dead, TopicTarget("x")) is None
+
+
+def _candidates(runtime, key, topic="keep"):
+    """The prune's candidates of one target: its partition only (a scan from the first token read every
+    tenant's rows, every earlier run's too)."""
+    target = target_name(TopicTarget(topic))
+    rows = runtime.cql.execute(
+        f"SELECT slot, block, writetime(noted) AS w FROM {runtime.keyspaces.notification}.target_slots"
+        " WHERE notification_key = %s AND target = %s",
+        (key, target),
+    )
+    return [(key, "TOPIC", target, r.slot, r.block, r.w) for r in rows]
 
 
 def test_a_sparse_cycle_bucket_is_one_task_and_reaches_exactly_its_subscribers(client, settings, service_id, emulator):

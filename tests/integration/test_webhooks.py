@@ -208,7 +208,9 @@ def test_a_delivery_failing_past_the_retry_window_is_failed_and_kept_listed(
     dispatcher = dispatch_until_idle(_dispatcher_settings(receiver))
     [delivery] = _deliveries(erun, created.endpoint.endpoint_id)
     assert (delivery.state, delivery.attempts, delivery.last_status) == ("failed", 1, 500)
-    assert delivery.finished_at is not None and dispatcher.attempts["failed"] == 1
+    # At least one: the dispatcher claims every tenant's due deliveries, and the shared outbox may hold
+    # earlier runs' (over a day old: failed at their next attempt too).
+    assert delivery.finished_at is not None and dispatcher.attempts["failed"] >= 1
     assert len(receiver.received) == 1  # not tried again
 
 

@@ -85,6 +85,12 @@ GROUPS: dict[str, dict[str, str]] = {
     "webhooks": {
         "test_webhooks.py": "dispatchers that claim every tenant's deliveries and count their attempts",
         "test_security_isolation.py": "its data set puts an event in the outbox",
+        "test_publish_targets.py::test_locale_variants_dead_letters_and_webhooks_for_a_user_list": (
+            "its job's events go to the outbox, whose depth test_webhook_metrics.py compares before and after"
+        ),
+        "test_webpush_paths.py::test_webhooks_carry_a_browser_jobs_events_with_true_counts": (
+            "its job's events go to the outbox, whose depth test_webhook_metrics.py compares before and after"
+        ),
         "test_webhook_metrics.py": "a dispatcher that claims every tenant's deliveries; reads the outbox's levels",
         "test_engagement_webhooks.py": "dispatchers that claim every tenant's deliveries; counts how rows merge",
         "test_process_heartbeats.py::test_real_processes_beat_a_killed_one_turns_stale_and_a_stopped_one_is_gone": (

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from notee.core.vocabulary import CycleTarget
 from notee.scheduler.runner import Scheduler
 from notee.store.runtime import Runtime
+from notee.usecases.cycle_fire import MinuteResult
 from tests.support import registry
 
 
@@ -82,6 +83,20 @@ def jobs_of(runtime: Runtime, service: str) -> list[tuple[str, dict[str, Any], s
             text("SELECT notification_key, target, idempotency_key FROM fanout_job WHERE service = :s"), {"s": service}
         ).all()
     return [(k, json.loads(t) if isinstance(t, str) else t, i) for k, t, i in rows]
+
+
+def job_ids_of(runtime: Runtime, service: str) -> set[str]:
+    """The ids of every job of a tenant."""
+    with runtime.sessions() as s:
+        rows = s.execute(text("SELECT job_id FROM fanout_job WHERE service = :s"), {"s": service}).scalars()
+        return {str(j) for j in rows}
+
+
+def own_jobs(result: MinuteResult, ids: set[str]) -> list[str]:
+    """The jobs of a minute's result that are among ``ids`` (a tenant's, from ``job_ids_of``): a
+    minute runs every tenant's buckets due then, and the shared due index may hold other tests'
+    (or earlier runs') templates in the same buckets, so a test counts its own jobs, not the minute's."""
+    return [j for j in result.job_ids if j in ids]
 
 
 def tick_states(runtime: Runtime, namespace: str) -> dict[datetime, str]:

@@ -2,13 +2,16 @@
 signed by its own test CA (the dispatcher is told to trust that CA through NOTEE_WEBHOOK_CA_FILE,
 like the emulator's). It records every request (headers and raw body), checks each signature with
 the endpoint's secret once the test gives it, and answers 500 while ``failing`` is set (or for the
-first ``fail_first`` requests)."""
+first ``fail_first`` requests). Its URL's path is its own (random): the shared outbox may hold
+earlier tests' or earlier runs' deliveries to a 127.0.0.1 port this receiver now has, and those are
+answered 404 and not recorded."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import json
+import secrets
 import ssl
 import threading
 from collections.abc import Iterator
@@ -46,10 +49,11 @@ class Receiver:
     fail_first: int = 0
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    path: str = field(default_factory=lambda: f"/hooks/{secrets.token_hex(8)}")
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}/hooks/notee"
+        return f"https://127.0.0.1:{self.port}{self.path}"
 
     def events(self, type_: str | None = None, *, answered: int | None = 200) -> list[dict[str, Any]]:
         """Bodies answered with ``answered`` (None: all), optionally of one type."""
@@ -75,6 +79,11 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # http.server's naming
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if not self.path.startswith(receiver.path):  # not this receiver's endpoint: another run's port
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             headers = {k: v for k, v in self.headers.items()}
             with receiver.lock:
                 fail = receiver.failing or len(receiver.received) < receiver.fail_first

@@ -23,3 +23,10 @@ def test_counter_profile_never_retries(settings: Settings) -> None:
     # The default profile does retry a read timeout once: the check above can tell the two apart.
     default = cluster.profile_manager.default.retry_policy
     assert default.on_read_timeout(None, one, 1, 1, False, 0)[0] == RetryPolicy.RETRY
+
+
+def test_the_control_connection_waits_as_long_as_a_request(settings: Settings) -> None:
+    """Its first schema read covers every keyspace on the cluster (a shared CI cluster keeps every
+    run's): the driver's 2 s default is not enough there under load."""
+    cluster = make_cluster(settings)
+    assert cluster.control_connection_timeout == settings.cassandra_request_timeout_s >= 10
