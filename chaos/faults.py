@@ -81,19 +81,38 @@ def _storm(t: Target, f: PlannedFault) -> str:
 
 
 def _resets(t: Target, f: PlannedFault) -> str:
-    """A TCP reset on every open APNs connection once a second: streams in flight are cut mid-answer."""
+    """A TCP reset on every open connection to the provider (``f.target``: apns, or fcm: the
+    emulator's public port) once a second: streams in flight are cut mid-answer."""
+    reset = t.emu.fcm_reset if f.target == "fcm" else t.emu.apns_reset
     end, cut = time.monotonic() + f.length_s, 0
     while time.monotonic() < end:
         with t.lock:
-            cut += t.emu.apns_reset()
+            cut += reset()
         time.sleep(1)
-    return f"{cut} connections reset"
+    return f"{cut} {f.target or 'apns'} connections reset"
+
+
+def _token_expiry(t: Target, f: PlannedFault) -> str:
+    """Credentials that expire under use for the spell: FCM access tokens issued meanwhile live 5 s
+    (Notee hears 401 and fetches another), or APNs provider JWTs older than 10 s are refused (403
+    ExpiredProviderToken: Notee re-signs and resends)."""
+    if f.target == "apns":
+        switch, back, said = {"apns_jwt_max_age_s": 10}, {"apns_jwt_max_age_s": 3600}, "APNs provider tokens live 10 s"
+    else:
+        switch, back, said = {"fcm_token_lifetime_s": 5}, {"fcm_token_lifetime_s": 3600}, "FCM access tokens live 5 s"
+    with t.lock:
+        t.emu.realistic(**switch)
+    time.sleep(f.length_s)
+    with t.lock:
+        t.emu.realistic(**back)
+    return said
 
 
 def _emulator(t: Target, f: PlannedFault) -> str:
     if f.kind == "goaway":
         with t.lock:
-            return f"{t.emu.apns_goaway()} connections"
+            drained = t.emu.fcm_goaway() if f.target == "fcm" else t.emu.apns_goaway()
+        return f"{drained} {f.target or 'apns'} connections"
     if f.kind == "reset":
         return _resets(t, f)
     if f.kind == "latency":
@@ -103,12 +122,7 @@ def _emulator(t: Target, f: PlannedFault) -> str:
         with t.lock:
             t.emu.latency(0)
         return "800 ms"
-    with t.lock:  # token_expiry: access tokens issued meanwhile live 5 s, so they expire under use
-        t.emu.realistic(fcm_token_lifetime_s=5)
-    time.sleep(f.length_s)
-    with t.lock:
-        t.emu.realistic(fcm_token_lifetime_s=3600)
-    return "FCM access tokens live 5 s"
+    return _token_expiry(t, f)
 
 
 def _store(t: Target, f: PlannedFault) -> str:

@@ -31,7 +31,6 @@ APNS_DEFAULT_REASON = {
     503: "ServiceUnavailable",
 }
 APNS_PAYLOAD_LIMIT = 4096
-JWT_MAX_AGE_S = 3600
 
 
 def _jwt_iat(raw: bytes) -> int | None:
@@ -145,9 +144,14 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     if iat is None or (state.rejected_bearers and raw.decode() in state.rejected_bearers):
         return _apns_out(403, "InvalidProviderToken", apns_id)
     now = time.time()
-    if now - iat > JWT_MAX_AGE_S:
-        return _apns_out(403, "ExpiredProviderToken", apns_id)
     realism = state.realism
+    if now - iat > realism.apns_jwt_max_age_s:
+        counts["apns.expired_provider_token"] += 1
+        # the token the connection must replace is expired: its replacement is never "too many
+        # updates" (real APNs tokens expire after an hour, three times the 20 minutes between
+        # updates; a shortened lifetime must not turn the renewal it forces into a refusal)
+        state.conn_tokens.pop(scope.get("client"), None)
+        return _apns_out(403, "ExpiredProviderToken", apns_id)
     if realism.enabled:
         conn = scope.get("client")
         current = state.conn_tokens.get(conn)
