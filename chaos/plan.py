@@ -15,15 +15,19 @@ KINDS: dict[str, tuple[int, float, float]] = {
     "mariadb_restart": (1, 3.0, 8.0),
     "storm": (3, 10.0, 25.0),
     "goaway": (2, 0.0, 0.0),
-    "reset": (2, 5.0, 15.0),  # length: how long every APNs connection is reset (RST) once a second
+    "reset": (2, 5.0, 15.0),  # length: how long every connection to the provider is reset (RST) once a second
     "latency": (2, 5.0, 15.0),
-    "token_expiry": (1, 20.0, 30.0),
+    "token_expiry": (1, 20.0, 30.0),  # FCM access tokens, or APNs provider JWTs, that expire under use
     "hostile": (1, 20.0, 40.0),
 }
 PROCESSES = ("api", "worker", "scheduler", "webhooks")
 # faults that take a store away are not stacked on each other: two at once is a quorum or total
 # outage, a different experiment (tests/faults/test_outage_*.py) whose only outcome is waiting
 EXCLUSIVE = frozenset({"cassandra_node", "mariadb_restart"})
+# connection and credential faults take turns between the two providers, in the order given, by
+# their occurrence in the plan: the random stream stays the one it was (a seed's kinds, times and
+# lengths are those of runs before either provider had every kind)
+BY_PROVIDER = {"goaway": ("apns", "fcm"), "reset": ("apns", "fcm"), "token_expiry": ("fcm", "apns")}
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,20 @@ def make_plan(
     for must in ("cassandra_node", "mariadb_restart", "hostile"):
         if not any(f.kind == must for f in plan) and plan:
             _place(plan, rng, must, replicas, end)
-    return sorted(plan, key=lambda f: f.at_s)
+    return _alternate(sorted(plan, key=lambda f: f.at_s))
+
+
+def _alternate(plan: list[PlannedFault]) -> list[PlannedFault]:
+    """Each ``BY_PROVIDER`` fault aimed at its provider's turn."""
+    seen = dict.fromkeys(BY_PROVIDER, 0)
+    out = []
+    for f in plan:
+        if f.kind in BY_PROVIDER:
+            turn = BY_PROVIDER[f.kind]
+            f = PlannedFault(f.at_s, f.kind, turn[seen[f.kind] % len(turn)], f.length_s)
+            seen[f.kind] += 1
+        out.append(f)
+    return out
 
 
 def _place(plan: list[PlannedFault], rng: random.Random, kind: str, replicas: dict[str, int], end: float) -> None:

@@ -31,7 +31,6 @@ APNS_DEFAULT_REASON = {
     503: "ServiceUnavailable",
 }
 APNS_PAYLOAD_LIMIT = 4096
-JWT_MAX_AGE_S = 3600
 
 
 def _jwt_iat(raw: bytes) -> int | None:
@@ -128,6 +127,16 @@ def _apns_out(status: int, reason: str, apns_id: bytes) -> Response:
     return status, [(b"apns-id", apns_id), *JSON_HEADERS], json.dumps(out).encode()
 
 
+def _expired(state: State, scope: Scope, apns_id: bytes) -> Response:
+    """403 ExpiredProviderToken. The connection must replace the token, and that replacement is
+    never "too many updates": real APNs tokens expire after an hour, three times the 20 minutes
+    between updates, and a shortened lifetime (``apns_jwt_max_age_s``) must not turn the renewal it
+    forces into a refusal."""
+    state.counts["apns.expired_provider_token"] += 1
+    state.conn_tokens.pop(scope.get("client"), None)
+    return _apns_out(403, "ExpiredProviderToken", apns_id)
+
+
 def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     counts = state.counts
     counts["apns.recv"] += 1
@@ -145,9 +154,9 @@ def apns(state: State, scope: Scope, token: str, body: bytes) -> Response:
     if iat is None or (state.rejected_bearers and raw.decode() in state.rejected_bearers):
         return _apns_out(403, "InvalidProviderToken", apns_id)
     now = time.time()
-    if now - iat > JWT_MAX_AGE_S:
-        return _apns_out(403, "ExpiredProviderToken", apns_id)
     realism = state.realism
+    if now - iat > realism.apns_jwt_max_age_s:
+        return _expired(state, scope, apns_id)
     if realism.enabled:
         conn = scope.get("client")
         current = state.conn_tokens.get(conn)

@@ -65,7 +65,7 @@ class EmulatorControl:
     def realistic(self, **switches: Any) -> dict[str, Any]:
         """Change how real the emulator is (``notee.emulator.state.Realism`` fields, plus
         apns_first_streams / apns_max_streams / apns_goaway_after / apns_answer_delay_ms on a realistic
-        emulator)."""
+        emulator, fcm_goaway_after on the FCM port's front)."""
         r = self.http.post("/_emu/realistic", json=switches)
         r.raise_for_status()
         answer: dict[str, Any] = r.json()
@@ -96,6 +96,18 @@ class EmulatorControl:
     def apns_reset(self) -> int:
         """A TCP reset (RST) on every open APNs connection now, mid-stream; returns how many."""
         r = self.http.post("/_emu/apns/reset", json={})
+        r.raise_for_status()
+        return int(r.json()["connections"])
+
+    def fcm_goaway(self) -> int:
+        """GOAWAY on every open HTTP/2 connection of the FCM port now; returns how many."""
+        r = self.http.post("/_emu/fcm/goaway", json={})
+        r.raise_for_status()
+        return int(r.json()["connections"])
+
+    def fcm_reset(self) -> int:
+        """A TCP reset (RST) on every open HTTP/2 connection of the FCM port now, mid-stream; returns how many."""
+        r = self.http.post("/_emu/fcm/reset", json={})
         r.raise_for_status()
         return int(r.json()["connections"])
 

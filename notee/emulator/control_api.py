@@ -28,6 +28,8 @@ _PEER_KEYS = {
     "apns_goaway_after": "goaway_after",
     "apns_answer_delay_ms": "answer_delay_s",
 }
+# POST /_emu/realistic fields that re-rule the public port's HTTP/2 front (FCM) -> its PeerRules field
+_FRONT_KEYS = {"fcm_goaway_after": "goaway_after"}
 # POST /_emu/apns/tokens kinds -> the (status, reason) APNs answers for such a token
 _APNS_KINDS = {
     "unregistered": (410, "Unregistered"),
@@ -143,11 +145,17 @@ def reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
         peer.stats = PeerStats(live=peer.stats.live)  # counters restart; open connections stay
     if emu.front is not None:
         emu.front.stats = PeerStats(live=emu.front.stats.live)
+        emu.front.rules.goaway_after = 0
     return _ok()
 
 
 def realistic(emu: Emulator, req: Any, _query_string: bytes) -> Response:
-    emu.state.realism.update({k: v for k, v in req.items() if k not in _PEER_KEYS})
+    emu.state.realism.update({k: v for k, v in req.items() if k not in _PEER_KEYS and k not in _FRONT_KEYS})
+    for key, attr in _FRONT_KEYS.items():
+        if key in req:
+            if emu.front is None:
+                return _ok({"error": f"{key} needs the emulator's front (served by `notee emulator`)"}, 400)
+            setattr(emu.front.rules, attr, int(req[key]))
     peer = emu.peer
     for key, attr in _PEER_KEYS.items():
         if key in req:
@@ -172,6 +180,22 @@ def apns_reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
     if emu.peer is None:
         return _ok({"error": "a connection reset needs `notee emulator --realistic` (its APNs port)"}, 400)
     return _ok({"connections": emu.peer.reset_all()})
+
+
+def fcm_goaway(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
+    """GOAWAY on every open HTTP/2 connection of the public port (FCM's, the browser push services'),
+    as Google's front ends send when they drain a connection."""
+    if emu.front is None:
+        return _ok({"error": "GOAWAY needs the emulator's front (served by `notee emulator`)"}, 400)
+    return _ok({"connections": emu.front.goaway_all()})
+
+
+def fcm_reset(emu: Emulator, _req: Any, _query_string: bytes) -> Response:
+    """A TCP reset on every open HTTP/2 connection of the public port now, mid-stream (HTTP/1.1
+    connections, relayed to granian, are left alone)."""
+    if emu.front is None:
+        return _ok({"error": "a connection reset needs the emulator's front (served by `notee emulator`)"}, 400)
+    return _ok({"connections": emu.front.reset_all()})
 
 
 def fcm_tokens(emu: Emulator, req: Any, _query_string: bytes) -> Response:
@@ -251,6 +275,8 @@ ROUTES: dict[tuple[str, str], Handler] = {
     ("POST", "realistic"): realistic,
     ("POST", "apns/goaway"): apns_goaway,
     ("POST", "apns/reset"): apns_reset,
+    ("POST", "fcm/goaway"): fcm_goaway,
+    ("POST", "fcm/reset"): fcm_reset,
     ("POST", "fcm/tokens"): fcm_tokens,
     ("POST", "apns/tokens"): apns_tokens,
     ("POST", "faults"): add_fault,

@@ -67,6 +67,9 @@ class Realism:
     device_per_minute: int = 240  # per device token and API (FCM: 240 a minute to one device)
     minute_s: float = 60.0  # the length of an emulated "minute", to scale the limits for tests
     apns_token_update_min_s: float = 1200.0  # a connection may change its provider token this often
+    # a provider JWT older than this is 403 ExpiredProviderToken (Apple: one hour); the chaos run's
+    # APNs token-expiry spell shortens it, so provider tokens expire while they are in use
+    apns_jwt_max_age_s: float = 3600.0
 
     def update(self, values: dict[str, Any]) -> None:
         for key, value in values.items():

@@ -132,8 +132,14 @@ class ApnsJwt:
         self._value: bytes = b""
         self._issued = 0.0
 
-    def bearer(self, *, force: bool = False) -> bytes:
+    def bearer(self, *, force: bool = False, stale: bytes | None = None) -> bytes:
+        """The current provider token (``bearer ...``); ``force`` re-signs it, unless ``stale`` (the
+        token APNs refused) is no longer the current one: pages sent side by side all hear the
+        same ExpiredProviderToken, and one re-signing serves them all (a second new token on the
+        same connection would be TooManyProviderTokenUpdates)."""
         now = self._clock()
+        if force and stale is not None and self._value and self._value != stale:
+            return self._value
         if force or not self._value or now - self._issued >= self._refresh_s:
             try:
                 token = jwt.encode(
@@ -236,13 +242,14 @@ class ApnsProvider:
         return out
 
     async def send(self, messages: Sequence[Message]) -> list[Outcome]:
-        results = await self._send(messages, self._jwt.bearer())
+        used = self._jwt.bearer()
+        results = await self._send(messages, used)
         if all(r.__class__ is Delivered for r in results):  # the common page: nothing to re-sign or resend
             return results  # type: ignore[return-value]
         expired = [i for i, r in enumerate(results) if isinstance(r, ExpiredJwt)]
         resent: dict[int, Outcome] = {}
         if expired:
-            bearer = self._jwt.bearer(force=True)
+            bearer = self._jwt.bearer(force=True, stale=used)
             again = await self._send([messages[i] for i in expired], bearer)
             if any(isinstance(r, ExpiredJwt) for r in again):
                 raise ProviderConfigError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -23,9 +24,10 @@ from tests.support.waiting import wait_for
 
 HEAD_TIMEOUT_S = 1.5
 PER_ADDRESS = 5
-MAX_REQUESTS = 3
+MAX_REQUESTS = 50  # the keep-alive test asks again every poll while it waits
 IN_PROGRESS_PER_ADDRESS = 2
 BODY_IDLE_S = 5.0
+KEEPALIVE_S = 2  # NOTEE_API_KEEPALIVE_TIMEOUT_S (default 5): whole seconds
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,7 @@ def api(migrated: None) -> Iterator[NoteeProcess]:
             NOTEE_API_KEEPALIVE_MAX_REQUESTS=str(MAX_REQUESTS),
             NOTEE_API_MAX_CONCURRENCY_PER_ADDRESS=str(IN_PROGRESS_PER_ADDRESS),
             NOTEE_API_BODY_IDLE_TIMEOUT_S=str(BODY_IDLE_S),
+            NOTEE_API_KEEPALIVE_TIMEOUT_S=str(KEEPALIVE_S),
         )
 
 
@@ -103,6 +106,54 @@ def test_a_kept_alive_connection_is_closed_after_its_last_allowed_request(api):
         raw = read_all(sock)
     assert raw.count(b"HTTP/1.1 200 ") == MAX_REQUESTS
     assert raw.lower().count(b"connection: close") == 1
+
+
+def _one_answer(sock: socket.socket) -> tuple[int, dict[str, str]]:
+    """Read exactly one answer (head and its Content-Length body) off a kept-alive connection."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        data = sock.recv(65536)
+        assert data, f"closed before an answer: {raw!r}"
+        raw += data
+    status, headers, body = _answer(raw)
+    while len(body) < int(headers.get("content-length", "0")):
+        body += sock.recv(65536)
+    return status, headers
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server has closed the connection (read without waiting: nothing else is owed)."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_kept_alive_connection_idle_past_its_timeout_is_closed_and_one_in_use_is_not(api):
+    """NOTEE_API_KEEPALIVE_TIMEOUT_S: after an answer, a connection that sends nothing for that long
+    is closed by the server; one whose next request comes sooner is served on, however long it
+    lives. Both are answered once, then the busy one asks again at every poll while the idle one
+    is awaited: it must close after the timeout (not before), the busy one outlive it."""
+    request = b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
+    with _connect(api, "127.0.0.10") as idle, _connect(api, "127.0.0.11") as busy:
+        for sock in (idle, busy):
+            sock.sendall(request)
+            status, headers = _one_answer(sock)
+            assert status == 200 and headers.get("connection", "").lower() != "close"
+        answered = time.monotonic()
+
+        def idle_closed() -> bool:
+            busy.sendall(request)
+            assert _one_answer(busy)[0] == 200 and not _closed(busy)
+            return _closed(idle)
+
+        wait_for(idle_closed, timeout=KEEPALIVE_S + 10, interval=0.3, what="the idle connection closed")
+        closed_after = time.monotonic() - answered
+        busy.sendall(request)
+        assert _one_answer(busy)[0] == 200  # still open: its own idle time never reached the timeout
+    assert KEEPALIVE_S - 0.1 <= closed_after < KEEPALIVE_S + 3, closed_after
 
 
 def test_another_address_is_served_while_one_address_is_at_its_cap(api):

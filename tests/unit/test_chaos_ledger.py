@@ -271,6 +271,21 @@ def test_the_plan_is_a_function_of_its_seed_and_never_stacks_store_faults() -> N
     assert "reset" in {f.kind for f in make_plan(31, 300, replicas)}  # the CI seed cuts connections too
 
 
+def test_connection_and_credential_faults_take_turns_between_the_providers() -> None:
+    """GOAWAY, resets and expiring credentials reach FCM as well as APNs (issue 31: they were APNs
+    only, or FCM only for the tokens), by turns, without changing a seed's kinds, times or lengths."""
+    replicas = {"api": 2, "worker": 3, "scheduler": 2, "webhooks": 1}
+    plan = make_plan(3131, 1800, replicas)
+    for kind, first in (("goaway", "apns"), ("reset", "apns"), ("token_expiry", "fcm")):
+        targets = [f.target for f in plan if f.kind == kind]
+        assert set(targets) == {"apns", "fcm"} and targets[0] == first, (kind, targets)
+        assert all(a != b for a, b in itertools.pairwise(targets)), (kind, targets)
+    again = make_plan(3131, 1800, replicas)
+    assert [(f.at_s, f.kind, f.length_s) for f in plan] == [(f.at_s, f.kind, f.length_s) for f in again]
+    others = [f for f in plan if f.kind not in ("goaway", "reset", "token_expiry")]
+    assert all(f.target not in ("apns", "fcm") for f in others)
+
+
 def test_the_report_carries_the_seed_the_table_the_faults_and_the_violation_excerpts() -> None:
     events = [population("a"), pub("m1", populations=["P"])]
     results = check_all(events, [], BOUNDS)

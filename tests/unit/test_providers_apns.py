@@ -32,6 +32,20 @@ def test_jwt_claims_and_refresh_window(p8):
         ApnsJwt("not a key", KEY_ID, TEAM_ID).bearer()
 
 
+def test_pages_refused_side_by_side_share_one_re_signed_token(p8):
+    """Two pages sent with the same token both hear ExpiredProviderToken: the first re-signs, the
+    second gets that new token instead of a third one (APNs refuses a connection's second token
+    update within 20 minutes: TooManyProviderTokenUpdates)."""
+    now = [1_000_000.0]
+    token = ApnsJwt(p8, KEY_ID, TEAM_ID, clock=lambda: now[0])
+    refused = token.bearer()
+    now[0] += 5
+    renewed = token.bearer(force=True, stale=refused)
+    assert renewed != refused
+    assert token.bearer(force=True, stale=refused) == renewed  # the second page: no new token
+    assert token.bearer(force=True, stale=renewed) != renewed  # the new one refused too: re-signed again
+
+
 @pytest.mark.parametrize(
     "status,reason,expected",
     [
