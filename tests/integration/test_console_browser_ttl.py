@@ -8,13 +8,12 @@ here the job's task rows carry the counts a worker would have written.)"""
 from __future__ import annotations
 
 import secrets
-import uuid
 
 from sqlalchemy import text
 
 from notee.store import jobs_sql
-from notee.store.jobs_sql import NewJob
 from tests.support import browser
+from tests.support.fanout import topic_job_row
 from tests.support.logscan import remember_secret
 from tests.support.registry import new_service
 
@@ -22,26 +21,12 @@ from tests.support.registry import new_service
 def _running_job(runtime, service: str, *, sent: int, pruned: int, ttl_expired: int) -> str:
     """A running one-task topic job of ``service`` whose task recorded these counts so far (leased
     for an hour: no claim takes it; running, so its page keeps refreshing itself)."""
-    job_id = str(uuid.uuid4())
+    job = topic_job_row(
+        service, [(0, 0)], {"title": "Hi", "body": "held", "data": {}, "ttl_seconds": 60, "priority": "high"}
+    )
+    job_id = job.job_id
     with runtime.sessions.begin() as session:
-        jobs_sql.insert_job(
-            session,
-            NewJob(
-                job_id=job_id,
-                service=service,
-                notification_key=str(uuid.uuid4()),
-                method="TOPIC",
-                type_="news",
-                target_kind="TOPIC",
-                target={"topic": "t"},
-                idempotency_key=None,
-                request_hash="0" * 64,
-                variables=None,
-                overrides=None,
-                payload={"title": "Hi", "body": "held", "data": {}, "ttl_seconds": 60, "priority": "high"},
-                slot_ranges=[(0, 0)],
-            ),
-        )
+        jobs_sql.insert_job(session, job)
         session.execute(
             text(
                 "UPDATE fanout_task SET state = 'running', targeted = :t, sent = :s, pruned = :p, ttl_expired = :x,"

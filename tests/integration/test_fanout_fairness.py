@@ -19,11 +19,10 @@ from typing import Any
 from sqlalchemy import text
 
 from notee.store import claim_order, jobs_sql, task_leases
-from notee.store.jobs_sql import NewJob
 from notee.store.runtime import Runtime
 from tests.support import registry
 from tests.support.emulator import deliveries_per_token
-from tests.support.fanout import job_progress, seed_topic, topic_job, topic_template
+from tests.support.fanout import job_progress, seed_topic, topic_job, topic_job_row, topic_template
 from tests.support.processes import subprocess_env
 from tests.support.waiting import wait_for
 
@@ -38,26 +37,10 @@ def _job(
 ) -> str:
     """A topic job with exactly these slot-range tasks (written as create_job writes them), so the
     tests do not depend on how many tasks a publish makes for its target."""
-    job_id = str(uuid.uuid4())
+    job = topic_job_row(service, slots, PAYLOAD, topic=topic, key=key)
+    job_id = job.job_id
     with runtime.sessions.begin() as session:
-        jobs_sql.insert_job(
-            session,
-            NewJob(
-                job_id=job_id,
-                service=service,
-                notification_key=key or str(uuid.uuid4()),
-                method="TOPIC",
-                type_="news",
-                target_kind="TOPIC",
-                target={"topic": topic},
-                idempotency_key=None,
-                request_hash="0" * 64,
-                variables=None,
-                overrides=None,
-                payload=PAYLOAD,
-                slot_ranges=slots,
-            ),
-        )
+        jobs_sql.insert_job(session, job)
     return job_id
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from notee.store import imports_sql
 from notee.store.imports_sql import NewImport
 from notee.store.mysql import make_engine, make_sessionmaker
-from tests.support.lock_waits import running
+from tests.support.lock_waits import race_claims, running
 from tests.support.registry import make_service
 from tests.support.tenants import new_service_id
 from tests.support.waiting import wait_for
@@ -129,33 +129,21 @@ def test_claims_racing_in_many_lanes_of_two_tenants_take_every_chunk_and_none_co
     for service in services:
         make_service(runtime, service)
         imports[service] = _import(runtime, service, CHUNKS)
-    claimed: list[tuple[str, int]] = []
-    early: dict[str, list[int]] = {service: [] for service in services}
-    lock = threading.Lock()
-    go = threading.Barrier(LANES * len(services))
 
-    def lane(service: str) -> None:
-        go.wait(30)
-        while True:
-            claim = imports_sql.claim(runtime.sessions, owner="racer", lease_s=60, services=[service])
-            if claim is None:
-                with runtime.sessions() as s:
-                    queued = s.execute(
-                        text("SELECT COUNT(*) FROM import_chunk WHERE import_id = :i AND state = 'queued'"),
-                        {"i": imports[service]},
-                    ).scalar_one()
-                with lock:
-                    early[service].append(int(queued))
-                return
-            with lock:
-                claimed.append((claim.import_id, claim.chunk_no))
+    def claim(service: str) -> tuple[str, int] | None:
+        taken = imports_sql.claim(runtime.sessions, owner="racer", lease_s=60, services=[service])
+        return None if taken is None else (taken.import_id, taken.chunk_no)
 
-    lanes = [threading.Thread(target=lane, args=(service,), daemon=True) for service in services for _ in range(LANES)]
-    for thread in lanes:
-        thread.start()
-    for thread in lanes:
-        thread.join(120)
-        assert not thread.is_alive()
+    def queued(service: str) -> int:
+        with runtime.sessions() as s:
+            return int(
+                s.execute(
+                    text("SELECT COUNT(*) FROM import_chunk WHERE import_id = :i AND state = 'queued'"),
+                    {"i": imports[service]},
+                ).scalar_one()
+            )
+
+    claimed, early = race_claims(services, LANES, claim, queued)
     assert sorted(claimed) == sorted((imports[service], n) for service in services for n in range(CHUNKS))
     # A lane is told "nothing" only when every chunk of its tenant still queued is one its other lanes
     # are claiming (one each): never while chunks wait for nobody.

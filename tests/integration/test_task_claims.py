@@ -9,8 +9,6 @@ locked, by its key, as the import chunk claim does (tests/integration/test_impor
 
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -20,10 +18,11 @@ import pytest
 from sqlalchemy import text
 
 from notee.store import claim_order, jobs_sql, task_leases
-from notee.store.jobs_sql import NewJob
 from notee.store.mysql import make_engine, make_sessionmaker
 from notee.store.services_sql import insert_service
 from notee.usecases import migrate
+from tests.support.fanout import topic_job_row
+from tests.support.lock_waits import race_claims
 from tests.support.registry import make_service
 from tests.support.tenants import new_service_id
 
@@ -42,27 +41,15 @@ def _forget_jobs(runtime) -> Iterator[None]:
 def _job(runtime: Any, service: str, tasks: int, *, older_s: int = 0, done: int = 0) -> str:
     """A queued topic job of ``tasks`` one-slot tasks; ``older_s``: claimable that long already (its
     tasks come first in ``ix_task_claim`` order); ``done``: its last tasks are done already."""
-    job_id = str(uuid.uuid4())
+    job = topic_job_row(
+        service,
+        [(n, n) for n in range(tasks)],
+        {"title": "Hi", "body": "claims", "data": {}, "ttl_seconds": None, "priority": "high"},
+    )
+    job_id = job.job_id
     _MADE.append(job_id)
     with runtime.sessions.begin() as session:
-        jobs_sql.insert_job(
-            session,
-            NewJob(
-                job_id=job_id,
-                service=service,
-                notification_key=str(uuid.uuid4()),
-                method="TOPIC",
-                type_="news",
-                target_kind="TOPIC",
-                target={"topic": "t"},
-                idempotency_key=None,
-                request_hash="0" * 64,
-                variables=None,
-                overrides=None,
-                payload={"title": "Hi", "body": "claims", "data": {}, "ttl_seconds": None, "priority": "high"},
-                slot_ranges=[(n, n) for n in range(tasks)],
-            ),
-        )
+        jobs_sql.insert_job(session, job)
         if older_s:
             session.execute(
                 text("UPDATE fanout_task SET lease_until = UTC_TIMESTAMP(6) - INTERVAL :s SECOND WHERE job_id = :j"),
@@ -165,33 +152,21 @@ def test_claims_racing_in_many_lanes_of_two_tenants_take_every_task_and_none_com
     for service in services:
         make_service(runtime, service)
         jobs[service] = _job(runtime, service, TASKS)
-    claimed: list[tuple[str, int]] = []
-    early: dict[str, list[int]] = {service: [] for service in services}
-    lock = threading.Lock()
-    go = threading.Barrier(LANES * len(services))
 
-    def lane(service: str) -> None:
-        go.wait(30)
-        while True:
-            claim = task_leases.claim(runtime.sessions, owner="racer", lease_s=600, services=[service])
-            if claim is None:
-                with runtime.sessions() as session:
-                    queued = session.execute(
-                        text("SELECT COUNT(*) FROM fanout_task WHERE job_id = :j AND state = 'queued'"),
-                        {"j": jobs[service]},
-                    ).scalar_one()
-                with lock:
-                    early[service].append(int(queued))
-                return
-            with lock:
-                claimed.append((claim.job_id, claim.task_no))
+    def claim(service: str) -> tuple[str, int] | None:
+        taken = task_leases.claim(runtime.sessions, owner="racer", lease_s=600, services=[service])
+        return None if taken is None else (taken.job_id, taken.task_no)
 
-    lanes = [threading.Thread(target=lane, args=(service,), daemon=True) for service in services for _ in range(LANES)]
-    for thread in lanes:
-        thread.start()
-    for thread in lanes:
-        thread.join(120)
-        assert not thread.is_alive()
+    def queued(service: str) -> int:
+        with runtime.sessions() as session:
+            return int(
+                session.execute(
+                    text("SELECT COUNT(*) FROM fanout_task WHERE job_id = :j AND state = 'queued'"),
+                    {"j": jobs[service]},
+                ).scalar_one()
+            )
+
+    claimed, early = race_claims(services, LANES, claim, queued)
     assert sorted(claimed) == sorted((jobs[service], n) for service in services for n in range(TASKS))
     # A lane is told "nothing" only when every task of its tenant still queued is one its other lanes
     # are claiming (one each): never while tasks wait for nobody.

@@ -189,26 +189,39 @@ def wait_lease_expired(runtime: Runtime, claim: task_leases.Claim, timeout: floa
     wait_for(lambda: lease_left(runtime, claim) <= timedelta(0), timeout=timeout, what="the lease to run out")
 
 
-def finished_topic_job(runtime: Runtime, service: str, devices: int, type_: str = "news", topic: str = "all") -> str:
-    """A topic job already done with ``devices`` targeted and sent (its rows written straight to
-    MySQL: no push is sent), for tests of what comes after a push (receipts, figures); its id."""
-
-    job_id = str(uuid.uuid4())
-    job = jobs_sql.NewJob(
-        job_id=job_id,
+def topic_job_row(
+    service: str,
+    slots: list[tuple[int, int]],
+    payload: dict[str, Any],
+    *,
+    topic: str = "t",
+    type_: str = "news",
+    key: str | None = None,
+) -> jobs_sql.NewJob:
+    """A topic job's row with exactly these slot-range tasks (as create_job writes them), for tests
+    that write jobs straight to MySQL; a new job id and notification key (``key``: this one)."""
+    return jobs_sql.NewJob(
+        job_id=str(uuid.uuid4()),
         service=service,
-        notification_key=str(uuid.uuid4()),
+        notification_key=key or str(uuid.uuid4()),
         method="TOPIC",
         type_=type_,
         target_kind="TOPIC",
         target={"topic": topic},
         idempotency_key=None,
-        request_hash="test",
+        request_hash="0" * 64,
         variables=None,
         overrides=None,
-        payload={"title": "t", "body": "b"},
-        slot_ranges=[(0, 0)],
+        payload=payload,
+        slot_ranges=slots,
     )
+
+
+def finished_topic_job(runtime: Runtime, service: str, devices: int, type_: str = "news", topic: str = "all") -> str:
+    """A topic job already done with ``devices`` targeted and sent (its rows written straight to
+    MySQL: no push is sent), for tests of what comes after a push (receipts, figures); its id."""
+    job = topic_job_row(service, [(0, 0)], {"title": "t", "body": "b"}, topic=topic, type_=type_)
+    job_id = job.job_id
     with runtime.sessions.begin() as session:
         jobs_sql.insert_job(session, job)
         session.execute(
