@@ -272,14 +272,17 @@ def test_the_plan_is_a_function_of_its_seed_and_never_stacks_store_faults() -> N
 
 
 def test_connection_and_credential_faults_take_turns_between_the_providers() -> None:
-    """GOAWAY, resets and expiring credentials reach FCM as well as APNs (issue 31: they were APNs
-    only, or FCM only for the tokens), by turns, without changing a seed's kinds, times or lengths."""
+    """GOAWAY and expiring credentials reach FCM as well as APNs (issue 31: they were APNs only, or FCM
+    only for the tokens), by turns, without changing a seed's kinds, times or lengths; resets stay on
+    APNs (chaos/plan.py says why)."""
     replicas = {"api": 2, "worker": 3, "scheduler": 2, "webhooks": 1}
     plan = make_plan(3131, 1800, replicas)
-    for kind, first in (("goaway", "apns"), ("reset", "apns"), ("token_expiry", "fcm")):
+    for kind, first in (("goaway", "apns"), ("token_expiry", "fcm")):
         targets = [f.target for f in plan if f.kind == kind]
         assert set(targets) == {"apns", "fcm"} and targets[0] == first, (kind, targets)
         assert all(a != b for a, b in itertools.pairwise(targets)), (kind, targets)
+    # resets stay on APNs until the Prometheus check counts answers an FCM reset loses (chaos/plan.py)
+    assert {f.target for f in plan if f.kind == "reset"} == {"apns"}
     again = make_plan(3131, 1800, replicas)
     assert [(f.at_s, f.kind, f.length_s) for f in plan] == [(f.at_s, f.kind, f.length_s) for f in again]
     others = [f for f in plan if f.kind not in ("goaway", "reset", "token_expiry")]
