@@ -89,25 +89,23 @@ class EmulatorControl:
 
     def apns_goaway(self) -> int:
         """GOAWAY on every open APNs connection now; returns how many."""
-        r = self.http.post("/_emu/apns/goaway", json={})
-        r.raise_for_status()
-        return int(r.json()["connections"])
+        return self._on_connections("apns/goaway")
 
     def apns_reset(self) -> int:
         """A TCP reset (RST) on every open APNs connection now, mid-stream; returns how many."""
-        r = self.http.post("/_emu/apns/reset", json={})
-        r.raise_for_status()
-        return int(r.json()["connections"])
+        return self._on_connections("apns/reset")
 
     def fcm_goaway(self) -> int:
         """GOAWAY on every open HTTP/2 connection of the FCM port now; returns how many."""
-        r = self.http.post("/_emu/fcm/goaway", json={})
-        r.raise_for_status()
-        return int(r.json()["connections"])
+        return self._on_connections("fcm/goaway")
 
     def fcm_reset(self) -> int:
         """A TCP reset (RST) on every open HTTP/2 connection of the FCM port now, mid-stream; returns how many."""
-        r = self.http.post("/_emu/fcm/reset", json={})
+        return self._on_connections("fcm/reset")
+
+    def _on_connections(self, path: str) -> int:
+        """POST /_emu/<path> (a fault on every open connection of a port); how many it reached."""
+        r = self.http.post(f"/_emu/{path}", json={})
         r.raise_for_status()
         return int(r.json()["connections"])
 
